@@ -1,0 +1,102 @@
+// Package bitslice is a fixed-format, mmap-backed bit vector stored in one
+// file. It is the durable floor under kvbuf's pending-changes buffer: reads
+// are a couple of atomic loads on the mapped words, writes are atomic
+// read-modify-writes on the same words, and Sync makes them durable before
+// it records the caller's watermark.
+//
+// # On-disk format (version 1)
+//
+// All integers are little-endian.
+//
+//	offset 0      header slot 0 (64 bytes)
+//	offset 2048   header slot 1 (64 bytes)
+//	offset 4096   data: ceil(Len/64) uint64 words; bit i is bit i%64 of word i/64
+//
+// The rest of the 4096-byte header area is zero and ignored. The two slots
+// sit in different 512-byte sectors so that a torn write can damage at most
+// one of them. A slot is:
+//
+//	0:8    magic "KVBUFBIT"
+//	8:12   format version (1)
+//	12:16  data offset (4096)
+//	16:24  sequence number (>= 1; slot = (seq-1) % 2)
+//	24:32  length in bits (<= MaxBits)
+//	32:40  persisted watermark (host operation number)
+//	40:60  reserved, zero
+//	60:64  CRC-32C (Castagnoli) of bytes 0:60
+//
+// Slots are written alternately, as bbolt and LMDB write their meta pages:
+// every header update writes sequence number seq+1 into the slot that does
+// not hold the current header, with pwrite followed by fdatasync; it never
+// goes through the mapping. Open uses the valid slot with the highest
+// sequence number, so a header write torn by a crash or a SIGKILL leaves the
+// previous header in charge. Only when neither slot is valid is the file
+// reported as corrupt. A slot whose checksum is good but whose version is
+// not 1 fails the whole Open (it was written by a newer format; falling back
+// to the older slot would silently lose its updates).
+//
+// The file may be longer than the data the header describes (a Grow that
+// crashed after extending the file); those bytes are zeroed by the next Grow
+// before the header claims them. Bits of the last word at or past Len are
+// ignored by every read and cleared by Grow.
+//
+// # Durability protocol
+//
+// Sync msyncs the data pages, then writes the next header slot carrying the
+// watermark staged with SetWatermark, then fdatasyncs. The persisted
+// watermark is therefore never ahead of the data it covers. Grow extends the
+// file with real blocks (fallocate, or written zeros where fallocate is not
+// supported, never a sparse truncate that could SIGBUS on a full disk),
+// fsyncs, maps, zeroes and msyncs the new words, and only then writes a
+// header with the new length. Create builds the file under a temporary name
+// and renames it into place without replacing (renameat2 RENAME_NOREPLACE,
+// or link and unlink where that is unsupported), so a crash during Create leaves either no
+// file or a complete one (plus, at worst, a stray ".<name>.creating-*" file).
+//
+// # Concurrency
+//
+// Get, Word and CountOnes take no lock: they load an atomic pointer to an
+// immutable view (mapping, length) and read the word with sync/atomic. Set,
+// Apply and ApplyWords take the read side of a RWMutex only so that Close can
+// wait for in-flight writes. Grow publishes a new view; when it needs a
+// larger mapping it maps anew and keeps the superseded mapping alive until
+// Close (the mappings are reserved with room to grow in power-of-two steps,
+// so this is rare and the retired mappings total less than the live one).
+// Shared file mappings of the same pages are coherent, so a writer still
+// holding an old view writes the same page-cache pages.
+//
+// Close replaces every mapping of the file, in place, with an anonymous
+// read-only zero mapping (mmap MAP_FIXED), closes the descriptor and so
+// releases the file and its lock at once. A reader that loaded the view just
+// before Close therefore reads zeros, never an unmapped page; the
+// placeholder is unmapped by a runtime cleanup once no view refers to it.
+//
+// # Locking
+//
+// Create and Open take an exclusive flock on the file. A second Open of the
+// same file, from this or another process, fails with ErrLocked. ReadInfo
+// takes no lock and maps nothing; it may observe a file mid-update.
+//
+// # Caveats
+//
+//   - Durability is only what Sync promises: Close does not sync, and writes
+//     since the last Sync may or may not be on disk after a power failure
+//     (they survive a process crash, being in the page cache).
+//   - The header and data are checksummed separately: the header has a CRC,
+//     the data has none. Bit rot in the data is not detected.
+//   - Apply and ApplyWords are all-or-nothing with respect to validation
+//     (ranges and sort order), not with respect to crashes: a crash
+//     mid-apply may leave some changes on disk and not others. The watermark
+//     protocol is what lets the host replay them.
+//   - Concurrent Set calls on bits of the same word are safe (atomic OR/AND),
+//     but Apply and ApplyWords are not transactions: a concurrent reader may
+//     see some of a batch's bits before others.
+//   - The flock is advisory. A process that ignores it, or a file copied or
+//     rewritten behind the engine's back, is not defended against, and
+//     truncating the file while it is open may crash the process (SIGBUS).
+//   - Little-endian hosts with 4 KiB pages only (the data area is mapped
+//     at offset 4096 and read as native words); Open says so elsewhere.
+//   - Unix only (mmap, flock); fallocate is used on Linux, written zeros
+//     elsewhere. Create needs RENAME_NOREPLACE or hard links.
+//   - Lengths are capped at MaxBits (2^40 bits, 128 GiB of data).
+package bitslice

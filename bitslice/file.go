@@ -1,0 +1,601 @@
+package bitslice
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/edsrzf/mmap-go"
+	"golang.org/x/sys/unix"
+)
+
+// minMapping is the smallest mapping reserved for the data area. Mappings
+// grow in powers of two from here, so Grow rarely has to remap.
+const minMapping = 64 << 10
+
+// Change sets bit Index to Value.
+type Change struct {
+	Index uint64
+	Value bool
+}
+
+// WordChange rewrites the bits of data word Word selected by Mask:
+// word = word&^Mask | Bits&Mask.
+type WordChange struct {
+	Word, Mask, Bits uint64
+}
+
+// File is an open bitslice file. All methods are safe for concurrent use.
+type File struct {
+	path string
+	fd   *os.File
+
+	// cur is the view readers use; nil after Close.
+	cur atomic.Pointer[view]
+	// nbits mirrors the current length so Len works after Close.
+	nbits atomic.Uint64
+	// staged is the watermark the next Sync persists; persisted is the one
+	// in the newest header on disk.
+	staged, persisted atomic.Uint64
+
+	// wmu is read-locked by Set, Apply and ApplyWords and write-locked by
+	// Close, so that no store lands in the file after Close returns.
+	wmu sync.RWMutex
+
+	// mu serialises Grow, Sync and Close and guards the fields below.
+	mu      sync.Mutex
+	closed  bool
+	seq     uint64    // sequence number of the newest header on disk
+	valid   int       // header slots valid on disk (1 or 2)
+	size    int64     // file size in bytes
+	reg     *region   // mapping the current view uses
+	regions []*region // every mapping still in place, current one last
+	live    *atomic.Int64
+}
+
+// view is an immutable snapshot of the mapping readers use.
+type view struct {
+	words []uint64 // exactly words(nbits) long: indexing past it panics, never faults
+	nbits uint64
+	reg   *region // keeps the mapping alive while a reader holds the view
+}
+
+// region is one mapping of the data area, reserved larger than the file.
+type region struct {
+	m    mmap.MMap
+	full []uint64 // every word of m; only a prefix is backed by the file
+}
+
+// Create makes a new bitslice file of nbits zero bits at path and opens it.
+// It fails with an error wrapping fs.ErrExist if path exists, and with
+// ErrOutOfRange if nbits exceeds MaxBits. The file (mode 0600) is built under
+// a temporary name in the same directory and renamed (without replacing)
+// into place, so a crash never leaves a half-made file at path.
+func Create(path string, nbits uint64) (_ *File, err error) {
+	if nbits > MaxBits {
+		return nil, fmt.Errorf("bitslice: create %s: length %d bits: %w (maximum %d)", path, nbits, ErrOutOfRange, uint64(MaxBits))
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("bitslice: create %s: %w", path, fs.ErrExist)
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".creating-*")
+	if err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+	}
+	tmpName := tmp.Name()
+	linked := false
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			if !linked {
+				os.Remove(tmpName)
+			}
+		}
+	}()
+	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: lock: %w", path, err)
+	}
+	size := dataSize(nbits)
+	if err := allocate(tmp, 0, size); err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: allocate %d bytes: %w", path, size, err)
+	}
+	h := header{seq: 1, nbits: nbits}
+	slot := encodeSlot(h)
+	if _, err := tmp.WriteAt(slot[:], int64(slotFor(h.seq))*slotStride); err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: write header: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: sync: %w", path, err)
+	}
+	if err := publish(tmpName, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("bitslice: create %s: %w", path, fs.ErrExist)
+		}
+		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+	}
+	linked = true
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+	}
+	f, err := newFile(path, tmp, parsed{header: h, slot: 0, valid: 1}, size)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Open opens an existing bitslice file for reading and writing and takes its
+// lock. Everything is validated before anything is mapped: a file that is
+// not a bitslice, is truncated, or has no valid header slot gets an error
+// wrapping ErrCorrupt that says what is wrong; a file someone else holds
+// gets ErrLocked.
+func Open(path string) (_ *File, err error) {
+	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bitslice: %w", err) // a *PathError naming path
+	}
+	defer func() {
+		if err != nil {
+			fd.Close()
+		}
+	}()
+	if err := unix.Flock(int(fd.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("bitslice: open %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("bitslice: open %s: lock: %w", path, err)
+	}
+	p, size, err := readHeader(fd)
+	if err != nil {
+		return nil, fmt.Errorf("bitslice: %s: %w", path, err)
+	}
+	if err := fillHoles(fd, size); err != nil {
+		return nil, fmt.Errorf("bitslice: open %s: allocate: %w", path, err)
+	}
+	return newFile(path, fd, p, size)
+}
+
+// readHeader validates fd as a bitslice file and returns its newest header.
+func readHeader(fd *os.File) (parsed, int64, error) {
+	st, err := fd.Stat()
+	if err != nil {
+		return parsed{}, 0, err
+	}
+	if st.IsDir() {
+		return parsed{}, 0, fmt.Errorf("%w: is a directory", ErrCorrupt)
+	}
+	if !st.Mode().IsRegular() {
+		return parsed{}, 0, fmt.Errorf("%w: not a regular file (%v)", ErrCorrupt, st.Mode().Type())
+	}
+	size := st.Size()
+	buf := make([]byte, min(size, DataOffset))
+	if _, err := fd.ReadAt(buf, 0); err != nil {
+		return parsed{}, 0, fmt.Errorf("read header: %w", err)
+	}
+	p, err := parseHeader(buf, size)
+	return p, size, err
+}
+
+// newFile maps an opened, locked, validated file and publishes its view.
+// On error the caller still owns fd.
+func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		return nil, fmt.Errorf("bitslice: open %s: data words are little-endian and this host is not", path)
+	}
+	f := &File{path: path, fd: fd, seq: p.seq, valid: p.valid, size: size, live: new(atomic.Int64)}
+	need := int64(words(p.nbits)) * 8
+	reg, err := f.mapRegion(need)
+	if err != nil {
+		return nil, fmt.Errorf("bitslice: open %s: %w", path, err)
+	}
+	f.reg = reg
+	f.regions = []*region{reg}
+	f.nbits.Store(p.nbits)
+	f.staged.Store(p.watermark)
+	f.persisted.Store(p.watermark)
+	f.cur.Store(reg.view(p.nbits))
+	return f, nil
+}
+
+// mappingSize is the reservation for a data area of need bytes: a power of
+// two, at least minMapping.
+func mappingSize(need int64) (int, error) {
+	c := int64(minMapping)
+	for c < need {
+		c *= 2
+	}
+	if c > math.MaxInt {
+		return 0, fmt.Errorf("mapping of %d bytes does not fit this platform", c)
+	}
+	return int(c), nil
+}
+
+// mapRegion maps the data area with room for at least need bytes. The
+// mapping extends past the end of the file; only words the file backs are
+// ever touched.
+func (f *File) mapRegion(need int64) (*region, error) {
+	n, err := mappingSize(need)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mmap.MapRegion(f.fd, n, mmap.RDWR, 0, DataOffset)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", n, err)
+	}
+	r := &region{m: m, full: unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), len(m)/8)}
+	live := f.live
+	live.Add(1)
+	// The mapping goes away once no view (and so no reader) refers to r.
+	// Until Close it is a file mapping; Close swaps in a zero placeholder.
+	runtime.AddCleanup(r, func(m mmap.MMap) {
+		_ = m.Unmap()
+		live.Add(-1)
+	}, m)
+	return r, nil
+}
+
+func (r *region) view(nbits uint64) *view {
+	n := words(nbits)
+	return &view{words: r.full[:n:n], nbits: nbits, reg: r}
+}
+
+// retire replaces the file mapping in place with an anonymous read-only zero
+// mapping, so a reader still holding a view reads zeros instead of faulting,
+// and the file is released now rather than when the garbage collector finds
+// the region unreachable.
+func (r *region) retire() error {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&r.m[0]), uintptr(len(r.m)),
+		unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+	return err
+}
+
+// Path is the path the file was opened or created with.
+func (f *File) Path() string { return f.path }
+
+// Len is the length in bits: every index below it can be Set. After Close
+// it is the length at Close.
+func (f *File) Len() uint64 {
+	if v := f.cur.Load(); v != nil {
+		return v.nbits
+	}
+	return f.nbits.Load()
+}
+
+// Get reports bit i. It is false at or past Len and after Close. Get takes
+// no lock and does not allocate.
+func (f *File) Get(i uint64) bool {
+	v := f.cur.Load()
+	if v == nil || i >= v.nbits {
+		return false
+	}
+	w := atomic.LoadUint64(&v.words[i>>6])
+	runtime.KeepAlive(v) // the mapping must outlive the load
+	return w>>(i&63)&1 != 0
+}
+
+// Word returns the 64 bits [64w, 64w+64) with bit 64w in the lowest place.
+// Bits at or past Len read as 0, as does everything after Close.
+func (f *File) Word(w uint64) uint64 {
+	v := f.cur.Load()
+	if v == nil || w >= uint64(len(v.words)) {
+		return 0
+	}
+	x := atomic.LoadUint64(&v.words[w]) & tailMask(v.nbits, w)
+	runtime.KeepAlive(v)
+	return x
+}
+
+// tailMask selects the bits of word w that lie below nbits.
+func tailMask(nbits, w uint64) uint64 {
+	if r := nbits - w*64; r < 64 {
+		return 1<<r - 1
+	}
+	return ^uint64(0)
+}
+
+// Set sets bit i to v. It fails with ErrOutOfRange at or past Len and with
+// ErrClosed after Close.
+func (f *File) Set(i uint64, v bool) error {
+	f.wmu.RLock()
+	defer f.wmu.RUnlock()
+	vw := f.cur.Load()
+	if vw == nil {
+		return f.errClosed()
+	}
+	if i >= vw.nbits {
+		return fmt.Errorf("bitslice: %s: set bit %d: %w (length %d)", f.path, i, ErrOutOfRange, vw.nbits)
+	}
+	bit := uint64(1) << (i & 63)
+	if v {
+		atomic.OrUint64(&vw.words[i>>6], bit)
+	} else {
+		atomic.AndUint64(&vw.words[i>>6], ^bit)
+	}
+	runtime.KeepAlive(vw)
+	return nil
+}
+
+// Apply sets each change's bit. changes must be sorted by Index
+// (non-decreasing; of equal indexes the last wins). Every index is checked
+// before any bit is written: unsorted input or an index at or past Len
+// fails with ErrOutOfRange and writes nothing.
+func (f *File) Apply(changes []Change) error {
+	f.wmu.RLock()
+	defer f.wmu.RUnlock()
+	vw := f.cur.Load()
+	if vw == nil {
+		return f.errClosed()
+	}
+	for k, c := range changes {
+		if c.Index >= vw.nbits {
+			return fmt.Errorf("bitslice: %s: apply change %d: bit %d: %w (length %d)", f.path, k, c.Index, ErrOutOfRange, vw.nbits)
+		}
+		if k > 0 && c.Index < changes[k-1].Index {
+			return fmt.Errorf("bitslice: %s: apply change %d: bit %d after bit %d: %w: changes not sorted by index",
+				f.path, k, c.Index, changes[k-1].Index, ErrOutOfRange)
+		}
+	}
+	for k := 0; k < len(changes); {
+		w := changes[k].Index >> 6
+		var mask, set uint64
+		for ; k < len(changes) && changes[k].Index>>6 == w; k++ {
+			bit := uint64(1) << (changes[k].Index & 63)
+			mask |= bit
+			if changes[k].Value {
+				set |= bit
+			} else {
+				set &^= bit
+			}
+		}
+		storeMasked(&vw.words[w], mask, set)
+	}
+	runtime.KeepAlive(vw)
+	return nil
+}
+
+// ApplyWords applies each word change. changes must be sorted by Word
+// (non-decreasing; later changes to a word apply after earlier ones). Every
+// change is checked before any word is written: unsorted input, a word past
+// the end, or a Mask selecting bits at or past Len fails with ErrOutOfRange
+// and writes nothing.
+func (f *File) ApplyWords(changes []WordChange) error {
+	f.wmu.RLock()
+	defer f.wmu.RUnlock()
+	vw := f.cur.Load()
+	if vw == nil {
+		return f.errClosed()
+	}
+	n := uint64(len(vw.words))
+	for k, c := range changes {
+		if c.Word >= n {
+			return fmt.Errorf("bitslice: %s: apply word change %d: word %d: %w (%d words)", f.path, k, c.Word, ErrOutOfRange, n)
+		}
+		if c.Mask&^tailMask(vw.nbits, c.Word) != 0 {
+			return fmt.Errorf("bitslice: %s: apply word change %d: mask %#x selects bits past length %d: %w",
+				f.path, k, c.Mask, vw.nbits, ErrOutOfRange)
+		}
+		if k > 0 && c.Word < changes[k-1].Word {
+			return fmt.Errorf("bitslice: %s: apply word change %d: word %d after word %d: %w: changes not sorted by word",
+				f.path, k, c.Word, changes[k-1].Word, ErrOutOfRange)
+		}
+	}
+	for _, c := range changes {
+		storeMasked(&vw.words[c.Word], c.Mask, c.Bits)
+	}
+	runtime.KeepAlive(vw)
+	return nil
+}
+
+// storeMasked sets *p = *p&^mask | bits&mask with two atomic operations.
+// Each bit changes at most once, so a concurrent reader sees every bit
+// either old or new.
+func storeMasked(p *uint64, mask, bits uint64) {
+	if s := bits & mask; s != 0 {
+		atomic.OrUint64(p, s)
+	}
+	if c := mask &^ bits; c != 0 {
+		atomic.AndUint64(p, ^c)
+	}
+}
+
+// CountOnes is the number of set bits (0 after Close). It reads every word.
+func (f *File) CountOnes() uint64 {
+	v := f.cur.Load()
+	if v == nil {
+		return 0
+	}
+	var n int
+	for w := range v.words {
+		n += bits.OnesCount64(atomic.LoadUint64(&v.words[w]) & tailMask(v.nbits, uint64(w)))
+	}
+	runtime.KeepAlive(v)
+	return uint64(n)
+}
+
+// Grow extends the file to nbits bits, the new bits zero. It is a no-op if
+// nbits <= Len, and fails with ErrOutOfRange above MaxBits. The new blocks
+// are allocated for real (see the package doc), zeroed and synced before a
+// header with the new length is written; readers and writers carry on
+// meanwhile on the old view, and see the new length once Grow returns.
+func (f *File) Grow(nbits uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return f.errClosed()
+	}
+	old := f.nbits.Load()
+	if nbits <= old {
+		return nil
+	}
+	if nbits > MaxBits {
+		return fmt.Errorf("bitslice: %s: grow to %d bits: %w (maximum %d)", f.path, nbits, ErrOutOfRange, uint64(MaxBits))
+	}
+	need := dataSize(nbits)
+	if need > f.size {
+		if err := allocate(f.fd, f.size, need-f.size); err != nil {
+			return fmt.Errorf("bitslice: %s: grow to %d bits: allocate: %w", f.path, nbits, err)
+		}
+		if err := f.fd.Sync(); err != nil {
+			return fmt.Errorf("bitslice: %s: grow to %d bits: sync: %w", f.path, nbits, err)
+		}
+		f.size = need
+	}
+	reg := f.reg
+	if need-DataOffset > int64(len(reg.m)) {
+		r, err := f.mapRegion(need - DataOffset)
+		if err != nil {
+			return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
+		}
+		f.regions = append(f.regions, r)
+		reg = r
+	}
+	// Bits past the old length and words past the old end may hold stale
+	// bytes (a file grown by a crashed Grow, or a corrupt tail): clear them
+	// and make that durable before the header says they are zero bits.
+	oldWords, newWords := words(old), words(nbits)
+	if old%64 != 0 {
+		atomic.AndUint64(&reg.full[oldWords-1], tailMask(old, oldWords-1))
+	}
+	for w := oldWords; w < newWords; w++ {
+		if atomic.LoadUint64(&reg.full[w]) != 0 {
+			atomic.StoreUint64(&reg.full[w], 0)
+		}
+	}
+	start := (max(oldWords, 1) - 1) * 8 &^ (pageSize - 1)
+	if err := msync(reg.m[start : newWords*8]); err != nil {
+		return fmt.Errorf("bitslice: %s: grow to %d bits: msync: %w", f.path, nbits, err)
+	}
+	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load()}
+	if err := f.writeHeader(h); err != nil {
+		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
+	}
+	f.seq, f.valid = h.seq, 2
+	f.reg = reg
+	f.cur.Store(reg.view(nbits))
+	f.nbits.Store(nbits)
+	return nil
+}
+
+// pageSize aligns msync ranges (mappings start page-aligned). It is read
+// once; it is not mutable state.
+var pageSize = uint64(os.Getpagesize())
+
+// msync writes the dirty pages of b (page-aligned start) to disk.
+func msync(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return unix.Msync(b, unix.MS_SYNC)
+}
+
+// writeHeader writes h into its slot and fdatasyncs.
+func (f *File) writeHeader(h header) error {
+	b := encodeSlot(h)
+	if _, err := f.fd.WriteAt(b[:], int64(slotFor(h.seq))*slotStride); err != nil {
+		return fmt.Errorf("write header slot %d: %w", slotFor(h.seq), err)
+	}
+	if err := unix.Fdatasync(int(f.fd.Fd())); err != nil {
+		return fmt.Errorf("fdatasync header: %w", err)
+	}
+	return nil
+}
+
+// SetWatermark stages op as the watermark the next Sync persists. The
+// watermark only moves forward: a value below the staged one is ignored.
+func (f *File) SetWatermark(op uint64) {
+	for {
+		cur := f.staged.Load()
+		if op <= cur || f.staged.CompareAndSwap(cur, op) {
+			return
+		}
+	}
+}
+
+// Watermark is the watermark in the newest header on disk: the one Open
+// would return after a crash now.
+func (f *File) Watermark() uint64 { return f.persisted.Load() }
+
+// Sync makes every change that completed before the call durable (msync),
+// then writes the staged watermark into the next header slot and
+// fdatasyncs. If the watermark is unchanged only the msync is done. On error
+// the previous header stays in force and Sync can be retried.
+func (f *File) Sync() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return f.errClosed()
+	}
+	v := f.cur.Load()
+	wm := f.staged.Load()
+	if err := msync(f.reg.m[:len(v.words)*8]); err != nil {
+		return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
+	}
+	if wm == f.persisted.Load() {
+		return nil
+	}
+	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm}
+	if err := f.writeHeader(h); err != nil {
+		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
+	}
+	f.seq, f.valid = h.seq, 2
+	f.persisted.Store(wm)
+	return nil
+}
+
+// Close releases the mapping, the lock and the descriptor. It waits for
+// in-flight Set/Apply/ApplyWords calls but does not sync: call Sync first for
+// durability. Close is idempotent; later calls return nil, every other
+// method then fails with ErrClosed (or reads as empty).
+func (f *File) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	f.wmu.Lock()
+	f.cur.Store(nil)
+	f.wmu.Unlock()
+	var errs []error
+	for _, r := range f.regions {
+		if err := r.retire(); err != nil {
+			errs = append(errs, fmt.Errorf("replace mapping: %w", err))
+		}
+	}
+	f.regions, f.reg = nil, nil
+	if err := f.fd.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bitslice: close %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so a new entry in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (f *File) errClosed() error { return fmt.Errorf("bitslice: %s: %w", f.path, ErrClosed) }

@@ -1,0 +1,145 @@
+package bitslice
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Regenerate with: go test ./bitslice -run TestFixtures -update
+var update = flag.Bool("update", false, "rewrite testdata/bitslice fixtures")
+
+const fixtureDir = "../testdata/bitslice"
+
+// fixtureOnes is the set-bit pattern of valid.bits.
+func fixtureBit(i uint64) bool { return i%3 == 0 && i%5 != 0 }
+
+// makeFixtures builds every fixture image from scratch in dir.
+func makeFixtures(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	f, err := Create(filepath.Join(dir, "valid.bits"), 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(300) {
+		if fixtureBit(i) {
+			if err := f.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.SetWatermark(42)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	valid := readFile(t, f.Path())
+
+	// torn: one more Sync (watermark 57, seq 3 in slot 0) whose header
+	// write was torn after 32 bytes.
+	g, err := Open(f.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(1, true); err != nil {
+		t.Fatal(err)
+	}
+	g.SetWatermark(57)
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	torn := readFile(t, g.Path())
+	copy(torn[32:64], bytes.Repeat([]byte{0xa5}, 32))
+
+	badsum := bytes.Clone(valid)
+	badsum[25] ^= 0x01 // length byte 1 in both slots, checksums unchanged
+	badsum[slotStride+25] ^= 0x01
+	badmagic := bytes.Clone(valid)
+	copy(badmagic[0:], "NOTABITS")
+	copy(badmagic[slotStride:], "NOTABITS")
+
+	return map[string][]byte{
+		"valid.bits":       valid,
+		"torn.bits":        torn,
+		"truncated.bits":   valid[:DataOffset+16],
+		"badchecksum.bits": badsum,
+		"badmagic.bits":    badmagic,
+	}
+}
+
+func TestFixtures(t *testing.T) {
+	images := makeFixtures(t, t.TempDir())
+	if *update {
+		writeFuzzCorpus(t, images)
+	}
+	for name, img := range images {
+		path := filepath.Join(fixtureDir, name)
+		if *update {
+			if err := os.MkdirAll(fixtureDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, img, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if got := readFile(t, path); !bytes.Equal(got, img) {
+			t.Errorf("%s differs from what the generator makes; rerun with -update if the format changed on purpose", path)
+		}
+	}
+
+	var wantOnes uint64
+	for i := range uint64(300) {
+		if fixtureBit(i) {
+			wantOnes++
+		}
+	}
+	ok := map[string]Info{
+		"valid.bits": {Version: 1, Len: 300, Ones: wantOnes, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 2, FileSize: DataOffset + 40},
+		"torn.bits":  {Version: 1, Len: 300, Ones: wantOnes + 1, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 1, FileSize: DataOffset + 40},
+	}
+	bad := map[string]string{
+		"truncated.bits":   "truncated: file is 4112 bytes, header (seq 2) says 300 bits, which needs 4136 bytes",
+		"badchecksum.bits": "no valid header slot (slot 0: bad checksum",
+		"badmagic.bits":    `no valid header slot (slot 0: bad magic "NOTABITS"`,
+	}
+	for name := range images {
+		path := filepath.Join(fixtureDir, name)
+		info, err := ReadInfo(path)
+		if want, isOK := ok[name]; isOK {
+			want.Path = path
+			if err != nil || info != want {
+				t.Errorf("ReadInfo(%s) = %+v, %v; want %+v", name, info, err, want)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), bad[name]) {
+			t.Errorf("ReadInfo(%s): %v; want ErrCorrupt saying %q", name, err, bad[name])
+		}
+	}
+	// Open agrees with ReadInfo (on a copy: Open takes a write lock).
+	cp := filepath.Join(t.TempDir(), "valid.bits")
+	writeFile(t, cp, readFile(t, filepath.Join(fixtureDir, "valid.bits")))
+	f, err := Open(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range uint64(300) {
+		if f.Get(i) != fixtureBit(i) {
+			t.Fatalf("valid.bits bit %d = %v", i, f.Get(i))
+		}
+	}
+	if f.Watermark() != 42 {
+		t.Fatalf("valid.bits watermark %d", f.Watermark())
+	}
+}

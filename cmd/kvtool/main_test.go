@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Regenerate the golden files with: go test ./cmd/kvtool -update
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const fixtures = "../../testdata/bitslice/"
+
+func TestGolden(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		exit int
+	}{
+		{"no-args", nil, 2},
+		{"help", []string{"-h"}, 0},
+		{"unknown-command", []string{"frobnicate"}, 2},
+		{"inspect-help", []string{"inspect", "-h"}, 0},
+		{"inspect-no-file", []string{"inspect"}, 2},
+		{"inspect-two-files", []string{"inspect", fixtures + "valid.bits", fixtures + "torn.bits"}, 2},
+		{"inspect-bad-flag", []string{"inspect", "--yaml", fixtures + "valid.bits"}, 2},
+		{"inspect-valid", []string{"inspect", fixtures + "valid.bits"}, 0},
+		{"inspect-valid-json", []string{"inspect", "--json", fixtures + "valid.bits"}, 0},
+		{"inspect-valid-json-after", []string{"inspect", fixtures + "valid.bits", "-json"}, 0},
+		{"inspect-torn", []string{"inspect", fixtures + "torn.bits"}, 0},
+		{"inspect-torn-json", []string{"inspect", "--json", fixtures + "torn.bits"}, 0},
+		{"inspect-truncated", []string{"inspect", fixtures + "truncated.bits"}, 1},
+		{"inspect-badchecksum", []string{"inspect", fixtures + "badchecksum.bits"}, 1},
+		{"inspect-badmagic", []string{"inspect", "--json", fixtures + "badmagic.bits"}, 1},
+		{"inspect-foreign", []string{"inspect", "testdata/foreign.txt"}, 1},
+		{"inspect-missing", []string{"inspect", "testdata/no-such-file"}, 1},
+		{"inspect-directory", []string{"inspect", "testdata"}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tc.args, &stdout, &stderr)
+			if code != tc.exit {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.exit, stderr.String())
+			}
+			if code != 0 {
+				// Errors are one line, never a stack trace, never on stdout.
+				if n := strings.Count(stderr.String(), "\n"); n != 1 || stdout.Len() != 0 {
+					t.Errorf("error output: %d stderr lines, %d stdout bytes; want 1 and 0", n, stdout.Len())
+				}
+			}
+			got := fmt.Sprintf("exit %d\n-- stdout --\n%s-- stderr --\n%s", code, stdout.String(), stderr.String())
+			golden := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s (rerun with -update if intended):\n%s", golden, got)
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+package stripe
+
+import (
+	"sync"
+	"testing"
+	"unsafe"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestPadding(t *testing.T) {
+	if s := unsafe.Sizeof(Counter{}); s != CacheLine {
+		t.Fatalf("Counter is %d bytes, want %d", s, CacheLine)
+	}
+	if s := unsafe.Sizeof(rwStripe{}) % CacheLine; s != 0 {
+		t.Fatalf("rwStripe size not a multiple of the cache line (rem %d)", s)
+	}
+}
+
+func TestHintSpreadsGoroutines(t *testing.T) {
+	const n = 64
+	hints := make([]uint32, n)
+	var wg sync.WaitGroup
+	var start sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		wg.Go(func() {
+			start.Wait() // keep every goroutine (and its stack) alive at once
+			hints[i] = Hint(15)
+		})
+	}
+	start.Done()
+	wg.Wait()
+	seen := map[uint32]bool{}
+	for _, h := range hints {
+		if h > 15 {
+			t.Fatalf("Hint(15) = %d", h)
+		}
+		seen[h] = true
+	}
+	// 64 goroutines over 16 stripes: all on a few stripes means the hash
+	// ignores the bits that differ between stacks.
+	if len(seen) < 8 {
+		t.Fatalf("64 goroutines hit only %d of 16 stripes", len(seen))
+	}
+}
+
+func TestCount(t *testing.T) {
+	c := Count()
+	if c < 16 || c > 256 || c&(c-1) != 0 {
+		t.Fatalf("Count() = %d", c)
+	}
+}
+
+func TestCounters(t *testing.T) {
+	cs := NewCounters(5)
+	if len(cs) != 8 {
+		t.Fatalf("len = %d, want 8", len(cs))
+	}
+	if len(NewCounters(0)) != 1 {
+		t.Fatal("NewCounters(0) not 1")
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				cs.Pick().Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if s := cs.Sum(); s != 8000 {
+		t.Fatalf("Sum = %d, want 8000", s)
+	}
+	c := &cs[0]
+	c.Add(-c.Load())
+	if !c.CompareAndSwap(0, 3) || c.CompareAndSwap(0, 4) || c.Or(8) != 3 || c.Load() != 11 {
+		t.Fatal("CompareAndSwap/Or misbehave")
+	}
+}
+
+func TestRWBarrierExcludes(t *testing.T) {
+	b := NewRWBarrier(8)
+	shared := 0
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 500 {
+				m := b.RLock()
+				_ = shared // readers only read
+				m.RUnlock()
+			}
+		})
+		wg.Go(func() {
+			for range 100 {
+				b.Lock()
+				shared++
+				b.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if shared != 400 {
+		t.Fatalf("shared = %d, want 400", shared)
+	}
+	m := b.RLockAt(3)
+	locked := make(chan struct{})
+	go func() { b.Lock(); close(locked); b.Unlock() }()
+	select {
+	case <-locked:
+		t.Fatal("Lock acquired while a reader held a stripe")
+	default:
+	}
+	m.RUnlock()
+	<-locked
+}

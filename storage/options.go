@@ -1,0 +1,101 @@
+package storage
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configures a Store. A nil *Options means defaults; a zero field
+// means that field's default.
+type Options struct {
+	// FS is the filesystem the store lives on. Default: vfs.Default (the OS
+	// filesystem). Tests use vfs.NewMem().
+	FS vfs.FS
+
+	// Logger receives pebble's log output. Default: a logger that discards
+	// Infof and Errorf (pebble's own default prints to stderr) and, like
+	// pebble's, prints Fatalf and exits: pebble calls Fatalf only when it
+	// cannot continue safely (a failed WAL or MANIFEST write).
+	Logger pebble.Logger
+
+	// CacheSize is the block cache size in bytes. Default: 8 MiB (pebble's
+	// default). Negative values are treated as the default.
+	CacheSize int64
+
+	// MemTableSize is the size of one pebble memtable in bytes; batches
+	// larger than about half of it bypass the memtable. Default: 4 MiB
+	// (pebble's default).
+	MemTableSize uint64
+
+	// FormatMajorVersion is the pebble on-disk format a new store is created
+	// at, and the one an older store is upgraded to on a writable open.
+	// Default: pebble.FormatNewest. Ignored when ReadOnly is set (a read-only
+	// open never upgrades).
+	FormatMajorVersion pebble.FormatMajorVersion
+
+	// ReadOnly opens an existing store without writing to it (kvtool
+	// inspect). Apply and Flush return ErrReadOnly. Opening a missing store
+	// fails with an error wrapping fs.ErrNotExist. Default: false.
+	ReadOnly bool
+
+	// ErrorIfExists makes Open fail with an error wrapping fs.ErrExist if a
+	// store already exists in the directory. Default: false.
+	ErrorIfExists bool
+
+	// ErrorIfNotExists makes Open fail with an error wrapping fs.ErrNotExist
+	// instead of creating a new store. Default: false.
+	ErrorIfNotExists bool
+}
+
+// quietLogger is the default Logger: pebble's default writes informational
+// messages to stderr, which an embedded engine must not do.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+
+// Fatalf keeps pebble's behaviour (print, exit): pebble calls it when
+// continuing would risk the data, and it does not expect it to return.
+func (quietLogger) Fatalf(format string, args ...any) {
+	pebble.DefaultLogger.Fatalf(format, args...)
+}
+
+func (o *Options) pebbleOptions() *pebble.Options {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	po := &pebble.Options{
+		FS:                 opts.FS,
+		Logger:             opts.Logger,
+		CacheSize:          opts.CacheSize,
+		MemTableSize:       opts.MemTableSize,
+		FormatMajorVersion: opts.FormatMajorVersion,
+		ReadOnly:           opts.ReadOnly,
+		ErrorIfExists:      opts.ErrorIfExists,
+		ErrorIfNotExists:   opts.ErrorIfNotExists,
+	}
+	if po.FS == nil {
+		po.FS = vfs.Default
+	}
+	if po.Logger == nil {
+		po.Logger = quietLogger{}
+	}
+	// pebble's default DataCorruption handler calls Logger.Fatalf, which
+	// exits the process on the first corrupt block read. Corruption is bad
+	// input (contract 6): log it and let the read return the error, which
+	// Store maps to ErrCorrupt.
+	logger := po.Logger
+	po.EventListener = &pebble.EventListener{
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			logger.Errorf("storage: on-disk corruption: %s", info)
+		},
+	}
+	if po.CacheSize <= 0 {
+		po.CacheSize = 8 << 20
+	}
+	if po.FormatMajorVersion == 0 && !opts.ReadOnly {
+		po.FormatMajorVersion = pebble.FormatNewest
+	}
+	return po
+}
