@@ -40,7 +40,7 @@ func (f *File) Info() Info {
 // ReadInfo validates the file at path exactly as Open does and describes
 // it, reading through the descriptor: it maps nothing, takes no lock and
 // writes nothing, so it works on a file another process has open (and may
-// then see it mid-update).
+// then see it mid-update). It reads every data word to count the set bits.
 func ReadInfo(path string) (Info, error) {
 	fd, err := os.Open(path)
 	if err != nil {

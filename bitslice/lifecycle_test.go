@@ -103,8 +103,6 @@ func TestClose(t *testing.T) {
 	if info := f.Info(); info.Len != 200 || info.Ones != 0 {
 		t.Fatalf("Info after Close: %+v", info)
 	}
-	g := reopen(t, create(t, 1))
-	_ = g
 	h, err := Open(f.Path())
 	if err != nil {
 		t.Fatal(err)

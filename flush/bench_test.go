@@ -202,18 +202,18 @@ func BenchmarkW5(b *testing.B) {
 				}
 			})
 			b.Run("rwmutex-gate", func(b *testing.B) {
+				if nested {
+					// A nested RLock blocks once Lock is waiting, and the
+					// outer RUnlock never comes: RWMutex cannot be a
+					// nesting gate.
+					b.Skip("sync.RWMutex deadlocks on nested read locks")
+				}
 				b.ReportAllocs()
 				for b.Loop() {
 					var mu sync.RWMutex
 					for range 4 {
 						mu.RLock()
-						go func() {
-							if nested {
-								mu.RLock() // cannot block: no writer yet? it can once Lock started
-								go mu.RUnlock()
-							}
-							mu.RUnlock()
-						}()
+						go mu.RUnlock()
 					}
 					mu.Lock()
 				}
@@ -372,6 +372,7 @@ func BenchmarkW5(b *testing.B) {
 		})
 		b.Run("kvbuf", func(b *testing.B) {
 			var g Gate
+			g.Stripe() // as the Flusher's gate
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

@@ -37,10 +37,13 @@
 //
 // # Drain gate
 //
-// Gate is usable on its own. Enter/Leave cost two uncontended atomic adds on
-// a per-goroutine stripe and one read of a shared, read-mostly flag; Close
-// refuses new operations and waits for admitted ones; Done and Wait let any
-// number of observers wait for the drain.
+// Gate is usable on its own. Enter is a compare-and-swap and Leave an
+// atomic add on one in-flight counter whose sign bit is the closed flag, so
+// a Close racing with Enter can never admit an operation after the drain.
+// The zero Gate has one counter (cheap, wait-group-like); Stripe spreads
+// the count over 16 cache-line padded counters picked per goroutine, for
+// gates on every read (the Flusher's). Close refuses new operations and
+// waits for admitted ones; Done and Wait let any number of observers wait.
 //
 // # Caveats
 //

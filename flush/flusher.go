@@ -91,6 +91,7 @@ func New(targets []Target, opts *Options) *Flusher {
 		flushed:   make(chan struct{}),
 		closeDone: make(chan struct{}),
 	}
+	f.gate.Stripe() // every read and write enters it
 	for _, t := range targets {
 		if t != nil {
 			f.targets = append(f.targets, t)
@@ -193,6 +194,9 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 // If ctx ends first Flush returns ctx.Err() at once; the shared flush still
 // runs for the other callers. After Close has begun it returns ErrClosed.
 func (f *Flusher) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	tok, err := f.gate.Enter()
 	if err != nil {
 		return err

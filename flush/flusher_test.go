@@ -726,3 +726,68 @@ func TestReadOpsDuringWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestFlushCancelledContextDoesNotFlush(t *testing.T) {
+	tg := newMemTarget("t")
+	f := New([]Target{tg}, manual)
+	defer closeOK(t, f)
+	write(t.Context(), f, "a", 1, tg)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := f.Flush(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush = %v, want context.Canceled", err)
+	}
+	if st := f.Stats(); st.Flushes != 0 {
+		t.Fatalf("a cancelled Flush was admitted: %+v", st)
+	}
+}
+
+// Writers, flushers and Close race; every write that completed is durable
+// once Close returns nil, and nothing is admitted after Close.
+func TestCloseRaceStress(t *testing.T) {
+	for round := range 20 {
+		tg := newMemTarget("t")
+		f := New([]Target{tg}, &Options{Interval: time.Millisecond, MaxPendingBytes: 4096})
+		var mu sync.Mutex
+		var done []string
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					key := fmt.Sprintf("r%d-g%d-%d", round, g, i)
+					if err := write(t.Context(), f, key, uint64(i+1), tg); err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("write: %v", err)
+						}
+						return
+					}
+					mu.Lock()
+					done = append(done, key)
+					mu.Unlock()
+					if i%4 == 0 {
+						if err := f.Flush(t.Context()); err != nil && !errors.Is(err, ErrClosed) {
+							t.Errorf("Flush: %v", err)
+						}
+					}
+				}
+			})
+		}
+		for tg.snapshotKeys() < 50 {
+			runtime.Gosched()
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		mu.Lock()
+		for _, k := range done {
+			if !tg.isDurable(k) {
+				t.Fatalf("completed write %s not durable after Close", k)
+			}
+		}
+		mu.Unlock()
+		if st := f.Stats(); st.InFlight != 0 || st.PendingBytes != 0 {
+			t.Fatalf("after Close: %+v", st)
+		}
+	}
+}

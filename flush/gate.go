@@ -13,34 +13,51 @@ import (
 // refuses new operations and waits until every admitted one has left. Any
 // number of observers can wait for the drain with Done or Wait.
 //
-// Enter and Leave are on every read, so the in-flight count is striped over
-// gateStripes cache-line padded counters (picked by stripe.Hint) instead of
-// one contended word, and both are small enough to be inlined. The closed
-// state lives in each counter's sign bit: Enter increments with a
-// compare-and-swap that fails once the bit is set, so no operation is ever
-// admitted, even transiently, after its stripe was closed, and Leave needs a
-// single atomic add. Only the drain pays for reading every stripe.
+// The closed state lives in each in-flight counter's sign bit: Enter
+// increments with a compare-and-swap that fails once the bit is set, so no
+// operation is ever admitted, even transiently, after its counter was
+// closed, and Leave is a single atomic add. Both are small enough to be
+// inlined. Only the drain pays for reading every counter.
 //
-// The zero Gate is open and ready to use; it takes gateStripes*64 bytes
-// (1 KiB). A Gate must not be copied after first use.
+// The zero Gate is open and ready to use, with one in-flight counter: cheap
+// to create (about 100 bytes), right for a wait-group-like gate. A gate
+// entered from many goroutines at once (every read of an engine) should
+// call Stripe first, which spreads the count over gateStripes cache-line
+// padded counters so that concurrent Enter calls do not bounce one line. A
+// Gate must not be copied after first use.
 type Gate struct {
-	c [gateStripes]stripe.Counter
+	s *[gateStripes]stripe.Counter // nil until Stripe; then never changes
 
 	closing atomic.Bool
 	mu      sync.Mutex
 	drained bool
 	done    chan struct{} // created lazily; closed when drained
+
+	c0 stripe.Counter // the in-flight counter of an unstriped gate
 }
 
-// gateStripes is fixed (not GOMAXPROCS-sized) so that the zero Gate works and
-// Enter needs no pointer load, nil check or bounds check. 16 stripes keep
-// the chance that two running goroutines share one at about 1/16; on larger
-// machines goroutines share stripes, which is slower but still correct.
-const gateStripes = 16
+// gateStripes is fixed (not GOMAXPROCS-sized) so that Enter needs no bounds
+// check and stays inlinable. 16 stripes keep the chance that two running
+// goroutines share one at about 1/16; on larger machines goroutines share
+// stripes, which is slower but still correct.
+const (
+	gateBits    = 4
+	gateStripes = 1 << gateBits
+)
 
-// closedBit marks a stripe closed; it is the sign bit so that one compare
+// closedBit marks a counter closed; it is the sign bit so that one compare
 // tests it.
 const closedBit = math.MinInt64
+
+// Stripe gives the gate gateStripes padded in-flight counters (1 KiB), one
+// picked per goroutine by stripe.Hint. Call it before the gate is shared:
+// it must not run concurrently with any other method. Calling it again is a
+// no-op.
+func (g *Gate) Stripe() {
+	if g.s == nil {
+		g.s = new([gateStripes]stripe.Counter)
+	}
+}
 
 // Token is the proof of one admitted operation; pass it to Leave exactly
 // once. The zero Token is accepted by Leave and does nothing.
@@ -56,7 +73,10 @@ type Token struct {
 // stripe was closed (the check-flag-then-increment race), and a refused
 // Enter leaves no trace to clean up.
 func (g *Gate) Enter() (Token, error) {
-	c := &g.c[stripe.Hint(gateStripes-1)]
+	c := &g.c0
+	if s := g.s; s != nil {
+		c = &s[stripe.Hint(gateBits)]
+	}
 	for {
 		v := c.Load()
 		if v < 0 {
@@ -80,9 +100,11 @@ func (g *Gate) Leave(t Token) {
 // InFlight returns the number of admitted operations that have not left.
 // It is a racy estimate meant for statistics.
 func (g *Gate) InFlight() int64 {
-	var n int64
-	for i := range g.c {
-		n += g.c[i].Load() &^ closedBit
+	n := g.c0.Load() &^ closedBit
+	if g.s != nil {
+		for i := range g.s {
+			n += g.s[i].Load() &^ closedBit
+		}
 	}
 	return n
 }
@@ -90,14 +112,17 @@ func (g *Gate) InFlight() int64 {
 // Shut begins closing without waiting: once it returns, Enter returns
 // ErrClosed. It reports whether this call was the one that shut the gate.
 func (g *Gate) Shut() bool {
-	if !g.closing.CompareAndSwap(false, true) {
-		return false
-	}
-	for i := range g.c {
-		g.c[i].Or(closedBit)
+	first := g.closing.CompareAndSwap(false, true)
+	// Every caller marks every stripe (Or is idempotent), so that Enter fails
+	// after any Shut has returned, not only after the first one finished.
+	g.c0.Or(closedBit)
+	if g.s != nil {
+		for i := range g.s {
+			g.s[i].Or(closedBit)
+		}
 	}
 	g.checkDrained()
-	return true
+	return first
 }
 
 // Closing reports whether Shut or Close has begun.
@@ -142,9 +167,14 @@ func (g *Gate) Wait(ctx context.Context) error {
 // of the two happens last sees every stripe closed and empty and marks the
 // drain complete.
 func (g *Gate) checkDrained() {
-	for i := range g.c {
-		if g.c[i].Load() != closedBit {
-			return // open (Shut still marking) or busy
+	if g.c0.Load() != closedBit {
+		return // open (Shut still marking) or busy
+	}
+	if g.s != nil {
+		for i := range g.s {
+			if g.s[i].Load() != closedBit {
+				return
+			}
 		}
 	}
 	g.mu.Lock()

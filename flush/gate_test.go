@@ -3,6 +3,7 @@ package flush
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,8 +73,18 @@ func TestGateLeaveZeroToken(t *testing.T) {
 }
 
 func TestGateCloseWaitsAndObservers(t *testing.T) {
+	for _, striped := range []bool{false, true} {
+		t.Run(fmt.Sprint("striped=", striped), func(t *testing.T) { gateCloseWaits(t, striped) })
+	}
+}
+
+func gateCloseWaits(t *testing.T, striped bool) {
 	synctest.Test(t, func(t *testing.T) {
 		var g Gate
+		if striped {
+			g.Stripe()
+			g.Stripe() // no-op
+		}
 		toks := make([]Token, 3)
 		for i := range toks {
 			var err error
@@ -131,12 +142,21 @@ func TestGateWaitContext(t *testing.T) {
 // TestGateCloseRaceStress races Close against Enter many times: an operation
 // admitted after the drain completed would see drained == true.
 func TestGateCloseRaceStress(t *testing.T) {
+	for _, striped := range []bool{false, true} {
+		t.Run(fmt.Sprint("striped=", striped), func(t *testing.T) { gateStress(t, striped) })
+	}
+}
+
+func gateStress(t *testing.T, striped bool) {
 	rounds := 300
 	if testing.Short() {
 		rounds = 50
 	}
 	for range rounds {
 		var g Gate
+		if striped {
+			g.Stripe()
+		}
 		var drained atomic.Bool
 		var late atomic.Int64
 		var admitted atomic.Int64
@@ -177,5 +197,41 @@ func TestGateCloseRaceStress(t *testing.T) {
 		if late.Load() != 0 {
 			t.Fatalf("%d operations admitted after the drain completed", late.Load())
 		}
+	}
+}
+
+// Many goroutines in a striped gate: the count stays exact.
+func TestGateStripedInFlight(t *testing.T) {
+	var g Gate
+	g.Stripe()
+	const n = 32
+	toks := make(chan Token, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			tok, err := g.Enter()
+			if err != nil {
+				t.Error(err)
+			}
+			toks <- tok
+		})
+	}
+	wg.Wait()
+	if got := g.InFlight(); got != n {
+		t.Fatalf("InFlight = %d, want %d", got, n)
+	}
+	g.Shut()
+	for range n - 1 {
+		g.Leave(<-toks)
+	}
+	select {
+	case <-g.Done():
+		t.Fatal("drained with one operation in flight")
+	default:
+	}
+	g.Leave(<-toks)
+	<-g.Done()
+	if got := g.InFlight(); got != 0 {
+		t.Fatalf("InFlight = %d after drain", got)
 	}
 }

@@ -144,3 +144,9 @@ func write(ctx context.Context, f *Flusher, key string, op uint64, ts ...*memTar
 	}
 	return nil
 }
+
+func (t *memTarget) snapshotKeys() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending) + len(t.frozen) + len(t.durable)
+}

@@ -41,6 +41,14 @@
 //   - A read-only open still takes pebble's LOCK file (creating it if it is
 //     missing), so it fails with ErrLocked while another Store has the
 //     directory open. It never writes anything else.
+//   - Damage to the tail of the newest WAL looks like a torn write: pebble
+//     drops the rest of that log at Open and reports no error. The watermark
+//     travels in the same records, so it drops back with the data it covers
+//     and the host replays its log from there (contract 4 still holds).
+//     Damage pebble does detect (sstable checksums, MANIFEST, OPTIONS,
+//     missing or truncated tables, unknown format version) gives ErrCorrupt.
+//   - pebble's default reaction to a corrupt block is Logger.Fatalf (exit);
+//     Store replaces that handler so the read returns ErrCorrupt instead.
 //   - A fatal pebble error (its Logger.Fatalf: a failed WAL or MANIFEST
 //     write) still terminates the process, as pebble assumes; the default
 //     logger only silences informational and error messages.

@@ -27,18 +27,18 @@ import (
 // parts; the extra memory of 128-byte padding did not pay for itself here.
 const CacheLine = 64
 
-// Hint returns a stripe index in [0, mask] for the calling goroutine, where
-// mask+1 is a power of two. It hashes the address of a stack variable:
-// goroutine stacks are distinct allocations, so different goroutines usually
-// get different stripes, and the cost is a multiply and a shift (no atomics,
-// no runtime call; math/rand/v2.Uint32 costs about as much as the atomic
-// add/sub pair this is meant to spread).
-func Hint(mask uint32) uint32 {
+// Hint returns a stripe index of the given number of bits (in [0,
+// 1<<bits)) for the calling goroutine; bits must be in [1, 32]. It hashes
+// the address of a stack variable: goroutine stacks are distinct
+// allocations, so different goroutines usually get different stripes, and
+// the cost is a multiply and a shift (no atomics, no runtime call;
+// math/rand/v2.Uint32 costs about as much as the atomic add/sub pair this is
+// meant to spread).
+func Hint(bits uint) uint32 {
 	var anchor byte
-	p := uint64(uintptr(unsafe.Pointer(&anchor)))
 	// Fibonacci hashing: the high bits of the product mix every input bit,
 	// including the stack-base bits that differ between goroutines.
-	return uint32((p*0x9E3779B97F4A7C15)>>32) & mask
+	return uint32(uint64(uintptr(unsafe.Pointer(&anchor))) * 0x9E3779B97F4A7C15 >> (64 - bits))
 }
 
 // Count returns the default number of stripes for this process: the
@@ -55,23 +55,13 @@ func Count() int {
 	return c
 }
 
-// Counter is one cache-line padded signed counter.
+// Counter is one cache-line padded signed counter. The atomic.Int64 is
+// embedded (not wrapped) so that its methods cost nothing extra in the
+// inliner's budget of hot callers.
 type Counter struct {
-	n atomic.Int64
+	atomic.Int64
 	_ [CacheLine - 8]byte
 }
-
-// Add adds d and returns the new value.
-func (c *Counter) Add(d int64) int64 { return c.n.Add(d) }
-
-// Load returns the current value.
-func (c *Counter) Load() int64 { return c.n.Load() }
-
-// CompareAndSwap sets the counter to new if it holds old.
-func (c *Counter) CompareAndSwap(old, new int64) bool { return c.n.CompareAndSwap(old, new) }
-
-// Or sets the bits of mask and returns the old value.
-func (c *Counter) Or(mask int64) int64 { return c.n.Or(mask) }
 
 // Counters is a fixed set of padded counters, len(c) a power of two.
 type Counters []Counter
@@ -84,7 +74,7 @@ func NewCounters(n int) Counters {
 
 // Pick returns the counter for the calling goroutine's stripe.
 func (cs Counters) Pick() *Counter {
-	return &cs[Hint(uint32(len(cs)-1))]
+	return &cs[Hint(32)&uint32(len(cs)-1)]
 }
 
 // Sum returns the sum of all counters. It is not an atomic snapshot: each
@@ -92,7 +82,7 @@ func (cs Counters) Pick() *Counter {
 func (cs Counters) Sum() int64 {
 	var s int64
 	for i := range cs {
-		s += cs[i].n.Load()
+		s += cs[i].Load()
 	}
 	return s
 }
@@ -118,7 +108,7 @@ func NewRWBarrier(n int) *RWBarrier {
 // RLock takes the shared side on the caller's stripe and returns the lock
 // that must be passed to RUnlock (or RUnlock'ed directly).
 func (b *RWBarrier) RLock() *sync.RWMutex {
-	m := &b.s[Hint(uint32(len(b.s)-1))].mu
+	m := &b.s[Hint(32)&uint32(len(b.s)-1)].mu
 	m.RLock()
 	return m
 }
