@@ -184,7 +184,7 @@ func syncDir(dir string) error {
 }
 
 func (db *DB) open() error {
-	st, err := storage.Open(filepath.Join(db.dir, StoreDir), &storage.Options{CacheSize: db.opts.CacheSize})
+	st, err := storage.Open(filepath.Join(db.dir, StoreDir), &storage.Options{CacheSize: db.opts.CacheSize, FS: db.opts.storeFS})
 	if err != nil {
 		return wrapOpenErr(err)
 	}

@@ -1,6 +1,10 @@
 package kvbuf
 
-import "time"
+import (
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
 
 // Options configures an engine. A nil *Options means defaults; a zero field
 // means that field's default.
@@ -30,4 +34,9 @@ type Options struct {
 	// CacheSize is pebble's block cache size in bytes. Default: 8 MiB.
 	CacheSize int64
 
+	// storeFS is the filesystem the pebble store lives on; nil means the
+	// OS filesystem. It is a fault-injection seam for this package's tests
+	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
+	// manifest, lock and bitslices always use the OS filesystem.
+	storeFS vfs.FS
 }

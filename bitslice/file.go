@@ -16,6 +16,8 @@ import (
 
 	"github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 )
 
 // minMapping is the smallest mapping reserved for the data area. Mappings
@@ -392,7 +394,10 @@ func (f *File) ApplyWords(changes []WordChange) error {
 				f.path, k, c.Word, changes[k-1].Word, ErrOutOfRange)
 		}
 	}
-	for _, c := range changes {
+	for k, c := range changes {
+		if k == len(changes)/2 {
+			_ = failpoint.Hit(failpoint.BitsliceApplyWords) // a crash point only
+		}
 		storeMasked(&vw.words[c.Word], c.Mask, c.Bits)
 	}
 	runtime.KeepAlive(vw)
@@ -445,7 +450,11 @@ func (f *File) Grow(nbits uint64) error {
 	}
 	need := dataSize(nbits)
 	if need > f.size {
-		if err := allocate(f.fd, f.size, need-f.size); err != nil {
+		err := failpoint.Hit(failpoint.BitsliceGrowAllocate)
+		if err == nil {
+			err = allocate(f.fd, f.size, need-f.size)
+		}
+		if err != nil {
 			return fmt.Errorf("bitslice: %s: grow to %d bits: allocate: %w", f.path, nbits, err)
 		}
 		if err := f.fd.Sync(); err != nil {
@@ -477,6 +486,9 @@ func (f *File) Grow(nbits uint64) error {
 	start := (max(oldWords, 1) - 1) * 8 &^ (pageSize - 1)
 	if err := msync(reg.m[start : newWords*8]); err != nil {
 		return fmt.Errorf("bitslice: %s: grow to %d bits: msync: %w", f.path, nbits, err)
+	}
+	if err := failpoint.Hit(failpoint.BitsliceGrowHeader); err != nil {
+		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 	}
 	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load()}
 	if err := f.writeHeader(h); err != nil {
@@ -540,11 +552,18 @@ func (f *File) Sync() error {
 	}
 	v := f.cur.Load()
 	wm := f.staged.Load()
-	if err := msync(f.reg.m[:len(v.words)*8]); err != nil {
+	err := failpoint.Hit(failpoint.BitsliceSyncMsync)
+	if err == nil {
+		err = msync(f.reg.m[:len(v.words)*8])
+	}
+	if err != nil {
 		return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
 	}
 	if wm == f.persisted.Load() {
 		return nil
+	}
+	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
+		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
 	}
 	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm}
 	if err := f.writeHeader(h); err != nil {

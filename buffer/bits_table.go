@@ -54,6 +54,8 @@ const (
 	chunkMask  = chunkWords - 1
 	// chunkBytes is the memory of one chunk, for PendingBytes.
 	chunkBytes = chunkWords * 16
+	// maxSlab bounds the chunks allocated at once (128 KiB).
+	maxSlab = 16
 )
 
 // bitsChunk keeps each word's mask and bits side by side, so that one cache
@@ -126,14 +128,20 @@ func (t *bitsTable) install(ci uint64) *bitsChunk {
 	if c := d.chunks[ci].Load(); c != nil {
 		return c
 	}
-	var c *bitsChunk
-	if n := len(t.free); n > 0 {
-		c = t.free[n-1]
-		t.free[n-1] = nil
-		t.free = t.free[:n-1]
-	} else {
-		c = new(bitsChunk)
+	if len(t.free) == 0 {
+		// Allocate chunks in slabs that double with the table (1, 1, 2, 4,
+		// ... up to maxSlab chunks): a sparse table costs one chunk, a dense
+		// one gets contiguous memory, which keeps lookups TLB-friendly
+		// however the heap around it is laid out.
+		n := min(max(int(t.nchunks.Load()), 1), maxSlab)
+		slab := make([]bitsChunk, n)
+		for k := n - 1; k >= 0; k-- {
+			t.free = append(t.free, &slab[k])
+		}
 	}
+	c := t.free[len(t.free)-1]
+	t.free[len(t.free)-1] = nil
+	t.free = t.free[:len(t.free)-1]
 	d.chunks[ci].Store(c)
 	t.nchunks.Add(1)
 	return c

@@ -544,7 +544,7 @@ func (t *Table[K, V]) clear() {
 		sh.mu.Lock()
 		if arr := sh.slots.Load(); arr != nil {
 			for i := range arr.s {
-				_ = i
+				arr.s[i].Store(nil)
 			}
 		}
 		if sh.head != nil {

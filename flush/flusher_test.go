@@ -66,9 +66,7 @@ func TestFlushCoverage(t *testing.T) {
 func blockFirstApply(t *memTarget, release <-chan struct{}) {
 	t.hook = func(n int, _ uint64) error {
 		if n == 1 {
-			t.mu.Unlock() // let Put/PendingBytes proceed while blocked
 			<-release
-			t.mu.Lock()
 		}
 		return nil
 	}
@@ -268,9 +266,7 @@ func TestFlushPanickingTarget(t *testing.T) {
 				tg.hook = func(n int, _ uint64) error {
 					switch {
 					case n == 1:
-						tg.mu.Unlock()
 						<-release
-						tg.mu.Lock()
 					case n == 2 && !tc.freeze:
 						tc.do()
 					}
@@ -520,7 +516,6 @@ func TestWatermarkMonotonicAndNotAhead(t *testing.T) {
 		return nil
 	}
 	receipt.hook = func(_ int, wm uint64) error {
-		// data is locked by its own Apply only; read it directly.
 		d, _, _ := data.snapshot()
 		var top uint64
 		for _, v := range d {

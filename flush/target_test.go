@@ -22,8 +22,8 @@ type memTarget struct {
 	applies   int
 	releases  int
 	freezes   int
-	// hook runs at the start of Apply (n = 1-based Apply count) under t.mu;
-	// it may return an error, panic or call runtime.Goexit.
+	// hook runs at the start of Apply (n = 1-based Apply count) without
+	// t.mu; it may block, return an error, panic or call runtime.Goexit.
 	hook func(n int, wm uint64) error
 	// freezeHook runs at the start of Freeze, under the write barrier.
 	freezeHook func()
@@ -74,18 +74,23 @@ func (t *memTarget) Freeze() uint64 {
 	return m
 }
 
+// Apply reads the frozen set without holding t.mu during the hook and the
+// sync (Freeze, Apply and Release are serialized by the caller; Put only
+// touches pending), so writers are not stalled behind a sync, as with a
+// real overlay.
 func (t *memTarget) Apply(ctx context.Context, wm uint64) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.applies++
+	n, frozen := t.applies, t.frozen
+	t.mu.Unlock()
 	if t.hook != nil {
-		if err := t.hook(t.applies, wm); err != nil {
+		if err := t.hook(n, wm); err != nil {
 			return err
 		}
 	}
 	if t.file != nil {
-		buf := make([]byte, 0, 16*len(t.frozen)+8)
-		for k := range t.frozen {
+		buf := make([]byte, 0, 16*len(frozen)+8)
+		for k := range frozen {
 			buf = append(buf, k...)
 			buf = append(buf, '\n')
 		}
@@ -97,7 +102,9 @@ func (t *memTarget) Apply(ctx context.Context, wm uint64) error {
 		}
 		t.syncs.Add(1)
 	}
-	for k, v := range t.frozen {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, v := range frozen {
 		t.durable[k] = v
 	}
 	t.durableWM = wm

@@ -1,0 +1,43 @@
+// Package failpoint lets tests stop kvbuf at named points in its I/O paths:
+// return an injected error (an msync that fails, a disk that is full during
+// growth), panic, or kill the process there (a crash between the data msync
+// and the header write).
+//
+// Instrumented code calls Hit(name) and, where the point can fail, returns
+// the error it gets. In a normal build (without the kvbuf_failpoints build
+// tag) Hit is an empty function returning nil that the compiler inlines
+// away: production binaries carry no hook, no lock and no global state. Built
+// with -tags kvbuf_failpoints, Enable installs a callback for a point.
+//
+// # Caveats
+//
+//   - With the tag, the callbacks live in one process-wide table: tests that
+//     enable points must not run in parallel with each other.
+//   - A point fires for every file that reaches it; a callback that must
+//     fire once counts its calls itself.
+//   - Only the points named by the constants below exist. A point's error
+//     reaches the caller of the instrumented function wrapped with %w.
+package failpoint
+
+// The points. Each is named "package/function/where".
+const (
+	// BitsliceSyncMsync is in bitslice.File.Sync before the data msync; an
+	// error fails the Sync as a failed msync would.
+	BitsliceSyncMsync = "bitslice/sync/before-msync"
+	// BitsliceSyncHeader is in bitslice.File.Sync after the data msync and
+	// before the header slot is written: a crash here leaves new data under
+	// the old header (and old watermark). An error fails the Sync.
+	BitsliceSyncHeader = "bitslice/sync/before-header"
+	// BitsliceGrowAllocate is in bitslice.File.Grow before the new blocks
+	// are allocated; an error (say, syscall.ENOSPC) fails the Grow as a full
+	// disk would.
+	BitsliceGrowAllocate = "bitslice/grow/before-allocate"
+	// BitsliceGrowHeader is in bitslice.File.Grow after the file is
+	// extended, zeroed and msynced, before the header with the new length is
+	// written. An error fails the Grow.
+	BitsliceGrowHeader = "bitslice/grow/before-header"
+	// BitsliceApplyWords is in bitslice.File.ApplyWords after half of the
+	// word changes are stored: a crash point only (its error is ignored,
+	// since ApplyWords validates everything before it writes).
+	BitsliceApplyWords = "bitslice/apply-words/midway"
+)
