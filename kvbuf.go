@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
@@ -111,6 +112,9 @@ func prepareDir(dir string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("kvbuf: create %s: %w", dir, err)
 		}
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return fmt.Errorf("kvbuf: create %s: sync parent: %w", dir, err)
+		}
 	case err != nil:
 		return fmt.Errorf("kvbuf: open %s: %w", dir, err)
 	case !st.IsDir():
@@ -126,6 +130,10 @@ func prepareDir(dir string) error {
 			return fmt.Errorf("kvbuf: %s: foreign manifest: %w", mpath, ErrNotEngine)
 		}
 		return nil
+	}
+	if errors.Is(err, syscall.EISDIR) {
+		// kvbuf never makes a directory by that name.
+		return fmt.Errorf("kvbuf: %s is a directory: %w", mpath, ErrNotEngine)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("kvbuf: read %s: %w", mpath, err)
@@ -191,6 +199,12 @@ func (db *DB) open() error {
 	db.store = st
 	if err := os.MkdirAll(filepath.Join(db.dir, BitsDir), 0o755); err != nil {
 		return fmt.Errorf("kvbuf: open %s: %w", db.dir, err)
+	}
+	// The store and bits entries must be durable before anything in them
+	// is acknowledged (storage syncs the store's entry on the store's file
+	// system; this covers bits, and the store when both are on the OS's).
+	if err := syncDir(db.dir); err != nil {
+		return fmt.Errorf("kvbuf: sync %s: %w", db.dir, err)
 	}
 	if err := db.loadCatalog(); err != nil {
 		return err

@@ -14,6 +14,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code := runTestChild(); code >= 0 { // a re-executed child (crash_test.go)
+		os.Exit(code)
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -146,6 +146,10 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 // gets ErrLocked.
 func Open(path string) (_ *File, err error) {
 	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, unix.EISDIR) {
+		// O_RDWR fails on a directory before readHeader could say so.
+		return nil, fmt.Errorf("bitslice: %s: %w: is a directory", path, ErrCorrupt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bitslice: %w", err) // a *PathError naming path
 	}

@@ -17,7 +17,7 @@ type kvVal struct {
 	del bool
 }
 
-func kvValBytes(v kvVal) int64 { return int64(cap(v.b)) }
+func kvValBytes(v kvVal) int64 { return int64(len(v.b)) }
 
 // store is what a KV needs of a *storage.Store. It exists so tests can wrap
 // the real store and fail Apply on demand; production code always passes a
@@ -30,6 +30,9 @@ type store interface {
 }
 
 type kvTable = Table[string, kvVal]
+
+// coallocMax is the largest value stored in one allocation with its key.
+const coallocMax = 64
 
 // KV is a pending-changes overlay over a storage.Store: Put and Delete land
 // in an in-memory table and are visible to Get and NewIter at once; the
@@ -90,8 +93,37 @@ func newKV(st store, opts *Options) *KV {
 func (kv *KV) newTable() *kvTable {
 	t := newTable[string, kvVal](kv.nshards, true)
 	t.valBytes = kvValBytes
-	t.cloneKey = strings.Clone
+	t.own = ownKV
 	return t
+}
+
+// ownKV copies a pending change out of the caller's buffers: a new key and
+// its value share one allocation (key bytes, then value bytes), so a lookup
+// that compares the key finds the value on the same or the next cache line.
+//
+// Only small values (up to coallocMax bytes) share the key's allocation: the
+// key outlives overwrites of its value, and a large stale value must not be
+// kept alive by it.
+func ownKV(k string, v kvVal, newKey bool) (string, kvVal) {
+	if v.del {
+		if newKey {
+			k = strings.Clone(k)
+		}
+		return k, v
+	}
+	if newKey && len(v.b) > coallocMax {
+		k = strings.Clone(k)
+		newKey = false
+	}
+	if !newKey {
+		b := make([]byte, len(v.b))
+		copy(b, v.b)
+		return k, kvVal{b: b}
+	}
+	buf := make([]byte, len(k)+len(v.b))
+	copy(buf, k)
+	copy(buf[len(k):], v.b)
+	return unsafe.String(unsafe.SliceData(buf), len(k)), kvVal{b: buf[len(k):len(buf):len(buf)]}
 }
 
 // keyString views key as a string without copying; the table clones it if it
@@ -128,9 +160,7 @@ func (kv *KV) Put(key, value []byte, op uint64) error {
 	if len(value) > kv.maxVal {
 		return fmt.Errorf("buffer: put %s: value %d bytes (max %d): %w", quoteKey(key), len(value), kv.maxVal, ErrValueTooLarge)
 	}
-	v := make([]byte, len(value))
-	copy(v, value)
-	kv.set(key, kvVal{b: v}, op)
+	kv.set(key, kvVal{b: value}, op) // the table copies (ownKV)
 	return nil
 }
 

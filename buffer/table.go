@@ -28,7 +28,7 @@ const (
 // bytes: the entry, its share of the slot array (two slots at the load factor
 // of 1/2 after a resize) and, for ordered tables, the index node.
 func entryOverhead[K Key, V any](ordered bool) int64 {
-	n := int64(unsafe.Sizeof(entry[K, V]{})) + 16
+	n := int64(unsafe.Sizeof(entry[K, V]{})) + 2*int64(unsafe.Sizeof(slot[K, V]{}))
 	if ordered {
 		n += int64(unsafe.Sizeof(node[K, V]{}))
 	}
@@ -51,11 +51,21 @@ type entry[K Key, V any] struct {
 type slots[K Key, V any] struct {
 	mask uint64
 	tomb entry[K, V] // &tomb marks a removed entry (keeps probe chains intact)
-	s    []atomic.Pointer[entry[K, V]]
+	s    []slot[K, V]
+}
+
+// slot keeps the entry's hash next to the pointer so a probe rejects other
+// keys without dereferencing their entries (a cache miss each). A writer
+// stores hash before ptr and changes hash only on a nil or tombstone slot; a
+// reader loads ptr before hash, so a non-tombstone ptr it sees always comes
+// with that entry's hash.
+type slot[K Key, V any] struct {
+	hash atomic.Uint64
+	ptr  atomic.Pointer[entry[K, V]]
 }
 
 func newSlots[K Key, V any](n int) *slots[K, V] {
-	return &slots[K, V]{mask: uint64(n - 1), s: make([]atomic.Pointer[entry[K, V]], n)}
+	return &slots[K, V]{mask: uint64(n - 1), s: make([]slot[K, V], n)}
 }
 
 // shard is one independently locked part of a Table. The first cache line
@@ -95,8 +105,12 @@ type Table[K Key, V any] struct {
 
 	hashFn   func(K) uint64 // tests only: forced collisions
 	valBytes func(V) int64  // bytes a value holds beyond the entry; nil = 0
-	cloneKey func(K) K      // called for new keys; nil = keep as given
-	overhead int64          // entryOverhead, cached
+	// own, if set, makes the table's own copy of what Set stores, under the
+	// shard lock: newKey reports whether k must be copied too (an overwrite
+	// keeps the stored key). KV copies key and value into one allocation so
+	// a lookup touches one cache line for both. nil = store as given.
+	own      func(k K, v V, newKey bool) (K, V)
+	overhead int64 // entryOverhead, cached
 
 	pins atomic.Int32 // iterators holding the table; a pinned table is not pooled
 
@@ -171,11 +185,12 @@ func (t *Table[K, V]) lookupHash(first *atomic.Pointer[shard[K, V]], k K, h uint
 	}
 	tomb := &arr.tomb
 	for i := h & arr.mask; ; i = (i + 1) & arr.mask {
-		e := arr.s[i].Load()
+		s := &arr.s[i]
+		e := s.ptr.Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e != tomb && e.key == k {
+		if s.hash.Load() == h && e != tomb && e.key == k {
 			return e
 		}
 	}
@@ -235,12 +250,25 @@ func (t *Table[K, V]) Remove(k K) bool {
 	}
 	tomb := &arr.tomb
 	for i := h & arr.mask; ; i = (i + 1) & arr.mask {
-		e := arr.s[i].Load()
+		e := arr.s[i].ptr.Load()
 		if e == nil {
 			return false
 		}
-		if e.hash == h && e != tomb && e.key == k {
-			arr.s[i].Store(tomb)
+		if arr.s[i].hash.Load() == h && e != tomb && e.key == k {
+			if arr.s[(i+1)&arr.mask].ptr.Load() == nil {
+				// End of a probe chain: no entry lies beyond, so this slot
+				// and the tombstones right before it can become empty again
+				// (a reader gets the same miss either way). This keeps
+				// insert/remove churn from filling the array with tombs.
+				arr.s[i].ptr.Store(nil)
+				sh.used--
+				for j := (i - 1) & arr.mask; arr.s[j].ptr.Load() == tomb; j = (j - 1) & arr.mask {
+					arr.s[j].ptr.Store(nil)
+					sh.used--
+				}
+			} else {
+				arr.s[i].ptr.Store(tomb)
+			}
 			sh.live.Add(-1)
 			sh.bytes.Add(-t.entryBytes(e.key, e.val))
 			if e.node != nil {
@@ -297,10 +325,11 @@ func (t *Table[K, V]) allocShardLocked(h uint64) *shard[K, V] {
 	return sh
 }
 
-// setLocked inserts or overwrites k in sh. With ifAbsent, an existing key is
-// left alone (used to merge an older table under a newer one). sh.mu held
-// (or the table sealed by the caller).
-func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, ifAbsent bool) {
+// setLocked inserts or overwrites k in sh. With merging, an existing key is
+// left alone and k, v (already owned by the older table) are not copied: it
+// merges an older table under a newer one. sh.mu held (or the table sealed
+// by the caller).
+func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, merging bool) {
 	arr := sh.slots.Load()
 	if arr == nil {
 		arr = newSlots[K, V](minSlots)
@@ -310,7 +339,7 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, ifAbsent bo
 	at := -1
 	i := h & arr.mask
 	for ; ; i = (i + 1) & arr.mask {
-		e := arr.s[i].Load()
+		e := arr.s[i].ptr.Load()
 		if e == nil {
 			break
 		}
@@ -320,13 +349,16 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, ifAbsent bo
 			}
 			continue
 		}
-		if e.hash == h && e.key == k {
-			if ifAbsent {
+		if arr.s[i].hash.Load() == h && e.key == k {
+			if merging {
 				return
+			}
+			if t.own != nil && !merging {
+				_, v = t.own(e.key, v, false)
 			}
 			ne := &entry[K, V]{hash: h, key: e.key, val: v, node: e.node}
 			sh.bytes.Add(t.entryBytes(e.key, v) - t.entryBytes(e.key, e.val))
-			arr.s[i].Store(ne)
+			arr.s[i].ptr.Store(ne)
 			if ne.node != nil {
 				ne.node.ent.Store(ne)
 			}
@@ -334,8 +366,8 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, ifAbsent bo
 		}
 	}
 	// A new key: everything about the entry is set before it is published.
-	if t.cloneKey != nil {
-		k = t.cloneKey(k)
+	if t.own != nil && !merging {
+		k, v = t.own(k, v, true)
 	}
 	ne := &entry[K, V]{hash: h, key: k, val: v}
 	if t.ordered {
@@ -343,16 +375,18 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, ifAbsent bo
 		ne.node.ent.Store(ne)
 	}
 	if at >= 0 {
-		arr.s[at].Store(ne)
+		arr.s[at].hash.Store(h)
+		arr.s[at].ptr.Store(ne)
 	} else {
 		if (sh.used+1)*4 > len(arr.s)*3 {
 			arr = t.grow(sh, arr)
 			i = h & arr.mask
-			for arr.s[i].Load() != nil {
+			for arr.s[i].ptr.Load() != nil {
 				i = (i + 1) & arr.mask
 			}
 		}
-		arr.s[i].Store(ne)
+		arr.s[i].hash.Store(h)
+		arr.s[i].ptr.Store(ne)
 		sh.used++
 	}
 	sh.live.Add(1)
@@ -370,15 +404,16 @@ func (t *Table[K, V]) grow(sh *shard[K, V], old *slots[K, V]) *slots[K, V] {
 	arr := newSlots[K, V](n)
 	otomb := &old.tomb
 	for i := range old.s {
-		e := old.s[i].Load()
+		e := old.s[i].ptr.Load()
 		if e == nil || e == otomb {
 			continue
 		}
 		j := e.hash & arr.mask
-		for arr.s[j].Load() != nil {
+		for arr.s[j].ptr.Load() != nil {
 			j = (j + 1) & arr.mask
 		}
-		arr.s[j].Store(e)
+		arr.s[j].hash.Store(e.hash)
+		arr.s[j].ptr.Store(e)
 	}
 	sh.used = int(sh.live.Load())
 	sh.slots.Store(arr)
@@ -441,7 +476,7 @@ func (t *Table[K, V]) Range(fn func(K, V) bool) {
 		}
 		tomb := &arr.tomb
 		for i := range arr.s {
-			if e := arr.s[i].Load(); e != nil && e != tomb {
+			if e := arr.s[i].ptr.Load(); e != nil && e != tomb {
 				if !fn(e.key, e.val) {
 					return
 				}
@@ -493,7 +528,7 @@ func (t *Table[K, V]) mergeUnderSealed(older *Table[K, V]) {
 		}
 		tomb := &arr.tomb
 		for i := range arr.s {
-			e := arr.s[i].Load()
+			e := arr.s[i].ptr.Load()
 			if e == nil || e == tomb {
 				continue
 			}
@@ -544,7 +579,7 @@ func (t *Table[K, V]) clear() {
 		sh.mu.Lock()
 		if arr := sh.slots.Load(); arr != nil {
 			for i := range arr.s {
-				arr.s[i].Store(nil)
+				arr.s[i].ptr.Store(nil)
 			}
 		}
 		if sh.head != nil {
@@ -584,7 +619,7 @@ func (t *Table[K, V]) capacityBytes() int64 {
 		if sh := p.Load(); sh != nil {
 			n += int64(unsafe.Sizeof(*sh)) + 8
 			if arr := sh.slots.Load(); arr != nil {
-				n += int64(len(arr.s)) * 8
+				n += int64(len(arr.s)) * int64(unsafe.Sizeof(slot[K, V]{}))
 			}
 		}
 	}

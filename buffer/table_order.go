@@ -246,7 +246,7 @@ func (t *Table[K, V]) rangeEntries(fn func(*entry[K, V])) {
 		}
 		tomb := &arr.tomb
 		for i := range arr.s {
-			if e := arr.s[i].Load(); e != nil && e != tomb {
+			if e := arr.s[i].ptr.Load(); e != nil && e != tomb {
 				fn(e)
 			}
 		}

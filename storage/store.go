@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Store is a pebble database with separate user, meta and system key
@@ -69,6 +70,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 	} else if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: open %q: %w", dir, err)
+	} else if err := syncParent(fsys, dir); err != nil {
+		// pebble syncs dir itself, never dir's entry in its parent: without
+		// this a power cut can lose a new store whole, acknowledged
+		// flushes and all (kvbuf's TestCrashableMemStore).
+		return nil, fmt.Errorf("storage: open %q: sync parent directory: %w", dir, err)
 	}
 
 	// Take the directory lock ourselves so that a lock failure is told apart
@@ -378,4 +384,18 @@ func (s *Store) close() error {
 		return fmt.Errorf("storage: close %q: %w", s.dir, err)
 	}
 	return nil
+}
+
+// syncParent fsyncs the directory holding dir, so that dir's entry in it is
+// durable.
+func syncParent(fsys vfs.FS, dir string) error {
+	d, err := fsys.OpenDir(fsys.PathDir(dir))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

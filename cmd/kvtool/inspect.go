@@ -1,20 +1,31 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 
+	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
-// inspectJSON is the --json output; field names are stable.
+// inspectJSON is the --json output for a bitslice file (and each bitslice
+// of an engine); field names are stable.
 type inspectJSON struct {
 	Path          string `json:"path"`
 	Kind          string `json:"kind"`
+	Name          string `json:"name,omitempty"`
 	FormatVersion int    `json:"format_version"`
 	Bits          uint64 `json:"bits"`
 	SetBits       uint64 `json:"set_bits"`
@@ -25,65 +36,78 @@ type inspectJSON struct {
 	FileSize      int64  `json:"file_size"`
 }
 
-// runInspect implements "kvtool inspect [--json] FILE". It only reads the
-// file (no lock, no mapping), so it is safe on a file an engine has open.
-func runInspect(args []string, stdout, stderr io.Writer) int {
+// engineJSON is the --json output for an engine directory. Store and
+// Watermark are null when a running engine holds the directory.
+type engineJSON struct {
+	Path          string        `json:"path"`
+	Kind          string        `json:"kind"`
+	FormatVersion int           `json:"format_version"`
+	Locked        bool          `json:"locked"`
+	Watermark     *uint64       `json:"watermark"`
+	Store         *storeJSON    `json:"store"`
+	Bitslices     []inspectJSON `json:"bitslices"`
+	TotalSize     int64         `json:"total_size"`
+}
+
+type storeJSON struct {
+	EstimatedKeys uint64      `json:"estimated_keys"`
+	Levels        []levelJSON `json:"levels"`
+	MemTables     int64       `json:"memtables"`
+	MemTableSize  uint64      `json:"memtable_size"`
+	DiskUsage     uint64      `json:"disk_usage"`
+}
+
+type levelJSON struct {
+	Level int   `json:"level"`
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+func inspectHelp(w io.Writer) {
+	fmt.Fprintln(w, "Usage: kvtool inspect [--json] PATH")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "PATH is a bitslice file or a kvbuf engine directory.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "For a bitslice file: validates it and prints its format version, length in")
+	fmt.Fprintln(w, "bits, set bits, persisted watermark, header sequence and file size.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "For an engine directory: prints the engine format version, the persisted")
+	fmt.Fprintln(w, "watermark, the store's estimated key count, LSM levels, memtables and disk")
+	fmt.Fprintln(w, "usage, every bitslice as above, and the total size. It opens the store")
+	fmt.Fprintln(w, "read-only and never writes. If a running engine holds the directory, the")
+	fmt.Fprintln(w, "store cannot be read: inspect says so, still describes the bitslice files")
+	fmt.Fprintln(w, "(which may be mid-update) and exits 0.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "A corrupt or foreign file or directory is reported on stderr with the")
+	fmt.Fprintln(w, "reason, exit status 1.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Flags:")
+	fmt.Fprintln(w, "  --json   print JSON instead of text")
+}
+
+// runInspect implements "kvtool inspect [--json] PATH". It only reads: a
+// bitslice file through its descriptor (no lock, no mapping), an engine's
+// store through a read-only pebble open.
+func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	help := func(w io.Writer) {
-		fmt.Fprintln(w, "Usage: kvtool inspect [--json] FILE")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Validates a bitslice FILE and prints its format version, length in bits,")
-		fmt.Fprintln(w, "set bits, persisted watermark, header sequence and file size. A corrupt or")
-		fmt.Fprintln(w, "foreign file is reported on stderr with the reason, exit status 1.")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Flags:")
-		fmt.Fprintln(w, "  --json   print JSON instead of text")
+	paths, code, done := parseFlags(fs, args, inspectHelp, stdout, stderr)
+	if done {
+		return code
 	}
-	// Flags may come before or after FILE.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				help(stdout)
-				return exitOK
-			}
-			return usageError(stderr, "inspect", err.Error())
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		files = append(files, args[0])
-		args = args[1:]
+	if len(paths) != 1 {
+		return usageError(stderr, "inspect", fmt.Sprintf("want exactly one PATH, got %d", len(paths)))
 	}
-	if len(files) != 1 {
-		return usageError(stderr, "inspect", fmt.Sprintf("want exactly one FILE, got %d", len(files)))
+	path := paths[0]
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return inspectEngine(path, *asJSON, stdout, stderr)
 	}
-	info, err := bitslice.ReadInfo(files[0])
+	info, err := bitslice.ReadInfo(path)
 	if err != nil {
 		return fail(stderr, "inspect", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err := enc.Encode(inspectJSON{
-			Path:          info.Path,
-			Kind:          "bitslice",
-			FormatVersion: info.Version,
-			Bits:          info.Len,
-			SetBits:       info.Ones,
-			Watermark:     info.Watermark,
-			HeaderSeq:     info.Seq,
-			HeaderSlot:    info.Slot,
-			ValidSlots:    info.ValidSlots,
-			FileSize:      info.FileSize,
-		})
-		if err != nil {
-			return fail(stderr, "inspect", err)
-		}
-		return exitOK
+		return writeJSON(stdout, stderr, "inspect", bitsliceJSON(info, ""))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "path:\t%s\n", info.Path)
@@ -98,4 +122,209 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "inspect", err)
 	}
 	return exitOK
+}
+
+func bitsliceJSON(info bitslice.Info, name string) inspectJSON {
+	return inspectJSON{
+		Path:          info.Path,
+		Kind:          "bitslice",
+		Name:          name,
+		FormatVersion: info.Version,
+		Bits:          info.Len,
+		SetBits:       info.Ones,
+		Watermark:     info.Watermark,
+		HeaderSeq:     info.Seq,
+		HeaderSlot:    info.Slot,
+		ValidSlots:    info.ValidSlots,
+		FileSize:      info.FileSize,
+	}
+}
+
+func writeJSON(stdout, stderr io.Writer, cmd string, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fail(stderr, cmd, err)
+	}
+	return exitOK
+}
+
+// manifestHeader is the first line of every engine manifest; the second
+// is "format N".
+const manifestHeader = "kvbuf engine directory"
+
+// readManifest checks that dir is a kvbuf engine directory and returns its
+// format version.
+func readManifest(dir string) (int, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return 0, err
+	}
+	path := filepath.Join(dir, kvbuf.ManifestName)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("%s has no %s manifest: %w", dir, kvbuf.ManifestName, kvbuf.ErrNotEngine)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1024))
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	header, rest, _ := strings.Cut(string(b), "\n")
+	if header != manifestHeader {
+		return 0, fmt.Errorf("%s: foreign manifest %.40q: %w", path, b, kvbuf.ErrNotEngine)
+	}
+	v, ok := strings.CutPrefix(strings.TrimSuffix(rest, "\n"), "format ")
+	n, err := strconv.Atoi(v)
+	if !ok || err != nil || n != 1 {
+		return 0, fmt.Errorf("%s: unsupported or damaged manifest %q (this kvtool reads format 1): %w", path, b, kvbuf.ErrCorrupt)
+	}
+	return n, nil
+}
+
+// lockShared takes a shared, non-blocking flock on the engine's LOCK file,
+// which a running engine holds exclusively. It returns locked = true if an
+// engine holds it; release undoes a successful lock. A missing LOCK file
+// (an engine that never opened) needs no lock and is not created.
+func lockShared(dir string) (release func(), locked bool, err error) {
+	f, err := os.Open(filepath.Join(dir, kvbuf.LockName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() {}, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, true, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, false, nil
+}
+
+// dirSize sums the sizes of the regular files under dir.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+// describeEngine gathers what inspect prints about the engine in dir.
+func describeEngine(dir string) (engineJSON, error) {
+	e := engineJSON{Path: dir, Kind: "engine", Bitslices: []inspectJSON{}}
+	v, err := readManifest(dir)
+	if err != nil {
+		return e, err
+	}
+	e.FormatVersion = v
+	release, locked, err := lockShared(dir)
+	if err != nil {
+		return e, err
+	}
+	e.Locked = locked
+	if !locked {
+		defer release()
+		st, err := storage.Open(filepath.Join(dir, kvbuf.StoreDir), &storage.Options{ReadOnly: true})
+		if err != nil {
+			return e, err
+		}
+		m, err := st.Metrics()
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return e, err
+		}
+		e.Watermark = &m.Watermark
+		e.Store = &storeJSON{
+			EstimatedKeys: m.EstimatedKeys,
+			Levels:        []levelJSON{},
+			MemTables:     m.MemTables,
+			MemTableSize:  m.MemTableSize,
+			DiskUsage:     m.DiskUsage,
+		}
+		for i, l := range m.Levels {
+			if l.Files > 0 {
+				e.Store.Levels = append(e.Store.Levels, levelJSON{Level: i, Files: l.Files, Bytes: l.Bytes})
+			}
+		}
+	}
+	names, err := kvbuf.BitsNames(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return e, err
+	}
+	for _, name := range names {
+		info, err := bitslice.ReadInfo(filepath.Join(dir, kvbuf.BitsDir, name+kvbuf.BitsExt))
+		if err != nil {
+			return e, err
+		}
+		e.Bitslices = append(e.Bitslices, bitsliceJSON(info, name))
+	}
+	if e.TotalSize, err = dirSize(dir); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
+	e, err := describeEngine(dir)
+	if err != nil {
+		return fail(stderr, "inspect", err)
+	}
+	if asJSON {
+		return writeJSON(stdout, stderr, "inspect", e)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(tw, "path:\t%s\n", e.Path)
+	fmt.Fprintf(tw, "kind:\tengine\n")
+	fmt.Fprintf(tw, "format version:\t%d\n", e.FormatVersion)
+	if e.Locked {
+		fmt.Fprintf(tw, "locked:\tyes: open by a running engine; store details unavailable, bitslices may be mid-update\n")
+	} else {
+		fmt.Fprintf(tw, "locked:\tno\n")
+		fmt.Fprintf(tw, "watermark:\t%d\n", *e.Watermark)
+		fmt.Fprintf(tw, "store keys:\t~%d (estimate: sstable entries, all namespaces)\n", e.Store.EstimatedKeys)
+		fmt.Fprintf(tw, "memtables:\t%d (%d bytes)\n", e.Store.MemTables, e.Store.MemTableSize)
+		if len(e.Store.Levels) == 0 {
+			fmt.Fprintf(tw, "levels:\tno sstables\n")
+		}
+		for _, l := range e.Store.Levels {
+			fmt.Fprintf(tw, "L%d:\t%s, %d bytes\n", l.Level, plural(l.Files, "file"), l.Bytes)
+		}
+		fmt.Fprintf(tw, "store disk usage:\t%d bytes\n", e.Store.DiskUsage)
+	}
+	fmt.Fprintf(tw, "bitslices:\t%d\n", len(e.Bitslices))
+	for _, b := range e.Bitslices {
+		fmt.Fprintf(tw, "  %s:\t%d bits, %d set, watermark %d, format version %d, %d bytes\n",
+			b.Name, b.Bits, b.SetBits, b.Watermark, b.FormatVersion, b.FileSize)
+	}
+	fmt.Fprintf(tw, "total size:\t%d bytes\n", e.TotalSize)
+	if err := tw.Flush(); err != nil {
+		return fail(stderr, "inspect", err)
+	}
+	return exitOK
+}
+
+// plural formats n with noun, adding an s unless n is 1.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -1,4 +1,4 @@
-// Command kvtool inspects kvbuf files.
+// Command kvtool inspects, flushes, fills and benchmarks kvbuf engines.
 //
 // Usage:
 //
@@ -6,16 +6,32 @@
 //
 // Commands:
 //
-//	inspect   describe a bitslice file
+//	inspect   describe a bitslice file or an engine directory
+//	flush     flush an engine's pending state and pebble memtables
+//	load      fill an engine with random changes
+//	bench     run workloads W1, W2, W4 against their baselines
 //
-// Run "kvtool <command> -h" for a command's flags. Exit status: 0 ok,
-// 1 error (one line on stderr), 2 usage error.
+// Run "kvtool <command> -h" for a command's flags. Flags may come before or
+// after the arguments. Exit status: 0 ok, 1 error (one line on stderr),
+// 2 usage error.
+//
+// # Caveats
+//
+//   - inspect and flush read an engine directory's layout (manifest, store,
+//     bitslice files) directly; they follow the format of the kvbuf version
+//     they were built with.
+//   - inspect holds a shared lock on the engine directory while it reads,
+//     so an engine opening the directory at that moment gets ErrLocked.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 )
 
@@ -31,22 +47,35 @@ const (
 type command struct {
 	name    string
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // commands lists the subcommands in the order help shows them.
 func commands() []command {
 	return []command{
-		{"inspect", "describe a bitslice file", runInspect},
+		{"inspect", "describe a bitslice file or an engine directory", runInspect},
+		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
+		{"load", "fill an engine with random changes", runLoad},
+		{"bench", "run workloads W1, W2, W4 against their baselines", runBench},
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// An interrupt cancels the context: commands stop between steps and
+	// clean up (bench removes its temporary engines) before exiting.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := runContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // run dispatches args to a command and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run with a context that interrupts long commands.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "kvtool: no command given (run 'kvtool -h' for the list)")
 		return exitUsage
@@ -58,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(args[1:], stdout, stderr)
+			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "kvtool: unknown command %q (run 'kvtool -h' for the list)\n", args[0])
@@ -92,4 +121,48 @@ func usageError(stderr io.Writer, cmd, msg string) int {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// parseFlags parses args with fs, allowing flags before and after the
+// positional arguments (which it returns). -h prints help to stdout.
+// done is true when the caller should return code at once.
+func parseFlags(fs *flag.FlagSet, args []string, help func(io.Writer), stdout, stderr io.Writer) (pos []string, code int, done bool) {
+	fs.SetOutput(io.Discard)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				help(stdout)
+				return nil, exitOK, true
+			}
+			return nil, usageError(stderr, fs.Name(), err.Error()), true
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, exitOK, false
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// printFlags writes fs's flags (except hidden ones) in the help format.
+func printFlags(w io.Writer, fs *flag.FlagSet, hidden ...string) {
+	fmt.Fprintln(w, "Flags:")
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, h := range hidden {
+			if f.Name == h {
+				return
+			}
+		}
+		name, usage := flag.UnquoteUsage(f)
+		arg := "--" + f.Name
+		if name != "" {
+			arg += " " + name
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %-22s %s%s\n", arg, usage, def)
+	})
 }

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 
 const fixtures = "../../testdata/bitslice/"
 
+// engineFixture is a small engine directory made by TestGenerateEngineFixture
+// (go test ./cmd/kvtool -run GenerateEngineFixture -update).
+const engineFixture = "testdata/engine"
+
 func TestGolden(t *testing.T) {
 	cases := []struct {
 		name string
@@ -45,6 +49,23 @@ func TestGolden(t *testing.T) {
 		{"inspect-foreign", []string{"inspect", "testdata/foreign.txt"}, 1},
 		{"inspect-missing", []string{"inspect", "testdata/no-such-file"}, 1},
 		{"inspect-directory", []string{"inspect", "testdata"}, 1},
+		{"inspect-engine", []string{"inspect", engineFixture}, 0},
+		{"inspect-engine-json", []string{"inspect", engineFixture, "--json"}, 0},
+		{"flush-help", []string{"flush", "-h"}, 0},
+		{"flush-no-dir", []string{"flush"}, 2},
+		{"flush-not-engine", []string{"flush", "testdata"}, 1},
+		{"flush-missing", []string{"flush", "testdata/no-such-dir"}, 1},
+		{"load-help", []string{"load", "-h"}, 0},
+		{"load-no-dir", []string{"load", "-n", "5"}, 2},
+		{"load-bad-n", []string{"load", "-n", "0", "testdata/no-such-dir"}, 2},
+		{"load-bad-value-size", []string{"load", "-value-size", "-1", "testdata/no-such-dir"}, 2},
+		{"load-not-engine", []string{"load", "-n", "5", "testdata"}, 1},
+		{"bench-help", []string{"bench", "-h"}, 0},
+		{"bench-arg", []string{"bench", "W1"}, 2},
+		{"bench-bad-rounds", []string{"bench", "--rounds", "-1"}, 2},
+		{"bench-bad-scale", []string{"bench", "--scale", "-3"}, 2},
+		{"bench-no-match", []string{"bench", "--workload", "W3/*"}, 2},
+		{"bench-bad-pattern", []string{"bench", "--workload", "W[1"}, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+// TestGenerateEngineFixture rebuilds testdata/engine with -update: a fixed
+// seed loaded by the load command, flushed. It runs before TestGolden
+// (file order), so -update refreshes the fixture and then its goldens.
+func TestGenerateEngineFixture(t *testing.T) {
+	if !*update {
+		t.Skip("run with -update to regenerate testdata/engine")
+	}
+	if err := os.RemoveAll(engineFixture); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"load", "-n", "400", "-seed", "7", "-keyspace", "users", "-bits", "live", engineFixture}, &stdout, &stderr); code != 0 {
+		t.Fatalf("load: exit %d: %s", code, stderr.String())
+	}
+}
+
+// runCLI runs kvtool in-process and returns exit code, stdout, stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// checkError asserts the error contract: exit 1, nothing on stdout, one
+// line on stderr, no panic or stack trace, and the line contains want.
+func checkError(t *testing.T, code int, stdout, stderr, want string) {
+	t.Helper()
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (stderr %q)", code, stderr)
+	}
+	if stdout != "" || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("want one stderr line and no stdout; got stdout %q stderr %q", stdout, stderr)
+	}
+	for _, bad := range []string{"panic", "goroutine ", ".go:"} {
+		if strings.Contains(stderr, bad) {
+			t.Errorf("stderr looks like a crash (%q): %s", bad, stderr)
+		}
+	}
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q does not mention %q", stderr, want)
+	}
+}
+
+// copyDir copies the engine fixture into a fresh temporary directory, so
+// tests that write or damage it leave testdata alone.
+func copyFixture(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "engine")
+	err := filepath.WalkDir(engineFixture, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(engineFixture, path)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func inspectJSONOf(t *testing.T, dir string) engineJSON {
+	t.Helper()
+	code, out, errOut := runCLI(t, "inspect", "--json", dir)
+	if code != 0 {
+		t.Fatalf("inspect %s: exit %d: %s", dir, code, errOut)
+	}
+	var e engineJSON
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatalf("inspect --json output: %v\n%s", err, out)
+	}
+	return e
+}
+
+// TestInspectNeverWrites checks that inspect leaves every file as it was.
+// The LOCK files are excluded: pebble's read-only open locks the store
+// through its LOCK file, which updates its modification time (it stays
+// empty).
+func TestInspectNeverWrites(t *testing.T) {
+	before := snapshot(t, engineFixture)
+	for range 2 {
+		if code, _, errOut := runCLI(t, "inspect", engineFixture); code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+	}
+	if after := snapshot(t, engineFixture); !slices.Equal(before, after) {
+		t.Errorf("inspect changed the fixture:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// snapshot lists every file under dir with its size and modification time.
+func snapshot(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.Name() == kvbuf.LockName {
+			out = append(out, fmt.Sprint(path, " ", fi.Size()))
+			return nil
+		}
+		out = append(out, fmt.Sprint(path, " ", fi.ModTime(), " ", fi.Size()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLoadFlushInspect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "e")
+	code, out, errOut := runCLI(t, "load", "-n", "300", "-seed", "3", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("load: exit %d, stderr %q (want no progress bar: stderr is not a terminal)", code, errOut)
+	}
+	if !strings.Contains(out, "loaded 300 changes") || !strings.Contains(out, "watermark 300") {
+		t.Errorf("load output: %s", out)
+	}
+	// A second load continues the op numbers from the watermark.
+	code, out, errOut = runCLI(t, "load", "--progress", "-n", "200", dir, "-keyspace", "other")
+	if code != 0 || !strings.Contains(out, "ops 301..500") || !strings.Contains(errOut, "100%") {
+		t.Errorf("second load: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	e := inspectJSONOf(t, dir)
+	if e.Locked || e.Watermark == nil || *e.Watermark != 500 || e.Store == nil || len(e.Bitslices) != 1 {
+		t.Fatalf("inspect after load: %+v", e)
+	}
+	if b := e.Bitslices[0]; b.Name != "load" || b.Watermark != 500 || b.SetBits == 0 || b.Bits == 0 {
+		t.Errorf("bitslice: %+v", b)
+	}
+	if e.Store.EstimatedKeys == 0 || e.TotalSize < int64(e.Store.DiskUsage) {
+		t.Errorf("store: %+v, total %d", e.Store, e.TotalSize)
+	}
+	code, out, errOut = runCLI(t, "flush", "--json", dir)
+	if code != 0 {
+		t.Fatalf("flush: exit %d: %s", code, errOut)
+	}
+	var f flushJSON
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark != 500 || f.Before == nil || f.After == nil {
+		t.Errorf("flush: %+v", f)
+	}
+	if code, out, _ := runCLI(t, "flush", dir); code != 0 || !strings.Contains(out, "watermark:        500") {
+		t.Errorf("flush text: exit %d\n%s", code, out)
+	}
+}
+
+func TestLockedEngine(t *testing.T) {
+	dir := copyFixture(t)
+	db, err := kvbuf.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	// Read-only inspection still describes the bitslices; the store is
+	// pebble-locked by the engine, and inspect says so.
+	code, out, errOut := runCLI(t, "inspect", dir)
+	if code != 0 || !strings.Contains(out, "locked:         yes") || !strings.Contains(out, "live:") {
+		t.Errorf("inspect locked: exit %d\n%s%s", code, out, errOut)
+	}
+	e := inspectJSONOf(t, dir)
+	if !e.Locked || e.Store != nil || e.Watermark != nil || len(e.Bitslices) != 1 {
+		t.Errorf("inspect --json locked: %+v", e)
+	}
+	code, out, errOut = runCLI(t, "flush", dir)
+	checkError(t, code, out, errOut, "open by a running engine")
+	code, out, errOut = runCLI(t, "load", "-n", "3", dir)
+	checkError(t, code, out, errOut, "open by a running engine")
+}
+
+// TestCorruptEngine damages a copy of the fixture in several ways: every
+// command reports one line and exit 1, never a stack trace.
+func TestCorruptEngine(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		want   string
+	}{
+		{"foreign-manifest", func(t *testing.T, dir string) {
+			write(t, filepath.Join(dir, kvbuf.ManifestName), "hello\n")
+		}, "not a kvbuf directory"},
+		{"future-manifest", func(t *testing.T, dir string) {
+			write(t, filepath.Join(dir, kvbuf.ManifestName), "kvbuf engine directory\nformat 9\n")
+		}, "unsupported or damaged manifest"},
+		{"truncated-bitslice", func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, kvbuf.BitsDir, "live"+kvbuf.BitsExt), 100); err != nil {
+				t.Fatal(err)
+			}
+		}, "live.bits"},
+		{"garbage-store-manifest", func(t *testing.T, dir string) {
+			ms, _ := filepath.Glob(filepath.Join(dir, kvbuf.StoreDir, "MANIFEST-*"))
+			if len(ms) == 0 {
+				t.Fatal("fixture has no pebble MANIFEST")
+			}
+			for _, m := range ms {
+				write(t, m, strings.Repeat("\xde\xad\xbe\xef", 300))
+			}
+		}, "store"},
+		{"corrupt-sstable", func(t *testing.T, dir string) {
+			ts, _ := filepath.Glob(filepath.Join(dir, kvbuf.StoreDir, "*.sst"))
+			if len(ts) == 0 {
+				t.Fatal("fixture has no sstable")
+			}
+			b, err := os.ReadFile(ts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 100; i < len(b)/2; i++ {
+				b[i] ^= 0x5a
+			}
+			write(t, ts[0], string(b))
+		}, "corrupt store"},
+		{"missing-store", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(filepath.Join(dir, kvbuf.StoreDir)); err != nil {
+				t.Fatal(err)
+			}
+		}, "store"},
+		{"store-is-file", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(filepath.Join(dir, kvbuf.StoreDir)); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, kvbuf.StoreDir), "x")
+		}, "store"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyFixture(t)
+			tc.damage(t, dir)
+			for _, args := range [][]string{{"inspect", dir}, {"inspect", "--json", dir}, {"flush", dir}} {
+				code, out, errOut := runCLI(t, args...)
+				checkError(t, code, out, errOut, tc.want)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSelectWorkloads(t *testing.T) {
+	cases := []struct {
+		pattern string
+		want    []string
+	}{
+		{"W1/*", []string{"W1/lookup-without-pending-changes", "W1/lookup-with-pending-changes"}},
+		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64"}},
+		{"W2/get-pending-*", []string{"W2/get-pending-hit", "W2/get-pending-tombstone"}},
+		{"g(1|4)$", []string{"W4/flush-g1", "W4/flush-g4"}},
+		{"scan", []string{"W2/scan-10k"}},
+	}
+	for _, tc := range cases {
+		got, err := selectWorkloads(tc.pattern)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("selectWorkloads(%q) = %v, %v; want %v", tc.pattern, got, err, tc.want)
+		}
+	}
+	if all, err := selectWorkloads(""); err != nil || len(all) != 11 {
+		t.Errorf("empty pattern: %d workloads, %v", len(all), err)
+	}
+	for _, bad := range []string{"W3/*", "W[1", "nothing"} {
+		if got, err := selectWorkloads(bad); err == nil {
+			t.Errorf("selectWorkloads(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+// TestBenchSmoke runs a tiny configuration of every suite through the CLI:
+// --json rows carry the documented fields, the SVG is written, the
+// temporary engines are removed.
+func TestBenchSmoke(t *testing.T) {
+	tmp := t.TempDir()
+	svg := filepath.Join(tmp, "chart.svg")
+	code, out, errOut := runCLI(t, "bench", "--quick", "--workload", "W1/*|W2/get-mixed|W2/scan-10k|W4/flush-g4",
+		"--scale", "0.0005", "--per-goroutine", "2", "--rounds", "2", "--json", "--svg", svg, "--dir", tmp, "--progress")
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "100%") {
+		t.Errorf("--progress drew no bar: %q", errOut)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		w, impl := r["workload"].(string), r["impl"].(string)
+		seen[w] = true
+		for _, f := range []string{"ns_per_op", "allocs_per_op", "ns_per_op_min", "ns_per_op_max"} {
+			if _, ok := r[f].(float64); !ok {
+				t.Errorf("%s/%s: no numeric %s", w, impl, f)
+			}
+		}
+		ratios, hasRatios := r["ratio_vs"].(map[string]any)
+		if (impl == "kvbuf") != hasRatios || (hasRatios && len(ratios) == 0) {
+			t.Errorf("%s/%s: ratio_vs %v", w, impl, r["ratio_vs"])
+		}
+		if strings.HasPrefix(w, "W4/") {
+			if _, ok := r["syncs_per_flush"].(float64); !ok {
+				t.Errorf("%s/%s: no syncs_per_flush", w, impl)
+			}
+			if v, ok := r["violations"].(float64); !ok || (impl != "x/sync-singleflight" && v != 0) {
+				t.Errorf("%s/%s: violations %v", w, impl, r["violations"])
+			}
+		}
+	}
+	// "W1/*|…" is not a glob match, so it is read as a regexp.
+	want := []string{"W1/lookup-with-pending-changes", "W1/lookup-without-pending-changes", "W2/get-mixed", "W2/scan-10k", "W4/flush-g4"}
+	var got []string
+	for w := range seen {
+		got = append(got, w)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("workloads run %v, want %v", got, want)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.HasPrefix(b, []byte("<svg")) || !bytes.Contains(b, []byte("vs mutex+map")) {
+		t.Errorf("svg: %v\n%.300s", err, b)
+	}
+	left, _ := os.ReadDir(tmp)
+	if len(left) != 1 {
+		t.Errorf("bench left files behind in %s: %v", tmp, left)
+	}
+	// The table form, with a W4 row so its extra columns show.
+	code, out, errOut = runCLI(t, "bench", "--workload", "W4/flush-g1", "--scale", "0.0005", "--per-goroutine", "1", "--rounds", "1", "--dir", tmp)
+	if code != 0 || !strings.Contains(out, "SYNCS/FLUSH") || !strings.Contains(out, "per-caller-sync") || errOut != "" {
+		t.Errorf("bench table: exit %d\n%s\nstderr %q", code, out, errOut)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	if p := newProgress(io.Discard, false, 10); p != nil {
+		t.Error("progress bar on a non-terminal without --progress")
+	}
+	var buf bytes.Buffer
+	p := newProgress(&buf, true, 4)
+	p.add(1, "a")
+	p.add(1, "a")
+	p.add(0, "a") // unchanged: no redraw
+	p.add(5, "b") // clamped at 100%
+	p.finish()
+	got := buf.String()
+	if strings.Count(got, "\r[") != 3 || !strings.Contains(got, " 25% a") || !strings.Contains(got, "100% b") {
+		t.Errorf("progress output %q", got)
+	}
+	var nilBar *progress
+	nilBar.add(1, "x") // must not panic
+	nilBar.finish()
+}
