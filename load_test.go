@@ -9,6 +9,8 @@ package kvbuf
 //	go test -run TestLoadSoak -load.soak 30s -v .                  # 64 goroutines, 30 s
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +22,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 var (
@@ -171,4 +176,70 @@ func TestLoadSoak(t *testing.T) {
 		total += c[i]
 	}
 	t.Logf("%d operations (put/delete/get/scan/set/getbit/flush/closed %v)", total, c)
+}
+
+// TestBackpressureKickNotLost reproduces a lost wake-up in the flusher's
+// loop (flush/flusher.go): a byte-triggered kick that arrives while a flush
+// runs, when that flush leaves nothing pending, used to leave the "kicked"
+// flag set with no flush coming, so every later writer over the bound
+// waited in backpressure forever (TestLoadPendingBound hung about one run in
+// ten). Each round: freeze more than FlushBytes into a flush stalled inside
+// pebble's WAL write, make a writer kick (a Put whose value is then
+// rejected, so it adds nothing), let the flush finish, then write past the
+// bound. A writer that waits longer than the generous deadline is stuck.
+func TestBackpressureKickNotLost(t *testing.T) {
+	var armed atomic.Bool
+	stalled, release := make(chan struct{}, 1), make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) && armed.CompareAndSwap(true, false) {
+			stalled <- struct{}{}
+			<-release
+		}
+		return nil
+	})
+	const bound = 1 << 20
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: bound, MaxValueSize: 64,
+		storeFS: errorfs.Wrap(vfs.NewMem(), inj)})
+	defer closeT(t, db)
+	k := mustKV(t, db, "k")
+	key, val := make([]byte, 16), make([]byte, 64)
+	n := 0
+	put := func(c context.Context) error {
+		n++
+		key = fmt.Appendf(key[:0], "%016d", n)
+		return k.Put(c, key, val, 0)
+	}
+	rounds := 20
+	if testing.Short() {
+		rounds = 5
+	}
+	for r := range rounds {
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for db.Stats().PendingBytes <= bound/2 { // FlushBytes: no kick yet
+			if err := put(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		armed.Store(true)
+		flushed := make(chan error, 1)
+		go func() { flushed <- db.Flush(ctx) }()
+		<-stalled // the flush froze everything and is inside the WAL write
+		if err := k.Put(ctx, []byte("kick"), make([]byte, 65), 0); !errors.Is(err, ErrValueTooLarge) {
+			t.Fatalf("oversize Put: %v", err)
+		}
+		release <- struct{}{}
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
+		}
+		c, cancel := context.WithTimeout(ctx, 30*time.Second) // a hang detector, not a timing assertion
+		for range 2 * bound / 100 {
+			if err := put(c); err != nil {
+				cancel()
+				t.Fatalf("round %d: writer stuck in backpressure (%v): the byte-triggered kick was lost; stats %+v", r, err, db.Stats())
+			}
+		}
+		cancel()
+	}
 }

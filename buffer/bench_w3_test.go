@@ -219,3 +219,28 @@ func TestW3ScenariosCheck(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// BenchmarkW3Shards measures the shard count (DefaultShards) on the write-
+// heavy W3 rows; reads take no lock, so only writers can gain from shards.
+//
+//	go test ./buffer -run '^$' -bench 'BenchmarkW3Shards' -cpu 1,2,8 -count 5
+func BenchmarkW3Shards(b *testing.B) {
+	for _, n := range []int{1, 4, 8, 16, 64} {
+		b.Run(fmt.Sprintf("miss_churn-64/shards-%d", n), func(b *testing.B) {
+			m := w3Table{NewTable[uint64, uint64](&Options{Shards: n})}
+			for k := range uint64(64) {
+				m.set(k)
+			}
+			var slots atomic.Uint64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				slot := slots.Add(1) - 1
+				for ticket := uint64(0); pb.Next(); ticket++ {
+					k := 64 + slot*65536 + ticket%65536
+					m.set(k)
+					m.del(k)
+				}
+			})
+		})
+	}
+}

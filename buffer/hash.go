@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"encoding/binary"
 	"reflect"
 	"unsafe"
 
@@ -98,4 +99,22 @@ func keyBytes[K Key](kind keyKind, k K) int64 {
 		return int64(len(*(*string)(unsafe.Pointer(&k))))
 	}
 	return 0
+}
+
+// keyPrefix is the order-preserving 8-byte prefix of a string key (its first
+// 8 bytes, big-endian, zero-padded); 0 for integer keys, which compare
+// without indirection anyway. keyPrefix(a) < keyPrefix(b) implies a < b.
+func keyPrefix[K Key](kind keyKind, k K) uint64 {
+	if kind != kindString {
+		return 0
+	}
+	s := *(*string)(unsafe.Pointer(&k))
+	if len(s) >= 8 {
+		return binary.BigEndian.Uint64(unsafe.Slice(unsafe.StringData(s), 8))
+	}
+	var p uint64
+	for i := 0; i < len(s); i++ {
+		p |= uint64(s[i]) << (56 - 8*i)
+	}
+	return p
 }

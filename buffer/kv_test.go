@@ -422,6 +422,7 @@ func TestKVIterMerge(t *testing.T) {
 		{"c", "c", ""},
 		{"z", "", ""},
 		{"", "b", "a=s"},
+		{"h", "b", ""}, // inverted bounds: empty, no error
 	} {
 		var lo, hi []byte
 		if c.lo != "" {

@@ -9,11 +9,12 @@ import (
 
 // DefaultShards is the shard count of a Table when Options.Shards is zero.
 //
-// Measured on the W3 workloads (see bench_w3_test.go and the package doc):
-// reads never take a shard lock, so the shard count only matters for writers
-// contending on a shard mutex; 8 shards keep miss_churn-64 within a few per
-// cent of 64 shards at 8 goroutines while the first insert allocates one
-// ~256-byte shard, not 64.
+// Reads take no lock, so shards only spread writers. Measured with
+// BenchmarkW3Shards (miss_churn-64, median of 3, 2-core shared machine): 1, 4,
+// 8, 16 and 64 shards were within noise of each other at -cpu 1, 2 and 8
+// (79-101, 108-146, 145-181 ns/op). A fixed small count bounds the cost: a
+// shard (~200 bytes plus its slot array) is allocated on the first insert
+// into it, never up front.
 const DefaultShards = 8
 
 // maxShards bounds Options.Shards; larger values are clamped.
@@ -371,7 +372,7 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, merging boo
 	}
 	ne := &entry[K, V]{hash: h, key: k, val: v}
 	if t.ordered {
-		ne.node = &node[K, V]{key: k}
+		ne.node = &node[K, V]{key: k, pfx: keyPrefix(t.kind, k)}
 		ne.node.ent.Store(ne)
 	}
 	if at >= 0 {

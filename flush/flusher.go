@@ -358,10 +358,17 @@ func (f *Flusher) loop() {
 		f.next = nil
 		f.mu.Unlock()
 		if g == nil {
-			if !fired && (f.backoff > 0 || !f.kicked.Load()) {
-				// A stale wake-up (its generation already ran) or a
-				// byte-triggered kick during backoff: the retry timer
-				// will run that one.
+			if !fired && f.backoff > 0 {
+				// A byte-triggered kick during backoff: the retry timer
+				// will run that one (run clears kicked).
+				continue
+			}
+			// Clear kicked before looking at pending bytes: a kick taken
+			// here must never leave it set without a flush to come, or
+			// kickAuto stays silent and writers in backpressure wait
+			// forever (TestBackpressureKickNotLost in the root package).
+			if !f.kicked.Swap(false) && !fired {
+				// A stale wake-up: its generation already ran.
 				continue
 			}
 			if f.pendingBytes() == 0 {

@@ -262,7 +262,7 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	}
 	for _, r := range rows {
 		speed := "-"
-		if k := kvbufMedian[r.Workload]; r.Impl != bench.ImplKvbuf && k > 0 {
+		if k := kvbufMedian[r.Workload]; !bench.IsOwn(r.Impl) && k > 0 {
 			speed = fmt.Sprintf("%.2fx", r.Median/k)
 		}
 		impl := r.Impl

@@ -331,7 +331,7 @@ func TestBenchSmoke(t *testing.T) {
 			}
 		}
 		ratios, hasRatios := r["ratio_vs"].(map[string]any)
-		if (impl == "kvbuf") != hasRatios || (hasRatios && len(ratios) == 0) {
+		if (impl == "kvbuf" || impl == "kvbuf-overlay") != hasRatios || (hasRatios && len(ratios) == 0) {
 			t.Errorf("%s/%s: ratio_vs %v", w, impl, r["ratio_vs"])
 		}
 		if strings.HasPrefix(w, "W4/") {

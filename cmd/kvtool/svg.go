@@ -19,29 +19,36 @@ func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 		label string
 		ratio float64
 		floor bool
+		viol  int64
 	}
 	type group struct {
 		name string
 		bars []bar
 	}
 	floor := map[string]bool{}
+	viol := map[string]int64{}
 	for _, r := range rows {
 		floor[r.Workload+"\x00"+r.Impl] = r.Floor
+		viol[r.Workload+"\x00"+r.Impl] = r.Violations
 	}
 	var groups []group
 	lo, hi := 0.5, 2.0
 	nbars := 0
 	for _, r := range rows {
-		if r.Impl != bench.ImplKvbuf || len(r.RatioVs) == 0 {
+		if !bench.IsOwn(r.Impl) || len(r.RatioVs) == 0 {
 			continue
 		}
-		g := group{name: r.Workload}
+		name := r.Workload
+		if r.Impl != bench.ImplKvbuf {
+			name += " (" + r.Impl + ")"
+		}
+		g := group{name: name}
 		for _, o := range rows { // row order, not map order
 			v, ok := r.RatioVs[o.Impl]
 			if o.Workload != r.Workload || !ok || !(v > 0) || math.IsInf(v, 0) {
 				continue
 			}
-			g.bars = append(g.bars, bar{o.Impl, v, floor[o.Workload+"\x00"+o.Impl]})
+			g.bars = append(g.bars, bar{o.Impl, v, floor[o.Workload+"\x00"+o.Impl], viol[o.Workload+"\x00"+o.Impl]})
 			lo, hi = min(lo, v), max(hi, v)
 		}
 		nbars += len(g.bars)
@@ -106,6 +113,9 @@ func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 			if br.floor {
 				fill = "#9e9e9e"
 				label += " (floor)"
+			}
+			if br.viol > 0 {
+				label += fmt.Sprintf(" (%d violations)", br.viol)
 			}
 			x0, x1 := x(1), x(br.ratio)
 			if x1 < x0 {

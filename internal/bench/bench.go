@@ -14,7 +14,11 @@ import (
 // Implementation names used in rows (impl in kvtool bench --json), from
 // shared/workloads.md.
 const (
-	ImplKvbuf              = "kvbuf"
+	ImplKvbuf = "kvbuf"
+	// ImplKvbufOverlay is the buffer overlay alone, without the engine's
+	// drain gate and keyspace prefix: what the buffer package's own
+	// benchmarks measure. It is one of the project's rows (it gets RatioVs).
+	ImplKvbufOverlay       = "kvbuf-overlay"
 	ImplRaw                = "raw"
 	ImplMutexMap           = "mutex+map"
 	ImplRWMutexMap         = "rwmutex+map"
@@ -301,16 +305,20 @@ func (w *Workload) measure(ctx context.Context, im Impl) (RoundResult, int64, fl
 	return res, sum, float64(m1.Mallocs - m0.Mallocs), nil
 }
 
+// IsOwn reports whether impl is one of the project's own rows (kvbuf and
+// kvbuf-overlay) rather than a baseline.
+func IsOwn(impl string) bool { return impl == ImplKvbuf || impl == ImplKvbufOverlay }
+
 // AddRatios sets RatioVs on every kvbuf row: for each other row of the same
 // workload, that row's median ÷ the kvbuf median.
 func AddRatios(rows []Row) {
 	for k := range rows {
-		if rows[k].Impl != ImplKvbuf || rows[k].Median <= 0 {
+		if !IsOwn(rows[k].Impl) || rows[k].Median <= 0 {
 			continue
 		}
 		rows[k].RatioVs = map[string]float64{}
 		for _, o := range rows {
-			if o.Workload == rows[k].Workload && o.Impl != ImplKvbuf {
+			if o.Workload == rows[k].Workload && !IsOwn(o.Impl) {
 				rows[k].RatioVs[o.Impl] = o.Median / rows[k].Median
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/buffer"
 )
 
 // W1 sizes at Scale 1 (workloads.md).
@@ -66,11 +67,22 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 		return err
 	}
 	s.onClose(raw.Close)
+	// The overlay row: the buffer package's Bits over its own file, without
+	// the engine's drain gate, to show what the gate costs per lookup.
+	ovFile, err := bitslice.Create(filepath.Join(s.dir, "overlay.bits"), nbits)
+	if err != nil {
+		return err
+	}
+	s.onClose(ovFile.Close)
+	ov := buffer.NewBits(ovFile, nil)
 
 	var op uint64
 	for _, ch := range w1Changes(rng, c.scaled(w1Sets, 16), nbits) {
 		op++
 		if err := bits.Set(ctx, ch.i, ch.v, op); err != nil {
+			return err
+		}
+		if err := ov.Set(ch.i, ch.v, op); err != nil {
 			return err
 		}
 		if err := raw.Set(ch.i, ch.v); err != nil {
@@ -80,6 +92,11 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 	if err := db.Flush(ctx); err != nil {
 		return err
 	}
+	ov.Freeze()
+	if err := ov.Apply(ctx, op); err != nil {
+		return err
+	}
+	ov.Release()
 	raw.SetWatermark(op)
 	if err := raw.Sync(); err != nil {
 		return err
@@ -110,6 +127,9 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 			{Name: ImplKvbuf, Op: func(i int) (int, error) {
 				v, err := bits.Get(lookups[i])
 				return b2i(v), err
+			}},
+			{Name: ImplKvbufOverlay, Op: func(i int) (int, error) {
+				return b2i(ov.Get(lookups[i])), nil
 			}},
 			{Name: ImplRaw, Floor: floorRaw, Op: func(i int) (int, error) {
 				return b2i(raw.Get(lookups[i])), nil
@@ -159,6 +179,9 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 				for _, ch := range w1Changes(rng, pendingSets, nbits) {
 					op++
 					if err := bits.Set(ctx, ch.i, ch.v, op); err != nil {
+						return err
+					}
+					if err := ov.Set(ch.i, ch.v, op); err != nil {
 						return err
 					}
 					mm[ch.i] = ch.v
