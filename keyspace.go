@@ -148,6 +148,22 @@ func (k *KV) fullKey(scratch []byte, key []byte) []byte {
 	return append(append(scratch[:0], k.prefix[:]...), key...)
 }
 
+// withKey calls f with the prefixed key in a pooled buffer. The overlay
+// copies what it keeps, but its store sits behind an interface, so a stack
+// buffer would escape: the pool saves an allocation per operation.
+func (k *KV) withKey(key []byte, f func(full []byte) error) error {
+	bp, _ := k.db.keyBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	*bp = k.fullKey(*bp, key)
+	err := f(*bp)
+	if cap(*bp) <= 4*defaultMaxKeySize { // don't pin a huge key's buffer
+		k.db.keyBufs.Put(bp)
+	}
+	return err
+}
+
 // Put sets key to value (both copied), tagged with the host's op number
 // (0 if the host does not track them). It may wait for a flush to make room
 // when pending memory is over its bound, and returns ctx.Err() if ctx ends
@@ -161,8 +177,7 @@ func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
 		return err
 	}
 	defer o.End()
-	var scratch [64]byte
-	if err := k.db.kv.Put(k.fullKey(scratch[:], key), value, op); err != nil {
+	if err := k.withKey(key, func(full []byte) error { return k.db.kv.Put(full, value, op) }); err != nil {
 		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 	}
 	return nil
@@ -179,8 +194,7 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 		return err
 	}
 	defer o.End()
-	var scratch [64]byte
-	if err := k.db.kv.Delete(k.fullKey(scratch[:], key), op); err != nil {
+	if err := k.withKey(key, func(full []byte) error { return k.db.kv.Delete(full, op) }); err != nil {
 		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 	}
 	return nil
@@ -197,8 +211,11 @@ func (k *KV) Get(key []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer o.End()
-	var scratch [64]byte
-	v, err := k.db.kv.Get(k.fullKey(scratch[:], key))
+	var v []byte
+	err = k.withKey(key, func(full []byte) (err error) {
+		v, err = k.db.kv.Get(full)
+		return err
+	})
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 	}

@@ -50,6 +50,9 @@ const (
 //   - Bitslices are flushed before the store, so after a crash a bitslice
 //     may hold changes newer than the watermark; replaying from the
 //     watermark re-applies them, which is harmless for idempotent writes.
+//   - If Close's final flush fails, Close still closes every file and
+//     returns that error: the changes it could not flush are gone, and the
+//     host replays them from Watermark as after a crash.
 //   - Iterators see the pending changes present when they were created
 //     merged with the store as it is when they read it; see buffer.Iter.
 type DB struct {
@@ -66,6 +69,8 @@ type DB struct {
 	keyspaces map[string]*KV
 	bits      map[string]*Bits
 	nextID    uint32
+
+	keyBufs sync.Pool // *[]byte scratch for prefixed keys
 
 	closeOnce sync.Once
 	closeErr  error

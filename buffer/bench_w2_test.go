@@ -15,6 +15,12 @@ import (
 // the 1M pending changes are built once per process (sync.Once) on real
 // directories (not vfs.NewMem), then shared by every row.
 //
+// Extra rows beside the canonical impls: kvbuf-getappend is KV.GetAppend
+// into a reused buffer (no copy allocation); pebble-get-store-options is raw
+// db.Get on pebble opened the way storage.Open opens kvbuf's store
+// (FormatNewest, 8 MiB cache), so get-miss/kvbuf over it is the overlay's
+// own cost, and pebble-get over it is the storage format's.
+//
 //	go test ./buffer -run '^$' -bench 'BenchmarkW2' -count 5 -timeout 60m
 
 const (
@@ -30,8 +36,12 @@ type w2Fixture struct {
 	store *storage.Store // kvbuf's backend
 	kv    *KV
 	db    *pebble.DB // raw pebble with the same data, for the baselines
-	batch *pebble.Batch
-	rw    *rwMapPebble
+	// dbSame is raw pebble configured as storage.Open configures kvbuf's
+	// store (FormatNewest, 8 MiB cache): db.Get minus the store's key tag
+	// and close guard, to split get-miss into store format and overlay.
+	dbSame *pebble.DB
+	batch  *pebble.Batch
+	rw     *rwMapPebble
 
 	hit, tomb, miss, mixed [][]byte
 	err                    error
@@ -93,18 +103,31 @@ func w2Setup(b *testing.B) *w2Fixture {
 		if f.db, f.err = pebble.Open(f.dir+"/pebble", &pebble.Options{Logger: quietPebble{}}); f.err != nil {
 			return
 		}
+		if f.dbSame, f.err = pebble.Open(f.dir+"/pebble-same", &pebble.Options{
+			Logger: quietPebble{}, CacheSize: 8 << 20, FormatMajorVersion: pebble.FormatNewest,
+		}); f.err != nil {
+			return
+		}
 		val := make([]byte, 16)
 		sb := f.store.NewBatch()
 		pb := f.db.NewBatch()
+		qb := f.dbSame.NewBatch()
 		for i := range uint64(w2Stored) {
 			binary.BigEndian.PutUint64(val, i)
 			sb.Put(w2Key(i*4), val)
 			pb.Set(w2Key(i*4), val, nil)
+			qb.Set(w2Key(i*4), val, nil)
 		}
 		if f.err = f.store.Apply(sb); f.err != nil {
 			return
 		}
 		if f.err = pb.Commit(pebble.Sync); f.err != nil {
+			return
+		}
+		if f.err = qb.Commit(pebble.Sync); f.err != nil {
+			return
+		}
+		if f.err = f.dbSame.Flush(); f.err != nil {
 			return
 		}
 		if f.err = f.store.Flush(); f.err != nil {
@@ -175,12 +198,19 @@ func BenchmarkW2(b *testing.B) {
 		{"get-miss", f.miss},
 		{"get-mixed", f.mixed},
 	}
+	buf := make([]byte, 0, 64) // kvbuf-getappend's reused value buffer
 	impls := []struct {
 		name string
 		get  func(k []byte) bool
 	}{
 		{"kvbuf", func(k []byte) bool { _, err := f.kv.Get(k); return err == nil }},
+		{"kvbuf-getappend", func(k []byte) bool {
+			var err error
+			buf, err = f.kv.GetAppend(buf[:0], k)
+			return err == nil
+		}},
 		{"pebble-get", func(k []byte) bool { _, ok := pebbleGet(f.db, k); return ok }},
+		{"pebble-get-store-options", func(k []byte) bool { _, ok := pebbleGet(f.dbSame, k); return ok }},
 		{"pebble-indexed-batch", func(k []byte) bool { _, ok := pebbleGet(f.batch, k); return ok }},
 		{"rwmutex+map+pebble", func(k []byte) bool { _, ok := f.rw.get(k); return ok }},
 	}
@@ -301,6 +331,9 @@ func w2Close() {
 	}
 	if w2.db != nil {
 		w2.db.Close()
+	}
+	if w2.dbSame != nil {
+		w2.dbSame.Close()
 	}
 	if w2.store != nil {
 		w2.store.Close()

@@ -433,6 +433,7 @@ func TestBitsPendingBytesAndPooling(t *testing.T) {
 }
 
 func TestBitsSteadyFlushDoesNotAllocate(t *testing.T) {
+	skipWithoutPool(t)
 	b, _ := newBitsWithFaults(t, 1<<16, nil)
 	cycle := func() {
 		for i := uint64(0); i < 1<<16; i += 97 {

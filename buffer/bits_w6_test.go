@@ -9,11 +9,12 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 )
 
-// BenchmarkW6 is W6's bit half: the time to flush 1,000,000 pending random
-// bit changes (Freeze, Apply with a new watermark, Release) against applying
-// the same changes straight to the mapped file and syncing it (the floor).
-// Each op gets fresh random changes, so every data page is dirty.
-func BenchmarkW6(b *testing.B) {
+// benchW6FlushBits is W6's bit half (BenchmarkW6/flush-bits-1m): the time
+// to flush 1,000,000 pending random bit changes (Freeze, Apply with a new
+// watermark, Release) against applying the same changes straight to the
+// mapped file and syncing it (the floor). Each op gets fresh random changes,
+// so every data page is dirty.
+func benchW6FlushBits(b *testing.B) {
 	b.Run("flush-bits-1m/kvbuf", func(b *testing.B) {
 		f, err := bitslice.Create(b.TempDir()+"/w6", w1Bits)
 		if err != nil {

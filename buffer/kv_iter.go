@@ -187,7 +187,7 @@ func (it *Iter) settle() bool {
 			}
 			if c <= 0 {
 				e := n.ent.Load()
-				if e == nil || e.val.del {
+				if e == nil || e.val.del() {
 					// Hidden: skip the key on both sides.
 					it.cur.skipKey(n.key)
 					if c == 0 {
@@ -196,7 +196,7 @@ func (it *Iter) settle() bool {
 					continue
 				}
 				it.key = append(it.key[:0], n.key...)
-				it.val = append(it.val[:0], e.val.b...)
+				it.val = append(it.val[:0], e.val.bytes()...)
 				it.fromPend, it.fromStore, it.valid = true, c == 0, true
 				return true
 			}

@@ -551,7 +551,7 @@ func TestKVReleaseDropsReferences(t *testing.T) {
 		kv.Put(fmt.Appendf(nil, "k%d", i), []byte("value"), 1)
 	}
 	kv.active.Load().Range(func(_ string, v kvVal) bool {
-		ws = append(ws, weak.Make(&v.b[0]))
+		ws = append(ws, weak.Make(v.p))
 		return true
 	})
 	flushKV(t, kv, 1)

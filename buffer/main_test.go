@@ -21,3 +21,13 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// skipWithoutPool skips an allocation test in a -tags kvbuf_nopool build:
+// such tests assert that recycled tables make steady cycles allocation-free,
+// which is exactly what the tag turns off.
+func skipWithoutPool(t *testing.T) {
+	t.Helper()
+	if !poolEnabled {
+		t.Skip("table pooling compiled out (-tags kvbuf_nopool): steady cycles allocate by design")
+	}
+}

@@ -10,7 +10,7 @@ func filledTable(n int) *kvTable {
 	kv := NewKV(nil, nil)
 	t := kv.newTable()
 	for i := range n {
-		t.Set(fmt.Sprint("k", i), kvVal{b: []byte("v")}, 1)
+		t.Set(fmt.Sprint("k", i), valOf([]byte("v")), 1)
 	}
 	t.Seal(nil)
 	return t
@@ -114,7 +114,7 @@ func BenchmarkPoolCycle(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("key-", i)
 	}
-	val := kvVal{b: make([]byte, 16)}
+	val := valOf(make([]byte, 16))
 	kv := NewKV(nil, nil)
 	for _, pooled := range []bool{true, false} {
 		name := "fresh"

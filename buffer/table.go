@@ -39,8 +39,11 @@ func entryOverhead[K Key, V any](ordered bool) int64 {
 // entry is one immutable key/value pair. Writers never modify a published
 // entry: an overwrite publishes a new one, so a reader that loaded the pointer
 // sees a consistent pair without any lock.
+//
+// An entry does not keep its hash: the slot holding it does (see slot), and
+// leaving it out keeps a KV entry with an 8-byte key and a 16-byte value in
+// one 64-byte allocation (see newKVEntry).
 type entry[K Key, V any] struct {
-	hash uint64
 	key  K
 	val  V
 	node *node[K, V] // ordered tables: the key's index node
@@ -106,11 +109,11 @@ type Table[K Key, V any] struct {
 
 	hashFn   func(K) uint64 // tests only: forced collisions
 	valBytes func(V) int64  // bytes a value holds beyond the entry; nil = 0
-	// own, if set, makes the table's own copy of what Set stores, under the
-	// shard lock: newKey reports whether k must be copied too (an overwrite
-	// keeps the stored key). KV copies key and value into one allocation so
-	// a lookup touches one cache line for both. nil = store as given.
-	own      func(k K, v V, newKey bool) (K, V)
+	// mk, if set, allocates the entry Set publishes for k=v, holding the
+	// table's own copy of both (under the shard lock; node is set by the
+	// table). KV puts the entry, the key and a small value in one allocation
+	// so a hit touches one object. nil = &entry{key: k, val: v}.
+	mk       func(k K, v V) *entry[K, V]
 	overhead int64 // entryOverhead, cached
 
 	pins atomic.Int32 // iterators holding the table; a pinned table is not pooled
@@ -354,10 +357,8 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, merging boo
 			if merging {
 				return
 			}
-			if t.own != nil && !merging {
-				_, v = t.own(e.key, v, false)
-			}
-			ne := &entry[K, V]{hash: h, key: e.key, val: v, node: e.node}
+			ne := t.newEntry(k, v)
+			ne.node = e.node
 			sh.bytes.Add(t.entryBytes(e.key, v) - t.entryBytes(e.key, e.val))
 			arr.s[i].ptr.Store(ne)
 			if ne.node != nil {
@@ -367,10 +368,14 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, merging boo
 		}
 	}
 	// A new key: everything about the entry is set before it is published.
-	if t.own != nil && !merging {
-		k, v = t.own(k, v, true)
+	// Merged entries are already owned by the older table and are shared.
+	var ne *entry[K, V]
+	if merging {
+		ne = &entry[K, V]{key: k, val: v}
+	} else {
+		ne = t.newEntry(k, v)
 	}
-	ne := &entry[K, V]{hash: h, key: k, val: v}
+	k = ne.key
 	if t.ordered {
 		ne.node = &node[K, V]{key: k, pfx: keyPrefix(t.kind, k)}
 		ne.node.ent.Store(ne)
@@ -397,6 +402,14 @@ func (t *Table[K, V]) setLocked(sh *shard[K, V], h uint64, k K, v V, merging boo
 	}
 }
 
+// newEntry returns an unpublished entry for k=v owned by the table.
+func (t *Table[K, V]) newEntry(k K, v V) *entry[K, V] {
+	if t.mk != nil {
+		return t.mk(k, v)
+	}
+	return &entry[K, V]{key: k, val: v}
+}
+
 // grow publishes a new slot array sized for twice the live entries (dropping
 // tombstones). Readers still probing the old array see a consistent, if
 // older, state; the old array is left to the garbage collector, never reused.
@@ -409,11 +422,12 @@ func (t *Table[K, V]) grow(sh *shard[K, V], old *slots[K, V]) *slots[K, V] {
 		if e == nil || e == otomb {
 			continue
 		}
-		j := e.hash & arr.mask
+		h := old.s[i].hash.Load()
+		j := h & arr.mask
 		for arr.s[j].ptr.Load() != nil {
 			j = (j + 1) & arr.mask
 		}
-		arr.s[j].hash.Store(e.hash)
+		arr.s[j].hash.Store(h)
 		arr.s[j].ptr.Store(e)
 	}
 	sh.used = int(sh.live.Load())
@@ -533,15 +547,16 @@ func (t *Table[K, V]) mergeUnderSealed(older *Table[K, V]) {
 			if e == nil || e == tomb {
 				continue
 			}
+			h := arr.s[i].hash.Load()
 			first := t.shards.Load()
 			var sh *shard[K, V]
 			if first != nil {
-				sh = t.shardPtr(first, e.hash).Load()
+				sh = t.shardPtr(first, h).Load()
 			}
 			if sh == nil {
-				sh = t.allocShardLocked(e.hash)
+				sh = t.allocShardLocked(h)
 			}
-			t.setLocked(sh, e.hash, e.key, e.val, true)
+			t.setLocked(sh, h, e.key, e.val, true)
 		}
 		if m := osh.maxOp.Load(); m > 0 {
 			// Any shard will do: MaxOp is the maximum over shards.
