@@ -96,19 +96,27 @@ func (t *Table[K, V]) unlink(sh *shard[K, V], n *node[K, V]) {
 }
 
 // seekGE returns the first node with key >= k in the list at head, or nil.
+//
+// It returns the level-0 successor it compared with k, never a fresh load of
+// x.next0: a writer may link a node after x (the last node < k) at any
+// moment, and that node's key may be < k too. Reloading returned such a key
+// as the seek result, so a range scan started below its lower bound. A node
+// >= k linked after the comparison is a concurrent write, which a scan may
+// miss (see Iter).
 func seekGE[K Key, V any](head *node[K, V], kind keyKind, k K) *node[K, V] {
 	kp := keyPrefix(kind, k)
 	x := head
+	var nx *node[K, V]
 	for l := maxLevel - 1; l >= 0; l-- {
 		for {
-			nx := x.next(l).Load()
+			nx = x.next(l).Load()
 			if nx == nil || !nx.less(k, kp) {
 				break
 			}
 			x = nx
 		}
 	}
-	return x.next0.Load()
+	return nx // from level 0: the first node >= k when it was loaded, or nil
 }
 
 // cursorSrc is one sorted list a mergeCursor reads: a shard's skip list head
