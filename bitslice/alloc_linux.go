@@ -16,6 +16,8 @@ func allocate(f *os.File, off, n int64) error {
 	}
 	err := unix.Fallocate(int(f.Fd()), 0, off, n)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		// Untested here: only on file systems without fallocate, which the
+		// test's temporary directory is not; writeZeros has TestWriteZeros.
 		return writeZeros(f, off, n)
 	}
 	return err
@@ -31,6 +33,7 @@ func fillHoles(f *os.File, size int64) error {
 	}
 	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		// Untested: only on file systems without fallocate.
 		return nil
 	}
 	return err
@@ -43,6 +46,8 @@ func fillHoles(f *os.File, size int64) error {
 func publish(tmp, path string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+		// Untested here: only where the kernel or file system lacks
+		// RENAME_NOREPLACE; linkPublish has TestLinkPublish.
 		return linkPublish(tmp, path)
 	}
 	if err != nil {

@@ -108,6 +108,8 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 		}
 	}()
 	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		// Untested: nobody else can hold a lock on a file just made under a
+		// random name; flock then fails only with ENOLCK or EINTR.
 		return nil, fmt.Errorf("bitslice: create %s: lock: %w", path, err)
 	}
 	size := dataSize(nbits)
@@ -117,12 +119,18 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 	h := header{seq: 1, nbits: nbits}
 	slot := encodeSlot(h)
 	if _, err := tmp.WriteAt(slot[:], int64(slotFor(h.seq))*slotStride); err != nil {
+		// Untested: the blocks are allocated, so only an I/O error.
 		return nil, fmt.Errorf("bitslice: create %s: write header: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
+		// Untested: fsync fails only on an I/O error.
 		return nil, fmt.Errorf("bitslice: create %s: sync: %w", path, err)
 	}
 	if err := publish(tmpName, path); err != nil {
+		// Untested here: path was absent at the Lstat above, so ErrExist
+		// needs a racing creator (publish's refusal to replace has
+		// TestPublishDoesNotReplace), and other errors need an I/O error or
+		// the directory changing meanwhile.
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("bitslice: create %s: %w", path, fs.ErrExist)
 		}
@@ -130,10 +138,14 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 	}
 	linked = true
 	if err := syncDir(dir); err != nil {
+		// Untested here: the directory held the temporary file a moment
+		// ago, so only an I/O error or its removal meanwhile (syncDir's
+		// open error has TestSyncDirMissing).
 		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
 	}
 	f, err := newFile(path, tmp, parsed{header: h, slot: 0, valid: 1}, size)
 	if err != nil {
+		// Untested: newFile fails only when mmap does (see mapRegion).
 		return nil, err
 	}
 	return f, nil
@@ -162,6 +174,7 @@ func Open(path string) (_ *File, err error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("bitslice: open %s: %w", path, ErrLocked)
 		}
+		// Untested: besides EWOULDBLOCK, flock fails only with ENOLCK or EINTR.
 		return nil, fmt.Errorf("bitslice: open %s: lock: %w", path, err)
 	}
 	p, size, err := readHeader(fd)
@@ -169,6 +182,8 @@ func Open(path string) (_ *File, err error) {
 		return nil, fmt.Errorf("bitslice: %s: %w", path, err)
 	}
 	if err := fillHoles(fd, size); err != nil {
+		// Untested: needs a sparse file on a full disk (RLIMIT_FSIZE does
+		// not apply to fallocate with FALLOC_FL_KEEP_SIZE).
 		return nil, fmt.Errorf("bitslice: open %s: allocate: %w", path, err)
 	}
 	return newFile(path, fd, p, size)
@@ -178,6 +193,7 @@ func Open(path string) (_ *File, err error) {
 func readHeader(fd *os.File) (parsed, int64, error) {
 	st, err := fd.Stat()
 	if err != nil {
+		// Untested: fstat of an open descriptor fails only on an I/O error.
 		return parsed{}, 0, err
 	}
 	if st.IsDir() {
@@ -189,6 +205,8 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 	size := st.Size()
 	buf := make([]byte, min(size, DataOffset))
 	if _, err := fd.ReadAt(buf, 0); err != nil {
+		// Untested: buf is no longer than the file just measured, so only an
+		// I/O error or a file shrinking meanwhile.
 		return parsed{}, 0, fmt.Errorf("read header: %w", err)
 	}
 	p, err := parseHeader(buf, size)
@@ -199,12 +217,14 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 // On error the caller still owns fd.
 func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		// Untested: only reachable on a big-endian host.
 		return nil, fmt.Errorf("bitslice: open %s: data words are little-endian and this host is not", path)
 	}
 	f := &File{path: path, fd: fd, seq: p.seq, valid: p.valid, size: size, live: new(atomic.Int64)}
 	need := int64(words(p.nbits)) * 8
 	reg, err := f.mapRegion(need)
 	if err != nil {
+		// Untested: see mapRegion.
 		return nil, fmt.Errorf("bitslice: open %s: %w", path, err)
 	}
 	f.reg = reg
@@ -221,9 +241,14 @@ func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 func mappingSize(need int64) (int, error) {
 	c := int64(minMapping)
 	for c < need {
+		if c > math.MaxInt64/2 { // doubling would overflow (and loop forever)
+			return 0, fmt.Errorf("mapping of %d bytes is too large", need)
+		}
 		c *= 2
 	}
 	if c > math.MaxInt {
+		// Untested: need is at most dataSize(MaxBits), so this is reachable
+		// only where int is 32 bits.
 		return 0, fmt.Errorf("mapping of %d bytes does not fit this platform", c)
 	}
 	return int(c), nil
@@ -235,10 +260,13 @@ func mappingSize(need int64) (int, error) {
 func (f *File) mapRegion(need int64) (*region, error) {
 	n, err := mappingSize(need)
 	if err != nil {
-		return nil, err
+		return nil, err // untested: see mappingSize
 	}
 	m, err := mmap.MapRegion(f.fd, n, mmap.RDWR, 0, DataOffset)
 	if err != nil {
+		// Untested: the descriptor is a locked, validated regular file open
+		// read-write, so mmap fails only for want of memory or address space
+		// (ENOMEM) or on a file system that cannot map files.
 		return nil, fmt.Errorf("mmap %d bytes: %w", n, err)
 	}
 	r := &region{m: m, full: unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), len(m)/8)}
@@ -462,6 +490,7 @@ func (f *File) Grow(nbits uint64) error {
 			return fmt.Errorf("bitslice: %s: grow to %d bits: allocate: %w", f.path, nbits, err)
 		}
 		if err := f.fd.Sync(); err != nil {
+			// Untested: fsync fails only on an I/O error.
 			return fmt.Errorf("bitslice: %s: grow to %d bits: sync: %w", f.path, nbits, err)
 		}
 		f.size = need
@@ -470,6 +499,7 @@ func (f *File) Grow(nbits uint64) error {
 	if need-DataOffset > int64(len(reg.m)) {
 		r, err := f.mapRegion(need - DataOffset)
 		if err != nil {
+			// Untested: see mapRegion.
 			return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 		}
 		f.regions = append(f.regions, r)
@@ -489,13 +519,19 @@ func (f *File) Grow(nbits uint64) error {
 	}
 	start := (max(oldWords, 1) - 1) * 8 &^ (pageSize - 1)
 	if err := msync(reg.m[start : newWords*8]); err != nil {
+		// Untested: msync of a mapped, allocated range fails only on an I/O
+		// error. The failpoint just below fails Grow at the next step
+		// (TestFaultGrow, -tags kvbuf_failpoints).
 		return fmt.Errorf("bitslice: %s: grow to %d bits: msync: %w", f.path, nbits, err)
 	}
 	if err := failpoint.Hit(failpoint.BitsliceGrowHeader); err != nil {
+		// Tested by TestFaultGrow under -tags kvbuf_failpoints.
 		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 	}
 	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load()}
 	if err := f.writeHeader(h); err != nil {
+		// Untested: see writeHeader; the failpoint above covers a failure
+		// at this step (TestFaultGrow, -tags kvbuf_failpoints).
 		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 	}
 	f.seq, f.valid = h.seq, 2
@@ -520,6 +556,8 @@ func msync(b []byte) error {
 // writeHeader writes h into its slot and fdatasyncs.
 func (f *File) writeHeader(h header) error {
 	b := encodeSlot(h)
+	// Untested errors: the header page always exists and is allocated, so
+	// the write and the fdatasync fail only on an I/O error.
 	if _, err := f.fd.WriteAt(b[:], int64(slotFor(h.seq))*slotStride); err != nil {
 		return fmt.Errorf("write header slot %d: %w", slotFor(h.seq), err)
 	}
@@ -561,16 +599,21 @@ func (f *File) Sync() error {
 		err = msync(f.reg.m[:len(v.words)*8])
 	}
 	if err != nil {
+		// Tested through the failpoint by TestFaultSync under -tags
+		// kvbuf_failpoints; a real msync fails only on an I/O error.
 		return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
 	}
 	if wm == f.persisted.Load() {
 		return nil
 	}
 	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
+		// Tested by TestFaultSync under -tags kvbuf_failpoints.
 		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
 	}
 	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm}
 	if err := f.writeHeader(h); err != nil {
+		// Untested: see writeHeader; the failpoint above covers a failure
+		// at this step (TestFaultSync, -tags kvbuf_failpoints).
 		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
 	}
 	f.seq, f.valid = h.seq, 2
@@ -592,6 +635,9 @@ func (f *File) Close() error {
 	f.wmu.Lock()
 	f.cur.Store(nil)
 	f.wmu.Unlock()
+	// Untested errors: an in-place MAP_FIXED mapping over our own region
+	// fails only for want of memory (ENOMEM), and close of a regular file
+	// only on an I/O error reported late (NFS and the like).
 	var errs []error
 	for _, r := range f.regions {
 		if err := r.retire(); err != nil {
@@ -616,6 +662,7 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
+		// Untested: fsync of a directory fails only on an I/O error.
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil

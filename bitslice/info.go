@@ -53,6 +53,8 @@ func ReadInfo(path string) (Info, error) {
 	}
 	ones, err := countOnes(fd, p.nbits)
 	if err != nil {
+		// Untested here: readHeader checked the size, so only an I/O error
+		// or a file shrinking meanwhile; countOnes has TestCountOnesShortFile.
 		return Info{}, fmt.Errorf("bitslice: %s: %w", path, err)
 	}
 	return Info{

@@ -1,0 +1,163 @@
+//go:build kvbuf_failpoints
+
+package bitslice
+
+// Fault tests through the bitslice failpoints (go test -tags
+// kvbuf_failpoints ./bitslice): an injected error fails Sync or Grow with
+// that error, the file on disk and the File's state stay as they were, and
+// the same call succeeds once the fault is gone. The failpoint table is
+// process-wide: these tests must not be parallel.
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/failpoint"
+)
+
+// faultFile makes a file with one bit set and watermark 1 synced, then a
+// second bit set and watermark 2 staged, and returns it with its bytes on
+// disk.
+func faultFile(t *testing.T) (*File, []byte) {
+	t.Helper()
+	f := create(t, 1000)
+	if err := f.Set(3, true); err != nil {
+		t.Fatal(err)
+	}
+	f.SetWatermark(1)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Set(900, true); err != nil {
+		t.Fatal(err)
+	}
+	f.SetWatermark(2)
+	return f, readFile(t, f.Path())
+}
+
+// inject enables point with a callback failing with want, counting calls.
+// It returns the count and the function removing the fault (also run at
+// cleanup).
+func inject(t *testing.T, point string, want error) (calls *int, disable func()) {
+	t.Helper()
+	calls = new(int)
+	disable = failpoint.Enable(point, func() error { *calls++; return want })
+	t.Cleanup(disable)
+	return calls, disable
+}
+
+func TestFaultSync(t *testing.T) {
+	for _, point := range []string{failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader} {
+		t.Run(point, func(t *testing.T) {
+			f, before := faultFile(t)
+			info := f.Info()
+			calls, disable := inject(t, point, syscall.EIO)
+			err := f.Sync()
+			if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), f.Path()) || !strings.Contains(err.Error(), "sync") {
+				t.Fatalf("Sync with %s failing: %v, want EIO naming the path and sync", point, err)
+			}
+			if *calls != 1 {
+				t.Fatalf("failpoint ran %d times, want 1", *calls)
+			}
+			if f.Watermark() != 1 || f.Info() != info {
+				t.Fatalf("after failed Sync: watermark %d, info %+v; want 1, %+v", f.Watermark(), f.Info(), info)
+			}
+			// The header area is what a failed Sync must not touch; data
+			// pages may reach the disk through writeback at any time.
+			if after := readFile(t, f.Path()); !bytes.Equal(after[:DataOffset], before[:DataOffset]) {
+				t.Fatal("failed Sync changed the header area")
+			}
+			disable()
+			if err := f.Sync(); err != nil {
+				t.Fatalf("Sync after the fault is gone: %v", err)
+			}
+			g := reopen(t, f)
+			if g.Watermark() != 2 || !g.Get(3) || !g.Get(900) {
+				t.Fatalf("after retry and reopen: watermark %d, bits 3, 900 = %v, %v; want 2, true, true",
+					g.Watermark(), g.Get(3), g.Get(900))
+			}
+		})
+	}
+}
+
+func TestFaultGrow(t *testing.T) {
+	cases := []struct {
+		point string
+		want  error
+	}{
+		{failpoint.BitsliceGrowAllocate, syscall.ENOSPC},
+		{failpoint.BitsliceGrowHeader, syscall.EIO},
+	}
+	const nbits = 1 << 20 // needs a larger file (and mapping) than 1000 bits
+	for _, c := range cases {
+		t.Run(c.point, func(t *testing.T) {
+			f, before := faultFile(t)
+			info := f.Info()
+			calls, disable := inject(t, c.point, c.want)
+			err := f.Grow(nbits)
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), f.Path()) || !strings.Contains(err.Error(), "grow") {
+				t.Fatalf("Grow with %s failing: %v, want %v naming the path and grow", c.point, err, c.want)
+			}
+			if *calls != 1 {
+				t.Fatalf("failpoint ran %d times, want 1", *calls)
+			}
+			after := readFile(t, f.Path())
+			if !bytes.Equal(after[:DataOffset], before[:DataOffset]) {
+				t.Fatal("failed Grow changed the header area")
+			}
+			switch c.point {
+			case failpoint.BitsliceGrowAllocate:
+				if len(after) != len(before) {
+					t.Fatalf("Grow failing before allocation changed the file size: %d, want %d", len(after), len(before))
+				}
+			case failpoint.BitsliceGrowHeader:
+				// The file stays extended (zeroed, synced) under the old
+				// header, which Open accepts; only the length is unchanged.
+				if len(after) != int(dataSize(nbits)) {
+					t.Fatalf("Grow failing at the header left a %d-byte file, want %d", len(after), dataSize(nbits))
+				}
+				info.FileSize = int64(len(after))
+			}
+			if f.Len() != 1000 || f.Info() != info {
+				t.Fatalf("after failed Grow: Len %d, info %+v; want 1000, %+v", f.Len(), f.Info(), info)
+			}
+			if err := f.Set(nbits-1, true); !errors.Is(err, ErrOutOfRange) {
+				t.Fatalf("Set past the old length after failed Grow: %v, want ErrOutOfRange", err)
+			}
+			disable()
+			if err := f.Grow(nbits); err != nil {
+				t.Fatalf("Grow after the fault is gone: %v", err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			g := reopen(t, f)
+			if g.Len() != nbits || g.Watermark() != 2 || g.CountOnes() != 2 {
+				t.Fatalf("after retry and reopen: Len %d, watermark %d, ones %d; want %d, 2, 2",
+					g.Len(), g.Watermark(), g.CountOnes(), nbits)
+			}
+		})
+	}
+}
+
+// The ApplyWords point is a crash point: an error there is ignored (the
+// input was validated before the first store), so every change lands.
+func TestFaultApplyWordsIgnoresError(t *testing.T) {
+	f := create(t, 256)
+	calls, _ := inject(t, failpoint.BitsliceApplyWords, syscall.EIO)
+	changes := []WordChange{{0, 1, 1}, {1, 2, 2}, {2, 4, 4}, {3, 8, 8}}
+	if err := f.ApplyWords(changes); err != nil {
+		t.Fatalf("ApplyWords with its crash point failing: %v, want nil", err)
+	}
+	if *calls != 1 {
+		t.Fatalf("failpoint ran %d times, want 1", *calls)
+	}
+	for _, c := range changes {
+		if got := f.Word(c.Word); got != c.Bits {
+			t.Fatalf("word %d = %#x, want %#x", c.Word, got, c.Bits)
+		}
+	}
+}
