@@ -32,6 +32,10 @@ type Gate struct {
 	mu      sync.Mutex
 	drained bool
 	done    chan struct{} // created lazily; closed when drained
+	// doneP publishes done once created, so observers after the first
+	// read it without taking mu (drain-4-observers: four goroutines
+	// calling Done at once would otherwise queue on mu).
+	doneP atomic.Pointer[chan struct{}]
 
 	c0 stripe.Counter // the in-flight counter of an unstriped gate
 }
@@ -140,10 +144,14 @@ func (g *Gate) Close() {
 // Done returns a channel closed once the gate has been shut and every
 // admitted operation has left.
 func (g *Gate) Done() <-chan struct{} {
+	if p := g.doneP.Load(); p != nil {
+		return *p // done is never reassigned once published
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.done == nil {
 		g.done = make(chan struct{})
+		g.doneP.Store(&g.done)
 		if g.drained {
 			close(g.done)
 		}
