@@ -138,7 +138,7 @@ func BenchmarkFlushCollect(b *testing.B) {
 	b.Run("sortfunc", func(b *testing.B) {
 		for b.Loop() {
 			out = out[:0]
-			plain.rangeEntries(func(e *entry[string, kvVal]) { out = append(out, e) })
+			plain.rangeEntries(func(e *entry[string, kvVal]) bool { out = append(out, e); return true })
 			slices.SortFunc(out, func(x, y *entry[string, kvVal]) int {
 				switch {
 				case x.key < y.key:
@@ -155,7 +155,7 @@ func BenchmarkFlushCollect(b *testing.B) {
 		tmp := make([]*entry[string, kvVal], w6Puts)
 		for b.Loop() {
 			out = out[:0]
-			plain.rangeEntries(func(e *entry[string, kvVal]) { out = append(out, e) })
+			plain.rangeEntries(func(e *entry[string, kvVal]) bool { out = append(out, e); return true })
 			src, dst := out, tmp[:len(out)]
 			for pass := 7; pass >= 0; pass-- {
 				var cnt [257]int

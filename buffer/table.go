@@ -479,25 +479,7 @@ func (t *Table[K, V]) MaxOp() uint64 {
 // false. It sees entries present for the whole call; entries written or
 // removed concurrently may or may not be seen.
 func (t *Table[K, V]) Range(fn func(K, V) bool) {
-	for i, list := 0, t.shardList(); i < len(list); i++ {
-		p := &list[i]
-		sh := p.Load()
-		if sh == nil {
-			continue
-		}
-		arr := sh.slots.Load()
-		if arr == nil {
-			continue
-		}
-		tomb := &arr.tomb
-		for i := range arr.s {
-			if e := arr.s[i].ptr.Load(); e != nil && e != tomb {
-				if !fn(e.key, e.val) {
-					return
-				}
-			}
-		}
-	}
+	t.rangeEntries(func(e *entry[K, V]) bool { return fn(e.key, e.val) })
 }
 
 // Seal freezes the table: it waits for in-progress writers, makes every

@@ -237,7 +237,7 @@ func (m *mergeCursor[K, V]) down(i int) {
 func (t *Table[K, V]) Ascend(fn func(K, V) bool) {
 	if !t.ordered {
 		var es []*entry[K, V]
-		t.rangeEntries(func(e *entry[K, V]) { es = append(es, e) })
+		t.rangeEntries(func(e *entry[K, V]) bool { es = append(es, e); return true })
 		slices.SortFunc(es, func(a, b *entry[K, V]) int { return cmp.Compare(a.key, b.key) })
 		for _, e := range es {
 			if !fn(e.key, e.val) {
@@ -257,7 +257,7 @@ func (t *Table[K, V]) Ascend(fn func(K, V) bool) {
 	}
 }
 
-func (t *Table[K, V]) rangeEntries(fn func(*entry[K, V])) {
+func (t *Table[K, V]) rangeEntries(fn func(*entry[K, V]) bool) {
 	for i, list := 0, t.shardList(); i < len(list); i++ {
 		p := &list[i]
 		sh := p.Load()
@@ -270,8 +270,8 @@ func (t *Table[K, V]) rangeEntries(fn func(*entry[K, V])) {
 		}
 		tomb := &arr.tomb
 		for i := range arr.s {
-			if e := arr.s[i].ptr.Load(); e != nil && e != tomb {
-				fn(e)
+			if e := arr.s[i].ptr.Load(); e != nil && e != tomb && !fn(e) {
+				return
 			}
 		}
 	}
