@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"errors"
 
+	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/storage"
@@ -33,6 +34,10 @@ var (
 	// ErrBadName is returned by DB.KV and DB.Bits for a name that is empty,
 	// longer than 128 bytes, or has a byte outside [A-Za-z0-9._-].
 	ErrBadName = errors.New("kvbuf: bad keyspace or bitslice name")
+
+	// ErrOutOfRange is returned by Bits.Set for an index at or past the
+	// bitslice's maximum length (buffer.Options.MaxBits, default 2^32).
+	ErrOutOfRange = bitslice.ErrOutOfRange
 
 	// ErrKeyTooLarge, ErrValueTooLarge and ErrEmptyKey reject bad keys and
 	// values before they reach the buffer.

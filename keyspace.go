@@ -311,9 +311,13 @@ func (it *Iter) Error() error {
 	return it.it.Error()
 }
 
-// Close releases the iterator.
+// Close releases the iterator. After the engine has closed it returns
+// ErrClosed (the store closed the iterator's storage side already).
 func (it *Iter) Close() error {
 	err := it.it.Close()
+	if errors.Is(err, storage.ErrClosed) {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	if it.err != nil && err == nil && !errors.Is(it.err, ErrClosed) {
 		err = it.err
 	}

@@ -32,6 +32,10 @@ const (
 	BitsExt = ".bits"
 
 	manifestText = "kvbuf engine directory\nformat 1\n"
+	// manifestInit marks a directory whose store and bits directories may
+	// not exist yet; Open replaces it with manifestText once they are
+	// durable, so a complete manifest without a store is corruption.
+	manifestInit = "kvbuf engine directory\nformat 1\ninitialising\n"
 	maxNameLen   = 128
 )
 
@@ -86,7 +90,8 @@ type DB struct {
 // initialised.
 func Open(dir string, opts *Options) (*DB, error) {
 	o := withDefaults(opts)
-	if err := prepareDir(dir); err != nil {
+	fresh, err := prepareDir(dir)
+	if err != nil {
 		return nil, err
 	}
 	lock, err := lockDir(dir)
@@ -94,7 +99,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{dir: dir, opts: o, lock: lock, keyspaces: map[string]*KV{}, bits: map[string]*Bits{}}
-	if err := db.open(); err != nil {
+	if err := db.open(fresh); err != nil {
 		db.closeFiles()
 		return nil, err
 	}
@@ -109,51 +114,63 @@ func withDefaults(opts *Options) Options {
 	return o
 }
 
-// prepareDir makes dir an engine directory, or checks that it is one.
-func prepareDir(dir string) error {
+// prepareDir checks that dir is an engine directory, or makes it one if it
+// is absent or empty. fresh reports that initialisation is not complete
+// (the manifest says so): open then creates the store and bits directories
+// and only afterwards writes the final manifest, so a final manifest always
+// means a complete engine.
+func prepareDir(dir string) (fresh bool, err error) {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("kvbuf: create %s: %w", dir, err)
+			return false, fmt.Errorf("kvbuf: create %s: %w", dir, err)
 		}
 		if err := syncDir(filepath.Dir(dir)); err != nil {
-			return fmt.Errorf("kvbuf: create %s: sync parent: %w", dir, err)
+			return false, fmt.Errorf("kvbuf: create %s: sync parent: %w", dir, err)
 		}
 	case err != nil:
-		return fmt.Errorf("kvbuf: open %s: %w", dir, err)
+		return false, fmt.Errorf("kvbuf: open %s: %w", dir, err)
 	case !st.IsDir():
-		return fmt.Errorf("kvbuf: open %s: not a directory: %w", dir, ErrNotEngine)
+		return false, fmt.Errorf("kvbuf: open %s: not a directory: %w", dir, ErrNotEngine)
 	}
 	mpath := filepath.Join(dir, ManifestName)
 	b, err := os.ReadFile(mpath)
 	if err == nil {
+		if string(b) == manifestInit {
+			return true, nil // a crash cut initialisation short: finish it
+		}
 		if string(b) != manifestText {
 			if strings.HasPrefix(string(b), "kvbuf engine directory\n") {
-				return fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %q: %w", mpath, b, ErrCorrupt)
+				return false, fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %q: %w", mpath, b, ErrCorrupt)
 			}
-			return fmt.Errorf("kvbuf: %s: foreign manifest: %w", mpath, ErrNotEngine)
+			return false, fmt.Errorf("kvbuf: %s: foreign manifest: %w", mpath, ErrNotEngine)
 		}
-		return nil
+		return false, nil
 	}
 	if errors.Is(err, syscall.EISDIR) {
 		// kvbuf never makes a directory by that name.
-		return fmt.Errorf("kvbuf: %s is a directory: %w", mpath, ErrNotEngine)
+		return false, fmt.Errorf("kvbuf: %s is a directory: %w", mpath, ErrNotEngine)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("kvbuf: read %s: %w", mpath, err)
+		return false, fmt.Errorf("kvbuf: read %s: %w", mpath, err)
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("kvbuf: open %s: %w", dir, err)
+		return false, fmt.Errorf("kvbuf: open %s: %w", dir, err)
 	}
 	for _, e := range ents {
 		// A crash during initialisation can leave only these behind.
-		if e.Name() != LockName && e.Name() != ManifestName+".tmp" {
-			return fmt.Errorf("kvbuf: %s has %q but no %s: %w", dir, e.Name(), ManifestName, ErrNotEngine)
+		switch e.Name() {
+		case LockName, ManifestName + ".tmp":
+		default:
+			return false, fmt.Errorf("kvbuf: %s has %q but no %s: %w", dir, e.Name(), ManifestName, ErrNotEngine)
 		}
 	}
-	return writeFileAtomic(mpath, []byte(manifestText))
+	if err := writeFileAtomic(mpath, []byte(manifestInit)); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // writeFileAtomic writes data to path through a synced temporary file and a
@@ -196,8 +213,15 @@ func syncDir(dir string) error {
 	return err
 }
 
-func (db *DB) open() error {
-	st, err := storage.Open(filepath.Join(db.dir, StoreDir), &storage.Options{CacheSize: db.opts.CacheSize, FS: db.opts.storeFS})
+func (db *DB) open(fresh bool) error {
+	st, err := storage.Open(filepath.Join(db.dir, StoreDir), &storage.Options{
+		CacheSize:        db.opts.CacheSize,
+		FS:               db.opts.storeFS,
+		ErrorIfNotExists: !fresh, // a manifest without a store means lost data, not a new engine
+	})
+	if !fresh && errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("kvbuf: %s has a manifest but no store: %w: %w", db.dir, ErrCorrupt, err)
+	}
 	if err != nil {
 		return wrapOpenErr(err)
 	}
@@ -213,6 +237,11 @@ func (db *DB) open() error {
 	}
 	if err := db.loadCatalog(); err != nil {
 		return err
+	}
+	if fresh {
+		if err := writeFileAtomic(filepath.Join(db.dir, ManifestName), []byte(manifestText)); err != nil {
+			return err
+		}
 	}
 	wm, err := st.Watermark()
 	if err != nil {

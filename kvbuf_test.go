@@ -330,6 +330,10 @@ func TestBadInputs(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.err)
 		}
 	}
+	b := mustBits(t, db, "b")
+	if err := b.Set(ctx, 1<<40, true, 0); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Set(2^40): %v, want ErrOutOfRange", err)
+	}
 	wantGet(t, k, "k", "") // nothing was written by the rejected calls
 	if err := k.Put(ctx, make([]byte, 8), make([]byte, 16), 0); err != nil {
 		t.Errorf("key and value at their limits: %v", err)
@@ -363,7 +367,9 @@ func TestOperationsAfterClose(t *testing.T) {
 	if it.First() || !errors.Is(it.Error(), ErrClosed) {
 		t.Errorf("iterator after Close: Error() = %v, want ErrClosed", it.Error())
 	}
-	_ = it.Close()
+	if err := it.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("iterator Close after engine Close: %v, want nil or ErrClosed", err)
+	}
 	select {
 	case <-db.Done():
 	default:
@@ -410,5 +416,41 @@ func TestConcurrentCloseWithWriters(t *testing.T) {
 		for _, i := range is {
 			wantGet(t, k, fmt.Sprintf("w%d-%d", w, i), "v") // Close's final flush kept every acked write
 		}
+	}
+}
+
+func TestDeletedStoreIsCorruptNotRecreated(t *testing.T) {
+	dir := t.TempDir()
+	db := openT(t, dir, nil)
+	if err := mustKV(t, db, "k").Put(ctx, []byte("a"), []byte("1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	closeT(t, db)
+	if err := os.RemoveAll(filepath.Join(dir, StoreDir)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, nil); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open without store/: %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, StoreDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Open recreated the missing store: %v", err)
+	}
+}
+
+func TestInterruptedInitialisationResumes(t *testing.T) {
+	// What a crash between writing the initial manifest and creating the
+	// store leaves behind: the manifest says initialisation is not done,
+	// so Open finishes it instead of calling the missing store corrupt.
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, BitsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ManifestName), []byte(manifestInit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := openT(t, dir, nil)
+	closeT(t, db)
+	if b, err := os.ReadFile(filepath.Join(dir, ManifestName)); err != nil || string(b) != manifestText {
+		t.Fatalf("manifest after resumed init: %q, %v", b, err)
 	}
 }
