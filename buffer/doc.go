@@ -74,7 +74,9 @@
 // and kept by size class for the next generation, bounded by
 // Options.PoolBytes and a depth per class, so steady write/flush cycles stop
 // growing fresh slot arrays. A table pinned by an open iterator is not
-// recycled. Build with -tags kvbuf_nopool to disable pooling.
+// recycled. A recycled table stays sealed until Freeze has published it as
+// the new active table, so a writer still holding its pointer from an
+// earlier generation retries instead of writing where no reader looks yet. Build with -tags kvbuf_nopool to disable pooling.
 //
 // # Caveats
 //

@@ -87,6 +87,10 @@ type KV struct {
 	pool        *tablePool[string, kvVal]
 
 	keyBufs sync.Pool // *[]byte scratch for prefixed store keys
+
+	// testHookFreeze, if set (tests only), runs in Freeze once the next
+	// active table is chosen, before the swap.
+	testHookFreeze func(next *kvTable)
 }
 
 // NewKV returns an empty overlay over s. s may be shared by several KVs with
@@ -397,11 +401,20 @@ func (kv *KV) Freeze() uint64 {
 		}
 		return kv.frozenMaxOp
 	}
+	// A pooled table stays sealed until it is published as the active
+	// table: a writer that loaded its pointer generations ago (when it was
+	// last active) may still be about to call Set on it. Unsealed before
+	// publication, that stale write would land in a table no reader
+	// consults yet, so the writer's own next Get would read the older value
+	// from the current active table, and once published the stale value
+	// would shadow newer writes made to that table meanwhile.
 	next := kv.pool.get(kv.lastLen)
-	if next != nil {
-		next.unseal()
-	} else {
+	pooled := next != nil
+	if !pooled {
 		next = kv.newTable()
+	}
+	if kv.testHookFreeze != nil {
+		kv.testHookFreeze(next)
 	}
 	old.Seal(func() {
 		if prev != nil {
@@ -411,6 +424,11 @@ func (kv *KV) Freeze() uint64 {
 		}
 		kv.frozen.Store(old) // before active: readers go active -> frozen
 		kv.active.Store(next)
+		if pooled {
+			// Only now: a write it accepts is one to the active table.
+			// Writers that load next before this spin in set until then.
+			next.unseal()
+		}
 	})
 	kv.applied = false
 	kv.frozenMaxOp = old.MaxOp()

@@ -684,3 +684,62 @@ func TestKVConcurrent(t *testing.T) {
 		t.Fatalf("store after final flush differs from model (%d vs %d keys)", len(stored), len(want))
 	}
 }
+
+// TestKVStaleWriterPooledTable is the race behind TestKVConcurrent's
+// read-your-writes failures: a writer loads the active table, is descheduled
+// for a whole Freeze/Apply/Release cycle (the table is cleared and pooled),
+// and calls Set just as the next Freeze takes that table from the pool as
+// the new active one but has not published it yet. The write must not land
+// there: the writer's own Get would read the older value from the still
+// current active table, and the stale write would later shadow newer ones.
+func TestKVStaleWriterPooledTable(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling disabled (kvbuf_nopool)")
+	}
+	kv := newKV(openStore(t), nil)
+	k := []byte("k")
+	stale := kv.active.Load() // the writer's load in set, before it stalls
+	if err := kv.Put([]byte("other"), []byte("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	kv.Freeze()
+	if err := kv.Apply(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	kv.Release() // stale is cleared and pooled
+	if err := kv.Put(k, []byte("old"), 2); err != nil {
+		t.Fatal(err)
+	}
+	var hooked bool
+	kv.testHookFreeze = func(next *kvTable) {
+		kv.testHookFreeze = nil
+		if next != stale {
+			t.Fatalf("Freeze did not reuse the pooled table")
+		}
+		hooked = true
+		// The stalled writer resumes: Delete(k) as set would do it.
+		for tb := stale; !tb.Set("k", tombstone, 3); tb = kv.active.Load() {
+		}
+		if v, err := kv.Get(k); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("Get(k) after own Delete = %q, %v; want not found", v, err)
+		}
+		// A later write by the same writer must win over the delete.
+		if err := kv.Put(k, []byte("new"), 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv.Freeze()
+	if !hooked {
+		t.Fatal("test hook did not run")
+	}
+	if v, err := kv.Get(k); err != nil || string(v) != "new" {
+		t.Errorf("Get(k) after Freeze = %q, %v; want \"new\"", v, err)
+	}
+	if err := kv.Apply(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	kv.Release()
+	if v, err := kv.Get(k); err != nil || string(v) != "new" {
+		t.Errorf("Get(k) after flush = %q, %v; want \"new\"", v, err)
+	}
+}

@@ -594,8 +594,8 @@ func (t *Table[K, V]) clear() {
 	}
 }
 
-// unseal reopens a cleared table for writes, before it is published as the
-// active table.
+// unseal reopens a cleared table for writes once it has been published as
+// the active table (not before: see KV.Freeze).
 func (t *Table[K, V]) unseal() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
