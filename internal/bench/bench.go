@@ -14,11 +14,7 @@ import (
 // Implementation names used in rows (impl in kvtool bench --json), from
 // shared/workloads.md.
 const (
-	ImplKvbuf = "kvbuf"
-	// ImplKvbufOverlay is the buffer overlay alone, without the engine's
-	// drain gate and keyspace prefix: what the buffer package's own
-	// benchmarks measure. It is one of the project's rows (it gets RatioVs).
-	ImplKvbufOverlay       = "kvbuf-overlay"
+	ImplKvbuf              = "kvbuf"
 	ImplRaw                = "raw"
 	ImplMutexMap           = "mutex+map"
 	ImplRWMutexMap         = "rwmutex+map"
@@ -30,6 +26,12 @@ const (
 	ImplPerCallerSync      = "per-caller-sync"
 	ImplSingleflight       = "x/sync-singleflight"
 )
+
+// ImplKvbufOverlay is the buffer overlay alone, without the engine's drain
+// gate and keyspace prefix: what the buffer package's own benchmarks
+// measure. It is one of the project's rows (it gets RatioVs), not a
+// canonical workloads.md name.
+const ImplKvbufOverlay = "kvbuf-overlay"
 
 // ErrBadConfig is returned for a Config or argument out of range.
 var ErrBadConfig = errors.New("bench: bad configuration")
