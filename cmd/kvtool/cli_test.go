@@ -214,6 +214,9 @@ func TestCorruptEngine(t *testing.T) {
 		{"foreign-manifest", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, kvbuf.ManifestName), "hello\n")
 		}, "not a kvbuf directory"},
+		{"interrupted-init", func(t *testing.T, dir string) {
+			write(t, filepath.Join(dir, kvbuf.ManifestName), "kvbuf engine directory\nformat 1\ninitialising\n")
+		}, "engine initialisation was interrupted"},
 		{"future-manifest", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, kvbuf.ManifestName), "kvbuf engine directory\nformat 9\n")
 		}, "unsupported or damaged manifest"},

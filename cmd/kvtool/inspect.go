@@ -176,7 +176,13 @@ func readManifest(dir string) (int, error) {
 	if header != manifestHeader {
 		return 0, fmt.Errorf("%s: foreign manifest %.40q: %w", path, b, kvbuf.ErrNotEngine)
 	}
-	v, ok := strings.CutPrefix(strings.TrimSuffix(rest, "\n"), "format ")
+	rest = strings.TrimSuffix(rest, "\n")
+	if r, ok := strings.CutSuffix(rest, "\ninitialising"); ok {
+		// The engine writes this first and the final manifest once its
+		// store and bits directories exist; the next Open finishes it.
+		return 0, fmt.Errorf("%s: engine initialisation was interrupted (%s); opening it with the engine finishes it: %w", path, r, kvbuf.ErrNotEngine)
+	}
+	v, ok := strings.CutPrefix(rest, "format ")
 	n, err := strconv.Atoi(v)
 	if !ok || err != nil || n != 1 {
 		return 0, fmt.Errorf("%s: unsupported or damaged manifest %q (this kvtool reads format 1): %w", path, b, kvbuf.ErrCorrupt)
