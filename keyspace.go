@@ -169,23 +169,19 @@ func (k *KV) withKey(key []byte, f func(full []byte) error) error {
 // when pending memory is over its bound, and returns ctx.Err() if ctx ends
 // first. After it returns every Get sees the value (or a later one).
 func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
-	if err := k.checkKey(key); err != nil {
-		return err
-	}
-	o, err := k.db.flusher.BeginWrite(ctx)
-	if err != nil {
-		return err
-	}
-	defer o.End()
-	if err := k.withKey(key, func(full []byte) error { return k.db.kv.Put(full, value, op) }); err != nil {
-		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
-	}
-	return nil
+	return k.write(ctx, key, func(full []byte) error { return k.db.kv.Put(full, value, op) })
 }
 
 // Delete removes key (a tombstone until the next flush), tagged with op.
 // Deleting an absent key is not an error.
 func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
+	return k.write(ctx, key, func(full []byte) error { return k.db.kv.Delete(full, op) })
+}
+
+// write is the shared path of Put and Delete: key check, admission through
+// the flusher's write side (gate, barrier, backpressure), then apply to the
+// overlay with the prefixed key.
+func (k *KV) write(ctx context.Context, key []byte, apply func(full []byte) error) error {
 	if err := k.checkKey(key); err != nil {
 		return err
 	}
@@ -194,7 +190,7 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 		return err
 	}
 	defer o.End()
-	if err := k.withKey(key, func(full []byte) error { return k.db.kv.Delete(full, op) }); err != nil {
+	if err := k.withKey(key, apply); err != nil {
 		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 	}
 	return nil
