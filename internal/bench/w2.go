@@ -246,28 +246,37 @@ func setupW2(ctx context.Context, s *Suite, c Config) error {
 				if err != nil {
 					return 0, err
 				}
-				n, vb := 0, 0
-				for ok := it.First(); ok && n < scanLen; ok = it.Next() {
-					n++
-					vb += len(it.Value())
-				}
-				_ = vb
-				return n, errors.Join(it.Error(), it.Close())
+				return scan(it, scanLen)
 			}},
 			{Name: ImplPebbleIndexedBatch, Op: func(i int) (int, error) {
 				it, err := ib.NewIter(&pebble.IterOptions{LowerBound: starts.at(i)})
 				if err != nil {
 					return 0, err
 				}
-				n, vb := 0, 0
-				for ok := it.First(); ok && n < scanLen; ok = it.Next() {
-					n++
-					vb += len(it.Value())
-				}
-				_ = vb
-				return n, errors.Join(it.Error(), it.Close())
+				return scan(it, scanLen)
 			}},
 		}},
 	}
 	return nil
+}
+
+// scanIter is what the scan rows need of kvbuf's and pebble's iterators.
+type scanIter interface {
+	First() bool
+	Next() bool
+	Value() []byte
+	Error() error
+	Close() error
+}
+
+// scan reads up to n entries of it (touching each value, as a reader
+// would), closes it and returns how many it read.
+func scan(it scanIter, n int) (int, error) {
+	read, vb := 0, 0
+	for ok := it.First(); ok && read < n; ok = it.Next() {
+		read++
+		vb += len(it.Value())
+	}
+	_ = vb
+	return read, errors.Join(it.Error(), it.Close())
 }
