@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // Bits is a named bit vector: a bitslice file in the engine directory
@@ -45,7 +46,7 @@ func (db *DB) Bits(name string) (*Bits, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		f, err = bitslice.Create(path, 0)
 		if err == nil {
-			err = syncDir(dir)
+			err = fsutil.SyncDir(dir)
 			if err != nil {
 				_ = f.Close()
 				err = fmt.Errorf("kvbuf: sync %s: %w", dir, err)

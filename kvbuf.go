@@ -15,6 +15,7 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -126,7 +127,7 @@ func prepareDir(dir string) (fresh bool, err error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return false, fmt.Errorf("kvbuf: create %s: %w", dir, err)
 		}
-		if err := syncDir(filepath.Dir(dir)); err != nil {
+		if err := fsutil.SyncDir(filepath.Dir(dir)); err != nil {
 			return false, fmt.Errorf("kvbuf: create %s: sync parent: %w", dir, err)
 		}
 	case err != nil:
@@ -193,24 +194,12 @@ func writeFileAtomic(path string, data []byte) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = fsutil.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		return fmt.Errorf("kvbuf: write %s: %w", path, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func (db *DB) open(fresh bool) error {
@@ -232,7 +221,7 @@ func (db *DB) open(fresh bool) error {
 	// The store and bits entries must be durable before anything in them
 	// is acknowledged (storage syncs the store's entry on the store's file
 	// system; this covers bits, and the store when both are on the OS's).
-	if err := syncDir(db.dir); err != nil {
+	if err := fsutil.SyncDir(db.dir); err != nil {
 		return fmt.Errorf("kvbuf: sync %s: %w", db.dir, err)
 	}
 	if err := db.loadCatalog(); err != nil {

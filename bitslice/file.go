@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvbuf/kvbuf/internal/failpoint"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // minMapping is the smallest mapping reserved for the data area. Mappings
@@ -656,13 +657,7 @@ func (f *File) Close() error {
 
 // syncDir fsyncs a directory so a new entry in it is durable.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		// Untested: fsync of a directory fails only on an I/O error.
+	if err := fsutil.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
