@@ -6,13 +6,17 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
+// Errors. Each is a sentinel to test with errors.Is; the errors the engine
+// returns wrap them with the keyspace, bitslice, key or path involved. Errors
+// from lower packages that mean the same thing match both (for example a
+// corrupt bitslice header matches ErrCorrupt and bitslice.ErrCorrupt).
 var (
-	// ErrClosed is returned by every operation that starts after Close has
-	// begun. It is the drain gate's error, so errors.Is matches it however
-	// deep in the engine the refusal happened.
+	// ErrClosed is returned by every write, flush and snapshot that starts
+	// after Close has begun, and by reads that finish after it began.
 	ErrClosed = flush.ErrClosed
 
 	// ErrNotFound is returned by KV.Get for a key that is absent or deleted.
@@ -20,28 +24,53 @@ var (
 
 	// ErrLocked is returned by Open when another engine (in this process or
 	// another one) has the directory open.
-	ErrLocked = errors.New("kvbuf: directory locked by another engine")
+	ErrLocked = enginedir.ErrLocked
 
 	// ErrCorrupt marks on-disk corruption found by Open or while reading: a
-	// damaged manifest, bitslice file or pebble store. Errors that match it
-	// also match the lower-level package's own ErrCorrupt.
-	ErrCorrupt = errors.New("kvbuf: corrupt engine directory")
+	// damaged manifest, catalog, bitslice file or pebble store.
+	ErrCorrupt = enginedir.ErrCorrupt
 
-	// ErrNotEngine is returned by Open for a non-empty directory that was
-	// not created by kvbuf, so the engine never writes into foreign data.
-	ErrNotEngine = errors.New("kvbuf: not a kvbuf directory")
+	// ErrNotEngine is returned by Open for a path that is not a kvbuf engine
+	// directory and not empty, so the engine never writes into foreign data.
+	ErrNotEngine = enginedir.ErrNotEngine
 
-	// ErrBadName is returned by DB.KV and DB.Bits for a name that is empty,
-	// longer than 128 bytes, or has a byte outside [A-Za-z0-9._-].
-	ErrBadName = errors.New("kvbuf: bad keyspace or bitslice name")
+	// ErrBadName is returned by DB.KV, DB.Bits and DB.DropKV for a name that
+	// is empty, longer than 128 bytes, "." or "..", or has a byte outside
+	// [A-Za-z0-9._-].
+	ErrBadName = enginedir.ErrBadName
 
-	// ErrOutOfRange is returned by Bits.Set for an index at or past the
-	// bitslice's maximum length (buffer.Options.MaxBits, default 2^32).
+	// ErrBadOptions is returned by Open (and Options.Validate) for an option
+	// out of range.
+	ErrBadOptions = buffer.ErrBadOptions
+
+	// ErrOutOfRange is returned for a bit index at or past the bitslice's
+	// maximum length (Options.MaxBits).
 	ErrOutOfRange = bitslice.ErrOutOfRange
 
 	// ErrKeyTooLarge, ErrValueTooLarge and ErrEmptyKey reject bad keys and
-	// values before they reach the buffer.
+	// values before anything is written.
 	ErrKeyTooLarge   = buffer.ErrKeyTooLarge
 	ErrValueTooLarge = buffer.ErrValueTooLarge
 	ErrEmptyKey      = buffer.ErrEmptyKey
+
+	// ErrBadRange is returned for a range whose lower bound is above its
+	// upper bound (KV.DeleteRange, KV.NewIter, Bits.SetRange).
+	ErrBadRange = buffer.ErrBadRange
+
+	// ErrStaleOp is returned by a write whose op number is at or below an op
+	// the engine has already declared complete (see DB, "Ops and the
+	// watermark"): writing it would make the watermark lie.
+	ErrStaleOp = flush.ErrStaleOp
+
+	// ErrDropped is returned by operations on a keyspace handle after
+	// DB.DropKV dropped it.
+	ErrDropped = buffer.ErrDropped
+
+	// ErrPanicked is wrapped by the error a Flush returns when the flush it
+	// waited for panicked (a bug); see flush.PanicError.
+	ErrPanicked = flush.ErrPanicked
+
+	// ErrForeign is returned for a keyspace or bitslice handle that belongs
+	// to another engine (in a Batch, or a handle kept across a reopen).
+	ErrForeign = errors.New("kvbuf: handle of another engine")
 )

@@ -1,321 +1,284 @@
 package kvbuf
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
-const (
-	// catalogMeta is the storage meta entry listing keyspaces as
-	// "name id\n" lines. One entry, rewritten whole on each new keyspace, in
-	// a synced batch of its own, so the catalog is always complete.
-	catalogMeta = "kvbuf/catalog"
-	prefixLen   = 4
-
-	defaultMaxKeySize   = 4096
-	defaultMaxValueSize = 1 << 20
-)
-
-// KV is a named keyspace: keys are isolated from other keyspaces by a
-// prefix inside the engine's one pebble store, and flushed with them under
-// the engine's one watermark. Get it from DB.KV. Safe for concurrent use.
+// KV is a named keyspace: ordered byte keys and values, isolated from the
+// engine's other keyspaces inside its one pebble store and flushed with them
+// under the engine's one watermark. Get it from DB.KV. Safe for concurrent
+// use.
 type KV struct {
-	db     *DB
-	name   string
-	prefix [prefixLen]byte
+	db   *DB
+	name string
+	id   storage.KeyspaceID
+	ov   *buffer.KV
 }
 
-// loadCatalog reads the persisted keyspace names.
-func (db *DB) loadCatalog() error {
-	b, err := db.store.GetMeta(catalogMeta)
-	if errors.Is(err, storage.ErrNotFound) {
-		db.nextID = 1
-		return nil
-	}
-	if err != nil {
-		return wrapOpenErr(err)
-	}
-	db.nextID = 1
-	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		name, idText, ok := strings.Cut(line, " ")
-		id, perr := strconv.ParseUint(idText, 10, 32)
-		if !ok || perr != nil || id == 0 || checkName("keyspace", name) != nil {
-			return fmt.Errorf("kvbuf: keyspace catalog line %q: %w", line, ErrCorrupt)
-		}
-		if _, dup := db.keyspaces[name]; dup {
-			return fmt.Errorf("kvbuf: keyspace catalog names %q twice: %w", name, ErrCorrupt)
-		}
-		db.keyspaces[name] = newKVHandle(db, name, uint32(id))
-		db.nextID = max(db.nextID, uint32(id)+1)
-	}
-	return nil
-}
-
-func newKVHandle(db *DB, name string, id uint32) *KV {
-	k := &KV{db: db, name: name}
-	binary.BigEndian.PutUint32(k.prefix[:], id)
-	return k
-}
-
-// KV returns the keyspace called name, creating it (durably, before it
-// returns) on first use. Names are 1–128 bytes of [A-Za-z0-9._-]
-// (ErrBadName otherwise).
+// KV returns the keyspace called name, creating it on first use (it is
+// persisted with the next flush). Names are 1–128 bytes of [A-Za-z0-9._-],
+// not "." or ".." (ErrBadName otherwise). It returns ErrClosed after Close
+// has begun.
 func (db *DB) KV(name string) (*KV, error) {
-	if err := checkName("keyspace", name); err != nil {
+	if err := enginedir.CheckName("keyspace", name); err != nil {
 		return nil, err
 	}
-	op, err := db.flusher.BeginRead()
+	t, err := db.flusher.Enter()
 	if err != nil {
 		return nil, err
 	}
-	defer op.End()
+	defer t.End()
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if k, ok := db.keyspaces[name]; ok {
 		return k, nil
 	}
-	k := newKVHandle(db, name, db.nextID)
-	var buf strings.Builder
-	names := make([]string, 0, len(db.keyspaces)+1)
-	for n := range db.keyspaces {
-		names = append(names, n)
+	next := db.catalog.Clone()
+	id, err := next.Add(name)
+	if err == nil {
+		_, err = next.Encode() // refuse now what could not be written later
 	}
-	names = append(names, name)
-	sort.Strings(names)
-	for _, n := range names {
-		ks := db.keyspaces[n]
-		if n == name {
-			ks = k
-		}
-		fmt.Fprintf(&buf, "%s %d\n", n, binary.BigEndian.Uint32(ks.prefix[:]))
-	}
-	b := db.store.NewBatch()
-	b.SetMeta(catalogMeta, []byte(buf.String()))
-	if err := db.store.Apply(b); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("kvbuf: create keyspace %q: %w", name, err)
 	}
-	db.keyspaces[name] = k
-	db.nextID++
+	k, err := db.newKV(name, storage.KeyspaceID(id))
+	if err != nil {
+		return nil, err
+	}
+	db.catalog = next
+	db.catDirty = true
 	return k, nil
 }
 
-// Keyspaces returns the names of the engine's keyspaces, sorted.
-func (db *DB) Keyspaces() []string {
+// newKV makes the handle and overlay of a keyspace. db.mu held (or Open).
+func (db *DB) newKV(name string, id storage.KeyspaceID) (*KV, error) {
+	ov, err := buffer.NewKV(db.store, id, &db.acct, db.bopts)
+	if err != nil {
+		return nil, err
+	}
+	k := &KV{db: db, name: name, id: id, ov: ov}
+	db.keyspaces[name] = k
+	db.addTarget(k, nil)
+	return k, nil
+}
+
+// DropKV deletes the keyspace called name and everything in it, as a write
+// of op: O(1) in memory (one range tombstone), one range deletion in the
+// store at the next flush, together with the catalog change. Handles to the
+// keyspace then fail with ErrDropped; a later DB.KV(name) creates a new,
+// empty keyspace. Dropping a keyspace that does not exist is not an error.
+func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
+	if err := enginedir.CheckName("keyspace", name); err != nil {
+		return err
+	}
+	t, err := db.flusher.BeginWrite(ctx, op, false)
+	if err != nil {
+		return err
+	}
+	defer t.End()
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	names := make([]string, 0, len(db.keyspaces))
-	for n := range db.keyspaces {
-		names = append(names, n)
+	k, ok := db.keyspaces[name]
+	if !ok {
+		return nil
 	}
-	sort.Strings(names)
-	return names
+	k.ov.Drop()
+	delete(db.keyspaces, name)
+	db.catalog.Drop(name)
+	db.catDirty = true
+	return nil
 }
 
 // Name returns the keyspace's name.
 func (k *KV) Name() string { return k.name }
 
-func (k *KV) checkKey(key []byte) error {
-	switch {
-	case len(key) == 0:
-		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, ErrEmptyKey)
-	case len(key) > k.db.maxKeySize():
-		return fmt.Errorf("kvbuf: keyspace %q: key of %d bytes (max %d): %w", k.name, len(key), k.db.maxKeySize(), ErrKeyTooLarge)
-	}
-	return nil
+func (k *KV) wrap(err error) error {
+	return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 }
 
-func (db *DB) maxKeySize() int {
-	if db.opts.MaxKeySize > 0 {
-		return db.opts.MaxKeySize
-	}
-	return defaultMaxKeySize
-}
-
-// fullKey returns the prefixed key, in scratch when it fits.
-func (k *KV) fullKey(scratch []byte, key []byte) []byte {
-	return append(append(scratch[:0], k.prefix[:]...), key...)
-}
-
-// withKey calls f with the prefixed key in a pooled buffer. The overlay
-// copies what it keeps, but its store sits behind an interface, so a stack
-// buffer would escape: the pool saves an allocation per operation.
-func (k *KV) withKey(key []byte, f func(full []byte) error) error {
-	bp, _ := k.db.keyBufs.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
-	}
-	*bp = k.fullKey(*bp, key)
-	err := f(*bp)
-	if cap(*bp) <= 4*defaultMaxKeySize { // don't pin a huge key's buffer
-		k.db.keyBufs.Put(bp)
-	}
-	return err
-}
-
-// Put sets key to value (both copied), tagged with the host's op number
-// (0 if the host does not track them). It may wait for a flush to make room
-// when pending memory is over its bound, and returns ctx.Err() if ctx ends
-// first. After it returns every Get sees the value (or a later one).
+// Put sets key to value (both copied), as a write of op (see "Ops and the
+// watermark"; 0 if the host does not track ops). It may wait for a flush to
+// make room when pending memory is over its bound, and returns ctx.Err() if
+// ctx ends first. After it returns every read sees the value (or a later
+// one). Errors: ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrStaleOp,
+// ErrDropped, ErrClosed.
 func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
-	return k.write(ctx, key, func(full []byte) error { return k.db.kv.Put(full, value, op) })
-}
-
-// Delete removes key (a tombstone until the next flush), tagged with op.
-// Deleting an absent key is not an error.
-func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
-	return k.write(ctx, key, func(full []byte) error { return k.db.kv.Delete(full, op) })
-}
-
-// write is the shared path of Put and Delete: key check, admission through
-// the flusher's write side (gate, barrier, backpressure), then apply to the
-// overlay with the prefixed key.
-func (k *KV) write(ctx context.Context, key []byte, apply func(full []byte) error) error {
-	if err := k.checkKey(key); err != nil {
-		return err
+	if err := k.ov.CheckPut(key, value); err != nil {
+		return k.wrap(err)
 	}
-	o, err := k.db.flusher.BeginWrite(ctx)
+	t, err := k.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
 	}
-	defer o.End()
-	if err := k.withKey(key, apply); err != nil {
-		return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
+	err = k.ov.Put(key, value)
+	t.End()
+	if err != nil {
+		return k.wrap(err)
 	}
 	return nil
 }
 
-// Get returns a copy of key's value: the pending one if there is one, else
-// the stored one. It returns ErrNotFound for an absent or deleted key.
-func (k *KV) Get(key []byte) ([]byte, error) {
-	if err := k.checkKey(key); err != nil {
-		return nil, err
+// Delete removes key, as a write of op. Deleting an absent key is not an
+// error. Errors as Put.
+func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
+	if err := k.ov.CheckKey(key); err != nil {
+		return k.wrap(err)
 	}
-	o, err := k.db.flusher.BeginRead()
+	t, err := k.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
-		return nil, err
-	}
-	defer o.End()
-	var v []byte
-	err = k.withKey(key, func(full []byte) (err error) {
-		v, err = k.db.kv.Get(full)
 		return err
-	})
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
 	}
-	return v, err
-}
-
-// Iter iterates over a keyspace in key order, merging pending changes with
-// the store. It is not safe for concurrent use; close it when done. After
-// the engine closes, its methods return false and Error returns ErrClosed.
-type Iter struct {
-	kv  *KV
-	it  *buffer.Iter
-	err error
-}
-
-// NewIter returns an iterator over keys in [lower, upper) of the keyspace;
-// a nil bound is open.
-func (k *KV) NewIter(lower, upper []byte) (*Iter, error) {
-	o, err := k.db.flusher.BeginRead()
+	err = k.ov.Delete(key)
+	t.End()
 	if err != nil {
-		return nil, err
+		return k.wrap(err)
 	}
-	defer o.End()
-	lo := k.fullKey(nil, lower)
-	var hi []byte
-	if upper != nil {
-		hi = k.fullKey(nil, upper)
-	} else {
-		hi = prefixSuccessor(k.prefix[:])
-	}
-	it, err := k.db.kv.NewIter(lo, hi)
-	if err != nil {
-		return nil, fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
-	}
-	return &Iter{kv: k, it: it}, nil
+	return nil
 }
 
-// prefixSuccessor returns the smallest key greater than every key with
-// prefix p (p is never all 0xff: keyspace ids start at 1 and stay small).
-func prefixSuccessor(p []byte) []byte {
-	s := bytes.Clone(p)
-	for i := len(s) - 1; i >= 0; i-- {
-		s[i]++
-		if s[i] != 0 {
-			return s[:i+1]
+// DeleteRange removes every key k with lower <= k < upper (nil = open on
+// that side), pending or stored, as a write of op. It costs O(1) in memory
+// whatever the number of keys (one range tombstone) and one range deletion
+// in the store at the next flush. Errors: ErrBadRange (lower > upper), and
+// as Put.
+func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) error {
+	if err := buffer.CheckRange(lower, upper); err != nil {
+		return k.wrap(err)
+	}
+	t, err := k.db.flusher.BeginWrite(ctx, op, false)
+	if err != nil {
+		return err
+	}
+	err = k.ov.DeleteRange(lower, upper)
+	t.End()
+	if err != nil {
+		return k.wrap(err)
+	}
+	return nil
+}
+
+// Get returns a copy of key's value: the newest pending change, else the
+// stored value. Errors: ErrNotFound (absent or deleted), ErrEmptyKey,
+// ErrKeyTooLarge, ErrDropped, ErrClosed, and storage errors (ErrCorrupt).
+func (k *KV) Get(key []byte) ([]byte, error) {
+	v, err := k.ov.Get(key)
+	return v, k.readErr(err)
+}
+
+// GetAppend is Get appending the value to dst instead of allocating: with
+// enough capacity in dst it allocates nothing. On error it returns dst
+// unchanged.
+func (k *KV) GetAppend(dst, key []byte) ([]byte, error) {
+	v, err := k.ov.GetAppend(dst, key)
+	if err = k.readErr(err); err != nil {
+		return dst, err
+	}
+	return v, nil
+}
+
+// GetMany looks up every key of keys at once (overlapping their cache
+// misses), appending each found value to buf and setting vals[i] to the
+// value of keys[i] (a subslice of buf as it was when appended) or to nil if
+// the key is absent or deleted. It returns the extended buf; with enough
+// capacity in buf it allocates nothing. The values are those a loop of Get
+// would return, read at some instant during the call. len(vals) must be at
+// least len(keys). Errors as Get (a bad key is reported before any lookup).
+func (k *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
+	buf, err := k.ov.GetMany(keys, vals, buf)
+	return buf, k.readErr(err)
+}
+
+// readErr turns a read's result into the engine's: ErrClosed once Close has
+// begun (whatever was read), ErrDropped for a dropped keyspace, the
+// sentinel ErrNotFound as is, anything else wrapped with the keyspace.
+func (k *KV) readErr(err error) error {
+	if cerr := k.db.closed(); cerr != nil {
+		return cerr
+	}
+	if k.ov.Dropped() {
+		return k.wrap(ErrDropped)
+	}
+	switch {
+	case err == nil, err == ErrNotFound:
+		return err
+	case errors.Is(err, storage.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, storage.ErrCorrupt):
+		return k.wrap(fmt.Errorf("%w: %w", ErrCorrupt, err))
+	}
+	return k.wrap(err)
+}
+
+// IterOptions bounds an iterator. The zero value (or nil) iterates the whole
+// keyspace.
+type IterOptions struct {
+	// LowerBound is the inclusive lower bound; nil is open.
+	LowerBound []byte
+	// UpperBound is the exclusive upper bound; nil is open.
+	UpperBound []byte
+	// Prefix, if not nil, further limits the iterator to keys that start
+	// with it (the bounds [Prefix, the next prefix), intersected with the
+	// bounds above).
+	Prefix []byte
+}
+
+// bounds returns the effective [lower, upper) of o.
+func (o *IterOptions) bounds() (lower, upper []byte) {
+	if o == nil {
+		return nil, nil
+	}
+	lower, upper = o.LowerBound, o.UpperBound
+	if o.Prefix != nil {
+		pl, pu := o.Prefix, prefixEnd(o.Prefix)
+		if lower == nil || string(pl) > string(lower) {
+			lower = pl
+		}
+		if pu != nil && (upper == nil || string(pu) < string(upper)) {
+			upper = pu
+		}
+		if upper != nil && string(lower) > string(upper) {
+			upper = lower // disjoint: an empty range
+		}
+	}
+	return lower, upper
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p,
+// or nil if there is none (p is all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
 		}
 	}
 	return nil
 }
 
-// step runs a positioning call inside the drain gate so that Close cannot
-// close the store under it.
-func (it *Iter) step(f func() bool) bool {
-	if it.err != nil {
-		return false
+// NewIter returns an iterator over the keyspace within o's bounds, merging
+// pending changes with the store in key order. It is unpositioned: call
+// First, Last, SeekGE or SeekLT. Close it when done. See Iter for what a
+// scan concurrent with writes sees. Errors: ErrBadRange (lower > upper),
+// ErrDropped, ErrClosed.
+func (k *KV) NewIter(o *IterOptions) (*Iter, error) {
+	lower, upper := o.bounds()
+	it, err := k.ov.NewIter(lower, upper)
+	if err = k.readErr(err); err != nil {
+		if it != nil {
+			_ = it.Close()
+		}
+		return nil, err
 	}
-	o, err := it.kv.db.flusher.BeginRead()
-	if err != nil {
-		it.err = err
-		return false
-	}
-	defer o.End()
-	return f()
+	return &Iter{db: k.db, k: k, it: it}, nil
 }
 
-// First moves to the first key and reports whether there is one.
-func (it *Iter) First() bool { return it.step(it.it.First) }
-
-// Next moves to the next key and reports whether there is one.
-func (it *Iter) Next() bool { return it.step(it.it.Next) }
-
-// SeekGE moves to the first key at or after key.
-func (it *Iter) SeekGE(key []byte) bool {
-	full := it.kv.fullKey(nil, key)
-	return it.step(func() bool { return it.it.SeekGE(full) })
-}
-
-// Valid reports whether the iterator is at a key.
-func (it *Iter) Valid() bool { return it.err == nil && it.it.Valid() }
-
-// Key returns the current key without the keyspace prefix. It is valid
-// until the next positioning call.
-func (it *Iter) Key() []byte { return it.it.Key()[prefixLen:] }
-
-// Value returns the current value, valid until the next positioning call.
-func (it *Iter) Value() []byte { return it.it.Value() }
-
-// Error returns the error that stopped the iteration, if any.
-func (it *Iter) Error() error {
-	if it.err != nil {
-		return it.err
-	}
-	return it.it.Error()
-}
-
-// Close releases the iterator. After the engine has closed it returns
-// ErrClosed (the store closed the iterator's storage side already).
-func (it *Iter) Close() error {
-	err := it.it.Close()
-	if errors.Is(err, storage.ErrClosed) {
-		err = fmt.Errorf("%w: %w", ErrClosed, err)
-	}
-	if it.err != nil && err == nil && !errors.Is(it.err, ErrClosed) {
-		err = it.err
-	}
-	return err
+func isClosedErr(err error) bool {
+	return errors.Is(err, storage.ErrClosed) || errors.Is(err, ErrClosed)
 }

@@ -1,42 +1,140 @@
 package kvbuf
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Options configures an engine. A nil *Options means defaults; a zero field
-// means that field's default.
+// means that field's default. Open resolves them once (EnsureDefaults, then
+// Validate); each default is declared once, in the package that uses it.
 type Options struct {
-	// FlushInterval is how often the background flusher makes pending
-	// changes durable when nothing else has. Default: 1s. Negative disables
-	// interval flushes; explicit Flush, the pending-memory bound and Close
-	// still flush.
+	// FlushInterval is how long after the previous flush the background
+	// flusher makes pending changes durable if nothing else has. Default:
+	// flush.DefaultInterval (1s). Negative disables interval flushes;
+	// explicit Flush, the pending-memory bound and Close still flush.
 	FlushInterval time.Duration
 
 	// MaxPendingBytes bounds the memory held by pending changes across all
-	// keyspaces and bitslices. Writers that find it exceeded wait (with
-	// their context) for a flush to make room. Default: 64 MiB. Negative
-	// disables backpressure.
+	// keyspaces and bitslices. A write that finds it exceeded waits (with
+	// its context) for a flush to make room; half of it starts a background
+	// flush. Default: flush.DefaultMaxPendingBytes (64 MiB). Negative
+	// disables both.
 	MaxPendingBytes int64
 
-	// MaxKeySize is the largest KV key in bytes. Default: 4096.
+	// PipelineDepth bounds the flush generations frozen but not yet durable:
+	// generation N+1 may freeze and be written while N's sync is in flight.
+	// Default: flush.DefaultPipelineDepth (4). 1 flushes one generation at a
+	// time.
+	PipelineDepth int
+
+	// GroupWait bounds how long a flush waits, when no sync is in flight,
+	// for the callers released by the previous flush to join the next one
+	// (group commit). It never waits with a single caller. Default:
+	// flush.DefaultGroupWait. Negative disables the wait.
+	GroupWait time.Duration
+
+	// MaxKeySize is the largest KV key in bytes. Default:
+	// buffer.DefaultMaxKeySize (4096); at most buffer.MaxKeySizeLimit.
 	MaxKeySize int
 
-	// MaxValueSize is the largest KV value in bytes. Default: 1 MiB.
+	// MaxValueSize is the largest KV value in bytes. Default:
+	// buffer.DefaultMaxValueSize (1 MiB); at most buffer.MaxValueSizeLimit.
 	MaxValueSize int
 
-	// Shards is the pending table's shard count. Default: the buffer
-	// package's measured default.
-	Shards int
+	// MaxBits bounds a bitslice's length: Set of an index at or past it
+	// fails with ErrOutOfRange. Default: buffer.DefaultMaxBits (2^32); at
+	// most bitslice.MaxBits (2^40). A bitslice's pending-table directory
+	// costs 8 bytes per 32768 bits up to the highest index set.
+	MaxBits uint64
 
-	// CacheSize is pebble's block cache size in bytes. Default: 8 MiB.
+	// CacheSize is pebble's block cache in bytes. Default:
+	// storage.DefaultCacheSize (8 MiB).
 	CacheSize int64
 
-	// storeFS is the filesystem the pebble store lives on; nil means the
-	// OS filesystem. It is a fault-injection seam for this package's tests
+	// PoolBytes bounds the memory of flushed tables kept for reuse by later
+	// generations. Default: buffer.DefaultPoolBytes (8 MiB). Negative
+	// disables pooling.
+	PoolBytes int64
+
+	// storeFS is the file system the pebble store lives on; nil means the
+	// OS's. It is a fault-injection seam for this package's tests
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
-	// manifest, lock and bitslices always use the OS filesystem.
+	// manifest, lock and bitslices always use the OS file system.
 	storeFS vfs.FS
+}
+
+// EnsureDefaults returns a copy of o (nil = all defaults) with every zero
+// field set to its default, so that callers can read the values an engine
+// opened with o uses.
+func (o *Options) EnsureDefaults() *Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.FlushInterval == 0 {
+		r.FlushInterval = flush.DefaultInterval
+	}
+	if r.MaxPendingBytes == 0 {
+		r.MaxPendingBytes = flush.DefaultMaxPendingBytes
+	}
+	if r.PipelineDepth == 0 {
+		r.PipelineDepth = flush.DefaultPipelineDepth
+	}
+	if r.GroupWait == 0 {
+		r.GroupWait = flush.DefaultGroupWait
+	}
+	if r.MaxKeySize == 0 {
+		r.MaxKeySize = buffer.DefaultMaxKeySize
+	}
+	if r.MaxValueSize == 0 {
+		r.MaxValueSize = buffer.DefaultMaxValueSize
+	}
+	if r.MaxBits == 0 {
+		r.MaxBits = buffer.DefaultMaxBits
+	}
+	if r.CacheSize == 0 {
+		r.CacheSize = storage.DefaultCacheSize
+	}
+	if r.PoolBytes == 0 {
+		r.PoolBytes = buffer.DefaultPoolBytes
+	}
+	return &r
+}
+
+// Validate reports an error wrapping ErrBadOptions for a value out of range.
+func (o *Options) Validate() error {
+	r := o.EnsureDefaults()
+	switch {
+	case r.PipelineDepth < 1 || r.PipelineDepth > flush.MaxPipelineDepth:
+		return fmt.Errorf("%w: PipelineDepth %d (want 1..%d)", ErrBadOptions, r.PipelineDepth, flush.MaxPipelineDepth)
+	case r.CacheSize < 0:
+		return fmt.Errorf("%w: CacheSize %d", ErrBadOptions, r.CacheSize)
+	}
+	return r.bufferOptions().Validate()
+}
+
+func (o *Options) bufferOptions() *buffer.Options {
+	return &buffer.Options{
+		MaxKeySize:   o.MaxKeySize,
+		MaxValueSize: o.MaxValueSize,
+		PoolBytes:    o.PoolBytes,
+		MaxBits:      o.MaxBits,
+	}
+}
+
+func (o *Options) flushOptions(wm uint64) *flush.Options {
+	return &flush.Options{
+		Interval:        o.FlushInterval,
+		MaxPendingBytes: o.MaxPendingBytes,
+		PipelineDepth:   o.PipelineDepth,
+		GroupWait:       o.GroupWait,
+		Watermark:       wm,
+	}
 }

@@ -3,99 +3,150 @@ package kvbuf
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
+	"slices"
 
 	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
-// engineTarget is the engine's single flush.Target: every bitslice overlay,
-// then the KV overlay. The KV overlay goes last because its synced pebble
-// batch carries the engine's watermark: by the time the receipt is written,
-// every bitslice has msynced the data it covers (contract 4).
-//
-// Bitslices can be added while the engine runs, so Freeze snapshots the list
-// and Apply and Release work on that snapshot: a bitslice added after the
-// freeze has nothing frozen and joins the next flush.
-type engineTarget struct {
-	kv *buffer.KV
+// The engine is its flusher's one Target: a generation is every bitslice's
+// and every keyspace's frozen tables, plus the catalog if it changed. It is
+// written bitslices first (each msynced before its header records the
+// watermark), then one pebble batch with every keyspace's changes, the
+// catalog and the watermark, committed in generation order. So the receipt
+// is never ahead of the data it covers (contract 4), and a keyspace's data is
+// never in the store without its catalog entry.
 
-	mu     sync.Mutex
-	bits   atomic.Pointer[[]*bitsEntry] // copy-on-write: PendingBytes reads it on every write
-	frozen []*bitsEntry                 // guarded by mu; the snapshot taken by Freeze
-}
-
-type bitsEntry struct {
-	name string
-	ov   *buffer.Bits
-}
-
-func (t *engineTarget) add(name string, ov *buffer.Bits) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var cur []*bitsEntry
-	if p := t.bits.Load(); p != nil {
-		cur = *p
-	}
-	next := append(append(make([]*bitsEntry, 0, len(cur)+1), cur...), &bitsEntry{name, ov})
-	t.bits.Store(&next)
-}
-
-func (t *engineTarget) list() []*bitsEntry {
-	if p := t.bits.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Name implements flush.Namer.
-func (t *engineTarget) Name() string { return "engine" }
-
-// Freeze implements flush.Target.
-func (t *engineTarget) Freeze() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.frozen = t.list()
-	var maxOp uint64
-	for _, b := range t.frozen {
-		maxOp = max(maxOp, b.ov.Freeze())
-	}
-	return max(maxOp, t.kv.Freeze())
-}
-
-// Apply implements flush.Target: bitslices first, the receipt last.
-func (t *engineTarget) Apply(ctx context.Context, wm uint64) error {
-	t.mu.Lock()
-	frozen := t.frozen
-	t.mu.Unlock()
-	for _, b := range frozen {
-		if err := b.ov.Apply(ctx, wm); err != nil {
-			return fmt.Errorf("bitslice %q: %w", b.name, err)
+// Freeze implements flush.Target. The flusher holds the write barrier
+// exclusively: no write is in flight.
+func (db *DB) Freeze(g uint64) flush.Generation {
+	ts := db.targets.Load()
+	gen := &generation{db: db, g: g}
+	for _, b := range ts.bits {
+		if bg := b.ov.Freeze(g); bg != nil {
+			gen.bits = append(gen.bits, bitsPart{b, bg})
 		}
 	}
-	if err := t.kv.Apply(ctx, wm); err != nil {
-		return fmt.Errorf("keyspaces: %w", err)
+	for _, k := range ts.kvs {
+		if kg := k.ov.Freeze(g); kg != nil {
+			gen.kvs = append(gen.kvs, kg)
+		}
 	}
-	return nil
+	db.mu.Lock()
+	if db.catDirty {
+		// A dropped keyspace's keys are deleted in the same batch that
+		// writes the catalog without it (by its overlay's range tombstone,
+		// and by an explicit one for drops an earlier session left
+		// unfinished), so the catalog forgets the id at once.
+		gen.dropIDs = slices.Clone(db.catalog.Dropped)
+		for _, id := range gen.dropIDs {
+			db.catalog.Purge(id)
+		}
+		cat, err := db.catalog.Encode()
+		if err != nil {
+			// KV and DropKV encode before they change the catalog.
+			panic(fmt.Sprintf("kvbuf: catalog cannot be encoded: %v", err))
+		}
+		gen.catalog = cat
+		db.catDirty = false
+	}
+	db.mu.Unlock()
+	return gen
 }
 
-// Release implements flush.Target.
-func (t *engineTarget) Release() {
-	t.mu.Lock()
-	frozen := t.frozen
-	t.frozen = nil
-	t.mu.Unlock()
-	for _, b := range frozen {
-		b.ov.Release()
-	}
-	t.kv.Release()
-}
-
-// PendingBytes implements flush.Target.
-func (t *engineTarget) PendingBytes() int64 {
-	n := t.kv.PendingBytes()
-	for _, b := range t.list() {
-		n += b.ov.PendingBytes()
+// PendingBytes implements flush.Target: the memory of every pending change,
+// plus one byte while the catalog has unflushed changes, so that a flush
+// writes a new or dropped keyspace even with no data.
+func (db *DB) PendingBytes() int64 {
+	n := db.acct.Bytes()
+	if n == 0 {
+		db.mu.Lock()
+		if db.catDirty {
+			n = 1
+		}
+		db.mu.Unlock()
 	}
 	return n
+}
+
+// Settle implements flush.Settler: with nothing in flight, bitslices with
+// nothing pending return to their direct-read fast path.
+func (db *DB) Settle() {
+	for _, b := range db.targets.Load().bits {
+		b.ov.Settle()
+	}
+}
+
+type generation struct {
+	db      *DB
+	g       uint64
+	bits    []bitsPart
+	kvs     []*buffer.KVGen
+	catalog []byte   // nil if unchanged
+	dropIDs []uint32 // keyspaces whose drop an earlier session did not finish
+}
+
+type bitsPart struct {
+	b   *Bits
+	gen *buffer.BitsGen
+}
+
+// Write implements flush.Generation.
+func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, error) {
+	for _, p := range gen.bits {
+		if err := p.gen.Write(ctx, wm); err != nil {
+			return nil, fmt.Errorf("kvbuf: flush bitslice %q: %w", p.b.name, err)
+		}
+	}
+	batch := gen.db.store.NewBatch()
+	for _, id := range gen.dropIDs {
+		batch.DeleteRange(storage.KeyspaceID(id), nil, nil)
+	}
+	for _, k := range gen.kvs {
+		if err := k.AddTo(ctx, batch); err != nil {
+			return nil, fmt.Errorf("kvbuf: flush keyspace %d: %w", k.Keyspace(), err)
+		}
+	}
+	if gen.catalog != nil {
+		batch.SetMeta(enginedir.CatalogMeta, gen.catalog)
+	}
+	batch.SetWatermark(wm)
+	c, err := gen.db.store.Commit(batch)
+	if err != nil {
+		return nil, fmt.Errorf("kvbuf: flush: commit: %w", err)
+	}
+	return c.Wait, nil
+}
+
+// Release implements flush.Generation: the generation is durable.
+func (gen *generation) Release() {
+	db := gen.db
+	for _, p := range gen.bits {
+		p.b.ov.Release(gen.g)
+	}
+	var gone bool
+	for _, k := range gen.kvs {
+		k.Release()
+	}
+	ts := db.targets.Load()
+	for _, k := range ts.kvs {
+		if k.ov.Dropped() && k.ov.Idle() {
+			gone = true
+		}
+	}
+	if gone {
+		// A dropped keyspace whose drop is durable leaves the target list.
+		db.mu.Lock()
+		ts := db.targets.Load()
+		var keep []*KV
+		for _, k := range ts.kvs {
+			if !(k.ov.Dropped() && k.ov.Idle()) {
+				keep = append(keep, k)
+			}
+		}
+		db.targets.Store(&targetSet{kvs: keep, bits: ts.bits})
+		db.mu.Unlock()
+	}
 }

@@ -8,112 +8,142 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 )
 
-// A bitsTable holds one generation of pending bit changes, grouped by 64-bit
-// word. It is a dense array of words, split into lazily allocated chunks found
-// through a directory of atomic pointers, because the pending bits of a
-// bitslice are typically spread uniformly over the whole slice: a hash table
-// keyed by bit index would cost a cache miss per lookup, while this layout
-// keeps 64 bits per 16 bytes, so a W1-sized table (4 Mi bits) fits in 1 MiB.
+// A bitsTable holds one generation's pending bit changes in packed words:
+// table word w covers bits [32w, 32w+32); its high half is the mask (which of
+// them are pending), its low half their values. One atomic load reads a
+// consistent (mask, value) pair; one compare-and-swap updates both.
 //
-// Each word is a pair {mask, bits}: bit k of the word is pending iff mask has
-// bit k set, and its value is then bit k of bits. Bits under a clear mask bit
-// are meaningless (reset clears only the masks).
+// The words are split into lazily allocated chunks found through a directory
+// of atomic pointers, because a bitslice's pending bits are typically spread
+// over the whole slice: a hash table keyed by index would cost a cache miss
+// per lookup, while this layout keeps 32 bits in 8 bytes.
 //
-// Concurrency: any number of goroutines may call get and set at once. set
-// writes the bits word before the mask word, and get loads the mask before the
-// bits, so a reader that sees a mask bit sees the value of the write that set
-// it or of a later one. Directory growth and chunk installation are serialized
-// by mu; readers never lock. reset and the iteration helpers (forEach, merge)
-// must not run concurrently with set (the owner excludes writers).
+// A directory entry may point at a shared, immutable full chunk (every bit
+// pending, all ones or all zeros): SetRange installs them for chunks it
+// covers whole and that hold nothing yet, so a range over billions of bits
+// costs a pointer per 32768 bits. A writer that needs to change a word of a
+// shared chunk installs a private copy first (copy on write).
+//
+// Invariants:
+//
+//  1. Words only go from "not pending" to "pending" (mask bits are never
+//     cleared) until reset.
+//  2. A directory entry goes nil -> chunk, or nil -> shared -> private copy,
+//     by compare-and-swap; directory growth (a copy) and chunk allocation are
+//     serialised by mu. Readers never lock.
+//  3. reset runs only when the table left every view and no snapshot or
+//     iterator pins it; a reader that raced it re-validates its view.
 type bitsTable struct {
 	dir     atomic.Pointer[bitsDir]
 	hi      atomic.Uint64 // highest pending index + 1
-	maxOp   atomic.Uint64 // highest op number written into this table
-	nchunks atomic.Int64  // chunks installed in dir
+	nchunks atomic.Int64  // private chunks installed
+	held    atomic.Int64  // bytes charged to acct since the last reset
+	pins    atomic.Int32
+	acct    *Account
 
-	mu   sync.Mutex   // guards dir growth, chunk installation and free
-	free []*bitsChunk // reset chunks kept for reuse by this table
+	mu   sync.Mutex   // directory growth, chunk allocation, free
+	free []*bitsChunk // zeroed chunks kept for reuse
+
+	gen uint64 // flush generation that froze it; under the overlay's vmu
 }
 
-// newBitsTable returns an empty table. Its directory is never nil, which
-// keeps the read path (word) small enough to inline.
-func newBitsTable() *bitsTable {
-	t := new(bitsTable)
-	t.dir.Store(new(bitsDir))
-	return t
-}
-
-// bitsDir is one immutable-length directory; growth replaces it by a copy.
 type bitsDir struct {
 	chunks []atomic.Pointer[bitsChunk]
 }
 
 const (
-	chunkShift = 9 // words per chunk = 512, i.e. 32768 bits, 8 KiB
+	chunkShift = 10 // packed words per chunk: 32768 bits, 8 KiB
 	chunkWords = 1 << chunkShift
 	chunkMask  = chunkWords - 1
-	// chunkBytes is the memory of one chunk, for PendingBytes.
-	chunkBytes = chunkWords * 16
-	// maxSlab bounds the chunks allocated at once (128 KiB).
-	maxSlab = 16
+	chunkBits  = chunkWords * 32
+	chunkBytes = chunkWords * 8
+	maxSlab    = 16 // chunks allocated at once, at most
+	lowHalf    = 0xffffffff
 )
 
-// bitsChunk keeps each word's mask and bits side by side, so that one cache
-// line holds both.
-type bitsChunk [chunkWords]bitsWord
+type bitsChunk [chunkWords]uint64
 
-type bitsWord struct{ mask, bits uint64 }
+// Shared full chunks. They are never written: writers copy them first.
+var fullChunks = func() (c [2]bitsChunk) {
+	for i := range c[0] {
+		c[0][i] = lowHalf << 32          // all pending, all zero
+		c[1][i] = lowHalf<<32 | lowHalf // all pending, all one
+	}
+	return c
+}()
 
-// word returns the pending mask and bits of word w (bits only meaningful
-// under the mask; both zero if nothing in the word is pending). The mask is
-// loaded before the bits: see the type comment.
-func (t *bitsTable) word(w uint64) (mask, bits uint64) {
-	d := t.dir.Load() // never nil: see newBitsTable
+func fullChunk(v bool) *bitsChunk {
+	if v {
+		return &fullChunks[1]
+	}
+	return &fullChunks[0]
+}
+
+func isShared(c *bitsChunk) bool { return c == &fullChunks[0] || c == &fullChunks[1] }
+
+func newBitsTable(acct *Account) *bitsTable {
+	t := &bitsTable{acct: acct}
+	t.dir.Store(new(bitsDir))
+	return t
+}
+
+// charge adds n bytes to the table's and the account's totals. t.mu held.
+func (t *bitsTable) charge(n int64) {
+	t.held.Add(n)
+	t.acct.add(n)
+}
+
+// word returns packed word w (0 if nothing in it is pending).
+func (t *bitsTable) word(w uint64) uint64 {
+	d := t.dir.Load()
 	if ci := w >> chunkShift; ci < uint64(len(d.chunks)) {
 		if c := d.chunks[ci].Load(); c != nil {
-			p := &c[w&chunkMask]
-			mask = atomic.LoadUint64(&p.mask)
-			return mask, atomic.LoadUint64(&p.bits)
+			return atomic.LoadUint64(&c[w&chunkMask])
+		}
+	}
+	return 0
+}
+
+// word64 returns the mask and values of bitslice word w (64 bits), built
+// from two packed words of the same chunk.
+func (t *bitsTable) word64(w uint64) (mask, val uint64) {
+	d := t.dir.Load()
+	w2 := w << 1
+	if ci := w2 >> chunkShift; ci < uint64(len(d.chunks)) {
+		if c := d.chunks[ci].Load(); c != nil {
+			p0 := atomic.LoadUint64(&c[w2&chunkMask])
+			p1 := atomic.LoadUint64(&c[(w2+1)&chunkMask])
+			return p0>>32 | p1&^lowHalf, p0&lowHalf | p1<<32
 		}
 	}
 	return 0, 0
 }
 
-// set records bit i = v as pending. maxWords bounds directory growth.
-func (t *bitsTable) set(i uint64, v bool, op uint64) {
-	w := i >> 6
-	p := &t.chunk(w >> chunkShift)[w&chunkMask]
-	bit := uint64(1) << (i & 63)
-	// Value first, then mask: see the type comment.
-	if v {
-		atomic.OrUint64(&p.bits, bit)
-	} else {
-		atomic.AndUint64(&p.bits, ^bit)
-	}
-	if atomic.LoadUint64(&p.mask)&bit == 0 {
-		atomic.OrUint64(&p.mask, bit)
-	}
-	atomicMax(&t.hi, i+1)
-	atomicMax(&t.maxOp, op)
-}
-
-// chunk returns chunk ci, installing it (and growing the directory) if needed.
-func (t *bitsTable) chunk(ci uint64) *bitsChunk {
-	if d := t.dir.Load(); ci < uint64(len(d.chunks)) {
-		if c := d.chunks[ci].Load(); c != nil {
-			return c
+// slot returns the address of packed word w in a private chunk, installing
+// the chunk (or a private copy of a shared one) if needed.
+func (t *bitsTable) slot(w uint64) *uint64 {
+	ci := w >> chunkShift
+	for {
+		d := t.dir.Load()
+		if ci < uint64(len(d.chunks)) {
+			if c := d.chunks[ci].Load(); c != nil && !isShared(c) {
+				return &c[w&chunkMask]
+			}
 		}
+		t.install(ci, nil)
 	}
-	return t.install(ci)
 }
 
-func (t *bitsTable) install(ci uint64) *bitsChunk {
+// install puts a chunk at ci if it holds none (want == nil: a private zero
+// chunk; else want, a shared one) or replaces a shared chunk by a private
+// copy (want == nil). It reports whether want was installed.
+func (t *bitsTable) install(ci uint64, want *bitsChunk) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := t.dir.Load()
 	if ci >= uint64(len(d.chunks)) {
-		// Grow to the next power of two covering ci (at least 8 chunks), so a
-		// table that fills up sequentially copies its directory O(log n) times.
+		// Grow to the next power of two covering ci (at least 8), so a
+		// table filled in order copies its directory O(log n) times.
 		n := uint64(8)
 		if ci >= n {
 			n = 1 << bits.Len64(ci)
@@ -123,16 +153,35 @@ func (t *bitsTable) install(ci uint64) *bitsChunk {
 			nd.chunks[j].Store(d.chunks[j].Load())
 		}
 		t.dir.Store(nd)
+		t.charge(int64(n-uint64(len(d.chunks))) * 8)
 		d = nd
 	}
-	if c := d.chunks[ci].Load(); c != nil {
-		return c
+	cur := d.chunks[ci].Load()
+	switch {
+	case want != nil && cur == nil:
+		d.chunks[ci].Store(want)
+		return true
+	case want != nil || cur != nil && !isShared(cur):
+		return false
 	}
+	c := t.allocChunk()
+	if cur != nil { // copy on write
+		for i := range c {
+			c[i] = cur[i]
+		}
+	}
+	d.chunks[ci].Store(c)
+	t.nchunks.Add(1)
+	t.charge(chunkBytes)
+	return false
+}
+
+// allocChunk returns a zeroed private chunk. t.mu held.
+func (t *bitsTable) allocChunk() *bitsChunk {
 	if len(t.free) == 0 {
-		// Allocate chunks in slabs that double with the table (1, 1, 2, 4,
-		// ... up to maxSlab chunks): a sparse table costs one chunk, a dense
-		// one gets contiguous memory, which keeps lookups TLB-friendly
-		// however the heap around it is laid out.
+		// Slabs that double with the table (1, 1, 2, 4, ... maxSlab
+		// chunks): a sparse table costs one chunk, a dense one gets
+		// contiguous memory, which keeps lookups TLB-friendly.
 		n := min(max(int(t.nchunks.Load()), 1), maxSlab)
 		slab := make([]bitsChunk, n)
 		for k := n - 1; k >= 0; k-- {
@@ -142,103 +191,79 @@ func (t *bitsTable) install(ci uint64) *bitsChunk {
 	c := t.free[len(t.free)-1]
 	t.free[len(t.free)-1] = nil
 	t.free = t.free[:len(t.free)-1]
-	d.chunks[ci].Store(c)
-	t.nchunks.Add(1)
 	return c
 }
 
-// empty reports whether nothing was ever set since the last reset.
-func (t *bitsTable) empty() bool { return t.nchunks.Load() == 0 }
+// empty reports whether nothing was set since the last reset.
+func (t *bitsTable) empty() bool { return t.hi.Load() == 0 }
 
-// appendWords appends the table's pending words, sorted by word index, as
-// bitslice word changes.
-func (t *bitsTable) appendWords(dst []bitslice.WordChange) []bitslice.WordChange {
+// bytes is the memory charged for the table's pending changes: private
+// chunks and directory growth since the last reset (a reused directory is
+// not charged again).
+func (t *bitsTable) bytes() int64 { return t.held.Load() }
+
+// appendWords appends the table's pending bitslice words with index in
+// [from, to) (64-bit words), in order, as word changes; it returns the
+// extended slice and the next word index not visited (to stop early at
+// limit changes).
+func (t *bitsTable) appendWords(dst []bitslice.WordChange, from, to uint64, limit int) ([]bitslice.WordChange, uint64) {
+	d := t.dir.Load()
+	w := from
+	for w < to {
+		ci := (w << 1) >> chunkShift
+		if ci >= uint64(len(d.chunks)) {
+			return dst, to
+		}
+		c := d.chunks[ci].Load()
+		end := min(to, (ci+1)*chunkWords/2)
+		if c == nil {
+			w = end
+			continue
+		}
+		for ; w < end; w++ {
+			if len(dst) >= limit {
+				return dst, w
+			}
+			w2 := w << 1
+			p0 := atomic.LoadUint64(&c[w2&chunkMask])
+			p1 := atomic.LoadUint64(&c[(w2+1)&chunkMask])
+			m := p0>>32 | p1&^lowHalf
+			if m == 0 {
+				continue
+			}
+			dst = append(dst, bitslice.WordChange{Word: w, Mask: m, Bits: (p0&lowHalf | p1<<32) & m})
+		}
+	}
+	return dst, to
+}
+
+// reset empties the table for reuse, keeping its directory and up to keep
+// bytes of zeroed chunks. The table must have left every view and be
+// unpinned; straggling readers re-validate their view.
+func (t *bitsTable) reset(keep int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	d := t.dir.Load()
 	for ci := range d.chunks {
 		c := d.chunks[ci].Load()
 		if c == nil {
 			continue
 		}
-		base := uint64(ci) << chunkShift
-		for j := range c {
-			m := atomic.LoadUint64(&c[j].mask)
-			if m == 0 {
-				continue
-			}
-			dst = append(dst, bitslice.WordChange{Word: base + uint64(j), Mask: m, Bits: atomic.LoadUint64(&c[j].bits) & m})
-		}
-	}
-	return dst
-}
-
-// mergeFrom writes every pending bit of src over t (src is newer). Readers of
-// t stay correct throughout: each word's bits are stored before its mask.
-func (t *bitsTable) mergeFrom(src *bitsTable) {
-	d := src.dir.Load()
-	for ci := range d.chunks {
-		sc := d.chunks[ci].Load()
-		if sc == nil {
+		d.chunks[ci].Store(nil)
+		if isShared(c) || int64(len(t.free)+1)*chunkBytes > keep {
 			continue
 		}
-		var dc *bitsChunk
-		for j := range sc {
-			m := atomic.LoadUint64(&sc[j].mask)
-			if m == 0 {
-				continue
+		for j := range c {
+			if atomic.LoadUint64(&c[j]) != 0 {
+				atomic.StoreUint64(&c[j], 0)
 			}
-			if dc == nil {
-				dc = t.chunk(uint64(ci))
-			}
-			sb := atomic.LoadUint64(&sc[j].bits)
-			db := atomic.LoadUint64(&dc[j].bits)
-			atomic.StoreUint64(&dc[j].bits, db&^m|sb&m)
-			atomic.OrUint64(&dc[j].mask, m)
 		}
-	}
-	atomicMax(&t.hi, src.hi.Load())
-	atomicMax(&t.maxOp, src.maxOp.Load())
-}
-
-// reset empties the table for reuse, keeping its directory and (up to
-// keepBytes) its chunks. The owner must have made the table unreachable for
-// new readers first; straggling readers may observe the reset, which is why
-// Bits.Get re-validates its view after probing.
-func (t *bitsTable) reset(keepBytes int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	{
-		d := t.dir.Load()
-		for ci := range d.chunks {
-			c := d.chunks[ci].Load()
-			if c == nil {
-				continue
-			}
-			d.chunks[ci].Store(nil)
-			if int64(len(t.free)+1)*chunkBytes > keepBytes {
-				continue // drop it; the GC frees it once stragglers are gone
-			}
-			for j := range c {
-				if atomic.LoadUint64(&c[j].mask) != 0 {
-					atomic.StoreUint64(&c[j].mask, 0)
-				}
-			}
-			t.free = append(t.free, c)
-		}
+		t.free = append(t.free, c)
 	}
 	t.nchunks.Store(0)
+	t.held.Store(0)
 	t.hi.Store(0)
-	t.maxOp.Store(0)
-}
-
-// bytes is the memory the table holds for pending changes (a reset table's
-// retained directory and free chunks are not pending).
-func (t *bitsTable) bytes() int64 {
-	n := t.nchunks.Load() * chunkBytes
-	if n > 0 {
-		d := t.dir.Load()
-		n += int64(len(d.chunks)) * 8
-	}
-	return n
+	t.gen = 0
 }
 
 // atomicMax raises *p to v if v is larger.

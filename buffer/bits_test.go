@@ -3,449 +3,307 @@ package buffer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 )
 
-var errBitsFault = errors.New("injected fault")
-
-// bitsFaultFile wraps a real *bitslice.File and fails chosen flush operations on
-// demand. Each counter is the number of upcoming calls that fail.
-type bitsFaultFile struct {
+// faultyFile wraps a real bitslice file and fails ApplyWords or Sync on
+// demand (after applying part of the words, as a torn write would).
+type faultyFile struct {
 	*bitslice.File
-	failGrow, failApply, failApplyAfter, failSync atomic.Int32
-	applyCalls                                    atomic.Int32
+	fail atomic.Bool
 }
 
-// take consumes one pending failure from n.
-func takeBitsFault(n *atomic.Int32) bool {
-	for {
-		v := n.Load()
-		if v <= 0 {
-			return false
-		}
-		if n.CompareAndSwap(v, v-1) {
-			return true
-		}
-	}
-}
+var errBitsInjected = errors.New("injected bits failure")
 
-func (f *bitsFaultFile) Grow(nbits uint64) error {
-	if takeBitsFault(&f.failGrow) {
-		return errBitsFault
-	}
-	return f.File.Grow(nbits)
-}
-
-func (f *bitsFaultFile) ApplyWords(c []bitslice.WordChange) error {
-	f.applyCalls.Add(1)
-	if takeBitsFault(&f.failApply) {
-		return errBitsFault
-	}
-	if takeBitsFault(&f.failApplyAfter) { // torn: the data lands, the call still fails
-		if err := f.File.ApplyWords(c); err != nil {
-			return err
-		}
-		return errBitsFault
+func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
+	if f.fail.Load() {
+		_ = f.File.ApplyWords(c[:len(c)/2])
+		return errBitsInjected
 	}
 	return f.File.ApplyWords(c)
 }
 
-func (f *bitsFaultFile) Sync() error {
-	if takeBitsFault(&f.failSync) {
-		return errBitsFault
+func (f *faultyFile) Sync() error {
+	if f.fail.Load() {
+		return errBitsInjected
 	}
 	return f.File.Sync()
 }
 
-func newBitsTestFile(t testing.TB, nbits uint64) *bitslice.File {
-	t.Helper()
-	f, err := bitslice.Create(filepath.Join(t.TempDir(), "bits"), nbits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
+// bitsModel is a dense model of a bitslice.
+type bitsModel struct {
+	bits  []bool
+	count int
+	n     uint64 // length
 }
 
-func newBitsWithFaults(t testing.TB, nbits uint64, opts *Options) (*Bits, *bitsFaultFile) {
-	t.Helper()
-	ff := &bitsFaultFile{File: newBitsTestFile(t, nbits)}
-	return newBits(ff.File, ff, opts), ff
-}
+func newBitsModel(universe uint64) *bitsModel { return &bitsModel{bits: make([]bool, universe)} }
 
-// flushBitsOnce runs one full flush cycle and returns Apply's error.
-func flushBitsOnce(b *Bits) error {
-	wm := b.Freeze()
-	if err := b.Apply(context.Background(), wm); err != nil {
-		return err
-	}
-	b.Release()
-	return nil
-}
-
-func mustSetBit(t testing.TB, b *Bits, i uint64, v bool, op uint64) {
-	t.Helper()
-	if err := b.Set(i, v, op); err != nil {
-		t.Fatalf("Set(%d, %v, %d): %v", i, v, op, err)
-	}
-}
-
-// checkBitsFile fails unless the file holds exactly want (indexes not in want
-// must be false) over [0, n).
-func checkBitsFile(t testing.TB, f *bitslice.File, n uint64, want map[uint64]bool) {
-	t.Helper()
-	for i := uint64(0); i < n; i++ {
-		if got := f.Get(i); got != want[i] {
-			t.Fatalf("file bit %d = %v, want %v", i, got, want[i])
+func (m *bitsModel) set(i uint64, v bool) {
+	if m.bits[i] != v {
+		m.bits[i] = v
+		if v {
+			m.count++
+		} else {
+			m.count--
 		}
 	}
+	m.n = max(m.n, i+1)
 }
 
-func TestBitsReadYourWritesThroughFlush(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 1000, nil)
-	f := ff.File
-	if err := f.Set(7, true); err != nil {
-		t.Fatal(err)
-	}
-	if !b.Get(7) || b.Get(8) {
-		t.Fatal("empty overlay must read through to the file")
-	}
-	mustSetBit(t, b, 7, false, 1)
-	mustSetBit(t, b, 8, true, 2)
-	mustSetBit(t, b, 8, false, 3)
-	mustSetBit(t, b, 8, true, 4)
-	check := func(stage string) {
-		t.Helper()
-		if b.Get(7) || !b.Get(8) || b.Get(9) {
-			t.Fatalf("%s: got 7=%v 8=%v 9=%v, want false true false", stage, b.Get(7), b.Get(8), b.Get(9))
+func (m *bitsModel) clone() *bitsModel {
+	return &bitsModel{bits: slices.Clone(m.bits), count: m.count, n: m.n}
+}
+
+func (m *bitsModel) ones(from uint64) []uint64 {
+	var out []uint64
+	for k := from; k < m.n && len(out) < 300; k++ {
+		if m.bits[k] {
+			out = append(out, k)
 		}
 	}
-	check("pending")
-	if f.Get(8) || !f.Get(7) {
-		t.Fatal("Set must not touch the file before a flush")
-	}
-	if wm := b.Freeze(); wm != 4 {
-		t.Fatalf("Freeze = %d, want 4", wm)
-	}
-	check("frozen")
-	mustSetBit(t, b, 9, true, 5) // next generation
-	if !b.Get(9) {
-		t.Fatal("write after Freeze not visible")
-	}
-	if err := b.Apply(context.Background(), 4); err != nil {
-		t.Fatal(err)
-	}
-	if f.Get(9) {
-		t.Fatal("a write after Freeze was applied with the frozen set")
-	}
-	if f.Watermark() != 4 {
-		t.Fatalf("watermark = %d, want 4", f.Watermark())
-	}
-	b.Release()
-	if !b.Get(9) || b.Get(7) || !b.Get(8) {
-		t.Fatal("wrong reads after Release")
-	}
-	if err := flushBitsOnce(b); err != nil {
-		t.Fatal(err)
-	}
-	checkBitsFile(t, f, f.Len(), map[uint64]bool{8: true, 9: true})
-	if f.Watermark() != 5 {
-		t.Fatalf("watermark = %d, want 5", f.Watermark())
-	}
-	if n := b.PendingBytes(); n != 0 {
-		t.Fatalf("PendingBytes after flush = %d, want 0", n)
-	}
+	return out
 }
 
-func TestBitsOutOfRange(t *testing.T) {
-	b, _ := newBitsWithFaults(t, 64, &Options{MaxBits: 1000})
-	for _, i := range []uint64{1000, 1001, 1 << 40, ^uint64(0)} {
-		err := b.Set(i, true, 1)
-		if !errors.Is(err, bitslice.ErrOutOfRange) {
-			t.Errorf("Set(%d) error = %v, want ErrOutOfRange", i, err)
-		}
-		if b.Get(i) {
-			t.Errorf("Get(%d) = true after a rejected Set", i)
+type bitsReader interface {
+	Get(uint64) bool
+	Count() uint64
+	Len() uint64
+	GetMany([]uint64, []bool)
+}
+
+func checkBits(t testing.TB, r bitsReader, ones func(uint64) []uint64, m *bitsModel, universe uint64, rng *rand.Rand, where string) {
+	t.Helper()
+	if got, want := r.Count(), uint64(m.count); got != want {
+		t.Fatalf("%s: Count = %d, want %d", where, got, want)
+	}
+	if got := r.Len(); got < m.n {
+		t.Fatalf("%s: Len = %d, below %d", where, got, m.n)
+	}
+	idx := make([]uint64, 0, 256)
+	for range 256 {
+		idx = append(idx, rng.Uint64N(universe))
+	}
+	out := make([]bool, len(idx))
+	r.GetMany(idx, out)
+	for j, i := range idx {
+		if got, want := r.Get(i), m.bits[i]; got != want || out[j] != want {
+			t.Fatalf("%s: bit %d: Get %v, GetMany %v; want %v", where, i, got, out[j], want)
 		}
 	}
-	mustSetBit(t, b, 999, true, 1)
-	if b.Len() != 1000 {
-		t.Fatalf("Len = %d, want 1000", b.Len())
+	from := rng.Uint64N(universe)
+	got, want := ones(from), m.ones(from)
+	if len(want) > 300 {
+		want = want[:300]
 	}
-	if b.Freeze() != 1 {
-		t.Fatal("rejected Sets must not count as pending ops")
-	}
-
-	d, _ := newBitsWithFaults(t, 64, nil)
-	if err := d.Set(DefaultMaxBits, true, 0); !errors.Is(err, bitslice.ErrOutOfRange) {
-		t.Fatalf("default max: Set(DefaultMaxBits) error = %v", err)
-	}
-	if d.Get(^uint64(0)) {
-		t.Fatal("Get of a huge index must be false")
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: Ones(%d) = %v, want %v", where, from, got, want)
 	}
 }
 
-func TestBitsGrowAtFlush(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 100, nil)
-	mustSetBit(t, b, 5, true, 1)
-	mustSetBit(t, b, 70_000, true, 2) // beyond the file, in a later chunk
-	mustSetBit(t, b, 1_000_000, false, 3)
-	if got := b.Len(); got != 1_000_001 {
-		t.Fatalf("Len = %d, want 1000001", got)
+// collect returns the first 300 indexes of seq (stopping it early, which
+// exercises the early exit too).
+func collect(seq func(func(uint64) bool)) []uint64 {
+	var out []uint64
+	for i := range seq {
+		out = append(out, i)
+		if len(out) == 300 {
+			break
+		}
 	}
-	if !b.Get(70_000) || b.Get(1_000_000) {
-		t.Fatal("pending bits beyond the file not visible")
-	}
-	ff.failGrow.Store(1)
-	if err := flushBitsOnce(b); !errors.Is(err, errBitsFault) {
-		t.Fatalf("flush with failing Grow = %v, want injected", err)
-	}
-	if !b.Get(70_000) || !b.Get(5) {
-		t.Fatal("failed grow lost pending bits")
-	}
-	if err := flushBitsOnce(b); err != nil {
-		t.Fatal(err)
-	}
-	f := ff.File
-	if f.Len() < 1_000_001 {
-		t.Fatalf("file Len = %d after flush, want >= 1000001", f.Len())
-	}
-	checkBitsFile(t, f, f.Len(), map[uint64]bool{5: true, 70_000: true})
-	if b.Len() != f.Len() {
-		t.Fatalf("Len = %d, file %d", b.Len(), f.Len())
-	}
+	return out
 }
 
-func TestBitsOpTracking(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 1000, nil)
-	mustSetBit(t, b, 1, true, 5)
-	mustSetBit(t, b, 2, true, 9)
-	mustSetBit(t, b, 3, true, 3)
-	mustSetBit(t, b, 4, true, 0)
-	if wm := b.Freeze(); wm != 9 {
-		t.Fatalf("Freeze = %d, want 9", wm)
-	}
-	if wm := b.Freeze(); wm != 9 {
-		t.Fatalf("second Freeze with nothing new = %d, want 9", wm)
-	}
-	if err := b.Apply(context.Background(), 9); err != nil {
-		t.Fatal(err)
-	}
-	b.Release()
-	if ff.Watermark() != 9 {
-		t.Fatalf("watermark = %d, want 9", ff.Watermark())
-	}
-	mustSetBit(t, b, 1, false, 2) // op numbers are per generation
-	if wm := b.Freeze(); wm != 2 {
-		t.Fatalf("Freeze = %d, want 2", wm)
-	}
+type bitsSnap struct {
+	s *BitsSnapshot
+	m *bitsModel
 }
 
-func TestBitsEmptyFlush(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 1000, nil)
-	if wm := b.Freeze(); wm != 0 {
-		t.Fatalf("empty Freeze = %d", wm)
-	}
-	ff.failSync.Store(1) // must not be reached
-	if err := b.Apply(context.Background(), 0); err != nil {
-		t.Fatalf("empty Apply: %v", err)
-	}
-	b.Release()
-	if ff.applyCalls.Load() != 0 {
-		t.Fatal("empty flush applied words")
-	}
-	ff.failSync.Store(0)
-	// A watermark ahead of the file is still persisted (other targets' ops).
-	if err := b.Apply(context.Background(), 42); err != nil {
-		t.Fatal(err)
-	}
-	if ff.Watermark() != 42 {
-		t.Fatalf("watermark = %d, want 42", ff.Watermark())
-	}
-	ff.failSync.Store(1)
-	if err := b.Apply(context.Background(), 43); !errors.Is(err, errBitsFault) {
-		t.Fatalf("empty Apply with failing Sync = %v", err)
-	}
-	if b.PendingBytes() != 0 {
-		t.Fatalf("PendingBytes = %d", b.PendingBytes())
-	}
-}
-
-func TestBitsReleaseWithoutApply(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 1000, nil)
-	mustSetBit(t, b, 10, true, 1)
-	b.Freeze()
-	b.Release() // no Apply: must keep the frozen set
-	if !b.Get(10) {
-		t.Fatal("Release without Apply dropped a pending change")
-	}
-	ff.failApply.Store(1)
-	if err := b.Apply(context.Background(), 1); !errors.Is(err, errBitsFault) {
-		t.Fatalf("Apply = %v, want injected", err)
-	}
-	b.Release() // after a failed Apply: must keep it too
-	if !b.Get(10) {
-		t.Fatal("Release after a failed Apply dropped a pending change")
-	}
-	if err := flushBitsOnce(b); err != nil {
-		t.Fatal(err)
-	}
-	checkBitsFile(t, ff.File, 1000, map[uint64]bool{10: true})
-}
-
-func TestBitsFreezeTwiceMerges(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 200_000, nil)
-	mustSetBit(t, b, 1, true, 1)
-	mustSetBit(t, b, 2, true, 2)
-	mustSetBit(t, b, 100_000, true, 3)
-	if wm := b.Freeze(); wm != 3 {
-		t.Fatalf("Freeze = %d", wm)
-	}
-	mustSetBit(t, b, 1, false, 4) // newer write over a frozen one
-	mustSetBit(t, b, 3, true, 5)
-	mustSetBit(t, b, 150_000, true, 6) // a chunk the frozen set lacks
-	if wm := b.Freeze(); wm != 6 {
-		t.Fatalf("merging Freeze = %d, want 6", wm)
-	}
-	if b.Get(1) || !b.Get(2) || !b.Get(3) || !b.Get(100_000) || !b.Get(150_000) {
-		t.Fatal("merge put an older value over a newer one or lost one")
-	}
-	if err := b.Apply(context.Background(), 6); err != nil {
-		t.Fatal(err)
-	}
-	b.Release()
-	checkBitsFile(t, ff.File, 200_000, map[uint64]bool{2: true, 3: true, 100_000: true, 150_000: true})
-}
-
-func TestBitsApplyFailureThenRetry(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		arm  func(*bitsFaultFile)
-	}{
-		{"apply", func(f *bitsFaultFile) { f.failApply.Store(1) }},
-		{"torn-apply", func(f *bitsFaultFile) { f.failApplyAfter.Store(1) }},
-		{"sync", func(f *bitsFaultFile) { f.failSync.Store(1) }},
-		{"grow", func(f *bitsFaultFile) { f.failGrow.Store(1) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const n = 4096
-			b, ff := newBitsWithFaults(t, n, nil)
-			model := map[uint64]bool{}
-			set := func(i uint64, v bool, op uint64) {
-				mustSetBit(t, b, i, v, op)
-				model[i] = v
-			}
-			for i := uint64(0); i < n; i += 3 {
-				set(i, true, i)
-			}
-			set(n+10, true, n) // needs Grow
-			wm := b.Freeze()
-			tc.arm(ff)
-			if err := b.Apply(context.Background(), wm); !errors.Is(err, errBitsFault) {
-				t.Fatalf("Apply = %v, want injected", err)
-			}
-			if ff.Watermark() != 0 {
-				t.Fatalf("failed Apply persisted watermark %d", ff.Watermark())
-			}
-			b.Release()
-			for i := uint64(0); i < n; i += 6 {
-				set(i, false, n+i) // overwrite half of the frozen changes
-			}
-			set(1, true, 2*n)
-			for i := range uint64(n + 11) {
-				if b.Get(i) != model[i] {
-					t.Fatalf("bit %d = %v after failure, want %v", i, b.Get(i), model[i])
-				}
-			}
-			if wm := b.Freeze(); wm != 2*n {
-				t.Fatalf("merged Freeze = %d, want %d", wm, 2*n)
-			}
-			if err := b.Apply(context.Background(), 2*n); err != nil {
+// TestBitsModel runs random sets, ranges (including whole 32768-bit runs),
+// freezes, failed and successful writes, releases and snapshots against a
+// model; every read, Count and Ones is exact.
+func TestBitsModel(t *testing.T) {
+	seed := seedFor(t)
+	for round := range 4 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, uint64(round)))
+			f, err := bitslice.Create(filepath.Join(t.TempDir(), "m.bits"), 0)
+			if err != nil {
 				t.Fatal(err)
 			}
-			b.Release()
-			checkBitsFile(t, ff.File, ff.Len(), model)
-			if ff.Watermark() != 2*n {
-				t.Fatalf("watermark = %d", ff.Watermark())
+			t.Cleanup(func() { f.Close() })
+			ff := &faultyFile{File: f}
+			var acct Account
+			o := &Options{}
+			if round%2 == 1 {
+				o.PoolBytes = -1
 			}
+			r, err := o.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newBits(f, ff, &acct, r)
+			universe := uint64(4 * chunkBits)
+			if round >= 2 {
+				universe = 600
+			}
+			bitsModelRun(t, rng, b, ff, &acct, universe, 2000)
 		})
 	}
 }
 
-func TestBitsApplyCanceled(t *testing.T) {
-	b, ff := newBitsWithFaults(t, 1000, nil)
-	mustSetBit(t, b, 3, true, 1)
-	wm := b.Freeze()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := b.Apply(ctx, wm); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Apply = %v, want context.Canceled", err)
+func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *Account, universe uint64, steps int) {
+	m := newBitsModel(universe)
+	var gen uint64
+	var queue []*BitsGen
+	var snaps []bitsSnap
+	defer func() {
+		for _, s := range snaps {
+			s.s.Close()
+		}
+	}()
+	for step := range steps {
+		where := fmt.Sprintf("step %d", step)
+		switch p := rng.IntN(100); {
+		case p < 40:
+			i, v := rng.Uint64N(universe), rng.IntN(3) > 0
+			if err := b.Set(i, v); err != nil {
+				t.Fatal(err)
+			}
+			m.set(i, v)
+		case p < 48:
+			lo := rng.Uint64N(universe)
+			hi := min(universe, lo+rng.Uint64N(3*chunkBits/2))
+			if rng.IntN(3) == 0 {
+				lo = lo / chunkBits * chunkBits
+				hi = min(universe, lo+chunkBits*uint64(1+rng.IntN(2)))
+			}
+			v := rng.IntN(2) == 0
+			if err := b.SetRange(lo, hi, v); err != nil {
+				t.Fatal(err)
+			}
+			for i := lo; i < hi; i++ {
+				m.set(i, v)
+			}
+		case p < 58:
+			gen++
+			if g := b.Freeze(gen); g != nil {
+				queue = append(queue, g)
+			}
+		case p < 68:
+			if len(queue) > 0 {
+				fail := rng.IntN(4) == 0
+				ff.fail.Store(fail)
+				err := queue[0].Write(context.Background(), queue[0].g)
+				ff.fail.Store(false)
+				if fail != (err != nil) {
+					t.Fatalf("%s: Write with fail=%v: %v", where, fail, err)
+				}
+				if err == nil {
+					b.Release(queue[0].g)
+					queue = queue[1:]
+				}
+			}
+		case p < 70:
+			if len(queue) == 0 {
+				b.Settle()
+			}
+		case p < 73:
+			if len(snaps) < 4 {
+				snaps = append(snaps, bitsSnap{b.Snapshot(), m.clone()})
+			}
+		case p < 75:
+			if len(snaps) > 0 {
+				i := rng.IntN(len(snaps))
+				snaps[i].s.Close()
+				snaps = slices.Delete(snaps, i, i+1)
+			}
+		default:
+			checkBits(t, b, func(from uint64) []uint64 { return collect(b.Ones(from)) }, m, universe, rng, where)
+			for i, s := range snaps {
+				checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rng, fmt.Sprintf("%s, snapshot %d", where, i))
+			}
+		}
 	}
-	b.Release()
-	if !b.Get(3) || ff.Get(3) || ff.Watermark() != 0 {
-		t.Fatal("cancelled Apply lost the change or wrote the file")
+	for _, g := range queue {
+		if err := g.Write(context.Background(), g.g); err != nil {
+			t.Fatal(err)
+		}
+		b.Release(g.g)
 	}
-	if err := flushBitsOnce(b); err != nil {
+	gen++
+	if g := b.Freeze(gen); g != nil {
+		if err := g.Write(context.Background(), gen); err != nil {
+			t.Fatal(err)
+		}
+		b.Release(gen)
+	}
+	b.Settle()
+	if !b.clean.Load() {
+		t.Fatal("not back on the fast path after everything was flushed")
+	}
+	if n := acct.Bytes(); n != 0 {
+		t.Fatalf("account after the final flush = %d", n)
+	}
+	checkBits(t, b, func(from uint64) []uint64 { return collect(b.Ones(from)) }, m, universe, rand.New(rand.NewPCG(1, 2)), "after the final flush")
+	// The file alone holds the model now.
+	for i := range universe {
+		if b.file.Get(i) != m.bits[i] {
+			t.Fatalf("file bit %d = %v, want %v", i, !m.bits[i], m.bits[i])
+		}
+	}
+	if got := b.file.CountOnes(); got != uint64(m.count) {
+		t.Fatalf("file CountOnes = %d, want %d", got, m.count)
+	}
+	for i, s := range snaps {
+		checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush", i))
+	}
+}
+
+func TestBitsBadInput(t *testing.T) {
+	r := newBitsRig(t, &Options{MaxBits: 1000})
+	if err := r.b.Set(1000, true); !errors.Is(err, bitslice.ErrOutOfRange) {
+		t.Errorf("Set(max) = %v", err)
+	}
+	if err := r.b.SetRange(5, 4, true); !errors.Is(err, ErrBadRange) {
+		t.Errorf("SetRange(5, 4) = %v", err)
+	}
+	if err := r.b.SetRange(0, 1001, true); !errors.Is(err, bitslice.ErrOutOfRange) {
+		t.Errorf("SetRange(0, 1001) = %v", err)
+	}
+	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("NewBits(MaxBits too large) = %v", err)
+	}
+}
+
+// TestBitsHugeRangeIsCheap sets 2^30 bits: whole chunks cost a pointer each,
+// so the pending memory stays small, and the flush applies them.
+func TestBitsHugeRangeIsCheap(t *testing.T) {
+	r := newBitsRig(t, nil)
+	const n = 1 << 30
+	if err := r.b.SetRange(0, n, true); err != nil {
 		t.Fatal(err)
 	}
-	if !ff.Get(3) || ff.Watermark() != 1 {
-		t.Fatal("retry after cancel did not persist")
+	if got := r.b.Count(); got != n {
+		t.Fatalf("Count = %d", got)
 	}
-}
-
-func TestBitsPendingBytesAndPooling(t *testing.T) {
-	for _, pool := range []int64{0, -1} {
-		b, _ := newBitsWithFaults(t, 1<<20, &Options{PoolBytes: pool})
-		if b.PendingBytes() != 0 {
-			t.Fatalf("new overlay PendingBytes = %d", b.PendingBytes())
-		}
-		mustSetBit(t, b, 1, true, 0)
-		mustSetBit(t, b, 1<<19, true, 0)
-		one := b.PendingBytes()
-		if one < 2*chunkBytes {
-			t.Fatalf("PendingBytes = %d, want >= %d", one, 2*chunkBytes)
-		}
-		b.Freeze()
-		mustSetBit(t, b, 2, true, 0)
-		if got := b.PendingBytes(); got <= one {
-			t.Fatalf("PendingBytes with active+frozen = %d, want > %d", got, one)
-		}
-		if err := flushBitsOnce(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := flushBitsOnce(b); err != nil {
-			t.Fatal(err)
-		}
-		if got := b.PendingBytes(); got != 0 {
-			t.Fatalf("PendingBytes after flushes = %d", got)
-		}
-		if (b.spare != nil) != ((&Options{PoolBytes: pool}).poolBytes() > 0) {
-			t.Fatalf("PoolBytes %d: spare kept = %v", pool, b.spare != nil)
-		}
-		if !b.Get(1) || !b.Get(2) || !b.Get(1<<19) || b.Get(3) {
-			t.Fatal("wrong reads after recycling")
-		}
+	if pb := r.b.PendingBytes(); pb > 1<<20 {
+		t.Fatalf("PendingBytes = %d for a range of 2^30 bits", pb)
 	}
-}
-
-func TestBitsSteadyFlushDoesNotAllocate(t *testing.T) {
-	skipWithoutPool(t)
-	b, _ := newBitsWithFaults(t, 1<<16, nil)
-	cycle := func() {
-		for i := uint64(0); i < 1<<16; i += 97 {
-			b.Set(i, i%2 == 0, i)
-		}
-		b.Freeze()
-		b.Apply(context.Background(), 1)
-		b.Release()
+	if err := r.b.Set(12345, false); err != nil {
+		t.Fatal(err)
 	}
-	cycle()
-	cycle()
-	if n := testing.AllocsPerRun(5, cycle); n > 0 {
-		t.Fatalf("steady flush cycle allocates %v times", n)
+	if r.b.Get(12345) || !r.b.Get(12346) || r.b.Count() != n-1 {
+		t.Fatal("copy on write of a shared chunk went wrong")
+	}
+	if fullChunks[1][0] != lowHalf<<32|lowHalf {
+		t.Fatal("a shared chunk was written")
 	}
 }

@@ -1,514 +1,665 @@
 package buffer
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
-// kvVal is a pending KV change: a value or a tombstone. It is two words (a
-// byte pointer and a length, -1 for a tombstone) rather than a slice and a
-// flag, so an entry with its key and a small value fits one cache line.
-type kvVal struct {
-	p *byte // first value byte; nil for an empty value or a tombstone
-	n int   // value length; tombstoneLen for a tombstone
-}
+// Account is a running total of the bytes held by pending changes, shared by
+// the overlays of one engine so that admission reads one number. The zero
+// value is ready to use.
+type Account struct{ n atomic.Int64 }
 
-const tombstoneLen = -1
+// Bytes returns the total.
+func (a *Account) Bytes() int64 { return a.n.Load() }
 
-// tombstone is the kvVal of a Delete.
-var tombstone = kvVal{n: tombstoneLen}
-
-// valOf views b as a kvVal without copying.
-func valOf(b []byte) kvVal { return kvVal{p: unsafe.SliceData(b), n: len(b)} }
-
-// del reports whether v is a tombstone.
-func (v kvVal) del() bool { return v.n < 0 }
-
-// bytes returns the value's bytes (nil for a tombstone); callers must not
-// modify them.
-func (v kvVal) bytes() []byte {
-	if v.n <= 0 {
-		return nil
+func (a *Account) add(n int64) {
+	if a != nil && n != 0 {
+		a.n.Add(n)
 	}
-	return unsafe.Slice(v.p, v.n)
 }
 
-func kvValBytes(v kvVal) int64 { return int64(max(v.n, 0)) }
-
-// store is what a KV needs of a *storage.Store. It exists so tests can wrap
-// the real store and fail Apply on demand; production code always passes a
-// *storage.Store.
-type store interface {
-	Get(key []byte) ([]byte, error)
-	GetAppend(dst, key []byte) ([]byte, error)
-	NewIter(lower, upper []byte) (*storage.Iter, error)
-	NewBatch() *storage.Batch
-	Apply(b *storage.Batch) error
+// kvReader is what a KV reads from: the store, or a store snapshot.
+type kvReader interface {
+	Get(ks storage.KeyspaceID, key []byte) ([]byte, error)
+	GetAppend(dst []byte, ks storage.KeyspaceID, key []byte) ([]byte, error)
+	NewIter(ks storage.KeyspaceID, lower, upper []byte) (*storage.Iter, error)
 }
 
-type (
-	kvTable = Table[string, kvVal]
-	kvEntry = entry[string, kvVal]
-)
-
-// coallocMax is the largest value stored in one allocation with its entry.
-const coallocMax = 64
-
-// KV is a pending-changes overlay over a storage.Store: Put and Delete land
-// in an in-memory table and are visible to Get and NewIter at once; the
-// flusher moves them to the store with Freeze, Apply and Release (the
-// flush.Target protocol). All methods are safe for concurrent use.
+// KV is the pending-changes overlay of one keyspace of a storage.Store: Put,
+// Delete and DeleteRange land in memory and are visible to reads at once;
+// the flush protocol (Freeze, KVGen.AddTo, Release) moves them to the store.
+//
+// Writes (Put, Delete, DeleteRange) must not run concurrently with Freeze or
+// Snapshot: the engine admits writes under the shared side of its write
+// barrier and calls those two with the barrier held exclusively. Every other
+// combination is safe for concurrent use.
+//
+// # Read path
+//
+// The overlay publishes one immutable view (the active table and the sealed
+// tables, newest first) through one atomic pointer. A read loads the view,
+// probes its tables newest first, re-loads the view and retries if it changed
+// (a table of the old view may have been recycled under the probe), then
+// falls through to the store. A read takes no lock and writes no shared
+// memory.
 type KV struct {
-	st         store
-	prefix     []byte
-	maxKey     int
-	maxVal     int
-	maxPending int64
-	nshards    int
+	view atomic.Pointer[kvView]
+	st   kvReader
+	ks   storage.KeyspaceID
+	acct *Account
+	opt  resolved
 
-	// active takes writes; frozen (nil when none) is the set being flushed
-	// or kept after a failed Apply. Readers look at active, then frozen,
-	// then the store: changes only ever move in that direction, so a reader
-	// never misses a change that completed before it started.
-	active atomic.Pointer[kvTable]
-	frozen atomic.Pointer[kvTable]
+	dropped atomic.Bool // set by Drop, under the active table's locks
 
-	// flushMu serialises Freeze, Apply and Release.
-	flushMu     sync.Mutex
-	frozenMaxOp uint64 // under flushMu
-	applied     bool   // under flushMu: frozen set applied since the last Freeze
-	lastLen     int64  // under flushMu: capacity hint for the next table
-	pool        *tablePool[string, kvVal]
-
-	keyBufs sync.Pool // *[]byte scratch for prefixed store keys
-
-	// testHookFreeze, if set (tests only), runs in Freeze once the next
-	// active table is chosen, before the swap.
-	testHookFreeze func(next *kvTable)
+	// vmu serialises every change of the view (Freeze, Release, a range
+	// delete's seal, Snapshot) and table pinning.
+	vmu     sync.Mutex
+	pool    tablePool
+	lastCap int64 // under vmu: capacity of the last released table
 }
 
-// NewKV returns an empty overlay over s. s may be shared by several KVs with
-// distinct Options.KeyPrefix values. A nil s behaves as a closed store:
-// reads that reach it and Apply return storage.ErrClosed.
-func NewKV(s *storage.Store, opts *Options) *KV {
-	var st store
-	if s != nil {
-		st = s
-	}
-	return newKV(st, opts)
+// kvView is immutable once published.
+type kvView struct {
+	active *table
+	sealed []*table // newest first; frozen generations are at the end
 }
 
-func newKV(st store, opts *Options) *KV {
-	kv := &KV{
-		st:         st,
-		maxKey:     opts.maxKeySize(),
-		maxVal:     opts.maxValueSize(),
-		maxPending: opts.MaxPending(),
-		nshards:    opts.shards(),
-		pool:       newTablePool[string, kvVal](opts.poolBytes()),
+// NewKV returns an empty overlay of keyspace ks of st. acct, if not nil,
+// receives the overlay's pending bytes.
+func NewKV(st *storage.Store, ks storage.KeyspaceID, acct *Account, opts *Options) (*KV, error) {
+	r, err := opts.resolve()
+	if err != nil {
+		return nil, err
 	}
-	if opts != nil && len(opts.KeyPrefix) > 0 {
-		kv.prefix = append([]byte(nil), opts.KeyPrefix...)
+	var rd kvReader
+	if st != nil {
+		rd = st
 	}
-	kv.active.Store(kv.newTable())
+	return newKV(rd, ks, acct, r), nil
+}
+
+func newKV(st kvReader, ks storage.KeyspaceID, acct *Account, r resolved) *KV {
+	kv := &KV{st: st, ks: ks, acct: acct, opt: r}
+	kv.pool.limit = r.poolBytes
+	kv.view.Store(&kvView{active: newTable(r.shards)})
 	return kv
 }
 
-func (kv *KV) newTable() *kvTable {
-	t := newTable[string, kvVal](kv.nshards, true)
-	t.valBytes = kvValBytes
-	t.mk = newKVEntry
+// Keyspace returns the keyspace id the overlay writes to.
+func (kv *KV) Keyspace() storage.KeyspaceID { return kv.ks }
+
+func (kv *KV) checkKey(key []byte) error {
+	switch {
+	case len(key) == 0:
+		return ErrEmptyKey
+	case len(key) > kv.opt.maxKey:
+		return fmt.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
+	}
+	return nil
+}
+
+// CheckPut reports the error Put would return for key and value, without
+// writing (batches validate every change before applying any).
+func (kv *KV) CheckPut(key, value []byte) error {
+	if err := kv.checkKey(key); err != nil {
+		return err
+	}
+	if len(value) > kv.opt.maxVal {
+		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
+	}
+	return nil
+}
+
+// CheckKey reports the error Delete or Get would return for key.
+func (kv *KV) CheckKey(key []byte) error { return kv.checkKey(key) }
+
+// CheckRange reports the error DeleteRange or NewIter would return for the
+// bounds (nil = open).
+func CheckRange(lower, upper []byte) error {
+	if lower != nil && upper != nil && string(lower) > string(upper) {
+		return fmt.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
+	}
+	return nil
+}
+
+func trunc(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// Put records key = value (both copied). Errors: ErrEmptyKey,
+// ErrKeyTooLarge, ErrValueTooLarge, ErrDropped (nothing recorded).
+func (kv *KV) Put(key, value []byte) error {
+	if err := kv.CheckPut(key, value); err != nil {
+		return err
+	}
+	return kv.write(key, value, false)
+}
+
+// Delete records a tombstone for key: reads report storage.ErrNotFound and
+// scans skip it until a later Put; the flush deletes the stored key.
+func (kv *KV) Delete(key []byte) error {
+	if err := kv.checkKey(key); err != nil {
+		return err
+	}
+	return kv.write(key, nil, true)
+}
+
+// write stores the change in the active table, retrying on the table that
+// replaced it if a range delete sealed it meanwhile.
+func (kv *KV) write(key, value []byte, del bool) error {
+	h := hashKey(unsafe.String(unsafe.SliceData(key), len(key)))
+	for spins := 0; ; spins++ {
+		ok, added := kv.view.Load().active.set(key, h, value, del)
+		if ok {
+			kv.acct.add(added)
+			return nil
+		}
+		if kv.dropped.Load() {
+			return ErrDropped
+		}
+		// The sealer publishes the new view before it unlocks, so this
+		// is rare; a recycled table is unsealed right after publication.
+		if invariants.Enabled {
+			invariants.Check(spins < 1<<20, "buffer: write spun %d times on a sealed table", spins)
+		}
+		if spins > 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// DeleteRange hides every key k with lower <= k < upper (nil = open on that
+// side), pending or stored, until later writes, in O(1): one range tombstone.
+// If the active table holds a key in the range, it is sealed and a new active
+// table starts with the tombstone, so that the tombstone is older than every
+// point of its table.
+func (kv *KV) DeleteRange(lower, upper []byte) error {
+	if err := CheckRange(lower, upper); err != nil {
+		return err
+	}
+	lo, hi, open := string(lower), string(upper), upper == nil
+	if !open && lo == hi {
+		return nil
+	}
+	for {
+		v := kv.view.Load()
+		a := v.active
+		ss := a.lockAll()
+		if a.sealed {
+			a.unlockAll(ss)
+			if kv.dropped.Load() {
+				return ErrDropped
+			}
+			continue // sealed meanwhile: retry on its successor
+		}
+		if !a.hasPointIn(ss, lo, hi, open) {
+			a.rdel.Store(a.rdel.Load().with(lo, hi, open))
+			a.unlockAll(ss)
+			return nil
+		}
+		next := kv.newActive()
+		next.rdel.Store((*spans)(nil).with(lo, hi, open))
+		a.sealLocked(ss)
+		kv.vmu.Lock()
+		cur := kv.view.Load()
+		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
+		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
+		kv.vmu.Unlock()
+		a.unlockAll(ss)
+		next.unseal()
+		return nil
+	}
+}
+
+// Drop deletes the whole keyspace and refuses every later write with
+// ErrDropped: it seals the active table and publishes a new one that holds a
+// range tombstone over every key and never accepts a write. The next Freeze
+// flushes it (the store's keys are deleted by one range deletion). A write
+// racing Drop either lands before the tombstone (and is deleted by it) or
+// fails. Reads after Drop see an empty keyspace.
+func (kv *KV) Drop() {
+	for {
+		v := kv.view.Load()
+		a := v.active
+		ss := a.lockAll()
+		if a.sealed {
+			a.unlockAll(ss)
+			if kv.dropped.Load() {
+				return
+			}
+			continue
+		}
+		kv.dropped.Store(true)
+		next := newTable(1)
+		next.sealed = true // for good: writers see dropped and fail
+		next.rdel.Store((*spans)(nil).with("", "", true))
+		a.sealLocked(ss)
+		kv.vmu.Lock()
+		kv.view.Store(&kvView{active: next, sealed: prepend(a, kv.view.Load().sealed)})
+		kv.vmu.Unlock()
+		a.unlockAll(ss)
+		return
+	}
+}
+
+// Dropped reports whether Drop was called.
+func (kv *KV) Dropped() bool { return kv.dropped.Load() }
+
+func prepend(t *table, ts []*table) []*table {
+	out := make([]*table, 0, len(ts)+1)
+	return append(append(out, t), ts...)
+}
+
+// newActive returns an empty, sealed table for the next active one: recycled
+// when possible. The caller unseals it once it is published.
+func (kv *KV) newActive() *table {
+	if t := kv.pool.get(kv.lastCap); t != nil {
+		return t
+	}
+	t := newTable(kv.opt.shards)
+	t.sealed = true
 	return t
 }
 
-// inlineEntry is an entry followed by room for its key and value bytes in
-// the same allocation. D is a byte array whose size makes the whole object a
-// Go size class (48, 64, 80, 96, 128, 192, 256 bytes): with an 8-byte key and
-// a 16-byte value (W2) the entry is one 64-byte, cache-line-aligned object.
-type inlineEntry[D any] struct {
-	e    kvEntry
-	data D
+// find probes the view's tables for k, newest first. It returns the value
+// record of the newest change, or nil with hidden set if a range tombstone
+// covers k, or nil, false if no table knows k.
+func (v *kvView) find(k string, h uint64) (r *byte, hidden bool) {
+	if n := v.active.lookup(k, h); n != nil {
+		return n.val.Load(), false
+	}
+	if v.active.covers(k) {
+		return nil, true
+	}
+	for _, t := range v.sealed {
+		if n := t.lookup(k, h); n != nil {
+			return n.val.Load(), false
+		}
+		if t.covers(k) {
+			return nil, true
+		}
+	}
+	return nil, false
 }
 
-// newInline allocates an inline entry and returns it with its data bytes.
-func newInline[D any]() (*kvEntry, []byte) {
-	p := new(inlineEntry[D])
-	return &p.e, unsafe.Slice((*byte)(unsafe.Pointer(&p.data)), unsafe.Sizeof(p.data))
-}
-
-// newKVEntry is the KV table's entry allocator: it copies a pending change
-// out of the caller's buffers. The key and a value of up to coallocMax bytes
-// go into the entry's own allocation, so a lookup that compares the key finds
-// the value in the same object (one cache miss after the slot instead of
-// three: entry, key, value). Every entry carries its own key copy, overwrites
-// included, so the hit path never follows a pointer into another object.
-//
-// The skip list node keeps the key of the entry that first inserted it, and
-// with it that entry's allocation: only small values share it, so a large
-// stale value is never kept alive by the key.
-func newKVEntry(k string, v kvVal) *kvEntry {
-	vin := 0 // value bytes stored inline
-	if v.n > 0 && v.n <= coallocMax {
-		vin = v.n
-	}
-	var (
-		e   *kvEntry
-		buf []byte
-	)
-	switch need := len(k) + vin; {
-	case need <= 8:
-		e, buf = newInline[[8]byte]()
-	case need <= 24:
-		e, buf = newInline[[24]byte]()
-	case need <= 40:
-		e, buf = newInline[[40]byte]()
-	case need <= 56:
-		e, buf = newInline[[56]byte]()
-	case need <= 88:
-		e, buf = newInline[[88]byte]()
-	case need <= 152:
-		e, buf = newInline[[152]byte]()
-	case need <= 216:
-		e, buf = newInline[[216]byte]()
-	default:
-		e, buf = new(kvEntry), make([]byte, need)
-	}
-	copy(buf, k)
-	e.key = unsafe.String(unsafe.SliceData(buf), len(k))
-	switch {
-	case v.del():
-		e.val = tombstone
-	case v.n == 0:
-		e.val = kvVal{}
-	case vin > 0:
-		copy(buf[len(k):], v.bytes())
-		e.val = kvVal{p: &buf[len(k)], n: v.n}
-	default:
-		e.val = valOf(bytes.Clone(v.bytes()))
-	}
-	return e
-}
-
-// keyString views key as a string without copying; the table clones it if it
-// keeps it.
-func keyString(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
-
-// quoteKey renders a key for an error message, truncated.
-func quoteKey(key []byte) string {
-	if len(key) > 64 {
-		return fmt.Sprintf("%q...(%d bytes)", key[:64], len(key))
-	}
-	return fmt.Sprintf("%q", key)
-}
-
-func (kv *KV) checkKey(op string, key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("buffer: %s: %w", op, ErrEmptyKey)
-	}
-	if len(key) > kv.maxKey {
-		return fmt.Errorf("buffer: %s %s: %d bytes (max %d): %w", op, quoteKey(key), len(key), kv.maxKey, ErrKeyTooLarge)
-	}
-	return nil
-}
-
-// Put records key=value with the host's operation number op. Key and value
-// are copied: the caller may reuse both buffers once Put returns. The change
-// is visible to every Get and new iterator once Put returns.
-//
-// Errors: ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge (nothing recorded).
-func (kv *KV) Put(key, value []byte, op uint64) error {
-	if err := kv.checkKey("put", key); err != nil {
-		return err
-	}
-	if len(value) > kv.maxVal {
-		return fmt.Errorf("buffer: put %s: value %d bytes (max %d): %w", quoteKey(key), len(value), kv.maxVal, ErrValueTooLarge)
-	}
-	kv.set(key, valOf(value), op) // the table copies (newKVEntry)
-	return nil
-}
-
-// Delete records a tombstone for key with operation number op: Get reports
-// storage.ErrNotFound and iterators skip the key, whatever the store holds,
-// until a later Put; the flush deletes the stored key.
-//
-// Errors: ErrEmptyKey, ErrKeyTooLarge.
-func (kv *KV) Delete(key []byte, op uint64) error {
-	if err := kv.checkKey("delete", key); err != nil {
-		return err
-	}
-	kv.set(key, tombstone, op)
-	return nil
-}
-
-// set writes to the active table. Set fails only on a table sealed by
-// Freeze, which has already published its successor, so the retry lands in
-// the new active table: a write never lands in a table being applied.
-func (kv *KV) set(key []byte, v kvVal, op uint64) {
-	k := keyString(key)
-	for !kv.active.Load().Set(k, v, op) {
+// lookup returns k's newest pending record (nil if none) and whether a range
+// tombstone hides it, re-validated against recycling.
+func (kv *KV) lookup(key []byte) (r *byte, hidden bool) {
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	h := hashKey(k)
+	for spins := 0; ; spins++ {
+		v := kv.view.Load()
+		r, hidden = v.find(k, h)
+		// A table of v may have been released and cleared while we
+		// probed it: only if the view is unchanged did the probe precede
+		// every clear (a release publishes the new view first).
+		if kv.view.Load() == v {
+			return r, hidden
+		}
+		if invariants.Enabled {
+			invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
+		}
 	}
 }
 
-// Get returns the value of key: the newest pending change (active, then
-// frozen set) or else the stored value. It returns a copy the caller owns.
-//
-// Errors: storage.ErrNotFound (a tombstone, or absent everywhere),
-// ErrEmptyKey, ErrKeyTooLarge, and the store's errors.
+// Get returns a copy of key's value: the newest pending change, else the
+// stored value. Errors: storage.ErrNotFound (absent, deleted or range
+// deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
 func (kv *KV) Get(key []byte) ([]byte, error) {
-	if err := kv.checkKey("get", key); err != nil {
+	if err := kv.checkKey(key); err != nil {
 		return nil, err
 	}
-	if e := kv.lookup(key); e != nil {
-		if e.val.del() {
+	r, hidden := kv.lookup(key)
+	switch {
+	case r != nil:
+		v, del := rec(r)
+		if del {
 			return nil, storage.ErrNotFound
 		}
-		out := make([]byte, e.val.n) // non-nil even when empty, like the store's
-		copy(out, e.val.bytes())
-		return out, nil
+		return append(make([]byte, 0, len(v)), v...), nil
+	case hidden:
+		return nil, storage.ErrNotFound
+	case kv.st == nil:
+		return nil, storage.ErrClosed
 	}
-	return kv.storeGet(nil, key, false)
+	return kv.st.Get(kv.ks, key)
 }
 
-// GetAppend is Get appending the value to dst instead of allocating a copy:
-// with enough capacity in dst it does not allocate (a pending value or a
-// stored one). It returns the extended slice, or dst unchanged on error.
-// Like Get, it never returns memory the overlay keeps.
+// GetAppend is Get appending the value to dst: with enough capacity in dst it
+// does not allocate. On error it returns dst unchanged.
 func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
-	if err := kv.checkKey("get", key); err != nil {
+	if err := kv.checkKey(key); err != nil {
 		return dst, err
 	}
-	if e := kv.lookup(key); e != nil {
-		if e.val.del() {
+	r, hidden := kv.lookup(key)
+	switch {
+	case r != nil:
+		v, del := rec(r)
+		if del {
 			return dst, storage.ErrNotFound
 		}
-		return append(dst, e.val.bytes()...), nil
-	}
-	return kv.storeGet(dst, key, true)
-}
-
-// lookup returns the newest pending entry for key (a value or a tombstone):
-// active table, then frozen set, hashing the key once. nil if neither holds
-// key. Lock-free: atomic loads only.
-func (kv *KV) lookup(key []byte) *kvEntry {
-	k := keyString(key)
-	a := kv.active.Load()
-	f := kv.frozen.Load()
-	af := a.shards.Load()
-	if af == nil && f == nil {
-		return nil
-	}
-	h := a.hash(k)
-	if af != nil {
-		if e := a.lookupHash(af, k, h); e != nil {
-			return e
-		}
-	}
-	if f != nil {
-		if ff := f.shards.Load(); ff != nil {
-			return f.lookupHash(ff, k, h)
-		}
-	}
-	return nil
-}
-
-// storeGet reads key from the store: a copy, or appended to dst.
-func (kv *KV) storeGet(dst, key []byte, appendMode bool) ([]byte, error) {
-	if kv.st == nil {
+		return append(dst, v...), nil
+	case hidden:
+		return dst, storage.ErrNotFound
+	case kv.st == nil:
 		return dst, storage.ErrClosed
 	}
-	if len(kv.prefix) == 0 {
-		if appendMode {
-			return kv.st.GetAppend(dst, key)
+	return kv.st.GetAppend(dst, kv.ks, key)
+}
+
+// manyBatch is the number of keys GetMany resolves per pass: their hashes,
+// slots and nodes are loaded in separate loops so that the cache misses of
+// independent keys overlap.
+const manyBatch = 32
+
+// GetMany looks up every key of keys. The value of each key found is
+// appended to buf and vals[i] set to it (a subslice of buf at the time it was
+// appended, capped so that appending to it cannot overwrite a neighbour);
+// vals[i] is nil for a key that is absent or deleted. It returns the extended
+// buffer. With enough capacity in buf it allocates nothing. len(vals) must be
+// at least len(keys).
+//
+// It returns the same values as Get called on each key in turn, at some
+// instant between the call and its return. Errors: ErrEmptyKey,
+// ErrKeyTooLarge (checked for every key before any lookup), the store's
+// errors (vals of keys not yet read are left nil).
+func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
+	return getMany(keys, vals, buf, kv.checkKey, func() *kvView { return kv.view.Load() }, kv.st, kv.ks)
+}
+
+// getMany is GetMany over views loaded by load (the live view, or a
+// snapshot's fixed one) and the reader st.
+func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error, load func() *kvView, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
+	if len(vals) < len(keys) {
+		return buf, fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+	}
+	for _, k := range keys {
+		if err := check(k); err != nil {
+			return buf, err
 		}
-		return kv.st.Get(key)
 	}
-	bp, _ := kv.keyBufs.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
-	}
-	pk := append(append((*bp)[:0], kv.prefix...), key...)
 	var (
-		v   []byte
-		err error
+		hs   [manyBatch]uint64
+		rs   [manyBatch]*byte
+		hid  [manyBatch]bool
+		cand [manyBatch]*node
 	)
-	if appendMode {
-		v, err = kv.st.GetAppend(dst, pk)
-	} else {
-		v, err = kv.st.Get(pk)
-	}
-	*bp = pk
-	kv.keyBufs.Put(bp)
-	return v, err
-}
-
-// MaxOp returns the highest op number among pending changes (active and
-// frozen sets); 0 when nothing is pending.
-func (kv *KV) MaxOp() uint64 {
-	m := kv.active.Load().MaxOp()
-	if f := kv.frozen.Load(); f != nil {
-		m = max(m, f.MaxOp())
-	}
-	return m
-}
-
-// PendingBytes returns the memory held by pending changes, active and
-// frozen: key and value bytes plus a per-entry table overhead.
-func (kv *KV) PendingBytes() int64 {
-	n := kv.active.Load().Bytes()
-	if f := kv.frozen.Load(); f != nil {
-		n += f.Bytes()
-	}
-	return n
-}
-
-// MaxPendingBytes returns Options.MaxPendingBytes (or its default): the
-// bound the flusher enforces on PendingBytes.
-func (kv *KV) MaxPendingBytes() int64 { return kv.maxPending }
-
-// Len returns the number of pending changes (active plus frozen; a key in
-// both counts twice).
-func (kv *KV) Len() int {
-	n := kv.active.Load().Len()
-	if f := kv.frozen.Load(); f != nil {
-		n += f.Len()
-	}
-	return n
-}
-
-// Freeze moves the active table to the frozen set and publishes a fresh
-// (pooled when possible) active table; it returns the highest op number in
-// the frozen set. Writers are excluded while the tables swap (the old table
-// is sealed: a write that loses the race retries on the new one), readers
-// are not. If a frozen set is left from a failed Apply, it is merged under
-// the newer changes. With nothing new pending it keeps the frozen set as it
-// is.
-func (kv *KV) Freeze() uint64 {
-	kv.flushMu.Lock()
-	defer kv.flushMu.Unlock()
-	old := kv.active.Load()
-	prev := kv.frozen.Load()
-	if old.Len() == 0 {
-		// Nothing to freeze. A write racing with this check started before
-		// Freeze returned, so it may belong to either generation.
-		if prev == nil {
-			kv.frozenMaxOp = 0
+	for base := 0; base < len(keys); base += manyBatch {
+		part := keys[base:min(base+manyBatch, len(keys))]
+		for i, k := range part {
+			hs[i] = hashKey(unsafe.String(unsafe.SliceData(k), len(k)))
 		}
-		return kv.frozenMaxOp
-	}
-	// A pooled table stays sealed until it is published as the active
-	// table: a writer that loaded its pointer generations ago (when it was
-	// last active) may still be about to call Set on it. Unsealed before
-	// publication, that stale write would land in a table no reader
-	// consults yet, so the writer's own next Get would read the older value
-	// from the current active table, and once published the stale value
-	// would shadow newer writes made to that table meanwhile.
-	next := kv.pool.get(kv.lastLen)
-	pooled := next != nil
-	if !pooled {
-		next = kv.newTable()
-	}
-	if kv.testHookFreeze != nil {
-		kv.testHookFreeze(next)
-	}
-	old.Seal(func() {
-		if prev != nil {
-			// prev is not recycled: a reader may still be probing it, and
-			// its contents are not in the store.
-			old.mergeUnderSealed(prev)
-		}
-		kv.frozen.Store(old) // before active: readers go active -> frozen
-		kv.active.Store(next)
-		if pooled {
-			// Only now: a write it accepts is one to the active table.
-			// Writers that load next before this spin in set until then.
-			next.unseal()
-		}
-	})
-	kv.applied = false
-	kv.frozenMaxOp = old.MaxOp()
-	return kv.frozenMaxOp
-}
-
-// Apply writes the frozen set, in key order, into one storage batch that
-// also carries the watermark wm (when wm > 0), committed with one synced
-// Apply. On error the frozen set stays readable and the next Freeze merges
-// newer changes over it; nothing is lost. ctx is checked before and during
-// the batch build; the commit itself is not interruptible.
-func (kv *KV) Apply(ctx context.Context, wm uint64) error {
-	kv.flushMu.Lock()
-	defer kv.flushMu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f := kv.frozen.Load()
-	if (f == nil || f.Len() == 0) && wm == 0 {
-		kv.applied = true
-		return nil
-	}
-	if kv.st == nil {
-		return storage.ErrClosed
-	}
-	b := kv.st.NewBatch()
-	if f != nil {
-		if err := kv.fillBatch(ctx, b, f); err != nil {
-			return err
-		}
-	}
-	if wm > 0 {
-		b.SetWatermark(wm)
-	}
-	if err := kv.st.Apply(b); err != nil {
-		return fmt.Errorf("buffer: apply %d pending changes: %w", b.Len(), err)
-	}
-	kv.applied = true
-	return nil
-}
-
-// fillBatch adds f's changes to b in key order, merging the shards' skip
-// lists (already sorted: no sort pass).
-func (kv *KV) fillBatch(ctx context.Context, b *storage.Batch, f *kvTable) error {
-	var m mergeCursor[string, kvVal]
-	m.addTable(f, 0)
-	key := append([]byte(nil), kv.prefix...)
-	n := 0
-	for m.seek("", true); m.valid(); m.advance() {
-		e := m.top().ent.Load()
-		if e == nil {
-			continue
-		}
-		if n++; n&0xffff == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
+		for {
+			v := load()
+			for i := range part {
+				rs[i], hid[i] = nil, false
+			}
+			resolveMany(v.active, part, &hs, &rs, &hid, &cand)
+			for _, t := range v.sealed {
+				resolveMany(t, part, &hs, &rs, &hid, &cand)
+			}
+			if load() == v {
+				break
 			}
 		}
-		key = append(key[:len(kv.prefix)], e.key...)
-		if e.val.del() {
-			b.Delete(key)
+		for i, k := range part {
+			j := base + i
+			vals[j] = nil
+			switch {
+			case rs[i] != nil:
+				val, del := rec(rs[i])
+				if !del {
+					start := len(buf)
+					buf = append(buf, val...)
+					vals[j] = buf[start:len(buf):len(buf)]
+				}
+			case hid[i]:
+			default:
+				if st == nil {
+					return buf, storage.ErrClosed
+				}
+				start := len(buf)
+				var err error
+				buf, err = st.GetAppend(buf, ks, k)
+				switch {
+				case err == nil:
+					vals[j] = buf[start:len(buf):len(buf)]
+				case !isNotFound(err):
+					return buf, err
+				}
+			}
+		}
+	}
+	return buf, nil
+}
+
+// resolveMany probes t for the keys not yet resolved (rs[i] == nil and
+// !hid[i]). It loads every candidate slot first and every candidate node
+// second, so that independent cache misses overlap.
+func resolveMany(t *table, keys [][]byte, hs *[manyBatch]uint64, rs *[manyBatch]*byte, hid *[manyBatch]bool, cand *[manyBatch]*node) {
+	ss := t.shards.Load()
+	if ss != nil {
+		for i := range keys {
+			cand[i] = nil
+			if rs[i] != nil || hid[i] {
+				continue
+			}
+			if arr := ss.s[hs[i]>>t.shift].slots.Load(); arr != nil {
+				s := &arr.s[hs[i]&arr.mask]
+				if n := s.n.Load(); n != nil && s.hash.Load() == hs[i] {
+					cand[i] = n
+				}
+			}
+		}
+		for i, k := range keys {
+			if rs[i] != nil || hid[i] {
+				continue
+			}
+			ks := unsafe.String(unsafe.SliceData(k), len(k))
+			n := cand[i]
+			if n == nil || n.key() != ks {
+				n = t.lookup(ks, hs[i]) // collision or a longer probe: the slow way
+			}
+			if n != nil {
+				rs[i] = n.val.Load()
+			}
+		}
+	}
+	if sp := t.rdel.Load(); sp != nil {
+		for i, k := range keys {
+			if rs[i] == nil && !hid[i] && sp.covers(unsafe.String(unsafe.SliceData(k), len(k))) {
+				hid[i] = true
+			}
+		}
+	}
+}
+
+// KVGen is one keyspace's part of a frozen flush generation: its tables,
+// oldest first.
+type KVGen struct {
+	kv     *KV
+	g      uint64
+	tables []*table
+}
+
+// Freeze seals the active table (if it holds any change) into generation g,
+// together with every table sealed since the last Freeze (by range deletes
+// and snapshots), and returns them; nil if there is nothing to flush. The
+// caller must exclude writers (see KV). g must grow with each call.
+func (kv *KV) Freeze(g uint64) *KVGen {
+	kv.vmu.Lock()
+	defer kv.vmu.Unlock()
+	v := kv.view.Load()
+	var frozen []*table
+	for i := len(v.sealed) - 1; i >= 0; i-- {
+		if t := v.sealed[i]; t.gen == 0 {
+			t.gen = g
+			frozen = append(frozen, t)
 		} else {
-			b.Put(key, e.val.bytes())
+			invariants.Check(t.gen < g, "buffer: generation %d frozen after %d", g, t.gen)
+		}
+	}
+	if a := v.active; !a.empty() {
+		a.seal()
+		a.gen = g
+		frozen = append(frozen, a)
+		next := kv.newActive()
+		kv.view.Store(&kvView{active: next, sealed: prepend(a, v.sealed)})
+		if !kv.dropped.Load() {
+			next.unseal()
+		}
+	}
+	if len(frozen) == 0 {
+		return nil
+	}
+	return &KVGen{kv: kv, g: g, tables: frozen}
+}
+
+// AddTo adds the generation's changes to b: for each table, oldest first,
+// its range tombstones, then its points in key order. It may be called again
+// after a failed commit (the tables are unchanged until Release).
+func (g *KVGen) AddTo(ctx context.Context, b *storage.Batch) error {
+	ks := g.kv.ks
+	n := 0
+	tables := g.tables
+	for i := len(tables) - 1; i > 0; i-- {
+		if sp := tables[i].rdel.Load(); sp != nil && len(sp.s) == 1 && sp.s[0].lo == "" && sp.s[0].open {
+			tables = tables[i:] // a dropped keyspace: older tables are deleted anyway
+			break
+		}
+	}
+	for _, t := range tables {
+		for _, s := range t.rdel.Load().list() {
+			var hi []byte
+			if !s.open {
+				hi = []byte(s.hi)
+			}
+			b.DeleteRange(ks, []byte(s.lo), hi)
+		}
+		var m merger
+		m.addTable(t, 0)
+		for m.first(); m.valid(); m.next() {
+			if n++; n&0xffff == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			nd := m.top()
+			k := unsafe.Slice(unsafe.StringData(nd.key()), nd.klen)
+			v, del := rec(nd.val.Load())
+			if del {
+				b.Delete(ks, k)
+			} else {
+				b.Put(ks, k, v)
+			}
 		}
 	}
 	return nil
 }
 
-// Release drops the frozen set after a successful Apply, recycling its table.
-// Without a successful Apply since the last Freeze it does nothing: a
-// frozen set is only dropped once the store holds it.
-func (kv *KV) Release() {
-	kv.flushMu.Lock()
-	defer kv.flushMu.Unlock()
-	f := kv.frozen.Load()
-	if f == nil || !kv.applied {
+// Keyspace returns the keyspace the generation belongs to.
+func (g *KVGen) Keyspace() storage.KeyspaceID { return g.kv.ks }
+
+// Release is KV.Release of the generation: call it once the generation is
+// durable.
+func (g *KVGen) Release() { g.kv.Release(g.g) }
+
+// Idle reports whether the overlay holds no change at all: nothing pending,
+// nothing frozen and not yet released.
+func (kv *KV) Idle() bool {
+	v := kv.view.Load()
+	return len(v.sealed) == 0 && v.active.empty()
+}
+
+// Release drops generation g's tables after its changes are durable in the
+// store, and recycles those no iterator or snapshot pins. Generations must be
+// released in order.
+func (kv *KV) Release(g uint64) {
+	kv.vmu.Lock()
+	v := kv.view.Load()
+	cut := len(v.sealed)
+	for cut > 0 && v.sealed[cut-1].gen == g {
+		cut--
+	}
+	if cut == len(v.sealed) {
+		kv.vmu.Unlock()
 		return
 	}
-	kv.lastLen = f.capacityBytes()
-	kv.frozen.Store(nil)
-	kv.frozenMaxOp = 0
-	kv.pool.put(f) // clears f if kept; a pinned or oversize table goes to the GC
+	for _, t := range v.sealed[:cut] {
+		invariants.Check(t.gen == 0 || t.gen > g, "buffer: release of generation %d before %d", g, t.gen)
+	}
+	gone := v.sealed[cut:]
+	// Publish first, clear after: a reader that still sees v after its
+	// probe finished the probe before any clear began.
+	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut]})
+	var freed int64
+	for _, t := range gone {
+		freed += t.bytes()
+		kv.lastCap = max(kv.lastCap/2, t.capacityBytes())
+	}
+	kv.vmu.Unlock()
+	kv.acct.add(-freed)
+	for _, t := range gone {
+		kv.pool.put(t)
+	}
+}
+
+// PendingBytes returns the memory held by the overlay's pending changes.
+func (kv *KV) PendingBytes() int64 {
+	v := kv.view.Load()
+	n := v.active.bytes()
+	for _, t := range v.sealed {
+		n += t.bytes()
+	}
+	return n
+}
+
+// pinView pins the tables of the current view (all of them, or only the
+// sealed ones) so that they are not recycled while read.
+func (kv *KV) pinView(withActive bool) []*table {
+	kv.vmu.Lock()
+	defer kv.vmu.Unlock()
+	v := kv.view.Load()
+	ts := make([]*table, 0, len(v.sealed)+1)
+	if withActive {
+		ts = append(ts, v.active)
+	}
+	ts = append(ts, v.sealed...)
+	for _, t := range ts {
+		t.pins.Add(1)
+	}
+	return ts
+}
+
+func unpin(ts []*table) {
+	for _, t := range ts {
+		if t.pins.Add(-1) < 0 {
+			invariants.Check(false, "buffer: table unpinned more often than pinned")
+		}
+	}
+}
+
+func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
+
+// PendingKeys returns the number of keys held by the overlay's tables that
+// are not yet released (a key pending in two generations counts twice).
+func (kv *KV) PendingKeys() int64 {
+	v := kv.view.Load()
+	n := v.active.keyCount()
+	for _, t := range v.sealed {
+		n += t.keyCount()
+	}
+	return n
 }

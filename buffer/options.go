@@ -1,92 +1,123 @@
 package buffer
 
-import "math/bits"
+import (
+	"fmt"
+	"math/bits"
 
-// Options configures a pending-changes overlay. A nil *Options means defaults;
-// a zero field means that field's default.
+	"github.com/kvbuf/kvbuf/bitslice"
+)
+
+// Defaults of Options. The engine (package kvbuf) documents them to users and
+// passes resolved values down; they are declared here, once.
+const (
+	// DefaultShards is the KV table shard count. Reads take no lock, so
+	// shards only spread writers; a handful keeps scans' merge cheap.
+	DefaultShards = 8
+	// DefaultMaxKeySize is the largest KV key in bytes.
+	DefaultMaxKeySize = 4096
+	// DefaultMaxValueSize is the largest KV value in bytes.
+	DefaultMaxValueSize = 1 << 20
+	// DefaultPoolBytes bounds the memory of released tables kept for reuse.
+	DefaultPoolBytes = 8 << 20
+	// DefaultMaxBits is the largest bitslice length a Bits overlay accepts:
+	// 2^32 bits, a 512 MiB file, whose pending-table directory costs at most
+	// 1 MiB.
+	DefaultMaxBits = 1 << 32
+)
+
+// Limits Options are checked against.
+const (
+	// MaxShards is the largest Options.Shards.
+	MaxShards = 64
+	// MaxKeySizeLimit is the largest Options.MaxKeySize: a key lives inline
+	// in its table node, whose sizes are a fixed ladder.
+	MaxKeySizeLimit = 64 << 10
+	// MaxValueSizeLimit is the largest Options.MaxValueSize.
+	MaxValueSizeLimit = 1 << 30
+)
+
+// Options configures an overlay. A nil *Options means defaults; a zero field
+// means that field's default.
 type Options struct {
-	// Shards is the number of shards of the pending table. It is rounded up to
-	// a power of two and clamped to [1, 4096]. Default: DefaultShards (8).
+	// Shards is the number of shards of a KV table, rounded up to a power of
+	// two. Default: DefaultShards. At most MaxShards.
 	Shards int
 
-	// MaxKeySize is the largest key, in bytes, a KV overlay accepts; larger
-	// keys get ErrKeyTooLarge. Default: 4096.
+	// MaxKeySize is the largest KV key; longer keys get ErrKeyTooLarge.
+	// Default: DefaultMaxKeySize. At most MaxKeySizeLimit.
 	MaxKeySize int
 
-	// MaxValueSize is the largest value, in bytes, a KV overlay accepts;
-	// larger values get ErrValueTooLarge. Default: 1 MiB.
+	// MaxValueSize is the largest KV value; longer values get
+	// ErrValueTooLarge. Default: DefaultMaxValueSize. At most
+	// MaxValueSizeLimit.
 	MaxValueSize int
 
-	// MaxPendingBytes is the pending-memory bound the flusher enforces with
-	// backpressure (the overlay itself only reports its usage). Default: 64 MiB.
-	MaxPendingBytes int64
-
-	// PoolBytes bounds the memory held by released tables kept for reuse.
-	// Zero means the default (8 MiB); negative disables pooling.
+	// PoolBytes bounds the memory of released tables kept for the next
+	// generations. Default: DefaultPoolBytes. Negative disables pooling (so
+	// does building with -tags kvbuf_nopool).
 	PoolBytes int64
 
-	// KeyPrefix (KV only) is prepended to every key on the storage side and
-	// stripped from keys an iterator returns, so several keyspaces can share
-	// one storage.Store. Pending tables hold keys without it. NewKV copies it.
-	// Default: none.
-	KeyPrefix []byte
-
-	// MaxBits (Bits only) bounds the bit indexes Set accepts: an index at or
-	// beyond it gets an error wrapping bitslice.ErrOutOfRange. Values above
-	// bitslice.MaxBits are lowered to it. The pending table's directory costs
-	// 8 bytes per 32768 bits up to the highest index set. Default:
-	// DefaultMaxBits (2^32 bits, a 512 MiB bitslice).
+	// MaxBits bounds the bit indexes a Bits overlay accepts: an index at or
+	// beyond it is an error wrapping bitslice.ErrOutOfRange. Default:
+	// DefaultMaxBits. At most bitslice.MaxBits.
 	MaxBits uint64
 }
 
-const (
-	defaultMaxKeySize      = 4096
-	defaultMaxValueSize    = 1 << 20
-	defaultMaxPendingBytes = 64 << 20
-	defaultPoolBytes       = 8 << 20
-)
-
-// shards returns the effective shard count: a power of two in [1, maxShards].
-func (o *Options) shards() int {
-	n := DefaultShards
-	if o != nil && o.Shards > 0 {
-		n = min(o.Shards, maxShards)
-	}
-	return 1 << bits.Len(uint(n-1))
+// resolved is Options with every default filled in and every value checked.
+type resolved struct {
+	shards    int
+	maxKey    int
+	maxVal    int
+	poolBytes int64 // 0: pooling off
+	maxBits   uint64
 }
 
-func (o *Options) maxKeySize() int {
-	if o == nil || o.MaxKeySize <= 0 {
-		return defaultMaxKeySize
-	}
-	return o.MaxKeySize
+// Validate reports an error wrapping ErrBadOptions for a value out of range.
+// Zero values are valid (they mean the default).
+func (o *Options) Validate() error {
+	_, err := o.resolve()
+	return err
 }
 
-func (o *Options) maxValueSize() int {
-	if o == nil || o.MaxValueSize <= 0 {
-		return defaultMaxValueSize
+func (o *Options) resolve() (resolved, error) {
+	var v Options
+	if o != nil {
+		v = *o
 	}
-	return o.MaxValueSize
-}
-
-// MaxPending returns the effective MaxPendingBytes (the default when o is nil
-// or the field is not positive), for the flusher's backpressure.
-func (o *Options) MaxPending() int64 {
-	if o == nil || o.MaxPendingBytes <= 0 {
-		return defaultMaxPendingBytes
+	r := resolved{
+		shards:    DefaultShards,
+		maxKey:    DefaultMaxKeySize,
+		maxVal:    DefaultMaxValueSize,
+		poolBytes: DefaultPoolBytes,
+		maxBits:   DefaultMaxBits,
 	}
-	return o.MaxPendingBytes
-}
-
-// poolBytes returns the pool's byte bound; 0 means pooling is off.
-func (o *Options) poolBytes() int64 {
 	switch {
-	case !poolEnabled:
-		return 0
-	case o == nil || o.PoolBytes == 0:
-		return defaultPoolBytes
-	case o.PoolBytes < 0:
-		return 0
+	case v.Shards < 0 || v.Shards > MaxShards:
+		return r, fmt.Errorf("%w: Shards %d (want 0..%d)", ErrBadOptions, v.Shards, MaxShards)
+	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
+		return r, fmt.Errorf("%w: MaxKeySize %d (want 0..%d)", ErrBadOptions, v.MaxKeySize, MaxKeySizeLimit)
+	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
+		return r, fmt.Errorf("%w: MaxValueSize %d (want 0..%d)", ErrBadOptions, v.MaxValueSize, MaxValueSizeLimit)
+	case v.MaxBits > bitslice.MaxBits:
+		return r, fmt.Errorf("%w: MaxBits %d (want at most %d)", ErrBadOptions, v.MaxBits, uint64(bitslice.MaxBits))
 	}
-	return o.PoolBytes
+	if v.Shards > 0 {
+		r.shards = 1 << bits.Len(uint(v.Shards-1))
+	}
+	if v.MaxKeySize > 0 {
+		r.maxKey = v.MaxKeySize
+	}
+	if v.MaxValueSize > 0 {
+		r.maxVal = v.MaxValueSize
+	}
+	switch {
+	case !poolEnabled || v.PoolBytes < 0:
+		r.poolBytes = 0
+	case v.PoolBytes > 0:
+		r.poolBytes = v.PoolBytes
+	}
+	if v.MaxBits > 0 {
+		r.maxBits = v.MaxBits
+	}
+	return r, nil
 }

@@ -1,39 +1,87 @@
-// Package flush moves pending changes to durable storage: a background
-// flusher with group commit, the engine's drain gate, a write barrier for a
-// consistent cut, and backpressure.
+// Package flush moves pending changes to durable storage: the engine's
+// background flusher with group commit and a generation pipeline, its drain
+// gate, the write barrier that gives every generation a consistent cut, op
+// tracking for the watermark, and backpressure.
 //
 // # Protocol
 //
-// A Flusher drives a fixed list of Targets (the buffer overlays). One
-// physical flush takes the write barrier exclusively (writers hold its
-// shared side between BeginWrite and Op.End), calls Freeze on every target
-// so that one watermark covers a consistent cut, releases the barrier,
-// computes wm = max(persisted watermark, every Freeze result), calls Apply
-// on each target in order with wm (the receipt target last) and, once all
-// succeeded, Release on each. If any call fails nothing is released: the
-// frozen sets stay readable and the next Freeze merges them, so no change
-// is lost, and the receipt target is not applied, so its watermark is never
-// ahead of the data.
+// A Flusher drives one Target (the engine). Writers hold the shared side of
+// the write barrier between BeginWrite and Ticket.End. A generation is
+// frozen (Target.Freeze with the barrier held exclusively, so it is a
+// consistent cut), written (Generation.Write, in generation order, one at a
+// time, on the writer goroutine), waited on (the wait function Write
+// returned, in order, on the waiter goroutine) and released
+// (Generation.Release, in order). Generation N+1 freezes and writes while N
+// waits (for Flush callers, only if N has none: see Group commit);
+// Options.PipelineDepth bounds the generations frozen but not released.
+//
+// A failure at any stage (a Write or wait error, a panic or runtime.Goexit
+// in Freeze, Write, wait or Release, which becomes a *PanicError matching
+// ErrPanicked) fails that generation and every later one in flight: their
+// callers, and those waiting for the next generation, get the error (each
+// Flush gets the result of one attempt) and nothing is released, so their
+// changes stay readable. The next attempt writes every unreleased
+// generation again, in order, before anything new, once the waits of the
+// failed attempt returned: at once for an explicit Flush (or Close), else
+// in the background after a backoff between Options.RetryMin and
+// Options.RetryMax. Writes are idempotent, so writing again a generation
+// that reached the disk is harmless.
+//
+// # Ops and the watermark
+//
+// Writes carry the host's op number (0: untracked). Under the shared
+// barrier, BeginWrite records the highest op admitted (hi) and, for a write
+// that closes its op (a batch), the highest closed op; EndOp closes an op
+// without a write. A host finishes op n before it starts n+1, so every op
+// below hi is complete. At each freeze the flusher claims
+// max(claimed, closed, hi-1) (claimed starts at Options.Watermark): that is
+// the generation's watermark, persisted by Write after the generation's
+// data. A write whose op is at or below the claimed op is refused with
+// ErrStaleOp, so a watermark never covers a write outside its generation or
+// an earlier one, and never half an op. Watermark reports the watermark of
+// the newest generation whose wait returned nil.
+//
+// A flush is skipped when no write was admitted since the last freeze, no op
+// can be claimed and, with no generation in flight, the Target reports no
+// pending bytes. Otherwise it freezes, possibly a generation with no change
+// that persists only a higher watermark.
 //
 // # Group commit
 //
-// Flush callers join the open generation; the background goroutine detaches
-// it (so later callers open the next one) before freezing, runs one physical
-// flush and hands its result to every caller of that generation. A caller
-// that arrives while a flush is running therefore waits for the next one:
-// the running flush may have frozen the targets before the caller's writes.
-// A caller whose context ends returns at once; the flush goes on. A panic or
-// runtime.Goexit in a target becomes a *PanicError (matching ErrPanicked)
-// for every caller of that generation, and the flusher keeps working.
+// Flush callers join the open generation; the writer freezes it, so a caller
+// that arrives while a generation is being written or synced joins a later
+// one (that one may have been frozen before the caller's writes). Flush
+// returns nil once its generation and every earlier one are released. The
+// writer freezes the open generation as soon as the pipeline has room and
+// every unreleased generation is written (retries go first), except in two
+// cases:
 //
-// # Background flushes
+//   - Hold. While a generation with Flush callers is in flight, new callers
+//     are held until it is released. Written now, their generation could
+//     only be synced after it (a log syncs in order), and the callers it
+//     releases would come back during that sync and wait for yet another
+//     one: the callers split into two cohorts that alternate, each waiting
+//     two syncs per Flush. Held, they share one generation with the
+//     returning callers. While only background generations (no caller) are
+//     in flight, callers' generations freeze and write at once, pipelined
+//     behind them.
+//   - Sibling wait. When no sync is in flight and the generations released
+//     since the last freeze had k > 1 callers, the writer waits for k
+//     callers to join (callers already waiting do not count), up to
+//     Options.GroupWait and up to GroupWait/4 after the last join: the
+//     released callers come back one by one, and without the wait the
+//     first would freeze a generation alone and the others would wait a
+//     whole sync for the next. With one caller it never waits.
 //
-// The background goroutine also flushes Options.Interval after the previous
-// flush when anything is pending, and when a writer finds more than
-// Options.FlushBytes pending. After a failure it retries with exponential
-// backoff between Options.RetryMin and Options.RetryMax; explicit Flush
-// calls are not delayed by the backoff and each gets the result of exactly
-// one attempt.
+// Background generations (interval, FlushBytes, backpressure) freeze and
+// write eagerly, pipelined behind generations in flight.
+
+// # Background flushes and backpressure
+//
+// The writer also flushes Options.Interval after the previous freeze when
+// anything is pending, and when a writer finds more than Options.FlushBytes
+// pending. A BeginWrite that finds more than Options.MaxPendingBytes
+// pending waits (counted in Stats.Stalls) until a release makes room.
 //
 // # Drain gate
 //
@@ -42,21 +90,29 @@
 // a Close racing with Enter can never admit an operation after the drain.
 // The zero Gate has one counter (cheap, wait-group-like); Stripe spreads
 // the count over 16 cache-line padded counters picked per goroutine, for
-// gates on every read (the Flusher's). Close refuses new operations and
-// waits for admitted ones; Done and Wait let any number of observers wait.
+// gates entered by every write (the Flusher's). Close refuses new
+// operations and waits for admitted ones; Done and Wait let any number of
+// observers wait. Reads do not enter the Flusher's gate: the engine reads
+// first and checks its own closing flag after.
 //
 // # Caveats
 //
-//   - A flush in which every target reports PendingBytes() == 0 is skipped:
-//     targets must report a positive size while they hold any change.
-//   - Target calls are not time-limited: Apply gets a context that is never
-//     cancelled, and Close waits for in-flight operations without a
-//     deadline. A target that hangs hangs Close.
-//   - Calling Flush or Close between BeginWrite and Op.End deadlocks that
-//     goroutine's flush (Flush still returns when its context ends).
+//   - Changes the Target makes outside BeginWrite (or Exclusive) are seen as
+//     pending only through PendingBytes when no generation is in flight.
+//   - Target calls are not time-limited: Write gets a context that is never
+//     cancelled, and Close waits for in-flight operations and generations
+//     without a deadline. A target that hangs hangs Close.
+//   - Calling Flush, EndOp, Exclusive or Close between BeginWrite and
+//     Ticket.End deadlocks that goroutine (Flush still returns when its
+//     context ends).
 //   - MaxPendingBytes is checked before each write, so concurrent writers can
 //     overshoot it by the size of their writes.
+//   - The sibling wait spins (yielding) for up to GroupWait on the writer
+//     goroutine, which costs processor time while no sync is in flight, and
+//     adds GroupWait/4 to a Flush whose siblings do not come back.
+//   - Held callers' Write runs after the previous sync instead of during it,
+//     so a large Write is on their critical path.
 //   - Stats are a snapshot of counters read at slightly different times.
-//   - Leaving the gate twice with one Token, or ending an Op twice, corrupts
-//     the in-flight count; it is not detected.
+//   - Ending a Ticket twice corrupts the gate and the barrier; it is
+//     detected only with -tags invariants.
 package flush

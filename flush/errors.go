@@ -7,8 +7,16 @@ var (
 	// Gate.Shut) has begun.
 	ErrClosed = errors.New("flush: closed")
 
-	// ErrPanicked is wrapped by the error every waiter of a flush generation
-	// gets when a target panicked or called runtime.Goexit during that
-	// flush. Use errors.As with *PanicError to get the value.
+	// ErrPanicked is wrapped by the error every caller of a failed
+	// generation gets when the Target panicked or called runtime.Goexit
+	// during Freeze, Write, wait or Release. Use errors.As with *PanicError
+	// to get the value.
 	ErrPanicked = errors.New("flush: target panicked")
+
+	// ErrStaleOp is returned by BeginWrite for an op number that a frozen
+	// generation has already claimed (0 < op <= Stats.ClaimedOp): the
+	// watermark already covers that op, so a write to it could be lost in a
+	// crash although the host believes it persisted. The write was not
+	// admitted.
+	ErrStaleOp = errors.New("flush: op already claimed by the watermark")
 )

@@ -2,174 +2,342 @@ package flush
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/stripe"
 )
 
-// Flusher makes a fixed list of targets durable: in the background (on an
-// interval and when pending bytes grow), and on demand through Flush, where
-// concurrent callers share one physical flush per generation. It also owns
-// the engine's drain gate (BeginRead, BeginWrite, Flush all enter it) and
-// the write barrier that lets a flush freeze every target at one instant.
+// Flusher makes a Target durable, one generation at a time, through a
+// pipeline: a generation is frozen and written on the writer goroutine,
+// waited on (its sync) and released on the waiter goroutine, so that
+// generation N+1 freezes and writes while N waits (N+1 holds Flush callers
+// only if N has none; see the package documentation). Flush callers share
+// generations (group commit). The Flusher also owns the engine's drain gate
+// and write barrier, and tracks the host's op numbers to compute the
+// watermark.
+//
+// # Invariants
+//
+// Fields are owned as follows ("writer" and "waiter" are the two goroutines
+// New starts; "mu" is Flusher.mu; "barrier" the write barrier).
+//
+//  1. Generations are numbered 1, 2, 3, ... by frozen, which only the writer
+//     advances, with the barrier held exclusively, after a Freeze that
+//     returned. A Freeze that panicked consumes no number.
+//  2. claimed only grows (invariants-checked). Only the writer stores it,
+//     with the barrier held exclusively, together with frozen; BeginWrite
+//     reads it with the shared barrier held. So an op is either admitted
+//     above the claim of every generation frozen before the write ends, or
+//     refused with ErrStaleOp: a generation's watermark never covers a write
+//     outside it or an earlier generation.
+//  3. The per-stripe op records (hi, closed) and dirty are raised by
+//     writers and EndOp under the shared barrier and read, and dirty
+//     cleared, by the writer under the exclusive barrier. dirty is cleared
+//     only after frozen is stored, so a reader that sees it clear sees the
+//     generation that took the change.
+//  4. q holds the unreleased generations in freeze order (under mu): the
+//     writer appends, the waiter pops the head. A freeze starts only when
+//     len(q) < PipelineDepth and every generation in q is written, and for
+//     Flush callers (except Close's) only when no generation in q has
+//     callers (the hold, see the package documentation).
+//  5. q[:nWritten] are written in the current epoch, and the writer calls
+//     Write only for q[nWritten]: Write is called in order, one at a time,
+//     and Write of g+1 only after Write of g returned nil. nWritten grows only
+//     on the writer; the waiter decrements it when it pops q[0] and sets it
+//     to 0 when a wait or Release fails.
+//  6. waits holds the wait functions in Write order. Only the waiter calls
+//     them, each exactly once. An item whose epoch is older than epoch is
+//     stale: its result is ignored (stale counts those not yet done). The
+//     writer rewrites a failed generation only when stale == 0, so the waits
+//     of one generation never overlap.
+//  7. persisted is stored only by the waiter, from q[0].wm after q[0]'s wait
+//     returned nil in the current epoch; watermarks grow with generation
+//     numbers, so it never decreases (invariants-checked).
+//  8. Release is called only by the waiter, for q[0], after its wait
+//     returned nil in the current epoch; every earlier generation was
+//     popped before, so Release runs exactly once and in order
+//     (invariants-checked through released). A group is completed with nil
+//     only after its generation's Release returned.
+//  9. A failure of q[i] (Write or wait error, panic or Goexit in any stage)
+//     completes every group of q[i:], and the open group, with an error
+//     before anything else can complete them; a wait or Release failure also
+//     bumps epoch and sets nWritten to 0. So a group never gets nil when a
+//     generation at or before its own failed, and each group gets the result
+//     of one attempt. A group is completed exactly once (completion detaches
+//     it from its generation, or from open, under mu).
+//  10. A Flush caller joins the open group under mu; the writer detaches it
+//     under mu immediately before it freezes (or decides nothing needs a
+//     freeze): every member joined before that freeze, so the writes it
+//     finished before calling Flush are in that generation or an earlier
+//     one.
+//  11. The barrier is taken exclusively only by the writer (freeze), the
+//     waiter (Settle) and Exclusive, always released by a deferred Unlock.
+//     mu is never held while taking the barrier or calling the Target.
+//  12. The writer and waiter goroutines run until Close sets stopping (the
+//     waiter until the writer exited and every wait returned). A
+//     runtime.Goexit in a target call ends its goroutine; the call's
+//     deferred handler starts a goroutine that records the failure and
+//     resumes the same loop (all loop state lives in the Flusher). That is
+//     the only restart.
 type Flusher struct {
-	targets []Target
-	names   []string
+	t       Target
+	settler Settler // t's Settler, or nil
 	opts    Options
 
 	gate    Gate
 	barrier *stripe.RWBarrier
+	stripes []opStripe // one per barrier stripe, same index
+	mask    uint32
 
-	persisted atomic.Uint64
-	kicked    atomic.Bool   // a byte-triggered kick is outstanding
-	backoff   time.Duration // current retry delay, 0 while healthy; loop goroutine only
+	dirty     paddedBool    // a write was admitted since the last freeze (invariant 3)
+	claimed   atomic.Uint64 // invariant 2
+	frozen    atomic.Uint64 // newest generation frozen (invariant 1)
+	released  atomic.Uint64 // newest generation released (invariant 8)
+	persisted atomic.Uint64 // invariant 7
 
-	kick     chan struct{} // buffered(1): wake the loop
-	stop     chan struct{} // closed by Close after the final flush
-	loopDone chan struct{} // closed when the loop goroutine returns
+	kicked   atomic.Bool   // a byte-triggered kick is outstanding
+	kick     chan struct{} // cap 1: wakes the writer
+	waitKick chan struct{} // cap 1: wakes the waiter
 	closing  chan struct{} // closed when Close begins
 
-	mu        sync.Mutex
-	next      *generation   // the generation new Flush callers join
-	flushed   chan struct{} // closed and replaced after every flush attempt
-	stats     Stats
-	closeOnce bool
-	closeDone chan struct{}
-	closeErr  error
+	writerDone chan struct{}
+	waiterDone chan struct{}
+
+	// Owned by the writer goroutine.
+	tick     *time.Timer // interval or retry backoff
+	gwTimer  *time.Timer // group wait, after the spinning phase
+	bgDue    bool        // a background flush (interval, bytes, retry) is due
+	seenFail int64       // failSeq when the writer last armed tick
+
+	flushes   atomic.Int64
+	coalesced atomic.Int64
+	stalls    atomic.Int64
+	stallNs   atomic.Int64
+	latency   histogram
+
+	mu         sync.Mutex
+	open       *group // Flush callers waiting for the next freeze (invariant 10)
+	q          []*gen // invariant 4
+	nWritten   int    // invariant 5
+	waits      []waitItem
+	inWait     int    // waits not yet returned (queued or running)
+	stale      int    // of those, from an older epoch (invariant 6)
+	epoch      uint64 // bumped by wait and Release failures
+	backoff    time.Duration
+	failSeq    int64
+	relCallers int           // callers of the generations released since the last freeze
+	eager      bool          // benchmarks: write eagerly even while callers' generations sync
+	progress   chan struct{} // closed and replaced at each release and failure
+	stopping   bool
+	wExited    bool // the writer has returned
+	st         struct {
+		generations, writes, failures int64
+		lastErr                       error
+		maxInFlight                   int
+	}
+	closeStarted bool
+	closeDone    chan struct{}
+	closeErr     error
 }
 
-// generation is one physical flush shared by every caller that joined it
-// before it started.
-type generation struct {
-	done chan struct{}
-	err  error // written before done is closed
+// opStripe is the op record of one barrier stripe, padded to a cache line.
+type opStripe struct {
+	hi     atomic.Uint64 // highest op admitted
+	closed atomic.Uint64 // highest op declared complete
+	_      [stripe.CacheLine - 16]byte
 }
 
-// Stats is a snapshot of a Flusher's counters.
-type Stats struct {
-	// Flushes counts Flush calls that were admitted (not ErrClosed).
-	Flushes int64
-	// Coalesced counts Flush calls that joined a generation another caller
-	// had already opened, i.e. did not cause a physical flush of their own.
-	Coalesced int64
-	// PhysicalFlushes counts flush attempts that froze and applied targets
-	// (including failed ones; flushes skipped because nothing was pending
-	// are not counted).
-	PhysicalFlushes int64
-	// Failures counts physical flushes that returned an error.
-	Failures int64
-	// LastErr is the error of the most recent failed flush, or nil if none
-	// has failed yet.
-	LastErr error
-	// Syncs counts Target.Apply calls (each makes one durable sync).
-	Syncs int64
-	// PendingBytes is the current sum of Target.PendingBytes.
-	PendingBytes int64
-	// Watermark is the persisted watermark (see Flusher.Watermark).
-	Watermark uint64
-	// InFlight is the number of operations inside the gate.
-	InFlight int64
+// paddedBool is a flag on a cache line of its own: set by the first write
+// after a freeze (later ones only read it), cleared at the freeze.
+type paddedBool struct {
+	_ [stripe.CacheLine]byte
+	atomic.Bool
+	_ [stripe.CacheLine - 4]byte
 }
 
-// New returns a Flusher for targets, applied in the given order on every
-// flush: put the receipt target (the one whose watermark the host reads
-// after a crash) last. Nil entries are ignored. It starts one background
-// goroutine, stopped by Close.
-func New(targets []Target, opts *Options) *Flusher {
+// gen is one frozen generation.
+type gen struct {
+	seq     uint64
+	g       Generation
+	wm      uint64
+	groups  []*group // callers to wake when it is released
+	callers int      // members of groups when they were attached
+}
+
+// group is the Flush callers waiting for one generation.
+type group struct {
+	done   chan struct{}
+	err    error        // written before done is closed
+	n      atomic.Int32 // callers that joined
+	final  bool         // Close's final flush is waiting on it
+	waited bool         // the writer already did the sibling wait for it (under mu)
+	base   int32        // n at the first release since the last freeze, if open then (under mu)
+}
+
+func (g *group) isDone() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (g *group) complete(err error) {
+	g.err = err
+	close(g.done)
+}
+
+type waitItem struct {
+	gen   *gen
+	wait  func() error
+	epoch uint64
+}
+
+// New returns a Flusher for t and starts its two goroutines (the writer,
+// which freezes and writes generations, and the waiter, which waits for
+// them and releases them); Close stops them.
+func New(t Target, opts *Options) *Flusher {
+	n := stripe.Count()
 	f := &Flusher{
-		opts:      opts.withDefaults(),
-		barrier:   stripe.NewRWBarrier(stripe.Count()),
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		loopDone:  make(chan struct{}),
-		closing:   make(chan struct{}),
-		flushed:   make(chan struct{}),
-		closeDone: make(chan struct{}),
+		t:          t,
+		opts:       opts.withDefaults(),
+		barrier:    stripe.NewRWBarrier(n),
+		stripes:    make([]opStripe, n),
+		mask:       uint32(n - 1),
+		kick:       make(chan struct{}, 1),
+		waitKick:   make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		writerDone: make(chan struct{}),
+		waiterDone: make(chan struct{}),
+		progress:   make(chan struct{}),
+		closeDone:  make(chan struct{}),
+		tick:       time.NewTimer(time.Hour),
+		gwTimer:    time.NewTimer(time.Hour),
 	}
-	f.gate.Stripe() // every read and write enters it
-	for _, t := range targets {
-		if t != nil {
-			f.targets = append(f.targets, t)
-			f.names = append(f.names, targetName(t))
-		}
-	}
+	f.settler, _ = t.(Settler)
+	f.gate.Stripe() // every write enters it
+	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
-	go f.loop()
+	f.gwTimer.Stop()
+	f.armTick(0)
+	go f.writeLoop()
+	go f.waitLoop()
 	return f
 }
 
-// Op is one admitted read or write; call End exactly once when it is over.
-// The zero Op's End does nothing.
-type Op struct {
-	f   *Flusher
-	tok Token
-	w   *sync.RWMutex // shared side of the write barrier; nil for reads
+// Ticket is one admitted operation (a write, or an Enter); call End exactly
+// once when it is over. The zero Ticket's End does nothing.
+type Ticket struct {
+	f     *Flusher
+	tok   Token
+	w     *sync.RWMutex // shared side of the write barrier; nil for Enter
+	ended *atomic.Bool  // set only when invariants are enabled
 }
 
-// End leaves the write barrier (for writes) and the gate.
-func (op Op) End() {
-	if op.w != nil {
-		op.w.RUnlock()
+// End leaves the write barrier (for writes) and the gate. Ending a Ticket
+// twice corrupts the gate and the barrier (detected with -tags invariants).
+func (t Ticket) End() {
+	if invariants.Enabled && t.ended != nil {
+		invariants.Check(!t.ended.Swap(true), "flush: Ticket ended twice")
 	}
-	if op.f != nil {
-		op.f.gate.Leave(op.tok)
+	if t.w != nil {
+		t.w.RUnlock()
+	}
+	if t.f != nil {
+		t.f.gate.Leave(t.tok)
 	}
 }
 
-// BeginRead admits a read. It returns ErrClosed once Close has begun, and
-// never blocks.
-func (f *Flusher) BeginRead() (Op, error) {
+func newTicket(f *Flusher, tok Token, w *sync.RWMutex) Ticket {
+	t := Ticket{f: f, tok: tok, w: w}
+	if invariants.Enabled {
+		t.ended = new(atomic.Bool)
+	}
+	return t
+}
+
+// BeginWrite admits a write of the host's op number op (0: not tracked);
+// closesOp says the op has no further writes (a batch). It enters the gate
+// and the shared side of the write barrier, so a freeze cannot happen while
+// the write is half done, and records the op: every op below the highest
+// admitted one, and every closed op, counts as complete at the next freeze.
+// Writes that End before a Flush call starts are covered by that Flush.
+//
+// It returns ErrStaleOp if 0 < op <= the claimed op (a frozen generation's
+// watermark already covers op), ErrClosed once Close has begun and, if the
+// Target holds more than Options.MaxPendingBytes, waits until a release
+// makes room (kicking a flush), returning ctx.Err() if ctx ends first.
+//
+// Do not call Flush, EndOp, Exclusive or Close between BeginWrite and End:
+// they need the barrier the caller holds.
+func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Ticket, error) {
 	tok, err := f.gate.Enter()
 	if err != nil {
-		return Op{}, err
-	}
-	return Op{f: f, tok: tok}, nil
-}
-
-// BeginWrite admits a write: it enters the gate and the shared side of the
-// write barrier, so a flush cannot freeze targets while the write is half
-// done. Writes that complete (End) before a Flush call starts are covered
-// by that Flush.
-//
-// Backpressure: if the targets hold more than Options.MaxPendingBytes it
-// kicks a flush and waits until pending bytes drop under the bound; it
-// returns ctx.Err() if ctx ends first and ErrClosed if Close begins.
-//
-// Do not call Flush or Close between BeginWrite and End: the flush needs the
-// barrier the caller holds.
-func (f *Flusher) BeginWrite(ctx context.Context) (Op, error) {
-	tok, err := f.gate.Enter()
-	if err != nil {
-		return Op{}, err
+		return Ticket{}, err
 	}
 	if f.opts.MaxPendingBytes > 0 {
-		if p := f.pendingBytes(); p > f.opts.FlushBytes {
-			f.kickAuto()
-			if p > f.opts.MaxPendingBytes {
-				if err := f.backpressure(ctx); err != nil {
-					f.gate.Leave(tok)
-					return Op{}, err
-				}
+		if err := f.admitBytes(ctx, tok); err != nil {
+			return Ticket{}, err
+		}
+	}
+	i := stripe.Hint(32) & f.mask
+	w := f.barrier.RLockAt(i)
+	s := &f.stripes[i]
+	if op != 0 {
+		if op <= f.claimed.Load() {
+			w.RUnlock()
+			f.gate.Leave(tok)
+			return Ticket{}, fmt.Errorf("%w: op %d <= claimed %d", ErrStaleOp, op, f.claimed.Load())
+		}
+		atomicMax(&s.hi, op)
+		if closesOp {
+			atomicMax(&s.closed, op)
+		}
+	}
+	if !f.dirty.Load() {
+		f.dirty.Store(true)
+	}
+	return newTicket(f, tok, w), nil
+}
+
+// admitBytes applies FlushBytes and MaxPendingBytes; on error it has left
+// the gate. A panic in PendingBytes leaves the gate too.
+func (f *Flusher) admitBytes(ctx context.Context, tok Token) (err error) {
+	ok := false
+	defer func() {
+		if !ok {
+			f.gate.Leave(tok)
+		}
+	}()
+	if p := f.t.PendingBytes(); p > f.opts.FlushBytes {
+		f.kickAuto()
+		if p > f.opts.MaxPendingBytes {
+			if err := f.backpressure(ctx); err != nil {
+				return err
 			}
 		}
 	}
-	return Op{f: f, tok: tok, w: f.barrier.RLock()}, nil
+	ok = true
+	return nil
 }
 
-// backpressure waits until pending bytes are within the bound. The flush
-// channel is read before pending bytes are, so a flush that ends between
-// the two cannot be missed.
+// backpressure waits until pending bytes are within the bound. The progress
+// channel is read before pending bytes are, so a release between the two
+// cannot be missed.
 func (f *Flusher) backpressure(ctx context.Context) error {
+	f.stalls.Add(1)
+	start := time.Now()
+	defer func() { f.stallNs.Add(int64(time.Since(start))) }()
 	for {
 		f.mu.Lock()
-		ch := f.flushed
+		ch := f.progress
 		f.mu.Unlock()
-		if f.pendingBytes() <= f.opts.MaxPendingBytes {
+		if f.t.PendingBytes() <= f.opts.MaxPendingBytes {
 			return nil
 		}
 		f.kickAuto()
@@ -183,16 +351,87 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 	}
 }
 
-// Flush returns once every write that completed before the call is durable
-// in every target and the watermark covering it is persisted, or with the
-// error of the physical flush that should have covered it. Concurrent
-// callers share one physical flush: a caller that arrives while a flush is
-// running waits for the next one (the running one may have frozen the
-// targets before the caller's writes), shared with everyone else who
-// arrived meanwhile.
+// atomicMax raises a to v.
+func atomicMax(a *atomic.Uint64, v uint64) {
+	for spins := 0; ; spins++ {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+		if invariants.Enabled {
+			invariants.Check(spins < 1<<20, "flush: atomic max spun %d times", spins)
+		}
+	}
+}
+
+// EndOp declares op complete: the next freeze may claim it even if no
+// further write names a higher op (no write is needed). Ops at or below the
+// claimed op, and op 0, are already complete: EndOp returns nil. It returns
+// ErrClosed once Close has begun, and ctx.Err() if ctx is already done.
+func (f *Flusher) EndOp(ctx context.Context, op uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tok, err := f.gate.Enter()
+	if err != nil {
+		return err
+	}
+	defer f.gate.Leave(tok)
+	if op == 0 {
+		return nil
+	}
+	i := stripe.Hint(32) & f.mask
+	w := f.barrier.RLockAt(i)
+	if op > f.claimed.Load() {
+		atomicMax(&f.stripes[i].closed, op)
+	}
+	w.RUnlock()
+	return nil
+}
+
+// Enter admits an operation that must finish before Close proceeds (for
+// example creating a keyspace): it enters the gate only. It returns
+// ErrClosed once Close has begun, and never blocks.
+func (f *Flusher) Enter() (Ticket, error) {
+	tok, err := f.gate.Enter()
+	if err != nil {
+		return Ticket{}, err
+	}
+	return newTicket(f, tok, nil), nil
+}
+
+// Exclusive runs fn inside the gate with the write barrier held exclusively:
+// no write is in flight and no freeze runs while fn does (snapshots use it).
+// It returns ErrClosed once Close has begun and ctx.Err() if ctx is already
+// done; taking the barrier waits for the writes in flight without watching
+// ctx. A panic in fn releases the barrier and the gate and propagates.
+func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tok, err := f.gate.Enter()
+	if err != nil {
+		return err
+	}
+	defer f.gate.Leave(tok)
+	f.barrier.Lock()
+	defer f.barrier.Unlock()
+	fn()
+	return nil
+}
+
+// Flush returns nil once every write that ended before the call is durable
+// and a watermark covering every op complete before the call is persisted:
+// the caller joins the open generation, and Flush returns nil when that
+// generation and every earlier one are released. A caller that arrives
+// while a generation is being written or synced joins the next one.
+// Concurrent callers share generations (group commit).
 //
-// If ctx ends first Flush returns ctx.Err() at once; the shared flush still
-// runs for the other callers. After Close has begun it returns ErrClosed.
+// If the generation (or an earlier one still in flight) fails, Flush returns
+// that failure's error; the flusher retries the unreleased generations at
+// once for the next Flush, or after a backoff in the background. If ctx
+// ends first Flush returns ctx.Err() at once and the flush goes on. After
+// Close has begun it returns ErrClosed.
 func (f *Flusher) Flush(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -202,103 +441,174 @@ func (f *Flusher) Flush(ctx context.Context) error {
 		return err
 	}
 	defer f.gate.Leave(tok)
-	g := f.join(true)
+	start := time.Now()
+	f.flushes.Add(1)
+	if f.idle() {
+		f.latency.observe(time.Since(start))
+		return nil
+	}
+	g := f.join()
 	select {
 	case <-g.done:
-		return g.err
+		err = g.err
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	f.latency.observe(time.Since(start))
+	return err
 }
 
-// join returns the open generation (opening one if needed) and wakes the
-// loop. The loop detaches the generation under mu before freezing, so every
-// joiner's earlier writes are in the frozen sets.
-func (f *Flusher) join(count bool) *generation {
+// idle reports that a Flush has nothing to wait for: no write since the last
+// freeze (dirty is read first: invariant 3), no op to claim, every frozen
+// generation released, and nothing pending outside BeginWrite.
+func (f *Flusher) idle() bool {
+	if f.dirty.Load() {
+		return false
+	}
+	hi, closed := f.opRecords()
+	if f.claimable(hi, closed) > f.claimed.Load() {
+		return false
+	}
+	return f.frozen.Load() == f.released.Load() && f.t.PendingBytes() <= 0
+}
+
+// opRecords folds the per-stripe op records.
+func (f *Flusher) opRecords() (hi, closed uint64) {
+	for i := range f.stripes {
+		s := &f.stripes[i]
+		hi = max(hi, s.hi.Load())
+		closed = max(closed, s.closed.Load())
+	}
+	return hi, closed
+}
+
+// claimable is the claim rule: max(claimed, closed, hi-1).
+func (f *Flusher) claimable(hi, closed uint64) uint64 {
+	c := max(f.claimed.Load(), closed)
+	if hi > 0 {
+		c = max(c, hi-1)
+	}
+	return c
+}
+
+// join adds the caller to the open group and wakes the writer.
+func (f *Flusher) join() *group {
 	f.mu.Lock()
-	g := f.next
+	g := f.open
 	if g == nil {
-		g = &generation{done: make(chan struct{})}
-		f.next = g
-	} else if count {
-		f.stats.Coalesced++
+		g = &group{done: make(chan struct{})}
+		f.open = g
+	} else {
+		f.coalesced.Add(1)
 	}
-	if count {
-		f.stats.Flushes++
-	}
+	g.n.Add(1)
 	f.mu.Unlock()
-	f.signal()
+	f.wakeWriter()
 	return g
 }
 
-func (f *Flusher) signal() {
+func (f *Flusher) wakeWriter() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
 	}
 }
 
-// kickAuto wakes the loop for a byte-triggered flush, at most once per
-// flush so that writers do not all hit the channel.
+func (f *Flusher) wakeWaiter() {
+	select {
+	case f.waitKick <- struct{}{}:
+	default:
+	}
+}
+
+// kickAuto asks for a byte-triggered background flush, waking the writer at
+// most once per outstanding kick.
 func (f *Flusher) kickAuto() {
 	if !f.kicked.Load() && f.kicked.CompareAndSwap(false, true) {
-		f.signal()
+		f.wakeWriter()
 	}
 }
 
-func (f *Flusher) pendingBytes() int64 {
-	var n int64
-	for _, t := range f.targets {
-		n += t.PendingBytes()
-	}
-	return n
-}
-
-// Watermark returns the persisted watermark: the highest op number covered
-// by the last successful flush (or Options.Watermark). It never decreases.
+// Watermark returns the persisted watermark: the watermark of the newest
+// generation whose wait returned nil (or Options.Watermark). It never
+// decreases.
 func (f *Flusher) Watermark() uint64 { return f.persisted.Load() }
 
 // Stats returns a snapshot of the counters.
 func (f *Flusher) Stats() Stats {
 	f.mu.Lock()
-	s := f.stats
+	s := Stats{
+		Generations: f.st.generations,
+		Writes:      f.st.writes,
+		Failures:    f.st.failures,
+		LastErr:     f.st.lastErr,
+		MaxInFlight: f.st.maxInFlight,
+	}
 	f.mu.Unlock()
-	s.PendingBytes = f.pendingBytes()
+	s.Flushes = f.flushes.Load()
+	s.Coalesced = f.coalesced.Load()
+	s.Stalls = f.stalls.Load()
+	s.StallTime = time.Duration(f.stallNs.Load())
+	rel := f.released.Load() // before frozen, so the difference is >= 0
+	s.InFlight = int(f.frozen.Load() - rel)
+	s.HighestOp, _ = f.opRecords()
+	s.ClaimedOp = f.claimed.Load()
 	s.Watermark = f.persisted.Load()
-	s.InFlight = f.gate.InFlight()
+	s.PendingBytes = f.t.PendingBytes()
+	s.Active = f.gate.InFlight()
+	s.Latency = f.latency.snapshot()
 	return s
 }
 
-// Close shuts the gate (later BeginRead, BeginWrite and Flush get
-// ErrClosed, and writers waiting on backpressure are woken with ErrClosed),
-// waits for every in-flight operation to end, runs a final flush, stops the
-// background goroutine and returns the final flush's error. It is
-// idempotent and safe to call concurrently: every call waits for the same
-// shutdown and returns the same error. It waits without a deadline for
-// in-flight operations; use Done or Wait to observe it with one.
+// Close shuts the gate (later BeginWrite, EndOp, Enter, Exclusive and Flush
+// get ErrClosed, and writers waiting on backpressure are woken with
+// ErrClosed), waits for every admitted operation to end (Flush calls in
+// flight get their generation's result), runs a final flush (retrying
+// failed generations at once), stops both goroutines and returns the final
+// flush's error. It is idempotent and safe to call concurrently: every call
+// waits for the same shutdown and returns the same error. It waits without a
+// deadline; use Done or Wait to observe it with one.
 func (f *Flusher) Close() error {
 	f.mu.Lock()
-	if f.closeOnce {
+	if f.closeStarted {
 		f.mu.Unlock()
 		<-f.closeDone
 		return f.closeErr
 	}
-	f.closeOnce = true
+	f.closeStarted = true
 	f.mu.Unlock()
 
 	close(f.closing)
 	f.gate.Close()
-	g := f.join(false)
-	<-g.done
-	close(f.stop)
-	<-f.loopDone
-	f.closeErr = g.err
+	var g *group
+	if f.idle() {
+		// Nothing to write: no final generation (and no writer hand-off).
+	} else {
+		f.mu.Lock()
+		if g = f.open; g == nil {
+			g = &group{done: make(chan struct{})}
+			f.open = g
+		}
+		g.final = true
+		f.mu.Unlock()
+		f.wakeWriter()
+		<-g.done
+		f.closeErr = g.err
+	}
+	f.mu.Lock()
+	f.stopping = true
+	f.mu.Unlock()
+	f.wakeWriter()
+	<-f.writerDone
+	<-f.waiterDone
+	f.tick.Stop()
+	f.gwTimer.Stop()
 	close(f.closeDone)
-	return g.err
+	return f.closeErr
 }
 
 // Done returns a channel closed once Close has finished (final flush done,
-// background goroutine stopped).
+// both goroutines stopped).
 func (f *Flusher) Done() <-chan struct{} { return f.closeDone }
 
 // Wait blocks until Close has finished, returning its error, or until ctx
@@ -312,177 +622,11 @@ func (f *Flusher) Wait(ctx context.Context) error {
 	}
 }
 
-// loop is the background goroutine. Explicit generations run as soon as
-// they are opened; automatic flushes (interval, pending bytes) run only
-// when something is pending and, after a failure, not before the backoff
-// delay.
-//
-// Flushes run on this goroutine, so a Flush costs two goroutine hand-offs
-// (caller to loop, loop to callers). A panic in a target is recovered in
-// run; a runtime.Goexit cannot be stopped, so run completes the generation
-// and the deferred function below starts a replacement loop.
-func (f *Flusher) loop() {
-	normal := false
-	defer func() {
-		if normal {
-			close(f.loopDone)
-		} else {
-			go f.loop()
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	resetTimer := func() {
-		switch {
-		case f.backoff > 0:
-			timer.Reset(f.backoff)
-		case f.opts.Interval > 0:
-			timer.Reset(f.opts.Interval)
-		default:
-			timer.Stop()
-		}
+func (f *Flusher) isClosing() bool {
+	select {
+	case <-f.closing:
+		return true
+	default:
+		return false
 	}
-	resetTimer()
-	for {
-		fired := false
-		select {
-		case <-f.stop:
-			normal = true
-			return
-		case <-f.kick:
-		case <-timer.C:
-			fired = true
-		}
-		f.mu.Lock()
-		g := f.next
-		f.next = nil
-		f.mu.Unlock()
-		if g == nil {
-			if !fired && f.backoff > 0 {
-				// A byte-triggered kick during backoff: the retry timer
-				// will run that one (run clears kicked).
-				continue
-			}
-			// Clear kicked before looking at pending bytes: a kick taken
-			// here must never leave it set without a flush to come, or
-			// kickAuto stays silent and writers in backpressure wait
-			// forever (TestBackpressureKickNotLost in the root package).
-			if !f.kicked.Swap(false) && !fired {
-				// A stale wake-up: its generation already ran.
-				continue
-			}
-			if f.pendingBytes() == 0 {
-				if fired {
-					resetTimer()
-				}
-				continue
-			}
-		}
-		f.run(g)
-		resetTimer()
-	}
-}
-
-// run performs one physical flush and hands its result to g (if any), to
-// the stats, to writers waiting on backpressure and to the backoff state. A
-// panic or runtime.Goexit in a target becomes a *PanicError.
-func (f *Flusher) run(g *generation) {
-	f.kicked.Store(false)
-	var st step
-	var err error
-	normal := false
-	defer func() {
-		if !normal {
-			r := recover()
-			err = f.targetErr(st, &PanicError{Value: r, Goexit: r == nil, Stack: debug.Stack()})
-		}
-		skipped := err == errSkipped
-		if skipped {
-			err = nil
-		} else if err != nil {
-			f.backoff = min(max(2*f.backoff, f.opts.RetryMin), f.opts.RetryMax)
-		} else {
-			f.backoff = 0
-		}
-		f.mu.Lock()
-		if !skipped {
-			f.stats.PhysicalFlushes++
-			if err != nil {
-				f.stats.Failures++
-				f.stats.LastErr = err
-			}
-		}
-		ch := f.flushed
-		f.flushed = make(chan struct{})
-		f.mu.Unlock()
-		close(ch)
-		if g != nil {
-			g.err = err
-			close(g.done)
-		}
-	}()
-	err = f.physical(&st)
-	normal = true
-}
-
-// errSkipped is physical's internal result for a flush with nothing to do.
-var errSkipped = errors.New("flush: nothing pending")
-
-// step records which target call is running, to name it in panic errors.
-type step struct {
-	op string
-	i  int
-}
-
-func (f *Flusher) targetErr(st step, err error) error {
-	if st.op == "" {
-		return err
-	}
-	return fmt.Errorf("flush: target %d (%s) %s: %w", st.i, f.names[st.i], st.op, err)
-}
-
-// physical: freeze every target under the exclusive write barrier, compute
-// the watermark, apply in order (receipt last), then release. On an error
-// nothing is released, so the frozen sets are merged by the next Freeze.
-func (f *Flusher) physical(st *step) error {
-	maxOp, skip := f.freezeAll(st)
-	if skip {
-		return errSkipped
-	}
-	wm := max(f.persisted.Load(), maxOp)
-	for i, t := range f.targets {
-		*st = step{"apply", i}
-		f.mu.Lock()
-		f.stats.Syncs++
-		f.mu.Unlock()
-		if err := t.Apply(context.Background(), wm); err != nil {
-			return f.targetErr(*st, err)
-		}
-	}
-	f.persisted.Store(wm) // only this goroutine stores, and wm >= the old value
-	for i, t := range f.targets {
-		*st = step{"release", i}
-		t.Release()
-	}
-	return nil
-}
-
-func (f *Flusher) freezeAll(st *step) (maxOp uint64, skip bool) {
-	f.barrier.Lock()
-	defer f.barrier.Unlock()
-	var pending int64
-	for i, t := range f.targets {
-		*st = step{"pending-bytes", i}
-		pending += t.PendingBytes()
-	}
-	if pending == 0 {
-		*st = step{}
-		return 0, true
-	}
-	for i, t := range f.targets {
-		*st = step{"freeze", i}
-		maxOp = max(maxOp, t.Freeze())
-	}
-	*st = step{}
-	return maxOp, false
 }

@@ -5,18 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/kvbuf/kvbuf/internal/invariants"
 )
 
 var errInjected = errors.New("injected I/O error")
 
-// manual disables the background triggers so tests control every flush.
-var manual = &Options{Interval: -1, MaxPendingBytes: -1}
+// eager makes f freeze and write while a generation with Flush callers
+// syncs, instead of holding new callers for the sibling wait: the pipeline
+// then overlaps callers' generations, which these tests need.
+func eager(f *Flusher) *Flusher {
+	f.mu.Lock()
+	f.eager = true
+	f.mu.Unlock()
+	return f
+}
+
+// manual disables the background triggers and the sibling wait so tests
+// control every flush.
+var manual = &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1}
 
 func closeOK(t *testing.T, f *Flusher) {
 	t.Helper()
@@ -25,19 +39,59 @@ func closeOK(t *testing.T, f *Flusher) {
 	}
 }
 
-// Contract 2: when Flush returns nil, the caller's earlier write is in the
-// durable backend of every target.
+// flushAsync starts a Flush and returns its result channel.
+func flushAsync(ctx context.Context, f *Flusher) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f.Flush(ctx) }()
+	return ch
+}
+
+func pending(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned %v too early", what, err)
+	default:
+	}
+}
+
+// opSeq hands out op numbers the way a host does: op n is admitted before
+// op n+1 (each op has one write here), so no write is ever stale.
+type opSeq struct {
+	mu   sync.Mutex
+	last uint64
+}
+
+func (s *opSeq) put(ctx context.Context, f *Flusher, ft *fakeTarget, key string) (uint64, error) {
+	s.mu.Lock()
+	op := s.last + 1
+	w, err := f.BeginWrite(ctx, op, false)
+	if err == nil {
+		s.last = op
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	ft.Put(key)
+	w.End()
+	return op, nil
+}
+
+// Contract 2, at 64 goroutines: when Flush returns nil, the caller's earlier
+// write is in a released generation. Runs with the default sibling wait.
 func TestFlushCoverage(t *testing.T) {
-	data, receipt := newMemTarget("data"), newMemTarget("receipt")
-	f := New([]Target{data, receipt}, manual)
+	ft := newFake(t)
+	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1})
 	defer closeOK(t, f)
-	var op atomic.Uint64
+	var ops opSeq
 	var wg sync.WaitGroup
-	for g := range 16 {
+	const G, N = 64, 20
+	for g := range G {
 		wg.Go(func() {
-			for i := range 25 {
+			for i := range N {
 				key := fmt.Sprintf("g%d-%d", g, i)
-				if err := write(t.Context(), f, key, op.Add(1), data, receipt); err != nil {
+				if _, err := ops.put(t.Context(), f, ft, key); err != nil {
 					t.Error(err)
 					return
 				}
@@ -45,8 +99,8 @@ func TestFlushCoverage(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if !data.isDurable(key) || !receipt.isDurable(key) {
-					t.Errorf("Flush returned nil but %s is not durable", key)
+				if !ft.isDurable(key) {
+					t.Errorf("Flush returned nil but %s is not in a released generation", key)
 					return
 				}
 			}
@@ -54,353 +108,1046 @@ func TestFlushCoverage(t *testing.T) {
 	}
 	wg.Wait()
 	st := f.Stats()
-	if st.Flushes != 16*25 {
-		t.Fatalf("Stats.Flushes = %d, want %d", st.Flushes, 16*25)
+	if st.Flushes != G*N {
+		t.Fatalf("Stats.Flushes = %d, want %d", st.Flushes, G*N)
 	}
-	if st.Watermark != op.Load() {
-		t.Fatalf("watermark %d, want %d", st.Watermark, op.Load())
+	if st.Generations >= G*N/2 {
+		t.Errorf("%d generations for %d flushes at 64 goroutines: no group commit", st.Generations, G*N)
 	}
+	// Every op below the highest is complete: the claim reaches hi-1.
+	if want := ops.last - 1; st.Watermark != want || st.ClaimedOp != want || st.HighestOp != ops.last {
+		t.Fatalf("watermark %d claimed %d highest %d, want %d %d %d", st.Watermark, st.ClaimedOp, st.HighestOp, want, want, ops.last)
+	}
+	if st.InFlight != 0 || st.MaxInFlight < 1 || st.MaxInFlight > DefaultPipelineDepth {
+		t.Fatalf("InFlight %d MaxInFlight %d", st.InFlight, st.MaxInFlight)
+	}
+	t.Logf("%d flushes, %d generations, %d coalesced, max in flight %d, p50 %v p99 %v",
+		st.Flushes, st.Generations, st.Coalesced, st.MaxInFlight, st.Latency.Quantile(0.5), st.Latency.Quantile(0.99))
 }
 
-// blockFirstApply makes the first Apply wait for release.
-func blockFirstApply(t *memTarget, release <-chan struct{}) {
-	t.hook = func(n int, _ uint64) error {
-		if n == 1 {
-			<-release
-		}
-		return nil
-	}
-}
-
-func TestFlushCoalesces64Callers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		release := make(chan struct{})
-		blockFirstApply(tg, release)
-		f := New([]Target{tg}, manual)
-		defer closeOK(t, f)
-		var wg sync.WaitGroup
-		for g := range 64 {
-			wg.Go(func() {
-				key := fmt.Sprint(g)
-				if err := write(t.Context(), f, key, uint64(g+1), tg); err != nil {
-					t.Error(err)
-				}
-				if err := f.Flush(t.Context()); err != nil {
-					t.Error(err)
-				}
-				if !tg.isDurable(key) {
-					t.Errorf("key %s not durable after Flush", key)
-				}
-			})
-		}
-		synctest.Wait() // everyone is waiting on the first flush or the next generation
-		close(release)
-		wg.Wait()
-		st := f.Stats()
-		if st.PhysicalFlushes > 2 || st.PhysicalFlushes < 1 {
-			t.Fatalf("%d physical flushes for 64 callers, want 1..2", st.PhysicalFlushes)
-		}
-		if st.Coalesced < 62 {
-			t.Fatalf("Coalesced = %d, want >= 62", st.Coalesced)
-		}
-	})
-}
-
-// A caller that arrives while a flush runs must wait for the next one.
-func TestFlushJoinerWaitsForNextGeneration(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		release := make(chan struct{})
-		blockFirstApply(tg, release)
-		f := New([]Target{tg}, manual)
-		defer closeOK(t, f)
-		write(t.Context(), f, "a", 1, tg)
-		first := make(chan error, 1)
-		go func() { first <- f.Flush(t.Context()) }()
-		synctest.Wait() // first flush has frozen "a" and blocks in Apply
-		write(t.Context(), f, "b", 2, tg)
-		second := make(chan error, 1)
-		go func() { second <- f.Flush(t.Context()) }()
-		synctest.Wait()
-		select {
-		case <-second:
-			t.Fatal("second Flush returned while the first flush was still running")
-		default:
-		}
-		close(release)
-		if err := <-first; err != nil {
-			t.Fatal(err)
-		}
-		if err := <-second; err != nil {
-			t.Fatal(err)
-		}
-		if !tg.isDurable("b") {
-			t.Fatal("b not durable after the second Flush returned nil")
-		}
-	})
-}
-
-func TestFlushCancelledCallerReturnsPromptly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		release := make(chan struct{})
-		blockFirstApply(tg, release)
-		f := New([]Target{tg}, manual)
-		defer closeOK(t, f)
-		write(t.Context(), f, "a", 1, tg)
-		ctx, cancel := context.WithCancel(t.Context())
-		cancelled := make(chan error, 1)
-		go func() { cancelled <- f.Flush(ctx) }()
-		other := make(chan error, 1)
-		go func() { other <- f.Flush(t.Context()) }()
-		synctest.Wait()
-		cancel()
-		if err := <-cancelled; !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled Flush = %v, want context.Canceled", err)
-		}
-		select {
-		case err := <-other:
-			t.Fatalf("other Flush returned %v before the flush finished", err)
-		default:
-		}
-		close(release)
-		if err := <-other; err != nil {
-			t.Fatal(err)
-		}
-		if !tg.isDurable("a") {
-			t.Fatal("a not durable")
-		}
-	})
-}
-
-func TestFlushFailureThenSuccessLosesNothing(t *testing.T) {
-	data, receipt := newMemTarget("data"), newMemTarget("receipt")
-	data.hook = func(n int, _ uint64) error {
-		if n == 1 {
-			return errInjected
-		}
-		return nil
-	}
-	f := New([]Target{data, receipt}, manual)
-	defer closeOK(t, f)
-	write(t.Context(), f, "a", 1, data, receipt)
-	err := f.Flush(t.Context())
-	if !errors.Is(err, errInjected) {
-		t.Fatalf("Flush = %v, want the injected error", err)
-	}
-	if !strings.Contains(err.Error(), "target 0 (data)") {
-		t.Fatalf("error %q does not name the target", err)
-	}
-	if _, wm, applies := receipt.snapshot(); applies != 0 || wm != 0 {
-		t.Fatalf("receipt applied (applies=%d wm=%d) although data failed", applies, wm)
-	}
-	if f.Watermark() != 0 {
-		t.Fatalf("watermark %d advanced on failure", f.Watermark())
-	}
-	if f.Stats().PendingBytes == 0 {
-		t.Fatal("pending bytes dropped to 0 after a failed flush")
-	}
-	st := f.Stats()
-	if st.Failures != 1 || !errors.Is(st.LastErr, errInjected) {
-		t.Fatalf("Stats = %+v", st)
-	}
-	write(t.Context(), f, "b", 2, data, receipt) // arrives between the failure and the retry
-	if err := f.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"a", "b"} {
-		if !data.isDurable(k) || !receipt.isDurable(k) {
-			t.Fatalf("%s lost after failure and retry", k)
-		}
-	}
-	if f.Watermark() != 2 {
-		t.Fatalf("watermark %d, want 2", f.Watermark())
-	}
-}
-
-func TestFlushPanickingTarget(t *testing.T) {
-	errValue := errors.New("panic value error")
-	cases := []struct {
-		name   string
-		do     func()
-		check  func(t *testing.T, pe *PanicError, err error)
-		freeze bool
-	}{
-		{"string", func() { panic("boom") }, func(t *testing.T, pe *PanicError, _ error) {
-			if pe.Value != "boom" || pe.Goexit || len(pe.Stack) == 0 {
-				t.Fatalf("PanicError = %+v", pe)
-			}
-		}, false},
-		{"error", func() { panic(errValue) }, func(t *testing.T, _ *PanicError, err error) {
-			if !errors.Is(err, errValue) {
-				t.Fatalf("errors.Is(err, panic value) = false: %v", err)
-			}
-		}, false},
-		{"goexit", func() { runtime.Goexit() }, func(t *testing.T, pe *PanicError, _ error) {
-			if !pe.Goexit {
-				t.Fatalf("Goexit not reported: %+v", pe)
-			}
-		}, false},
-		{"freeze", func() { panic("in freeze") }, func(t *testing.T, pe *PanicError, err error) {
-			if !strings.Contains(err.Error(), "freeze") {
-				t.Fatalf("error %q does not say freeze", err)
-			}
-		}, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+// Generation N+1 is frozen and written while N's wait is running: by
+// default when N is a background generation (no caller), and in eager mode
+// for callers' generations too.
+func TestPipelineOverlaps(t *testing.T) {
+	for _, mode := range []string{"background", "eager"} {
+		t.Run(mode, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tg := newMemTarget("t")
-				// Flush 1 blocks in Apply until five callers have joined
-				// generation 2, whose Freeze or Apply then fails.
-				release := make(chan struct{})
-				var freezes atomic.Int32
-				if tc.freeze {
-					tg.freezeHook = func() {
-						if freezes.Add(1) == 2 {
-							tc.do()
-						}
-					}
+				ft := newFake(t)
+				waits := newBlocker()
+				ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
+				f := New(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, GroupWait: -1})
+				if mode == "eager" {
+					eager(f)
 				}
-				tg.hook = func(n int, _ uint64) error {
-					switch {
-					case n == 1:
-						<-release
-					case n == 2 && !tc.freeze:
-						tc.do()
-					}
-					return nil
-				}
-				f := New([]Target{tg}, manual)
 				defer closeOK(t, f)
-				write(t.Context(), f, "a", 1, tg)
-				first := make(chan error, 1)
-				go func() { first <- f.Flush(t.Context()) }()
+				put(t.Context(), f, ft, "a", 1)
+				var first <-chan error
+				if mode == "eager" {
+					first = flushAsync(t.Context(), f)
+				} else {
+					time.Sleep(time.Second) // the interval flush
+				}
+				synctest.Wait() // generation 1 written, its wait blocks
+				put(t.Context(), f, ft, "b", 2)
+				second := flushAsync(t.Context(), f)
 				synctest.Wait()
-				write(t.Context(), f, "b", 2, tg)
-				const n = 5
-				errs := make(chan error, n)
-				for range n {
-					go func() { errs <- f.Flush(t.Context()) }()
+				want := []string{"freeze 1", "write 1", "wait 1", "freeze 2", "write 2"}
+				if got := ft.log(); !slices.Equal(got, want) {
+					t.Fatalf("events %v, want %v (generation 2 written while 1 waits)", got, want)
+				}
+				if st := f.Stats(); st.InFlight != 2 {
+					t.Fatalf("InFlight = %d, want 2", st.InFlight)
+				}
+				if first != nil {
+					pending(t, first, "first Flush")
+				}
+				pending(t, second, "second Flush")
+				waits.open(1)
+				if first != nil {
+					if err := <-first; err != nil {
+						t.Fatal(err)
+					}
 				}
 				synctest.Wait()
-				close(release)
-				if err := <-first; err != nil {
-					t.Fatalf("first flush: %v", err)
+				pending(t, second, "second Flush") // generation 2 still waits
+				if !ft.isDurable("a") || ft.isDurable("b") {
+					t.Fatal("a should be released and b not")
 				}
-				for range n {
-					err := <-errs
-					if !errors.Is(err, ErrPanicked) {
-						t.Fatalf("Flush = %v, want ErrPanicked", err)
-					}
-					var pe *PanicError
-					if !errors.As(err, &pe) {
-						t.Fatalf("no *PanicError in %v", err)
-					}
-					tc.check(t, pe, err)
+				waits.open(2)
+				if err := <-second; err != nil {
+					t.Fatal(err)
 				}
-				if st := f.Stats(); st.PhysicalFlushes != 2 || st.Failures != 1 {
-					t.Fatalf("Stats = %+v, want 2 physical flushes, 1 failure", st)
-				}
-				// The flusher keeps working, the barrier was released and
-				// nothing was lost.
-				write(t.Context(), f, "c", 3, tg)
-				if err := f.Flush(t.Context()); err != nil {
-					t.Fatalf("Flush after panic: %v", err)
-				}
-				if !tg.isDurable("a") || !tg.isDurable("b") || !tg.isDurable("c") {
-					t.Fatal("writes lost after a panic")
+				want = append(want, "release 1", "wait 2", "release 2")
+				if got := ft.log(); !slices.Equal(got, want) {
+					t.Fatalf("events %v, want %v", got, want)
 				}
 			})
 		})
 	}
 }
 
-func TestCloseDuringFlush(t *testing.T) {
+// At most PipelineDepth generations are frozen and not released; further
+// callers accumulate in the open generation.
+func TestPipelineDepth(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		release := make(chan struct{})
-		blockFirstApply(tg, release)
-		f := New([]Target{tg}, manual)
-		write(t.Context(), f, "a", 1, tg)
-		flushed := make(chan error, 1)
-		go func() { flushed <- f.Flush(t.Context()) }()
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
+		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 2}))
+		defer closeOK(t, f)
+		var results []<-chan error
+		for i := range 5 {
+			put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1))
+			results = append(results, flushAsync(t.Context(), f))
+			synctest.Wait()
+		}
+		if n := ft.numFrozen(); n != 2 {
+			t.Fatalf("%d generations frozen with depth 2", n)
+		}
+		if st := f.Stats(); st.InFlight != 2 || st.MaxInFlight != 2 {
+			t.Fatalf("InFlight %d MaxInFlight %d, want 2 2", st.InFlight, st.MaxInFlight)
+		}
+		waits.open(1)
 		synctest.Wait()
-		closed := make(chan error, 1)
-		go func() { closed <- f.Close() }()
-		synctest.Wait()
-		select {
-		case <-closed:
-			t.Fatal("Close returned while a flush was in flight")
-		default:
+		// A slot opened: the three waiting callers share generation 3.
+		if n := ft.numFrozen(); n != 3 {
+			t.Fatalf("%d generations frozen after one release, want 3", n)
 		}
-		if _, err := f.BeginRead(); !errors.Is(err, ErrClosed) {
-			t.Fatalf("BeginRead during Close = %v", err)
+		if keys := ft.keysOf(3); !slices.Equal(keys, []string{"2", "3", "4"}) {
+			t.Fatalf("generation 3 holds %v", keys)
 		}
-		if _, err := f.BeginWrite(t.Context()); !errors.Is(err, ErrClosed) {
-			t.Fatalf("BeginWrite during Close = %v", err)
+		waits.open(2)
+		waits.open(3)
+		for _, r := range results {
+			if err := <-r; err != nil {
+				t.Fatal(err)
+			}
 		}
-		close(release)
-		if err := <-flushed; err != nil {
-			t.Fatal(err)
-		}
-		if err := <-closed; err != nil {
-			t.Fatal(err)
-		}
-		if !tg.isDurable("a") {
-			t.Fatal("a not durable")
+		if st := f.Stats(); st.MaxInFlight != 2 || st.Coalesced != 2 {
+			t.Fatalf("MaxInFlight %d Coalesced %d", st.MaxInFlight, st.Coalesced)
 		}
 	})
 }
 
-// Close runs a final flush of whatever is still pending.
-func TestCloseFinalFlush(t *testing.T) {
-	tg := newMemTarget("t")
-	f := New([]Target{tg}, manual)
-	write(t.Context(), f, "a", 7, tg)
+// Writes, waits and releases run in generation order whatever the wait
+// times, and each generation is released only after its wait.
+func TestPipelineOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		ft.onWait = func(g uint64, _ int) error {
+			time.Sleep(time.Duration(7-g%7) * time.Millisecond)
+			return nil
+		}
+		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 3}))
+		defer closeOK(t, f)
+		var wg sync.WaitGroup
+		for i := range 30 {
+			put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1))
+			wg.Go(func() {
+				if err := f.Flush(t.Context()); err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(time.Millisecond)
+		}
+		wg.Wait()
+		next := map[string]uint64{"write": 1, "wait": 1, "release": 1}
+		waited := map[uint64]bool{}
+		for _, e := range ft.log() {
+			var kind string
+			var g uint64
+			fmt.Sscanf(e, "%s %d", &kind, &g)
+			if kind == "freeze" {
+				continue
+			}
+			if g != next[kind] {
+				t.Fatalf("%s out of order (want %s %d): %v", e, kind, next[kind], ft.log())
+			}
+			next[kind]++
+			if kind == "wait" {
+				waited[g] = true
+			}
+			if kind == "release" && !waited[g] {
+				t.Fatalf("release %d before its wait", g)
+			}
+		}
+		if next["release"] < 2 || next["release"] != next["write"] {
+			t.Fatalf("releases %d writes %d", next["release"]-1, next["write"]-1)
+		}
+	})
+}
+
+// A wait failure of N with N+1 already written fails both callers; the
+// retry writes N then N+1 in order before anything new, then everything is
+// durable.
+func TestWaitFailureFailsLaterGenerations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, attempt int) error {
+			if attempt == 1 && g <= 2 {
+				waits.block(g)
+				if g == 1 {
+					return errInjected
+				}
+			}
+			return nil
+		}
+		f := eager(New(ft, manual))
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 1)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait()
+		put(t.Context(), f, ft, "b", 2)
+		second := flushAsync(t.Context(), f)
+		synctest.Wait()
+		waits.open(1) // generation 1's wait fails while 2 waits
+		if err := <-first; !errors.Is(err, errInjected) {
+			t.Fatalf("first Flush = %v, want the injected error", err)
+		}
+		if err := <-second; !errors.Is(err, errInjected) {
+			t.Fatalf("second Flush = %v, want the injected error (its generation is behind a failed one)", err)
+		}
+		if !strings.Contains(fmt.Sprint(f.Stats().LastErr), "generation 1 wait") {
+			t.Fatalf("LastErr %v does not name the stage", f.Stats().LastErr)
+		}
+		if f.Watermark() != 0 || ft.isDurable("a") || ft.isDurable("b") {
+			t.Fatal("something was released after a failure")
+		}
+		put(t.Context(), f, ft, "c", 3)
+		// The stale wait of generation 2 is still running: the retry waits
+		// for it, even for an explicit Flush.
+		third := flushAsync(t.Context(), f)
+		synctest.Wait()
+		pending(t, third, "Flush with a stale wait in flight")
+		waits.open(2)
+		if err := <-third; err != nil {
+			t.Fatal(err)
+		}
+		// The retry writes 1 then 2 before anything new is frozen.
+		var writes []string
+		for _, e := range ft.log() {
+			if !strings.HasPrefix(e, "wait") && !strings.HasPrefix(e, "release") {
+				writes = append(writes, e)
+			}
+		}
+		want := []string{"freeze 1", "write 1", "freeze 2", "write 2", "write 1", "write 2", "freeze 3", "write 3"}
+		if !slices.Equal(writes, want) {
+			t.Fatalf("events %v, want %v", ft.log(), want)
+		}
+		for _, k := range []string{"a", "b", "c"} {
+			if !ft.isDurable(k) {
+				t.Fatalf("%s lost", k)
+			}
+		}
+		if f.Watermark() != 2 {
+			t.Fatalf("watermark %d, want 2", f.Watermark())
+		}
+		if st := f.Stats(); st.Failures != 1 || st.Generations != 3 || st.Writes != 5 {
+			t.Fatalf("Stats = %+v", st)
+		}
+	})
+}
+
+// The same in the default mode: a background generation N fails in its wait
+// while a caller's generation N+1 is already written behind it. The caller
+// gets the error, and the next Flush writes N then N+1 again.
+func TestBackgroundFailureFailsCallerBehindIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, attempt int) error {
+			if g == 1 && attempt == 1 {
+				waits.block(1)
+				return errInjected
+			}
+			return nil
+		}
+		f := New(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, RetryMin: time.Hour})
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 1)
+		time.Sleep(time.Second) // the interval freezes generation 1
+		synctest.Wait()
+		put(t.Context(), f, ft, "b", 2)
+		caller := flushAsync(t.Context(), f)
+		synctest.Wait()
+		if got := ft.log(); !slices.Equal(got, []string{"freeze 1", "write 1", "wait 1", "freeze 2", "write 2"}) {
+			t.Fatalf("events %v", got)
+		}
+		waits.open(1)
+		if err := <-caller; !errors.Is(err, errInjected) {
+			t.Fatalf("caller behind a failed generation got %v", err)
+		}
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if !ft.isDurable("a") || !ft.isDurable("b") || f.Watermark() != 1 {
+			t.Fatalf("after the retry: a %v b %v wm %d", ft.isDurable("a"), ft.isDurable("b"), f.Watermark())
+		}
+		if writes := ft.log(); !slices.Contains(writes, "release 2") {
+			t.Fatalf("events %v", writes)
+		}
+	})
+}
+
+// A Write failure of N+1 while N waits: N's caller gets nil, N+1's the
+// error, and a later frozen generation behind it the error too.
+func TestWriteFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, attempt int) error {
+			if g == 1 {
+				waits.block(g)
+			}
+			return nil
+		}
+		ft.onWrite = func(g uint64, attempt int) error {
+			if g == 2 && attempt == 1 {
+				return errInjected
+			}
+			return nil
+		}
+		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, RetryMin: time.Hour}))
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 1)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait()
+		put(t.Context(), f, ft, "b", 2)
+		if err := f.Flush(t.Context()); !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "generation 2 write") {
+			t.Fatalf("second Flush = %v", err)
+		}
+		pending(t, first, "first Flush")
+		waits.open(1)
+		if err := <-first; err != nil {
+			t.Fatalf("first Flush = %v: generation 1 did not fail", err)
+		}
+		if f.Watermark() != 0 { // generation 1 claims op 0: op 1 may still write
+			t.Fatalf("watermark %d, want 0", f.Watermark())
+		}
+		// The background retry waits for the (hour-long) backoff; an
+		// explicit Flush retries at once.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if ft.isDurable("b") {
+			t.Fatal("retried before the backoff")
+		}
+		start := time.Now()
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) != 0 || !ft.isDurable("b") || f.Watermark() != 1 {
+			t.Fatalf("explicit retry: waited %v, durable %v, wm %d", time.Since(start), ft.isDurable("b"), f.Watermark())
+		}
+	})
+}
+
+// A panic or runtime.Goexit in any stage becomes a *PanicError for the
+// generation's callers; the barrier is not left locked, the flusher keeps
+// working and nothing is lost.
+func TestPanicsInEveryStage(t *testing.T) {
+	errValue := errors.New("panic value error")
+	kinds := []struct {
+		name  string
+		do    func()
+		check func(t *testing.T, pe *PanicError, err error)
+	}{
+		{"string", func() { panic("boom") }, func(t *testing.T, pe *PanicError, _ error) {
+			if pe.Value != "boom" || pe.Goexit || len(pe.Stack) == 0 {
+				t.Fatalf("PanicError = %+v", pe)
+			}
+		}},
+		{"error", func() { panic(errValue) }, func(t *testing.T, _ *PanicError, err error) {
+			if !errors.Is(err, errValue) {
+				t.Fatalf("errors.Is(err, panic value) = false: %v", err)
+			}
+		}},
+		{"goexit", func() { runtime.Goexit() }, func(t *testing.T, pe *PanicError, _ error) {
+			if !pe.Goexit {
+				t.Fatalf("Goexit not reported: %+v", pe)
+			}
+		}},
+	}
+	for _, stage := range []string{"freeze", "write", "wait", "release"} {
+		for _, kind := range kinds {
+			t.Run(stage+"/"+kind.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ft := newFake(t)
+					var fired atomic.Bool
+					fire := func(g uint64) {
+						if g == 2 && fired.CompareAndSwap(false, true) {
+							kind.do()
+						}
+					}
+					switch stage {
+					case "freeze":
+						ft.onFreeze = fire
+					case "write":
+						ft.onWrite = func(g uint64, _ int) error { fire(g); return nil }
+					case "wait":
+						ft.onWait = func(g uint64, _ int) error { fire(g); return nil }
+					case "release":
+						ft.onRelease = fire
+					}
+					// Generation 1's wait blocks (depth 1), so five callers
+					// join generation 2, whose stage then fails.
+					first := newBlocker()
+					onWait := ft.onWait
+					ft.onWait = func(g uint64, attempt int) error {
+						if g == 1 {
+							first.block(1)
+						}
+						if onWait != nil {
+							return onWait(g, attempt)
+						}
+						return nil
+					}
+					f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 1})
+					defer closeOK(t, f)
+					put(t.Context(), f, ft, "a", 1)
+					r1 := flushAsync(t.Context(), f)
+					synctest.Wait()
+					put(t.Context(), f, ft, "b", 2)
+					const n = 5
+					errs := make(chan error, n)
+					for range n {
+						go func() { errs <- f.Flush(t.Context()) }()
+					}
+					synctest.Wait()
+					first.open(1)
+					if err := <-r1; err != nil {
+						t.Fatalf("first flush: %v", err)
+					}
+					for range n {
+						err := <-errs
+						var pe *PanicError
+						if !errors.Is(err, ErrPanicked) || !errors.As(err, &pe) {
+							t.Fatalf("Flush = %v, want a *PanicError", err)
+						}
+						if !strings.Contains(err.Error(), stage) {
+							t.Fatalf("error %q does not name the stage %s", err, stage)
+						}
+						kind.check(t, pe, err)
+					}
+					if st := f.Stats(); st.Failures != 1 {
+						t.Fatalf("Stats = %+v, want 1 failure", st)
+					}
+					// The barrier was released and the flusher goes on.
+					put(t.Context(), f, ft, "c", 3)
+					if err := f.Flush(t.Context()); err != nil {
+						t.Fatalf("Flush after the panic: %v", err)
+					}
+					for _, k := range []string{"a", "b", "c"} {
+						if !ft.isDurable(k) {
+							t.Fatalf("%s lost after a panic in %s", k, stage)
+						}
+					}
+					if f.Watermark() != 2 {
+						t.Fatalf("watermark %d, want 2", f.Watermark())
+					}
+				})
+			})
+		}
+	}
+}
+
+// The claim rule and ErrStaleOp, including the repro: Put op 1;
+// Flush; Set op 1: the flush must not claim op 1 (the second write would
+// not be covered); a later op 2 write lets the next flush claim 1.
+func TestClaimRuleAndStaleOp(t *testing.T) {
+	ft := newFake(t)
+	f := New(ft, manual)
+	defer closeOK(t, f)
+	ctx := t.Context()
+	if err := put(ctx, f, ft, "put-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark() != 0 || f.Stats().ClaimedOp != 0 {
+		t.Fatalf("op 1 claimed while it may still write: wm %d", f.Watermark())
+	}
+	if err := put(ctx, f, ft, "set-1", 1); err != nil {
+		t.Fatalf("second write of op 1 refused: %v", err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark() != 0 {
+		t.Fatalf("watermark %d, want 0", f.Watermark())
+	}
+	if err := put(ctx, f, ft, "put-2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark() != 1 || ft.wmOf(ft.numFrozen()) != 1 {
+		t.Fatalf("watermark %d, want 1", f.Watermark())
+	}
+	if _, err := f.BeginWrite(ctx, 1, false); !errors.Is(err, ErrStaleOp) {
+		t.Fatalf("write of claimed op 1 = %v, want ErrStaleOp", err)
+	}
+	// A batch closes its op: the next flush claims it.
+	w, err := f.BeginWrite(ctx, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft.Put("batch-3")
+	w.End()
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark() != 3 {
+		t.Fatalf("watermark %d after a closing batch, want 3", f.Watermark())
+	}
+	for _, op := range []uint64{2, 3} {
+		if _, err := f.BeginWrite(ctx, op, false); !errors.Is(err, ErrStaleOp) {
+			t.Fatalf("write of op %d = %v, want ErrStaleOp", op, err)
+		}
+	}
+	// Untracked writes are always admitted.
+	if err := put(ctx, f, ft, "untracked", 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.Active != 0 {
+		t.Fatalf("refused writes left %d operations in the gate", st.Active)
+	}
+}
+
+// EndOp closes an op without a write; a flush with nothing pending but a
+// higher claim freezes a watermark-only generation.
+func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
+	ft := newFake(t)
+	f := New(ft, manual)
+	defer closeOK(t, f)
+	ctx := t.Context()
+	put(ctx, f, ft, "a", 7)
+	if err := f.EndOp(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.Watermark() != 7 {
+		t.Fatalf("watermark %d, want 7", f.Watermark())
+	}
+	if _, err := f.BeginWrite(ctx, 7, false); !errors.Is(err, ErrStaleOp) {
+		t.Fatalf("write of ended op = %v", err)
+	}
+	if err := f.EndOp(ctx, 5); err != nil { // already claimed: a no-op
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ft.numFrozen(); n != 1 {
+		t.Fatalf("%d generations, want 1 (nothing to claim)", n)
+	}
+	if err := f.EndOp(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ft.numFrozen(); n != 2 || len(ft.keysOf(2)) != 0 || ft.wmOf(2) != 9 || f.Watermark() != 9 {
+		t.Fatalf("generation %d keys %v wm %d, Watermark %d: want an empty generation 2 with wm 9",
+			n, ft.keysOf(2), ft.wmOf(2), f.Watermark())
+	}
+	if err := f.EndOp(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Options.Watermark is the starting claim: lower ops are refused and no
+// generation carries a lower watermark.
+func TestInitialWatermark(t *testing.T) {
+	ft := newFake(t)
+	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, Watermark: 100})
+	defer closeOK(t, f)
+	if f.Watermark() != 100 {
+		t.Fatalf("Watermark %d", f.Watermark())
+	}
+	if err := put(t.Context(), f, ft, "a", 5); !errors.Is(err, ErrStaleOp) {
+		t.Fatalf("write of op 5 under watermark 100 = %v", err)
+	}
+	put(t.Context(), f, ft, "b", 0)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if ft.wmOf(1) != 100 || f.Watermark() != 100 {
+		t.Fatalf("persisted %d / Watermark %d, want 100", ft.wmOf(1), f.Watermark())
+	}
+}
+
+func TestEmptyFlushIsSkipped(t *testing.T) {
+	ft := newFake(t)
+	f := New(ft, manual)
+	defer closeOK(t, f)
+	for range 3 {
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ft.numFrozen(); n != 0 {
+		t.Fatalf("%d generations with nothing pending", n)
+	}
+	put(t.Context(), f, ft, "a", 1)
+	f.Flush(t.Context())
+	f.Flush(t.Context())
+	if n := ft.numFrozen(); n != 1 {
+		t.Fatalf("%d generations, want 1", n)
+	}
+	if st := f.Stats(); st.Generations != 1 || st.Flushes != 5 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// A caller that arrives while a generation is in flight, with no new write,
+// waits for that generation (not for nothing, not for a new one).
+func TestFlushWithNothingNewWaitsForInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
+		f := New(ft, manual)
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 0)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait()
+		second := flushAsync(t.Context(), f)
+		synctest.Wait()
+		pending(t, second, "Flush behind an unreleased generation")
+		waits.open(1)
+		for _, ch := range []<-chan error{first, second} {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := ft.numFrozen(); n != 1 {
+			t.Fatalf("%d generations, want 1", n)
+		}
+	})
+}
+
+// A caller that arrives while a generation is written waits for the next.
+func TestFlushJoinerWaitsForNextGeneration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		writes := newBlocker()
+		ft.onWrite = func(g uint64, _ int) error {
+			if g == 1 {
+				writes.block(1)
+			}
+			return nil
+		}
+		f := New(ft, manual)
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 1)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait() // generation 1 frozen, Write blocks
+		put(t.Context(), f, ft, "b", 2)
+		second := flushAsync(t.Context(), f)
+		synctest.Wait()
+		pending(t, second, "second Flush")
+		writes.open(1)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		if !ft.isDurable("b") || !slices.Equal(ft.keysOf(2), []string{"b"}) {
+			t.Fatal("b not in generation 2")
+		}
+	})
+}
+
+func TestFlushCancelledCallerReturnsPromptly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
+		f := New(ft, manual)
+		defer closeOK(t, f)
+		put(t.Context(), f, ft, "a", 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancelled := flushAsync(ctx, f)
+		other := flushAsync(t.Context(), f)
+		synctest.Wait()
+		cancel()
+		if err := <-cancelled; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Flush = %v, want context.Canceled", err)
+		}
+		pending(t, other, "other Flush")
+		waits.open(1)
+		if err := <-other; err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel = context.WithCancel(t.Context())
+		cancel()
+		if err := f.Flush(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Flush with a done context = %v", err)
+		}
+	})
+}
+
+// Sibling wait: with no sync in flight and k callers in the last released
+// generation, the writer waits (bounded by GroupWait) for k callers.
+func TestGroupWait(t *testing.T) {
+	const gw = time.Millisecond
+	// setupK makes generation 2 have k callers and returns them released.
+	setupK := func(t *testing.T, k int) (*fakeTarget, *Flusher, *blocker) {
+		ft := newFake(t)
+		writes := newBlocker()
+		ft.onWrite = func(g uint64, _ int) error {
+			if g == 1 {
+				writes.block(1)
+			}
+			return nil
+		}
+		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: gw})
+		put(t.Context(), f, ft, "0", 0)
+		r := []<-chan error{flushAsync(t.Context(), f)}
+		synctest.Wait()
+		for i := range k { // the writer is busy: all k join generation 2
+			put(t.Context(), f, ft, fmt.Sprint("k", i), 0)
+			r = append(r, flushAsync(t.Context(), f))
+		}
+		synctest.Wait()
+		writes.open(1)
+		for _, ch := range r {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := ft.numFrozen(); n != 2 {
+			t.Fatalf("setup froze %d generations, want 2", n)
+		}
+		return ft, f, writes
+	}
+	setup := func(t *testing.T) (*fakeTarget, *Flusher, *blocker) { return setupK(t, 3) }
+	t.Run("k-callers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setup(t)
+			defer closeOK(t, f)
+			start := time.Now()
+			var r []<-chan error
+			for i := range 2 {
+				put(t.Context(), f, ft, fmt.Sprint("w", i), 0)
+				r = append(r, flushAsync(t.Context(), f))
+				synctest.Wait()
+				if n := ft.numFrozen(); n != 2 {
+					t.Fatalf("froze with %d of 3 callers", i+1)
+				}
+			}
+			put(t.Context(), f, ft, "w2", 0)
+			r = append(r, flushAsync(t.Context(), f))
+			for _, ch := range r {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("the third caller did not end the wait: %v passed", d)
+			}
+			if keys := ft.keysOf(3); len(keys) != 3 {
+				t.Fatalf("generation 3 holds %v, want the three callers' writes", keys)
+			}
+		})
+	})
+	t.Run("bounded", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setup(t)
+			defer closeOK(t, f)
+			start := time.Now()
+			put(t.Context(), f, ft, "w0", 0)
+			if err := f.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d != groupGap(gw) {
+				t.Fatalf("a lone caller waited %v, want the gap %v", d, groupGap(gw))
+			}
+			// The last generation had one caller: no wait now.
+			start = time.Now()
+			put(t.Context(), f, ft, "w1", 0)
+			if err := f.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("waited %v after a one-caller generation", d)
+			}
+		})
+	})
+	// Each joining sibling extends the wait by the gap, up to GroupWait.
+	t.Run("gap-and-deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setupK(t, 8)
+			defer closeOK(t, f)
+			gap := groupGap(gw)
+			start := time.Now()
+			var r []<-chan error
+			for i := range 5 { // joins at 0, 0.8, 1.6, 2.4, 3.2 gaps
+				if i > 0 {
+					time.Sleep(gap * 4 / 5)
+					synctest.Wait()
+					if n := ft.numFrozen(); n != 2 {
+						t.Fatalf("froze after %v with %d callers", time.Since(start), i)
+					}
+				}
+				put(t.Context(), f, ft, fmt.Sprint("w", i), 0)
+				r = append(r, flushAsync(t.Context(), f))
+			}
+			for _, ch := range r {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The fifth joined at 3.2 gaps; its gap would end at 4.2 gaps,
+			// after the deadline (GroupWait = 4 gaps).
+			if d := time.Since(start); d != gw {
+				t.Fatalf("wait ended after %v, want GroupWait %v", d, gw)
+			}
+			if n := len(ft.keysOf(3)); n != 5 {
+				t.Fatalf("generation 3 has %d callers' writes, want 5", n)
+			}
+		})
+	})
+	t.Run("gap-ends-wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setupK(t, 8)
+			defer closeOK(t, f)
+			gap := groupGap(gw)
+			start := time.Now()
+			put(t.Context(), f, ft, "a", 0)
+			a := flushAsync(t.Context(), f)
+			time.Sleep(gap / 2)
+			put(t.Context(), f, ft, "b", 0)
+			b := flushAsync(t.Context(), f)
+			for _, ch := range []<-chan error{a, b} {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := time.Since(start); d != gap/2+gap {
+				t.Fatalf("wait ended after %v, want %v (a gap after the last join)", d, gap/2+gap)
+			}
+		})
+	})
+	// While a generation with callers syncs, a new caller is held; after the
+	// release it shares one generation with the returning callers.
+	t.Run("hold-merges", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setup(t)
+			defer closeOK(t, f)
+			waits := newBlocker()
+			ft.mu.Lock()
+			ft.onWait = func(g uint64, _ int) error {
+				if g == 3 {
+					waits.block(3)
+				}
+				return nil
+			}
+			ft.mu.Unlock()
+			// Three callers make generation 3 (wait blocked).
+			var r []<-chan error
+			for i := range 3 {
+				put(t.Context(), f, ft, fmt.Sprint("w", i), 0)
+				r = append(r, flushAsync(t.Context(), f))
+			}
+			synctest.Wait()
+			if n := ft.numFrozen(); n != 3 {
+				t.Fatalf("%d generations, want 3", n)
+			}
+			put(t.Context(), f, ft, "x", 0)
+			x := flushAsync(t.Context(), f)
+			synctest.Wait()
+			if n := ft.numFrozen(); n != 3 {
+				t.Fatalf("caller frozen while callers' generation 3 syncs (%d frozen)", n)
+			}
+			waits.open(3)
+			for _, ch := range r {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			synctest.Wait()
+			// x waits for the three returning siblings (3 + x = 4 callers).
+			pending(t, x, "held caller")
+			if n := ft.numFrozen(); n != 3 {
+				t.Fatalf("froze without the siblings (%d generations)", n)
+			}
+			start := time.Now()
+			for i := range 3 {
+				put(t.Context(), f, ft, fmt.Sprint("v", i), 0)
+				r[i] = flushAsync(t.Context(), f)
+			}
+			for _, ch := range append(r, x) {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("merge waited %v", d)
+			}
+			if keys := ft.keysOf(4); len(keys) != 4 {
+				t.Fatalf("generation 4 = %v, want x and the three siblings", keys)
+			}
+		})
+	})
+	// In eager mode a caller's generation freezes at once while another
+	// caller's generation syncs.
+	t.Run("eager-while-syncing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft, f, _ := setup(t)
+			eager(f)
+			defer closeOK(t, f)
+			waits := newBlocker()
+			ft.mu.Lock()
+			ft.onWait = func(g uint64, _ int) error {
+				if g == 3 {
+					waits.block(3)
+				}
+				return nil
+			}
+			ft.mu.Unlock()
+			var r []<-chan error
+			for i := range 3 {
+				put(t.Context(), f, ft, fmt.Sprint("w", i), 0)
+				r = append(r, flushAsync(t.Context(), f))
+			}
+			synctest.Wait()
+			put(t.Context(), f, ft, "x", 0)
+			r = append(r, flushAsync(t.Context(), f))
+			synctest.Wait()
+			if n := ft.numFrozen(); n != 4 {
+				t.Fatalf("generation 4 not frozen while 3 syncs (%d frozen)", n)
+			}
+			waits.open(3)
+			for _, ch := range r {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+func TestCloseDuringPipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
+		f := eager(New(ft, manual))
+		put(t.Context(), f, ft, "a", 1)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait()
+		put(t.Context(), f, ft, "b", 2)
+		second := flushAsync(t.Context(), f)
+		synctest.Wait()
+		put(t.Context(), f, ft, "c", 3) // only Close's final flush covers it
+		closed := make(chan error, 1)
+		go func() { closed <- f.Close() }()
+		synctest.Wait()
+		pending(t, closed, "Close")
+		if _, err := f.BeginWrite(t.Context(), 4, false); !errors.Is(err, ErrClosed) {
+			t.Fatalf("BeginWrite during Close = %v", err)
+		}
+		if err := f.Flush(t.Context()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Flush during Close = %v", err)
+		}
+		waits.open(1)
+		waits.open(2)
+		synctest.Wait()
+		pending(t, closed, "Close") // the final generation 3 still waits
+		waits.open(3)
+		for _, ch := range []<-chan error{first, second, closed} {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range []string{"a", "b", "c"} {
+			if !ft.isDurable(k) {
+				t.Fatalf("%s not durable after Close", k)
+			}
+		}
+		if f.Watermark() != 2 {
+			t.Fatalf("watermark %d, want 2", f.Watermark())
+		}
+	})
+}
+
+// Close runs a final flush, retrying failed generations at once.
+func TestCloseFinalFlushRetries(t *testing.T) {
+	ft := newFake(t)
+	ft.onWrite = func(g uint64, attempt int) error {
+		if attempt == 1 {
+			return errInjected
+		}
+		return nil
+	}
+	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, RetryMin: time.Hour})
+	put(t.Context(), f, ft, "a", 7)
+	if err := f.Flush(t.Context()); !errors.Is(err, errInjected) {
+		t.Fatal(err)
+	}
 	closeOK(t, f)
-	if !tg.isDurable("a") || f.Watermark() != 7 {
-		t.Fatalf("final flush missing: durable=%v wm=%d", tg.isDurable("a"), f.Watermark())
+	if !ft.isDurable("a") || f.Watermark() != 6 {
+		t.Fatalf("final flush: durable=%v wm=%d", ft.isDurable("a"), f.Watermark())
 	}
 }
 
 func TestCloseReturnsFinalFlushError(t *testing.T) {
-	tg := newMemTarget("t")
-	tg.hook = func(int, uint64) error { return errInjected }
-	f := New([]Target{tg}, manual)
-	write(t.Context(), f, "a", 1, tg)
+	ft := newFake(t)
+	ft.onWait = func(uint64, int) error { return errInjected }
+	f := New(ft, manual)
+	put(t.Context(), f, ft, "a", 1)
 	if err := f.Close(); !errors.Is(err, errInjected) {
-		t.Fatalf("Close = %v, want injected error", err)
+		t.Fatalf("Close = %v, want the injected error", err)
 	}
 	if err := f.Close(); !errors.Is(err, errInjected) {
 		t.Fatalf("second Close = %v, want the same error", err)
 	}
+	if err := f.Wait(t.Context()); !errors.Is(err, errInjected) {
+		t.Fatalf("Wait = %v", err)
+	}
 }
 
 func TestOperationsAfterClose(t *testing.T) {
-	f := New(nil, nil)
+	ft := newFake(t)
+	f := New(ft, nil)
 	closeOK(t, f)
-	if err := f.Flush(t.Context()); !errors.Is(err, ErrClosed) {
+	ctx := t.Context()
+	if err := f.Flush(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Flush = %v", err)
 	}
-	if _, err := f.BeginRead(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("BeginRead = %v", err)
-	}
-	if _, err := f.BeginWrite(t.Context()); !errors.Is(err, ErrClosed) {
+	if _, err := f.BeginWrite(ctx, 1, false); !errors.Is(err, ErrClosed) {
 		t.Fatalf("BeginWrite = %v", err)
 	}
-	if err := f.Wait(t.Context()); err != nil {
+	if err := f.EndOp(ctx, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("EndOp = %v", err)
+	}
+	if _, err := f.Enter(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Enter = %v", err)
+	}
+	if err := f.Exclusive(ctx, func() { t.Error("fn ran after Close") }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Exclusive = %v", err)
+	}
+	if err := f.Wait(ctx); err != nil {
 		t.Fatalf("Wait = %v", err)
 	}
-	var zero Op
+	var zero Ticket
 	zero.End() // no-op
+	if n := ft.numFrozen(); n != 0 {
+		t.Fatalf("%d generations for an idle Close", n)
+	}
 }
 
 func TestCloseConcurrent(t *testing.T) {
-	tg := newMemTarget("t")
-	f := New([]Target{tg, nil}, nil) // nil targets are ignored
-	write(t.Context(), f, "a", 1, tg)
+	ft := newFake(t)
+	f := New(ft, nil)
+	put(t.Context(), f, ft, "a", 1)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for range 16 {
@@ -415,61 +1162,202 @@ func TestCloseConcurrent(t *testing.T) {
 		}
 	}
 	<-f.Done()
-	if _, _, applies := tg.snapshot(); applies != 1 {
-		t.Fatalf("%d applies for concurrent Close, want 1", applies)
+	if n := ft.numFrozen(); n != 1 || !ft.isDurable("a") {
+		t.Fatalf("%d generations for concurrent Close, want 1", n)
 	}
+}
+
+// Close waits for Enter tickets and for writes in flight.
+func TestCloseWaitsForTickets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		f := New(ft, manual)
+		e, err := f.Enter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := f.BeginWrite(t.Context(), 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- f.Close() }()
+		synctest.Wait()
+		pending(t, closed, "Close")
+		if st := f.Stats(); st.Active != 2 {
+			t.Fatalf("Active = %d, want 2", st.Active)
+		}
+		e.End()
+		ft.Put("a")
+		w.End()
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if !ft.isDurable("a") {
+			t.Fatal("write in flight at Close not flushed")
+		}
+	})
+}
+
+// Exclusive runs with no write in flight, and no write begins while fn
+// runs. (Not under synctest: a goroutine blocked on the barrier's mutex is
+// not durably blocked.)
+func TestExclusive(t *testing.T) {
+	ft := newFake(t)
+	f := New(ft, manual)
+	defer closeOK(t, f)
+	var writing atomic.Int32
+	var exclusive atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w, err := f.BeginWrite(t.Context(), 0, false)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				writing.Add(1)
+				if exclusive.Load() {
+					t.Error("a write began during Exclusive")
+				}
+				ft.Put(fmt.Sprint(g, "-", i))
+				runtime.Gosched()
+				writing.Add(-1)
+				w.End()
+			}
+		})
+	}
+	for range 200 {
+		err := f.Exclusive(t.Context(), func() {
+			exclusive.Store(true)
+			if n := writing.Load(); n != 0 {
+				t.Errorf("Exclusive with %d writes in flight", n)
+			}
+			runtime.Gosched()
+			exclusive.Store(false)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	// A panic in fn releases the barrier and the gate.
+	func() {
+		defer func() {
+			if recover() != "fn" {
+				t.Fatal("panic in fn not propagated")
+			}
+		}()
+		f.Exclusive(t.Context(), func() { panic("fn") })
+	}()
+	if err := put(t.Context(), f, ft, "c", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.Active != 0 {
+		t.Fatalf("Active = %d", st.Active)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := f.Exclusive(ctx, func() { t.Error("ran with a done context") }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Exclusive = %v", err)
+	}
+}
+
+// Settle runs after a release that left nothing in flight.
+func TestSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &settleTarget{fakeTarget: newFake(t)}
+		waits := newBlocker()
+		st.onWait = func(g uint64, _ int) error {
+			if g == 1 {
+				waits.block(1)
+			}
+			return nil
+		}
+		f := eager(New(st, manual))
+		defer closeOK(t, f)
+		put(t.Context(), f, st.fakeTarget, "a", 0)
+		first := flushAsync(t.Context(), f)
+		synctest.Wait()
+		put(t.Context(), f, st.fakeTarget, "b", 0)
+		second := flushAsync(t.Context(), f)
+		synctest.Wait()
+		waits.open(1)
+		<-first
+		<-second
+		synctest.Wait()
+		if n := st.settles.Load(); n != 1 {
+			t.Fatalf("%d settles, want 1 (generation 1's release left 2 in flight)", n)
+		}
+		if got := st.log(); got[len(got)-1] != "settle" {
+			t.Fatalf("events %v", got)
+		}
+	})
 }
 
 func TestBackpressure(t *testing.T) {
 	t.Run("waits-for-room", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			tg := newMemTarget("t")
-			release := make(chan struct{})
-			blockFirstApply(tg, release)
+			ft := newFake(t)
+			waits := newBlocker()
+			ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
 			// 16 bytes per key: the bound admits 4 keys.
-			f := New([]Target{tg}, &Options{Interval: -1, MaxPendingBytes: 64})
+			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 64})
 			defer closeOK(t, f)
 			for i := range 5 {
-				if err := write(t.Context(), f, fmt.Sprint(i), uint64(i+1), tg); err != nil {
+				if err := put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			// 80 bytes pending > 64: the next writer kicks a flush and waits.
+			// 80 bytes pending > 64: the next writer kicks a flush and waits
+			// for its release.
 			done := make(chan error, 1)
-			go func() { done <- write(t.Context(), f, "x", 9, tg) }()
+			go func() { done <- put(t.Context(), f, ft, "x", 9) }()
 			synctest.Wait()
-			select {
-			case err := <-done:
-				t.Fatalf("writer over the bound returned %v without waiting", err)
-			default:
+			pending(t, done, "writer over the bound")
+			if n := ft.numFrozen(); n != 1 {
+				t.Fatalf("no byte-triggered flush (%d generations)", n)
 			}
-			close(release)
+			time.Sleep(time.Second)
+			waits.open(1)
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if !tg.isDurable("0") {
-				t.Fatal("the byte-triggered flush did not run")
+			if st := f.Stats(); st.Stalls != 1 || st.StallTime != time.Second {
+				t.Fatalf("Stalls %d StallTime %v, want 1 and 1s", st.Stalls, st.StallTime)
 			}
+			waits.open(2)
 		})
 	})
 	t.Run("context", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			tg := newMemTarget("t")
-			tg.hook = func(int, uint64) error { return errInjected }
-			f := New([]Target{tg}, &Options{Interval: -1, MaxPendingBytes: 16})
-			write(t.Context(), f, "a", 1, tg)
-			write(t.Context(), f, "b", 2, tg)
+			ft := newFake(t)
+			ft.onWrite = func(uint64, int) error { return errInjected }
+			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 16})
+			put(t.Context(), f, ft, "a", 1)
+			put(t.Context(), f, ft, "b", 2)
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			start := time.Now()
-			if err := write(ctx, f, "c", 3, tg); !errors.Is(err, context.DeadlineExceeded) {
+			if err := put(ctx, f, ft, "c", 3); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("write = %v, want DeadlineExceeded", err)
 			}
 			if d := time.Since(start); d != 5*time.Second {
 				t.Fatalf("waited %v, want 5s", d)
 			}
-			if st := f.Stats(); st.InFlight != 0 {
-				t.Fatalf("writer left %d operations in the gate", st.InFlight)
+			if st := f.Stats(); st.Active != 0 {
+				t.Fatalf("writer left %d operations in the gate", st.Active)
 			}
 			if err := f.Close(); !errors.Is(err, errInjected) {
 				t.Fatalf("Close = %v", err)
@@ -478,18 +1366,18 @@ func TestBackpressure(t *testing.T) {
 	})
 	t.Run("close-wakes-writers", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			tg := newMemTarget("t")
-			tg.hook = func(int, uint64) error { return errInjected }
-			f := New([]Target{tg}, &Options{Interval: -1, MaxPendingBytes: 16})
-			write(t.Context(), f, "a", 1, tg)
-			write(t.Context(), f, "b", 2, tg)
+			ft := newFake(t)
+			ft.onWrite = func(uint64, int) error { return errInjected }
+			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 16})
+			put(t.Context(), f, ft, "a", 1)
+			put(t.Context(), f, ft, "b", 2)
 			errs := make(chan error, 8)
 			for i := range 8 {
-				go func() { errs <- write(t.Context(), f, fmt.Sprint("w", i), 3, tg) }()
+				go func() { errs <- put(t.Context(), f, ft, fmt.Sprint("w", i), 3) }()
 			}
 			synctest.Wait()
-			if st := f.Stats(); st.InFlight != 8 {
-				t.Fatalf("InFlight = %d, want 8 blocked writers", st.InFlight)
+			if st := f.Stats(); st.Active != 8 || st.Stalls != 8 {
+				t.Fatalf("Active %d Stalls %d, want 8 blocked writers", st.Active, st.Stalls)
 			}
 			if err := f.Close(); !errors.Is(err, errInjected) {
 				t.Fatalf("Close = %v, want the final flush's error", err)
@@ -503,254 +1391,230 @@ func TestBackpressure(t *testing.T) {
 	})
 }
 
-// Contract 4: the watermark never decreases, only advances after every
-// target applied, and the receipt (last target) is never applied when an
-// earlier target failed.
-func TestWatermarkMonotonicAndNotAhead(t *testing.T) {
-	data, receipt := newMemTarget("data"), newMemTarget("receipt")
-	fail := map[int]bool{2: true, 3: true, 6: true}
-	data.hook = func(n int, _ uint64) error {
-		if fail[n] {
+// Contract 4: the watermark never decreases and only advances with a
+// generation whose wait returned nil.
+func TestWatermarkMonotonic(t *testing.T) {
+	ft := newFake(t)
+	fail := map[[2]uint64]bool{{2, 1}: true, {2, 2}: true, {5, 1}: true}
+	ft.onWait = func(g uint64, attempt int) error {
+		if fail[[2]uint64{g, uint64(attempt)}] {
 			return errInjected
 		}
 		return nil
 	}
-	receipt.hook = func(_ int, wm uint64) error {
-		d, _, _ := data.snapshot()
-		var top uint64
-		for _, v := range d {
-			top = max(top, v)
-		}
-		if wm > top {
-			t.Errorf("receipt asked to persist wm %d but data holds only up to %d", wm, top)
-		}
-		return nil
-	}
-	f := New([]Target{data, receipt}, &Options{Interval: -1, MaxPendingBytes: -1, Watermark: 0})
+	f := New(ft, manual)
 	defer closeOK(t, f)
 	var last uint64
-	for i := 1; i <= 8; i++ {
-		write(t.Context(), f, fmt.Sprint(i), uint64(i), data)
-		write(t.Context(), f, fmt.Sprint("r", i), uint64(i), receipt)
+	failures := 0
+	for i := uint64(1); i <= 8; i++ {
+		w, _ := f.BeginWrite(t.Context(), i, true)
+		ft.Put(fmt.Sprint(i))
+		w.End()
 		err := f.Flush(t.Context())
 		wm := f.Watermark()
 		if wm < last {
 			t.Fatalf("watermark went back from %d to %d", last, wm)
 		}
-		if fail[i] {
-			if err == nil || wm != last {
-				t.Fatalf("flush %d: err=%v wm=%d, want failure and wm %d", i, err, wm, last)
+		if err != nil {
+			failures++
+			if wm >= i {
+				t.Fatalf("flush %d failed but the watermark reached %d", i, wm)
 			}
-		} else if err != nil || wm != uint64(i) {
-			t.Fatalf("flush %d: err=%v wm=%d, want nil and %d", i, err, wm, i)
+		} else if wm != i {
+			t.Fatalf("flush %d: wm %d", i, wm)
 		}
+		ft.mu.Lock()
+		if ft.durableWM < wm {
+			t.Errorf("Watermark %d ahead of the durable watermark %d", wm, ft.durableWM)
+		}
+		ft.mu.Unlock()
 		last = wm
 	}
-	_, _, rApplies := receipt.snapshot()
-	if rApplies != 5 {
-		t.Fatalf("receipt applied %d times, want 5 (never after a data failure)", rApplies)
-	}
-	receipt.mu.Lock()
-	h := append([]uint64(nil), receipt.wmHistory...)
-	receipt.mu.Unlock()
-	for i := 1; i < len(h); i++ {
-		if h[i] < h[i-1] {
-			t.Fatalf("receipt watermark history not monotonic: %v", h)
-		}
-	}
-}
-
-func TestInitialWatermarkNeverLowered(t *testing.T) {
-	tg := newMemTarget("t")
-	f := New([]Target{tg}, &Options{Interval: -1, Watermark: 100})
-	defer closeOK(t, f)
-	write(t.Context(), f, "a", 5, tg)
-	if err := f.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, wm, _ := tg.snapshot(); wm != 100 || f.Watermark() != 100 {
-		t.Fatalf("persisted %d / Watermark %d, want 100", wm, f.Watermark())
+	if failures < 2 || f.Stats().Failures != 3 {
+		t.Fatalf("%d failed flushes, %d failures", failures, f.Stats().Failures)
 	}
 }
 
 func TestIntervalFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		f := New([]Target{tg}, &Options{Interval: time.Second})
+		ft := newFake(t)
+		f := New(ft, &Options{Interval: time.Second})
 		defer closeOK(t, f)
-		time.Sleep(3 * time.Second) // idle: nothing pending, no Apply
+		time.Sleep(3 * time.Second) // idle: nothing pending, no freeze
 		synctest.Wait()
-		if _, _, n := tg.snapshot(); n != 0 {
-			t.Fatalf("%d applies while idle", n)
+		if n := ft.numFrozen(); n != 0 {
+			t.Fatalf("%d generations while idle", n)
 		}
-		write(t.Context(), f, "a", 1, tg)
-		start := time.Now()
-		// Next tick is at 4s (1s after the last idle tick at 3s).
+		put(t.Context(), f, ft, "a", 1)
+		// Next tick is at 4s (1s after the idle tick at 3s).
 		time.Sleep(999 * time.Millisecond)
 		synctest.Wait()
-		if tg.isDurable("a") {
-			t.Fatalf("flushed before the interval (%v)", time.Since(start))
+		if ft.isDurable("a") {
+			t.Fatal("flushed before the interval")
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if !tg.isDurable("a") {
+		if !ft.isDurable("a") {
 			t.Fatal("not flushed after the interval")
+		}
+		// An EndOp alone is flushed by the interval too.
+		f.EndOp(t.Context(), 5)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if f.Watermark() != 5 {
+			t.Fatalf("watermark %d, want 5", f.Watermark())
 		}
 	})
 }
 
 func TestRetryBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
+		ft := newFake(t)
 		var times []time.Duration
 		start := time.Now()
-		tg.hook = func(n int, _ uint64) error {
+		var mu sync.Mutex
+		ft.onWait = func(_ uint64, attempt int) error {
+			mu.Lock()
 			times = append(times, time.Since(start))
-			if n <= 5 {
+			mu.Unlock()
+			if attempt <= 5 {
 				return errInjected
 			}
 			return nil
 		}
-		f := New([]Target{tg}, &Options{Interval: time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond})
+		f := New(ft, &Options{Interval: time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond})
 		defer closeOK(t, f)
-		write(t.Context(), f, "a", 1, tg)
+		put(t.Context(), f, ft, "a", 1)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		want := []time.Duration{1000, 1100, 1300, 1600, 1900, 2200} // ms: interval, then 100, 200, 300 (cap), 300, 300
-		tg.mu.Lock()
-		got := append([]time.Duration(nil), times...)
-		tg.mu.Unlock()
+		mu.Lock()
+		got := slices.Clone(times)
+		mu.Unlock()
 		if len(got) != len(want) {
-			t.Fatalf("apply times %v, want %v ms", got, want)
+			t.Fatalf("wait times %v, want %v ms", got, want)
 		}
 		for i := range want {
 			if got[i] != want[i]*time.Millisecond {
-				t.Fatalf("apply times %v, want %v ms", got, want)
+				t.Fatalf("wait times %v, want %v ms", got, want)
 			}
 		}
-		if !tg.isDurable("a") {
+		if !ft.isDurable("a") {
 			t.Fatal("not durable after retries")
 		}
-		if st := f.Stats(); st.Failures != 5 || st.PhysicalFlushes != 6 {
+		if st := f.Stats(); st.Failures != 5 || st.Generations != 1 || st.Writes != 6 {
 			t.Fatalf("Stats = %+v", st)
-		}
-	})
-}
-
-// An explicit Flush runs at once even while the loop is backing off.
-func TestExplicitFlushIgnoresBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		tg.hook = func(n int, _ uint64) error {
-			if n == 1 {
-				return errInjected
-			}
-			return nil
-		}
-		f := New([]Target{tg}, &Options{Interval: -1, RetryMin: time.Hour})
-		defer closeOK(t, f)
-		write(t.Context(), f, "a", 1, tg)
-		if err := f.Flush(t.Context()); !errors.Is(err, errInjected) {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		if err := f.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d != 0 {
-			t.Fatalf("explicit Flush waited %v for the backoff", d)
 		}
 	})
 }
 
 func TestFlushBytesTriggersBackgroundFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tg := newMemTarget("t")
-		f := New([]Target{tg}, &Options{Interval: -1, MaxPendingBytes: 1 << 20, FlushBytes: 32})
+		ft := newFake(t)
+		f := New(ft, &Options{Interval: -1, MaxPendingBytes: 1 << 20, FlushBytes: 32})
 		defer closeOK(t, f)
 		for i := range 3 { // 48 bytes after the third; the fourth BeginWrite sees > 32
-			write(t.Context(), f, fmt.Sprint(i), uint64(i+1), tg)
+			put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1))
 		}
 		synctest.Wait()
-		if tg.isDurable("0") {
+		if ft.isDurable("0") {
 			t.Fatal("flushed below FlushBytes")
 		}
-		write(t.Context(), f, "3", 4, tg)
+		put(t.Context(), f, ft, "3", 4)
 		synctest.Wait()
-		if !tg.isDurable("0") {
+		if !ft.isDurable("0") {
 			t.Fatal("no background flush after passing FlushBytes")
 		}
 	})
 }
 
-func TestEmptyFlushIsSkipped(t *testing.T) {
-	tg := newMemTarget("t")
-	f := New([]Target{tg}, manual)
-	defer closeOK(t, f)
-	for range 3 {
-		if err := f.Flush(t.Context()); err != nil {
-			t.Fatal(err)
+func TestStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		ft.onWait = func(uint64, int) error { time.Sleep(3 * time.Millisecond); return nil }
+		f := New(ft, manual)
+		defer closeOK(t, f)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1))
+			wg.Go(func() { f.Flush(t.Context()) })
+		}
+		wg.Wait()
+		st := f.Stats()
+		if st.Flushes != 4 || st.Latency.Count != 4 || st.Generations < 1 || st.Writes != st.Generations ||
+			st.Coalesced < 1 || st.Coalesced > 3 || st.HighestOp != 4 || st.ClaimedOp != 3 || st.Watermark != 3 ||
+			st.InFlight != 0 || st.PendingBytes != 0 || st.Failures != 0 || st.LastErr != nil {
+			t.Fatalf("Stats = %+v", st)
+		}
+		if q := st.Latency.Quantile(1); q < 3*time.Millisecond || q > 4*time.Millisecond {
+			t.Fatalf("max latency bucket %v for 3ms flushes", q)
+		}
+	})
+}
+
+func TestHistogram(t *testing.T) {
+	var h histogram
+	for _, d := range []time.Duration{0, 500, 1024, 1279, 1280, time.Millisecond, time.Hour} {
+		h.observe(d)
+	}
+	s := h.snapshot()
+	if s.Count != 7 {
+		t.Fatalf("Count %d", s.Count)
+	}
+	prev := time.Duration(0)
+	for i := range HistogramBuckets {
+		b := BucketBound(i)
+		if b <= prev {
+			t.Fatalf("bound %d = %v not above %v", i, b, prev)
+		}
+		prev = b
+	}
+	for _, d := range []time.Duration{0, 1023, 1024, 1279, 1280, 3 * time.Microsecond, time.Second, time.Minute, time.Hour} {
+		i := histBucket(d)
+		if d >= BucketBound(i) || (i > 0 && d < BucketBound(i-1)) {
+			t.Fatalf("%v in bucket %d [%v, %v)", d, i, BucketBound(i-1), BucketBound(i))
 		}
 	}
-	if _, _, n := tg.snapshot(); n != 0 {
-		t.Fatalf("%d applies with nothing pending", n)
+	if q := s.Quantile(0.5); q != 1280 {
+		t.Fatalf("median bound %v, want 1.28µs", q)
 	}
-	if st := f.Stats(); st.PhysicalFlushes != 0 || st.Flushes != 3 {
-		t.Fatalf("Stats = %+v", st)
-	}
-}
-
-func TestReadOpsDuringWrites(t *testing.T) {
-	f := New(nil, manual)
-	r, err := f.BeginRead()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := f.Stats(); st.InFlight != 1 {
-		t.Fatalf("InFlight = %d", st.InFlight)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- f.Close() }()
-	select {
-	case <-f.Done():
-		t.Fatal("closed with a read in flight")
-	default:
-	}
-	r.End()
-	if err := <-closed; err != nil {
-		t.Fatal(err)
+	if q := s.Quantile(1); q != BucketBound(HistogramBuckets-1) {
+		t.Fatalf("max bound %v", q)
 	}
 }
 
-func TestFlushCancelledContextDoesNotFlush(t *testing.T) {
-	tg := newMemTarget("t")
-	f := New([]Target{tg}, manual)
+func TestTicketEndedTwiceDetected(t *testing.T) {
+	if !invariants.Enabled {
+		t.Skip("needs -tags invariants")
+	}
+	ft := newFake(t)
+	f := New(ft, manual)
 	defer closeOK(t, f)
-	write(t.Context(), f, "a", 1, tg)
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if err := f.Flush(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Flush = %v, want context.Canceled", err)
-	}
-	if st := f.Stats(); st.Flushes != 0 {
-		t.Fatalf("a cancelled Flush was admitted: %+v", st)
-	}
+	w, _ := f.BeginWrite(t.Context(), 0, false)
+	w.End()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("second End not detected")
+		}
+	}()
+	w.End()
 }
 
 // Writers, flushers and Close race; every write that completed is durable
 // once Close returns nil, and nothing is admitted after Close.
 func TestCloseRaceStress(t *testing.T) {
 	for round := range 20 {
-		tg := newMemTarget("t")
-		f := New([]Target{tg}, &Options{Interval: time.Millisecond, MaxPendingBytes: 4096})
+		ft := newFake(t)
+		f := New(ft, &Options{Interval: time.Millisecond, MaxPendingBytes: 4096, PipelineDepth: 2})
 		var mu sync.Mutex
 		var done []string
 		var wg sync.WaitGroup
+		var ops opSeq
 		for g := range 6 {
 			wg.Go(func() {
 				for i := 0; ; i++ {
 					key := fmt.Sprintf("r%d-g%d-%d", round, g, i)
-					if err := write(t.Context(), f, key, uint64(i+1), tg); err != nil {
+					if _, err := ops.put(t.Context(), f, ft, key); err != nil {
 						if !errors.Is(err, ErrClosed) {
 							t.Errorf("write: %v", err)
 						}
@@ -767,7 +1631,7 @@ func TestCloseRaceStress(t *testing.T) {
 				}
 			})
 		}
-		for tg.snapshotKeys() < 50 {
+		for ft.bytes.Load() < 50*16 && f.Stats().Generations < 5 {
 			runtime.Gosched()
 		}
 		if err := f.Close(); err != nil {
@@ -776,12 +1640,12 @@ func TestCloseRaceStress(t *testing.T) {
 		wg.Wait()
 		mu.Lock()
 		for _, k := range done {
-			if !tg.isDurable(k) {
+			if !ft.isDurable(k) {
 				t.Fatalf("completed write %s not durable after Close", k)
 			}
 		}
 		mu.Unlock()
-		if st := f.Stats(); st.InFlight != 0 || st.PendingBytes != 0 {
+		if st := f.Stats(); st.Active != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
 			t.Fatalf("after Close: %+v", st)
 		}
 	}

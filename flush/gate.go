@@ -21,7 +21,7 @@ import (
 //
 // The zero Gate is open and ready to use, with one in-flight counter: cheap
 // to create (about 100 bytes), right for a wait-group-like gate. A gate
-// entered from many goroutines at once (every read of an engine) should
+// entered from many goroutines at once (every write of an engine) should
 // call Stripe first, which spreads the count over gateStripes cache-line
 // padded counters so that concurrent Enter calls do not bounce one line. A
 // Gate must not be copied after first use.
@@ -128,9 +128,6 @@ func (g *Gate) Shut() bool {
 	g.checkDrained()
 	return first
 }
-
-// Closing reports whether Shut or Close has begun.
-func (g *Gate) Closing() bool { return g.closing.Load() }
 
 // Close shuts the gate and waits until every admitted operation has left.
 // It is idempotent and safe to call from many goroutines; every call

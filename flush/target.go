@@ -5,38 +5,56 @@ import (
 	"fmt"
 )
 
-// Target is one component the flusher makes durable. Implemented by
-// buffer.Bits and buffer.KV; the engine may wrap them.
+// Target is what a Flusher makes durable (the engine).
 type Target interface {
-	// Freeze moves pending changes into the frozen set (merged over any set kept from a
-	// failed flush) and returns the highest op number in the frozen set (0 if none).
-	// Writes that start after Freeze returns go to the next generation.
-	Freeze() (maxOp uint64)
-	// Apply writes the frozen set to storage, then persists wm after the data, durably.
-	// On error the frozen set stays (still readable) and the next Freeze merges it.
-	Apply(ctx context.Context, wm uint64) error
-	// Release drops the frozen set after a successful Apply.
-	Release()
-	// PendingBytes is the memory held by pending and frozen changes.
+	// Freeze seals every pending change into generation g (g = 1, 2, 3, ...
+	// in order) and returns it. The Flusher calls it with the write barrier
+	// held exclusively, so no write is in flight; it must not block on I/O.
+	// It is never called concurrently with another Freeze or a Write, but
+	// may run while an earlier generation's wait or Release runs on another
+	// goroutine. If Freeze panics, the next Freeze gets the same g (the
+	// number is consumed only by a Freeze that returned). It must not
+	// return nil: a generation with no change still writes the watermark.
+	Freeze(g uint64) Generation
+	// PendingBytes is the memory held by pending changes (unfrozen and
+	// frozen-not-released). Called on every BeginWrite: must be cheap. It
+	// must be positive while unfrozen changes exist that were not made under
+	// BeginWrite (the Flusher notices those only when no generation is in
+	// flight).
 	PendingBytes() int64
 }
 
-// Namer is optionally implemented by a Target to name it in errors. Targets
-// without it are named by their Go type.
-type Namer interface {
-	Name() string
+// Generation is one frozen set of changes.
+type Generation interface {
+	// Write starts making the generation and watermark wm durable and
+	// returns a function that waits until they are. The Flusher calls Write
+	// for generations in order, one at a time, and calls Write of g+1 only
+	// after Write of g returned nil (wait may still be running: that is the
+	// pipelining). After a failure of Write or wait, the Flusher calls Write
+	// again later (a retry), for that generation and then every later one,
+	// in order; Write must be idempotent. ctx is never cancelled.
+	//
+	// The Flusher calls every wait function it got exactly once, in Write
+	// order, on one goroutine (not the one calling Write), even when an
+	// earlier generation failed meanwhile (its result is then ignored and
+	// the generation is written again). A nil wait means already durable.
+	Write(ctx context.Context, wm uint64) (wait func() error, err error)
+	// Release drops the generation's changes from memory. Called exactly
+	// once, in generation order, after its wait returned nil and every
+	// earlier generation was released. It may run concurrently with Freeze
+	// and Write of later generations.
+	Release()
 }
 
-func targetName(t Target) string {
-	if n, ok := t.(Namer); ok {
-		return n.Name()
-	}
-	return fmt.Sprintf("%T", t)
-}
+// Settler is optionally implemented by a Target: Settle is called with the
+// write barrier held exclusively after a Release that left no generation in
+// flight (the bit overlay uses it to restore its nothing-pending fast path).
+// A panic in Settle is counted as a failure (Stats) but fails no caller.
+type Settler interface{ Settle() }
 
-// PanicError describes a panic or runtime.Goexit inside a target during a
-// flush. It matches ErrPanicked with errors.Is, and also the panic value
-// when that value is an error.
+// PanicError describes a panic or runtime.Goexit inside the Target during a
+// flush stage. It matches ErrPanicked with errors.Is, and also the panic
+// value when that value is an error.
 type PanicError struct {
 	// Value is the value passed to panic; nil for runtime.Goexit.
 	Value any

@@ -2,158 +2,231 @@ package flush
 
 import (
 	"context"
-	"os"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
+	"testing"
 )
 
-// memTarget is a test Target with an in-memory durable backend that tests
-// read directly. Optionally each Apply appends to a file and fdatasyncs it.
-type memTarget struct {
-	name string
+// fakeTarget is a Target whose generations record which writes each one
+// holds, and whose Freeze, Write, wait and Release run test hooks (which may
+// block on channels, fail, panic or call runtime.Goexit). Hooks run without
+// the target's lock.
+type fakeTarget struct {
+	t testing.TB
 
 	mu        sync.Mutex
-	pending   map[string]uint64
-	frozen    map[string]uint64 // nil when nothing is frozen
-	durable   map[string]uint64 // the "disk"
-	durableWM uint64
-	wmHistory []uint64
-	applies   int
-	releases  int
-	freezes   int
-	// hook runs at the start of Apply (n = 1-based Apply count) without
-	// t.mu; it may block, return an error, panic or call runtime.Goexit.
-	hook func(n int, wm uint64) error
-	// freezeHook runs at the start of Freeze, under the write barrier.
-	freezeHook func()
-	file       *os.File // if set, Apply writes and fdatasyncs
-	syncs      atomic.Int64
+	pending   []string
+	frozen    uint64              // last generation number frozen
+	released  uint64              // last generation number released
+	durable   map[string]uint64   // key -> generation that released it
+	gens      map[uint64][]string // generation -> keys
+	wms       map[uint64]uint64   // generation -> watermark last written
+	durableWM uint64              // watermark of the last generation whose wait returned nil
+	events    []string
+	writes    map[uint64]int // generation -> Write calls
 
 	bytes atomic.Int64
+	busy  atomic.Int32 // Freeze and Write calls running: never more than 1
+
+	onFreeze  func(g uint64)
+	onWrite   func(g uint64, attempt int) error
+	onWait    func(g uint64, attempt int) error
+	onRelease func(g uint64)
 }
 
-func newMemTarget(name string) *memTarget {
-	return &memTarget{name: name, pending: map[string]uint64{}, durable: map[string]uint64{}}
-}
-
-func (t *memTarget) Name() string { return t.name }
-
-func (t *memTarget) recount() {
-	t.bytes.Store(int64(16 * (len(t.pending) + len(t.frozen))))
-}
-
-// Put records a pending write; callers hold a write Op.
-func (t *memTarget) Put(key string, op uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.pending[key] = op
-	t.recount()
-}
-
-func (t *memTarget) Freeze() uint64 {
-	if t.freezeHook != nil {
-		t.freezeHook()
+func newFake(t testing.TB) *fakeTarget {
+	return &fakeTarget{
+		t:       t,
+		durable: map[string]uint64{},
+		gens:    map[uint64][]string{},
+		wms:     map[uint64]uint64{},
+		writes:  map[uint64]int{},
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.freezes++
-	if t.frozen == nil {
-		t.frozen = t.pending
-	} else {
-		for k, v := range t.pending {
-			t.frozen[k] = v
+}
+
+// Put records a pending write; the caller holds a write Ticket.
+func (ft *fakeTarget) Put(key string) {
+	ft.mu.Lock()
+	ft.pending = append(ft.pending, key)
+	ft.mu.Unlock()
+	ft.bytes.Add(16)
+}
+
+func (ft *fakeTarget) event(format string, args ...any) {
+	ft.events = append(ft.events, fmt.Sprintf(format, args...))
+}
+
+// enter checks that Freeze and Write never overlap.
+func (ft *fakeTarget) enter(what string) func() {
+	if n := ft.busy.Add(1); n != 1 {
+		ft.t.Errorf("%s runs concurrently with another Freeze or Write", what)
+	}
+	return func() { ft.busy.Add(-1) }
+}
+
+func (ft *fakeTarget) Freeze(g uint64) Generation {
+	defer ft.enter("Freeze")()
+	if ft.onFreeze != nil {
+		ft.onFreeze(g)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if g != ft.frozen+1 {
+		ft.t.Errorf("Freeze(%d) after generation %d", g, ft.frozen)
+	}
+	ft.frozen = g
+	ft.gens[g] = ft.pending
+	ft.pending = nil
+	ft.event("freeze %d", g)
+	return &fakeGen{ft: ft, seq: g}
+}
+
+func (ft *fakeTarget) PendingBytes() int64 { return ft.bytes.Load() }
+
+type fakeGen struct {
+	ft  *fakeTarget
+	seq uint64
+}
+
+func (fg *fakeGen) Write(ctx context.Context, wm uint64) (func() error, error) {
+	ft := fg.ft
+	defer ft.enter("Write")()
+	ft.mu.Lock()
+	ft.writes[fg.seq]++
+	attempt := ft.writes[fg.seq]
+	ft.event("write %d", fg.seq)
+	ft.mu.Unlock()
+	if ft.onWrite != nil {
+		if err := ft.onWrite(fg.seq, attempt); err != nil {
+			return nil, err
 		}
 	}
-	t.pending = map[string]uint64{}
-	var m uint64
-	for _, v := range t.frozen {
-		m = max(m, v)
-	}
-	t.recount()
-	return m
+	ft.mu.Lock()
+	ft.wms[fg.seq] = wm
+	ft.mu.Unlock()
+	var called atomic.Bool
+	return func() error {
+		if called.Swap(true) {
+			ft.t.Errorf("wait of generation %d called twice", fg.seq)
+		}
+		ft.mu.Lock()
+		ft.event("wait %d", fg.seq)
+		ft.mu.Unlock()
+		if ft.onWait != nil {
+			if err := ft.onWait(fg.seq, attempt); err != nil {
+				return err
+			}
+		}
+		ft.mu.Lock()
+		ft.durableWM = max(ft.durableWM, wm)
+		ft.mu.Unlock()
+		return nil
+	}, nil
 }
 
-// Apply reads the frozen set without holding t.mu during the hook and the
-// sync (Freeze, Apply and Release are serialized by the caller; Put only
-// touches pending), so writers are not stalled behind a sync, as with a
-// real overlay.
-func (t *memTarget) Apply(ctx context.Context, wm uint64) error {
-	t.mu.Lock()
-	t.applies++
-	n, frozen := t.applies, t.frozen
-	t.mu.Unlock()
-	if t.hook != nil {
-		if err := t.hook(n, wm); err != nil {
-			return err
-		}
+// Release runs onRelease after its bookkeeping, so a panic there leaves the
+// generation dropped (Release is never called twice).
+func (fg *fakeGen) Release() {
+	ft := fg.ft
+	if ft.onRelease != nil {
+		defer ft.onRelease(fg.seq)
 	}
-	if t.file != nil {
-		buf := make([]byte, 0, 16*len(frozen)+8)
-		for k := range frozen {
-			buf = append(buf, k...)
-			buf = append(buf, '\n')
-		}
-		if _, err := t.file.Write(buf); err != nil {
-			return err
-		}
-		if err := syscall.Fdatasync(int(t.file.Fd())); err != nil {
-			return err
-		}
-		t.syncs.Add(1)
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if fg.seq != ft.released+1 {
+		ft.t.Errorf("Release(%d) after generation %d", fg.seq, ft.released)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k, v := range frozen {
-		t.durable[k] = v
+	ft.released = fg.seq
+	for _, k := range ft.gens[fg.seq] {
+		ft.durable[k] = fg.seq
 	}
-	t.durableWM = wm
-	t.wmHistory = append(t.wmHistory, wm)
-	return nil
+	ft.bytes.Add(-16 * int64(len(ft.gens[fg.seq])))
+	ft.event("release %d", fg.seq)
 }
 
-func (t *memTarget) Release() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.releases++
-	t.frozen = nil
-	t.recount()
-}
-
-func (t *memTarget) PendingBytes() int64 { return t.bytes.Load() }
-
-func (t *memTarget) isDurable(key string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.durable[key]
+// isDurable reports whether key is in a released generation.
+func (ft *fakeTarget) isDurable(key string) bool {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	_, ok := ft.durable[key]
 	return ok
 }
 
-func (t *memTarget) snapshot() (durable map[string]uint64, wm uint64, applies int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d := make(map[string]uint64, len(t.durable))
-	for k, v := range t.durable {
-		d[k] = v
-	}
-	return d, t.durableWM, t.applies
+func (ft *fakeTarget) log() []string {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	return slices.Clone(ft.events)
 }
 
-// write does one covered write through f.
-func write(ctx context.Context, f *Flusher, key string, op uint64, ts ...*memTarget) error {
-	w, err := f.BeginWrite(ctx)
+// numFrozen returns the newest generation frozen.
+func (ft *fakeTarget) numFrozen() uint64 {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	return ft.frozen
+}
+
+func (ft *fakeTarget) keysOf(g uint64) []string {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	return slices.Clone(ft.gens[g])
+}
+
+func (ft *fakeTarget) wmOf(g uint64) uint64 {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	return ft.wms[g]
+}
+
+// settleTarget is a fakeTarget that is also a Settler.
+type settleTarget struct {
+	*fakeTarget
+	settles atomic.Int64
+}
+
+func (st *settleTarget) Settle() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.frozen != st.released {
+		st.t.Errorf("Settle with generations %d..%d in flight", st.released+1, st.frozen)
+	}
+	st.event("settle")
+	st.settles.Add(1)
+}
+
+// put does one covered write of key for op through f.
+func put(ctx context.Context, f *Flusher, ft *fakeTarget, key string, op uint64) error {
+	w, err := f.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
 	}
-	defer w.End()
-	for _, t := range ts {
-		t.Put(key, op)
-	}
+	ft.Put(key)
+	w.End()
 	return nil
 }
 
-func (t *memTarget) snapshotKeys() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pending) + len(t.frozen) + len(t.durable)
+// blocker is a channel-controlled hook: calls for generation g block until
+// open(g).
+type blocker struct {
+	mu    sync.Mutex
+	chans map[uint64]chan struct{}
 }
+
+func newBlocker() *blocker { return &blocker{chans: map[uint64]chan struct{}{}} }
+
+func (b *blocker) ch(g uint64) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.chans[g]
+	if !ok {
+		c = make(chan struct{})
+		b.chans[g] = c
+	}
+	return c
+}
+
+// block waits until g is opened.
+func (b *blocker) block(g uint64) { <-b.ch(g) }
+
+func (b *blocker) open(g uint64) { close(b.ch(g)) }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -16,10 +17,15 @@ const maxBatchBytes = math.MaxUint32
 // and value: a kind byte and two 32-bit varints.
 const recordOverhead = 1 + 2*binary.MaxVarintLen32
 
-// Batch collects user puts and deletes, meta entries and a watermark, which
-// Store.Apply commits atomically. The zero value is not usable; get one from
-// Store.NewBatch. A Batch is not safe for concurrent use. It needs no Close:
-// dropping it is enough.
+// Batch collects user puts, deletes and range deletions, meta entries and a
+// watermark, which Store.Commit (or Store.Apply) commits atomically. The
+// zero value is not usable; get one from Store.NewBatch. A Batch is not
+// safe for concurrent use. It needs no Close: dropping it is enough.
+//
+// An operation that cannot be committed (keyspace ID 0, or growing the
+// batch past pebble's 4 GiB limit) is dropped and makes the batch fail:
+// every later operation is dropped too, and Commit returns the error and
+// commits nothing.
 type Batch struct {
 	s  *Store
 	pb *pebble.Batch
@@ -28,60 +34,97 @@ type Batch struct {
 	wm    uint64
 	hasWM bool
 
-	// err is sticky: the first operation that would have overflowed the
-	// batch; Apply returns it.
+	// err is sticky: the first operation that could not be added; Commit
+	// returns it.
 	err error
 	// limit is maxBatchBytes; a field so tests can lower it.
 	limit uint64
 }
 
 // NewBatch returns an empty batch for s. It works on a closed store too;
-// Apply then reports ErrClosed.
+// Commit then reports ErrClosed.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, pb: s.db.NewBatch(), limit: maxBatchBytes}
 }
 
 // fits reports whether a record with a keyLen-byte key and a valueLen-byte
-// value fits in the batch and no earlier operation failed to fit.
+// value (both as stored) fits in the batch.
 func (b *Batch) fits(keyLen, valueLen int) bool {
-	return b.err == nil &&
-		uint64(b.pb.Len())+recordOverhead+uint64(keyLen)+uint64(valueLen) < b.limit
+	return uint64(b.pb.Len())+recordOverhead+uint64(keyLen)+uint64(valueLen) < b.limit
 }
 
-// tooLarge records the sticky ErrBatchTooLarge for key (unless an earlier
-// operation already failed). key is a string copy so that callers' slices do
-// not escape.
-func (b *Batch) tooLarge(key string, valueLen int) {
-	if b.err == nil {
-		b.err = fmt.Errorf("storage: batch of %d bytes adding key %q with a %d-byte value: %w",
-			b.pb.Len(), key, valueLen, ErrBatchTooLarge)
+// fail records the sticky error for an operation that could not be added
+// (callers check that no earlier one did): keyspace 0 if badKeyspace, else
+// too large. what names the operation; callers build it from a copy of the
+// key (string(key)) so that their key slices do not escape.
+func (b *Batch) fail(what string, badKeyspace bool, valueLen int) {
+	if badKeyspace {
+		b.err = fmt.Errorf("storage: batch: %s: keyspace 0: %w", what, ErrInvalidKeyspace)
+	} else {
+		b.err = fmt.Errorf("storage: batch of %d bytes adding %s with a %d-byte value: %w",
+			b.pb.Len(), what, valueLen, ErrBatchTooLarge)
 	}
 }
 
-// Put sets the user key to value. Both are copied; any byte string,
+// Put sets key to value in keyspace ks. Both are copied; any byte string,
 // including the empty one, is a valid key.
-func (b *Batch) Put(key, value []byte) {
-	if !b.fits(len(key)+1, len(value)) {
-		b.tooLarge(string(key), len(value))
+func (b *Batch) Put(ks KeyspaceID, key, value []byte) {
+	if b.err != nil {
 		return
 	}
-	op := b.pb.SetDeferred(len(key)+1, len(value))
-	op.Key[0] = tagUser
-	copy(op.Key[1:], key)
+	if ks == 0 || !b.fits(userPrefixLen+len(key), len(value)) {
+		b.fail(fmt.Sprintf("key %q", string(key)), ks == 0, len(value))
+		return
+	}
+	op := b.pb.SetDeferred(userPrefixLen+len(key), len(value))
+	putUserKey(op.Key, ks, key)
 	copy(op.Value, value)
 	_ = op.Finish() // only fails for indexed batches
 	b.n++
 }
 
-// Delete removes the user key.
-func (b *Batch) Delete(key []byte) {
-	if !b.fits(len(key)+1, 0) {
-		b.tooLarge(string(key), 0)
+// Delete removes key from keyspace ks.
+func (b *Batch) Delete(ks KeyspaceID, key []byte) {
+	if b.err != nil {
 		return
 	}
-	op := b.pb.DeleteDeferred(len(key) + 1)
-	op.Key[0] = tagUser
-	copy(op.Key[1:], key)
+	if ks == 0 || !b.fits(userPrefixLen+len(key), 0) {
+		b.fail(fmt.Sprintf("key %q", string(key)), ks == 0, 0)
+		return
+	}
+	op := b.pb.DeleteDeferred(userPrefixLen + len(key))
+	putUserKey(op.Key, ks, key)
+	_ = op.Finish()
+	b.n++
+}
+
+// DeleteRange removes every key k of keyspace ks with lower <= k < upper.
+// A nil lower means the start of the keyspace and a nil upper its end, so
+// DeleteRange(ks, nil, nil) drops the whole keyspace. An empty range
+// (lower >= upper) adds nothing. It hides only what was written before it:
+// a key put later in the same batch, or in a later batch, stays.
+func (b *Batch) DeleteRange(ks KeyspaceID, lower, upper []byte) {
+	if b.err != nil {
+		return
+	}
+	endLen := userPrefixLen + len(upper)
+	if upper == nil && ks == math.MaxUint32 {
+		endLen = 1 // keyspaceEnd: {tagUser + 1}
+	}
+	if ks != 0 && upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return
+	}
+	if ks == 0 || !b.fits(userPrefixLen+len(lower), endLen) {
+		b.fail(fmt.Sprintf("range deletion [%q, %q)", string(lower), string(upper)), ks == 0, endLen)
+		return
+	}
+	op := b.pb.DeleteRangeDeferred(userPrefixLen+len(lower), endLen)
+	putUserKey(op.Key, ks, lower)
+	if upper != nil {
+		putUserKey(op.Value, ks, upper)
+	} else {
+		keyspaceEnd(op.Value[:0], ks)
+	}
 	_ = op.Finish()
 	b.n++
 }
@@ -90,14 +133,31 @@ func (b *Batch) Delete(key []byte) {
 // entries live in their own namespace: no user key can read or overwrite
 // them, and user iterators never see them.
 func (b *Batch) SetMeta(name string, value []byte) {
-	if !b.fits(len(name)+1, len(value)) {
-		b.tooLarge(name, len(value))
+	if b.err != nil {
 		return
 	}
-	op := b.pb.SetDeferred(len(name)+1, len(value))
-	op.Key[0] = tagMeta
-	copy(op.Key[1:], name)
+	if !b.fits(1+len(name), len(value)) {
+		b.fail(fmt.Sprintf("meta %q", name), false, len(value))
+		return
+	}
+	op := b.pb.SetDeferred(1+len(name), len(value))
+	appendMetaKey(op.Key[:0], name)
 	copy(op.Value, value)
+	_ = op.Finish()
+	b.n++
+}
+
+// DeleteMeta removes the named meta entry.
+func (b *Batch) DeleteMeta(name string) {
+	if b.err != nil {
+		return
+	}
+	if !b.fits(1+len(name), 0) {
+		b.fail(fmt.Sprintf("meta %q", name), false, 0)
+		return
+	}
+	op := b.pb.DeleteDeferred(1 + len(name))
+	appendMetaKey(op.Key[:0], name)
 	_ = op.Finish()
 	b.n++
 }
@@ -111,8 +171,9 @@ func (b *Batch) SetWatermark(op uint64) {
 	b.hasWM = true
 }
 
-// Len returns the number of Put, Delete and SetMeta operations in the batch
-// (the watermark is not counted).
+// Len returns the number of operations in the batch: Put, Delete,
+// DeleteRange, SetMeta and DeleteMeta calls that were added (the watermark
+// is not counted, nor are empty ranges and dropped operations).
 func (b *Batch) Len() int { return b.n }
 
 // Reset empties the batch for reuse, keeping its buffer when it is small.
@@ -123,54 +184,10 @@ func (b *Batch) Reset() {
 	b.err = nil
 }
 
-// Apply commits b as one synced pebble batch: when it returns nil, every
-// operation in b and its watermark are durable, atomically (contract 4).
-//
-// The persisted watermark never goes backwards: if b's watermark is not
-// above the persisted one, it is left out and the higher one stays. A batch
-// with no operations and no new watermark is a no-op (no sync).
-//
-// Apply empties b whether or not it succeeds; when it fails, nothing of b
-// was applied. Errors: ErrClosed, ErrReadOnly, ErrBatchTooLarge,
-// ErrForeignBatch.
-func (s *Store) Apply(b *Batch) error {
-	defer b.Reset()
-	if b.s != s {
-		return fmt.Errorf("storage: apply to %q: %w", s.dir, ErrForeignBatch)
-	}
-	if b.err != nil {
-		return b.err
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.readOnly {
-		return fmt.Errorf("storage: apply to %q: %w", s.dir, ErrReadOnly)
-	}
-	writeWM := false
-	if b.hasWM {
-		// Serialise watermark batches so that two of them cannot commit in
-		// the opposite order to their max() decisions.
-		s.applyMu.Lock()
-		defer s.applyMu.Unlock()
-		if b.wm > s.wm.Load() {
-			writeWM = true
-			op := b.pb.SetDeferred(len(watermarkKey), 8)
-			copy(op.Key, watermarkKey)
-			binary.BigEndian.PutUint64(op.Value, b.wm)
-			_ = op.Finish()
-		}
-	}
-	if b.pb.Empty() {
-		return nil
-	}
-	if err := s.db.Apply(b.pb, pebble.Sync); err != nil {
-		return s.wrapErr("apply", err)
-	}
-	if writeWM {
-		s.wm.Store(b.wm)
-	}
-	return nil
+// addWatermark appends the watermark record to the pebble batch.
+func (b *Batch) addWatermark(wm uint64) {
+	op := b.pb.SetDeferred(len(watermarkKey), 8)
+	copy(op.Key, watermarkKey)
+	binary.BigEndian.PutUint64(op.Value, wm)
+	_ = op.Finish()
 }

@@ -2,45 +2,115 @@
 // pebble (github.com/cockroachdb/pebble/v2) that adds what the buffer and
 // the flusher need and pebble does not give directly.
 //
-//   - Separate key namespaces. User keys, named meta entries (SetMeta) and
-//     the flush watermark live in one pebble keyspace but can never collide:
-//     every stored key starts with one tag byte (0x00 system, 0x01 meta,
-//     0x02 user). Iterators strip the tag. Any byte string, including the
-//     empty string and keys full of 0x00 or 0xff, is a valid user key here
-//     (the buffer above rejects empty keys; this layer does not need to).
+//   - Keyspaces and namespaces. User keys live in numbered keyspaces
+//     (KeyspaceID); named meta entries (SetMeta) and the flush watermark
+//     live beside them in the same pebble keyspace, and none can collide
+//     (see Key layout). Any byte string, including the empty string and keys
+//     full of 0x00 or 0xff, is a valid user key here (the buffer above
+//     rejects empty keys; this layer does not need to).
 //   - Receipts. A Batch carries an optional watermark (the host's highest
-//     durable op number). Apply writes data and watermark in one synced
-//     pebble batch, so after a crash the watermark is never ahead of the
-//     data (contract 4). The persisted watermark never goes backwards.
+//     durable op number), written in the same pebble batch as the data, so
+//     after a crash the watermark is never ahead of the data (contract 4).
+//     The watermark never goes backwards.
+//   - Ordered, pipelined commits. Commit puts a batch in pebble's WAL and
+//     memtable and returns before the WAL sync; Commit.Wait waits for it.
+//     The flusher writes generation N+1 while N's sync is in flight.
+//   - Reads: Get, GetAppend, iterators in both directions (NewIter), and
+//     snapshots (NewSnapshot) that keep reading the store as it was.
 //   - Use after Close is an error, not a panic. pebble panics on use of a
-//     closed DB and on a second Close; every Store and Iter method here
-//     returns ErrClosed instead, and calls racing with Close are safe.
+//     closed DB, iterator or snapshot; every method here returns ErrClosed
+//     instead, and calls racing with Close are safe.
 //   - Typed errors: ErrNotFound, ErrClosed, ErrReadOnly, ErrLocked (the
 //     directory is open elsewhere, in this process or another), ErrCorrupt
-//     (pebble reported corruption), fs.ErrNotExist / fs.ErrExist for the
+//     (pebble reported corruption), ErrInvalidKeyspace, ErrBatchTooLarge,
+//     ErrForeignBatch, ErrSyncFailed, fs.ErrNotExist / fs.ErrExist for the
 //     ErrorIfNotExists / ErrorIfExists / ReadOnly open modes. All work with
-//     errors.Is and carry the directory or key involved.
+//     errors.Is and carry the directory or key involved, except ErrNotFound
+//     from a user-key Get, returned bare so that a miss does not allocate.
+//
+// # Key layout
+//
+// Every pebble key starts with a tag byte naming its namespace:
+//
+//	[0x00]"wm"                              the watermark: 8 bytes, big-endian
+//	[0x01][name]                            meta entry name (Batch.SetMeta)
+//	[0x02][keyspace ID, 4 bytes big-endian][user key]
+//
+// Keys with different tags or keyspace IDs differ within their first five
+// bytes, so no user key can read, overwrite or range-delete another
+// keyspace's keys or an internal key. A keyspace's keys are contiguous and
+// ordered by user key; the end of keyspace ks is the prefix of ks+1 (for
+// the last ID, the one-byte key 0x03). This is the layout the engine used
+// before keyspaces moved into this package (it prepended the ID, storage
+// the tag), so existing directories read unchanged.
+//
+// # Commit ordering
+//
+// If a commit is durable, every earlier commit is. Store.Commit holds one
+// mutex from its watermark decision until the batch is queued for the
+// syncer, around pebble's ApplyNoSyncWait, so the order of Commit calls is
+// the order in which batches enter pebble's commit pipeline. pebble assigns
+// sequence numbers and appends each batch to the WAL under its own commit
+// mutex, in that order. The WAL is written sequentially (no WAL failover is
+// configured) and a sync makes every byte written before it durable. pebble
+// completes sync waiters in queue order and keeps the first write or sync
+// error for every later one. When the memtable fills, pebble moves to a new
+// WAL file under the same commit mutex, and closing the old file first
+// syncs it and completes its waiters. So a commit is reported synced only
+// when every earlier one is. After a crash pebble replays the WAL files in
+// order and stops at the first damaged record of the last one, so recovery
+// keeps a prefix of the commits, never a later one without an earlier.
+//
+// The store's syncer goroutine waits for each commit's sync in commit
+// order (which costs nothing extra, for the reason above) and records its
+// result; Commit.Wait returns it. A nil result therefore means the commit
+// and all earlier ones are durable, and Wait raises the watermark to the
+// highest watermark committed up to that commit (which it or an earlier
+// commit carried). Whether a batch writes its watermark at all is decided
+// against the highest watermark committed so far, under the same mutex,
+// so watermarks in the WAL only increase, even when several commits are in
+// flight.
 //
 // # Caveats
 //
-//   - Only what Apply commits is durable; it always syncs. There is no
-//     unsynced write path.
-//   - Watermark monotonicity is enforced by this Store instance: it remembers
-//     the persisted value and never writes a lower one. Nothing stops a caller
-//     from using raw pebble on the same directory to write a lower one.
-//   - A Batch is not safe for concurrent use. Applying batches from several
-//     goroutines is safe; batches carrying a watermark are committed one at a
-//     time.
-//   - Iterators still open when the Store is closed are closed by Close; their
-//     methods then report ErrClosed (Error) and return false. Slices returned
-//     by Iter.Key and Iter.Value are valid only until the next positioning
-//     call, Iter.Close or Store.Close.
+//   - Reads see a commit as soon as Commit returns, before it is durable. A
+//     crash can lose a commit that was read before its sync completed.
+//   - Store.Watermark is the persisted watermark as known through Wait: it
+//     advances only when a Wait returns nil, even if the sync finished
+//     earlier. After reopening, the watermark of the last durable commit is
+//     read back.
+//   - Watermark monotonicity is enforced by this Store instance. Nothing
+//     stops a caller from using raw pebble on the same directory to write a
+//     lower one.
+//   - A failed WAL write or sync (ErrSyncFailed) fails that commit and
+//     every commit behind it, and the store refuses writes and Flush from
+//     then on, because pebble's log cannot be written again (its commit
+//     path panics, its WAL rotation panics). The failure is seen when
+//     pebble reports it to the syncer; a Commit racing that report can
+//     still reach pebble and hit its panic. Other write failures are fatal
+//     in pebble: a failed MANIFEST write or commit pipeline calls
+//     Logger.Fatalf (the default logger keeps pebble's exit and only
+//     silences informational and error messages), and failing to create a
+//     new WAL file panics.
+//   - Reads keep working after ErrSyncFailed; they may return data that is
+//     not durable.
+//   - A Batch is not safe for concurrent use. Committing batches from
+//     several goroutines is safe; commits are serialised while they enter
+//     pebble (not while they sync).
+//   - Iterators and snapshots still open when the Store is closed are
+//     closed by Close; their methods then report ErrClosed (or return
+//     false). Slices returned by Iter.Key and Iter.Value are valid only
+//     until the next positioning call, Iter.Close or Store.Close. An
+//     iterator opened from a snapshot stays usable after Snapshot.Close.
 //   - Metrics.EstimatedKeys counts sstable entries (all namespaces, counting
 //     overwritten versions, minus deletion tombstones); it does not see the
-//     memtable. Flush first for a better estimate.
-//   - A read-only open still takes pebble's LOCK file (creating it if it is
-//     missing), so it fails with ErrLocked while another Store has the
-//     directory open. It never writes anything else.
+//     memtable, nor what range deletions hide. Flush first for a better
+//     estimate.
+//   - A read-only open of an existing store still takes pebble's LOCK file
+//     (creating it if it is missing), so it fails with ErrLocked while
+//     another Store has the directory open. It never writes anything else.
+//     A ReadOnly or ErrorIfNotExists open of a directory without a store
+//     fails before taking the lock and leaves the directory as it was.
 //   - Damage to the tail of the newest WAL looks like a torn write: pebble
 //     drops the rest of that log at Open and reports no error. The watermark
 //     travels in the same records, so it drops back with the data it covers
@@ -48,8 +118,6 @@
 //     Damage pebble does detect (sstable checksums, MANIFEST, OPTIONS,
 //     missing or truncated tables, unknown format version) gives ErrCorrupt.
 //   - pebble's default reaction to a corrupt block is Logger.Fatalf (exit);
-//     Store replaces that handler so the read returns ErrCorrupt instead.
-//   - A fatal pebble error (its Logger.Fatalf: a failed WAL or MANIFEST
-//     write) still terminates the process, as pebble assumes; the default
-//     logger only silences informational and error messages.
+//     the store replaces that handler so the read returns ErrCorrupt
+//     instead (PebbleOptions).
 package storage

@@ -8,6 +8,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// ks1 is the keyspace the single-keyspace tests use.
+const ks1 KeyspaceID = 1
+
 // openMem opens a store on a fresh in-memory filesystem and closes it at
 // the end of the test.
 func openMem(t testing.TB) (*Store, vfs.FS) {
@@ -28,31 +31,63 @@ func mustApply(t testing.TB, s *Store, b *Batch) {
 	}
 }
 
+func mustCommit(t testing.TB, s *Store, b *Batch) *Commit {
+	t.Helper()
+	c, err := s.Commit(b)
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	return c
+}
+
+// put applies key/value pairs to keyspace ks1.
 func put(t testing.TB, s *Store, kv ...string) {
+	t.Helper()
+	putKS(t, s, ks1, kv...)
+}
+
+func putKS(t testing.TB, s *Store, ks KeyspaceID, kv ...string) {
 	t.Helper()
 	b := s.NewBatch()
 	for i := 0; i+1 < len(kv); i += 2 {
-		b.Put([]byte(kv[i]), []byte(kv[i+1]))
+		b.Put(ks, []byte(kv[i]), []byte(kv[i+1]))
 	}
 	mustApply(t, s, b)
 }
 
-func wantGet(t testing.TB, s *Store, key, want string) {
+// reader is what Store and Snapshot have in common, for helpers that check
+// both.
+type reader interface {
+	Get(ks KeyspaceID, key []byte) ([]byte, error)
+	NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error)
+}
+
+func wantGet(t testing.TB, r reader, key, want string) {
 	t.Helper()
-	got, err := s.Get([]byte(key))
+	wantGetKS(t, r, ks1, key, want)
+}
+
+func wantGetKS(t testing.TB, r reader, ks KeyspaceID, key, want string) {
+	t.Helper()
+	got, err := r.Get(ks, []byte(key))
 	if err != nil {
-		t.Fatalf("Get(%q): %v", key, err)
+		t.Fatalf("Get(%d, %q): %v", ks, key, err)
 	}
 	if !bytes.Equal(got, []byte(want)) {
-		t.Fatalf("Get(%q) = %q, want %q", key, got, want)
+		t.Fatalf("Get(%d, %q) = %q, want %q", ks, key, got, want)
 	}
 }
 
-func wantNotFound(t testing.TB, s *Store, key string) {
+func wantNotFound(t testing.TB, r reader, key string) {
 	t.Helper()
-	got, err := s.Get([]byte(key))
+	wantNotFoundKS(t, r, ks1, key)
+}
+
+func wantNotFoundKS(t testing.TB, r reader, ks KeyspaceID, key string) {
+	t.Helper()
+	got, err := r.Get(ks, []byte(key))
 	if !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get(%q) = %q, %v; want ErrNotFound", key, got, err)
+		t.Fatalf("Get(%d, %q) = %q, %v; want ErrNotFound", ks, key, got, err)
 	}
 }
 
@@ -64,10 +99,16 @@ func wantWatermark(t testing.TB, s *Store, want uint64) {
 	}
 }
 
-// scan returns all user key/value pairs in [lower, upper) as "k=v" strings.
-func scan(t testing.TB, s *Store, lower, upper []byte) []string {
+// scan returns all key/value pairs of keyspace ks1 in [lower, upper) as
+// "k=v" strings.
+func scan(t testing.TB, r reader, lower, upper []byte) []string {
 	t.Helper()
-	it, err := s.NewIter(lower, upper)
+	return scanKS(t, r, ks1, lower, upper)
+}
+
+func scanKS(t testing.TB, r reader, ks KeyspaceID, lower, upper []byte) []string {
+	t.Helper()
+	it, err := r.NewIter(ks, lower, upper)
 	if err != nil {
 		t.Fatalf("NewIter: %v", err)
 	}
@@ -77,6 +118,27 @@ func scan(t testing.TB, s *Store, lower, upper []byte) []string {
 	}
 	if err := it.Close(); err != nil {
 		t.Fatalf("Iter.Close: %v", err)
+	}
+	return out
+}
+
+// scanReverse is scanKS walking from Last with Prev, returned in ascending
+// order so that it compares equal to scanKS.
+func scanReverse(t testing.TB, r reader, ks KeyspaceID, lower, upper []byte) []string {
+	t.Helper()
+	it, err := r.NewIter(ks, lower, upper)
+	if err != nil {
+		t.Fatalf("NewIter: %v", err)
+	}
+	var out []string
+	for ok := it.Last(); ok; ok = it.Prev() {
+		out = append(out, string(it.Key())+"="+string(it.Value()))
+	}
+	if err := it.Close(); err != nil {
+		t.Fatalf("Iter.Close: %v", err)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
 	}
 	return out
 }

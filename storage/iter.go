@@ -1,78 +1,134 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Iter iterates over user keys in [lower, upper) in key order. Keys are
-// returned without the internal namespace tag. An Iter is not safe for
-// concurrent use, but Store.Close may run concurrently with it: Close
-// closes the iterator, after which its methods return false and Error
-// returns ErrClosed.
+// Iter iterates over the user keys of one keyspace in [lower, upper), in
+// either direction. Keys are returned without the stored tag and keyspace
+// ID. An Iter from Store.NewIter reads the store as of its creation; one
+// from Snapshot.NewIter reads the snapshot.
+//
+// An Iter is not safe for concurrent use, but Store.Close may run
+// concurrently with it: Close closes the iterator, after which its methods
+// return false and Error returns ErrClosed.
+//
+// Positioning: First, Last, SeekGE and SeekLT position the iterator. Next
+// and Prev on an iterator never positioned return false. An iterator that
+// ran off one end can turn back: Prev after Next (or SeekGE) returned false
+// moves to the last key, Next after Prev (or SeekLT) returned false to the
+// first.
 type Iter struct {
-	s *Store
+	s  *Store
+	ks KeyspaceID
 	// mu excludes Store.Close from the iterator's own calls. It is per
 	// iterator, so iterators never contend with each other or with Get.
-	mu     sync.Mutex
-	it     *pebble.Iterator
-	closed bool // by Iter.Close or Store.Close
-	err    error
+	mu sync.Mutex
+	// it is nil when the range is empty (lower >= upper): pebble is never
+	// given inverted bounds, and every positioning call returns false.
+	it         *pebble.Iterator
+	closed     bool // by Iter.Close or Store.Close
+	positioned bool // a First, Last or Seek call ran
+	err        error
 
-	lower, upper []byte // tagged bounds; pebble requires them to stay put
-	seek         []byte // scratch for the tagged SeekGE key
+	bounds []byte // stored lower then upper bound; pebble requires them to stay put
+	seek   []byte // scratch for stored seek keys
 }
 
-// NewIter returns an iterator over user keys k with lower <= k < upper. A
-// nil lower or upper means unbounded on that side (an empty non-nil lower is
-// the empty key, the smallest one). The iterator is unpositioned: call First
-// or SeekGE. Close it when done.
-func (s *Store) NewIter(lower, upper []byte) (*Iter, error) {
+// NewIter returns an iterator over the keys k of keyspace ks with
+// lower <= k < upper. A nil lower or upper means unbounded on that side (an
+// empty non-nil lower is the empty key, the smallest one, so it means the
+// same). lower >= upper gives an empty iterator. The iterator reads the
+// store as of this call and is unpositioned. Close it when done.
+//
+// Errors: ErrInvalidKeyspace, ErrClosed.
+func (s *Store) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
+	if ks == 0 {
+		return nil, errKeyspace("new iterator")
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	it := &Iter{s: s}
-	// lower nil and empty both tag to {tagUser}: the empty key is the
-	// smallest user key, so they mean the same thing.
-	it.lower = appendKey(nil, tagUser, lower)
+	return s.newIter(s.db, ks, lower, upper)
+}
+
+// newIter opens an iterator on r (the db or a snapshot) and registers it
+// for Store.Close. The caller holds the lock that keeps r open.
+func (s *Store) newIter(r pebble.Reader, ks KeyspaceID, lower, upper []byte) (*Iter, error) {
+	it := &Iter{s: s, ks: ks}
+	it.bounds = make([]byte, 0, 2*userPrefixLen+len(lower)+len(upper))
+	it.bounds = appendUserKey(it.bounds, ks, lower)
+	lo := it.bounds
 	if upper == nil {
-		it.upper = []byte{tagUser + 1}
+		it.bounds = keyspaceEnd(it.bounds, ks)
 	} else {
-		it.upper = appendKey(nil, tagUser, upper)
+		it.bounds = appendUserKey(it.bounds, ks, upper)
 	}
-	pit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: it.lower, UpperBound: it.upper})
-	if err != nil {
-		return nil, s.wrapErr("new iterator", err)
+	hi := it.bounds[len(lo):]
+	lo = lo[:len(lo):len(lo)]
+	if bytes.Compare(lo, hi) < 0 {
+		pit, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return nil, s.wrapErr("new iterator", err)
+		}
+		it.it = pit
 	}
-	it.it = pit
-	s.itersMu.Lock()
+	s.openMu.Lock()
 	s.iters[it] = struct{}{}
-	s.itersMu.Unlock()
+	s.openMu.Unlock()
 	return it, nil
 }
+
+// usable reports whether positioning calls may reach pebble. Callers hold
+// it.mu.
+func (it *Iter) usable() bool { return !it.closed && it.it != nil }
 
 // First moves to the first key in range and reports whether there is one.
 func (it *Iter) First() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed {
+	if !it.usable() {
 		return false
 	}
+	it.positioned = true
 	return it.it.First()
+}
+
+// Last moves to the last key in range and reports whether there is one.
+func (it *Iter) Last() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if !it.usable() {
+		return false
+	}
+	it.positioned = true
+	return it.it.Last()
 }
 
 // Next moves to the next key and reports whether there is one.
 func (it *Iter) Next() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed {
+	if !it.usable() || !it.positioned {
 		return false
 	}
 	return it.it.Next()
+}
+
+// Prev moves to the previous key and reports whether there is one.
+func (it *Iter) Prev() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if !it.usable() || !it.positioned {
+		return false
+	}
+	return it.it.Prev()
 }
 
 // SeekGE moves to the first key >= key in range and reports whether there
@@ -80,43 +136,57 @@ func (it *Iter) Next() bool {
 func (it *Iter) SeekGE(key []byte) bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed {
+	if !it.usable() {
 		return false
 	}
-	it.seek = appendKey(it.seek[:0], tagUser, key)
+	it.positioned = true
+	it.seek = appendUserKey(it.seek[:0], it.ks, key)
 	return it.it.SeekGE(it.seek)
+}
+
+// SeekLT moves to the last key < key in range and reports whether there is
+// one. A key above the upper bound seeks to the upper bound.
+func (it *Iter) SeekLT(key []byte) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if !it.usable() {
+		return false
+	}
+	it.positioned = true
+	it.seek = appendUserKey(it.seek[:0], it.ks, key)
+	return it.it.SeekLT(it.seek)
 }
 
 // Valid reports whether the iterator is positioned at a key.
 func (it *Iter) Valid() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	return !it.closed && it.it.Valid()
+	return it.usable() && it.it.Valid()
 }
 
-// Key returns the current user key, or nil when not positioned. It is valid
-// until the next positioning call or Close; copy it to keep it.
+// Key returns the current user key, or nil when not positioned at one. It
+// is valid until the next positioning call or Close; copy it to keep it.
 func (it *Iter) Key() []byte {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed || !it.it.Valid() {
+	if !it.usable() || !it.it.Valid() {
 		return nil
 	}
-	return it.it.Key()[1:]
+	return it.it.Key()[userPrefixLen:]
 }
 
-// Value returns the current value, or nil when not positioned or when
-// reading it failed (see Error). It is valid until the next positioning
-// call or Close; copy it to keep it.
+// Value returns the current value, or nil when not positioned at a key or
+// when reading it failed (see Error). It is valid until the next
+// positioning call or Close; copy it to keep it.
 func (it *Iter) Value() []byte {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed || !it.it.Valid() {
+	if !it.usable() || !it.it.Valid() {
 		return nil
 	}
 	v, err := it.it.ValueAndErr()
 	if err != nil {
-		it.err = it.s.wrapKeyErr("iterate", string(it.it.Key()[1:]), err)
+		it.err = it.s.wrapErr(fmt.Sprintf("iterate keyspace %d key %q", it.ks, it.it.Key()[userPrefixLen:]), err)
 		return nil
 	}
 	return v
@@ -130,7 +200,7 @@ func (it *Iter) Error() error {
 	if it.err != nil {
 		return it.err
 	}
-	if it.closed {
+	if !it.usable() {
 		return nil
 	}
 	if err := it.it.Error(); err != nil {
@@ -149,16 +219,17 @@ func (it *Iter) Close() error {
 		return err
 	}
 	it.closed = true
-	cerr := it.it.Close()
-	if it.err == nil && cerr != nil {
-		it.err = it.s.wrapErr("close iterator", cerr)
+	if it.it != nil {
+		if cerr := it.it.Close(); it.err == nil && cerr != nil {
+			it.err = it.s.wrapErr("close iterator", cerr)
+		}
 	}
 	err := it.err
 	it.mu.Unlock()
 
-	it.s.itersMu.Lock()
+	it.s.openMu.Lock()
 	delete(it.s.iters, it)
-	it.s.itersMu.Unlock()
+	it.s.openMu.Unlock()
 	return err
 }
 
@@ -170,12 +241,13 @@ func (it *Iter) closeByStore() error {
 		return nil
 	}
 	it.closed = true
-	cerr := it.it.Close()
 	if it.err == nil {
 		it.err = fmt.Errorf("storage: iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
 	}
-	if cerr != nil {
-		return it.s.wrapErr("close iterator", cerr)
+	if it.it != nil {
+		if cerr := it.it.Close(); cerr != nil {
+			return it.s.wrapErr("close iterator", cerr)
+		}
 	}
 	return nil
 }

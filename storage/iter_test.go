@@ -6,9 +6,13 @@ import (
 	"testing"
 )
 
+// TestIterBounds scans keyspace 1, which lies between the meta namespace
+// and a populated keyspace 2, with nil, empty, inner, equal and inverted
+// bounds, in both directions.
 func TestIterBounds(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "", "e", "a", "1", "b", "2", "c", "3", "d", "4", "\xff", "f")
+	putKS(t, s, 2, "", "other", "a", "other")
 	b := s.NewBatch()
 	b.SetMeta("a", []byte("meta"))
 	b.SetWatermark(3)
@@ -24,12 +28,16 @@ func TestIterBounds(t *testing.T) {
 		{nil, []byte("c"), []string{"=e", "a=1", "b=2"}},
 		{[]byte("b"), []byte("d"), []string{"b=2", "c=3"}},
 		{[]byte("bb"), []byte("c"), nil},
-		{[]byte("d"), []byte("b"), nil}, // empty range
+		{[]byte("d"), []byte("b"), nil}, // inverted: empty
+		{[]byte("b"), []byte("b"), nil}, // equal: empty
 		{[]byte("\xff"), nil, []string{"\xff=f"}},
 		{nil, []byte{}, nil},
 	} {
 		if got := scan(t, s, tc.lower, tc.upper); !slices.Equal(got, tc.want) {
 			t.Errorf("scan[%q, %q) = %q, want %q", tc.lower, tc.upper, got, tc.want)
+		}
+		if got := scanReverse(t, s, ks1, tc.lower, tc.upper); !slices.Equal(got, tc.want) {
+			t.Errorf("reverse scan[%q, %q) = %q, want %q", tc.lower, tc.upper, got, tc.want)
 		}
 	}
 }
@@ -37,7 +45,7 @@ func TestIterBounds(t *testing.T) {
 func TestIterSeekGE(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1", "b", "2", "c", "3", "d", "4")
-	it, err := s.NewIter([]byte("b"), []byte("d"))
+	it, err := s.NewIter(ks1, []byte("b"), []byte("d"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,16 +79,83 @@ func TestIterSeekGE(t *testing.T) {
 	}
 }
 
+func TestIterSeekLT(t *testing.T) {
+	s, _ := openMem(t)
+	put(t, s, "a", "1", "b", "2", "c", "3", "d", "4")
+	it, err := s.NewIter(ks1, []byte("b"), []byte("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for _, tc := range []struct {
+		seek, want string
+		ok         bool
+	}{
+		{"z", "c", true},  // beyond upper: clamps to upper
+		{"d", "c", true},  // at upper
+		{"cc", "c", true}, // between keys
+		{"c", "b", true},  // exact: strictly less
+		{"bb", "b", true},
+		{"b", "", false}, // at lower
+		{"a", "", false}, // below lower
+		{"", "", false},
+	} {
+		ok := it.SeekLT([]byte(tc.seek))
+		if ok != tc.ok || ok != it.Valid() || string(it.Key()) != tc.want {
+			t.Errorf("SeekLT(%q) = %v at %q, want %v at %q", tc.seek, ok, it.Key(), tc.ok, tc.want)
+		}
+	}
+	if !it.SeekLT([]byte("z")) || !it.Prev() || string(it.Key()) != "b" || string(it.Value()) != "2" || it.Prev() {
+		t.Fatal("SeekLT+Prev walk wrong")
+	}
+	// Off the start, Next turns back to the first key.
+	if !it.Next() || string(it.Key()) != "b" {
+		t.Fatalf("Next after running off the start at %q", it.Key())
+	}
+	if err := it.Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIterUnpositioned: Next and Prev on an iterator never positioned
+// return false, Key and Value nil; so does every call on an empty range.
+func TestIterUnpositioned(t *testing.T) {
+	s, _ := openMem(t)
+	put(t, s, "a", "1", "b", "2")
+	for _, bounds := range [][2][]byte{{nil, nil}, {[]byte("b"), []byte("a")}, {nil, {}}} {
+		it, err := s.NewIter(ks1, bounds[0], bounds[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Next() || it.Prev() || it.Valid() || it.Key() != nil || it.Value() != nil {
+			t.Fatalf("%q: unpositioned iterator moved", bounds)
+		}
+		if it.Error() != nil {
+			t.Fatal(it.Error())
+		}
+		if bounds[0] == nil && bounds[1] == nil {
+			if !it.Last() || string(it.Key()) != "b" {
+				t.Fatal("Last after Next/Prev on an unpositioned iterator")
+			}
+		} else if it.First() || it.Last() || it.SeekGE(nil) || it.SeekLT([]byte("z")) || it.Next() || it.Prev() {
+			t.Fatalf("%q: empty range positioned", bounds)
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestIterSnapshotAndDeletes(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1", "b", "2")
-	it, err := s.NewIter(nil, nil)
+	it, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := s.NewBatch()
-	b.Delete([]byte("a"))
-	b.Put([]byte("c"), []byte("3"))
+	b.Delete(ks1, []byte("a"))
+	b.Put(ks1, []byte("c"), []byte("3"))
 	mustApply(t, s, b)
 	// An iterator reads the state at its creation.
 	var got []string
@@ -101,7 +176,7 @@ func TestIterSnapshotAndDeletes(t *testing.T) {
 func TestIterClose(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1")
-	it, err := s.NewIter(nil, nil)
+	it, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +189,8 @@ func TestIterClose(t *testing.T) {
 	if err := it.Close(); err != nil {
 		t.Fatalf("second Iter.Close = %v", err)
 	}
-	if it.First() || it.Next() || it.SeekGE([]byte("a")) || it.Valid() || it.Key() != nil || it.Value() != nil {
+	if it.First() || it.Last() || it.Next() || it.Prev() || it.SeekGE([]byte("a")) || it.SeekLT([]byte("z")) ||
+		it.Valid() || it.Key() != nil || it.Value() != nil {
 		t.Fatal("closed iterator still positions")
 	}
 	if err := it.Error(); err != nil {
@@ -127,18 +203,22 @@ func TestIterClose(t *testing.T) {
 func TestIterLeftOpenAtStoreClose(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1", "b", "2")
-	positioned, err := s.NewIter(nil, nil)
+	positioned, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !positioned.First() {
 		t.Fatal("First = false")
 	}
-	unpositioned, err := s.NewIter(nil, nil)
+	unpositioned, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed, err := s.NewIter(nil, nil)
+	empty, err := s.NewIter(ks1, []byte("b"), []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +228,9 @@ func TestIterLeftOpenAtStoreClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("Store.Close with open iterators = %v, want nil", err)
 	}
-	for _, it := range []*Iter{positioned, unpositioned} {
-		if it.Valid() || it.Next() || it.First() || it.SeekGE(nil) || it.Key() != nil || it.Value() != nil {
+	for _, it := range []*Iter{positioned, unpositioned, empty} {
+		if it.Valid() || it.Next() || it.Prev() || it.First() || it.Last() || it.SeekGE(nil) || it.SeekLT(nil) ||
+			it.Key() != nil || it.Value() != nil {
 			t.Fatal("iterator usable after Store.Close")
 		}
 		if err := it.Error(); !errors.Is(err, ErrClosed) {

@@ -211,7 +211,7 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := s.NewBatch()
-	b.Put([]byte("flushed"), []byte("1"))
+	b.Put(ks1, []byte("flushed"), []byte("1"))
 	b.SetMeta("catalog", []byte("c"))
 	b.SetWatermark(5)
 	mustApply(t, s, b)
@@ -219,7 +219,7 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Left in the WAL only: a read-only open must replay it without writing.
-	b.Put([]byte("wal-only"), []byte("2"))
+	b.Put(ks1, []byte("wal-only"), []byte("2"))
 	b.SetWatermark(6)
 	mustApply(t, s, b)
 	if err := s.Close(); err != nil {
@@ -244,13 +244,26 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = ro.NewBatch()
-	b.Put([]byte("x"), []byte("y"))
+	b.Put(ks1, []byte("x"), []byte("y"))
 	if err := ro.Apply(b); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Apply on read-only = %v", err)
 	}
 	if err := ro.Flush(); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Flush on read-only = %v", err)
 	}
+	b.Put(ks1, []byte("x"), []byte("y"))
+	if _, err := ro.Commit(b); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Commit on read-only = %v", err)
+	}
+	sn, err := ro.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGet(t, sn, "wal-only", "2")
+	if got := scanReverse(t, sn, ks1, nil, nil); !slices.Equal(got, []string{"flushed=1", "wal-only=2"}) {
+		t.Fatalf("snapshot reverse scan = %q", got)
+	}
+	// Left open: Close closes it.
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +285,7 @@ func makeStore(t *testing.T) string {
 	}
 	b := s.NewBatch()
 	for i := range 2000 {
-		b.Put(fmt.Appendf(nil, "key%05d", i), []byte(strings.Repeat("v", 100)))
+		b.Put(ks1, fmt.Appendf(nil, "key%05d", i), []byte(strings.Repeat("v", 100)))
 	}
 	b.SetWatermark(1)
 	mustApply(t, s, b)
@@ -399,7 +412,7 @@ func TestCorruptTable(t *testing.T) {
 	defer s.Close()
 	var sawCorrupt bool
 	for i := range 2000 {
-		_, err := s.Get(fmt.Appendf(nil, "key%05d", i))
+		_, err := s.Get(ks1, fmt.Appendf(nil, "key%05d", i))
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Get = %v, want nil or ErrCorrupt", err)
@@ -414,7 +427,7 @@ func TestCorruptTable(t *testing.T) {
 	if !sawCorrupt {
 		t.Fatal("no Get reported the corruption")
 	}
-	it, err := s.NewIter(nil, nil)
+	it, err := s.NewIter(ks1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,4 +463,97 @@ func TestCorruptWatermark(t *testing.T) {
 		t.Fatalf("reopen after failed Open: %v", err)
 	}
 	db.Close()
+}
+
+// TestOpenNoStoreLeavesNothing: ReadOnly and ErrorIfNotExists opens of a
+// directory that exists but holds no store (empty, or holding other files)
+// fail with fs.ErrNotExist and leave the directory exactly as it was: no
+// LOCK file (pebble.LockDirectory would create one before pebble.Open
+// noticed there is no store). The directory can then become a store.
+func TestOpenNoStoreLeavesNothing(t *testing.T) {
+	for _, files := range []map[string]string{
+		{},
+		{"notes.txt": "not a store", "data.bin": "\x00\x01"},
+	} {
+		for _, opts := range []*Options{{ReadOnly: true}, {ErrorIfNotExists: true}} {
+			dir := t.TempDir()
+			for name, body := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(dir, opts)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%+v) of a directory without a store succeeded", opts)
+			}
+			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("Open(%+v) = %v, want fs.ErrNotExist naming the directory", opts, err)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if want := slices.Sorted(maps.Keys(files)); !slices.Equal(names, want) {
+				t.Fatalf("Open(%+v) left %q, want %q", opts, names, want)
+			}
+			s, err = Open(dir, nil)
+			if err != nil {
+				t.Fatalf("creating a store after the failed open: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	mem := vfs.NewMem()
+	if err := mem.MkdirAll("empty", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []*Options{{FS: mem, ReadOnly: true}, {FS: mem, ErrorIfNotExists: true}} {
+		if _, err := Open("empty", opts); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Open = %v", err)
+		}
+		if ls, err := mem.List("empty"); err != nil || len(ls) != 0 {
+			t.Fatalf("MemFS directory after a failed open: %q, %v", ls, err)
+		}
+	}
+}
+
+// TestPebbleOptions: PebbleOptions documents the store's configuration:
+// defaults for nil, the caller's values otherwise, a fresh value each call,
+// the corruption handler that does not exit, and no format upgrade on a
+// read-only open.
+func TestPebbleOptions(t *testing.T) {
+	po := PebbleOptions(nil)
+	if po.FS != vfs.Default || po.CacheSize != 8<<20 || po.MemTableSize != 4<<20 ||
+		po.FormatMajorVersion != pebble.FormatNewest || po.ReadOnly || po.ErrorIfExists || po.ErrorIfNotExists {
+		t.Fatalf("PebbleOptions(nil) = %+v", po)
+	}
+	if _, ok := po.Logger.(quietLogger); !ok {
+		t.Fatalf("default logger %T", po.Logger)
+	}
+	if po.EventListener == nil || po.EventListener.DataCorruption == nil {
+		t.Fatal("no DataCorruption handler")
+	}
+	po.EventListener.DataCorruption(pebble.DataCorruptionInfo{}) // logs, does not exit
+	if PebbleOptions(nil) == po {
+		t.Fatal("PebbleOptions returned the same value twice")
+	}
+	mem := vfs.NewMem()
+	po = PebbleOptions(&Options{FS: mem, CacheSize: -1, MemTableSize: 1 << 20,
+		FormatMajorVersion: pebble.FormatNewest - 1, ErrorIfExists: true})
+	if po.FS != mem || po.CacheSize != 8<<20 || po.MemTableSize != 1<<20 ||
+		po.FormatMajorVersion != pebble.FormatNewest-1 || !po.ErrorIfExists {
+		t.Fatalf("PebbleOptions(custom) = %+v", po)
+	}
+	po = PebbleOptions(&Options{ReadOnly: true, FormatMajorVersion: pebble.FormatNewest})
+	if !po.ReadOnly || po.FormatMajorVersion != 0 {
+		t.Fatalf("read-only PebbleOptions = %+v", po)
+	}
 }

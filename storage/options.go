@@ -5,6 +5,13 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// Defaults of Options fields, documented on the fields.
+const (
+	// DefaultCacheSize is the default Options.CacheSize.
+	DefaultCacheSize    = 8 << 20
+	defaultMemTableSize = 4 << 20
+)
+
 // Options configures a Store. A nil *Options means defaults; a zero field
 // means that field's default.
 type Options struct {
@@ -15,16 +22,16 @@ type Options struct {
 	// Logger receives pebble's log output. Default: a logger that discards
 	// Infof and Errorf (pebble's own default prints to stderr) and, like
 	// pebble's, prints Fatalf and exits: pebble calls Fatalf only when it
-	// cannot continue safely (a failed WAL or MANIFEST write).
+	// cannot continue safely.
 	Logger pebble.Logger
 
 	// CacheSize is the block cache size in bytes. Default: 8 MiB (pebble's
-	// default). Negative values are treated as the default.
+	// default too). Negative values are treated as the default.
 	CacheSize int64
 
 	// MemTableSize is the size of one pebble memtable in bytes; batches
 	// larger than about half of it bypass the memtable. Default: 4 MiB
-	// (pebble's default).
+	// (pebble's default too).
 	MemTableSize uint64
 
 	// FormatMajorVersion is the pebble on-disk format a new store is created
@@ -34,8 +41,9 @@ type Options struct {
 	FormatMajorVersion pebble.FormatMajorVersion
 
 	// ReadOnly opens an existing store without writing to it (kvtool
-	// inspect). Apply and Flush return ErrReadOnly. Opening a missing store
-	// fails with an error wrapping fs.ErrNotExist. Default: false.
+	// inspect). Commit, Apply and Flush return ErrReadOnly. Opening a
+	// missing store fails with an error wrapping fs.ErrNotExist. Default:
+	// false.
 	ReadOnly bool
 
 	// ErrorIfExists makes Open fail with an error wrapping fs.ErrExist if a
@@ -60,20 +68,28 @@ func (quietLogger) Fatalf(format string, args ...any) {
 	pebble.DefaultLogger.Fatalf(format, args...)
 }
 
-func (o *Options) pebbleOptions() *pebble.Options {
-	var opts Options
-	if o != nil {
-		opts = *o
+// PebbleOptions returns the pebble options Open uses for opts (nil means
+// defaults), as a new value on each call: benchmarks open their raw pebble
+// baseline with it to be configured exactly like the store. Besides the
+// Options fields it installs a DataCorruption event handler that logs to
+// Logger.Errorf, replacing pebble's default, which calls Logger.Fatalf and
+// so exits on the first corrupt block read: the read returns the error
+// instead (ErrCorrupt from the Store). Open also sets Lock, because it
+// takes the directory lock itself.
+func PebbleOptions(opts *Options) *pebble.Options {
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	po := &pebble.Options{
-		FS:                 opts.FS,
-		Logger:             opts.Logger,
-		CacheSize:          opts.CacheSize,
-		MemTableSize:       opts.MemTableSize,
-		FormatMajorVersion: opts.FormatMajorVersion,
-		ReadOnly:           opts.ReadOnly,
-		ErrorIfExists:      opts.ErrorIfExists,
-		ErrorIfNotExists:   opts.ErrorIfNotExists,
+		FS:                 o.FS,
+		Logger:             o.Logger,
+		CacheSize:          o.CacheSize,
+		MemTableSize:       o.MemTableSize,
+		FormatMajorVersion: o.FormatMajorVersion,
+		ReadOnly:           o.ReadOnly,
+		ErrorIfExists:      o.ErrorIfExists,
+		ErrorIfNotExists:   o.ErrorIfNotExists,
 	}
 	if po.FS == nil {
 		po.FS = vfs.Default
@@ -81,10 +97,6 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	if po.Logger == nil {
 		po.Logger = quietLogger{}
 	}
-	// pebble's default DataCorruption handler calls Logger.Fatalf, which
-	// exits the process on the first corrupt block read. Corruption is bad
-	// input (contract 6): log it and let the read return the error, which
-	// Store maps to ErrCorrupt.
 	logger := po.Logger
 	po.EventListener = &pebble.EventListener{
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
@@ -92,9 +104,14 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		},
 	}
 	if po.CacheSize <= 0 {
-		po.CacheSize = 8 << 20
+		po.CacheSize = DefaultCacheSize
 	}
-	if po.FormatMajorVersion == 0 && !opts.ReadOnly {
+	if po.MemTableSize == 0 {
+		po.MemTableSize = defaultMemTableSize
+	}
+	if po.ReadOnly {
+		po.FormatMajorVersion = 0 // keep the store's own version
+	} else if po.FormatMajorVersion == 0 {
 		po.FormatMajorVersion = pebble.FormatNewest
 	}
 	return po

@@ -20,8 +20,8 @@ func TestPutGetDelete(t *testing.T) {
 	wantGet(t, s, "b", "2")
 
 	b := s.NewBatch()
-	b.Delete([]byte("a"))
-	b.Put([]byte("b"), []byte("22"))
+	b.Delete(ks1, []byte("a"))
+	b.Put(ks1, []byte("b"), []byte("22"))
 	if b.Len() != 2 {
 		t.Fatalf("Len = %d, want 2", b.Len())
 	}
@@ -36,7 +36,7 @@ func TestPutGetDelete(t *testing.T) {
 func TestGetReturnsCopy(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "k", "value")
-	v, err := s.Get([]byte("k"))
+	v, err := s.Get(ks1, []byte("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +49,14 @@ func TestGetAppend(t *testing.T) {
 	put(t, s, "k", "value")
 	dst := make([]byte, 3, 64)
 	copy(dst, "abc")
-	got, err := s.GetAppend(dst, []byte("k"))
+	got, err := s.GetAppend(dst, ks1, []byte("k"))
 	if err != nil || string(got) != "abcvalue" {
 		t.Fatalf("GetAppend = %q, %v; want abcvalue", got, err)
 	}
 	if &got[0] != &dst[0] {
 		t.Fatal("GetAppend reallocated although dst had capacity")
 	}
-	got, err = s.GetAppend(dst, []byte("missing"))
+	got, err = s.GetAppend(dst, ks1, []byte("missing"))
 	if !errors.Is(err, ErrNotFound) || string(got) != "abc" {
 		t.Fatalf("GetAppend(missing) = %q, %v; want abc, ErrNotFound", got, err)
 	}
@@ -64,7 +64,7 @@ func TestGetAppend(t *testing.T) {
 		return
 	}
 	key := []byte("k")
-	if n := testing.AllocsPerRun(100, func() { _, _ = s.GetAppend(dst[:0], key) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = s.GetAppend(dst[:0], ks1, key) }); n != 0 {
 		t.Fatalf("GetAppend allocates %v times per call, want 0", n)
 	}
 }
@@ -73,7 +73,7 @@ func TestBatchInputNotRetained(t *testing.T) {
 	s, _ := openMem(t)
 	b := s.NewBatch()
 	k, v := []byte("key"), []byte("val")
-	b.Put(k, v)
+	b.Put(ks1, k, v)
 	copy(k, "zzz")
 	copy(v, "zzz")
 	mustApply(t, s, b)
@@ -84,19 +84,19 @@ func TestBatchInputNotRetained(t *testing.T) {
 func TestBatchReset(t *testing.T) {
 	s, _ := openMem(t)
 	b := s.NewBatch()
-	b.Put([]byte("a"), []byte("1"))
+	b.Put(ks1, []byte("a"), []byte("1"))
 	b.SetWatermark(9)
 	b.Reset()
 	if b.Len() != 0 {
 		t.Fatalf("Len after Reset = %d", b.Len())
 	}
-	b.Put([]byte("b"), []byte("2"))
+	b.Put(ks1, []byte("b"), []byte("2"))
 	mustApply(t, s, b)
 	wantNotFound(t, s, "a")
 	wantGet(t, s, "b", "2")
 	wantWatermark(t, s, 0)
 	// A batch is reusable after Apply.
-	b.Put([]byte("c"), []byte("3"))
+	b.Put(ks1, []byte("c"), []byte("3"))
 	mustApply(t, s, b)
 	wantGet(t, s, "c", "3")
 }
@@ -107,7 +107,7 @@ func TestEmptyKeyAndValue(t *testing.T) {
 	wantGet(t, s, "", "empty-key")
 	wantGet(t, s, "k", "")
 	b := s.NewBatch()
-	b.Delete(nil)
+	b.Delete(ks1, nil)
 	mustApply(t, s, b)
 	wantNotFound(t, s, "")
 	wantGet(t, s, "k", "")
@@ -140,7 +140,7 @@ func TestNamespaceIsolation(t *testing.T) {
 
 	b = s.NewBatch()
 	for _, k := range adversarial {
-		b.Put([]byte(k), []byte("user:"+k))
+		b.Put(ks1, []byte(k), []byte("user:"+k))
 	}
 	mustApply(t, s, b)
 	for _, k := range adversarial {
@@ -160,7 +160,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	// Deleting every adversarial user key leaves meta and watermark alone.
 	b = s.NewBatch()
 	for _, k := range adversarial {
-		b.Delete([]byte(k))
+		b.Delete(ks1, []byte(k))
 	}
 	mustApply(t, s, b)
 	if got, err := s.GetMeta("catalog"); err != nil || string(got) != "meta-catalog" {
@@ -171,7 +171,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	// The scan sees exactly the user keys, untagged, in order.
 	b = s.NewBatch()
 	for _, k := range adversarial {
-		b.Put([]byte(k), []byte("v"))
+		b.Put(ks1, []byte(k), []byte("v"))
 	}
 	mustApply(t, s, b)
 	keys := slices.Clone(adversarial)
@@ -208,7 +208,7 @@ func TestWatermark(t *testing.T) {
 	wantWatermark(t, s, 10)
 
 	// A lower watermark keeps the higher one, but the data still lands.
-	b.Put([]byte("k"), []byte("v"))
+	b.Put(ks1, []byte("k"), []byte("v"))
 	b.SetWatermark(5)
 	mustApply(t, s, b)
 	wantWatermark(t, s, 10)
@@ -249,7 +249,7 @@ func TestWatermarkConcurrentApply(t *testing.T) {
 		wg.Go(func() {
 			for i := range 20 {
 				b := s.NewBatch()
-				b.Put(fmt.Appendf(nil, "g%d-%d", g, i), []byte("v"))
+				b.Put(ks1, fmt.Appendf(nil, "g%d-%d", g, i), []byte("v"))
 				b.SetWatermark(uint64(i*8 + g + 1))
 				if err := s.Apply(b); err != nil {
 					t.Error(err)
@@ -273,7 +273,7 @@ func TestWatermarkSurvivesCrash(t *testing.T) {
 	}
 	for i := 1; i <= 50; i++ {
 		b := s.NewBatch()
-		b.Put(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", i))
+		b.Put(ks1, fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", i))
 		b.SetWatermark(uint64(i))
 		mustApply(t, s, b)
 	}
@@ -302,7 +302,7 @@ func TestClosed(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "k", "v")
 	b := s.NewBatch()
-	b.Put([]byte("late"), []byte("v"))
+	b.Put(ks1, []byte("late"), []byte("v"))
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -315,9 +315,9 @@ func TestClosed(t *testing.T) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
 	}
-	_, err := s.Get([]byte("k"))
+	_, err := s.Get(ks1, []byte("k"))
 	check("Get", err)
-	_, err = s.GetAppend(nil, []byte("k"))
+	_, err = s.GetAppend(nil, ks1, []byte("k"))
 	check("GetAppend", err)
 	_, err = s.GetMeta("m")
 	check("GetMeta", err)
@@ -325,8 +325,16 @@ func TestClosed(t *testing.T) {
 	check("Watermark", err)
 	check("Apply", s.Apply(b))
 	check("Apply(new batch)", s.Apply(s.NewBatch()))
-	_, err = s.NewIter(nil, nil)
+	b.Put(ks1, []byte("late"), []byte("v"))
+	_, err = s.Commit(b)
+	check("Commit", err)
+	if b.Len() != 0 {
+		t.Error("Commit after Close did not empty the batch")
+	}
+	_, err = s.NewIter(ks1, nil, nil)
 	check("NewIter", err)
+	_, err = s.NewSnapshot()
+	check("NewSnapshot", err)
 	check("Flush", s.Flush())
 	_, err = s.Metrics()
 	check("Metrics", err)
@@ -340,22 +348,32 @@ func TestCloseRacesOperations(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	ok := func(err error) bool { return err == nil || errors.Is(err, ErrClosed) }
-	for g := range 6 {
+	for g := range 8 {
 		wg.Go(func() {
 			<-start
+			var pending []*Commit
+			defer func() {
+				// Commits made before Close settle with their sync's
+				// result.
+				for _, c := range pending {
+					if err := c.Wait(); err != nil {
+						t.Errorf("Wait: %v", err)
+					}
+				}
+			}()
 			for i := 0; ; i++ {
 				var err error
 				switch g {
 				case 0:
-					_, err = s.Get([]byte("k"))
+					_, err = s.Get(ks1, []byte("k"))
 				case 1:
 					b := s.NewBatch()
-					b.Put([]byte("k2"), []byte("v"))
+					b.Put(ks1, []byte("k2"), []byte("v"))
 					b.SetWatermark(uint64(i + 1))
 					err = s.Apply(b)
 				case 2:
 					var it *Iter
-					it, err = s.NewIter(nil, nil)
+					it, err = s.NewIter(ks1, nil, nil)
 					if err == nil {
 						for it.First(); it.Valid(); it.Next() {
 							_ = it.Value()
@@ -367,13 +385,41 @@ func TestCloseRacesOperations(t *testing.T) {
 				case 4:
 					_, err = s.Metrics()
 				case 5:
+					b := s.NewBatch()
+					b.Put(ks1, []byte("k3"), []byte("v"))
+					b.SetWatermark(uint64(i + 1))
+					var c *Commit
+					c, err = s.Commit(b)
+					if err == nil {
+						pending = append(pending, c)
+					}
+				case 6:
+					var sn *Snapshot
+					sn, err = s.NewSnapshot()
+					if err == nil {
+						_, err = sn.Get(ks1, []byte("k"))
+						var it *Iter
+						if err == nil {
+							it, err = sn.NewIter(ks1, nil, nil)
+						}
+						if err == nil {
+							for it.Last(); it.Valid(); it.Prev() {
+								_ = it.Value()
+							}
+							err = it.Close()
+						}
+						if cerr := sn.Close(); err == nil {
+							err = cerr
+						}
+					}
+				case 7:
 					err = s.Close()
 				}
 				if !ok(err) {
 					t.Errorf("goroutine %d: %v", g, err)
 					return
 				}
-				if errors.Is(err, ErrClosed) || g == 5 {
+				if errors.Is(err, ErrClosed) || g == 7 {
 					return
 				}
 			}
@@ -381,7 +427,7 @@ func TestCloseRacesOperations(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if _, err := s.Get([]byte("k")); !errors.Is(err, ErrClosed) {
+	if _, err := s.Get(ks1, []byte("k")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Get after racing Close = %v", err)
 	}
 }
@@ -403,9 +449,9 @@ func TestBatchTooLarge(t *testing.T) {
 	s, _ := openMem(t)
 	b := s.NewBatch()
 	b.limit = 200
-	b.Put([]byte("small"), []byte("v"))
-	b.Put([]byte("big"), bytes.Repeat([]byte("x"), 300))
-	b.Put([]byte("after"), []byte("v"))
+	b.Put(ks1, []byte("small"), []byte("v"))
+	b.Put(ks1, []byte("big"), bytes.Repeat([]byte("x"), 300))
+	b.Put(ks1, []byte("after"), []byte("v"))
 	if b.Len() != 1 {
 		t.Fatalf("Len = %d, want 1 (oversize and later ops dropped)", b.Len())
 	}
@@ -416,7 +462,7 @@ func TestBatchTooLarge(t *testing.T) {
 	wantNotFound(t, s, "small")
 	wantNotFound(t, s, "after")
 	// The batch is usable again after the failed Apply.
-	b.Put([]byte("again"), []byte("v"))
+	b.Put(ks1, []byte("again"), []byte("v"))
 	mustApply(t, s, b)
 	wantGet(t, s, "again", "v")
 
@@ -424,17 +470,59 @@ func TestBatchTooLarge(t *testing.T) {
 	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
 		t.Fatalf("Apply(oversize meta) = %v", err)
 	}
-	b.Delete(bytes.Repeat([]byte("k"), 300))
+	b.Delete(ks1, bytes.Repeat([]byte("k"), 300))
 	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
 		t.Fatalf("Apply(oversize delete key) = %v", err)
 	}
+	b.DeleteRange(ks1, bytes.Repeat([]byte("a"), 100), bytes.Repeat([]byte("b"), 100))
+	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), "range deletion") {
+		t.Fatalf("Apply(oversize range deletion) = %v", err)
+	}
+	b.DeleteMeta(strings.Repeat("m", 300))
+	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("Apply(oversize meta delete) = %v", err)
+	}
+	// A failed batch drops everything after the failure, even what fits.
+	b.Put(ks1, []byte("big"), bytes.Repeat([]byte("x"), 300))
+	b.DeleteRange(ks1, nil, nil)
+	b.SetMeta("m", nil)
+	b.DeleteMeta("m")
+	if b.Len() != 0 {
+		t.Fatalf("Len after a failed op = %d", b.Len())
+	}
+	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatal(err)
+	}
+	wantGet(t, s, "again", "v")
+}
+
+// TestDeleteMeta: DeleteMeta removes a meta entry and touches nothing else.
+func TestDeleteMeta(t *testing.T) {
+	s, _ := openMem(t)
+	b := s.NewBatch()
+	b.SetMeta("a", []byte("1"))
+	b.SetMeta("b", []byte("2"))
+	b.Put(ks1, []byte("a"), []byte("user"))
+	mustApply(t, s, b)
+	b.DeleteMeta("a")
+	if b.Len() != 1 {
+		t.Fatalf("Len = %d", b.Len())
+	}
+	mustApply(t, s, b)
+	if _, err := s.GetMeta("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetMeta(a) after DeleteMeta = %v", err)
+	}
+	if v, err := s.GetMeta("b"); err != nil || string(v) != "2" {
+		t.Fatalf("GetMeta(b) = %q, %v", v, err)
+	}
+	wantGet(t, s, "a", "user")
 }
 
 func TestForeignBatch(t *testing.T) {
 	s1, _ := openMem(t)
 	s2, _ := openMem(t)
 	b := s1.NewBatch()
-	b.Put([]byte("k"), []byte("v"))
+	b.Put(ks1, []byte("k"), []byte("v"))
 	if err := s2.Apply(b); !errors.Is(err, ErrForeignBatch) {
 		t.Fatalf("Apply of another store's batch = %v", err)
 	}
@@ -453,7 +541,7 @@ func TestFlushAndMetrics(t *testing.T) {
 	}
 	b := s.NewBatch()
 	for i := range 1000 {
-		b.Put(fmt.Appendf(nil, "key%05d", i), []byte("value"))
+		b.Put(ks1, fmt.Appendf(nil, "key%05d", i), []byte("value"))
 	}
 	b.SetWatermark(42)
 	mustApply(t, s, b)

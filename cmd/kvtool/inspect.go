@@ -12,11 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
-	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -36,17 +35,29 @@ type inspectJSON struct {
 	FileSize      int64  `json:"file_size"`
 }
 
-// engineJSON is the --json output for an engine directory. Store and
-// Watermark are null when a running engine holds the directory.
+// engineJSON is the --json output for an engine directory. Store,
+// Watermark, Keyspaces and DroppedKeyspaces are null when a running engine
+// holds the directory.
 type engineJSON struct {
-	Path          string        `json:"path"`
-	Kind          string        `json:"kind"`
-	FormatVersion int           `json:"format_version"`
-	Locked        bool          `json:"locked"`
-	Watermark     *uint64       `json:"watermark"`
-	Store         *storeJSON    `json:"store"`
-	Bitslices     []inspectJSON `json:"bitslices"`
-	TotalSize     int64         `json:"total_size"`
+	Path          string         `json:"path"`
+	Kind          string         `json:"kind"`
+	FormatVersion int            `json:"format_version"`
+	Locked        bool           `json:"locked"`
+	Watermark     *uint64        `json:"watermark"`
+	Store         *storeJSON     `json:"store"`
+	Keyspaces     []keyspaceJSON `json:"keyspaces"`
+	// DroppedKeyspaces are the ids of dropped keyspaces whose keys may
+	// still be in the store, awaiting deletion.
+	DroppedKeyspaces []uint32      `json:"dropped_keyspaces"`
+	Bitslices        []inspectJSON `json:"bitslices"`
+	TotalSize        int64         `json:"total_size"`
+}
+
+// keyspaceJSON is a keyspace of the catalog: its name and the id that
+// prefixes its keys in the store.
+type keyspaceJSON struct {
+	Name string `json:"name"`
+	ID   uint32 `json:"id"`
 }
 
 type storeJSON struct {
@@ -73,10 +84,11 @@ func inspectHelp(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "For an engine directory: prints the engine format version, the persisted")
 	fmt.Fprintln(w, "watermark, the store's estimated key count, LSM levels, memtables and disk")
-	fmt.Fprintln(w, "usage, every bitslice as above, and the total size. It opens the store")
-	fmt.Fprintln(w, "read-only and never writes. If a running engine holds the directory, the")
-	fmt.Fprintln(w, "store cannot be read: inspect says so, still describes the bitslice files")
-	fmt.Fprintln(w, "(which may be mid-update) and exits 0.")
+	fmt.Fprintln(w, "usage, the keyspaces (and dropped ones awaiting deletion), every bitslice")
+	fmt.Fprintln(w, "as above, and the total size. It opens the store read-only and never")
+	fmt.Fprintln(w, "writes. If a running engine holds the directory, the store cannot be read:")
+	fmt.Fprintln(w, "inspect says so, still describes the bitslice files (which may be")
+	fmt.Fprintln(w, "mid-update) and exits 0.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "A corrupt or foreign file or directory is reported on stderr with the")
 	fmt.Fprintln(w, "reason, exit status 1.")
@@ -149,67 +161,47 @@ func writeJSON(stdout, stderr io.Writer, cmd string, v any) int {
 	return exitOK
 }
 
-// manifestHeader is the first line of every engine manifest; the second
-// is "format N".
-const manifestHeader = "kvbuf engine directory"
-
-// readManifest checks that dir is a kvbuf engine directory and returns its
-// format version.
+// readManifest checks that dir is a complete kvbuf engine directory and
+// returns its format version (flush uses it; the engine directory package
+// owns the manifest and its format).
 func readManifest(dir string) (int, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return 0, err
 	}
-	path := filepath.Join(dir, kvbuf.ManifestName)
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("%s has no %s manifest: %w", dir, kvbuf.ManifestName, kvbuf.ErrNotEngine)
-	}
+	info, err := enginedir.Describe(dir)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1024))
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
+	if err := checkReady(info); err != nil {
+		return 0, err
 	}
-	header, rest, _ := strings.Cut(string(b), "\n")
-	if header != manifestHeader {
-		return 0, fmt.Errorf("%s: foreign manifest %.40q: %w", path, b, kvbuf.ErrNotEngine)
-	}
-	rest = strings.TrimSuffix(rest, "\n")
-	if r, ok := strings.CutSuffix(rest, "\ninitialising"); ok {
-		// The engine writes this first and the final manifest once its
-		// store and bits directories exist; the next Open finishes it.
-		return 0, fmt.Errorf("%s: engine initialisation was interrupted (%s); opening it with the engine finishes it: %w", path, r, kvbuf.ErrNotEngine)
-	}
-	v, ok := strings.CutPrefix(rest, "format ")
-	n, err := strconv.Atoi(v)
-	if !ok || err != nil || n != 1 {
-		return 0, fmt.Errorf("%s: unsupported or damaged manifest %q (this kvtool reads format 1): %w", path, b, kvbuf.ErrCorrupt)
-	}
-	return n, nil
+	return info.FormatVersion, nil
 }
 
-// lockShared takes a shared, non-blocking flock on the engine's LOCK file,
-// which a running engine holds exclusively. It returns locked = true if an
+// checkReady turns an engine whose initialisation did not finish into an
+// error that says what happened.
+func checkReady(info enginedir.Info) error {
+	if info.State == enginedir.Ready {
+		return nil
+	}
+	if info.Locked {
+		return fmt.Errorf("%s: engine initialisation is in progress in a running engine: %w", info.Path, enginedir.ErrLocked)
+	}
+	stage := "before its manifest was written"
+	if info.FormatVersion != 0 {
+		stage = fmt.Sprintf("format %d", info.FormatVersion)
+	}
+	// The engine finishes an interrupted initialisation when it opens the
+	// directory.
+	return fmt.Errorf("%s: engine initialisation was interrupted (%s); opening it with the engine finishes it: %w", info.Path, stage, enginedir.ErrNotEngine)
+}
+
+// lockShared takes a shared lock on the engine directory so that no engine
+// opens it while it is read. It returns locked = true, and no lock, if an
 // engine holds it; release undoes a successful lock. A missing LOCK file
 // (an engine that never opened) needs no lock and is not created.
 func lockShared(dir string) (release func(), locked bool, err error) {
-	f, err := os.Open(filepath.Join(dir, kvbuf.LockName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return func() {}, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, true, nil
-		}
-		return nil, false, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return func() { f.Close() }, false, nil
+	return enginedir.ReadLock(dir)
 }
 
 // dirSize sums the sizes of the regular files under dir.
@@ -231,14 +223,46 @@ func dirSize(dir string) (int64, error) {
 	return n, err
 }
 
+// readStore opens the store of the engine in dir read-only and returns its
+// metrics and keyspace catalog (an engine that never made a keyspace has
+// none stored: an empty one).
+func readStore(dir string) (storage.Metrics, enginedir.Catalog, error) {
+	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), &storage.Options{ReadOnly: true})
+	if err != nil {
+		return storage.Metrics{}, enginedir.Catalog{}, err
+	}
+	m, err := st.Metrics()
+	var b []byte
+	if err == nil {
+		b, err = st.GetMeta(enginedir.CatalogMeta)
+		if errors.Is(err, storage.ErrNotFound) {
+			b, err = nil, nil
+		}
+	}
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return storage.Metrics{}, enginedir.Catalog{}, err
+	}
+	c, err := enginedir.ParseCatalog(b)
+	if err != nil {
+		return storage.Metrics{}, enginedir.Catalog{}, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, c, nil
+}
+
 // describeEngine gathers what inspect prints about the engine in dir.
 func describeEngine(dir string) (engineJSON, error) {
 	e := engineJSON{Path: dir, Kind: "engine", Bitslices: []inspectJSON{}}
-	v, err := readManifest(dir)
+	info, err := enginedir.Describe(dir)
 	if err != nil {
 		return e, err
 	}
-	e.FormatVersion = v
+	if err := checkReady(info); err != nil {
+		return e, err
+	}
+	e.FormatVersion = info.FormatVersion
 	release, locked, err := lockShared(dir)
 	if err != nil {
 		return e, err
@@ -246,14 +270,7 @@ func describeEngine(dir string) (engineJSON, error) {
 	e.Locked = locked
 	if !locked {
 		defer release()
-		st, err := storage.Open(filepath.Join(dir, kvbuf.StoreDir), &storage.Options{ReadOnly: true})
-		if err != nil {
-			return e, err
-		}
-		m, err := st.Metrics()
-		if cerr := st.Close(); err == nil {
-			err = cerr
-		}
+		m, c, err := readStore(dir)
 		if err != nil {
 			return e, err
 		}
@@ -270,13 +287,18 @@ func describeEngine(dir string) (engineJSON, error) {
 				e.Store.Levels = append(e.Store.Levels, levelJSON{Level: i, Files: l.Files, Bytes: l.Bytes})
 			}
 		}
+		e.Keyspaces = []keyspaceJSON{}
+		for _, name := range c.Names() {
+			e.Keyspaces = append(e.Keyspaces, keyspaceJSON{Name: name, ID: c.Keyspaces[name]})
+		}
+		e.DroppedKeyspaces = append([]uint32{}, c.Dropped...)
 	}
-	names, err := kvbuf.BitsNames(dir)
+	names, err := enginedir.BitsNames(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return e, err
 	}
 	for _, name := range names {
-		info, err := bitslice.ReadInfo(filepath.Join(dir, kvbuf.BitsDir, name+kvbuf.BitsExt))
+		info, err := bitslice.ReadInfo(filepath.Join(dir, enginedir.BitsDir, name+enginedir.BitsExt))
 		if err != nil {
 			return e, err
 		}
@@ -314,6 +336,17 @@ func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "L%d:\t%s, %d bytes\n", l.Level, plural(l.Files, "file"), l.Bytes)
 		}
 		fmt.Fprintf(tw, "store disk usage:\t%d bytes\n", e.Store.DiskUsage)
+		fmt.Fprintf(tw, "keyspaces:\t%d\n", len(e.Keyspaces))
+		for _, k := range e.Keyspaces {
+			fmt.Fprintf(tw, "  %s:\tid %d\n", k.Name, k.ID)
+		}
+		if n := len(e.DroppedKeyspaces); n > 0 {
+			ids := make([]string, n)
+			for i, id := range e.DroppedKeyspaces {
+				ids[i] = strconv.FormatUint(uint64(id), 10)
+			}
+			fmt.Fprintf(tw, "dropped keyspaces:\t%d awaiting deletion (ids %s)\n", n, strings.Join(ids, ", "))
+		}
 	}
 	fmt.Fprintf(tw, "bitslices:\t%d\n", len(e.Bitslices))
 	for _, b := range e.Bitslices {

@@ -1,0 +1,228 @@
+package kvbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Batch collects changes to any keyspaces and bitslices of one engine, to be
+// applied as one op with DB.Apply: one admission for all of them, all in
+// the same flush, and the watermark covers all of them or none. Adding a
+// change copies its key and value. A Batch is not safe for concurrent use;
+// it may be reused after Reset (or after Apply, which does not reset it).
+//
+// A Batch records the first problem with a change (a bad key, a handle of
+// another engine) and Apply reports it before applying anything.
+type Batch struct {
+	db   *DB
+	ops  []batchOp
+	data []byte // keys and values, referenced by offset
+	err  error
+}
+
+type batchKind uint8
+
+const (
+	opPut batchKind = iota
+	opDelete
+	opDeleteRange
+	opSet
+	opSetRange
+)
+
+type batchOp struct {
+	kind   batchKind
+	v      bool
+	k      *KV
+	b      *Bits
+	a0, a1 int // key / lower bound offsets in data ([a0, a1))
+	b0, b1 int // value / upper bound offsets; b0 < 0 for an open upper bound
+	lo, hi uint64
+}
+
+// NewBatch returns an empty batch for db.
+func (db *DB) NewBatch() *Batch { return &Batch{db: db} }
+
+func (b *Batch) bytes(p []byte) (int, int) {
+	start := len(b.data)
+	b.data = append(b.data, p...)
+	return start, len(b.data)
+}
+
+func (b *Batch) view(a, z int) []byte { return b.data[a:z:z] }
+
+func (b *Batch) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+func (b *Batch) checkKV(k *KV) bool {
+	if k == nil || k.db != b.db {
+		b.fail(fmt.Errorf("kvbuf: batch: keyspace handle: %w", ErrForeign))
+		return false
+	}
+	return true
+}
+
+func (b *Batch) checkBits(s *Bits) bool {
+	if s == nil || s.db != b.db {
+		b.fail(fmt.Errorf("kvbuf: batch: bitslice handle: %w", ErrForeign))
+		return false
+	}
+	return true
+}
+
+// Put adds key = value in keyspace k.
+func (b *Batch) Put(k *KV, key, value []byte) {
+	if !b.checkKV(k) {
+		return
+	}
+	if err := k.ov.CheckPut(key, value); err != nil {
+		b.fail(k.wrap(err))
+		return
+	}
+	a0, a1 := b.bytes(key)
+	b0, b1 := b.bytes(value)
+	b.ops = append(b.ops, batchOp{kind: opPut, k: k, a0: a0, a1: a1, b0: b0, b1: b1})
+}
+
+// Delete adds the deletion of key in keyspace k.
+func (b *Batch) Delete(k *KV, key []byte) {
+	if !b.checkKV(k) {
+		return
+	}
+	if err := k.ov.CheckKey(key); err != nil {
+		b.fail(k.wrap(err))
+		return
+	}
+	a0, a1 := b.bytes(key)
+	b.ops = append(b.ops, batchOp{kind: opDelete, k: k, a0: a0, a1: a1})
+}
+
+// DeleteRange adds the deletion of every key in [lower, upper) of keyspace k
+// (nil = open on that side).
+func (b *Batch) DeleteRange(k *KV, lower, upper []byte) {
+	if !b.checkKV(k) {
+		return
+	}
+	if lower != nil && upper != nil && string(lower) > string(upper) {
+		b.fail(k.wrap(fmt.Errorf("[%q, %q): %w", lower, upper, ErrBadRange)))
+		return
+	}
+	op := batchOp{kind: opDeleteRange, k: k, a0: -1, b0: -1}
+	if lower != nil {
+		op.a0, op.a1 = b.bytes(lower)
+	}
+	if upper != nil {
+		op.b0, op.b1 = b.bytes(upper)
+	}
+	b.ops = append(b.ops, op)
+}
+
+// Set adds bit i = v of bitslice s.
+func (b *Batch) Set(s *Bits, i uint64, v bool) {
+	if !b.checkBits(s) {
+		return
+	}
+	if err := s.ov.CheckSet(i); err != nil {
+		b.fail(s.wrap(err))
+		return
+	}
+	b.ops = append(b.ops, batchOp{kind: opSet, b: s, lo: i, v: v})
+}
+
+// SetRange adds bits [lo, hi) = v of bitslice s.
+func (b *Batch) SetRange(s *Bits, lo, hi uint64, v bool) {
+	if !b.checkBits(s) {
+		return
+	}
+	if err := s.ov.CheckRange(lo, hi); err != nil {
+		b.fail(s.wrap(err))
+		return
+	}
+	b.ops = append(b.ops, batchOp{kind: opSetRange, b: s, lo: lo, hi: hi, v: v})
+}
+
+// Len returns the number of changes in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+// Err returns the first problem recorded while adding changes, which Apply
+// will return.
+func (b *Batch) Err() error { return b.err }
+
+// Reset empties the batch, keeping its memory.
+func (b *Batch) Reset() {
+	clear(b.ops)
+	b.ops, b.data, b.err = b.ops[:0], b.data[:0], nil
+}
+
+// Apply applies every change of b as op (the host's op number; 0 if the host
+// does not track ops): one admission, so they land in the same flush, and op
+// counts as complete (the next flush may cover it; no EndOp needed). A
+// concurrent reader may see part of the batch while it is applied; a
+// Snapshot never does. Changes to a keyspace dropped concurrently are
+// discarded, as if the batch had come first.
+//
+// Errors (nothing applied): the first problem recorded while adding changes
+// (ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrBadRange,
+// ErrOutOfRange, ErrForeign), ErrDropped for a keyspace dropped before the
+// call, ErrStaleOp, ErrClosed, ctx.Err().
+func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
+	if b.db != db {
+		return fmt.Errorf("kvbuf: apply: batch: %w", ErrForeign)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	for i := range b.ops {
+		if k := b.ops[i].k; k != nil && k.ov.Dropped() {
+			return k.wrap(ErrDropped)
+		}
+	}
+	t, err := db.flusher.BeginWrite(ctx, op, true)
+	if err != nil {
+		return err
+	}
+	defer t.End()
+	for i := range b.ops {
+		o := &b.ops[i]
+		var err error
+		switch o.kind {
+		case opPut:
+			err = o.k.ov.Put(b.view(o.a0, o.a1), b.view(o.b0, o.b1))
+		case opDelete:
+			err = o.k.ov.Delete(b.view(o.a0, o.a1))
+		case opDeleteRange:
+			var lo, hi []byte
+			if o.a0 >= 0 {
+				lo = b.view(o.a0, o.a1)
+			}
+			if o.b0 >= 0 {
+				hi = b.view(o.b0, o.b1)
+			}
+			err = o.k.ov.DeleteRange(lo, hi)
+		case opSet:
+			err = o.b.ov.Set(o.lo, o.v)
+		case opSetRange:
+			err = o.b.ov.SetRange(o.lo, o.hi, o.v)
+		}
+		if err != nil && !errors.Is(err, ErrDropped) {
+			// Every change was validated above: this is a bug, not bad
+			// input, and the batch is half applied.
+			panic(fmt.Sprintf("kvbuf: batch change %d failed after validation: %v", i, err))
+		}
+	}
+	return nil
+}
+
+// Update builds a batch with fn and applies it as op if fn returns nil (see
+// Apply). fn's error is returned as is, with nothing applied.
+func (db *DB) Update(ctx context.Context, op uint64, fn func(b *Batch) error) error {
+	b := db.NewBatch()
+	if err := fn(b); err != nil {
+		return err
+	}
+	return db.Apply(ctx, b, op)
+}

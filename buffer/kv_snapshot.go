@@ -1,0 +1,138 @@
+package buffer
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// KVSnapshot reads a keyspace as it was when the snapshot was taken: the
+// pending tables of that instant (sealed, so immutable, and pinned) over a
+// store snapshot taken at the same instant. Later writes and any number of
+// flushes do not change what it reads. Safe for concurrent use.
+type KVSnapshot struct {
+	kv     *KV
+	v      *kvView // fixed: every table sealed
+	tables []*table
+	ss     kvReader
+	closed atomic.Bool
+}
+
+// Snapshot seals the active table (if it holds changes) and returns a
+// snapshot of the keyspace over ss, a store snapshot taken at the same
+// instant. The caller must exclude writers (see KV) for the instant to be
+// one, and Close the snapshot when done.
+func (kv *KV) Snapshot(ss *storage.Snapshot) *KVSnapshot {
+	kv.vmu.Lock()
+	v := kv.view.Load()
+	if a := v.active; !a.empty() {
+		a.seal()
+		next := kv.newActive()
+		v = &kvView{active: next, sealed: prepend(a, v.sealed)}
+		kv.view.Store(v)
+		if !kv.dropped.Load() {
+			next.unseal()
+		}
+	}
+	ts := append([]*table(nil), v.sealed...)
+	for _, t := range ts {
+		t.pins.Add(1)
+	}
+	kv.vmu.Unlock()
+	s := &KVSnapshot{kv: kv, tables: ts}
+	if ss != nil {
+		s.ss = ss
+	}
+	if len(ts) > 0 {
+		s.v = &kvView{active: ts[0], sealed: ts[1:]}
+	} else {
+		s.v = &kvView{active: newTable(1)}
+	}
+	return s
+}
+
+func (s *KVSnapshot) reader() kvReader {
+	if s.closed.Load() {
+		return nil
+	}
+	return s.ss
+}
+
+// Get is KV.Get as of the snapshot. After Close it returns storage.ErrClosed.
+func (s *KVSnapshot) Get(key []byte) ([]byte, error) {
+	v, err := s.GetAppend(nil, key)
+	if err == nil && v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// GetAppend is KV.GetAppend as of the snapshot.
+func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
+	if err := s.kv.checkKey(key); err != nil {
+		return dst, err
+	}
+	st := s.reader()
+	if st == nil {
+		return dst, storage.ErrClosed
+	}
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	r, hidden := s.v.find(k, hashKey(k))
+	switch {
+	case r != nil:
+		v, del := rec(r)
+		if del {
+			return dst, storage.ErrNotFound
+		}
+		return append(dst, v...), nil
+	case hidden:
+		return dst, storage.ErrNotFound
+	}
+	return st.GetAppend(dst, s.kv.ks, key)
+}
+
+// GetMany is KV.GetMany as of the snapshot.
+func (s *KVSnapshot) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
+	st := s.reader()
+	if st == nil {
+		return buf, storage.ErrClosed
+	}
+	v := s.v
+	return getMany(keys, vals, buf, s.kv.checkKey, func() *kvView { return v }, st, s.kv.ks)
+}
+
+// NewIter is KV.NewIter as of the snapshot: it sees exactly the snapshot.
+func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
+	if err := CheckRange(lower, upper); err != nil {
+		return nil, err
+	}
+	st := s.reader()
+	if st == nil {
+		return nil, storage.ErrClosed
+	}
+	// The snapshot's pins keep the tables from being recycled; the
+	// iterator adds its own so that it stays correct if the snapshot is
+	// closed first.
+	for _, t := range s.tables {
+		t.pins.Add(1)
+	}
+	sit, err := st.NewIter(s.kv.ks, lower, upper)
+	if err != nil {
+		unpin(s.tables)
+		return nil, err
+	}
+	ts := s.tables
+	return newIter(ts, sit, lower, upper, func() { unpin(ts) }), nil
+}
+
+// Close releases the snapshot's tables. It is idempotent. The store snapshot
+// is not the KVSnapshot's: its owner closes it.
+func (s *KVSnapshot) Close() {
+	if s.closed.CompareAndSwap(false, true) {
+		unpin(s.tables)
+	}
+}
+
+// Closed reports whether Close was called.
+func (s *KVSnapshot) Closed() bool { return s.closed.Load() }

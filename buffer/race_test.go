@@ -1,0 +1,265 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+)
+
+// These tests hunt the stale reads that lock-free code hides from polite
+// tests: many more goroutines than cores (so that a goroutine is preempted
+// between two atomic stores), flushes in a tight loop, pooled tables on and
+// readers pinning old tables with open iterators. Each of them caught a real
+// bug of an earlier design (see doc/design.md, "The read path: views");
+// reintroducing either bug makes them fail within a normal `go test -race`.
+
+const raceDuration = 400 * time.Millisecond
+
+func raceProcs(t *testing.T, n int) {
+	old := runtime.GOMAXPROCS(n)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+}
+
+// kvFlushLoop freezes, writes and releases generations until stop is closed.
+func kvFlushLoop(r *kvRig, stop <-chan struct{}, wg *sync.WaitGroup, flushes *atomic.Int64) {
+	defer wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		r.bar.Lock()
+		r.gen++
+		g := r.kv.Freeze(r.gen)
+		r.bar.Unlock()
+		if g == nil {
+			runtime.Gosched()
+			continue
+		}
+		b := r.st.NewBatch()
+		if err := g.AddTo(context.Background(), b); err != nil {
+			panic(err)
+		}
+		c, err := r.st.Commit(b)
+		if err == nil {
+			err = c.Wait()
+		}
+		if err != nil {
+			panic(err)
+		}
+		g.Release()
+		flushes.Add(1)
+	}
+}
+
+// TestKVReadYourWritesWithPinnedTables: writers Put then Get their own key
+// while other goroutines keep iterators open (pinning old tables, so that a
+// newer table is recycled while an older one stays intact) and a flush loop
+// recycles tables. A writer's Get must return its own last value.
+func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
+	raceProcs(t, 16)
+	r := newKVRig(t, &Options{Shards: 2})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var flushes, reads atomic.Int64
+	var failure atomic.Pointer[string]
+	wg.Add(1)
+	go kvFlushLoop(r, stop, &wg, &flushes)
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				it, err := r.kv.NewIter(nil, nil)
+				if err != nil {
+					panic(err)
+				}
+				it.First()
+				for range p {
+					runtime.Gosched()
+				}
+				it.Close()
+			}
+		}()
+	}
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("w%d", w))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				val := []byte(fmt.Sprint(n))
+				r.bar.RLock()
+				err := r.kv.Put(key, val)
+				r.bar.RUnlock()
+				if err != nil {
+					panic(err)
+				}
+				got, err := r.kv.Get(key)
+				reads.Add(1)
+				if err != nil || string(got) != string(val) {
+					msg := fmt.Sprintf("writer %d: Get after Put(%s) = %q, %v", w, val, got, err)
+					failure.CompareAndSwap(nil, &msg)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(raceDuration)
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatalf("stale read: %s (%d flushes, %d reads)", *msg, flushes.Load(), reads.Load())
+	}
+	t.Logf("%d flushes, %d reads", flushes.Load(), reads.Load())
+	if flushes.Load() < 10 {
+		t.Fatalf("only %d flushes: the test did not exercise recycling", flushes.Load())
+	}
+}
+
+// bitsRig drives one Bits overlay like the engine does.
+type bitsRig struct {
+	t    testing.TB
+	f    *bitslice.File
+	b    *Bits
+	acct Account
+	bar  sync.RWMutex
+	gen  uint64
+}
+
+func newBitsRig(t testing.TB, opts *Options) *bitsRig {
+	t.Helper()
+	f, err := bitslice.Create(filepath.Join(t.TempDir(), "b.bits"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r := &bitsRig{t: t, f: f}
+	r.b, err = NewBits(f, &r.acct, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// flush freezes, writes and releases one generation, then settles.
+func (r *bitsRig) flush() {
+	r.bar.Lock()
+	r.gen++
+	g := r.b.Freeze(r.gen)
+	r.bar.Unlock()
+	if g != nil {
+		if err := g.Write(context.Background(), r.gen); err != nil {
+			r.t.Fatal(err)
+		}
+		r.b.Release(r.gen)
+	}
+	r.bar.Lock()
+	r.b.Settle()
+	r.bar.Unlock()
+}
+
+// TestBitsNoStaleReadDuringFlush: one writer sets bit i and then publishes
+// i; readers read the latest published bit while a flush loop freezes,
+// writes, releases and settles. Every read must see true.
+func TestBitsNoStaleReadDuringFlush(t *testing.T) {
+	raceProcs(t, 16)
+	r := newBitsRig(t, nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var published atomic.Int64
+	published.Store(-1)
+	var flushes, reads atomic.Int64
+	var failure atomic.Pointer[string]
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.bar.Lock()
+			r.gen++
+			g := r.b.Freeze(r.gen)
+			r.bar.Unlock()
+			if g != nil {
+				if err := g.Write(context.Background(), r.gen); err != nil {
+					panic(err)
+				}
+				r.b.Release(r.gen)
+				flushes.Add(1)
+			}
+			r.bar.Lock()
+			r.b.Settle()
+			r.bar.Unlock()
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.bar.RLock()
+			err := r.b.Set(i*7%(1<<20), true)
+			r.bar.RUnlock()
+			if err != nil {
+				panic(err)
+			}
+			published.Store(int64(i))
+		}
+	}()
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := published.Load()
+				if i < 0 {
+					continue
+				}
+				reads.Add(1)
+				if !r.b.Get(uint64(i) * 7 % (1 << 20)) {
+					msg := fmt.Sprintf("bit %d read false after it was set and published", uint64(i)*7%(1<<20))
+					failure.CompareAndSwap(nil, &msg)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(raceDuration)
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatalf("stale read: %s (%d flushes, %d reads)", *msg, flushes.Load(), reads.Load())
+	}
+	t.Logf("%d flushes, %d reads", flushes.Load(), reads.Load())
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// setCatalogMeta overwrites the keyspace catalog of the engine in dir.
+func setCatalogMeta(t *testing.T, dir, catalog string) {
+	t.Helper()
+	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.NewBatch()
+	b.SetMeta(enginedir.CatalogMeta, []byte(catalog))
+	if err := errors.Join(st.Apply(b), st.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInspectKeyspaces(t *testing.T) {
+	dir := copyFixture(t)
+	setCatalogMeta(t, dir, "users 1\nevents 4\n@dropped 2\n@dropped 3\n@next 6\n")
+	code, out, errOut := runCLI(t, "inspect", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"keyspaces:         2\n",
+		"  events:          id 4\n",
+		"  users:           id 1\n",
+		"dropped keyspaces: 2 awaiting deletion (ids 2, 3)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	e := inspectJSONOf(t, dir)
+	want := []keyspaceJSON{{"events", 4}, {"users", 1}}
+	if !slices.Equal(e.Keyspaces, want) || !slices.Equal(e.DroppedKeyspaces, []uint32{2, 3}) {
+		t.Errorf("inspect --json: keyspaces %v, dropped %v", e.Keyspaces, e.DroppedKeyspaces)
+	}
+}
+
+func TestInspectCorruptCatalog(t *testing.T) {
+	dir := copyFixture(t)
+	setCatalogMeta(t, dir, "users 1\nevents 1\n")
+	code, out, errOut := runCLI(t, "inspect", dir)
+	checkError(t, code, out, errOut, "keyspace catalog")
+	if !strings.Contains(errOut, enginedir.ErrCorrupt.Error()) {
+		t.Errorf("stderr %q does not say the directory is corrupt", errOut)
+	}
+}
+
+func TestInspectUnfinishedInitialisation(t *testing.T) {
+	// In progress: an engine directory package holds it, mid-initialisation.
+	dir := filepath.Join(t.TempDir(), "e")
+	d, err := enginedir.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"inspect", dir}, {"flush", dir}} {
+		code, out, errOut := runCLI(t, args...)
+		checkError(t, code, out, errOut, "engine initialisation is in progress")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupted after the manifest was written.
+	code, out, errOut := runCLI(t, "inspect", dir)
+	checkError(t, code, out, errOut, "engine initialisation was interrupted (format 1)")
+	// Interrupted before: only kvbuf's LOCK is there.
+	dir = t.TempDir()
+	write(t, filepath.Join(dir, enginedir.LockName), "kvbuf engine lock\n")
+	code, out, errOut = runCLI(t, "inspect", dir)
+	checkError(t, code, out, errOut, "engine initialisation was interrupted (before its manifest was written)")
+	// A lone LOCK that kvbuf did not write is foreign.
+	write(t, filepath.Join(dir, enginedir.LockName), "")
+	code, out, errOut = runCLI(t, "inspect", dir)
+	checkError(t, code, out, errOut, "not a kvbuf directory")
+}

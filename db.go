@@ -1,0 +1,328 @@
+package kvbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// DB is an open engine: one pebble store holding every keyspace, any number
+// of named bitslices, each behind its pending-changes overlay, and one
+// flusher that makes all of them durable under a single watermark.
+//
+// All methods are safe for concurrent use.
+//
+// # Caveats
+//
+//   - The watermark is a receipt for whole ops only if the host finishes op
+//     n before it starts op n+1, or writes each op as one Batch. Writes that
+//     break that order get ErrStaleOp rather than a watermark that lies.
+//   - A reader concurrent with a Batch may see part of it; a Snapshot never
+//     does.
+//   - Scans (KV.NewIter) are not snapshots: the store side is fixed when the
+//     iterator is created, pending changes are read live. Use a Snapshot for
+//     a point-in-time scan.
+//   - Bits.Count is exact for writes that have returned; a write in progress
+//     may or may not be counted yet.
+//   - Bitslices are written before the store, so after a crash a bitslice
+//     may hold changes of ops above the watermark; replaying the host's log
+//     from the watermark re-applies them, which is harmless for these
+//     idempotent writes.
+//   - If Close's final flush fails, Close still closes every file and
+//     returns that error: the changes it could not flush are gone, and the
+//     host replays them from Watermark as after a crash.
+//   - Pebble treats a failed write or sync of its write-ahead log as fatal
+//     and exits the process.
+//   - While a Snapshot is open, each flush keeps the bitslice words it
+//     overwrites (memory proportional to the words changed) until the
+//     snapshot is closed.
+//   - A new keyspace is persisted with the next flush, together with its
+//     first data.
+type DB struct {
+	closing atomic.Bool // set when Close begins; reads check it after reading
+
+	opts    *Options // resolved
+	bopts   *buffer.Options
+	dir     *enginedir.Dir
+	store   *storage.Store
+	flusher *flush.Flusher
+	acct    buffer.Account
+
+	// targets is every overlay a flush freezes, copy-on-write under mu, so
+	// that Freeze and PendingBytes read it without a lock.
+	targets atomic.Pointer[targetSet]
+
+	mu        sync.Mutex // guards the fields below
+	keyspaces map[string]*KV
+	bits      map[string]*Bits
+	catalog   enginedir.Catalog
+	catDirty  bool // the catalog changed since the last freeze
+	snaps     map[*Snapshot]struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type targetSet struct {
+	kvs  []*KV
+	bits []*Bits
+}
+
+// Open opens the engine in dir, creating dir and an empty engine if dir does
+// not exist or is empty. A nil opts means defaults (see Options).
+//
+// Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
+// non-empty directory kvbuf did not create (nothing is written to it);
+// ErrCorrupt for damaged files; ErrBadOptions. On error every file Open
+// opened is closed again.
+func Open(dir string, opts *Options) (*DB, error) {
+	o := opts.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: o.storeFS})
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{
+		opts:      o,
+		bopts:     o.bufferOptions(),
+		dir:       d,
+		keyspaces: map[string]*KV{},
+		bits:      map[string]*Bits{},
+		snaps:     map[*Snapshot]struct{}{},
+	}
+	db.targets.Store(&targetSet{})
+	if err := db.open(); err != nil {
+		db.closeFiles()
+		return nil, err
+	}
+	return db, nil
+}
+
+func (db *DB) open() error {
+	fresh := db.dir.Fresh()
+	st, err := storage.Open(db.dir.StorePath(), &storage.Options{
+		CacheSize:        db.opts.CacheSize,
+		FS:               db.opts.storeFS,
+		ErrorIfNotExists: !fresh, // a ready manifest without a store means lost data
+	})
+	if err != nil {
+		return wrapOpenErr(err)
+	}
+	db.store = st
+	if err := db.loadCatalog(); err != nil {
+		return err
+	}
+	names, err := enginedir.BitsNames(db.dir.Path())
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if _, err := db.openBits(name, false); err != nil {
+			return err
+		}
+	}
+	if fresh {
+		if err := db.dir.MarkReady(); err != nil {
+			return err
+		}
+	}
+	wm, err := st.Watermark()
+	if err != nil {
+		return wrapOpenErr(err)
+	}
+	db.flusher = flush.New(db, db.opts.flushOptions(wm))
+	return nil
+}
+
+// loadCatalog reads the keyspace catalog and makes an overlay per keyspace.
+func (db *DB) loadCatalog() error {
+	b, err := db.store.GetMeta(enginedir.CatalogMeta)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		db.catalog = enginedir.NewCatalog()
+		return nil
+	case err != nil:
+		return wrapOpenErr(err)
+	}
+	c, err := enginedir.ParseCatalog(b)
+	if err != nil {
+		return fmt.Errorf("kvbuf: %s: keyspace catalog: %w", db.dir.Path(), err)
+	}
+	db.catalog = c
+	if len(c.Dropped) > 0 {
+		// Keyspaces whose drop was not yet durable: finish it with the
+		// next flush (the catalog is rewritten without them).
+		db.catDirty = true
+	}
+	for name, id := range c.Keyspaces {
+		if _, err := db.newKV(name, storage.KeyspaceID(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wrapOpenErr adds ErrCorrupt and ErrLocked to the lower packages' errors so
+// that callers need only the kvbuf sentinels.
+func wrapOpenErr(err error) error {
+	switch {
+	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrLocked):
+		return err
+	case errors.Is(err, storage.ErrCorrupt), errors.Is(err, bitslice.ErrCorrupt):
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	case errors.Is(err, storage.ErrLocked), errors.Is(err, bitslice.ErrLocked):
+		return fmt.Errorf("%w: %w", ErrLocked, err)
+	}
+	return err
+}
+
+// closeFiles releases whatever Open acquired, for a failed Open.
+func (db *DB) closeFiles() {
+	for _, b := range db.bits {
+		_ = b.file.Close()
+	}
+	if db.store != nil {
+		_ = db.store.Close()
+	}
+	_ = db.dir.Discard()
+}
+
+// addTarget adds an overlay to the flush target list. db.mu held.
+func (db *DB) addTarget(k *KV, b *Bits) {
+	cur := db.targets.Load()
+	ts := &targetSet{kvs: slices.Clone(cur.kvs), bits: slices.Clone(cur.bits)}
+	if k != nil {
+		ts.kvs = append(ts.kvs, k)
+	}
+	if b != nil {
+		ts.bits = append(ts.bits, b)
+	}
+	db.targets.Store(ts)
+}
+
+// Dir returns the engine directory.
+func (db *DB) Dir() string { return db.dir.Path() }
+
+// Flush returns once every write that completed before the call is durable
+// and the watermark covering it is persisted. Concurrent callers share
+// physical flushes. It returns ctx.Err() if ctx ends first (the flush goes
+// on for the others) and ErrClosed after Close has begun.
+func (db *DB) Flush(ctx context.Context) error { return db.flusher.Flush(ctx) }
+
+// FlushMemtables flushes like Flush, then writes pebble's memtables to
+// sstables, so that recovery does not replay the write-ahead log (kvtool
+// flush uses it). It blocks until pebble's flush is done.
+func (db *DB) FlushMemtables(ctx context.Context) error {
+	if err := db.flusher.Flush(ctx); err != nil {
+		return err
+	}
+	t, err := db.flusher.Enter()
+	if err != nil {
+		return err
+	}
+	defer t.End()
+	if err := db.store.Flush(); err != nil {
+		return fmt.Errorf("kvbuf: flush memtables of %s: %w", db.Dir(), err)
+	}
+	return nil
+}
+
+// Watermark returns the persisted watermark: every write of every op up to
+// it is durable. After a crash, reopen and replay the host's log from the
+// op after it.
+func (db *DB) Watermark() uint64 { return db.flusher.Watermark() }
+
+// EndOp declares that op has no further writes, so that the next flush may
+// count it in the watermark (see "Ops and the watermark" in the package
+// documentation). Ops written as one Batch need no EndOp. It returns
+// ErrClosed after Close has begun.
+func (db *DB) EndOp(ctx context.Context, op uint64) error { return db.flusher.EndOp(ctx, op) }
+
+// Keyspaces returns the names of the engine's keyspaces, sorted.
+func (db *DB) Keyspaces() []string {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	names := make([]string, 0, len(db.keyspaces))
+	for n := range db.keyspaces {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Bitslices returns the names of the engine's bitslices, sorted.
+func (db *DB) Bitslices() []string {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	names := make([]string, 0, len(db.bits))
+	for n := range db.bits {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Close refuses new writes, flushes and snapshots (ErrClosed), waits for
+// in-flight ones, runs a final flush, stops the background flusher, closes
+// open snapshots and every file. It is idempotent and safe to call from many
+// goroutines: every call returns the first call's result (the final flush's
+// error, or a close error). Done reports when it has finished. Iterators
+// left open stop with ErrClosed.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.closing.Store(true)
+		err := db.flusher.Close()
+		db.mu.Lock()
+		snaps := make([]*Snapshot, 0, len(db.snaps))
+		for s := range db.snaps {
+			snaps = append(snaps, s)
+		}
+		db.mu.Unlock()
+		for _, s := range snaps {
+			s.Close()
+		}
+		db.mu.Lock()
+		for _, b := range db.bits {
+			if cerr := b.file.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("kvbuf: close bitslice %q: %w", b.name, cerr)
+			}
+		}
+		db.mu.Unlock()
+		if cerr := db.store.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("kvbuf: close store: %w", cerr)
+		}
+		if cerr := db.dir.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("kvbuf: close %s: %w", db.Dir(), cerr)
+		}
+		db.closeErr = err
+	})
+	return db.closeErr
+}
+
+// Done returns a channel closed once Close has drained every in-flight
+// operation and made the final flush; any number of goroutines may wait on
+// it.
+func (db *DB) Done() <-chan struct{} { return db.flusher.Done() }
+
+// Wait blocks until Close has drained the engine (see Done), returning
+// Close's final flush error, or until ctx ends. It does not start Close.
+func (db *DB) Wait(ctx context.Context) error { return db.flusher.Wait(ctx) }
+
+// closed returns ErrClosed once Close has begun: reads call it after reading.
+func (db *DB) closed() error {
+	if db.closing.Load() {
+		return ErrClosed
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package enginedir
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+const (
+	manifestHeader = "kvbuf engine directory\n"
+	// manifestReady marks a complete engine: store and bits exist.
+	manifestReady = manifestHeader + "format 1\n"
+	// manifestInit marks an engine whose store and bits directories may
+	// not exist yet; MarkReady replaces it with manifestReady.
+	manifestInit = manifestReady + "initialising\n"
+	// lockText is what a LOCK file made by this package holds, so that a
+	// lone LOCK left by a crashed initialisation is told from a foreign one.
+	lockText = "kvbuf engine lock\n"
+
+	// maxManifest bounds how much of a manifest (or of a LOCK file) is
+	// read: anything longer is not kvbuf's.
+	maxManifest = 1024
+
+	lockTempPrefix     = LockName + ".tmp."
+	manifestTempPrefix = ManifestName + ".tmp."
+	legacyManifestTemp = ManifestName + ".tmp"
+)
+
+// State is how far an engine directory's initialisation got.
+type State int
+
+const (
+	// Ready: the manifest says the engine is complete.
+	Ready State = iota + 1
+	// Initialising: initialisation started and did not finish. It is in
+	// progress if the directory is locked, else a crash cut it short and
+	// the next Open finishes it.
+	Initialising
+)
+
+func (s State) String() string {
+	switch s {
+	case Ready:
+		return "ready"
+	case Initialising:
+		return "initialising"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// layout is what a look at an engine directory found.
+type layout struct {
+	state   State // 0: no manifest (an empty directory or init leftovers)
+	version int   // the manifest's format; 0 without a manifest
+	lock    bool  // a LOCK entry exists
+	// leftovers are temporary files of an interrupted initialisation or
+	// manifest update (or of an opener racing this one).
+	leftovers []string
+}
+
+// isLeftover reports whether name is one of kvbuf's temporary files.
+func isLeftover(name string) bool {
+	return name == legacyManifestTemp || strings.HasPrefix(name, manifestTempPrefix) || strings.HasPrefix(name, lockTempPrefix)
+}
+
+// errAgain means the directory changed while it was being read (an opener
+// racing this one published its manifest): read it again.
+var errAgain = errors.New("enginedir: directory changed while being read")
+
+// readLayout classifies the directory at path (which exists) without
+// writing anything. See the package documentation, step 2.
+func readLayout(path string) (layout, error) {
+	for attempt := 0; ; attempt++ {
+		l, err := readLayoutOnce(path)
+		// The manifest is never removed, so a reader that saw it appear
+		// sees it next time: one more look settles it. More tries only
+		// matter if something else than kvbuf keeps changing the
+		// directory.
+		if errors.Is(err, errAgain) && attempt < 8 {
+			continue
+		}
+		if errors.Is(err, errAgain) {
+			return layout{}, fmt.Errorf("kvbuf: %s keeps changing while it is read", path)
+		}
+		return l, err
+	}
+}
+
+func readLayoutOnce(path string) (layout, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return layout{}, fmt.Errorf("kvbuf: %w", err) // a *PathError naming path
+	}
+	if !st.IsDir() {
+		return layout{}, fmt.Errorf("kvbuf: %s is not a directory: %w", path, ErrNotEngine)
+	}
+	mpath := filepath.Join(path, ManifestName)
+	var l layout
+	l.state, l.version, err = readManifest(mpath)
+	if err != nil {
+		return layout{}, err
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return layout{}, fmt.Errorf("kvbuf: list %s: %w", path, err)
+	}
+	hook("listed", path)
+	var foreign string
+	var lockErr error
+	for _, e := range ents {
+		switch n := e.Name(); {
+		case n == ManifestName:
+			if l.state == 0 {
+				return layout{}, errAgain // published since readManifest
+			}
+		case n == LockName:
+			l.lock = true
+			if l.state == 0 {
+				lockErr = checkLoneLock(path)
+			}
+		case isLeftover(n):
+			l.leftovers = append(l.leftovers, n)
+		case foreign == "":
+			foreign = n
+		}
+	}
+	if l.state != 0 {
+		return l, nil
+	}
+	if errors.Is(lockErr, errAgain) {
+		return layout{}, errAgain
+	}
+	if foreign == "" && lockErr == nil {
+		return l, nil
+	}
+	// kvbuf makes nothing but LOCK and temporary files before the
+	// manifest, so an entry like store/ means the manifest exists now.
+	if _, err := os.Lstat(mpath); err == nil {
+		return layout{}, errAgain
+	}
+	if lockErr != nil {
+		return layout{}, lockErr
+	}
+	return layout{}, fmt.Errorf("kvbuf: %s has %q but no %s: %w", path, foreign, ManifestName, ErrNotEngine)
+}
+
+// readManifest reads and classifies the manifest at mpath: state 0 if
+// there is none, ErrNotEngine if it is not kvbuf's, ErrCorrupt if it is
+// kvbuf's but damaged or of a newer format.
+func readManifest(mpath string) (State, int, error) {
+	b, err := readSmallFile(mpath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, 0, nil
+	case errors.Is(err, errNotRegular):
+		return 0, 0, fmt.Errorf("kvbuf: %s is not a regular file (kvbuf never makes one): %w", mpath, ErrNotEngine)
+	case err != nil:
+		return 0, 0, fmt.Errorf("kvbuf: read %s: %w", mpath, err)
+	}
+	switch string(b) {
+	case manifestReady:
+		return Ready, FormatVersion, nil
+	case manifestInit:
+		return Initialising, FormatVersion, nil
+	}
+	if !bytes.HasPrefix(b, []byte(manifestHeader)) {
+		return 0, 0, fmt.Errorf("kvbuf: %s: foreign manifest %.40q: %w", mpath, b, ErrNotEngine)
+	}
+	return 0, 0, fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %.80q (this kvbuf reads format %d): %w", mpath, b, FormatVersion, ErrCorrupt)
+}
+
+// checkLoneLock checks the LOCK file of a directory without a manifest: it
+// must be one this package made (holding lockText), which only an
+// interrupted initialisation leaves alone.
+func checkLoneLock(path string) error {
+	lpath := filepath.Join(path, LockName)
+	b, err := readSmallFile(lpath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errAgain // removed since the listing by a refusing opener
+	case errors.Is(err, errNotRegular):
+		return fmt.Errorf("kvbuf: %s has a %s that is not a regular file and no %s manifest: %w", path, LockName, ManifestName, ErrNotEngine)
+	case err != nil:
+		return fmt.Errorf("kvbuf: read %s: %w", lpath, err)
+	}
+	if string(b) != lockText {
+		return fmt.Errorf("kvbuf: %s has a %s file kvbuf did not write (%.40q) and no %s manifest: %w", path, LockName, b, ManifestName, ErrNotEngine)
+	}
+	return nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// readSmallFile reads up to maxManifest+1 bytes of the regular file at
+// path. It never opens anything else (a FIFO would block, a device could
+// have side effects): errNotRegular.
+func readSmallFile(path string) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errNotRegular
+	}
+	// O_NONBLOCK: should a FIFO have been swapped in since the Lstat, the
+	// open does not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, errNotRegular
+	}
+	return io.ReadAll(io.LimitReader(f, maxManifest+1))
+}

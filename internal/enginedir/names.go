@@ -1,0 +1,92 @@
+package enginedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Layout of an engine directory.
+const (
+	// ManifestName is the file that marks a directory as a kvbuf engine.
+	ManifestName = "KVBUF"
+	// LockName is the file an open engine holds an exclusive flock on.
+	LockName = "LOCK"
+	// StoreDir is the subdirectory holding the pebble store.
+	StoreDir = "store"
+	// BitsDir is the subdirectory holding one file per bitslice.
+	BitsDir = "bits"
+	// BitsExt is the file name extension of a bitslice file.
+	BitsExt = ".bits"
+
+	// FormatVersion is the engine directory format this package reads and
+	// writes (the "format N" line of the manifest).
+	FormatVersion = 1
+
+	// MaxNameLen is the longest keyspace or bitslice name, in bytes.
+	MaxNameLen = 128
+)
+
+var (
+	// ErrNotEngine: the path is not a kvbuf engine directory (a file, or a
+	// non-empty directory kvbuf did not create), so the engine refuses to
+	// write into it.
+	ErrNotEngine = errors.New("kvbuf: not a kvbuf directory")
+
+	// ErrCorrupt: the directory is a kvbuf engine but damaged: a damaged or
+	// newer manifest, a ready manifest without its store or bits
+	// directory, a malformed keyspace catalog.
+	ErrCorrupt = errors.New("kvbuf: corrupt engine directory")
+
+	// ErrLocked: another engine, in this process or another one, has the
+	// directory open.
+	ErrLocked = errors.New("kvbuf: directory locked by another engine")
+
+	// ErrBadName: a keyspace or bitslice name that is empty, longer than
+	// MaxNameLen bytes, "." or "..", or has a byte outside [A-Za-z0-9._-].
+	ErrBadName = errors.New("kvbuf: bad keyspace or bitslice name")
+)
+
+// CheckName enforces the keyspace and bitslice name rule: 1 to MaxNameLen
+// bytes of [A-Za-z0-9._-], not "." or "..". kind ("keyspace", "bitslice")
+// goes into the error, which wraps ErrBadName.
+func CheckName(kind, name string) error {
+	if name == "" || len(name) > MaxNameLen || name == "." || name == ".." {
+		return fmt.Errorf("kvbuf: %s name %q: %w", kind, name, ErrBadName)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("kvbuf: %s name %q: byte %#x: %w", kind, name, name[i], ErrBadName)
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// BitsNames returns the names of the bitslices in the bits directory of the
+// engine directory at path, sorted. It takes no lock: an engine may be
+// creating bitslices meanwhile. Files that are not regular, lack BitsExt
+// or have a bad name are not bitslices and are skipped. A missing bits
+// directory is an error wrapping fs.ErrNotExist.
+func BitsNames(path string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(path, BitsDir))
+	if err != nil {
+		return nil, fmt.Errorf("kvbuf: list bitslices in %s: %w", path, err)
+	}
+	var names []string
+	for _, e := range ents {
+		n, ok := strings.CutSuffix(e.Name(), BitsExt)
+		if !ok || !e.Type().IsRegular() || CheckName("bitslice", n) != nil {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}

@@ -1,0 +1,7 @@
+//go:build !invariants
+
+package invariants
+
+// Enabled reports whether invariant checks are compiled in (build tag
+// "invariants").
+const Enabled = false

@@ -1,0 +1,120 @@
+package kvbuf
+
+import (
+	"errors"
+
+	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// Iter iterates over a keyspace in key order, forwards and backwards,
+// merging pending changes with the store; deleted and range-deleted keys are
+// skipped. It is not safe for concurrent use; Close it when done.
+//
+// What a scan of a live keyspace sees: the store side is fixed when the
+// iterator is created; pending changes are read live. A change that
+// completed before NewIter is seen (or a later one); a change made during
+// the scan may or may not be. Flushes during the scan change nothing it
+// returns. An iterator from a Snapshot sees exactly the snapshot.
+//
+// Once the engine has closed, positioning calls return false, Valid is
+// false and Error (and Close) return an error matching ErrClosed.
+type Iter struct {
+	db  *DB
+	k   *KV
+	it  *buffer.Iter
+	err error
+}
+
+// step checks, after a positioning call, that the engine is still open.
+func (it *Iter) step(ok bool) bool {
+	if it.err != nil {
+		return false
+	}
+	if err := it.db.closed(); err != nil {
+		it.err = err
+		return false
+	}
+	if !ok {
+		if err := it.it.Error(); err != nil {
+			it.err = it.mapErr(err)
+		}
+	}
+	return ok
+}
+
+func (it *Iter) mapErr(err error) error {
+	switch {
+	case errors.Is(err, storage.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, storage.ErrCorrupt):
+		return it.k.wrap(errors.Join(ErrCorrupt, err))
+	}
+	return it.k.wrap(err)
+}
+
+// First moves to the first key and reports whether there is one.
+func (it *Iter) First() bool { return it.err == nil && it.step(it.it.First()) }
+
+// Last moves to the last key and reports whether there is one.
+func (it *Iter) Last() bool { return it.err == nil && it.step(it.it.Last()) }
+
+// Next moves to the next key and reports whether there is one. Unpositioned
+// or at the end it returns false.
+func (it *Iter) Next() bool { return it.err == nil && it.step(it.it.Next()) }
+
+// Prev moves to the previous key and reports whether there is one.
+func (it *Iter) Prev() bool { return it.err == nil && it.step(it.it.Prev()) }
+
+// SeekGE moves to the first key at or after key (within the bounds).
+func (it *Iter) SeekGE(key []byte) bool { return it.err == nil && it.step(it.it.SeekGE(key)) }
+
+// SeekLT moves to the last key before key (within the bounds).
+func (it *Iter) SeekLT(key []byte) bool { return it.err == nil && it.step(it.it.SeekLT(key)) }
+
+// Valid reports whether the iterator is positioned at a key.
+func (it *Iter) Valid() bool { return it.err == nil && it.db.closed() == nil && it.it.Valid() }
+
+// Key returns the current key, or nil when not positioned. It is valid until
+// the next positioning call; copy it to keep it, and do not modify it.
+func (it *Iter) Key() []byte {
+	if !it.Valid() {
+		return nil
+	}
+	return it.it.Key()
+}
+
+// Value returns the current value, or nil when not positioned. It is valid
+// until the next positioning call; copy it to keep it, and do not modify it.
+func (it *Iter) Value() []byte {
+	if !it.Valid() {
+		return nil
+	}
+	return it.it.Value()
+}
+
+// Error returns the error that stopped the iteration, if any.
+func (it *Iter) Error() error {
+	if it.err != nil {
+		return it.err
+	}
+	if err := it.it.Error(); err != nil {
+		return it.mapErr(err)
+	}
+	return it.db.closed()
+}
+
+// Close releases the iterator. It returns the error that stopped the
+// iteration, if any (ErrClosed once the engine has closed). It is
+// idempotent.
+func (it *Iter) Close() error {
+	cerr := it.it.Close()
+	switch {
+	case it.err != nil:
+		return it.err
+	case cerr != nil:
+		it.err = it.mapErr(cerr)
+		return it.err
+	}
+	return it.db.closed()
+}

@@ -1,0 +1,84 @@
+package kvbuf
+
+import (
+	"time"
+
+	"github.com/kvbuf/kvbuf/flush"
+)
+
+// LatencyHistogram is a distribution of durations in fixed logarithmic
+// buckets (see flush.Histogram): Quantile gives percentiles, and the buckets
+// map onto Prometheus histogram buckets.
+type LatencyHistogram = flush.Histogram
+
+// Metrics is a snapshot of an engine's counters and gauges. Fields are read
+// at slightly different times, so they need not be consistent with each
+// other. Counters count since Open.
+type Metrics struct {
+	// PendingBytes is the memory held by pending changes: written, not yet
+	// durable and released (keys, values, nodes, bit chunks).
+	PendingBytes int64
+	// PendingKeys is the number of KV keys held by pending tables (a key
+	// pending in two generations counts twice).
+	PendingKeys int64
+
+	// Flushes counts Flush calls admitted; Coalesced those that joined a
+	// generation another caller had opened (group commit).
+	Flushes, Coalesced int64
+	// Generations counts generations frozen (physical flushes, including
+	// background ones); GenerationWrites their writes, retries included.
+	Generations, GenerationWrites int64
+	// Failures counts failed flush attempts; LastError is the newest
+	// failure's error (nil if none).
+	Failures  int64
+	LastError error
+	// Stalls counts writes that waited for a flush because pending memory
+	// was over Options.MaxPendingBytes, and StallTime their total wait.
+	Stalls    int64
+	StallTime time.Duration
+	// FlushLatency is the distribution of Flush calls' durations.
+	FlushLatency LatencyHistogram
+	// InFlight is the number of generations frozen and not yet durable;
+	// MaxInFlight its highest value (at most Options.PipelineDepth).
+	InFlight, MaxInFlight int
+
+	// Watermark is the persisted watermark; HighestOp the highest op number
+	// admitted; ReceiptLag = HighestOp - Watermark (0 if the host does not
+	// track ops): how far the durable receipt trails the writes.
+	Watermark, HighestOp, ReceiptLag uint64
+
+	// Keyspaces, Bitslices and Snapshots count those open.
+	Keyspaces, Bitslices, Snapshots int
+}
+
+// Metrics returns a snapshot of the engine's metrics. It works after Close
+// (the counters stop).
+func (db *DB) Metrics() Metrics {
+	st := db.flusher.Stats()
+	m := Metrics{
+		PendingBytes:     st.PendingBytes,
+		Flushes:          st.Flushes,
+		Coalesced:        st.Coalesced,
+		Generations:      st.Generations,
+		GenerationWrites: st.Writes,
+		Failures:         st.Failures,
+		LastError:        st.LastErr,
+		Stalls:           st.Stalls,
+		StallTime:        st.StallTime,
+		FlushLatency:     st.Latency,
+		InFlight:         st.InFlight,
+		MaxInFlight:      st.MaxInFlight,
+		Watermark:        st.Watermark,
+		HighestOp:        st.HighestOp,
+	}
+	if m.HighestOp > m.Watermark {
+		m.ReceiptLag = m.HighestOp - m.Watermark
+	}
+	for _, k := range db.targets.Load().kvs {
+		m.PendingKeys += k.ov.PendingKeys()
+	}
+	db.mu.Lock()
+	m.Keyspaces, m.Bitslices, m.Snapshots = len(db.keyspaces), len(db.bits), len(db.snaps)
+	db.mu.Unlock()
+	return m
+}

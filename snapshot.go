@@ -1,0 +1,266 @@
+package kvbuf
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// Snapshot reads every keyspace and bitslice of an engine as of one instant:
+// later writes, batches and any number of flushes do not change what it
+// reads, until it is closed. A snapshot never sees part of a Batch. Safe for
+// concurrent use; Close it when done (Close of the engine closes it too,
+// after which its reads return ErrClosed).
+//
+// Taking a snapshot seals the pending tables that hold changes (the next
+// flush writes them as usual) and pins them and a pebble snapshot until
+// Close. While it is open, each flush keeps the bitslice words it overwrites.
+type Snapshot struct {
+	db   *DB
+	ss   *storage.Snapshot
+	kvs  map[string]*buffer.KVSnapshot
+	bits map[string]*buffer.BitsSnapshot
+
+	once sync.Once
+}
+
+// NewSnapshot returns a snapshot of the whole engine. It waits for writes in
+// flight to finish (and holds new ones back for the moment it takes), so
+// that the instant is one. Errors: ErrClosed.
+func (db *DB) NewSnapshot() (*Snapshot, error) {
+	s := &Snapshot{db: db, kvs: map[string]*buffer.KVSnapshot{}, bits: map[string]*buffer.BitsSnapshot{}}
+	var err error
+	xerr := db.flusher.Exclusive(context.Background(), func() {
+		s.ss, err = db.store.NewSnapshot()
+		if err != nil {
+			return
+		}
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		for name, k := range db.keyspaces {
+			s.kvs[name] = k.ov.Snapshot(s.ss)
+		}
+		for name, b := range db.bits {
+			s.bits[name] = b.ov.Snapshot()
+		}
+		db.snaps[s] = struct{}{}
+	})
+	if xerr != nil {
+		return nil, xerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvbuf: snapshot: %w", err)
+	}
+	return s, nil
+}
+
+// Close releases the snapshot. It is idempotent.
+func (s *Snapshot) Close() {
+	s.once.Do(func() {
+		for _, k := range s.kvs {
+			k.Close()
+		}
+		for _, b := range s.bits {
+			b.Close()
+		}
+		_ = s.ss.Close()
+		s.db.mu.Lock()
+		delete(s.db.snaps, s)
+		s.db.mu.Unlock()
+	})
+}
+
+// KV returns a reader of the keyspace called name as of the snapshot. A
+// keyspace that did not exist then reads as empty. Errors: ErrBadName.
+func (s *Snapshot) KV(name string) (*SnapshotKV, error) {
+	if err := enginedir.CheckName("keyspace", name); err != nil {
+		return nil, err
+	}
+	return &SnapshotKV{s: s, name: name, ks: s.kvs[name]}, nil
+}
+
+// Bits returns a reader of the bitslice called name as of the snapshot. A
+// bitslice that did not exist then reads as empty. Errors: ErrBadName.
+func (s *Snapshot) Bits(name string) (*SnapshotBits, error) {
+	if err := enginedir.CheckName("bitslice", name); err != nil {
+		return nil, err
+	}
+	return &SnapshotBits{s: s, name: name, bs: s.bits[name]}, nil
+}
+
+// closed returns ErrClosed if the snapshot or the engine is closed.
+func (s *Snapshot) closed(closed bool) error {
+	if closed || s.db.closing.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// SnapshotKV reads one keyspace as of a snapshot. Its methods behave as
+// KV's, and return ErrClosed once the snapshot or the engine is closed.
+type SnapshotKV struct {
+	s    *Snapshot
+	name string
+	ks   *buffer.KVSnapshot // nil: the keyspace did not exist
+}
+
+func (r *SnapshotKV) err(err error) error {
+	if r.ks == nil {
+		if cerr := r.s.closed(false); cerr != nil {
+			return cerr
+		}
+	} else if cerr := r.s.closed(r.ks.Closed()); cerr != nil {
+		return cerr
+	}
+	switch {
+	case err == nil, err == ErrNotFound:
+		return err
+	case isClosedErr(err):
+		return ErrClosed
+	}
+	return fmt.Errorf("kvbuf: snapshot of keyspace %q: %w", r.name, err)
+}
+
+// Get is KV.Get as of the snapshot.
+func (r *SnapshotKV) Get(key []byte) ([]byte, error) {
+	if r.ks == nil {
+		return nil, r.err(checkKey(key, r.s.db.opts.MaxKeySize, ErrNotFound))
+	}
+	v, err := r.ks.Get(key)
+	return v, r.err(err)
+}
+
+// GetAppend is KV.GetAppend as of the snapshot.
+func (r *SnapshotKV) GetAppend(dst, key []byte) ([]byte, error) {
+	if r.ks == nil {
+		return dst, r.err(checkKey(key, r.s.db.opts.MaxKeySize, ErrNotFound))
+	}
+	v, err := r.ks.GetAppend(dst, key)
+	if err = r.err(err); err != nil {
+		return dst, err
+	}
+	return v, nil
+}
+
+// GetMany is KV.GetMany as of the snapshot.
+func (r *SnapshotKV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
+	if r.ks == nil {
+		if len(vals) < len(keys) {
+			return buf, r.err(fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange))
+		}
+		for i, k := range keys {
+			if err := checkKey(k, r.s.db.opts.MaxKeySize, nil); err != nil {
+				return buf, r.err(err)
+			}
+			vals[i] = nil
+		}
+		return buf, r.err(nil)
+	}
+	buf, err := r.ks.GetMany(keys, vals, buf)
+	return buf, r.err(err)
+}
+
+// NewIter is KV.NewIter as of the snapshot: it sees exactly the snapshot.
+func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
+	lower, upper := o.bounds()
+	if err := buffer.CheckRange(lower, upper); err != nil {
+		return nil, r.err(err)
+	}
+	if r.ks == nil {
+		return nil, r.err(fmt.Errorf("keyspace did not exist at the snapshot: %w", ErrNotFound))
+	}
+	it, err := r.ks.NewIter(lower, upper)
+	if err = r.err(err); err != nil {
+		if it != nil {
+			_ = it.Close()
+		}
+		return nil, err
+	}
+	return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}, it: it}, nil
+}
+
+// checkKey is the key check of a keyspace that does not exist: ok is
+// returned for a valid key.
+func checkKey(key []byte, maxKey int, ok error) error {
+	switch {
+	case len(key) == 0:
+		return ErrEmptyKey
+	case len(key) > maxKey:
+		return fmt.Errorf("key of %d bytes (max %d): %w", len(key), maxKey, ErrKeyTooLarge)
+	}
+	return ok
+}
+
+// SnapshotBits reads one bitslice as of a snapshot. Its methods behave as
+// Bits', and return ErrClosed once the snapshot or the engine is closed.
+type SnapshotBits struct {
+	s    *Snapshot
+	name string
+	bs   *buffer.BitsSnapshot // nil: the bitslice did not exist
+}
+
+func (r *SnapshotBits) closed() error {
+	return r.s.closed(r.bs != nil && r.bs.Closed())
+}
+
+// Get is Bits.Get as of the snapshot.
+func (r *SnapshotBits) Get(i uint64) (bool, error) {
+	if r.bs == nil {
+		return false, r.closed()
+	}
+	v := r.bs.Get(i)
+	if err := r.closed(); err != nil {
+		return false, err
+	}
+	return v, nil
+}
+
+// GetMany is Bits.GetMany as of the snapshot.
+func (r *SnapshotBits) GetMany(idx []uint64, out []bool) error {
+	if len(out) < len(idx) {
+		return fmt.Errorf("kvbuf: snapshot of bitslice %q: GetMany: %d indexes but room for %d: %w", r.name, len(idx), len(out), ErrBadRange)
+	}
+	if r.bs == nil {
+		clear(out[:len(idx)])
+	} else {
+		r.bs.GetMany(idx, out)
+	}
+	return r.closed()
+}
+
+// Len is Bits.Len as of the snapshot.
+func (r *SnapshotBits) Len() (uint64, error) {
+	if r.bs == nil {
+		return 0, r.closed()
+	}
+	return r.bs.Len(), r.closed()
+}
+
+// Count is Bits.Count as of the snapshot (exact: no write was in flight at
+// the instant).
+func (r *SnapshotBits) Count() (uint64, error) {
+	if r.bs == nil {
+		return 0, r.closed()
+	}
+	return r.bs.Count(), r.closed()
+}
+
+// Ones is Bits.Ones as of the snapshot. It ends early, without error, if
+// the snapshot or the engine closes.
+func (r *SnapshotBits) Ones(from uint64) iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		if r.bs == nil {
+			return
+		}
+		for i := range r.bs.Ones(from) {
+			if r.closed() != nil || !yield(i) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package storage
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Snapshot is a consistent, read-only view of the store's user keys as of
+// Store.NewSnapshot: later commits, deletions and range deletions are
+// invisible to it. It is safe for concurrent use by any number of readers,
+// and concurrently with Close and Store.Close. Close it when done: an open
+// snapshot keeps pebble from dropping the versions it sees.
+type Snapshot struct {
+	s *Store
+	// mu excludes Close and Store.Close (exclusive) from reads (shared).
+	mu     sync.RWMutex
+	snap   *pebble.Snapshot
+	closed bool  // by Snapshot.Close or Store.Close
+	err    error // ErrClosed after Store.Close closed it
+}
+
+// NewSnapshot returns a snapshot of the store as it is now: it sees every
+// commit that Commit (or Apply) returned before this call, durable or not.
+// Errors: ErrClosed.
+func (s *Store) NewSnapshot() (*Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	sn := &Snapshot{s: s, snap: s.db.NewSnapshot()}
+	s.openMu.Lock()
+	s.snaps[sn] = struct{}{}
+	s.openMu.Unlock()
+	return sn, nil
+}
+
+// Get returns a copy of the value key had in keyspace ks when the snapshot
+// was taken, or an error wrapping ErrNotFound (or ErrInvalidKeyspace,
+// ErrClosed, ErrCorrupt).
+func (sn *Snapshot) Get(ks KeyspaceID, key []byte) ([]byte, error) {
+	return sn.get(nil, ks, key, false)
+}
+
+// GetAppend is Get appending the value to dst, as Store.GetAppend: with
+// enough capacity in dst it does not allocate, and on error dst is returned
+// unchanged.
+func (sn *Snapshot) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, error) {
+	return sn.get(dst, ks, key, true)
+}
+
+func (sn *Snapshot) get(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
+	if ks == 0 {
+		return dst, errKeyspace("snapshot get")
+	}
+	s := sn.s
+	bp := s.keyBufs.Get().(*[]byte)
+	k := appendUserKey((*bp)[:0], ks, key)
+	sn.mu.RLock()
+	if sn.closed {
+		err := sn.closedErr()
+		sn.mu.RUnlock()
+		s.keyBufs.Put(bp)
+		return dst, err
+	}
+	out, err := readValue(sn.snap, dst, k, appendMode)
+	sn.mu.RUnlock()
+	*bp = k
+	s.keyBufs.Put(bp)
+	if err != nil {
+		return dst, s.userKeyErr("snapshot get", ks, key, err)
+	}
+	return out, nil
+}
+
+// NewIter returns an iterator over the snapshot's keys k of keyspace ks
+// with lower <= k < upper, with Store.NewIter's bounds rules. The iterator
+// stays usable after the snapshot's Close, until its own Close or
+// Store.Close. Errors: ErrInvalidKeyspace, ErrClosed.
+func (sn *Snapshot) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
+	if ks == 0 {
+		return nil, errKeyspace("snapshot iterator")
+	}
+	sn.mu.RLock()
+	defer sn.mu.RUnlock()
+	if sn.closed {
+		return nil, sn.closedErr()
+	}
+	return sn.s.newIter(sn.snap, ks, lower, upper)
+}
+
+// closedErr is the error of a closed snapshot's reads. Callers hold sn.mu.
+func (sn *Snapshot) closedErr() error {
+	if sn.err != nil {
+		return sn.err
+	}
+	return ErrClosed
+}
+
+// Close releases the snapshot. It is idempotent: it returns nil after the
+// first call, and ErrClosed if Store.Close closed the snapshot first.
+func (sn *Snapshot) Close() error {
+	sn.mu.Lock()
+	if sn.closed {
+		err := sn.err
+		sn.mu.Unlock()
+		return err
+	}
+	sn.closed = true
+	err := sn.snap.Close()
+	sn.snap = nil
+	sn.mu.Unlock()
+
+	sn.s.openMu.Lock()
+	delete(sn.s.snaps, sn)
+	sn.s.openMu.Unlock()
+	if err != nil {
+		return sn.s.wrapErr("close snapshot", err)
+	}
+	return nil
+}
+
+// closeByStore is Store.Close closing a snapshot its owner left open.
+func (sn *Snapshot) closeByStore() error {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	if sn.closed {
+		return nil
+	}
+	sn.closed = true
+	sn.err = fmt.Errorf("storage: snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
+	err := sn.snap.Close()
+	sn.snap = nil
+	if err != nil {
+		return sn.s.wrapErr("close snapshot", err)
+	}
+	return nil
+}
