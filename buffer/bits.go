@@ -207,7 +207,7 @@ func (b *Bits) beneath(w uint64) uint64 {
 			val |= p & tm
 			m |= tm
 		}
-		fw := b.file.Word(w >> 1) >> (32 * (w & 1)) & lowHalf
+		fw := b.file.Word(w>>1) >> (32 * (w & 1)) & lowHalf
 		if b.view.Load() == v {
 			return val | fw&^m
 		}

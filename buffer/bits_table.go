@@ -66,7 +66,7 @@ type bitsChunk [chunkWords]uint64
 // Shared full chunks. They are never written: writers copy them first.
 var fullChunks = func() (c [2]bitsChunk) {
 	for i := range c[0] {
-		c[0][i] = lowHalf << 32          // all pending, all zero
+		c[0][i] = lowHalf << 32         // all pending, all zero
 		c[1][i] = lowHalf<<32 | lowHalf // all pending, all one
 	}
 	return c

@@ -9,11 +9,11 @@ import (
 
 // cursor is one sorted source of a merge: a shard's skip list, or the store.
 type cursor struct {
-	head *node        // skip-list head; nil for the store cursor
-	n    *node        // current node
+	head *node         // skip-list head; nil for the store cursor
+	n    *node         // current node
 	st   *storage.Iter // the store cursor's iterator
-	prio int          // table index, newest 0; the store is len(tables)
-	key  string       // current key (a store key is valid until the store moves)
+	prio int           // table index, newest 0; the store is len(tables)
+	key  string        // current key (a store key is valid until the store moves)
 	ok   bool
 }
 
