@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
-
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSmoke(t *testing.T) {
 	ctx := context.Background()
