@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
@@ -17,10 +18,11 @@ import (
 // file grows at the next flush), up to Options.MaxBits. Get it from DB.Bits.
 // Safe for concurrent use.
 type Bits struct {
-	db   *DB
-	name string
-	file *bitslice.File
-	ov   *buffer.Bits
+	ov      *buffer.Bits
+	closing *atomic.Bool // the engine's: reads check it after reading
+	db      *DB
+	name    string
+	file    *bitslice.File
 }
 
 // Bits returns the bitslice called name, creating an empty one (its file,
@@ -65,7 +67,7 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	b := &Bits{db: db, name: name, file: f, ov: ov}
+	b := &Bits{db: db, name: name, file: f, ov: ov, closing: &db.closing}
 	db.bits[name] = b
 	db.addTarget(nil, b)
 	return b, nil
@@ -120,12 +122,14 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 
 // Get returns bit i: the pending value if there is one, else the stored
 // one; false at or past Len. It returns ErrClosed once Close has begun.
-func (b *Bits) Get(i uint64) (bool, error) {
-	v := b.ov.Get(i)
-	if b.db.closing.Load() {
-		return false, ErrClosed
+func (b *Bits) Get(i uint64) (v bool, err error) {
+	// Small enough to inline: one call to the overlay, then the closing
+	// check (after the read: see "Reads and Close").
+	v, closed := b.ov.GetCheck(i, b.closing)
+	if closed {
+		v, err = false, ErrClosed
 	}
-	return v, nil
+	return v, err
 }
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache

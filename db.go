@@ -141,7 +141,7 @@ func (db *DB) open() error {
 	if err != nil {
 		return wrapOpenErr(err)
 	}
-	db.flusher = flush.New(db, db.opts.flushOptions(wm))
+	db.flusher = flush.New((*target)(db), db.opts.flushOptions(wm))
 	return nil
 }
 

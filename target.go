@@ -19,9 +19,15 @@ import (
 // is never ahead of the data it covers (contract 4), and a keyspace's data is
 // never in the store without its catalog entry.
 
+// target is the engine as its flusher sees it: a flush.Target and
+// flush.Settler. It is a distinct type so that these methods are not the
+// engine's API.
+type target DB
+
 // Freeze implements flush.Target. The flusher holds the write barrier
 // exclusively: no write is in flight.
-func (db *DB) Freeze(g uint64) flush.Generation {
+func (t *target) Freeze(g uint64) flush.Generation {
+	db := (*DB)(t)
 	ts := db.targets.Load()
 	gen := &generation{db: db, g: g}
 	for _, b := range ts.bits {
@@ -59,7 +65,8 @@ func (db *DB) Freeze(g uint64) flush.Generation {
 // PendingBytes implements flush.Target: the memory of every pending change,
 // plus one byte while the catalog has unflushed changes, so that a flush
 // writes a new or dropped keyspace even with no data.
-func (db *DB) PendingBytes() int64 {
+func (t *target) PendingBytes() int64 {
+	db := (*DB)(t)
 	n := db.acct.Bytes()
 	if n == 0 {
 		db.mu.Lock()
@@ -73,8 +80,8 @@ func (db *DB) PendingBytes() int64 {
 
 // Settle implements flush.Settler: with nothing in flight, bitslices with
 // nothing pending return to their direct-read fast path.
-func (db *DB) Settle() {
-	for _, b := range db.targets.Load().bits {
+func (t *target) Settle() {
+	for _, b := range t.targets.Load().bits {
 		b.ov.Settle()
 	}
 }

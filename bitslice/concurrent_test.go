@@ -49,7 +49,7 @@ func TestConcurrentReadWriteGrowClose(t *testing.T) {
 				if k%2 == 0 {
 					err = f.Set(i, true)
 				} else {
-					err = f.Apply([]Change{{i, true}})
+					err = f.ApplyWords([]WordChange{{Word: i >> 6, Mask: 1 << (i & 63), Bits: 1 << (i & 63)}})
 				}
 				if err != nil {
 					t.Error(err)

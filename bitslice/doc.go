@@ -56,8 +56,8 @@
 // # Concurrency
 //
 // Get, Word and CountOnes take no lock: they load an atomic pointer to an
-// immutable view (mapping, length) and read the word with sync/atomic. Set,
-// Apply and ApplyWords take the read side of a RWMutex only so that Close can
+// immutable view (mapping, length) and read the word with sync/atomic. Set
+// and ApplyWords take the read side of a RWMutex only so that Close can
 // wait for in-flight writes. Grow publishes a new view; when it needs a
 // larger mapping it maps anew and keeps the superseded mapping alive until
 // Close (the mappings are reserved with room to grow in power-of-two steps,
@@ -84,12 +84,12 @@
 //     (they survive a process crash, being in the page cache).
 //   - The header and data are checksummed separately: the header has a CRC,
 //     the data has none. Bit rot in the data is not detected.
-//   - Apply and ApplyWords are all-or-nothing with respect to validation
+//   - ApplyWords is all-or-nothing with respect to validation
 //     (ranges and sort order), not with respect to crashes: a crash
 //     mid-apply may leave some changes on disk and not others. The watermark
 //     protocol is what lets the host replay them.
 //   - Concurrent Set calls on bits of the same word are safe (atomic OR/AND),
-//     but Apply and ApplyWords are not transactions: a concurrent reader may
+//     but ApplyWords is not a transaction: a concurrent reader may
 //     see some of a batch's bits before others.
 //   - The flock is advisory. A process that ignores it, or a file copied or
 //     rewritten behind the engine's back, is not defended against, and

@@ -25,12 +25,6 @@ import (
 // grow in powers of two from here, so Grow rarely has to remap.
 const minMapping = 64 << 10
 
-// Change sets bit Index to Value.
-type Change struct {
-	Index uint64
-	Value bool
-}
-
 // WordChange rewrites the bits of data word Word selected by Mask:
 // word = word&^Mask | Bits&Mask.
 type WordChange struct {
@@ -358,44 +352,6 @@ func (f *File) Set(i uint64, v bool) error {
 		atomic.OrUint64(&vw.words[i>>6], bit)
 	} else {
 		atomic.AndUint64(&vw.words[i>>6], ^bit)
-	}
-	runtime.KeepAlive(vw)
-	return nil
-}
-
-// Apply sets each change's bit. changes must be sorted by Index
-// (non-decreasing; of equal indexes the last wins). Every index is checked
-// before any bit is written: unsorted input or an index at or past Len
-// fails with ErrOutOfRange and writes nothing.
-func (f *File) Apply(changes []Change) error {
-	f.wmu.RLock()
-	defer f.wmu.RUnlock()
-	vw := f.cur.Load()
-	if vw == nil {
-		return f.errClosed()
-	}
-	for k, c := range changes {
-		if c.Index >= vw.nbits {
-			return fmt.Errorf("bitslice: %s: apply change %d: bit %d: %w (length %d)", f.path, k, c.Index, ErrOutOfRange, vw.nbits)
-		}
-		if k > 0 && c.Index < changes[k-1].Index {
-			return fmt.Errorf("bitslice: %s: apply change %d: bit %d after bit %d: %w: changes not sorted by index",
-				f.path, k, c.Index, changes[k-1].Index, ErrOutOfRange)
-		}
-	}
-	for k := 0; k < len(changes); {
-		w := changes[k].Index >> 6
-		var mask, set uint64
-		for ; k < len(changes) && changes[k].Index>>6 == w; k++ {
-			bit := uint64(1) << (changes[k].Index & 63)
-			mask |= bit
-			if changes[k].Value {
-				set |= bit
-			} else {
-				set &^= bit
-			}
-		}
-		storeMasked(&vw.words[w], mask, set)
 	}
 	runtime.KeepAlive(vw)
 	return nil

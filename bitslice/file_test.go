@@ -201,45 +201,6 @@ func TestStaleTailIsIgnoredAndClearedByGrow(t *testing.T) {
 	}
 }
 
-func TestApply(t *testing.T) {
-	f := create(t, 200)
-	if err := f.Apply(nil); err != nil {
-		t.Fatal(err)
-	}
-	err := f.Apply([]Change{{1, true}, {5, true}, {5, false}, {5, true}, {64, true}, {70, true}, {70, false}, {199, true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []uint64{1, 5, 64, 199}
-	if f.CountOnes() != uint64(len(want)) {
-		t.Fatalf("%d bits set, want %d", f.CountOnes(), len(want))
-	}
-	for _, i := range want {
-		if !f.Get(i) {
-			t.Errorf("bit %d not set", i)
-		}
-	}
-	if err := f.Apply([]Change{{1, false}, {5, false}}); err != nil || f.Get(1) || f.Get(5) {
-		t.Fatalf("clearing: %v, Get(1) %v, Get(5) %v", err, f.Get(1), f.Get(5))
-	}
-
-	before := f.CountOnes()
-	for name, bad := range map[string][]Change{
-		"out of range last": {{2, true}, {3, true}, {200, true}},
-		"out of range huge": {{math.MaxUint64, true}},
-		"unsorted":          {{10, true}, {9, true}},
-		"unsorted later":    {{10, true}, {20, true}, {11, true}},
-	} {
-		err := f.Apply(bad)
-		if !errors.Is(err, ErrOutOfRange) {
-			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
-		}
-		if f.CountOnes() != before || f.Get(2) || f.Get(10) {
-			t.Errorf("%s: failed Apply wrote bits", name)
-		}
-	}
-}
-
 func TestApplyWords(t *testing.T) {
 	f := create(t, 130) // words 0, 1 full; word 2 holds bits 128, 129
 	err := f.ApplyWords([]WordChange{
@@ -454,7 +415,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		"Word": func() { sink = sink != (f.Word(1) == 0) },
 		"Set":  func() { _ = f.Set(77, true) },
 		"Apply": func() {
-			_ = f.Apply([]Change{{3, true}, {4, false}})
+			_ = f.ApplyWords([]WordChange{{Word: 0, Mask: 1<<3 | 1<<4, Bits: 1 << 3}})
 		},
 	} {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {

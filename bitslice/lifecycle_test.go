@@ -90,7 +90,6 @@ func TestClose(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Set":        f.Set(1, true),
-		"Apply":      f.Apply([]Change{{1, true}}),
 		"ApplyWords": f.ApplyWords([]WordChange{{0, 1, 1}}),
 		"Grow":       f.Grow(1000),
 		"Sync":       f.Sync(),

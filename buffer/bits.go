@@ -122,6 +122,19 @@ func (b *Bits) Get(i uint64) bool {
 	return b.getPending(i)
 }
 
+// GetCheck is Get followed by a load of *closed, for a caller that must
+// refuse reads that finish after it began closing (checking after the read
+// is what makes a read racing the close safe: see package kvbuf). It is one
+// call, so that the caller's wrapper stays small enough to inline.
+func (b *Bits) GetCheck(i uint64, closed *atomic.Bool) (v, isClosed bool) {
+	if b.clean.Load() {
+		v = b.file.Get(i)
+	} else {
+		v = b.getPending(i)
+	}
+	return v, closed.Load()
+}
+
 func (b *Bits) getPending(i uint64) bool {
 	w, sh := i>>5, i&31
 	for {
@@ -170,9 +183,6 @@ func (b *Bits) Len() uint64 { return max(b.file.Len(), b.hi.Load()) }
 // maintained by every write (not a scan). It is exact for writes that have
 // returned; a write in progress may or may not be counted yet.
 func (b *Bits) Count() uint64 { return uint64(max(b.ones.Load(), 0)) }
-
-// Max returns the largest length the overlay accepts (Options.MaxBits).
-func (b *Bits) Max() uint64 { return b.max }
 
 func (b *Bits) checkIndex(i uint64) error {
 	if i >= b.max {
@@ -523,12 +533,6 @@ func (b *Bits) PendingBytes() int64 {
 		n += t.bytes()
 	}
 	return n
-}
-
-// PendingBits reports whether any change is pending (not yet released).
-func (b *Bits) PendingBits() bool {
-	v := b.view.Load()
-	return len(v.sealed) > 0 || !v.active.empty()
 }
 
 // undoLayer holds the file words one batch of a generation's write

@@ -13,7 +13,7 @@
 // land on the same stripe (they then share a line, which is slower but still
 // correct), and a goroutine whose stack moves may change stripe between
 // calls, so callers must remember the stripe they used for the matching
-// decrement or unlock. Sums over Counters are not atomic snapshots.
+// decrement or unlock.
 package stripe
 
 import (
@@ -61,30 +61,6 @@ func Count() int {
 type Counter struct {
 	atomic.Int64
 	_ [CacheLine - 8]byte
-}
-
-// Counters is a fixed set of padded counters, len(c) a power of two.
-type Counters []Counter
-
-// NewCounters returns n padded counters; n is rounded up to a power of two
-// (minimum 1).
-func NewCounters(n int) Counters {
-	return make(Counters, roundPow2(n))
-}
-
-// Pick returns the counter for the calling goroutine's stripe.
-func (cs Counters) Pick() *Counter {
-	return &cs[Hint(32)&uint32(len(cs)-1)]
-}
-
-// Sum returns the sum of all counters. It is not an atomic snapshot: each
-// counter is read once, in order.
-func (cs Counters) Sum() int64 {
-	var s int64
-	for i := range cs {
-		s += cs[i].Load()
-	}
-	return s
 }
 
 type rwStripe struct {

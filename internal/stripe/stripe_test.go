@@ -54,33 +54,6 @@ func TestCount(t *testing.T) {
 	}
 }
 
-func TestCounters(t *testing.T) {
-	cs := NewCounters(5)
-	if len(cs) != 8 {
-		t.Fatalf("len = %d, want 8", len(cs))
-	}
-	if len(NewCounters(0)) != 1 {
-		t.Fatal("NewCounters(0) not 1")
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 1000 {
-				cs.Pick().Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if s := cs.Sum(); s != 8000 {
-		t.Fatalf("Sum = %d, want 8000", s)
-	}
-	c := &cs[0]
-	c.Add(-c.Load())
-	if !c.CompareAndSwap(0, 3) || c.CompareAndSwap(0, 4) || c.Or(8) != 3 || c.Load() != 11 {
-		t.Fatal("CompareAndSwap/Or misbehave")
-	}
-}
-
 func TestRWBarrierExcludes(t *testing.T) {
 	b := NewRWBarrier(8)
 	shared := 0
