@@ -395,7 +395,7 @@ func (b *Bits) Freeze(g uint64) *BitsGen {
 	v := b.view.Load()
 	var frozen []*bitsTable
 	for i := len(v.sealed) - 1; i >= 0; i-- {
-		if t := v.sealed[i]; t.gen == 0 {
+		if t := v.sealed[i]; t.gen == 0 || t.gen == g { // see KV.Freeze
 			t.gen = g
 			frozen = append(frozen, t)
 		}

@@ -307,3 +307,28 @@ func TestBitsHugeRangeIsCheap(t *testing.T) {
 		t.Fatal("a shared chunk was written")
 	}
 }
+
+// TestBitsFreezeRetriedWithSameGeneration: see the KV test of that name.
+func TestBitsFreezeRetriedWithSameGeneration(t *testing.T) {
+	r := newBitsRig(t, nil)
+	if err := r.b.Set(5, true); err != nil {
+		t.Fatal(err)
+	}
+	s := r.b.Snapshot() // seals the table holding bit 5
+	defer s.Close()
+	if err := r.b.Set(6, true); err != nil {
+		t.Fatal(err)
+	}
+	first := r.b.Freeze(3)
+	again := r.b.Freeze(3)
+	if first == nil || again == nil || len(again.tables) != len(first.tables) {
+		t.Fatalf("retried Freeze(3): %v, first %v", again, first)
+	}
+	if err := again.Write(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	r.b.Release(3)
+	if !r.f.Get(5) || !r.f.Get(6) {
+		t.Fatal("a table of the first attempt was not written")
+	}
+}

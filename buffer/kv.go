@@ -497,14 +497,17 @@ type KVGen struct {
 // Freeze seals the active table (if it holds any change) into generation g,
 // together with every table sealed since the last Freeze (by range deletes
 // and snapshots), and returns them; nil if there is nothing to flush. The
-// caller must exclude writers (see KV). g must grow with each call.
+// caller must exclude writers (see KV). g must grow with each call, except
+// that a Freeze that did not return may be retried with the same g.
 func (kv *KV) Freeze(g uint64) *KVGen {
 	kv.vmu.Lock()
 	defer kv.vmu.Unlock()
 	v := kv.view.Load()
 	var frozen []*table
 	for i := len(v.sealed) - 1; i >= 0; i-- {
-		if t := v.sealed[i]; t.gen == 0 {
+		// gen == g: a Freeze of g that did not return (a panic) is
+		// retried with the same g, and must not lose what it tagged.
+		if t := v.sealed[i]; t.gen == 0 || t.gen == g {
 			t.gen = g
 			frozen = append(frozen, t)
 		} else {

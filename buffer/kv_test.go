@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -299,4 +300,32 @@ func TestKVDropIsPermanent(t *testing.T) {
 	if err := r.kv.Put([]byte("a"), nil); !errors.Is(err, ErrDropped) {
 		t.Fatalf("Put after the drop's flush = %v", err)
 	}
+}
+
+// TestFreezeRetriedWithSameGeneration: a Freeze that panicked is retried
+// with the same generation number; the retry must return every table the
+// first attempt tagged, or Release would drop them unwritten.
+func TestFreezeRetriedWithSameGeneration(t *testing.T) {
+	r := newKVRig(t, nil)
+	r.put("a", "1")
+	r.delRange(nil, nil) // seals the table holding "a"
+	r.put("b", "2")
+	first := r.kv.Freeze(7)
+	again := r.kv.Freeze(7)
+	if first == nil || again == nil || len(again.tables) != len(first.tables) {
+		t.Fatalf("retried Freeze(7) returned %v tables, first %v", again, first)
+	}
+	b := r.st.NewBatch()
+	if err := again.AddTo(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.st.Commit(b)
+	if err == nil {
+		err = c.Wait()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Release()
+	checkGet(t, func(k []byte) ([]byte, error) { return r.st.Get(1, k) }, kvModel{"b": "2"}, []string{"a", "b"}, "store")
 }
