@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/kvbuf/kvbuf"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 func flushHelp(w io.Writer) {
@@ -18,47 +17,45 @@ func flushHelp(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Opens the kvbuf engine in DIR, flushes its pending state and pebble's")
 	fmt.Fprintln(w, "memtables to sstables (synced), closes it, and prints the sstables and")
-	fmt.Fprintln(w, "memtables before and after and the persisted watermark. After it, opening")
+	fmt.Fprintln(w, "memtables before and after, the engine's flush metrics (generations")
+	fmt.Fprintln(w, "frozen, generation writes including retries, failures), its keyspaces and")
+	fmt.Fprintln(w, "bitslices, and the persisted watermark before and after. After it, opening")
 	fmt.Fprintln(w, "the engine does not replay pebble's write-ahead log.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "DIR must be an existing engine directory that no running engine holds")
 	fmt.Fprintln(w, "(a running engine flushes itself: DB.FlushMemtables). Pending changes live")
 	fmt.Fprintln(w, "in the memory of the process that wrote them, so a freshly opened engine has")
-	fmt.Fprintln(w, "none; what this command moves is what pebble recovered from its log.")
+	fmt.Fprintln(w, "none; what this command moves is what pebble recovered from its log. A")
+	fmt.Fprintln(w, "keyspace drop that was not yet durable is finished by one generation.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	fmt.Fprintln(w, "  --json   print JSON instead of text")
 }
 
-// flushJSON is flush's --json output.
+// flushJSON is flush's --json output. Generations, GenerationWrites and
+// Failures are the engine's flush metrics (kvbuf.Metrics) for the flush
+// this command ran; the watermarks are the persisted ones before and after.
 type flushJSON struct {
-	Path            string     `json:"path"`
-	PhysicalFlushes int64      `json:"physical_flushes"`
-	Watermark       uint64     `json:"watermark"`
-	Before          *storeJSON `json:"before"`
-	After           *storeJSON `json:"after"`
+	Path             string     `json:"path"`
+	Generations      int64      `json:"generations"`
+	GenerationWrites int64      `json:"generation_writes"`
+	Failures         int64      `json:"failures"`
+	Keyspaces        []string   `json:"keyspaces"`
+	Bitslices        []string   `json:"bitslices"`
+	WatermarkBefore  uint64     `json:"watermark_before"`
+	Watermark        uint64     `json:"watermark"`
+	Before           *storeJSON `json:"before"`
+	After            *storeJSON `json:"after"`
 }
 
-// storeMetrics opens the store of engine dir read-only and describes it.
-func storeMetrics(dir string) (*storeJSON, error) {
-	st, err := storage.Open(filepath.Join(dir, kvbuf.StoreDir), &storage.Options{ReadOnly: true})
+// storeMetrics opens the store of engine dir read-only and describes it,
+// with its persisted watermark.
+func storeMetrics(dir string) (*storeJSON, uint64, error) {
+	m, _, err := readStore(dir)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	m, err := st.Metrics()
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	s := &storeJSON{EstimatedKeys: m.EstimatedKeys, Levels: []levelJSON{}, MemTables: m.MemTables, MemTableSize: m.MemTableSize, DiskUsage: m.DiskUsage}
-	for i, l := range m.Levels {
-		if l.Files > 0 {
-			s.Levels = append(s.Levels, levelJSON{Level: i, Files: l.Files, Bytes: l.Bytes})
-		}
-	}
-	return s, nil
+	return newStoreJSON(m), m.Watermark, nil
 }
 
 func (s *storeJSON) sstables() (files, bytes int64) {
@@ -97,15 +94,25 @@ func runFlush(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	af, ab := out.After.sstables()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "flushed:\t%s\n", out.Path)
-	fmt.Fprintf(tw, "physical flushes:\t%d\n", out.PhysicalFlushes)
+	fmt.Fprintf(tw, "generations:\t%d (%s, %s)\n", out.Generations, plural(out.GenerationWrites, "write"), plural(out.Failures, "failure"))
+	fmt.Fprintf(tw, "keyspaces:\t%s\n", nameList(out.Keyspaces))
+	fmt.Fprintf(tw, "bitslices:\t%s\n", nameList(out.Bitslices))
 	fmt.Fprintf(tw, "sstables:\t%s, %d bytes -> %s, %d bytes\n", plural(bf, "file"), bb, plural(af, "file"), ab)
 	fmt.Fprintf(tw, "memtables:\t%d (%d bytes) -> %d (%d bytes)\n", out.Before.MemTables, out.Before.MemTableSize, out.After.MemTables, out.After.MemTableSize)
 	fmt.Fprintf(tw, "store keys:\t~%d -> ~%d\n", out.Before.EstimatedKeys, out.After.EstimatedKeys)
-	fmt.Fprintf(tw, "watermark:\t%d\n", out.Watermark)
+	fmt.Fprintf(tw, "watermark:\t%d -> %d\n", out.WatermarkBefore, out.Watermark)
 	if err := tw.Flush(); err != nil {
 		return fail(stderr, "flush", err)
 	}
 	return exitOK
+}
+
+// nameList formats names as "n (a, b, c)", or "0".
+func nameList(names []string) string {
+	if len(names) == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", len(names), strings.Join(names, ", "))
 }
 
 func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
@@ -120,11 +127,13 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 	if locked {
 		return out, lockedError(dir)
 	}
-	out.Before, err = storeMetrics(dir)
+	out.Before, out.WatermarkBefore, err = storeMetrics(dir)
 	release()
 	if err != nil {
 		return out, err
 	}
+	// Open opens every bitslice of the directory, so a damaged one is
+	// reported here rather than skipped.
 	db, err := kvbuf.Open(dir, nil)
 	if errors.Is(err, kvbuf.ErrLocked) {
 		return out, lockedError(dir)
@@ -132,28 +141,19 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 	if err != nil {
 		return out, err
 	}
-	// Open every bitslice: the engine opens them lazily, and a damaged one
-	// must be reported rather than skipped.
-	names, err := kvbuf.BitsNames(dir)
-	for _, name := range names {
-		if err != nil {
-			break
-		}
-		_, err = db.Bits(name)
-	}
-	if err == nil {
-		err = db.FlushMemtables(ctx)
-	}
-	st := db.Stats()
-	out.PhysicalFlushes = st.PhysicalFlushes
+	out.Keyspaces, out.Bitslices = db.Keyspaces(), db.Bitslices()
+	err = db.FlushMemtables(ctx)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
+	// Close's final flush is counted too: read the metrics after it.
+	m := db.Metrics()
+	out.Generations, out.GenerationWrites, out.Failures = m.Generations, m.GenerationWrites, m.Failures
 	if err != nil {
 		return out, err
 	}
 	out.Watermark = db.Watermark()
-	if out.After, err = storeMetrics(dir); err != nil {
+	if out.After, _, err = storeMetrics(dir); err != nil {
 		return out, err
 	}
 	return out, nil

@@ -252,6 +252,23 @@ func readStore(dir string) (storage.Metrics, enginedir.Catalog, error) {
 	return m, c, nil
 }
 
+// newStoreJSON describes a store's metrics (inspect and flush share it).
+func newStoreJSON(m storage.Metrics) *storeJSON {
+	s := &storeJSON{
+		EstimatedKeys: m.EstimatedKeys,
+		Levels:        []levelJSON{},
+		MemTables:     m.MemTables,
+		MemTableSize:  m.MemTableSize,
+		DiskUsage:     m.DiskUsage,
+	}
+	for i, l := range m.Levels {
+		if l.Files > 0 {
+			s.Levels = append(s.Levels, levelJSON{Level: i, Files: l.Files, Bytes: l.Bytes})
+		}
+	}
+	return s
+}
+
 // describeEngine gathers what inspect prints about the engine in dir.
 func describeEngine(dir string) (engineJSON, error) {
 	e := engineJSON{Path: dir, Kind: "engine", Bitslices: []inspectJSON{}}
@@ -275,18 +292,7 @@ func describeEngine(dir string) (engineJSON, error) {
 			return e, err
 		}
 		e.Watermark = &m.Watermark
-		e.Store = &storeJSON{
-			EstimatedKeys: m.EstimatedKeys,
-			Levels:        []levelJSON{},
-			MemTables:     m.MemTables,
-			MemTableSize:  m.MemTableSize,
-			DiskUsage:     m.DiskUsage,
-		}
-		for i, l := range m.Levels {
-			if l.Files > 0 {
-				e.Store.Levels = append(e.Store.Levels, levelJSON{Level: i, Files: l.Files, Bytes: l.Bytes})
-			}
-		}
+		e.Store = newStoreJSON(m)
 		e.Keyspaces = []keyspaceJSON{}
 		for _, name := range c.Names() {
 			e.Keyspaces = append(e.Keyspaces, keyspaceJSON{Name: name, ID: c.Keyspaces[name]})

@@ -19,8 +19,13 @@ func loadHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "seeded random changes, for trying the other commands on real data: half bit")
 	fmt.Fprintln(w, "sets (random index in [0, 8N), random value) in one bitslice, the other half")
 	fmt.Fprintln(w, "KV changes (9 puts to 1 delete, 8-byte big-endian keys in [0, N)) in one")
-	fmt.Fprintln(w, "keyspace. Op numbers continue from the engine's watermark. It ends with a")
-	fmt.Fprintln(w, "flush of pending changes and pebble memtables, and prints a summary.")
+	fmt.Fprintln(w, "keyspace. With --ranges, about 1 change in 25 is a range instead: a range")
+	fmt.Fprintln(w, "delete of up to 16 keys or a bit range of up to 256 bits set to one value.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each change is one op, applied as a batch of its own; op numbers continue")
+	fmt.Fprintln(w, "from the engine's watermark, so the watermark after a load is the number of")
+	fmt.Fprintln(w, "the last op. It ends with a flush of pending changes and pebble memtables,")
+	fmt.Fprintln(w, "and prints a summary. The same seed and flags make the same changes.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "A progress bar is drawn on stderr when stderr is a terminal or with")
 	fmt.Fprintln(w, "--progress. An interrupt stops loading; what was loaded is flushed.")
@@ -36,6 +41,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keyspace := fs.String("keyspace", "load", "keyspace `name` for KV changes")
 	bitsName := fs.String("bits", "load", "bitslice `name` for bit changes")
 	valueSize := fs.Int("value-size", 16, "KV value size in `bytes`")
+	ranges := fs.Bool("ranges", false, "make about 1 change in 25 a range delete or a bit range")
 	force := fs.Bool("progress", false, "draw the progress bar even when stderr is not a terminal")
 	dirs, code, done := parseFlags(fs, args, func(w io.Writer) { loadHelp(w, fs) }, stdout, stderr)
 	if done {
@@ -50,13 +56,17 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "load", fmt.Sprintf("-value-size %d: want 0 to 1048576", *valueSize))
 	}
 	p := newProgress(stderr, *force, float64(*n))
-	sum, err := load(ctx, dirs[0], loadConfig{n: *n, seed: *seed, keyspace: *keyspace, bits: *bitsName, valueSize: *valueSize}, p)
+	cfg := loadConfig{n: *n, seed: *seed, keyspace: *keyspace, bits: *bitsName, valueSize: *valueSize, ranges: *ranges}
+	sum, err := load(ctx, dirs[0], cfg, p)
 	p.finish()
 	if err != nil {
 		return fail(stderr, "load", err)
 	}
 	fmt.Fprintf(stdout, "loaded %d changes into %s: %d puts and %d deletes in keyspace %q, %d bit sets in bitslice %q\n",
-		sum.puts+sum.deletes+sum.sets, dirs[0], sum.puts, sum.deletes, *keyspace, sum.sets, *bitsName)
+		sum.changes(), dirs[0], sum.puts, sum.deletes, *keyspace, sum.sets, *bitsName)
+	if *ranges {
+		fmt.Fprintf(stdout, "ranges: %d range deletes, %d bit ranges\n", sum.deleteRanges, sum.setRanges)
+	}
 	fmt.Fprintf(stdout, "ops %d..%d, flushed; watermark %d\n", sum.firstOp, sum.lastOp, sum.watermark)
 	return exitOK
 }
@@ -67,14 +77,23 @@ type loadConfig struct {
 	keyspace  string
 	bits      string
 	valueSize int
+	ranges    bool
 }
 
 type loadSummary struct {
-	puts, deletes, sets int
-	firstOp, lastOp     uint64
-	watermark           uint64
+	puts, deletes, sets     int
+	deleteRanges, setRanges int
+	firstOp, lastOp         uint64
+	watermark               uint64
 }
 
+func (s *loadSummary) changes() int {
+	return s.puts + s.deletes + s.sets + s.deleteRanges + s.setRanges
+}
+
+// load makes c.n random changes to the engine in dir, each one op written
+// as a batch of its own (so a flush running meanwhile never splits an op
+// and no write can be refused as stale), then flushes.
 func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadSummary, err error) {
 	db, err := kvbuf.Open(dir, nil)
 	if errors.Is(err, kvbuf.ErrLocked) {
@@ -100,36 +119,56 @@ func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadS
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x9e3779b97f4a7c15))
 	op := db.Watermark()
 	sum.firstOp = op + 1
-	var key [8]byte
+	var key, hi [8]byte
 	val := make([]byte, c.valueSize)
+	b := db.NewBatch()
 	step := max(c.n/200, 1)
 	for i := range c.n {
 		if i%step == 0 {
-			if err := ctx.Err(); err != nil {
+			if ctx.Err() != nil {
 				break
 			}
 			p.add(float64(min(step, c.n-i)), fmt.Sprintf("%d/%d changes", i, c.n))
 		}
-		op++
+		b.Reset()
+		// One change per batch. The draws of the default mix must not
+		// depend on --ranges being off, so that a seed keeps its changes.
+		count := &sum.puts
 		switch r := rng.IntN(20); {
+		case c.ranges && rng.IntN(25) == 0:
+			if r < 10 {
+				lo := rng.Uint64N(8 * uint64(c.n))
+				b.SetRange(bits, lo, lo+1+rng.Uint64N(256), rng.IntN(2) == 1)
+				count = &sum.setRanges
+			} else {
+				lo := rng.Uint64N(uint64(c.n))
+				binary.BigEndian.PutUint64(key[:], lo)
+				binary.BigEndian.PutUint64(hi[:], lo+1+rng.Uint64N(16))
+				b.DeleteRange(kv, key[:], hi[:])
+				count = &sum.deleteRanges
+			}
 		case r < 10:
-			err = bits.Set(ctx, rng.Uint64N(8*uint64(c.n)), rng.IntN(2) == 1, op)
-			sum.sets++
+			b.Set(bits, rng.Uint64N(8*uint64(c.n)), rng.IntN(2) == 1)
+			count = &sum.sets
 		case r < 19:
 			binary.BigEndian.PutUint64(key[:], rng.Uint64N(uint64(c.n)))
 			for j := range val {
 				val[j] = byte(rng.Uint32())
 			}
-			err = kv.Put(ctx, key[:], val, op)
-			sum.puts++
+			b.Put(kv, key[:], val)
 		default:
 			binary.BigEndian.PutUint64(key[:], rng.Uint64N(uint64(c.n)))
-			err = kv.Delete(ctx, key[:], op)
-			sum.deletes++
+			b.Delete(kv, key[:])
+			count = &sum.deletes
 		}
-		if err != nil {
+		if err := db.Apply(ctx, b, op+1); err != nil {
+			if ctx.Err() != nil {
+				break // interrupted while waiting for room: nothing applied
+			}
 			return sum, err
 		}
+		op++
+		*count++
 		sum.lastOp = op
 	}
 	// Flush what was loaded even when interrupted, with a context of its
@@ -138,7 +177,7 @@ func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadS
 		return sum, err
 	}
 	if err := ctx.Err(); err != nil {
-		return sum, fmt.Errorf("interrupted after %d of %d changes (those were flushed): %w", sum.puts+sum.deletes+sum.sets, c.n, err)
+		return sum, fmt.Errorf("interrupted after %d of %d changes (those were flushed): %w", sum.changes(), c.n, err)
 	}
 	return sum, nil
 }

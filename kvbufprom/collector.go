@@ -1,0 +1,220 @@
+// Package kvbufprom exports the metrics of a kvbuf engine (kvbuf.Metrics) to
+// Prometheus.
+//
+// NewCollector returns a prometheus.Collector that reads DB.Metrics once per
+// scrape and reports every field of it. Register one per engine; a host with
+// an engine per shard tells them apart with a constant label:
+//
+//	reg.MustRegister(kvbufprom.NewCollector(db, &kvbufprom.Options{
+//		ConstLabels: prometheus.Labels{"shard": "7"},
+//	}))
+//
+// # Metrics
+//
+// Counters count since the engine was opened (they restart at zero when it is
+// reopened, which Prometheus' rate functions treat as a reset):
+//
+//	kvbuf_flushes_total              Flush calls admitted (Metrics.Flushes)
+//	kvbuf_flushes_coalesced_total    Flush calls that joined a generation another caller opened (Coalesced)
+//	kvbuf_generations_total          generations frozen: physical flushes, background ones included (Generations)
+//	kvbuf_generation_writes_total    generation writes, retries included (GenerationWrites)
+//	kvbuf_flush_failures_total       failed flush attempts (Failures)
+//	kvbuf_write_stalls_total         writes that waited for room under MaxPendingBytes (Stalls)
+//	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
+//
+// Gauges:
+//
+//	kvbuf_pending_bytes              memory held by pending changes (PendingBytes)
+//	kvbuf_pending_keys               KV keys held by pending tables (PendingKeys)
+//	kvbuf_flush_last_error           1 once a flush attempt has failed since Open, else 0 (LastError != nil)
+//	kvbuf_generations_in_flight      generations frozen and not yet durable (InFlight)
+//	kvbuf_generations_in_flight_max  the highest InFlight so far (MaxInFlight)
+//	kvbuf_watermark                  the persisted watermark, an op number (Watermark)
+//	kvbuf_highest_op                 the highest op number admitted (HighestOp)
+//	kvbuf_receipt_lag_ops            HighestOp - Watermark: how far the durable receipt trails the writes (ReceiptLag)
+//	kvbuf_keyspaces                  keyspaces of the engine (Keyspaces)
+//	kvbuf_bitslices                  bitslices of the engine (Bitslices)
+//	kvbuf_snapshots                  open snapshots (Snapshots)
+//
+// Histogram:
+//
+//	kvbuf_flush_duration_seconds     durations of Flush calls (FlushLatency)
+//
+// The histogram's buckets are the engine's own (see flush.Histogram), made
+// cumulative, so no observation is re-bucketed: by default one bucket per
+// power of two from 1.024µs to about 68.7s (27 buckets plus +Inf), or all 105
+// of the engine's buckets (four per power of two) with
+// Options.AllLatencyBuckets. The engine's buckets exclude their upper bound
+// where Prometheus' "le" includes it, so a duration exactly equal to a bound
+// (to the nanosecond) is counted in the next bucket.
+//
+// The error text of Metrics.LastError is not exported: as a label value it
+// would make a new series for every distinct error. Log it from
+// DB.Metrics().LastError when kvbuf_flush_failures_total grows.
+//
+// Op numbers are exported as float64 values, exact up to 2^53.
+//
+// The collector works after the engine is closed (DB.Metrics does; the
+// counters stop), so it need not be unregistered before DB.Close.
+package kvbufprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/flush"
+)
+
+// Options configures a collector. A nil *Options means the zero value.
+type Options struct {
+	// ConstLabels are added to every metric, to tell apart the engines of
+	// one process (for example {"shard": "7"}). Label names must be valid
+	// Prometheus label names; collectors registered with the same registry
+	// must differ in their label values.
+	ConstLabels prometheus.Labels
+
+	// AllLatencyBuckets exports every bucket of the flush latency histogram
+	// (four per power of two: 105 series plus +Inf) instead of one per power
+	// of two (27 plus +Inf).
+	AllLatencyBuckets bool
+}
+
+// collector reports a Metrics snapshot per scrape.
+type collector struct {
+	metrics func() kvbuf.Metrics
+	bounds  []int // engine bucket indexes whose upper bounds are exported
+
+	pendingBytes, pendingKeys                       *prometheus.Desc
+	flushes, coalesced, generations, generationWrts *prometheus.Desc
+	failures, lastError                             *prometheus.Desc
+	stalls, stallSeconds                            *prometheus.Desc
+	latency                                         *prometheus.Desc
+	inFlight, maxInFlight                           *prometheus.Desc
+	watermark, highestOp, receiptLag                *prometheus.Desc
+	keyspaces, bitslices, snapshots                 *prometheus.Desc
+}
+
+// NewCollector returns a collector of db's metrics (see the package
+// documentation for the names). Each scrape calls db.Metrics once. Register
+// it with a prometheus.Registerer; registering fails (Register returns an
+// error, MustRegister panics) if opts.ConstLabels holds an invalid label
+// name.
+func NewCollector(db *kvbuf.DB, opts *Options) prometheus.Collector {
+	return newCollector(db.Metrics, opts)
+}
+
+func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("kvbuf_"+name, help, nil, o.ConstLabels)
+	}
+	c := &collector{
+		metrics: metrics,
+
+		pendingBytes: desc("pending_bytes", "Memory held by pending changes: written, not yet durable and released."),
+		pendingKeys:  desc("pending_keys", "KV keys held by pending tables (a key pending in two generations counts twice)."),
+
+		flushes:        desc("flushes_total", "Flush calls admitted."),
+		coalesced:      desc("flushes_coalesced_total", "Flush calls that joined a generation another caller had opened (group commit)."),
+		generations:    desc("generations_total", "Generations frozen: physical flushes, background ones included."),
+		generationWrts: desc("generation_writes_total", "Generation writes, retries of failed generations included."),
+
+		failures:  desc("flush_failures_total", "Failed flush attempts."),
+		lastError: desc("flush_last_error", "1 if a flush attempt has failed since the engine was opened, else 0 (the error text is DB.Metrics().LastError)."),
+
+		stalls:       desc("write_stalls_total", "Writes that waited for a flush because pending memory was over its bound."),
+		stallSeconds: desc("write_stall_seconds_total", "Time writes spent waiting for a flush because pending memory was over its bound."),
+
+		latency: desc("flush_duration_seconds", "Durations of Flush calls."),
+
+		inFlight:    desc("generations_in_flight", "Generations frozen and not yet durable."),
+		maxInFlight: desc("generations_in_flight_max", "The highest number of generations in flight since the engine was opened."),
+
+		watermark:  desc("watermark", "The persisted watermark: every write of every op up to it is durable."),
+		highestOp:  desc("highest_op", "The highest op number admitted."),
+		receiptLag: desc("receipt_lag_ops", "Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops)."),
+
+		keyspaces: desc("keyspaces", "Keyspaces of the engine."),
+		bitslices: desc("bitslices", "Bitslices of the engine."),
+		snapshots: desc("snapshots", "Open snapshots."),
+	}
+	for i := range flush.HistogramBuckets - 1 { // the last bucket is +Inf
+		if o.AllLatencyBuckets || i%4 == 0 {
+			c.bounds = append(c.bounds, i)
+		}
+	}
+	return c
+}
+
+func (c *collector) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{
+		c.pendingBytes, c.pendingKeys,
+		c.flushes, c.coalesced, c.generations, c.generationWrts,
+		c.failures, c.lastError,
+		c.stalls, c.stallSeconds,
+		c.latency,
+		c.inFlight, c.maxInFlight,
+		c.watermark, c.highestOp, c.receiptLag,
+		c.keyspaces, c.bitslices, c.snapshots,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.metrics()
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	gauge(c.pendingBytes, float64(m.PendingBytes))
+	gauge(c.pendingKeys, float64(m.PendingKeys))
+	counter(c.flushes, float64(m.Flushes))
+	counter(c.coalesced, float64(m.Coalesced))
+	counter(c.generations, float64(m.Generations))
+	counter(c.generationWrts, float64(m.GenerationWrites))
+	counter(c.failures, float64(m.Failures))
+	lastErr := 0.0
+	if m.LastError != nil {
+		lastErr = 1
+	}
+	gauge(c.lastError, lastErr)
+	counter(c.stalls, float64(m.Stalls))
+	counter(c.stallSeconds, m.StallTime.Seconds())
+	ch <- c.histogram(&m.FlushLatency)
+	gauge(c.inFlight, float64(m.InFlight))
+	gauge(c.maxInFlight, float64(m.MaxInFlight))
+	gauge(c.watermark, float64(m.Watermark))
+	gauge(c.highestOp, float64(m.HighestOp))
+	gauge(c.receiptLag, float64(m.ReceiptLag))
+	gauge(c.keyspaces, float64(m.Keyspaces))
+	gauge(c.bitslices, float64(m.Bitslices))
+	gauge(c.snapshots, float64(m.Snapshots))
+}
+
+// histogram turns the engine's latency histogram into a Prometheus one:
+// cumulative counts at the exported bounds. Counts sum to Count, so the
+// +Inf bucket (Count) holds everything.
+func (c *collector) histogram(h *kvbuf.LatencyHistogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(c.bounds))
+	var cum int64
+	next := 0
+	for _, i := range c.bounds {
+		for ; next <= i; next++ {
+			cum += h.Counts[next]
+		}
+		buckets[flush.BucketBound(i).Seconds()] = uint64(cum)
+	}
+	return prometheus.MustNewConstHistogram(c.latency, uint64(h.Count), h.Sum.Seconds(), buckets)
+}

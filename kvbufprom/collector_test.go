@@ -1,0 +1,445 @@
+package kvbufprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/flush"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fieldMetric maps every field of kvbuf.Metrics to the metric that exports
+// it. TestEveryFieldExported fails when Metrics gains a field that is not
+// here, so that a new field is not silently left out.
+var fieldMetric = map[string]string{
+	"PendingBytes":     "kvbuf_pending_bytes",
+	"PendingKeys":      "kvbuf_pending_keys",
+	"Flushes":          "kvbuf_flushes_total",
+	"Coalesced":        "kvbuf_flushes_coalesced_total",
+	"Generations":      "kvbuf_generations_total",
+	"GenerationWrites": "kvbuf_generation_writes_total",
+	"Failures":         "kvbuf_flush_failures_total",
+	"LastError":        "kvbuf_flush_last_error",
+	"Stalls":           "kvbuf_write_stalls_total",
+	"StallTime":        "kvbuf_write_stall_seconds_total",
+	"FlushLatency":     "kvbuf_flush_duration_seconds",
+	"InFlight":         "kvbuf_generations_in_flight",
+	"MaxInFlight":      "kvbuf_generations_in_flight_max",
+	"Watermark":        "kvbuf_watermark",
+	"HighestOp":        "kvbuf_highest_op",
+	"ReceiptLag":       "kvbuf_receipt_lag_ops",
+	"Keyspaces":        "kvbuf_keyspaces",
+	"Bitslices":        "kvbuf_bitslices",
+	"Snapshots":        "kvbuf_snapshots",
+}
+
+// fabricated returns Metrics with every field set to a distinct value.
+func fabricated() kvbuf.Metrics {
+	m := kvbuf.Metrics{
+		PendingBytes:     1 << 20,
+		PendingKeys:      12,
+		Flushes:          40,
+		Coalesced:        30,
+		Generations:      9,
+		GenerationWrites: 11,
+		Failures:         2,
+		LastError:        errors.New("injected"),
+		Stalls:           3,
+		StallTime:        1500 * time.Millisecond,
+		InFlight:         1,
+		MaxInFlight:      4,
+		Watermark:        1000,
+		HighestOp:        1007,
+		ReceiptLag:       7,
+		Keyspaces:        2,
+		Bitslices:        3,
+		Snapshots:        1,
+	}
+	h := &m.FlushLatency
+	h.Counts[0] = 1                        // under 1.024µs
+	h.Counts[5] = 2                        // [2.048µs, 2.56µs)
+	h.Counts[41] = 4                       // [1.048576ms, 1.31072ms)
+	h.Counts[flush.HistogramBuckets-1] = 1 // 68.7s and more
+	h.Count = 8
+	h.Sum = 80 * time.Second
+	return m
+}
+
+// octaveBuckets writes the bucket lines of kvbuf_flush_duration_seconds for
+// the default buckets, one per power of two from 2^10 ns to 2^36 ns,
+// computed independently of flush.BucketBound. count returns the
+// cumulative count at 2^e ns.
+func octaveBuckets(b *strings.Builder, labels string, count func(e int) int) {
+	for e := 10; e <= 36; e++ {
+		fmt.Fprintf(b, "kvbuf_flush_duration_seconds_bucket{%sle=\"%g\"} %d\n", labels, math.Ldexp(1, e)/1e9, count(e))
+	}
+}
+
+func TestEveryFieldExported(t *testing.T) {
+	var fields []string
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[kvbuf.Metrics]()) {
+		fields = append(fields, f.Name)
+	}
+	var mapped []string
+	for f := range fieldMetric {
+		mapped = append(mapped, f)
+	}
+	slices.Sort(fields)
+	slices.Sort(mapped)
+	if !slices.Equal(fields, mapped) {
+		t.Fatalf("kvbuf.Metrics fields %v\nexported fields %v\n(add the new field to the collector and to fieldMetric)", fields, mapped)
+	}
+
+	c := newCollector(fabricated, &Options{ConstLabels: prometheus.Labels{"shard": "7"}})
+	var want strings.Builder
+	want.WriteString(`
+# HELP kvbuf_bitslices Bitslices of the engine.
+# TYPE kvbuf_bitslices gauge
+kvbuf_bitslices{shard="7"} 3
+# HELP kvbuf_flush_failures_total Failed flush attempts.
+# TYPE kvbuf_flush_failures_total counter
+kvbuf_flush_failures_total{shard="7"} 2
+# HELP kvbuf_flush_last_error 1 if a flush attempt has failed since the engine was opened, else 0 (the error text is DB.Metrics().LastError).
+# TYPE kvbuf_flush_last_error gauge
+kvbuf_flush_last_error{shard="7"} 1
+# HELP kvbuf_flushes_coalesced_total Flush calls that joined a generation another caller had opened (group commit).
+# TYPE kvbuf_flushes_coalesced_total counter
+kvbuf_flushes_coalesced_total{shard="7"} 30
+# HELP kvbuf_flushes_total Flush calls admitted.
+# TYPE kvbuf_flushes_total counter
+kvbuf_flushes_total{shard="7"} 40
+# HELP kvbuf_generation_writes_total Generation writes, retries of failed generations included.
+# TYPE kvbuf_generation_writes_total counter
+kvbuf_generation_writes_total{shard="7"} 11
+# HELP kvbuf_generations_in_flight Generations frozen and not yet durable.
+# TYPE kvbuf_generations_in_flight gauge
+kvbuf_generations_in_flight{shard="7"} 1
+# HELP kvbuf_generations_in_flight_max The highest number of generations in flight since the engine was opened.
+# TYPE kvbuf_generations_in_flight_max gauge
+kvbuf_generations_in_flight_max{shard="7"} 4
+# HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
+# TYPE kvbuf_generations_total counter
+kvbuf_generations_total{shard="7"} 9
+# HELP kvbuf_highest_op The highest op number admitted.
+# TYPE kvbuf_highest_op gauge
+kvbuf_highest_op{shard="7"} 1007
+# HELP kvbuf_keyspaces Keyspaces of the engine.
+# TYPE kvbuf_keyspaces gauge
+kvbuf_keyspaces{shard="7"} 2
+# HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
+# TYPE kvbuf_pending_bytes gauge
+kvbuf_pending_bytes{shard="7"} 1.048576e+06
+# HELP kvbuf_pending_keys KV keys held by pending tables (a key pending in two generations counts twice).
+# TYPE kvbuf_pending_keys gauge
+kvbuf_pending_keys{shard="7"} 12
+# HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
+# TYPE kvbuf_receipt_lag_ops gauge
+kvbuf_receipt_lag_ops{shard="7"} 7
+# HELP kvbuf_snapshots Open snapshots.
+# TYPE kvbuf_snapshots gauge
+kvbuf_snapshots{shard="7"} 1
+# HELP kvbuf_watermark The persisted watermark: every write of every op up to it is durable.
+# TYPE kvbuf_watermark gauge
+kvbuf_watermark{shard="7"} 1000
+# HELP kvbuf_write_stall_seconds_total Time writes spent waiting for a flush because pending memory was over its bound.
+# TYPE kvbuf_write_stall_seconds_total counter
+kvbuf_write_stall_seconds_total{shard="7"} 1.5
+# HELP kvbuf_write_stalls_total Writes that waited for a flush because pending memory was over its bound.
+# TYPE kvbuf_write_stalls_total counter
+kvbuf_write_stalls_total{shard="7"} 3
+# HELP kvbuf_flush_duration_seconds Durations of Flush calls.
+# TYPE kvbuf_flush_duration_seconds histogram
+`)
+	octaveBuckets(&want, `shard="7",`, func(e int) int {
+		switch {
+		case e < 12: // 1.024µs, 2.048µs: bucket 0 only
+			return 1
+		case e < 21: // 4.096µs .. 1.048576ms: and bucket 5
+			return 3
+		}
+		return 7 // 2.097152ms and up: and bucket 41, not the overflow
+	})
+	want.WriteString(`kvbuf_flush_duration_seconds_bucket{shard="7",le="+Inf"} 8
+kvbuf_flush_duration_seconds_sum{shard="7"} 80
+kvbuf_flush_duration_seconds_count{shard="7"} 8
+`)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want.String())); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c); n != len(fieldMetric) {
+		t.Errorf("%d metrics collected, want one per field (%d)", n, len(fieldMetric))
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestNoError: a nil LastError is 0, and zero metrics are all exported.
+func TestNoError(t *testing.T) {
+	c := newCollector(func() kvbuf.Metrics { return kvbuf.Metrics{} }, nil)
+	err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP kvbuf_flush_last_error 1 if a flush attempt has failed since the engine was opened, else 0 (the error text is DB.Metrics().LastError).
+# TYPE kvbuf_flush_last_error gauge
+kvbuf_flush_last_error 0
+`), "kvbuf_flush_last_error")
+	if err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c); n != len(fieldMetric) {
+		t.Errorf("%d metrics collected, want %d", n, len(fieldMetric))
+	}
+}
+
+// TestAllLatencyBuckets exports every engine bucket: 105 bounds plus +Inf,
+// cumulative, each bound the engine's.
+func TestAllLatencyBuckets(t *testing.T) {
+	ph := family(t, newCollector(fabricated, &Options{AllLatencyBuckets: true}), "kvbuf_flush_duration_seconds").GetMetric()[0].GetHistogram()
+	bs := ph.GetBucket()
+	if len(bs) != flush.HistogramBuckets-1 {
+		t.Fatalf("%d buckets, want %d", len(bs), flush.HistogramBuckets-1)
+	}
+	src := fabricated().FlushLatency
+	var cum uint64
+	for i, b := range bs {
+		cum += uint64(src.Counts[i])
+		if b.GetUpperBound() != flush.BucketBound(i).Seconds() || b.GetCumulativeCount() != cum {
+			t.Errorf("bucket %d: le %g count %d; want le %g count %d", i, b.GetUpperBound(), b.GetCumulativeCount(), flush.BucketBound(i).Seconds(), cum)
+		}
+	}
+	if ph.GetSampleCount() != 8 || cum != 7 {
+		t.Errorf("count %d, last bucket %d; want 8 and 7 (one overflow)", ph.GetSampleCount(), cum)
+	}
+}
+
+// TestConstLabels registers the collectors of several engines (shards) in
+// one registry: they differ by label, and a duplicate is refused.
+func TestConstLabels(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	for _, shard := range []string{"a", "b"} {
+		if err := reg.Register(newCollector(fabricated, &Options{ConstLabels: prometheus.Labels{"shard": shard}})); err != nil {
+			t.Fatalf("shard %s: %v", shard, err)
+		}
+	}
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(newCollector(fabricated, &Options{ConstLabels: prometheus.Labels{"shard": "a"}})); !errors.As(err, &are) {
+		t.Errorf("second collector for shard a: %v, want AlreadyRegisteredError", err)
+	}
+	if err := reg.Register(newCollector(fabricated, &Options{ConstLabels: prometheus.Labels{"bad-name": "x"}})); err == nil {
+		t.Error("an invalid label name was registered")
+	}
+	n, err := testutil.GatherAndCount(reg)
+	if err != nil || n != 2*len(fieldMetric) {
+		t.Errorf("gathered %d series (%v), want %d", n, err, 2*len(fieldMetric))
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestEngine drives a real engine through writes, a flush, a snapshot and
+// Close, and compares what the collector reports at each point. Interval
+// flushes and backpressure are off, so every number is determined.
+func TestEngine(t *testing.T) {
+	ctx := context.Background()
+	db, err := kvbuf.Open(t.TempDir(), &kvbuf.Options{FlushInterval: -1, MaxPendingBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := NewCollector(db, &Options{ConstLabels: prometheus.Labels{"shard": "0"}})
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint of a fresh engine: %v %v", err, problems)
+	}
+
+	users, err := db.KV("users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := db.Bits("live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ops 1-3 one call each, op 4 a batch: the flush may claim op 4.
+	for op := uint64(1); op <= 3; op++ {
+		if err := users.Put(ctx, []byte(fmt.Sprint("k", op)), []byte("v"), op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := db.NewBatch()
+	b.Set(live, 10, true)
+	b.Delete(users, []byte("k1"))
+	if err := db.Apply(ctx, b, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Op 5 stays pending; a snapshot is open.
+	if err := users.Put(ctx, []byte("k5"), []byte("v"), 5); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := db.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+
+	compare := func(when, want string) {
+		t.Helper()
+		var names []string
+		for _, line := range strings.Split(want, "\n") {
+			if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+				names = append(names, strings.Fields(name)[0])
+			}
+		}
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
+	}
+	compare("after the flush", `
+# HELP kvbuf_bitslices Bitslices of the engine.
+# TYPE kvbuf_bitslices gauge
+kvbuf_bitslices{shard="0"} 1
+# HELP kvbuf_flush_failures_total Failed flush attempts.
+# TYPE kvbuf_flush_failures_total counter
+kvbuf_flush_failures_total{shard="0"} 0
+# HELP kvbuf_flush_last_error 1 if a flush attempt has failed since the engine was opened, else 0 (the error text is DB.Metrics().LastError).
+# TYPE kvbuf_flush_last_error gauge
+kvbuf_flush_last_error{shard="0"} 0
+# HELP kvbuf_flushes_coalesced_total Flush calls that joined a generation another caller had opened (group commit).
+# TYPE kvbuf_flushes_coalesced_total counter
+kvbuf_flushes_coalesced_total{shard="0"} 0
+# HELP kvbuf_flushes_total Flush calls admitted.
+# TYPE kvbuf_flushes_total counter
+kvbuf_flushes_total{shard="0"} 1
+# HELP kvbuf_generation_writes_total Generation writes, retries of failed generations included.
+# TYPE kvbuf_generation_writes_total counter
+kvbuf_generation_writes_total{shard="0"} 1
+# HELP kvbuf_generations_in_flight Generations frozen and not yet durable.
+# TYPE kvbuf_generations_in_flight gauge
+kvbuf_generations_in_flight{shard="0"} 0
+# HELP kvbuf_generations_in_flight_max The highest number of generations in flight since the engine was opened.
+# TYPE kvbuf_generations_in_flight_max gauge
+kvbuf_generations_in_flight_max{shard="0"} 1
+# HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
+# TYPE kvbuf_generations_total counter
+kvbuf_generations_total{shard="0"} 1
+# HELP kvbuf_highest_op The highest op number admitted.
+# TYPE kvbuf_highest_op gauge
+kvbuf_highest_op{shard="0"} 5
+# HELP kvbuf_keyspaces Keyspaces of the engine.
+# TYPE kvbuf_keyspaces gauge
+kvbuf_keyspaces{shard="0"} 1
+# HELP kvbuf_pending_keys KV keys held by pending tables (a key pending in two generations counts twice).
+# TYPE kvbuf_pending_keys gauge
+kvbuf_pending_keys{shard="0"} 1
+# HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
+# TYPE kvbuf_receipt_lag_ops gauge
+kvbuf_receipt_lag_ops{shard="0"} 1
+# HELP kvbuf_snapshots Open snapshots.
+# TYPE kvbuf_snapshots gauge
+kvbuf_snapshots{shard="0"} 1
+# HELP kvbuf_watermark The persisted watermark: every write of every op up to it is durable.
+# TYPE kvbuf_watermark gauge
+kvbuf_watermark{shard="0"} 4
+# HELP kvbuf_write_stall_seconds_total Time writes spent waiting for a flush because pending memory was over its bound.
+# TYPE kvbuf_write_stall_seconds_total counter
+kvbuf_write_stall_seconds_total{shard="0"} 0
+# HELP kvbuf_write_stalls_total Writes that waited for a flush because pending memory was over its bound.
+# TYPE kvbuf_write_stalls_total counter
+kvbuf_write_stalls_total{shard="0"} 0
+`)
+	// Pending bytes and the latency depend on the allocator and the disk:
+	// check them against the engine's own numbers.
+	m := db.Metrics()
+	if got := family(t, c, "kvbuf_pending_bytes").GetMetric()[0].GetGauge().GetValue(); m.PendingBytes <= 0 || got != float64(m.PendingBytes) {
+		t.Errorf("kvbuf_pending_bytes = %g, engine %d", got, m.PendingBytes)
+	}
+	checkLatency(t, c, m.FlushLatency)
+	problems, err = testutil.CollectAndLint(c)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+
+	// Op 5 was a single call: it is complete once the host says so. After
+	// Close (final flush of op 5, snapshot closed) the collector still
+	// reports, with the counters stopped.
+	if err := db.EndOp(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	compare("after Close", `
+# HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
+# TYPE kvbuf_generations_total counter
+kvbuf_generations_total{shard="0"} 2
+# HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
+# TYPE kvbuf_pending_bytes gauge
+kvbuf_pending_bytes{shard="0"} 0
+# HELP kvbuf_pending_keys KV keys held by pending tables (a key pending in two generations counts twice).
+# TYPE kvbuf_pending_keys gauge
+kvbuf_pending_keys{shard="0"} 0
+# HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
+# TYPE kvbuf_receipt_lag_ops gauge
+kvbuf_receipt_lag_ops{shard="0"} 0
+# HELP kvbuf_snapshots Open snapshots.
+# TYPE kvbuf_snapshots gauge
+kvbuf_snapshots{shard="0"} 0
+# HELP kvbuf_watermark The persisted watermark: every write of every op up to it is durable.
+# TYPE kvbuf_watermark gauge
+kvbuf_watermark{shard="0"} 5
+`)
+}
+
+// family gathers c alone and returns the metric family called name.
+func family(t *testing.T, c prometheus.Collector, name string) *dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf
+		}
+	}
+	t.Fatalf("no %s", name)
+	return nil
+}
+
+// checkLatency compares the exported histogram with the engine's, which
+// holds one observation.
+func checkLatency(t *testing.T, c prometheus.Collector, h kvbuf.LatencyHistogram) {
+	t.Helper()
+	ph := family(t, c, "kvbuf_flush_duration_seconds").GetMetric()[0].GetHistogram()
+	if ph.GetSampleCount() != uint64(h.Count) || h.Count != 1 || ph.GetSampleSum() != h.Sum.Seconds() {
+		t.Errorf("histogram count %d sum %g; engine count %d sum %v (one Flush call)", ph.GetSampleCount(), ph.GetSampleSum(), h.Count, h.Sum)
+	}
+	// A bucket counts the observation if its bound is above the duration.
+	for _, b := range ph.GetBucket() {
+		below := b.GetUpperBound() > h.Sum.Seconds()
+		if got := b.GetCumulativeCount(); (got == 1) != below {
+			t.Errorf("bucket le=%g holds %d for one flush of %v", b.GetUpperBound(), got, h.Sum)
+		}
+	}
+}
