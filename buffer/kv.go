@@ -456,7 +456,7 @@ func resolveMany(t *table, keys [][]byte, hs *[manyBatch]uint64, rs *[manyBatch]
 			if rs[i] != nil || hid[i] {
 				continue
 			}
-			if arr := ss.s[hs[i]>>t.shift].slots.Load(); arr != nil {
+			if arr := ss.s[hs[i]>>t.shift].slots.Load(); arr != nil && arr.mayHold(hs[i]) {
 				s := &arr.s[hs[i]&arr.mask]
 				if n := s.n.Load(); n != nil && s.hash.Load() == hs[i] {
 					cand[i] = n

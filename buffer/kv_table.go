@@ -66,11 +66,40 @@ type shard struct {
 	bytes  atomic.Int64 // nodes, towers, records, slot array
 }
 
-// slotArray is an open-addressing (linear probing) array. A slot goes from
-// empty to {hash, node} once and is emptied again only by clear.
+// slotArray is an open-addressing (linear probing) array, filled to at most
+// 7/8. A slot goes from empty to {hash, node} once and is emptied again only
+// by clear.
+//
+// filter is a blocked Bloom filter of the keys in s (one byte per slot, two
+// bits of one 64-bit word per key: about 3.5% false positives at full load):
+// at 7/8 a miss would probe about 23 slots (6 cache lines) before falling
+// through to the store, while the filter (an eighth of the array's size,
+// cache resident) rejects most misses with one load. A writer sets a key's
+// bits before it publishes the slot, so a reader never sees a published key
+// filtered out.
 type slotArray struct {
-	mask uint64
-	s    []slot
+	mask   uint64
+	fmask  uint64 // filter words - 1
+	s      []slot
+	filter []uint64
+}
+
+// filterWord returns h's filter word index and bit mask.
+func (a *slotArray) filterBits(h uint64) (uint64, uint64) {
+	return (h >> 40) & a.fmask, 1<<(h&63) | 1<<(h>>6&63)
+}
+
+// mayHold reports whether h may be in the array (false: certainly not).
+func (a *slotArray) mayHold(h uint64) bool {
+	w, m := a.filterBits(h)
+	return atomic.LoadUint64(&a.filter[w])&m == m
+}
+
+func (a *slotArray) addFilter(h uint64) {
+	w, m := a.filterBits(h)
+	if atomic.LoadUint64(&a.filter[w])&m != m {
+		atomic.OrUint64(&a.filter[w], m)
+	}
 }
 
 // slot keeps the key's hash next to its node so a probe rejects other keys
@@ -97,7 +126,7 @@ func (t *table) lookup(k string, h uint64) *node {
 		return nil
 	}
 	arr := ss.s[h>>t.shift].slots.Load()
-	if arr == nil {
+	if arr == nil || !arr.mayHold(h) {
 		return nil
 	}
 	for i := h & arr.mask; ; i = (i + 1) & arr.mask {
@@ -166,7 +195,7 @@ func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
 	if arr == nil {
 		arr = newSlotArray(minSlots)
 		sh.slots.Store(arr)
-		added += int64(minSlots) * int64(unsafe.Sizeof(slot{}))
+		added += arr.bytes()
 	}
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
 	i := h & arr.mask
@@ -189,10 +218,10 @@ func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
 			return added
 		}
 	}
-	if (sh.used+1)*4 > len(arr.s)*3 {
+	if (sh.used+1)*8 > len(arr.s)*7 {
 		old := arr
 		arr = sh.grow(old)
-		added += int64(len(arr.s)-len(old.s)) * int64(unsafe.Sizeof(slot{}))
+		added += arr.bytes() - old.bytes()
 		i = h & arr.mask
 		for arr.s[i].n.Load() != nil {
 			i = (i + 1) & arr.mask
@@ -201,6 +230,7 @@ func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
 	n, cost := newNode(k, v, del, randomHeight(&sh.rng))
 	added += cost
 	sh.link(n)
+	arr.addFilter(h)
 	arr.s[i].hash.Store(h)
 	arr.s[i].n.Store(n)
 	sh.used++
@@ -210,7 +240,13 @@ func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
 }
 
 func newSlotArray(n int) *slotArray {
-	return &slotArray{mask: uint64(n - 1), s: make([]slot, n)}
+	nf := max(n/8, 1) // one filter byte per slot
+	return &slotArray{mask: uint64(n - 1), fmask: uint64(nf - 1), s: make([]slot, n), filter: make([]uint64, nf)}
+}
+
+// bytes is the memory the array holds.
+func (a *slotArray) bytes() int64 {
+	return int64(len(a.s))*int64(unsafe.Sizeof(slot{})) + int64(len(a.filter))*8
 }
 
 // grow publishes a slot array twice the size. Readers still probing the old
@@ -227,6 +263,7 @@ func (sh *shard) grow(old *slotArray) *slotArray {
 		for arr.s[j].n.Load() != nil {
 			j = (j + 1) & arr.mask
 		}
+		arr.addFilter(h)
 		arr.s[j].hash.Store(h)
 		arr.s[j].n.Store(n)
 	}
@@ -339,7 +376,7 @@ func (t *table) capacityBytes() int64 {
 	for _, sh := range ss.s {
 		n += int64(unsafe.Sizeof(*sh)) + int64(nodeHdr+16+8*(maxLevel-1))
 		if arr := sh.slots.Load(); arr != nil {
-			n += int64(len(arr.s)) * int64(unsafe.Sizeof(slot{}))
+			n += arr.bytes()
 		}
 	}
 	return n
@@ -357,6 +394,9 @@ func (t *table) clear() {
 			if arr := sh.slots.Load(); arr != nil {
 				for i := range arr.s {
 					arr.s[i].n.Store(nil)
+				}
+				for i := range arr.filter {
+					atomic.StoreUint64(&arr.filter[i], 0)
 				}
 			}
 			for l := range maxLevel {
