@@ -62,9 +62,12 @@ type KV struct {
 
 	// vmu serialises every change of the view (Freeze, Release, a range
 	// delete's seal, Snapshot) and table pinning.
-	vmu     sync.Mutex
-	pool    tablePool
-	lastCap int64 // under vmu: capacity of the last released table
+	vmu  sync.Mutex
+	pool tablePool
+	// lastCap is the capacity of recently released tables, the size asked of
+	// the pool for the next active table. Written by Release, read by
+	// whoever makes an active table (Freeze, a range delete's seal).
+	lastCap atomic.Int64
 }
 
 // kvView is immutable once published.
@@ -265,7 +268,7 @@ func prepend(t *table, ts []*table) []*table {
 // newActive returns an empty, sealed table for the next active one: recycled
 // when possible. The caller unseals it once it is published.
 func (kv *KV) newActive() *table {
-	if t := kv.pool.get(kv.lastCap); t != nil {
+	if t := kv.pool.get(kv.lastCap.Load()); t != nil {
 		return t
 	}
 	t := newTable(kv.opt.shards)
@@ -610,7 +613,7 @@ func (kv *KV) Release(g uint64) {
 	var freed int64
 	for _, t := range gone {
 		freed += t.bytes()
-		kv.lastCap = max(kv.lastCap/2, t.capacityBytes())
+		kv.lastCap.Store(max(kv.lastCap.Load()/2, t.capacityBytes()))
 	}
 	kv.vmu.Unlock()
 	kv.acct.add(-freed)

@@ -100,6 +100,9 @@ func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key := []byte(fmt.Sprintf("w%d", w))
+			// Range deletes over a span of the writer's own (other than
+			// key) seal tables while the flush loop releases others.
+			lo, hi := []byte(fmt.Sprintf("x%d", w)), []byte(fmt.Sprintf("x%d~", w))
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -109,6 +112,10 @@ func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
 				val := []byte(fmt.Sprint(n))
 				r.bar.RLock()
 				err := r.kv.Put(key, val)
+				if err == nil && n%16 == 0 {
+					_ = r.kv.Put(append(lo, 'a'), val)
+					err = r.kv.DeleteRange(lo, hi)
+				}
 				r.bar.RUnlock()
 				if err != nil {
 					panic(err)
