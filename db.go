@@ -40,8 +40,10 @@ import (
 //   - If Close's final flush fails, Close still closes every file and
 //     returns that error: the changes it could not flush are gone, and the
 //     host replays them from Watermark as after a crash.
-//   - Pebble treats a failed write or sync of its write-ahead log as fatal
-//     and exits the process.
+//   - After a failed write or sync of the store's write-ahead log every
+//     flush fails with ErrSyncFailed (pebble cannot write that log again):
+//     reads go on, pending changes stay pending, and Close reports the
+//     error. Reopen to recover.
 //   - While a Snapshot is open, each flush keeps the bitslice words it
 //     overwrites (memory proportional to the words changed) until the
 //     snapshot is closed.

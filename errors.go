@@ -66,6 +66,13 @@ var (
 	// DB.DropKV dropped it.
 	ErrDropped = buffer.ErrDropped
 
+	// ErrSyncFailed is wrapped by the error of every flush after a write or
+	// sync of the store's write-ahead log failed: pebble cannot write its
+	// log again, so the engine keeps serving reads and refuses to make
+	// anything more durable. Close, then reopen (after fixing the disk) to
+	// recover; nothing acknowledged is lost.
+	ErrSyncFailed = storage.ErrSyncFailed
+
 	// ErrPanicked is wrapped by the error a Flush returns when the flush it
 	// waited for panicked (a bug); see flush.PanicError.
 	ErrPanicked = flush.ErrPanicked

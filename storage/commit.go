@@ -6,19 +6,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// syncQueueLen is the capacity of the queue of commits waiting for their
-// WAL sync. Commit blocks when it is full (pebble blocks earlier, at 4,095
-// syncs in flight).
-const syncQueueLen = 1024
-
-// Commit is a batch that Store.Commit wrote to pebble's WAL and memtable:
-// visible to reads, ordered after every earlier commit, durable once Wait
-// returns nil. Its methods are safe for concurrent use.
+// Commit is a batch committed by Store.Commit: ordered after every earlier
+// commit, durable once Wait returns nil. Its methods are safe for concurrent
+// use.
 type Commit struct {
 	s *Store
-	// pb is the committed batch, owned by the syncer once queued: it waits
-	// on its sync, then closes it.
-	pb *pebble.Batch
 	// wm is the highest watermark committed up to and including this
 	// commit: persisted once this commit is durable, because every earlier
 	// commit is durable then too.
@@ -28,14 +20,35 @@ type Commit struct {
 	err  error
 }
 
-// Commit writes b (with its watermark) to pebble's WAL and memtable and
-// returns once it is visible and ordered, before the WAL sync; Wait on the
-// result returns once it is durable.
+// group is one pebble batch holding one or more commits, applied and synced
+// as a unit.
+type group struct {
+	pb      *pebble.Batch
+	commits []*Commit
+}
+
+// settle completes every commit of g with err.
+func (g *group) settle(err error) {
+	for _, c := range g.commits {
+		c.err = err
+		close(c.done)
+	}
+}
+
+// Commit commits b (with its watermark) and returns without waiting for
+// the WAL sync; Wait on the result returns once it is durable.
 //
-// Commits are ordered: they enter pebble's WAL in the order Commit calls
-// return, and Wait on a commit returns nil only when it and every earlier
-// commit are durable (see the package documentation for why pebble makes
-// the two the same). Watermark advances when such a Wait returns.
+// Commits are ordered: Wait on a commit returns nil only when it and every
+// earlier commit are durable, and the watermark advances when such a Wait
+// returns. At most one pebble batch is awaiting its sync at any time:
+// commits that arrive while one is in flight are merged into the next
+// group, applied to pebble and synced as one batch once the one in flight
+// is durable (group commit). This is what keeps a failed WAL write or sync
+// from ever being followed by another commit into pebble: pebble cannot
+// take a commit safely after its log failed (it may panic while switching
+// to a new log file), and the failure is only known when the sync returns.
+// A commit becomes visible to reads when its group is applied: at once
+// when nothing is in flight, else when the group before it is durable.
 //
 // The watermark is written only if it is above the highest watermark
 // committed so far (durable or not), so the persisted watermark never goes
@@ -67,23 +80,18 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 		return nil, fmt.Errorf("storage: commit to %q: %w", s.dir, ErrReadOnly)
 	}
 
-	// commitMu makes the watermark decision, pebble's ordering of the batch
-	// and the syncer's queue one step: commits reach the WAL and the queue
-	// in the same order, and committedWM is the highest watermark of the
-	// commits before this one.
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	defer b.Reset()
 	if err := s.syncErr.Load(); err != nil {
-		b.Reset()
 		return nil, *err
 	}
-	if b.hasWM && b.wm > s.committedWM {
+	wm := s.committedWM
+	if b.hasWM && b.wm > wm {
 		b.addWatermark(b.wm)
-	} else {
-		b.hasWM = false
+		wm = b.wm
 	}
 	if b.pb.Empty() {
-		b.Reset()
 		if s.last != nil {
 			// Nothing to write: done when everything before it is.
 			return s.last, nil
@@ -92,22 +100,29 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 		close(c.done)
 		return c, nil
 	}
-	pb := b.pb
-	if err := s.db.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
-		// Rejected before it reached the WAL (pebble treats a failure after
-		// that as fatal). pb may be marked as committing: do not reuse it.
+	c := &Commit{s: s, wm: wm, done: make(chan struct{})}
+	if s.inflight == nil {
+		// Nothing in flight: apply now; the syncer waits for its sync.
+		pb := b.pb
 		b.pb = s.db.NewBatch()
-		b.Reset()
-		return nil, s.wrapErr("commit", err)
+		if err := s.db.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
+			// Rejected before it reached the WAL. pb may be marked as
+			// committing: it is not reused.
+			return nil, s.wrapErr("commit", err)
+		}
+		s.inflight = &group{pb: pb, commits: []*Commit{c}}
+		s.kickSyncer()
+	} else {
+		if s.pending == nil {
+			s.pending = &group{pb: s.db.NewBatch()}
+		}
+		if err := s.pending.pb.Apply(b.pb, nil); err != nil {
+			return nil, s.wrapErr("commit", err)
+		}
+		s.pending.commits = append(s.pending.commits, c)
 	}
-	if b.hasWM {
-		s.committedWM = b.wm
-	}
-	b.pb = s.db.NewBatch()
-	b.Reset()
-	c := &Commit{s: s, pb: pb, wm: s.committedWM, done: make(chan struct{})}
+	s.committedWM = wm
 	s.last = c
-	s.syncq <- c
 	return c, nil
 }
 
@@ -115,7 +130,7 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 // nil only if this commit and every earlier one are durable, and then
 // advances the store's watermark to the highest one they carried. It
 // returns the same result on every call, from any goroutine, also after
-// Store.Close (which waits for pending syncs before closing pebble).
+// Store.Close (which settles pending commits before closing pebble).
 //
 // A failed sync returns an error wrapping ErrSyncFailed and pebble's error;
 // the store then refuses further writes (see ErrSyncFailed).
@@ -150,18 +165,34 @@ func (s *Store) advanceWatermark(wm uint64) {
 	}
 }
 
+func (s *Store) kickSyncer() {
+	select {
+	case s.syncKick <- struct{}{}:
+	default:
+	}
+}
+
 // syncLoop is the syncer goroutine of a writable store. It waits for the WAL
-// sync of each commit in commit order and settles it. Waiting in order costs
-// nothing extra, since pebble completes syncs in WAL order; it lets a
-// failure poison the store as soon as pebble reports it, whether or not
-// anyone waits, and it makes Close able to finish every pending commit
-// (Close closes syncq and waits for syncerDone).
+// sync of the group in flight and settles its commits; then, under
+// commitMu, it applies the pending group (unless the sync failed, in which
+// case the pending group fails too and nothing more reaches pebble). Close
+// sets stopSync; the syncer returns once nothing is in flight.
 func (s *Store) syncLoop() {
 	defer close(s.syncerDone)
-	for c := range s.syncq {
-		err := c.pb.SyncWait()
-		_ = c.pb.Close()
-		c.pb = nil
+	for {
+		s.commitMu.Lock()
+		g := s.inflight
+		stop := s.stopSync
+		s.commitMu.Unlock()
+		if g == nil {
+			if stop {
+				return
+			}
+			<-s.syncKick
+			continue
+		}
+		err := g.pb.SyncWait()
+		_ = g.pb.Close()
 		if err != nil {
 			failed := fmt.Errorf("storage: commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
 			s.syncErr.CompareAndSwap(nil, &failed)
@@ -171,7 +202,24 @@ func (s *Store) syncLoop() {
 		if failed := s.syncErr.Load(); failed != nil {
 			err = *failed
 		}
-		c.err = err
-		close(c.done)
+		g.settle(err)
+
+		s.commitMu.Lock()
+		s.inflight = nil
+		if p := s.pending; p != nil {
+			s.pending = nil
+			switch {
+			case err != nil:
+				_ = p.pb.Close()
+				p.settle(err)
+			default:
+				if aerr := s.db.ApplyNoSyncWait(p.pb, pebble.Sync); aerr != nil {
+					p.settle(s.wrapErr("commit", aerr))
+				} else {
+					s.inflight = p
+				}
+			}
+		}
+		s.commitMu.Unlock()
 	}
 }

@@ -12,9 +12,10 @@
 //     durable op number), written in the same pebble batch as the data, so
 //     after a crash the watermark is never ahead of the data (contract 4).
 //     The watermark never goes backwards.
-//   - Ordered, pipelined commits. Commit puts a batch in pebble's WAL and
-//     memtable and returns before the WAL sync; Commit.Wait waits for it.
-//     The flusher writes generation N+1 while N's sync is in flight.
+//   - Ordered group commits. Commit hands a batch to pebble (or, while an
+//     earlier batch awaits its WAL sync, merges it into the next group) and
+//     returns before the sync; Commit.Wait waits for it. The flusher builds
+//     and commits generation N+1 while N's sync is in flight.
 //   - Reads: Get, GetAppend, iterators in both directions (NewIter), and
 //     snapshots (NewSnapshot) that keep reading the store as it was.
 //   - Use after Close is an error, not a panic. pebble panics on use of a
@@ -46,10 +47,20 @@
 //
 // # Commit ordering
 //
-// If a commit is durable, every earlier commit is. Store.Commit holds one
-// mutex from its watermark decision until the batch is queued for the
-// syncer, around pebble's ApplyNoSyncWait, so the order of Commit calls is
-// the order in which batches enter pebble's commit pipeline. pebble assigns
+// If a commit is durable, every earlier commit is. At most one pebble batch
+// awaits its WAL sync at any time: Store.Commit applies a batch to pebble
+// (ApplyNoSyncWait) only when nothing is in flight, and otherwise merges it
+// into the pending group, which the syncer applies as one batch once the
+// batch in flight is durable. Both happen under one mutex, from the
+// watermark decision on, so the order of Commit calls is the order in which
+// batches enter pebble's commit pipeline. Why never two: pebble learns of a
+// failed WAL write only when it syncs, and a commit that reaches it after
+// the failure may make it switch to a new WAL file, which panics with its
+// mutex unlocked (a fatal error the process cannot recover from). Keeping
+// one batch in flight means the failure is always known before the next
+// batch is handed over, at the cost of applying the next group after the
+// sync rather than during it (syncs still coalesce: everything that arrives
+// during one sync goes into the next). pebble assigns
 // sequence numbers and appends each batch to the WAL under its own commit
 // mutex, in that order. The WAL is written sequentially (no WAL failover is
 // configured) and a sync makes every byte written before it durable. pebble
@@ -61,9 +72,9 @@
 // order and stops at the first damaged record of the last one, so recovery
 // keeps a prefix of the commits, never a later one without an earlier.
 //
-// The store's syncer goroutine waits for each commit's sync in commit
-// order (which costs nothing extra, for the reason above) and records its
-// result; Commit.Wait returns it. A nil result therefore means the commit
+// The store's syncer goroutine waits for each group's sync in commit order
+// and records its result for every commit of the group; Commit.Wait
+// returns it. A nil result therefore means the commit
 // and all earlier ones are durable, and Wait raises the watermark to the
 // highest watermark committed up to that commit (which it or an earlier
 // commit carried). Whether a batch writes its watermark at all is decided
@@ -73,8 +84,10 @@
 //
 // # Caveats
 //
-//   - Reads see a commit as soon as Commit returns, before it is durable. A
-//     crash can lose a commit that was read before its sync completed.
+//   - Reads see a commit once its group is applied to pebble: when Commit
+//     returns if nothing was in flight, else once the group before it is
+//     durable. A crash can lose a commit that was read before its sync
+//     completed.
 //   - Store.Watermark is the persisted watermark as known through Wait: it
 //     advances only when a Wait returns nil, even if the sync finished
 //     earlier. After reopening, the watermark of the last durable commit is
@@ -85,9 +98,8 @@
 //   - A failed WAL write or sync (ErrSyncFailed) fails that commit and
 //     every commit behind it, and the store refuses writes and Flush from
 //     then on, because pebble's log cannot be written again (its commit
-//     path panics, its WAL rotation panics). The failure is seen when
-//     pebble reports it to the syncer; a Commit racing that report can
-//     still reach pebble and hit its panic. Other write failures are fatal
+//     path panics, its WAL rotation panics). No commit reaches pebble after
+//     the failed one (see Commit ordering). Other write failures are fatal
 //     in pebble: a failed MANIFEST write or commit pipeline calls
 //     Logger.Fatalf (the default logger keeps pebble's exit and only
 //     silences informational and error messages), and failing to create a

@@ -100,6 +100,7 @@ func runModel(t *testing.T, seed uint64) {
 		wm uint64 // committedWM after it
 	}
 	var inflight []pending
+	var newest *Commit // the latest commit not known durable
 	type snap struct {
 		sn   *Snapshot
 		want kvModel
@@ -143,9 +144,11 @@ func runModel(t *testing.T, seed uint64) {
 		}
 		if rng.IntN(2) == 0 {
 			mustApply(t, s, b)
-			persistedWM = committedWM
+			persistedWM, newest = committedWM, nil
 		} else {
-			inflight = append(inflight, pending{mustCommit(t, s, b), committedWM})
+			c := mustCommit(t, s, b)
+			inflight = append(inflight, pending{c, committedWM})
+			newest = c
 		}
 		// Wait for a random subset of the pending commits, in random order.
 		rng.Shuffle(len(inflight), func(i, j int) { inflight[i], inflight[j] = inflight[j], inflight[i] })
@@ -157,7 +160,16 @@ func runModel(t *testing.T, seed uint64) {
 			persistedWM = max(persistedWM, p.wm)
 		}
 		inflight = inflight[n:]
-
+		// A commit is visible once its group is applied, which may wait
+		// for the group before it to be durable (see Store.Commit): the
+		// reads below need every commit applied, so wait for the newest,
+		// which makes every earlier one durable too.
+		if newest != nil {
+			if err := newest.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			persistedWM, newest = committedWM, nil
+		}
 		switch rng.IntN(12) {
 		case 0:
 			if err := s.Flush(); err != nil {

@@ -33,18 +33,26 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// commitMu orders commits: Commit holds it from the watermark decision
-	// to queueing the commit for the syncer, around ApplyNoSyncWait.
+	// commitMu orders commits and guards the group-commit state below:
+	// Commit holds it from the watermark decision to applying the batch to
+	// pebble or merging it into the next group.
 	commitMu sync.Mutex
-	// committedWM is the highest watermark committed (in the WAL and the
-	// memtable, durable or not); it starts at the persisted one.
-	committedWM uint64 // guarded by commitMu
+	// committedWM is the highest watermark committed (applied to pebble or
+	// merged into the pending group, durable or not); it starts at the
+	// persisted one.
+	committedWM uint64
 	// last is the latest commit that wrote anything, nil before the first.
-	last *Commit // guarded by commitMu
-	// syncq feeds commits, in commit order, to the syncer goroutine
-	// (syncLoop), which closes syncerDone when Close has closed syncq and
-	// it has settled every commit. Both are nil on a read-only store.
-	syncq      chan *Commit
+	last *Commit
+	// inflight is the group applied to pebble whose WAL sync the syncer is
+	// waiting for; pending collects the commits that arrive meanwhile, to
+	// be applied as one batch once inflight is durable. At most one group
+	// is ever in pebble's hands: see Commit.
+	inflight, pending *group
+	// stopSync asks the syncer to return once nothing is in flight.
+	stopSync bool
+	// syncKick wakes the syncer (buffered 1); syncerDone is closed when it
+	// returns. Both are nil on a read-only store.
+	syncKick   chan struct{}
 	syncerDone chan struct{}
 	// syncErr is the first failed WAL write or sync; from then on the
 	// store refuses writes (ErrSyncFailed).
@@ -127,7 +135,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.wm.Store(wm)
 	s.committedWM = wm
 	if !s.readOnly {
-		s.syncq = make(chan *Commit, syncQueueLen)
+		s.syncKick = make(chan struct{}, 1)
 		s.syncerDone = make(chan struct{})
 		go s.syncLoop()
 	}
@@ -444,10 +452,13 @@ func (s *Store) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	// Commit sends to syncq only under mu.RLock and not closed: nothing
-	// can send now.
-	if s.syncq != nil {
-		close(s.syncq)
+	// Commit runs under mu.RLock: none is running or can start. The
+	// syncer settles what is in flight and pending, then returns.
+	if s.syncerDone != nil {
+		s.commitMu.Lock()
+		s.stopSync = true
+		s.commitMu.Unlock()
+		s.kickSyncer()
 		<-s.syncerDone
 	}
 

@@ -1,0 +1,114 @@
+//go:build kvbuf_failpoints
+
+package kvbuf
+
+// Fault tests through the bitslice failpoints (go test -tags
+// kvbuf_failpoints): each injected error, or a panic, fails the flush, which
+// reports it, again at every attempt while the fault lasts; the watermark
+// stays; every pending change stays readable, including writes made while
+// the fault lasts; and the first flush after the fault is gone makes
+// everything durable (checked after a reopen).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/failpoint"
+)
+
+func TestFaultBitsliceFailpoints(t *testing.T) {
+	cases := []struct {
+		name  string
+		point string
+		fail  func() error
+		want  error
+		grow  bool // the failing flush must grow the files to reach the point
+	}{
+		{"msync-EIO", failpoint.BitsliceSyncMsync, func() error { return syscall.EIO }, syscall.EIO, false},
+		{"header-EIO", failpoint.BitsliceSyncHeader, func() error { return syscall.EIO }, syscall.EIO, false},
+		{"grow-allocate-ENOSPC", failpoint.BitsliceGrowAllocate, func() error { return syscall.ENOSPC }, syscall.ENOSPC, true},
+		{"grow-header-EIO", failpoint.BitsliceGrowHeader, func() error { return syscall.EIO }, syscall.EIO, true},
+		{"msync-panic", failpoint.BitsliceSyncMsync, func() error { panic("injected panic") }, ErrPanicked, false},
+		{"grow-header-panic", failpoint.BitsliceGrowHeader, func() error { panic(syscall.EIO) }, ErrPanicked, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			faultRound(t, c.point, c.fail, c.want, c.grow)
+		})
+	}
+}
+
+func faultRound(t *testing.T, point string, fail func() error, want error, grow bool) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fe := openFaultEngine(t, dir, &Options{FlushInterval: -1})
+	db := fe.db
+	fe.run(50)
+	if err := db.EndOp(ctx, fe.m.upTo); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	good := db.Watermark()
+	if good != fe.m.upTo {
+		t.Fatalf("watermark %d after flushing ops 1..%d", good, fe.m.upTo)
+	}
+
+	var hits atomic.Int64 // the callback runs on the flusher's goroutines
+	disable := failpoint.Enable(point, func() error { hits.Add(1); return fail() })
+	defer disable()
+	if grow {
+		fe.apply(farBitsOp(fe.m.upTo+1, 1<<20)) // past the files' end: the flush must grow them
+	}
+	fe.run(30)
+	for attempt := range 3 {
+		err := db.Flush(ctx)
+		if !errors.Is(err, want) {
+			t.Fatalf("flush %d with %s failing = %v, want %v", attempt, point, err, want)
+		}
+		if wm := db.Watermark(); wm != good {
+			t.Fatalf("flush %d failed, yet the watermark moved from %d to %d", attempt, good, wm)
+		}
+		fe.check(fmt.Sprintf("after failed flush %d", attempt))
+		fe.run(10) // writes during the fault join the retry
+	}
+	disable()
+	if n := hits.Load(); n < 3 {
+		t.Fatalf("the failpoint was hit %d times in 3 failed flushes", n)
+	}
+	last := fe.m.upTo
+	if err := db.EndOp(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatalf("flush after the fault is gone: %v", err)
+	}
+	if wm := db.Watermark(); wm != last {
+		t.Fatalf("watermark %d after recovery, want %d", wm, last)
+	}
+	fe.check("after recovery")
+	if met := db.Metrics(); met.Failures < 3 || !errors.Is(met.LastError, want) {
+		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and %v", met.Failures, met.LastError, want)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if wm := db.Watermark(); wm != last {
+		t.Fatalf("watermark %d after reopen, want %d", wm, last)
+	}
+	checkFaultState(t, "after reopen", db, fe.m)
+}
