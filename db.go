@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,10 @@ func (db *DB) open() error {
 		FS:               db.opts.storeFS,
 		ErrorIfNotExists: !fresh, // a ready manifest without a store means lost data
 	})
+	if !fresh && errors.Is(err, fs.ErrNotExist) {
+		// A ready manifest is written only once the store is durable.
+		return fmt.Errorf("kvbuf: %s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorrupt, err)
+	}
 	if err != nil {
 		return wrapOpenErr(err)
 	}

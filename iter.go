@@ -22,7 +22,7 @@ import (
 type Iter struct {
 	db  *DB
 	k   *KV
-	it  *buffer.Iter
+	it  *buffer.Iter // nil: an empty keyspace (a snapshot's, that did not exist then)
 	err error
 }
 
@@ -54,26 +54,32 @@ func (it *Iter) mapErr(err error) error {
 }
 
 // First moves to the first key and reports whether there is one.
-func (it *Iter) First() bool { return it.err == nil && it.step(it.it.First()) }
+func (it *Iter) First() bool { return it.err == nil && it.it != nil && it.step(it.it.First()) }
 
 // Last moves to the last key and reports whether there is one.
-func (it *Iter) Last() bool { return it.err == nil && it.step(it.it.Last()) }
+func (it *Iter) Last() bool { return it.err == nil && it.it != nil && it.step(it.it.Last()) }
 
 // Next moves to the next key and reports whether there is one. Unpositioned
 // or at the end it returns false.
-func (it *Iter) Next() bool { return it.err == nil && it.step(it.it.Next()) }
+func (it *Iter) Next() bool { return it.err == nil && it.it != nil && it.step(it.it.Next()) }
 
 // Prev moves to the previous key and reports whether there is one.
-func (it *Iter) Prev() bool { return it.err == nil && it.step(it.it.Prev()) }
+func (it *Iter) Prev() bool { return it.err == nil && it.it != nil && it.step(it.it.Prev()) }
 
 // SeekGE moves to the first key at or after key (within the bounds).
-func (it *Iter) SeekGE(key []byte) bool { return it.err == nil && it.step(it.it.SeekGE(key)) }
+func (it *Iter) SeekGE(key []byte) bool {
+	return it.err == nil && it.it != nil && it.step(it.it.SeekGE(key))
+}
 
 // SeekLT moves to the last key before key (within the bounds).
-func (it *Iter) SeekLT(key []byte) bool { return it.err == nil && it.step(it.it.SeekLT(key)) }
+func (it *Iter) SeekLT(key []byte) bool {
+	return it.err == nil && it.it != nil && it.step(it.it.SeekLT(key))
+}
 
 // Valid reports whether the iterator is positioned at a key.
-func (it *Iter) Valid() bool { return it.err == nil && it.db.closed() == nil && it.it.Valid() }
+func (it *Iter) Valid() bool {
+	return it.err == nil && it.it != nil && it.db.closed() == nil && it.it.Valid()
+}
 
 // Key returns the current key, or nil when not positioned. It is valid until
 // the next positioning call; copy it to keep it, and do not modify it.
@@ -98,6 +104,9 @@ func (it *Iter) Error() error {
 	if it.err != nil {
 		return it.err
 	}
+	if it.it == nil {
+		return it.db.closed()
+	}
 	if err := it.it.Error(); err != nil {
 		return it.mapErr(err)
 	}
@@ -108,7 +117,10 @@ func (it *Iter) Error() error {
 // iteration, if any (ErrClosed once the engine has closed). It is
 // idempotent.
 func (it *Iter) Close() error {
-	cerr := it.it.Close()
+	var cerr error
+	if it.it != nil {
+		cerr = it.it.Close()
+	}
 	switch {
 	case it.err != nil:
 		return it.err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -26,7 +27,8 @@ type Snapshot struct {
 	kvs  map[string]*buffer.KVSnapshot
 	bits map[string]*buffer.BitsSnapshot
 
-	once sync.Once
+	once   sync.Once
+	closed atomic.Bool
 }
 
 // NewSnapshot returns a snapshot of the whole engine. It waits for writes in
@@ -36,17 +38,31 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 	s := &Snapshot{db: db, kvs: map[string]*buffer.KVSnapshot{}, bits: map[string]*buffer.BitsSnapshot{}}
 	var err error
 	xerr := db.flusher.Exclusive(context.Background(), func() {
-		s.ss, err = db.store.NewSnapshot()
-		if err != nil {
-			return
-		}
+		// No write is in flight, but generations are still released. Pin
+		// every overlay's tables first and take the store snapshot after:
+		// a table released before its pin is durable in the store by
+		// then, one released after stays pinned. (The other order loses a
+		// generation written and released between the two.)
 		db.mu.Lock()
 		defer db.mu.Unlock()
 		for name, k := range db.keyspaces {
-			s.kvs[name] = k.ov.Snapshot(s.ss)
+			s.kvs[name] = k.ov.Snapshot()
 		}
 		for name, b := range db.bits {
 			s.bits[name] = b.ov.Snapshot()
+		}
+		s.ss, err = db.store.NewSnapshot()
+		if err != nil {
+			for _, k := range s.kvs {
+				k.Close()
+			}
+			for _, b := range s.bits {
+				b.Close()
+			}
+			return
+		}
+		for _, k := range s.kvs {
+			k.SetStore(s.ss)
 		}
 		db.snaps[s] = struct{}{}
 	})
@@ -62,6 +78,7 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 // Close releases the snapshot. It is idempotent.
 func (s *Snapshot) Close() {
 	s.once.Do(func() {
+		s.closed.Store(true)
 		for _, k := range s.kvs {
 			k.Close()
 		}
@@ -93,9 +110,9 @@ func (s *Snapshot) Bits(name string) (*SnapshotBits, error) {
 	return &SnapshotBits{s: s, name: name, bs: s.bits[name]}, nil
 }
 
-// closed returns ErrClosed if the snapshot or the engine is closed.
-func (s *Snapshot) closed(closed bool) error {
-	if closed || s.db.closing.Load() {
+// isClosed returns ErrClosed if the snapshot or the engine is closed.
+func (s *Snapshot) isClosed() error {
+	if s.closed.Load() || s.db.closing.Load() {
 		return ErrClosed
 	}
 	return nil
@@ -110,11 +127,7 @@ type SnapshotKV struct {
 }
 
 func (r *SnapshotKV) err(err error) error {
-	if r.ks == nil {
-		if cerr := r.s.closed(false); cerr != nil {
-			return cerr
-		}
-	} else if cerr := r.s.closed(r.ks.Closed()); cerr != nil {
+	if cerr := r.s.isClosed(); cerr != nil {
 		return cerr
 	}
 	switch {
@@ -172,7 +185,11 @@ func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
 		return nil, r.err(err)
 	}
 	if r.ks == nil {
-		return nil, r.err(fmt.Errorf("keyspace did not exist at the snapshot: %w", ErrNotFound))
+		// The keyspace did not exist then: an empty one.
+		if err := r.err(nil); err != nil {
+			return nil, err
+		}
+		return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}}, nil
 	}
 	it, err := r.ks.NewIter(lower, upper)
 	if err = r.err(err); err != nil {
@@ -204,9 +221,7 @@ type SnapshotBits struct {
 	bs   *buffer.BitsSnapshot // nil: the bitslice did not exist
 }
 
-func (r *SnapshotBits) closed() error {
-	return r.s.closed(r.bs != nil && r.bs.Closed())
-}
+func (r *SnapshotBits) closed() error { return r.s.isClosed() }
 
 // Get is Bits.Get as of the snapshot.
 func (r *SnapshotBits) Get(i uint64) (bool, error) {

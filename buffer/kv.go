@@ -280,21 +280,26 @@ func (kv *KV) newActive() *table {
 // record of the newest change, or nil with hidden set if a range tombstone
 // covers k, or nil, false if no table knows k.
 func (v *kvView) find(k string, h uint64) (r *byte, hidden bool) {
-	if n := v.active.lookup(k, h); n != nil {
-		return n.val.Load(), false
-	}
-	if v.active.covers(k) {
-		return nil, true
+	if r, hidden = findIn(v.active, k, h); r != nil || hidden {
+		return r, hidden
 	}
 	for _, t := range v.sealed {
-		if n := t.lookup(k, h); n != nil {
-			return n.val.Load(), false
-		}
-		if t.covers(k) {
-			return nil, true
+		if r, hidden = findIn(t, k, h); r != nil || hidden {
+			return r, hidden
 		}
 	}
 	return nil, false
+}
+
+// findIn is find for one table. A node whose value is not stored yet (a Put
+// in progress) does not count.
+func findIn(t *table, k string, h uint64) (r *byte, hidden bool) {
+	if n := t.lookup(k, h); n != nil {
+		if r = n.val.Load(); r != nil {
+			return r, false
+		}
+	}
+	return nil, t.covers(k)
 }
 
 // lookup returns k's newest pending record (nil if none) and whether a range
@@ -426,7 +431,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error,
 				if !del {
 					start := len(buf)
 					buf = append(buf, val...)
-					vals[j] = buf[start:len(buf):len(buf)]
+					vals[j] = present(buf[start:len(buf):len(buf)])
 				}
 			case hid[i]:
 			default:
@@ -438,7 +443,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error,
 				buf, err = st.GetAppend(buf, ks, k)
 				switch {
 				case err == nil:
-					vals[j] = buf[start:len(buf):len(buf)]
+					vals[j] = present(buf[start:len(buf):len(buf)])
 				case !isNotFound(err):
 					return buf, err
 				}
@@ -446,6 +451,15 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error,
 		}
 	}
 	return buf, nil
+}
+
+// present returns v, or a non-nil empty slice for an empty value (a nil buf
+// would make it nil, which means absent).
+func present(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
 }
 
 // resolveMany probes t for the keys not yet resolved (rs[i] == nil and
@@ -563,8 +577,12 @@ func (g *KVGen) AddTo(ctx context.Context, b *storage.Batch) error {
 				}
 			}
 			nd := m.top()
+			r := nd.val.Load()
+			if r == nil {
+				continue // cannot happen in a sealed table: writers are done
+			}
 			k := unsafe.Slice(unsafe.StringData(nd.key()), nd.klen)
-			v, del := rec(nd.val.Load())
+			v, del := rec(r)
 			if del {
 				b.Delete(ks, k)
 			} else {

@@ -339,7 +339,14 @@ func (it *Iter) settle() bool {
 			continue
 		}
 		if c.head != nil {
-			v, del := rec(c.n.val.Load())
+			r := c.n.val.Load()
+			if r == nil {
+				// A Put in progress: not in this table yet. Older
+				// sources at the same key decide.
+				it.step()
+				continue
+			}
+			v, del := rec(r)
 			if del {
 				it.stepKey(k)
 				continue

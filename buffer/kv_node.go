@@ -20,6 +20,13 @@ import (
 // changes when the key is overwritten or deleted: each value record is
 // immutable once published, so a reader that loaded val reads a consistent
 // value without a lock.
+//
+// A new node is published with val nil, first into the skip list, then into
+// its slot, and its first record is stored last: that store is the write's
+// one linearization point for both read paths (a Get probing slots and a
+// scan walking the list). Readers treat a node whose val is nil as absent
+// from its table. Publishing the value with the node instead let a scan see
+// a Put in progress and a Get after that scan miss it.
 type node struct {
 	val   atomic.Pointer[byte] // current value record (see rec)
 	next0 atomic.Pointer[node] // level-0 successor
@@ -88,10 +95,11 @@ func (n *node) next(l int) *atomic.Pointer[node] {
 	return (*atomic.Pointer[node])(unsafe.Add(unsafe.Pointer(n.up), uintptr(l-1)*unsafe.Sizeof(atomic.Pointer[node]{})))
 }
 
-// newNode allocates a node for key k with height h whose first value is v
-// (a tombstone if del), and returns it with the heap bytes it costs (node,
-// tower, out-of-line value).
-func newNode(k []byte, v []byte, del bool, h int) (*node, int64) {
+// newNode allocates a node for key k with height h and the record of its
+// first value v (a tombstone if del), and returns them with the heap bytes
+// they cost (node, tower, out-of-line value). The node's val is left nil:
+// the caller stores the record once the node is reachable (see node).
+func newNode(k []byte, v []byte, del bool, h int) (*node, *byte, int64) {
 	keyEnd := (len(k) + 3) &^ 3
 	need := keyEnd
 	inline := !del && len(v) > 0 && len(v) <= inlineMax
@@ -103,17 +111,18 @@ func newNode(k []byte, v []byte, del bool, h int) (*node, int64) {
 	n.h = uint8(h)
 	copy(data, k)
 	cost := size
+	var first *byte
 	switch {
 	case del:
-		n.val.Store(tombstone())
+		first = tombstone()
 	case inline:
 		r := data[keyEnd:]
 		*(*uint32)(unsafe.Pointer(&r[0])) = uint32(len(v))
 		copy(r[recHdr:], v)
-		n.val.Store(&r[0])
+		first = &r[0]
 	default:
 		p, c := newRec(v)
-		n.val.Store(p)
+		first = p
 		cost += c
 	}
 	if h > 1 {
@@ -121,12 +130,12 @@ func newNode(k []byte, v []byte, del bool, h int) (*node, int64) {
 		n.up = &tower[0]
 		cost += sizeClass((h - 1) * int(unsafe.Sizeof(atomic.Pointer[node]{})))
 	}
-	return n, cost
+	return n, first, cost
 }
 
 // newHead allocates a skip-list head: an empty key with a full tower.
 func newHead() *node {
-	n, _ := newNode(nil, nil, true, maxLevel)
+	n, _, _ := newNode(nil, nil, true, maxLevel)
 	return n
 }
 

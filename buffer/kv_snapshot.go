@@ -19,11 +19,13 @@ type KVSnapshot struct {
 	closed atomic.Bool
 }
 
-// Snapshot seals the active table (if it holds changes) and returns a
-// snapshot of the keyspace over ss, a store snapshot taken at the same
-// instant. The caller must exclude writers (see KV) for the instant to be
-// one, and Close the snapshot when done.
-func (kv *KV) Snapshot(ss *storage.Snapshot) *KVSnapshot {
+// Snapshot seals the active table (if it holds changes), pins the tables of
+// the view and returns a snapshot of the keyspace; SetStore then gives it
+// the store snapshot to read beneath them, which must be taken after this
+// call (a table released before the pin is in the store by then; one
+// released after stays pinned). The caller must exclude writers (see KV)
+// for the instant to be one, and Close the snapshot when done.
+func (kv *KV) Snapshot() *KVSnapshot {
 	kv.vmu.Lock()
 	v := kv.view.Load()
 	if a := v.active; !a.empty() {
@@ -41,15 +43,21 @@ func (kv *KV) Snapshot(ss *storage.Snapshot) *KVSnapshot {
 	}
 	kv.vmu.Unlock()
 	s := &KVSnapshot{kv: kv, tables: ts}
-	if ss != nil {
-		s.ss = ss
-	}
 	if len(ts) > 0 {
 		s.v = &kvView{active: ts[0], sealed: ts[1:]}
 	} else {
 		s.v = &kvView{active: newTable(1)}
 	}
 	return s
+}
+
+// SetStore sets the store snapshot read beneath the pending tables (see
+// KV.Snapshot). Until it is set, reads that reach the store return
+// storage.ErrClosed.
+func (s *KVSnapshot) SetStore(ss *storage.Snapshot) {
+	if ss != nil {
+		s.ss = ss
+	}
 }
 
 func (s *KVSnapshot) reader() kvReader {

@@ -227,12 +227,13 @@ func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
 			i = (i + 1) & arr.mask
 		}
 	}
-	n, cost := newNode(k, v, del, randomHeight(&sh.rng))
+	n, first, cost := newNode(k, v, del, randomHeight(&sh.rng))
 	added += cost
 	sh.link(n)
 	arr.addFilter(h)
 	arr.s[i].hash.Store(h)
 	arr.s[i].n.Store(n)
+	n.val.Store(first) // the write's linearization point: see node
 	sh.used++
 	sh.keys.Add(1)
 	sh.bytes.Add(added)

@@ -169,12 +169,14 @@ func kvModelRun(t *testing.T, rng *rand.Rand, r *kvRig, steps int) {
 			}
 		case p < 78:
 			r.bar.Lock()
+			ks := r.kv.Snapshot() // pin first, store snapshot after
 			ss, err := r.st.NewSnapshot()
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { ss.Close() })
-			snaps = append(snaps, kvSnap{r.kv.Snapshot(ss), m.clone()})
+			ks.SetStore(ss)
+			snaps = append(snaps, kvSnap{ks, m.clone()})
 			r.bar.Unlock()
 		case p < 80:
 			if len(snaps) > 0 {

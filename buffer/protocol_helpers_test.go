@@ -361,12 +361,15 @@ func (r *protoRig) snapshot(name string) string {
 	s := &protoSnap{name: name}
 	unlock := r.lockAll()
 	if r.kv != nil {
+		ks := r.kv.kv.Snapshot() // pin first, store snapshot after
 		ss, err := r.kv.st.NewSnapshot()
 		if err != nil {
+			ks.Close()
 			unlock()
 			return errText(err)
 		}
-		s.ss, s.kv = ss, r.kv.kv.Snapshot(ss)
+		ks.SetStore(ss)
+		s.ss, s.kv = ss, ks
 	}
 	if r.bits != nil {
 		s.bits = r.bits.b.Snapshot()
