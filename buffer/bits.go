@@ -344,20 +344,23 @@ func (b *Bits) update(w, m uint64, v bool) {
 // order, pending changes included. The sequence is read live, word by word:
 // a write concurrent with the iteration may or may not be seen.
 func (b *Bits) Ones(from uint64) iter.Seq[uint64] {
-	return func(yield func(uint64) bool) {
-		n := b.Len()
-		for w := from >> 6; w<<6 < n; w++ {
-			word := b.word64(w)
-			if w == from>>6 {
-				word &^= uint64(1)<<(from&63) - 1
+	return func(yield func(uint64) bool) { ones(from, b.Len(), b.word64, yield) }
+}
+
+// ones yields the set bits at or after from and below n, reading bitslice
+// word w with word.
+func ones(from, n uint64, word func(w uint64) uint64, yield func(uint64) bool) {
+	for w := from >> 6; w<<6 < n; w++ {
+		x := word(w)
+		if w == from>>6 {
+			x &^= uint64(1)<<(from&63) - 1
+		}
+		for x != 0 {
+			i := w<<6 | uint64(bits.TrailingZeros64(x))
+			if i >= n || !yield(i) {
+				return
 			}
-			for word != 0 {
-				i := w<<6 | uint64(bits.TrailingZeros64(word))
-				if i >= n || !yield(i) {
-					return
-				}
-				word &= word - 1
-			}
+			x &= x - 1
 		}
 	}
 }
@@ -708,20 +711,5 @@ func (s *BitsSnapshot) GetMany(idx []uint64, out []bool) {
 
 // Ones is Bits.Ones as of the snapshot.
 func (s *BitsSnapshot) Ones(from uint64) iter.Seq[uint64] {
-	return func(yield func(uint64) bool) {
-		n := s.length
-		for w := from >> 6; w<<6 < n; w++ {
-			word := s.word64(w)
-			if w == from>>6 {
-				word &^= uint64(1)<<(from&63) - 1
-			}
-			for word != 0 {
-				i := w<<6 | uint64(bits.TrailingZeros64(word))
-				if i >= n || !yield(i) {
-					return
-				}
-				word &= word - 1
-			}
-		}
-	}
+	return func(yield func(uint64) bool) { ones(from, s.length, s.word64, yield) }
 }

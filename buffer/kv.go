@@ -196,9 +196,26 @@ func (kv *KV) DeleteRange(lower, upper []byte) error {
 	if !open && lo == hi {
 		return nil
 	}
+	return kv.withActive(func(a *table, ss *shardSet) *table {
+		if !a.hasPointIn(ss, lo, hi, open) {
+			a.rdel.Store(a.rdel.Load().with(lo, hi, open))
+			return nil
+		}
+		next := kv.newActive()
+		next.rdel.Store((*spans)(nil).with(lo, hi, open))
+		return next
+	})
+}
+
+// withActive runs fn with the active table a locked (no write in progress
+// or starting: t.mu and every shard mutex held). If fn returns a table, a is
+// sealed and the returned table published as the new active one before the
+// locks are released, so that writers blocked on a retry on it. A table
+// sealed meanwhile is retried on its successor; a dropped overlay returns
+// ErrDropped without calling fn.
+func (kv *KV) withActive(fn func(a *table, ss *shardSet) (next *table)) error {
 	for {
-		v := kv.view.Load()
-		a := v.active
+		a := kv.view.Load().active
 		ss := a.lockAll()
 		if a.sealed {
 			a.unlockAll(ss)
@@ -207,21 +224,19 @@ func (kv *KV) DeleteRange(lower, upper []byte) error {
 			}
 			continue // sealed meanwhile: retry on its successor
 		}
-		if !a.hasPointIn(ss, lo, hi, open) {
-			a.rdel.Store(a.rdel.Load().with(lo, hi, open))
-			a.unlockAll(ss)
-			return nil
+		next := fn(a, ss)
+		if next != nil {
+			a.sealLocked(ss)
+			kv.vmu.Lock()
+			cur := kv.view.Load()
+			invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
+			kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
+			kv.vmu.Unlock()
 		}
-		next := kv.newActive()
-		next.rdel.Store((*spans)(nil).with(lo, hi, open))
-		a.sealLocked(ss)
-		kv.vmu.Lock()
-		cur := kv.view.Load()
-		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
-		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
-		kv.vmu.Unlock()
 		a.unlockAll(ss)
-		next.unseal()
+		if next != nil && !kv.dropped.Load() {
+			next.unseal()
+		}
 		return nil
 	}
 }
@@ -233,28 +248,13 @@ func (kv *KV) DeleteRange(lower, upper []byte) error {
 // racing Drop either lands before the tombstone (and is deleted by it) or
 // fails. Reads after Drop see an empty keyspace.
 func (kv *KV) Drop() {
-	for {
-		v := kv.view.Load()
-		a := v.active
-		ss := a.lockAll()
-		if a.sealed {
-			a.unlockAll(ss)
-			if kv.dropped.Load() {
-				return
-			}
-			continue
-		}
+	_ = kv.withActive(func(*table, *shardSet) *table {
 		kv.dropped.Store(true)
 		next := newTable(1)
 		next.sealed = true // for good: writers see dropped and fail
 		next.rdel.Store((*spans)(nil).with("", "", true))
-		a.sealLocked(ss)
-		kv.vmu.Lock()
-		kv.view.Store(&kvView{active: next, sealed: prepend(a, kv.view.Load().sealed)})
-		kv.vmu.Unlock()
-		a.unlockAll(ss)
-		return
-	}
+		return next
+	})
 }
 
 // Dropped reports whether Drop was called.
