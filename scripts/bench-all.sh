@@ -1,35 +1,75 @@
 #!/usr/bin/env bash
-# Runs every benchmark the issue notes and the README quote, one after the
-# other (never in parallel: this is a 2-core machine), writing raw output to
-# OUT (default bench-results/). Figures are compared as ratios within one
-# run; `benchstat` (go run golang.org/x/perf/cmd/benchstat@latest) reads
-# the .txt files.
+# Runs every benchmark that doc/workloads.md and the design notes quote, one
+# after the other (never in parallel: this is a 2-core machine), and saves
+# the raw output under OUT (default doc/bench/<UTC date>/, or
+# doc/bench/<UTC date>-<hhmm>/ if that exists), with machine.txt
+# describing the machine and the revision. Compare figures as ratios within
+# one file; `go run golang.org/x/perf/cmd/benchstat@latest FILE` reads the
+# go test ones.
 #
-# Usage: scripts/bench-all.sh [OUT]    (about 30 minutes here)
+# Order: the implementations of a workload run in rotating order. kvtool
+# bench interleaves them round by round (round r starts at implementation r
+# mod n). go test runs a sub-benchmark's -count repetitions back to back, so
+# the internal/bench packages are run five times with -count 1 instead, the
+# k-th with -rotate=k (it starts every workload at implementation k mod n);
+# benchstat reads the five samples of each row from the one file. The flush
+# package's W4 is run interleaved (BenchmarkW4Interleaved).
+#
+# Usage: scripts/bench-all.sh [OUT]    (about 70 minutes here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-bench-results}"
+out="${1:-}"
+if [ -z "$out" ]; then
+	out="doc/bench/$(date -u +%F)"
+	[ -e "$out" ] && out="doc/bench/$(date -u +%F-%H%M)"
+fi
 mkdir -p "$out"
-run() { # name, then go test arguments
-	local name="$1"
-	shift
-	echo "== $name: go test $*" | tee "$out/$name.txt"
-	go test -run '^$' "$@" 2>&1 | tee -a "$out/$name.txt"
+{
+	date -u
+	uptime
+	echo "nproc: $(nproc)"
+	grep -m1 'model name' /proc/cpuinfo || true
+	go version
+	echo "revision: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+	git status --short 2>/dev/null | sed 's/^/  /' || true
+} >"$out/machine.txt"
+
+run() { # name, package, then go test arguments
+	local name="$1" pkg="$2"
+	shift 2
+	echo "== $name: go test $pkg -run '^\$' $* ($(uptime))" | tee "$out/$name.txt"
+	go test "$pkg" -run '^$' "$@" 2>&1 | tee -a "$out/$name.txt"
 }
-# W1: the overlay against the maps, and the raw floor (buffer, bitslice).
-run w1-buffer -bench '^BenchmarkW1$' -benchtime 3x -count 5 -cpu 1,2 ./buffer
-run w1-bitslice -bench '^BenchmarkW1$|^BenchmarkReadPath$' -count 5 -cpu 1,2 ./bitslice
-# W2: KV overlay over pebble; storage's own Get against raw pebble.
-run w2-buffer -bench '^BenchmarkW2$' -benchtime 300ms -count 5 -timeout 60m ./buffer
-run storage-get -bench '^BenchmarkStoreGet$' -benchtime 300000x -count 5 ./storage
-# W3: contended table, 1 and 2 goroutines (2 cores), and construction.
-run w3-buffer -bench '^BenchmarkW3$' -benchtime 200ms -count 5 -cpu 1,2 ./buffer
-# W4/W5: flush coalescing and the drain gate.
-run w4-flush -bench '^BenchmarkW4$' -benchtime 5x -count 5 ./flush
-run w5-flush -bench '^BenchmarkW5$' -benchtime 200ms -count 5 -cpu 1,2 ./flush
-# W6: flush throughput, KV and bits.
-run w6-buffer -bench '^BenchmarkW6' -benchtime 3x -count 5 -timeout 60m ./buffer
-run pool-buffer -bench '^BenchmarkPoolCycle$' -benchtime 20x -count 5 ./buffer
-# The engine-level side-by-side run (README table and chart).
-echo "== kvtool bench" | tee "$out/kvtool-bench.txt"
+
+rotated() { # name, package, then go test arguments: five runs, -rotate=0..4
+	local name="$1" pkg="$2"
+	shift 2
+	echo "== $name: go test $pkg -run '^\$' $* -rotate=k for k in 0..4 ($(uptime))" | tee "$out/$name.txt"
+	for k in 0 1 2 3 4; do
+		go test "$pkg" -run '^$' "$@" -rotate="$k" 2>&1 | tee -a "$out/$name.txt"
+	done
+}
+
+# The workloads (internal/bench): the same code as kvtool bench. Parallel
+# workloads (W1 and W2 lookups, W3) run in GOMAXPROCS goroutines: -cpu 1,2.
+rotated w1 ./internal/bench -bench '^BenchmarkW1$' -benchtime 500ms -cpu 1,2 -timeout 60m
+rotated w2 ./internal/bench -bench '^BenchmarkW2$' -benchtime 500ms -cpu 1,2 -timeout 60m
+rotated w3 ./internal/bench -bench '^BenchmarkW3$' -benchtime 200ms -cpu 1,2 -timeout 60m
+rotated w4 ./internal/bench -bench '^BenchmarkW4$' -benchtime 3x -timeout 60m
+rotated w6 ./internal/bench -bench '^BenchmarkW6$' -benchtime 3x -timeout 60m
+rotated w7 ./internal/bench -bench '^BenchmarkW7$' -benchtime 3x -timeout 60m
+rotated w8 ./internal/bench -bench '^BenchmarkW8$' -benchtime 3x -timeout 60m
+
+# Floors and component benchmarks of the packages underneath.
+run bitslice ./bitslice -bench '^(BenchmarkW1|BenchmarkReadPath|BenchmarkW6)$' -count 5 -cpu 1,2
+run storage-get ./storage -bench '^BenchmarkStoreGet(Overhead)?$' -count 5
+run storage-w6 ./storage -bench '^(BenchmarkW6|BenchmarkCommitPipeline)$' -benchtime 3x -count 5 -timeout 60m
+run w4-flush ./flush -bench '^BenchmarkW4Interleaved$' -benchtime 5x -count 5
+run w5-flush ./flush -bench '^BenchmarkW5$' -benchtime 200ms -count 5 -cpu 1,2
+
+# The engine-level side-by-side runs (README table and chart).
+echo "== kvtool bench --svg $out/bench.svg ($(uptime))" | tee "$out/kvtool-bench.txt"
 go run ./cmd/kvtool bench --svg "$out/bench.svg" 2>/dev/null | tee -a "$out/kvtool-bench.txt"
+echo "== kvtool bench --cpu 1,2 (W1 and W2 lookups) ($(uptime))" | tee "$out/kvtool-bench-cpu.txt"
+go run ./cmd/kvtool bench --cpu 1,2 --workload '^W1/lookup-with(out)?-pending-changes$|^W2/get-(pending-hit|pending-tombstone|miss|mixed)$' 2>/dev/null |
+	tee -a "$out/kvtool-bench-cpu.txt"

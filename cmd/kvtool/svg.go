@@ -10,10 +10,14 @@ import (
 
 var xmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;")
 
-// benchSVG draws the kvbuf speedup over each baseline (baseline median ÷
-// kvbuf median) as horizontal bars on a log scale centred on 1: bars to
-// the right (green) mean kvbuf is faster, to the left (red) slower. Floor
-// baselines are grey. One group of bars per workload.
+// svgMaxRatio bounds the chart's axis (both ways).
+const svgMaxRatio = 1000
+
+// benchSVG draws the speedup of each own row (kvbuf, kvbuf-…) over each
+// baseline of its workload (baseline median ÷ own median) as horizontal
+// bars on a log scale centred on 1: bars to the right (green) mean kvbuf is
+// faster, to the left (red) slower. Floor baselines are grey. One group of
+// bars per own row.
 func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 	type bar struct {
 		label string
@@ -54,9 +58,11 @@ func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 		nbars += len(g.bars)
 		groups = append(groups, g)
 	}
-	// Whole decades around the data.
-	lo = math.Pow(10, math.Floor(math.Log10(lo)))
-	hi = math.Pow(10, math.Ceil(math.Log10(hi)))
+	// Whole decades around the data, at most svgMaxRatio: feature rows
+	// (Count against a loop of Get) reach millions and would squash the
+	// rest; their bars end at the edge with their true value.
+	lo = math.Pow(10, math.Floor(math.Log10(max(lo, 1/svgMaxRatio))))
+	hi = math.Pow(10, math.Ceil(math.Log10(min(hi, svgMaxRatio))))
 
 	const (
 		width  = 980
@@ -69,6 +75,7 @@ func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 	)
 	plotW := float64(width - left - right)
 	x := func(v float64) float64 {
+		v = min(max(v, lo), hi)
 		return left + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*plotW
 	}
 	height := top + len(groups)*groupH + nbars*rowH + 50

@@ -5,33 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
-// Implementation names used in rows (impl in kvtool bench --json), from
-// shared/workloads.md.
+// Implementation names used in rows (impl in kvtool bench --json). Rows
+// whose name is "kvbuf" or starts with "kvbuf-" are the project's own
+// (IsOwn): they get RatioVs against every other row of their workload.
 const (
-	ImplKvbuf              = "kvbuf"
-	ImplRaw                = "raw"
-	ImplMutexMap           = "mutex+map"
-	ImplRWMutexMap         = "rwmutex+map"
-	ImplSyncMap            = "sync.Map"
-	ImplXsyncMap           = "xsync.Map"
-	ImplPebbleGet          = "pebble-get"
-	ImplPebbleIndexedBatch = "pebble-indexed-batch"
-	ImplRWMutexMapPebble   = "rwmutex+map+pebble"
-	ImplPerCallerSync      = "per-caller-sync"
-	ImplSingleflight       = "x/sync-singleflight"
+	ImplKvbuf                  = "kvbuf"
+	ImplKvbufGetMany           = "kvbuf-getmany" // GetMany in batches of 64
+	ImplKvbufOverlay           = "kvbuf-overlay" // the buffer package's overlay alone, without the engine façade
+	ImplKvbufSinglePuts        = "kvbuf-single-puts"
+	ImplRaw                    = "raw"
+	ImplMutexMap               = "mutex+map"
+	ImplRWMutexMap             = "rwmutex+map"
+	ImplSyncMap                = "sync.Map"
+	ImplXsyncMap               = "xsync.Map"
+	ImplPebbleGet              = "pebble-get"
+	ImplPebbleIndexedBatch     = "pebble-indexed-batch"
+	ImplRWMutexMapPebble       = "rwmutex+map+pebble"
+	ImplRWMutexMapPebbleNoCopy = "rwmutex+map+pebble-no-copy"
+	ImplMutexMapPebble         = "mutex+map+pebble"
+	ImplPerCallerSync          = "per-caller-sync"
+	ImplSingleflight           = "x/sync-singleflight"
+	ImplPebbleBatchSync        = "pebble-batch-sync"
+	ImplPebbleBatchSyncSorted  = "pebble-batch-sync-sorted-input"
+	ImplDirectApply            = "direct-apply+msync"
+	ImplPebbleBatchNoSync      = "pebble-batch-nosync"
+	ImplGetLoop                = "get-loop"          // W1 count/ones: a loop of Bits.Get
+	ImplDeleteLoop             = "delete-loop"       // W8 delete-1m: a loop of KV.Delete
+	ImplWithoutSnapshots       = "without-snapshots" // the same reads on a twin engine with no snapshot
 )
-
-// ImplKvbufOverlay is the buffer overlay alone, without the engine's drain
-// gate and keyspace prefix: what the buffer package's own benchmarks
-// measure. It is one of the project's rows (it gets RatioVs), not a
-// canonical workloads.md name.
-const ImplKvbufOverlay = "kvbuf-overlay"
 
 // ErrBadConfig is returned for a Config or argument out of range.
 var ErrBadConfig = errors.New("bench: bad configuration")
@@ -41,130 +50,164 @@ var ErrBadConfig = errors.New("bench: bad configuration")
 // meaningless.
 var ErrMismatch = errors.New("bench: implementations disagree")
 
-// Config sizes the workloads. A nil *Config means defaults; a zero field
-// means that field's default.
-type Config struct {
-	// Dir is where the suites create their engines and files (each in a
-	// subdirectory made with os.MkdirTemp and removed by Suite.Close).
-	// Default: os.TempDir().
-	Dir string
-
-	// Scale multiplies every W1 and W2 size in workloads.md (1,000,000 bit
-	// sets and lookups, 4,194,304 bits, 1,048,576 preloaded keys, …). Small
-	// values make smoke tests fast; sizes never drop below a few dozen.
-	// Default: 1.
-	Scale float64
-
-	// Seed seeds every random input. Default: 1.
-	Seed uint64
-
-	// FlushesPerGoroutine is W4's fixed count: how many {write, Flush}
-	// iterations each goroutine does per round. Default: 8 (each physical
-	// flush is an fsync of several milliseconds on an ordinary disk).
-	FlushesPerGoroutine int
-
-	// Scans is the number of 10,000-key range scans per W2 scan-10k round.
-	// Default: 100 × Scale, at least 3.
-	Scans int
+// Looper is an implementation of a lookup-style workload. Loop runs
+// operations [lo, hi) of a round in one plain loop, as goroutine g of the
+// round (0 when the round runs in one goroutine), and returns its check sum
+// (for lookups: bits found set, keys found, ...). The harness calls it once
+// per round and goroutine, never once per operation: near the floor an
+// indirect call per operation costs more than the difference being
+// measured.
+type Looper interface {
+	Loop(g, lo, hi int) (checks int64, err error)
 }
 
-func (c *Config) withDefaults() (Config, error) {
-	var o Config
-	if c != nil {
-		o = *c
-	}
-	if o.Dir == "" {
-		o.Dir = os.TempDir()
-	}
-	if o.Scale == 0 {
-		o.Scale = 1
-	}
-	if o.Scale < 0 || math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0) || o.Scale > 100 {
-		return o, fmt.Errorf("%w: scale %v (want 0 < scale <= 100)", ErrBadConfig, o.Scale)
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.FlushesPerGoroutine == 0 {
-		o.FlushesPerGoroutine = 8
-	}
-	if o.FlushesPerGoroutine < 0 {
-		return o, fmt.Errorf("%w: flushes per goroutine %d", ErrBadConfig, o.FlushesPerGoroutine)
-	}
-	if o.Scans == 0 {
-		o.Scans = o.scaled(100, 3)
-	}
-	if o.Scans < 0 {
-		return o, fmt.Errorf("%w: scans %d", ErrBadConfig, o.Scans)
-	}
-	return o, nil
+// Rounder is an implementation that runs whole rounds itself (flushes,
+// writes under load, ...). goroutines is the workload's goroutine count
+// for parallel workloads, else 1.
+type Rounder interface {
+	Round(ctx context.Context, goroutines int) (RoundResult, error)
 }
 
-// scaled returns n × Scale, at least lo.
-func (c Config) scaled(n int, lo int) int {
-	return max(int(float64(n)*c.Scale), lo)
+// RoundFunc adapts a function to Rounder.
+type RoundFunc func(ctx context.Context, goroutines int) (RoundResult, error)
+
+// Round implements Rounder.
+func (f RoundFunc) Round(ctx context.Context, goroutines int) (RoundResult, error) {
+	return f(ctx, goroutines)
 }
 
 // Impl is one row of a workload: an implementation and how to run it.
-// Exactly one of Op and Round is set.
+// Exactly one of Loop and Round is set.
 type Impl struct {
 	// Name is the canonical implementation name (ImplKvbuf, ImplRaw, …).
 	Name string
 
-	// Floor marks a lower bound that reads without the pending changes
-	// (raw bitslice, pebble-get): its answers differ from the others, so
-	// the cross-check skips it.
+	// Floor marks a lower bound that does not do the same work (raw
+	// bitslice and pebble-get read without the pending changes): its
+	// answers differ from the others, so the cross-check skips it.
 	Floor bool
 
-	// Op performs operation i (0 <= i < Workload.Ops) and returns its
-	// check count: 1 for a bit found set or a key found, the number of keys
-	// read by a scan.
-	Op func(i int) (int, error)
+	// Loop runs Workload.Ops operations per round.
+	Loop Looper
+	// Round runs whole rounds.
+	Round Rounder
 
-	// Round runs one whole round and reports it (W4).
-	Round func(ctx context.Context) (RoundResult, error)
+	// BytesPerEntry is a memory figure measured at setup and reported on
+	// the row: live heap bytes per pending entry (W2). AccountedBytes is
+	// the engine's own figure (Metrics.PendingBytes / PendingKeys).
+	BytesPerEntry, AccountedBytes float64
 }
 
-// RoundResult describes one round of an Impl.Round.
+// RoundResult describes one round of an implementation.
 type RoundResult struct {
 	// Ops is the number of operations the round did.
 	Ops int
-	// Elapsed is the round's wall time.
+	// Checks is the round's answer: Run fails if two non-floor
+	// implementations of a workload (without NoCheck) disagree.
+	Checks int64
+	// Elapsed is the timed part of the round; zero means the harness's
+	// wall-clock time of the whole Round call.
 	Elapsed time.Duration
-	// Flushes counts Flush calls; Syncs counts physical syncs they caused.
-	Flushes, Syncs int64
-	// Violations counts Flush calls that returned nil before the caller's
-	// own earlier write was durable (design contract 2).
-	Violations int64
-	// Latencies holds the duration of every Flush call.
-	Latencies []time.Duration
+
+	// W4: Flush calls, physical syncs they caused, coverage violations
+	// (a Flush that returned nil before the caller's own write was
+	// durable) and the latency of every Flush call.
+	Flushes, Syncs, Violations int64
+	FlushLatencies             []time.Duration
+
+	// W7: reads and writes done while the reader ran, and sampled
+	// latencies: reads, reads that started while a flush was running,
+	// writes.
+	Reads, Writes                                     int64
+	ReadLatencies, ReadFlushLatencies, WriteLatencies []time.Duration
+
+	// BytesPerEntry is a per-round memory figure (W3 construct: live heap
+	// per instance); the row reports the median.
+	BytesPerEntry float64
+
+	// Mallocs, if MallocsMeasured, are the allocations of the timed part
+	// (see Timed); otherwise the harness counts those of the whole Round.
+	Mallocs         uint64
+	MallocsMeasured bool
+}
+
+// Timed runs f as the timed part of a round: it sets res.Elapsed to f's
+// wall time and res.Mallocs to the allocations made meanwhile, so that
+// untimed preparation (making a million changes pending before timing
+// their flush) is left out of both.
+func Timed(res *RoundResult, f func() error) error {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	err := f()
+	res.Elapsed = time.Since(start)
+	runtime.ReadMemStats(&m1)
+	res.Mallocs, res.MallocsMeasured = m1.Mallocs-m0.Mallocs, true
+	return err
 }
 
 // Workload is one named workload of a Suite, with its implementations.
 type Workload struct {
 	// Name is the canonical workload name, e.g. "W1/lookup-with-pending-changes".
 	Name string
-	// Ops is the number of inputs an Op round goes through.
+	// Unit is what one operation is ("lookup", "get", "scan", "write+flush", ...).
+	Unit string
+	// Ops is the number of operations of a Loop round.
 	Ops int
-	// Impls are the rows, kvbuf first.
+	// Parallel workloads run at any goroutine count (kvtool bench --cpu);
+	// the others always run in their own fixed configuration.
+	Parallel bool
+	// NoCheck skips the answer cross-check (W7: what a reader finds
+	// depends on how far the writer got).
+	NoCheck bool
+	// Impls are the rows, the project's own first.
 	Impls []Impl
 
-	// prepare runs once before the first round (W1's pending changes).
-	prepare  func(ctx context.Context) error
+	prepare  func(ctx context.Context) error // brings shared state to what this workload measures
 	prepared bool
+	// quiesce, if set, runs (untimed) before every round of every
+	// implementation: it lets the stores' background work caused by the
+	// previous round (memtable flushes, compactions) finish, so that one
+	// implementation's round does not pay for another's.
+	quiesce func(ctx context.Context) error
+	suite   *Suite
 }
 
-// Prepare brings the shared state to what this workload measures (for
-// W1/lookup-with-pending-changes: the second million Sets, left pending).
-// It runs at most once; Run calls it. Workloads of a suite must be prepared
-// in order.
+// NameAt is the row name of w run in g goroutines: Name, with "-cpuG"
+// appended for a parallel workload run in more than one.
+func (w *Workload) NameAt(g int) string {
+	if !w.Parallel || g <= 1 {
+		return w.Name
+	}
+	return w.Name + "-cpu" + strconv.Itoa(g)
+}
+
+// Prepare brings the suite's shared state to what w measures (for
+// W1/lookup-with-pending-changes: the second million Sets, left pending),
+// running first the prepare steps of every earlier workload of its suite
+// that has not run. Each step runs at most once; Run calls Prepare.
 func (w *Workload) Prepare(ctx context.Context) error {
-	if w.prepared || w.prepare == nil {
-		w.prepared = true
+	if w.suite != nil {
+		for _, e := range w.suite.Workloads {
+			if e == w {
+				break
+			}
+			if err := e.prepareSelf(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return w.prepareSelf(ctx)
+}
+
+func (w *Workload) prepareSelf(ctx context.Context) error {
+	if w.prepared {
 		return nil
 	}
-	if err := w.prepare(ctx); err != nil {
-		return fmt.Errorf("bench: prepare %s: %w", w.Name, err)
+	if w.prepare != nil {
+		if err := w.prepare(ctx); err != nil {
+			return fmt.Errorf("bench: prepare %s: %w", w.Name, err)
+		}
 	}
 	w.prepared = true
 	return nil
@@ -175,23 +218,36 @@ type Row struct {
 	Workload string
 	Impl     string
 	Floor    bool
-	// Rounds is the number of rounds measured; OpsPerRound the operations
-	// in each.
+	// Unit is what one operation is; Goroutines how many ran the round.
+	Unit       string
+	Goroutines int
+	// Rounds is the number of rounds measured (after one warm-up round);
+	// OpsPerRound the operations in each.
 	Rounds, OpsPerRound int
-	// NsPerOp holds each round's nanoseconds per operation, in round order.
+	// NsPerOp holds each round's nanoseconds per operation (wall time ÷
+	// operations, all goroutines together), in round order.
 	NsPerOp []float64
 	// Median, Min and Max summarise NsPerOp.
 	Median, Min, Max float64
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
-	// RatioVs (kvbuf rows only) maps each baseline to baseline median ÷
-	// kvbuf median: above 1 means kvbuf is faster.
+	// RatioVs (own rows only) maps each other row to its median ÷ this
+	// row's median: above 1 means this row is faster.
 	RatioVs map[string]float64
 
-	// W4 only (Flushes > 0): physical syncs per Flush call, coverage
-	// violations, Flush latency percentiles over every round.
-	Flushes, Syncs, Violations int64
-	P50FlushNs, P99FlushNs     float64
+	// BytesPerEntry: live heap bytes per pending entry (W2) or per
+	// instance (W3 construct); AccountedBytesPerEntry: the engine's
+	// PendingBytes ÷ PendingKeys (W2 kvbuf rows). Zero when not measured.
+	BytesPerEntry, AccountedBytesPerEntry float64
+
+	// W4 (Flushes > 0): Flush calls, physical syncs, coverage violations,
+	// Flush latency percentiles over every round.
+	Flushes, Syncs, Violations          int64
+	P50FlushNs, P99FlushNs, P999FlushNs float64
+	// W7 (ReadsPerSec > 0): medians over rounds of reader and writer
+	// throughput, and latency percentiles over every sampled operation.
+	ReadsPerSec, WritesPerSec                        float64
+	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
 }
 
 // SyncsPerFlush is Syncs ÷ Flushes, or 0 when there were no flushes.
@@ -202,57 +258,99 @@ func (r Row) SyncsPerFlush() float64 {
 	return float64(r.Syncs) / float64(r.Flushes)
 }
 
-// Run prepares w, then runs rounds rounds; in round r the implementations
-// run in rotating order starting at index r mod len(Impls). step, if not
-// nil, is called after each implementation's round (for progress bars).
-// ctx is checked between rounds. It returns one Row per implementation, in
-// Impls order.
-func (w *Workload) Run(ctx context.Context, rounds int, step func(impl string, round int)) ([]Row, error) {
+// Run prepares w, runs one warm-up round of every implementation (in Impls
+// order, not measured), then rounds measured rounds; in round r the
+// implementations run in rotating order starting at index r mod len(Impls).
+// A parallel workload runs each round in goroutines goroutines (at least
+// 1; others ignore it). step, if not nil, is called after each
+// implementation's round, with round -1 for the warm-up. ctx is checked
+// between rounds. It returns one Row per implementation, in Impls order.
+func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(impl string, round int)) ([]Row, error) {
 	if rounds <= 0 {
 		return nil, fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
 	}
 	if len(w.Impls) == 0 {
 		return nil, fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
 	}
+	for _, im := range w.Impls {
+		if (im.Loop == nil) == (im.Round == nil) {
+			return nil, fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
+		}
+	}
+	if !w.Parallel || goroutines < 1 {
+		goroutines = 1
+	}
 	if err := w.Prepare(ctx); err != nil {
 		return nil, err
 	}
 	n := len(w.Impls)
+	name := w.NameAt(goroutines)
 	rows := make([]Row, n)
 	allocs := make([][]float64, n)
-	lat := make([][]time.Duration, n)
+	mem := make([][]float64, n)
+	reads := make([][]float64, n)
+	writes := make([][]float64, n)
+	var flushLat, readLat, readFlushLat, writeLat [][]time.Duration
+	flushLat = make([][]time.Duration, n)
+	readLat = make([][]time.Duration, n)
+	readFlushLat = make([][]time.Duration, n)
+	writeLat = make([][]time.Duration, n)
 	for k, im := range w.Impls {
-		rows[k] = Row{Workload: w.Name, Impl: im.Name, Floor: im.Floor, Rounds: rounds}
+		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
+			BytesPerEntry: im.BytesPerEntry, AccountedBytesPerEntry: im.AccountedBytes}
+	}
+	// Warm-up: every implementation runs one round first, in order.
+	for _, im := range w.Impls {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if _, _, err := w.measure(ctx, im, goroutines); err != nil {
+			return nil, fmt.Errorf("bench: %s/%s warm-up: %w", name, im.Name, err)
+		}
+		if step != nil {
+			step(im.Name, -1)
+		}
 	}
 	for r := range rounds {
 		var checkImpl string
-		var check int64 = -1
+		var check int64
+		checked := false
 		for j := range n {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 			k := (r + j) % n
 			im := w.Impls[k]
-			res, sum, a, err := w.measure(ctx, im)
+			res, a, err := w.measure(ctx, im, goroutines)
 			if err != nil {
-				return nil, fmt.Errorf("bench: %s/%s round %d: %w", w.Name, im.Name, r, err)
+				return nil, fmt.Errorf("bench: %s/%s round %d: %w", name, im.Name, r, err)
 			}
-			if im.Op != nil && !im.Floor {
-				if check >= 0 && sum != check {
+			if !w.NoCheck && !im.Floor {
+				if checked && res.Checks != check {
 					return nil, fmt.Errorf("%w: %s round %d: %s counted %d, %s counted %d",
-						ErrMismatch, w.Name, r, checkImpl, check, im.Name, sum)
+						ErrMismatch, name, r, checkImpl, check, im.Name, res.Checks)
 				}
-				check, checkImpl = sum, im.Name
+				check, checkImpl, checked = res.Checks, im.Name, true
 			}
 			row := &rows[k]
 			ops := max(res.Ops, 1)
 			row.OpsPerRound = res.Ops
 			row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
 			allocs[k] = append(allocs[k], a/float64(ops))
+			if res.BytesPerEntry != 0 {
+				mem[k] = append(mem[k], res.BytesPerEntry)
+			}
 			row.Flushes += res.Flushes
 			row.Syncs += res.Syncs
 			row.Violations += res.Violations
-			lat[k] = append(lat[k], res.Latencies...)
+			flushLat[k] = append(flushLat[k], res.FlushLatencies...)
+			if res.Reads > 0 && res.Elapsed > 0 {
+				reads[k] = append(reads[k], float64(res.Reads)/res.Elapsed.Seconds())
+				writes[k] = append(writes[k], float64(res.Writes)/res.Elapsed.Seconds())
+			}
+			readLat[k] = append(readLat[k], res.ReadLatencies...)
+			readFlushLat[k] = append(readFlushLat[k], res.ReadFlushLatencies...)
+			writeLat[k] = append(writeLat[k], res.WriteLatencies...)
 			if step != nil {
 				step(im.Name, r)
 			}
@@ -264,55 +362,95 @@ func (w *Workload) Run(ctx context.Context, rounds int, step func(impl string, r
 		row.Min = slices.Min(row.NsPerOp)
 		row.Max = slices.Max(row.NsPerOp)
 		row.AllocsPerOp = Median(allocs[k])
-		if len(lat[k]) > 0 {
-			row.P50FlushNs = float64(percentile(lat[k], 0.50).Nanoseconds())
-			row.P99FlushNs = float64(percentile(lat[k], 0.99).Nanoseconds())
+		if len(mem[k]) > 0 {
+			row.BytesPerEntry = Median(mem[k])
 		}
+		if l := flushLat[k]; len(l) > 0 {
+			row.P50FlushNs = Percentile(l, 0.50)
+			row.P99FlushNs = Percentile(l, 0.99)
+			row.P999FlushNs = Percentile(l, 0.999)
+		}
+		if len(reads[k]) > 0 {
+			row.ReadsPerSec = Median(reads[k])
+			row.WritesPerSec = Median(writes[k])
+		}
+		row.P50ReadNs = Percentile(readLat[k], 0.50)
+		row.P99ReadNs = Percentile(readLat[k], 0.99)
+		row.P99ReadFlushNs = Percentile(readFlushLat[k], 0.99)
+		row.P99WriteNs = Percentile(writeLat[k], 0.99)
 	}
 	AddRatios(rows)
 	return rows, nil
 }
 
-// measure runs one round of im after a GC (so one implementation's garbage
-// is not collected on another's time) and returns it with its check sum
-// and the number of allocations made during it.
-func (w *Workload) measure(ctx context.Context, im Impl) (RoundResult, int64, float64, error) {
+// measure runs one round of im after quiescing the stores (if the workload
+// says how) and a GC (so that one implementation's garbage is not
+// collected on another's time) and returns it with the
+// number of allocations made during it (runtime.MemStats.Mallocs: every
+// goroutine of the process, pebble's background work included).
+func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundResult, float64, error) {
+	if w.quiesce != nil {
+		if err := w.quiesce(ctx); err != nil {
+			return RoundResult{}, 0, fmt.Errorf("quiesce: %w", err)
+		}
+	}
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
 	var res RoundResult
-	var sum int64
-	switch {
-	case im.Round != nil:
-		var err error
-		res, err = im.Round(ctx)
-		if err != nil {
-			return res, 0, 0, err
-		}
-	case im.Op != nil:
-		op := im.Op
-		start := time.Now()
-		for i := range w.Ops {
-			c, err := op(i)
-			if err != nil {
-				return res, 0, 0, fmt.Errorf("op %d: %w", i, err)
-			}
-			sum += int64(c)
-		}
-		res = RoundResult{Ops: w.Ops, Elapsed: time.Since(start)}
-	default:
-		return res, 0, 0, fmt.Errorf("%w: implementation %s has neither Op nor Round", ErrBadConfig, im.Name)
+	var err error
+	start := time.Now()
+	if im.Round != nil {
+		res, err = im.Round.Round(ctx, goroutines)
+	} else {
+		res.Checks, err = RunLoop(im.Loop, 0, w.Ops, goroutines)
+		res.Ops = w.Ops
 	}
+	elapsed := time.Since(start)
 	runtime.ReadMemStats(&m1)
-	return res, sum, float64(m1.Mallocs - m0.Mallocs), nil
+	if err != nil {
+		return res, 0, err
+	}
+	if res.Elapsed <= 0 {
+		res.Elapsed = elapsed
+	}
+	if res.MallocsMeasured {
+		return res, float64(res.Mallocs), nil
+	}
+	return res, float64(m1.Mallocs - m0.Mallocs), nil
 }
 
-// IsOwn reports whether impl is one of the project's own rows (kvbuf and
-// kvbuf-overlay) rather than a baseline.
-func IsOwn(impl string) bool { return impl == ImplKvbuf || impl == ImplKvbufOverlay }
+// RunLoop runs operations [lo, hi) of l in goroutines goroutines, each
+// over its own contiguous part, and returns the sum of their checks (the
+// same as one goroutine's over the whole range). One goroutine runs on the
+// caller's.
+func RunLoop(l Looper, lo, hi, goroutines int) (int64, error) {
+	if goroutines <= 1 {
+		return l.Loop(0, lo, hi)
+	}
+	sums := make([]int64, goroutines)
+	errs := make([]error, goroutines)
+	var wg sync.WaitGroup
+	n := hi - lo
+	for g := range goroutines {
+		wg.Go(func() {
+			sums[g], errs[g] = l.Loop(g, lo+g*n/goroutines, lo+(g+1)*n/goroutines)
+		})
+	}
+	wg.Wait()
+	var sum int64
+	for _, s := range sums {
+		sum += s
+	}
+	return sum, errors.Join(errs...)
+}
 
-// AddRatios sets RatioVs on every kvbuf row: for each other row of the same
-// workload, that row's median ÷ the kvbuf median.
+// IsOwn reports whether impl is one of the project's own rows ("kvbuf" or
+// "kvbuf-…") rather than a baseline.
+func IsOwn(impl string) bool { return impl == ImplKvbuf || strings.HasPrefix(impl, ImplKvbuf+"-") }
+
+// AddRatios sets RatioVs on every own row: for each baseline row of the
+// same workload, that row's median ÷ the own row's median.
 func AddRatios(rows []Row) {
 	for k := range rows {
 		if !IsOwn(rows[k].Impl) || rows[k].Median <= 0 {
@@ -342,10 +480,14 @@ func Median(xs []float64) float64 {
 	return (s[m-1] + s[m]) / 2
 }
 
-// percentile returns the q-quantile of ds by nearest rank.
-func percentile(ds []time.Duration, q float64) time.Duration {
+// Percentile returns the q-quantile of ds in nanoseconds by nearest rank,
+// or 0 for none. ds is not modified.
+func Percentile(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds())
 }

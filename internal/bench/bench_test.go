@@ -4,18 +4,53 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
 
-var benchScale = flag.Float64("scale", 1, "scale of the W1/W2 sizes for the Benchmark functions (1 = workloads.md)")
+var (
+	benchScale = flag.Float64("scale", 1, "scale of the workload sizes for the Benchmark functions (1 = doc/workloads.md)")
+	benchDir   = flag.String("benchdir", "", "parent directory of the Benchmark functions' engines (default $TMPDIR)")
+	// go test repeats each sub-benchmark -count times in a row, so the
+	// implementations of a workload cannot interleave within one run;
+	// scripts/bench-all.sh runs the package several times with -rotate
+	// 0, 1, 2, … instead, so that the k-th run starts at implementation k.
+	benchRotate = flag.Int("rotate", 0, "start each workload's sub-benchmarks at implementation rotate mod n")
+)
+
+// Suites opened by the Benchmark functions, kept for the whole process and
+// closed by TestMain.
+var (
+	suiteMu    sync.Mutex
+	suiteCache = map[string]*Suite{}
+)
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	suiteMu.Lock()
+	for _, s := range suiteCache {
+		if err := s.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	suiteMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func TestMedian(t *testing.T) {
@@ -39,35 +74,72 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := range 1000 {
+		ds = append(ds, time.Duration(1000-i))
+	}
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 500}, {0.99, 990}, {0.999, 999}, {1, 1000}, {0, 1}} {
+		if got := Percentile(ds, tc.q); got != tc.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if Percentile(nil, 0.5) != 0 || ds[0] != 1000 {
+		t.Error("Percentile of nothing, or modified its input")
+	}
+}
+
+// recLooper records the order in which rounds start and counts i%2.
+type recLooper struct {
+	name  string
+	order *[]string
+	mu    *sync.Mutex
+	seen  *[]int
+}
+
+func (l recLooper) Loop(g, lo, hi int) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lo == 0 {
+		*l.order = append(*l.order, l.name)
+	}
+	var n int64
+	for i := lo; i < hi; i++ {
+		n += int64(i % 2)
+		if l.seen != nil {
+			*l.seen = append(*l.seen, i)
+		}
+	}
+	return n, nil
+}
+
 func TestRunRotatesOrder(t *testing.T) {
 	var order []string
-	mk := func(name string) Impl {
-		return Impl{Name: name, Op: func(i int) (int, error) {
-			if i == 0 {
-				order = append(order, name)
-			}
-			return i % 2, nil
-		}}
-	}
+	var mu sync.Mutex
+	mk := func(name string) Impl { return Impl{Name: name, Loop: recLooper{name, &order, &mu, nil}} }
 	w := &Workload{Name: "T/rotate", Ops: 4, Impls: []Impl{mk("kvbuf"), mk("b"), mk("c")}}
 	var steps []string
-	rows, err := w.Run(context.Background(), 4, func(impl string, round int) { steps = append(steps, impl) })
+	rows, err := w.Run(context.Background(), 4, 1, func(impl string, round int) { steps = append(steps, fmt.Sprint(impl, round)) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"kvbuf", "b", "c", "b", "c", "kvbuf", "c", "kvbuf", "b", "kvbuf", "b", "c"}
+	want := []string{"kvbuf", "b", "c", // warm-up, in order
+		"kvbuf", "b", "c", "b", "c", "kvbuf", "c", "kvbuf", "b", "kvbuf", "b", "c"}
 	if !slices.Equal(order, want) {
 		t.Errorf("run order %v, want %v", order, want)
 	}
-	if !slices.Equal(steps, want) {
-		t.Errorf("progress steps %v, want %v", steps, want)
+	if len(steps) != 15 || steps[0] != "kvbuf-1" || steps[3] != "kvbuf0" || steps[14] != "c3" {
+		t.Errorf("progress steps %v", steps)
 	}
 	if len(rows) != 3 || rows[0].Impl != "kvbuf" || rows[2].Impl != "c" {
 		t.Fatalf("rows %+v", rows)
 	}
 	for _, r := range rows {
-		if r.Rounds != 4 || len(r.NsPerOp) != 4 || r.OpsPerRound != 4 {
-			t.Errorf("%s: rounds %d, samples %d, ops %d", r.Impl, r.Rounds, len(r.NsPerOp), r.OpsPerRound)
+		if r.Rounds != 4 || len(r.NsPerOp) != 4 || r.OpsPerRound != 4 || r.Goroutines != 1 {
+			t.Errorf("%s: rounds %d, samples %d, ops %d, goroutines %d", r.Impl, r.Rounds, len(r.NsPerOp), r.OpsPerRound, r.Goroutines)
 		}
 		if r.Min > r.Median || r.Median > r.Max {
 			t.Errorf("%s: min %v median %v max %v out of order", r.Impl, r.Min, r.Median, r.Max)
@@ -78,49 +150,99 @@ func TestRunRotatesOrder(t *testing.T) {
 	}
 }
 
-func TestRunDetectsMismatch(t *testing.T) {
-	count := func(c int) func(int) (int, error) { return func(int) (int, error) { return c, nil } }
-	w := &Workload{Name: "T/mismatch", Ops: 3, Impls: []Impl{
-		{Name: "kvbuf", Op: count(1)},
-		{Name: "floor", Floor: true, Op: count(0)}, // floors are not compared
-		{Name: "wrong", Op: count(2)},
+func TestRunParallel(t *testing.T) {
+	var order []string
+	var seen []int
+	var mu sync.Mutex
+	w := &Workload{Name: "T/par", Ops: 1001, Parallel: true, Impls: []Impl{
+		{Name: "kvbuf", Loop: recLooper{"kvbuf", &order, &mu, &seen}},
 	}}
-	_, err := w.Run(context.Background(), 1, nil)
+	rows, err := w.Run(context.Background(), 1, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].Workload != "T/par-cpu3" || rows[0].Goroutines != 3 {
+		t.Errorf("row %s at %d goroutines", rows[0].Workload, rows[0].Goroutines)
+	}
+	slices.Sort(seen)
+	for i, v := range seen {
+		if v != i/2 || len(seen) != 2002 { // each operation once per round: warm-up and round 0
+			t.Fatalf("operations run: %d of them, %v...", len(seen), seen[:min(len(seen), 10)])
+		}
+	}
+	if w.NameAt(1) != "T/par" || (&Workload{Name: "x"}).NameAt(4) != "x" {
+		t.Error("NameAt")
+	}
+	if IsOwn("kvbufx") || !IsOwn("kvbuf-getmany") || IsOwn("raw") {
+		t.Error("IsOwn")
+	}
+}
+
+// sumLooper returns the same check for every operation.
+type sumLooper int64
+
+func (c sumLooper) Loop(_, lo, hi int) (int64, error) { return int64(c) * int64(hi-lo), nil }
+
+type errLooper struct{ err error }
+
+func (e errLooper) Loop(int, int, int) (int64, error) { return 0, e.err }
+
+func TestRunDetectsMismatch(t *testing.T) {
+	w := &Workload{Name: "T/mismatch", Ops: 3, Impls: []Impl{
+		{Name: "kvbuf", Loop: sumLooper(1)},
+		{Name: "floor", Floor: true, Loop: sumLooper(0)}, // floors are not compared
+		{Name: "wrong", Loop: sumLooper(2)},
+	}}
+	_, err := w.Run(context.Background(), 1, 1, nil)
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "wrong counted 6") {
 		t.Fatalf("err = %v, want ErrMismatch naming the wrong row", err)
 	}
+	w.NoCheck = true
+	if _, err := w.Run(context.Background(), 1, 1, nil); err != nil {
+		t.Fatalf("NoCheck workload compared: %v", err)
+	}
+	w.NoCheck = false
 	w.Impls = w.Impls[:2]
-	if _, err := w.Run(context.Background(), 1, nil); err != nil {
+	if _, err := w.Run(context.Background(), 1, 1, nil); err != nil {
 		t.Fatalf("floor row compared: %v", err)
 	}
 }
 
 func TestRunErrors(t *testing.T) {
 	boom := errors.New("boom")
-	w := &Workload{Name: "T/err", Ops: 2, Impls: []Impl{{Name: "kvbuf", Op: func(int) (int, error) { return 0, boom }}}}
-	if _, err := w.Run(context.Background(), 1, nil); !errors.Is(err, boom) {
+	ctx := context.Background()
+	w := &Workload{Name: "T/err", Ops: 2, Impls: []Impl{{Name: "kvbuf", Loop: errLooper{boom}}}}
+	if _, err := w.Run(ctx, 1, 1, nil); !errors.Is(err, boom) {
 		t.Errorf("op error: %v", err)
 	}
-	if _, err := w.Run(context.Background(), 0, nil); !errors.Is(err, ErrBadConfig) {
+	if _, err := w.Run(ctx, 0, 1, nil); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("0 rounds: %v", err)
 	}
-	if _, err := (&Workload{Name: "T/empty"}).Run(context.Background(), 1, nil); !errors.Is(err, ErrBadConfig) {
+	if _, err := (&Workload{Name: "T/empty"}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("no impls: %v", err)
 	}
-	if _, err := (&Workload{Name: "T/none", Impls: []Impl{{Name: "x"}}}).Run(context.Background(), 1, nil); !errors.Is(err, ErrBadConfig) {
-		t.Errorf("impl without Op or Round: %v", err)
+	if _, err := (&Workload{Name: "T/none", Impls: []Impl{{Name: "x"}}}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("impl without Loop or Round: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	both := Impl{Name: "x", Loop: sumLooper(1), Round: RoundFunc(func(context.Context, int) (RoundResult, error) { return RoundResult{}, nil })}
+	if _, err := (&Workload{Name: "T/both", Impls: []Impl{both}}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("impl with Loop and Round: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	ok := &Workload{Name: "T/ok", Ops: 1, Impls: []Impl{{Name: "kvbuf", Op: func(int) (int, error) { return 0, nil }}}}
-	if _, err := ok.Run(ctx, 1, nil); !errors.Is(err, context.Canceled) {
+	ok := &Workload{Name: "T/ok", Ops: 1, Impls: []Impl{{Name: "kvbuf", Loop: sumLooper(0)}}}
+	if _, err := ok.Run(cctx, 1, 1, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled ctx: %v", err)
+	}
+	prep := &Workload{Name: "T/prep", Ops: 1, Impls: ok.Impls, prepare: func(context.Context) error { return boom }}
+	if _, err := prep.Run(ctx, 1, 1, nil); !errors.Is(err, boom) {
+		t.Errorf("prepare error: %v", err)
 	}
 }
 
 func TestOpenBadConfig(t *testing.T) {
 	ctx := context.Background()
-	for _, c := range []*Config{{Scale: -1}, {Scale: 1000}, {FlushesPerGoroutine: -1}, {Scans: -2}} {
+	for _, c := range []*Config{{Scale: -1}, {Scale: 1000}, {FlushesPerGoroutine: -1}, {Scans: -2}, {WriteRate: -1}} {
 		if s, err := Open(ctx, "W4", c); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("Open(%+v) = %v, want ErrBadConfig", c, err)
 			if s != nil {
@@ -138,7 +260,7 @@ func TestOpenBadConfig(t *testing.T) {
 
 // TestSuites runs every workload of every suite at a tiny scale: the
 // answers of all implementations must agree (Run checks), names must be
-// canonical, the flush baselines must behave as documented.
+// canonical, the flush rows must behave as documented.
 func TestSuites(t *testing.T) {
 	ctx := context.Background()
 	for _, info := range Catalog() {
@@ -155,107 +277,261 @@ func TestSuites(t *testing.T) {
 					t.Errorf("suite dir %s left behind: %v", s.Dir(), err)
 				}
 			}()
-			var names []string
+			var names, parallel []string
 			for _, w := range s.Workloads {
 				names = append(names, w.Name)
-				rows, err := w.Run(ctx, 2, nil)
-				if err != nil {
-					t.Fatal(err)
+				if w.Parallel {
+					parallel = append(parallel, w.Name)
 				}
-				own := 0
-				for _, r := range rows {
-					if IsOwn(r.Impl) {
-						own++
-					}
+				gs := []int{1}
+				if w.Parallel {
+					gs = []int{1, 2}
 				}
-				if rows[0].Impl != ImplKvbuf || len(rows[0].RatioVs) != len(rows)-own {
-					t.Errorf("%s: first row %s with ratios %v", w.Name, rows[0].Impl, rows[0].RatioVs)
-				}
-				for _, r := range rows {
-					if r.Median <= 0 || r.OpsPerRound <= 0 {
-						t.Errorf("%s/%s: median %v, ops %d", w.Name, r.Impl, r.Median, r.OpsPerRound)
+				for _, g := range gs {
+					rows, err := w.Run(ctx, 1, g, nil)
+					if err != nil {
+						t.Fatal(err)
 					}
-					if !strings.HasPrefix(w.Name, "W4/") {
-						continue
-					}
-					if r.Flushes != int64(r.OpsPerRound*2) || r.P99FlushNs < r.P50FlushNs || r.P50FlushNs <= 0 {
-						t.Errorf("%s/%s: flushes %d ops %d p50 %v p99 %v", w.Name, r.Impl, r.Flushes, r.OpsPerRound, r.P50FlushNs, r.P99FlushNs)
-					}
-					switch r.Impl {
-					case ImplKvbuf:
-						if r.Violations != 0 || r.SyncsPerFlush() > 1 || r.Syncs == 0 {
-							t.Errorf("%s/kvbuf: %d violations, %d syncs for %d flushes", w.Name, r.Violations, r.Syncs, r.Flushes)
-						}
-					case ImplPerCallerSync:
-						if r.Violations != 0 || r.Syncs != r.Flushes {
-							t.Errorf("%s/per-caller-sync: %d violations, %d syncs for %d flushes", w.Name, r.Violations, r.Syncs, r.Flushes)
-						}
-					}
+					checkRows(t, w, rows)
 				}
 			}
-			if !slices.Equal(names, info.Workloads) {
-				t.Errorf("workloads %v, catalog says %v", names, info.Workloads)
+			if !slices.Equal(names, info.Workloads) || !slices.Equal(parallel, info.Parallel) {
+				t.Errorf("workloads %v (parallel %v), catalog says %v (%v)", names, parallel, info.Workloads, info.Parallel)
 			}
 		})
 	}
 }
 
-// benchSuite runs the suite's workloads as sub-benchmarks
-// (BenchmarkW1/lookup-with-pending-changes/kvbuf, …) over the same Impl
-// code kvtool bench times. One b.Loop iteration is one operation (a lookup,
-// a Get, a scan) for W1 and W2, one round for W4.
-func benchSuite(b *testing.B, name string) {
-	ctx := context.Background()
-	s, err := Open(ctx, name, &Config{Dir: b.TempDir(), Scale: *benchScale})
+func checkRows(t *testing.T, w *Workload, rows []Row) {
+	t.Helper()
+	own := 0
+	for _, r := range rows {
+		if IsOwn(r.Impl) {
+			own++
+		}
+	}
+	if !IsOwn(rows[0].Impl) || len(rows[0].RatioVs) != len(rows)-own {
+		t.Errorf("%s: first row %s with ratios %v", w.Name, rows[0].Impl, rows[0].RatioVs)
+	}
+	for _, r := range rows {
+		if r.Median <= 0 || r.OpsPerRound <= 0 || r.Unit == "" {
+			t.Errorf("%s/%s: median %v, ops %d, unit %q", r.Workload, r.Impl, r.Median, r.OpsPerRound, r.Unit)
+		}
+		switch {
+		case strings.HasPrefix(w.Name, "W2/get-") && !strings.Contains(w.Name, "snapshot"):
+			if (r.BytesPerEntry > 0) == (r.Impl == ImplPebbleGet) {
+				t.Errorf("%s/%s: %v bytes per entry", r.Workload, r.Impl, r.BytesPerEntry)
+			}
+			if IsOwn(r.Impl) && r.AccountedBytesPerEntry <= 0 {
+				t.Errorf("%s/%s: accounted bytes per entry %v", r.Workload, r.Impl, r.AccountedBytesPerEntry)
+			}
+		case w.Name == "W3/construct":
+			if r.BytesPerEntry <= 0 {
+				t.Errorf("%s/%s: %v bytes per instance", r.Workload, r.Impl, r.BytesPerEntry)
+			}
+		case strings.HasPrefix(w.Name, "W4/"):
+			if r.Flushes != int64(r.OpsPerRound) || r.P99FlushNs < r.P50FlushNs || r.P999FlushNs < r.P99FlushNs || r.P50FlushNs <= 0 {
+				t.Errorf("%s/%s: flushes %d ops %d p50 %v p99 %v p999 %v", r.Workload, r.Impl, r.Flushes, r.OpsPerRound, r.P50FlushNs, r.P99FlushNs, r.P999FlushNs)
+			}
+			switch r.Impl {
+			case ImplKvbuf:
+				if r.Violations != 0 || r.SyncsPerFlush() > 1 || r.Syncs == 0 {
+					t.Errorf("%s/kvbuf: %d violations, %d syncs for %d flushes", r.Workload, r.Violations, r.Syncs, r.Flushes)
+				}
+			case ImplPerCallerSync:
+				if r.Violations != 0 || r.Syncs != r.Flushes {
+					t.Errorf("%s/per-caller-sync: %d violations, %d syncs for %d flushes", r.Workload, r.Violations, r.Syncs, r.Flushes)
+				}
+			}
+		case strings.HasPrefix(w.Name, "W7/"):
+			if r.ReadsPerSec <= 0 || r.P50ReadNs <= 0 || r.P99ReadNs < r.P50ReadNs {
+				t.Errorf("%s/%s: %v reads/s, p50 %v p99 %v", r.Workload, r.Impl, r.ReadsPerSec, r.P50ReadNs, r.P99ReadNs)
+			}
+		}
+	}
+}
+
+// cachedSuite returns the suite called name, set up once per process.
+func cachedSuite(b *testing.B, name string) *Suite {
+	suiteMu.Lock()
+	defer suiteMu.Unlock()
+	if s := suiteCache[name]; s != nil {
+		return s
+	}
+	s, err := Open(context.Background(), name, &Config{Dir: *benchDir, Scale: *benchScale})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
-		if err := s.Close(); err != nil {
-			b.Error(err)
-		}
-	}()
+	suiteCache[name] = s
+	return s
+}
+
+// loopChunk is how many operations of a Loop implementation one b.Loop
+// iteration runs: the harness's one indirect call is spread over them.
+const loopChunk = 1 << 14
+
+// benchSuite runs the suite's workloads as sub-benchmarks named
+// workload/impl (BenchmarkW1/lookup-with-pending-changes/kvbuf, …) over
+// the same implementations kvtool bench times. A workload's
+// implementations run in order starting at implementation -rotate mod n
+// (go test runs each sub-benchmark's -count and -cpu repetitions back to
+// back, so interleaving needs several runs with different -rotate values:
+// see scripts/bench-all.sh). Loop workloads run loopChunk operations per
+// b.Loop iteration, in
+// GOMAXPROCS goroutines for the parallel ones (go test -cpu 1,2 gives rows
+// at 1 and 2 goroutines); Round workloads run one round per iteration.
+// ns/op, B/op and allocs/op are reported per operation of the workload
+// (a lookup, a get, a flush of 1M changes, a write+flush, a put, a read).
+func benchSuite(b *testing.B, name string) {
+	ctx := context.Background()
+	s := cachedSuite(b, name)
+	call := max(*benchRotate, 0)
 	for _, w := range s.Workloads {
 		if err := w.Prepare(ctx); err != nil {
 			b.Fatal(err)
 		}
 		sub := strings.TrimPrefix(w.Name, name+"/")
-		for _, im := range w.Impls {
-			b.Run(sub+"/"+im.Name, func(b *testing.B) {
-				b.ReportAllocs()
-				if im.Round != nil {
-					var flushes, syncs, viol, ops int64
-					for b.Loop() {
-						r, err := im.Round(ctx)
-						if err != nil {
-							b.Fatal(err)
-						}
-						flushes, syncs, viol, ops = flushes+r.Flushes, syncs+r.Syncs, viol+r.Violations, ops+int64(r.Ops)
-					}
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(ops, 1)), "ns/write")
-					b.ReportMetric(float64(syncs)/float64(max(flushes, 1)), "syncs/flush")
-					b.ReportMetric(float64(viol), "violations")
-					return
-				}
-				i := 0
-				for b.Loop() {
-					if _, err := im.Op(i); err != nil {
-						b.Fatal(err)
-					}
-					if i++; i == w.Ops {
-						i = 0
-					}
-				}
-			})
+		n := len(w.Impls)
+		for j := range n {
+			im := w.Impls[(call+j)%n]
+			b.Run(sub+"/"+im.Name, func(b *testing.B) { benchImpl(b, w, im) })
 		}
 	}
 }
 
-// BenchmarkW1 is W1 (bitslice lookups). -scale shrinks it.
+// benchImpl runs one implementation under pprof labels workload and impl,
+// so that one CPU profile of several sub-benchmarks can be split with
+// go tool pprof -tagfocus 'workload=W2/get-miss' -tagfocus 'impl=kvbuf'.
+func benchImpl(b *testing.B, w *Workload, im Impl) {
+	pprof.Do(context.Background(), pprof.Labels("workload", w.Name, "impl", im.Name), func(ctx context.Context) {
+		benchImplLabeled(ctx, b, w, im)
+	})
+}
+
+func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
+	g := 1
+	if w.Parallel {
+		g = runtime.GOMAXPROCS(0)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	var ops int
+	var timed time.Duration
+	var tot RoundResult
+	var reads, writes []float64
+	var mem []float64
+	var mallocs uint64
+	measured := false
+	if im.Loop != nil {
+		chunk := min(w.Ops, loopChunk)
+		pos := 0
+		for b.Loop() {
+			hi := min(pos+chunk, w.Ops)
+			if _, err := RunLoop(im.Loop, pos, hi, g); err != nil {
+				b.Fatal(err)
+			}
+			ops += hi - pos
+			if pos = hi; pos == w.Ops {
+				pos = 0
+			}
+		}
+		timed = b.Elapsed()
+	} else {
+		for b.Loop() {
+			if w.quiesce != nil {
+				b.StopTimer()
+				if err := w.quiesce(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			start := time.Now()
+			r, err := im.Round.Round(ctx, g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if r.Elapsed <= 0 {
+				r.Elapsed = time.Since(start)
+			}
+			ops += r.Ops
+			timed += r.Elapsed
+			tot.Flushes += r.Flushes
+			tot.Syncs += r.Syncs
+			tot.Violations += r.Violations
+			tot.FlushLatencies = append(tot.FlushLatencies, r.FlushLatencies...)
+			tot.ReadLatencies = append(tot.ReadLatencies, r.ReadLatencies...)
+			tot.ReadFlushLatencies = append(tot.ReadFlushLatencies, r.ReadFlushLatencies...)
+			tot.WriteLatencies = append(tot.WriteLatencies, r.WriteLatencies...)
+			if r.Reads > 0 {
+				reads = append(reads, float64(r.Reads)/r.Elapsed.Seconds())
+				writes = append(writes, float64(r.Writes)/r.Elapsed.Seconds())
+			}
+			if r.BytesPerEntry != 0 {
+				mem = append(mem, r.BytesPerEntry)
+			}
+			if r.MallocsMeasured {
+				mallocs, measured = mallocs+r.Mallocs, true
+			}
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	ops = max(ops, 1)
+	if !measured {
+		mallocs = m1.Mallocs - m0.Mallocs
+	}
+	b.ReportMetric(float64(timed.Nanoseconds())/float64(ops), "ns/op")
+	b.ReportMetric(float64(mallocs)/float64(ops), "allocs/op")
+	if !measured {
+		b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/float64(ops), "B/op")
+	} else {
+		b.ReportMetric(0, "B/op") // not measured for the timed part alone
+	}
+	if im.BytesPerEntry != 0 {
+		b.ReportMetric(im.BytesPerEntry, "heap-B/entry")
+	}
+	if im.AccountedBytes != 0 {
+		b.ReportMetric(im.AccountedBytes, "acct-B/entry")
+	}
+	if len(mem) > 0 {
+		b.ReportMetric(Median(mem), "heap-B/instance")
+	}
+	if tot.Flushes > 0 {
+		b.ReportMetric(float64(tot.Syncs)/float64(tot.Flushes), "syncs/flush")
+		b.ReportMetric(float64(tot.Violations), "violations")
+		b.ReportMetric(Percentile(tot.FlushLatencies, 0.5), "p50-flush-ns")
+		b.ReportMetric(Percentile(tot.FlushLatencies, 0.99), "p99-flush-ns")
+		b.ReportMetric(Percentile(tot.FlushLatencies, 0.999), "p999-flush-ns")
+	}
+	if len(reads) > 0 {
+		b.ReportMetric(Median(reads), "reads/s")
+		b.ReportMetric(Median(writes), "writes/s")
+		b.ReportMetric(Percentile(tot.ReadLatencies, 0.5), "p50-read-ns")
+		b.ReportMetric(Percentile(tot.ReadLatencies, 0.99), "p99-read-ns")
+		b.ReportMetric(Percentile(tot.ReadFlushLatencies, 0.99), "p99-read-in-flush-ns")
+		b.ReportMetric(Percentile(tot.WriteLatencies, 0.99), "p99-write-ns")
+	}
+}
+
+// BenchmarkW1 is W1 (bitslice lookups), with the Count, Ones and
+// open-snapshot rows. -scale shrinks it.
 func BenchmarkW1(b *testing.B) { benchSuite(b, "W1") }
 
-// BenchmarkW2 is W2 (key-value lookups over pebble).
+// BenchmarkW2 is W2 (key-value lookups over pebble), with the
+// open-snapshot rows.
 func BenchmarkW2(b *testing.B) { benchSuite(b, "W2") }
 
-// BenchmarkW4 is W4 (flush coalescing); ns/op is per round.
+// BenchmarkW3 is W3 (contended table scenarios). Run it with -cpu 1,2.
+func BenchmarkW3(b *testing.B) { benchSuite(b, "W3") }
+
+// BenchmarkW4 is W4 (flush coalescing); one iteration is one round.
 func BenchmarkW4(b *testing.B) { benchSuite(b, "W4") }
+
+// BenchmarkW6 is W6 (flush throughput); one iteration is one round.
+func BenchmarkW6(b *testing.B) { benchSuite(b, "W6") }
+
+// BenchmarkW7 is W7 (reads under write load); one iteration is one round.
+func BenchmarkW7(b *testing.B) { benchSuite(b, "W7") }
+
+// BenchmarkW8 is W8 (batch writes) and the DeleteRange rows.
+func BenchmarkW8(b *testing.B) { benchSuite(b, "W8") }

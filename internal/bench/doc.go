@@ -1,47 +1,67 @@
-// Package bench implements the benchmark workloads W1, W2 and W4 of
-// shared/workloads.md — the kvbuf engine and every baseline — as ordinary
-// Go code, so that `kvtool bench` and the `go test -bench` functions in this
-// package time exactly the same loops.
+// Package bench implements the benchmark workloads of doc/workloads.md —
+// the kvbuf engine and every baseline — as ordinary Go code, so that
+// `kvtool bench` and the `go test -bench` functions in this package time
+// exactly the same loops.
 //
-// A Suite is one workload family (W1, W2 or W4) set up once on real files
-// in a directory: kvbuf engines opened with kvbuf.Open, raw bitslice files,
-// pebble databases. Its Workloads share that setup; each has the canonical
-// name from workloads.md and one Impl per row (impl "kvbuf" and the
-// baselines "raw", "mutex+map", …). Workload.Run runs rounds interleaved in
-// rotating order (round r starts at implementation r mod n) and returns one
-// Row per implementation with the median, minimum and maximum time per
-// operation and the ratios of the kvbuf row to each baseline.
+// A Suite is one workload family (W1, W2, W3, W4, W6, W7, W8) set up once
+// on real files in a directory: kvbuf engines opened with kvbuf.Open, raw
+// bitslice files, pebble databases opened with storage.PebbleOptions (like
+// the engine's store). Its Workloads share that setup; each has the
+// canonical name from workloads.md and one Impl per row (impl "kvbuf" and
+// the baselines "raw", "mutex+map", …).
 //
-// What one operation is:
+// # How an implementation runs a round
 //
-//   - W1: one bit lookup. A round is one pass over the pre-generated lookup
-//     indexes (1,000,000 at Scale 1).
-//   - W2 get-*: one Get. A round is one pass over that workload's keys.
-//   - W2 scan-10k: one range scan reading up to 10,000 keys.
-//   - W4 flush-gG: one write followed by Flush, in G goroutines. A round is
-//     every goroutine doing Config.FlushesPerGoroutine of them.
+// An implementation runs the round's loop itself: a Looper's Loop(g, lo,
+// hi) goes over operations [lo, hi) in one plain loop with the lookup (or
+// write) inline, and the harness calls it once per round and goroutine, so
+// no closure or interface call is paid per operation (near the floor such
+// a call costs more than the difference being measured). A parallel
+// workload (W1 and W2 lookups, W3) splits a round's operations into
+// contiguous parts, one per goroutine. A Rounder runs a whole round itself
+// and reports its timed part (W4 flush loops, W6 flushes whose changes are
+// made pending untimed, W7 reads under write load, W8 batches).
 //
-// Every round of every non-floor implementation must produce the same
-// check count (bits found set, keys found, keys scanned); Run fails if two
-// disagree, so a benchmark cannot silently compare different answers.
+// Workload.Run runs one warm-up round of every implementation (in order,
+// not measured), then the measured rounds interleaved in rotating order
+// (round r starts at implementation r mod n), with a garbage collection
+// before every implementation's round. It returns one Row per
+// implementation with the median, minimum and maximum time per operation
+// and, on the project's own rows ("kvbuf", "kvbuf-…"), the ratio of every
+// baseline's median to theirs.
+//
+// # Fairness
+//
+//   - Every baseline does the work kvbuf does: values found are copied
+//     into a buffer the caller reuses on every row (kvbuf's GetAppend,
+//     append for the others); a row that returns the map's value without
+//     copying is named "…-no-copy". Writes copy keys and values on every
+//     row.
+//   - Raw pebble baselines are opened with storage.PebbleOptions (the
+//     engine store's configuration) and hold the engine store's own keys
+//     (tag byte, keyspace id, user key), so both sides read the same bytes.
+//   - Every implementation gets the same warm-up round.
+//   - Every round of every implementation that does the same work must give
+//     the same check count (bits found set, keys found plus their last
+//     value byte, keys scanned); Run fails if two disagree, so a benchmark
+//     cannot silently compare different answers. Floor rows (the raw
+//     bitslice and pebble-get, which read without the pending changes) and
+//     W7 (whose reads depend on how far the writer got) are not compared.
 //
 // # Caveats
 //
 //   - Figures are wall-clock times on a shared machine. Compare rows of one
 //     run as ratios; absolute nanoseconds move from run to run.
-//   - AllocsPerOp comes from runtime.MemStats.Mallocs deltas over the timed
-//     loop: it counts allocations by every goroutine in the process,
-//     including pebble's background work, so W4 figures are approximate.
-//   - Floor rows (raw with pending changes, pebble-get) read without the
-//     pending changes: they are lower bounds, not equivalent
-//     implementations, and are excluded from the answer cross-check.
-//   - The kvbuf rows measure the engine's public API (kvbuf.DB.Bits,
-//     kvbuf.DB.KV), including its drain gate and keyspace prefix, not the
-//     buffer package alone.
-//   - The W4 kvbuf row detects coverage violations through the persisted
-//     watermark (a flush that returned before the watermark reached the
-//     caller's op number); the baselines are checked exactly, by reading the
-//     store under the overlay.
-//   - Setting up W1 and W2 at Scale 1 takes several seconds and a few
-//     hundred MiB of memory.
+//   - AllocsPerOp comes from runtime.MemStats.Mallocs deltas over the
+//     round: it counts allocations by every goroutine in the process,
+//     including pebble's background work.
+//   - Memory per pending entry (W2) is the live-heap growth (after GC)
+//     while one implementation's copy of the pending changes was built,
+//     divided by the distinct keys pending; it includes the map's or
+//     table's own growth slack at that size.
+//   - The twin engines of the snapshot rows hold the same data as the
+//     main ones but are separate allocations: a difference of a few
+//     percent between them can be placement as well as snapshots.
+//   - Setting up W1, W2 and W7 at Scale 1 takes several seconds and a few
+//     hundred MiB of memory each.
 package bench

@@ -4,18 +4,99 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 )
+
+// Config sizes the workloads. A nil *Config means defaults; a zero field
+// means that field's default.
+type Config struct {
+	// Dir is where the suites create their engines and files (each in a
+	// subdirectory made with os.MkdirTemp and removed by Suite.Close).
+	// Default: os.TempDir().
+	Dir string
+
+	// Scale multiplies every size of doc/workloads.md (1,000,000 bit sets
+	// and lookups, 4,194,304 bits, 1,048,576 stored keys, ...). Small
+	// values make smoke tests fast; sizes never drop below a few dozen.
+	// Default: 1.
+	Scale float64
+
+	// Seed seeds every random input. Default: 1.
+	Seed uint64
+
+	// FlushesPerGoroutine is W4's count: how many {write, Flush}
+	// iterations each goroutine does per round (at g64 a quarter of it,
+	// at least 1). Default: 200.
+	FlushesPerGoroutine int
+
+	// Scans is the number of 10,000-key range scans per W2 scan-10k round.
+	// Default: 100 × Scale, at least 3.
+	Scans int
+
+	// WriteRate is W7's writer rate in writes per second (each write is
+	// one KV put or delete, or one bit set, alternately). Default: 100,000.
+	WriteRate int
+}
+
+// DefaultFlushesPerGoroutine is the default Config.FlushesPerGoroutine.
+const DefaultFlushesPerGoroutine = 200
+
+// DefaultWriteRate is the default Config.WriteRate.
+const DefaultWriteRate = 100_000
+
+func (c *Config) withDefaults() (Config, error) {
+	var o Config
+	if c != nil {
+		o = *c
+	}
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.Scale < 0 || math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0) || o.Scale > 100 {
+		return o, fmt.Errorf("%w: scale %v (want 0 < scale <= 100)", ErrBadConfig, o.Scale)
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.FlushesPerGoroutine == 0 {
+		o.FlushesPerGoroutine = DefaultFlushesPerGoroutine
+	}
+	if o.FlushesPerGoroutine < 0 {
+		return o, fmt.Errorf("%w: flushes per goroutine %d", ErrBadConfig, o.FlushesPerGoroutine)
+	}
+	if o.Scans == 0 {
+		o.Scans = o.scaled(100, 3)
+	}
+	if o.Scans < 0 {
+		return o, fmt.Errorf("%w: scans %d", ErrBadConfig, o.Scans)
+	}
+	if o.WriteRate == 0 {
+		o.WriteRate = DefaultWriteRate
+	}
+	if o.WriteRate < 0 {
+		return o, fmt.Errorf("%w: write rate %d", ErrBadConfig, o.WriteRate)
+	}
+	return o, nil
+}
+
+// scaled returns n × Scale, at least lo.
+func (c Config) scaled(n int, lo int) int {
+	return max(int(float64(n)*c.Scale), lo)
+}
 
 // Suite is one workload family set up once: its workloads share the
 // engines and files in one temporary directory. Close releases them and
 // removes the directory.
 type Suite struct {
-	// Name is "W1", "W2" or "W4".
+	// Name is the family: "W1", "W2", "W3", "W4", "W6", "W7" or "W8".
 	Name string
-	// Workloads are in the order they must run (W1's pending changes are
-	// added between its two workloads).
+	// Workloads are in the order they must run (some prepare the state of
+	// the next: W1's pending changes, open snapshots).
 	Workloads []*Workload
 
 	dir     string
@@ -28,6 +109,14 @@ func (s *Suite) Dir() string { return s.dir }
 
 // onClose registers f to run at Close, in reverse order of registration.
 func (s *Suite) onClose(f func() error) { s.closers = append(s.closers, f) }
+
+// add appends workloads to the suite.
+func (s *Suite) add(ws ...*Workload) {
+	for _, w := range ws {
+		w.suite = s
+		s.Workloads = append(s.Workloads, w)
+	}
+}
 
 // Close closes every engine and file of the suite and removes its
 // directory. It is idempotent.
@@ -59,24 +148,37 @@ func (s *Suite) Workload(name string) *Workload {
 	return nil
 }
 
-// Catalog lists every suite and its canonical workload names, in run
-// order, without setting anything up (for selecting workloads by name).
-func Catalog() []SuiteInfo {
-	return []SuiteInfo{
-		{"W1", []string{"W1/lookup-without-pending-changes", "W1/lookup-with-pending-changes"}},
-		{"W2", []string{"W2/get-pending-hit", "W2/get-pending-tombstone", "W2/get-miss", "W2/get-mixed", "W2/scan-10k"}},
-		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64"}},
-	}
-}
-
 // SuiteInfo names a suite and its workloads.
 type SuiteInfo struct {
 	Name      string
 	Workloads []string
+	// Parallel lists the workloads that run at several goroutine counts
+	// (kvtool bench --cpu).
+	Parallel []string
 }
 
-// Open sets up the suite called name ("W1", "W2" or "W4") in a new
-// temporary directory under cfg.Dir. The caller must Close it.
+// Catalog lists every suite and its canonical workload names, in run
+// order, without setting anything up (for selecting workloads by name).
+func Catalog() []SuiteInfo {
+	w1 := []string{"W1/lookup-without-pending-changes", "W1/lookup-with-pending-changes"}
+	w2 := []string{"W2/get-pending-hit", "W2/get-pending-tombstone", "W2/get-miss", "W2/get-mixed"}
+	w3 := []string{"W3/hit_same_key", "W3/hit_disjoint-64", "W3/hit_disjoint-1024", "W3/miss_churn-64", "W3/mixed-64"}
+	return []SuiteInfo{
+		{"W1", append(slices.Clone(w1),
+			"W1/count-with-pending-changes", "W1/ones-with-pending-changes",
+			"W1/lookup-with-pending-changes-1-snapshot", "W1/lookup-with-pending-changes-16-snapshots"), w1},
+		{"W2", append(slices.Clone(w2),
+			"W2/scan-10k", "W2/get-pending-hit-1-snapshot", "W2/get-pending-hit-16-snapshots"), w2},
+		{"W3", append(slices.Clone(w3), "W3/construct"), w3},
+		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64", "W4/flush-g16-think1ms"}, nil},
+		{"W6", []string{"W6/flush-kv-1m", "W6/flush-bits-1m"}, nil},
+		{"W7", []string{"W7/get-mixed-under-writes", "W7/lookup-under-writes"}, nil},
+		{"W8", []string{"W8/batch-64-puts", "W8/delete-1m"}, nil},
+	}
+}
+
+// Open sets up the suite called name (see Catalog) in a new temporary
+// directory under cfg.Dir. The caller must Close it.
 func Open(ctx context.Context, name string, cfg *Config) (*Suite, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -88,8 +190,16 @@ func Open(ctx context.Context, name string, cfg *Config) (*Suite, error) {
 		setup = setupW1
 	case "W2":
 		setup = setupW2
+	case "W3":
+		setup = setupW3
 	case "W4":
 		setup = setupW4
+	case "W6":
+		setup = setupW6
+	case "W7":
+		setup = setupW7
+	case "W8":
+		setup = setupW8
 	default:
 		return nil, fmt.Errorf("%w: unknown suite %q", ErrBadConfig, name)
 	}

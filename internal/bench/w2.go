@@ -1,44 +1,30 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
-// W2 sizes at Scale 1 (workloads.md).
+// W2 sizes at Scale 1 (doc/workloads.md).
 const (
-	w2Stored   = 1_048_576 // preloaded keys i*4, so the key space is 4×
+	w2Stored   = 1_048_576 // stored keys i*4, so the key space is 4×
 	w2Pending  = 1_000_000 // pending puts/deletes, 90/10
-	w2Lookups  = 1_000_000 // per get-* workload
+	w2Lookups  = 200_000   // per get-* round
 	w2ValueLen = 16
 	w2ScanLen  = 10_000
 )
 
-// quietLogger keeps pebble's informational output off stderr (pebble's
-// default logger prints there); Fatalf keeps pebble's print-and-exit.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)              {}
-func (quietLogger) Errorf(string, ...any)             {}
-func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }
-
-// w2Key encodes key number k as the workload's 8-byte big-endian key.
-func w2Key(dst []byte, k uint64) []byte {
-	return binary.BigEndian.AppendUint64(dst, k)
-}
-
-// w2StoredValue is the preloaded value of stored key number i.
+// w2StoredValue is the stored value of stored key number i.
 func w2StoredValue(i uint64) []byte {
 	v := make([]byte, w2ValueLen)
 	binary.BigEndian.PutUint64(v, i)
@@ -52,47 +38,230 @@ type w2Change struct {
 	val []byte
 }
 
-// flatKeys holds n 8-byte keys in one allocation.
-type flatKeys []byte
+// w2Changes draws n pending changes over [0, space): 90% puts of random
+// 16-byte values, 10% deletes.
+func w2Changes(rng *rand.Rand, n int, space uint64) []w2Change {
+	out := make([]w2Change, n)
+	for k := range out {
+		ch := w2Change{key: rng.Uint64N(space)}
+		if rng.IntN(10) != 0 {
+			ch.val = make([]byte, w2ValueLen)
+			for j := range ch.val {
+				ch.val[j] = byte(rng.Uint32())
+			}
+		}
+		out[k] = ch
+	}
+	return out
+}
 
-func (f flatKeys) at(i int) []byte { return f[i*8 : i*8+8 : i*8+8] }
+// w2State is everything W2's implementations read.
+type w2State struct {
+	kv   *kvbuf.KV // engine A
+	twin *kvbuf.KV // engine B: the same data, for the snapshot rows
+	pdb  *pebble.DB
+	ib   *pebble.Batch
+	ks   storage.KeyspaceID
 
-// setupW2 builds W2: a kvbuf engine keyspace and a raw pebble database with
-// the same preloaded keys (flushed to sstables), the same pending changes
-// in the engine, in a pebble indexed batch and in an RWMutex-guarded map,
-// and the lookup keys of each get workload.
+	rwmu    sync.RWMutex
+	pending map[string][]byte // nil value: tombstone
+}
+
+// w2Keys is one get workload's keys in every form an implementation takes:
+// user keys (kvbuf, the map), the engine store's keys (raw pebble), and a
+// slice per key (GetMany).
+type w2Keys struct {
+	user, stored flatKeys
+	views        [][]byte
+}
+
+// The W2 get implementations. Every row copies each value it finds into a
+// buffer it reuses (kvbuf.KV.GetAppend, append for the others) and adds
+// 1 + the value's last byte to its check sum, except the no-copy row, which
+// returns the map's value without copying it (valid only because values
+// are never modified in place).
+type (
+	w2Kvbuf struct {
+		kv *kvbuf.KV
+		k  *w2Keys
+	}
+	w2KvbufMany struct {
+		kv *kvbuf.KV
+		k  *w2Keys
+	}
+	w2PebbleGet struct {
+		s *w2State
+		k *w2Keys
+	}
+	w2IndexedBatch struct {
+		s *w2State
+		k *w2Keys
+	}
+	w2MapPebble struct {
+		s    *w2State
+		k    *w2Keys
+		copy bool
+	}
+)
+
+func (x w2Kvbuf) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	buf := make([]byte, 0, 64)
+	for i := lo; i < hi; i++ {
+		v, err := x.kv.GetAppend(buf[:0], x.k.user.at(i))
+		if err != nil {
+			if notFound(err) {
+				continue
+			}
+			return n, err
+		}
+		buf = v
+		n += 1 + int64(v[len(v)-1])
+	}
+	return n, nil
+}
+
+func (x w2KvbufMany) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	var vals [manyBatch][]byte
+	buf := make([]byte, 0, manyBatch*w2ValueLen)
+	for j := lo; j < hi; j += manyBatch {
+		e := min(j+manyBatch, hi)
+		var err error
+		if buf, err = x.kv.GetMany(x.k.views[j:e], vals[:], buf[:0]); err != nil {
+			return n, err
+		}
+		for _, v := range vals[:e-j] {
+			if v != nil {
+				n += 1 + int64(v[len(v)-1])
+			}
+		}
+	}
+	return n, nil
+}
+
+// pebbleGet reads stored key k from g, appending a found value to buf.
+func pebbleGet(g pebble.Reader, buf, k []byte) ([]byte, bool, error) {
+	v, cl, err := g.Get(k)
+	if err != nil {
+		if notFound(err) {
+			return buf, false, nil
+		}
+		return buf, false, err
+	}
+	buf = append(buf[:0], v...)
+	return buf, true, cl.Close()
+}
+
+func (x w2PebbleGet) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	buf := make([]byte, 0, 64)
+	for i := lo; i < hi; i++ {
+		var ok bool
+		var err error
+		if buf, ok, err = pebbleGet(x.s.pdb, buf, x.k.stored.at(i)); err != nil {
+			return n, err
+		}
+		if ok {
+			n += 1 + int64(buf[len(buf)-1])
+		}
+	}
+	return n, nil
+}
+
+func (x w2IndexedBatch) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	buf := make([]byte, 0, 64)
+	for i := lo; i < hi; i++ {
+		var ok bool
+		var err error
+		if buf, ok, err = pebbleGet(x.s.ib, buf, x.k.stored.at(i)); err != nil {
+			return n, err
+		}
+		if ok {
+			n += 1 + int64(buf[len(buf)-1])
+		}
+	}
+	return n, nil
+}
+
+func (x w2MapPebble) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	s := x.s
+	buf := make([]byte, 0, 64)
+	for i := lo; i < hi; i++ {
+		s.rwmu.RLock()
+		v, ok := s.pending[string(x.k.user.at(i))]
+		s.rwmu.RUnlock()
+		if ok {
+			if v == nil {
+				continue // tombstone
+			}
+			if x.copy {
+				buf = append(buf[:0], v...)
+				v = buf
+			}
+			n += 1 + int64(v[len(v)-1])
+			continue
+		}
+		var err error
+		if buf, ok, err = pebbleGet(s.pdb, buf, x.k.stored.at(i)); err != nil {
+			return n, err
+		}
+		if ok {
+			n += 1 + int64(buf[len(buf)-1])
+		}
+	}
+	return n, nil
+}
+
+// setupW2 builds W2: two kvbuf engines (A, and its twin B for the snapshot
+// rows) with a keyspace, and a raw pebble database opened like the
+// engine's store, all holding the same stored keys (flushed to sstables;
+// raw pebble under the engine store's own key layout); the same pending
+// changes in the engines, in a pebble indexed batch and in an
+// RWMutex-guarded map (measuring the live heap each takes); and the lookup
+// keys of each get workload.
 func setupW2(ctx context.Context, s *Suite, c Config) error {
 	nStored := c.scaled(w2Stored, 64)
 	space := uint64(nStored) * 4
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+2))
+	st := &w2State{pending: map[string][]byte{}}
 
-	db, err := kvbuf.Open(filepath.Join(s.dir, "engine"), engineOptions())
+	dbA, err := openEngine(s, "engine")
 	if err != nil {
 		return err
 	}
-	s.onClose(db.Close)
-	kv, err := db.KV("w2")
+	dbB, err := openEngine(s, "engine-twin")
 	if err != nil {
 		return err
 	}
-	pdb, err := pebble.Open(filepath.Join(s.dir, "pebble"), &pebble.Options{Logger: quietLogger{}, CacheSize: 8 << 20})
-	if err != nil {
+	if st.kv, err = dbA.KV("w2"); err != nil {
 		return err
 	}
-	s.onClose(pdb.Close)
+	if st.twin, err = dbB.KV("w2"); err != nil {
+		return err
+	}
+	st.ks = engineKeyspace(st.kv)
+	if st.pdb, err = openPebble(s, "pebble"); err != nil {
+		return err
+	}
 
-	// Preload both stores with the same keys, then move them to sstables.
+	// Preload the stores with the same keys, then move them to sstables.
 	var op uint64
-	pb := pdb.NewBatch()
-	var kb []byte
+	pb := st.pdb.NewBatch()
+	var kb, sk []byte
 	for i := range uint64(nStored) {
-		kb = w2Key(kb[:0], i*4)
+		kb = u64Key(kb[:0], i*4)
 		v := w2StoredValue(i)
 		op++
-		if err := kv.Put(ctx, kb, v, op); err != nil {
-			return err
+		for _, kv := range []*kvbuf.KV{st.kv, st.twin} {
+			if err := kv.Put(ctx, kb, v, op); err != nil {
+				return err
+			}
 		}
-		if err := pb.Set(kb, v, nil); err != nil {
+		sk = storedKey(sk[:0], st.ks, kb)
+		if err := pb.Set(sk, v, nil); err != nil {
 			return err
 		}
 	}
@@ -102,53 +271,79 @@ func setupW2(ctx context.Context, s *Suite, c Config) error {
 	if err := pb.Close(); err != nil {
 		return err
 	}
-	if err := db.FlushMemtables(ctx); err != nil {
-		return err
+	for _, db := range []*kvbuf.DB{dbA, dbB} {
+		if err := db.FlushMemtables(ctx); err != nil {
+			return err
+		}
 	}
-	if err := pdb.Flush(); err != nil {
+	if err := st.pdb.Flush(); err != nil {
 		return err
 	}
 
-	// The same pending changes everywhere. final records each key's last
-	// change, to pick the lookup keys.
-	ib := pdb.NewIndexedBatch()
-	s.onClose(ib.Close)
-	var rwmu sync.RWMutex
-	pending := make(map[string][]byte) // nil value: tombstone
-	final := make(map[uint64][]byte)
-	for range c.scaled(w2Pending, 64) {
-		ch := w2Change{key: rng.Uint64N(space)}
-		if rng.IntN(10) != 0 {
-			ch.val = make([]byte, w2ValueLen)
-			for j := range ch.val {
-				ch.val[j] = byte(rng.Uint32())
-			}
-		}
-		kb = w2Key(kb[:0], ch.key)
+	// The same pending changes everywhere, measuring the live heap each
+	// implementation's copy of them takes.
+	changes := w2Changes(rng, c.scaled(w2Pending, 64), space)
+	h0 := liveHeap()
+	for _, ch := range changes {
+		kb = u64Key(kb[:0], ch.key)
 		op++
 		if ch.val == nil {
-			err = kv.Delete(ctx, kb, op)
-			if err == nil {
-				err = ib.Delete(kb, nil)
-			}
+			err = st.kv.Delete(ctx, kb, op)
 		} else {
-			err = kv.Put(ctx, kb, ch.val, op)
-			if err == nil {
-				err = ib.Set(kb, ch.val, nil)
-			}
+			err = st.kv.Put(ctx, kb, ch.val, op)
 		}
 		if err != nil {
 			return err
 		}
-		pending[string(kb)] = ch.val
-		final[ch.key] = ch.val
 	}
-	var hits, tombs []uint64
-	for k, v := range final {
-		if v == nil {
-			tombs = append(tombs, k)
+	h1 := liveHeap()
+	m := dbA.Metrics()
+	kvbufHeap := perEntry(h0, h1, int(m.PendingKeys))
+	kvbufAcct := float64(m.PendingBytes) / float64(max(m.PendingKeys, 1))
+	for _, ch := range changes {
+		kb = u64Key(kb[:0], ch.key)
+		st.pending[string(kb)] = bytes.Clone(ch.val) // the map owns its copy, as kvbuf does
+	}
+	h2 := liveHeap()
+	mapHeap := perEntry(h1, h2, len(st.pending))
+	st.ib = st.pdb.NewIndexedBatch()
+	s.onClose(st.ib.Close)
+	for _, ch := range changes {
+		sk = storedKey(sk[:0], st.ks, u64Key(kb[:0], ch.key))
+		if ch.val == nil {
+			err = st.ib.Delete(sk, nil)
 		} else {
-			hits = append(hits, k)
+			err = st.ib.Set(sk, ch.val, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	h3 := liveHeap()
+	ibHeap := perEntry(h2, h3, len(st.pending))
+	for _, ch := range changes {
+		kb = u64Key(kb[:0], ch.key)
+		op++
+		if ch.val == nil {
+			err = st.twin.Delete(ctx, kb, op)
+		} else {
+			err = st.twin.Put(ctx, kb, ch.val, op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if mt := dbB.Metrics(); mt.PendingKeys != m.PendingKeys {
+		return fmt.Errorf("twin engine holds %d pending keys, engine %d", mt.PendingKeys, m.PendingKeys)
+	}
+
+	var hits, tombs []uint64
+	for k, v := range st.pending {
+		key := binary.BigEndian.Uint64([]byte(k))
+		if v == nil {
+			tombs = append(tombs, key)
+		} else {
+			hits = append(hits, key)
 		}
 	}
 	if len(hits) == 0 || len(tombs) == 0 {
@@ -158,125 +353,133 @@ func setupW2(ctx context.Context, s *Suite, c Config) error {
 	slices.Sort(hits)
 	slices.Sort(tombs)
 	nLookups := c.scaled(w2Lookups, 64)
-	pick := func(draw func() uint64) flatKeys {
-		f := make(flatKeys, 0, nLookups*8)
+	pick := func(draw func() uint64) *w2Keys {
+		f := newFlatKeys(8, nLookups)
 		for range nLookups {
-			f = w2Key(f, draw())
+			f.b = u64Key(f.b, draw())
 		}
-		return f
+		return &w2Keys{user: f, stored: f.stored(st.ks), views: f.slices()}
 	}
 	hitKeys := pick(func() uint64 { return hits[rng.IntN(len(hits))] })
 	tombKeys := pick(func() uint64 { return tombs[rng.IntN(len(tombs))] })
 	missKeys := pick(func() uint64 {
 		for {
 			k := rng.Uint64N(space)
-			if _, ok := final[k]; !ok {
+			if _, ok := st.pending[string(u64Key(nil, k))]; !ok {
 				return k
 			}
 		}
 	})
 	mixedKeys := pick(func() uint64 { return rng.Uint64N(space) })
-	starts := make(flatKeys, 0, c.Scans*8)
+	starts := newFlatKeys(8, c.Scans)
 	for range c.Scans {
-		starts = w2Key(starts, rng.Uint64N(space-space/10))
+		starts.b = u64Key(starts.b, rng.Uint64N(space-space/10))
 	}
+	storedStarts := starts.stored(st.ks)
+	end := keyspaceEnd(st.ks)
 
-	found := func(err error) (int, error) {
-		switch {
-		case err == nil:
-			return 1, nil
-		case errors.Is(err, pebble.ErrNotFound), errors.Is(err, kvbuf.ErrNotFound):
-			return 0, nil
-		}
-		return 0, err
+	gets := func(name string, k *w2Keys) *Workload {
+		return &Workload{Name: name, Unit: "get", Ops: nLookups, Parallel: true, Impls: []Impl{
+			{Name: ImplKvbuf, Loop: w2Kvbuf{st.kv, k}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
+			{Name: ImplKvbufGetMany, Loop: w2KvbufMany{st.kv, k}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
+			{Name: ImplPebbleGet, Floor: true, Loop: w2PebbleGet{st, k}},
+			{Name: ImplPebbleIndexedBatch, Loop: w2IndexedBatch{st, k}, BytesPerEntry: ibHeap},
+			{Name: ImplRWMutexMapPebble, Loop: w2MapPebble{st, k, true}, BytesPerEntry: mapHeap},
+			{Name: ImplRWMutexMapPebbleNoCopy, Loop: w2MapPebble{st, k, false}, BytesPerEntry: mapHeap},
+		}}
 	}
-	// pebble returns values valid until the closer is closed: the baselines
-	// copy them into a reused buffer, as a careful caller would; kvbuf
-	// returns a copy the caller owns.
-	pebbleGet := func(get func([]byte) ([]byte, io.Closer, error)) func(keys flatKeys) func(int) (int, error) {
-		return func(keys flatKeys) func(int) (int, error) {
-			var buf []byte
-			return func(i int) (int, error) {
-				v, cl, err := get(keys.at(i))
+	var snaps []*kvbuf.Snapshot
+	s.onClose(func() error {
+		for _, sn := range snaps {
+			sn.Close()
+		}
+		return nil
+	})
+	snapRows := func(name string, n int) *Workload {
+		return &Workload{Name: name, Unit: "get", Ops: nLookups, Impls: []Impl{
+			{Name: ImplKvbuf, Loop: w2Kvbuf{st.twin, hitKeys}},
+			{Name: ImplWithoutSnapshots, Loop: w2Kvbuf{st.kv, hitKeys}},
+		}, prepare: func(context.Context) error {
+			for len(snaps) < n {
+				sn, err := dbB.NewSnapshot()
 				if err != nil {
-					return found(err)
+					return err
 				}
-				buf = append(buf[:0], v...)
-				return 1, cl.Close()
+				snaps = append(snaps, sn)
 			}
-		}
-	}
-	dbGet := pebbleGet(func(k []byte) ([]byte, io.Closer, error) { return pdb.Get(k) })
-	batchGet := pebbleGet(func(k []byte) ([]byte, io.Closer, error) { return ib.Get(k) })
-	mapGet := func(keys flatKeys) func(int) (int, error) {
-		get := dbGet(keys)
-		return func(i int) (int, error) {
-			rwmu.RLock()
-			v, ok := pending[string(keys.at(i))]
-			rwmu.RUnlock()
-			if ok {
-				if v == nil {
-					return 0, nil
-				}
-				return 1, nil
-			}
-			return get(i)
-		}
-	}
-	gets := func(name string, keys flatKeys) *Workload {
-		return &Workload{Name: name, Ops: nLookups, Impls: []Impl{
-			{Name: ImplKvbuf, Op: func(i int) (int, error) {
-				_, err := kv.Get(keys.at(i))
-				return found(err)
-			}},
-			{Name: ImplPebbleGet, Floor: true, Op: dbGet(keys)},
-			{Name: ImplPebbleIndexedBatch, Op: batchGet(keys)},
-			{Name: ImplRWMutexMapPebble, Op: mapGet(keys)},
+			return nil
 		}}
 	}
 	scanLen := w2ScanLen
-	s.Workloads = []*Workload{
+	s.add(
 		gets("W2/get-pending-hit", hitKeys),
 		gets("W2/get-pending-tombstone", tombKeys),
 		gets("W2/get-miss", missKeys),
 		gets("W2/get-mixed", mixedKeys),
-		{Name: "W2/scan-10k", Ops: c.Scans, Impls: []Impl{
-			{Name: ImplKvbuf, Op: func(i int) (int, error) {
-				it, err := kv.NewIter(starts.at(i), nil)
-				if err != nil {
-					return 0, err
-				}
-				return scan(it, scanLen)
-			}},
-			{Name: ImplPebbleIndexedBatch, Op: func(i int) (int, error) {
-				it, err := ib.NewIter(&pebble.IterOptions{LowerBound: starts.at(i)})
-				if err != nil {
-					return 0, err
-				}
-				return scan(it, scanLen)
-			}},
+		&Workload{Name: "W2/scan-10k", Unit: "scan", Ops: c.Scans, Impls: []Impl{
+			{Name: ImplKvbuf, Loop: w2ScanKvbuf{st.kv, starts, scanLen}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
+			{Name: ImplPebbleIndexedBatch, Loop: w2ScanBatch{st.ib, storedStarts, end, scanLen}, BytesPerEntry: ibHeap},
 		}},
-	}
+		snapRows("W2/get-pending-hit-1-snapshot", 1),
+		snapRows("W2/get-pending-hit-16-snapshots", 16),
+	)
 	return nil
 }
 
-// scanIter is what the scan rows need of kvbuf's and pebble's iterators.
-type scanIter interface {
-	First() bool
-	Next() bool
-	Value() []byte
-	Error() error
-	Close() error
-}
+// The scan rows: each op is one iterator from a start key reading up to
+// n entries and touching each value.
+type (
+	w2ScanKvbuf struct {
+		kv     *kvbuf.KV
+		starts flatKeys
+		n      int
+	}
+	w2ScanBatch struct {
+		ib     *pebble.Batch
+		starts flatKeys
+		end    []byte
+		n      int
+	}
+)
 
-// scan reads up to n entries of it (touching each value, as a reader
-// would), closes it and returns how many it read.
-func scan(it scanIter, n int) (int, error) {
-	read, vb := 0, 0
-	for ok := it.First(); ok && read < n; ok = it.Next() {
-		read++
-		vb += len(it.Value())
+func (x w2ScanKvbuf) Loop(_, lo, hi int) (int64, error) {
+	var read, vb int64
+	for i := lo; i < hi; i++ {
+		it, err := x.kv.NewIter(&kvbuf.IterOptions{LowerBound: x.starts.at(i)})
+		if err != nil {
+			return read, err
+		}
+		k := 0
+		for ok := it.First(); ok && k < x.n; ok = it.Next() {
+			k++
+			vb += int64(len(it.Value()))
+		}
+		read += int64(k)
+		if err := it.Close(); err != nil {
+			return read, err
+		}
 	}
 	_ = vb
-	return read, errors.Join(it.Error(), it.Close())
+	return read, nil
+}
+
+func (x w2ScanBatch) Loop(_, lo, hi int) (int64, error) {
+	var read, vb int64
+	for i := lo; i < hi; i++ {
+		it, err := x.ib.NewIter(&pebble.IterOptions{LowerBound: x.starts.at(i), UpperBound: x.end})
+		if err != nil {
+			return read, err
+		}
+		k := 0
+		for ok := it.First(); ok && k < x.n; ok = it.Next() {
+			k++
+			vb += int64(len(it.Value()))
+		}
+		read += int64(k)
+		if err := it.Close(); err != nil {
+			return read, err
+		}
+	}
+	_ = vb
+	return read, nil
 }
