@@ -167,7 +167,9 @@ func (t *bitsTable) install(ci uint64, want *bitsChunk) bool {
 	c := t.allocChunk()
 	if cur != nil { // copy on write
 		for i := range c {
-			c[i] = cur[i]
+			// c may be a reset chunk that a reader of an older view still
+			// loads atomically (see reset).
+			atomic.StoreUint64(&c[i], cur[i])
 		}
 	}
 	d.chunks[ci].Store(c)
