@@ -661,9 +661,6 @@ func (s *BitsSnapshot) Close() {
 	}
 }
 
-// Closed reports whether Close was called.
-func (s *BitsSnapshot) Closed() bool { return s.closed.Load() }
-
 // Len is Bits.Len as of the snapshot.
 func (s *BitsSnapshot) Len() uint64 { return s.length }
 

@@ -141,6 +141,3 @@ func (s *KVSnapshot) Close() {
 		unpin(s.tables)
 	}
 }
-
-// Closed reports whether Close was called.
-func (s *KVSnapshot) Closed() bool { return s.closed.Load() }
