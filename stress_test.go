@@ -704,7 +704,8 @@ func TestStressKVReadYourWrites(t *testing.T) {
 			}
 		})
 	}
-	r.run(stressDuration(1500 * time.Millisecond))
+	d := stressDuration(1500 * time.Millisecond)
+	r.runUntil(d, 20*d, func() bool { return flushes.Load() >= 20 })
 	t.Logf("%d flushes, %d checked reads, metrics %+v", flushes.Load(), reads.Load(), db.Metrics())
 	if flushes.Load() < 20 {
 		t.Fatalf("only %d flushes: the test did not exercise recycling", flushes.Load())

@@ -22,6 +22,18 @@ import (
 
 const raceDuration = 400 * time.Millisecond
 
+// runFor lets a race test's goroutines run for d, then on until enough
+// reports true (checked every 10ms), for at most 50 times d: on a machine
+// busy with other work the flushes a test needs come slower, and a fixed
+// duration would make the test's own "did it exercise anything" check fail.
+func runFor(d time.Duration, enough func() bool) {
+	start := time.Now()
+	time.Sleep(d)
+	for !enough() && time.Since(start) < 50*d {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func raceProcs(t *testing.T, n int) {
 	old := runtime.GOMAXPROCS(n)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
@@ -130,7 +142,7 @@ func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(raceDuration)
+	runFor(raceDuration, func() bool { return flushes.Load() >= 10 })
 	close(stop)
 	wg.Wait()
 	if msg := failure.Load(); msg != nil {

@@ -15,9 +15,16 @@
 # benchstat reads the five samples of each row from the one file. The flush
 # package's W4 is run interleaved (BenchmarkW4Interleaved).
 #
-# Usage: scripts/bench-all.sh [OUT]    (about 70 minutes here)
+# Usage: scripts/bench-all.sh [--engine-only] [OUT]    (about 70 minutes
+# here; --engine-only runs only the two kvtool bench steps at the end, the
+# README's table, in about a third of that)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+engine_only=0
+if [ "${1:-}" = "--engine-only" ]; then
+	engine_only=1
+	shift
+fi
 out="${1:-}"
 if [ -z "$out" ]; then
 	out="doc/bench/$(date -u +%F)"
@@ -50,6 +57,7 @@ rotated() { # name, package, then go test arguments: five runs, -rotate=0..4
 	done
 }
 
+if [ "$engine_only" = 0 ]; then
 # The workloads (internal/bench): the same code as kvtool bench. Parallel
 # workloads (W1 and W2 lookups, W3) run in GOMAXPROCS goroutines: -cpu 1,2.
 rotated w1 ./internal/bench -bench '^BenchmarkW1$' -benchtime 500ms -cpu 1,2 -timeout 60m
@@ -66,6 +74,7 @@ run storage-get ./storage -bench '^BenchmarkStoreGet(Overhead)?$' -count 5
 run storage-w6 ./storage -bench '^(BenchmarkW6|BenchmarkCommitPipeline)$' -benchtime 3x -count 5 -timeout 60m
 run w4-flush ./flush -bench '^BenchmarkW4Interleaved$' -benchtime 5x -count 5
 run w5-flush ./flush -bench '^BenchmarkW5$' -benchtime 200ms -count 5 -cpu 1,2
+fi
 
 # The engine-level side-by-side runs (README table and chart).
 echo "== kvtool bench --svg $out/bench.svg ($(uptime))" | tee "$out/kvtool-bench.txt"
