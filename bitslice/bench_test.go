@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// W1 sizes (workloads.md).
+// W1 sizes (doc/workloads.md).
 const (
 	w1Bits    = 4_194_304
 	w1Sets    = 1_000_000

@@ -60,6 +60,7 @@ type Stats struct {
 // BucketBound(i-1) <= d < BucketBound(i); the bounds map directly onto
 // Prometheus histogram buckets ("le") by making Counts cumulative.
 type Histogram struct {
+	// Counts holds the number of observations per bucket (not cumulative).
 	Counts [HistogramBuckets]int64
 	// Count is the number of observations and Sum their total.
 	Count int64

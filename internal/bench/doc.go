@@ -7,7 +7,7 @@
 // on real files in a directory: kvbuf engines opened with kvbuf.Open, raw
 // bitslice files, pebble databases opened with storage.PebbleOptions (like
 // the engine's store). Its Workloads share that setup; each has the
-// canonical name from workloads.md and one Impl per row (impl "kvbuf" and
+// canonical name from doc/workloads.md and one Impl per row (impl "kvbuf" and
 // the baselines "raw", "mutex+map", …).
 //
 // # How an implementation runs a round

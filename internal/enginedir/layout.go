@@ -45,6 +45,8 @@ const (
 	Initialising
 )
 
+// String returns the state's lower-case name ("ready", "initialising"), or
+// "State(n)" for a value that is neither.
 func (s State) String() string {
 	switch s {
 	case Ready:

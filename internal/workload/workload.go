@@ -1,5 +1,5 @@
 // Package workload holds reusable benchmark harnesses for the workloads in
-// shared/workloads.md, so that `go test -bench` functions and `kvtool bench`
+// doc/workloads.md, so that `go test -bench` functions and `kvtool bench`
 // run exactly the same loops.
 //
 // # Caveats
