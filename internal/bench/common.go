@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginehook"
 	"github.com/kvbuf/kvbuf/storage"
 )
@@ -45,6 +46,45 @@ func openPebble(s *Suite, name string) (*pebble.DB, error) {
 	}
 	s.onClose(pdb.Close)
 	return pdb, nil
+}
+
+// createBits creates a raw bitslice file of n bits in dir/name and
+// registers its Close.
+func createBits(s *Suite, name string, n uint64) (*bitslice.File, error) {
+	f, err := bitslice.Create(filepath.Join(s.dir, name), n)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(f.Close)
+	return f, nil
+}
+
+// mixedSides is what W6 and W7 compare: an engine with one keyspace and
+// one bitslice, both named ks, against raw pebble (opened like the
+// engine's store) and a raw bitslice file of nbits.
+type mixedSides struct {
+	db   *kvbuf.DB
+	kv   *kvbuf.KV
+	bits *kvbuf.Bits
+	pdb  *pebble.DB
+	raw  *bitslice.File
+}
+
+func openMixedSides(s *Suite, ks string, nbits uint64) (m mixedSides, err error) {
+	if m.db, err = openEngine(s, "engine"); err != nil {
+		return m, err
+	}
+	if m.kv, err = m.db.KV(ks); err != nil {
+		return m, err
+	}
+	if m.bits, err = m.db.Bits(ks); err != nil {
+		return m, err
+	}
+	if m.pdb, err = openPebble(s, "pebble"); err != nil {
+		return m, err
+	}
+	m.raw, err = createBits(s, "raw.bits", nbits)
+	return m, err
 }
 
 // openStore opens a storage.Store in dir/name (for the buffer-overlay rows

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 
 	"github.com/puzpuzpuz/xsync/v4"
@@ -214,17 +213,15 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 	if st.twin, err = dbB.Bits("w1"); err != nil {
 		return err
 	}
-	if st.raw, err = bitslice.Create(filepath.Join(s.dir, "raw.bits"), nbits); err != nil {
+	if st.raw, err = createBits(s, "raw.bits", nbits); err != nil {
 		return err
 	}
-	s.onClose(st.raw.Close)
 	// The overlay row: the buffer package's Bits over its own file, without
 	// the engine façade (its closing check and error wrapping).
-	ovFile, err := bitslice.Create(filepath.Join(s.dir, "overlay.bits"), nbits)
+	ovFile, err := createBits(s, "overlay.bits", nbits)
 	if err != nil {
 		return err
 	}
-	s.onClose(ovFile.Close)
 	if st.ov, err = buffer.NewBits(ovFile, nil, nil); err != nil {
 		return err
 	}

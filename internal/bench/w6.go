@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
-
-	"github.com/kvbuf/kvbuf/bitslice"
 )
 
 // W6 sizes at Scale 1 (doc/workloads.md).
@@ -29,27 +26,11 @@ func setupW6(ctx context.Context, s *Suite, c Config) error {
 	n := c.scaled(w6Changes, 64)
 	nbits := uint64(c.scaled(w1Bits, 64))
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+6))
-	db, err := openEngine(s, "engine")
+	m, err := openMixedSides(s, "w6", nbits)
 	if err != nil {
 		return err
 	}
-	kv, err := db.KV("w6")
-	if err != nil {
-		return err
-	}
-	bits, err := db.Bits("w6")
-	if err != nil {
-		return err
-	}
-	pdb, err := openPebble(s, "pebble")
-	if err != nil {
-		return err
-	}
-	raw, err := bitslice.Create(filepath.Join(s.dir, "raw.bits"), nbits)
-	if err != nil {
-		return err
-	}
-	s.onClose(raw.Close)
+	db, kv, bits, pdb, raw := m.db, m.kv, m.bits, m.pdb, m.raw
 
 	space := uint64(c.scaled(w6Space, 256))
 	keys := newFlatKeys(8, n)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -458,27 +457,11 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 	space := uint64(nStored) * 4
 	nbits := uint64(c.scaled(w1Bits, 64))
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+7))
-	db, err := openEngine(s, "engine")
+	m, err := openMixedSides(s, "w7", nbits)
 	if err != nil {
 		return err
 	}
-	kv, err := db.KV("w7")
-	if err != nil {
-		return err
-	}
-	bits, err := db.Bits("w7")
-	if err != nil {
-		return err
-	}
-	pdb, err := openPebble(s, "pebble")
-	if err != nil {
-		return err
-	}
-	raw, err := bitslice.Create(filepath.Join(s.dir, "raw.bits"), nbits)
-	if err != nil {
-		return err
-	}
-	s.onClose(raw.Close)
+	db, kv, bits, pdb, raw := m.db, m.kv, m.bits, m.pdb, m.raw
 	in := &w7Input{ks: engineKeyspace(kv), rate: c.WriteRate, passes: w7BitPasses, flushPeriod: w7FlushEvery}
 
 	var op uint64
