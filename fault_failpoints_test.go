@@ -48,16 +48,7 @@ func faultRound(t *testing.T, point string, fail func() error, want error, grow 
 	fe := openFaultEngine(t, dir, &Options{FlushInterval: -1})
 	db := fe.db
 	fe.run(50)
-	if err := db.EndOp(ctx, fe.m.upTo); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	good := db.Watermark()
-	if good != fe.m.upTo {
-		t.Fatalf("watermark %d after flushing ops 1..%d", good, fe.m.upTo)
-	}
+	good := fe.flushAll(ctx, "before the fault")
 
 	var hits atomic.Int64 // the callback runs on the flusher's goroutines
 	disable := failpoint.Enable(point, func() error { hits.Add(1); return fail() })
@@ -81,34 +72,5 @@ func faultRound(t *testing.T, point string, fail func() error, want error, grow 
 	if n := hits.Load(); n < 3 {
 		t.Fatalf("the failpoint was hit %d times in 3 failed flushes", n)
 	}
-	last := fe.m.upTo
-	if err := db.EndOp(ctx, last); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatalf("flush after the fault is gone: %v", err)
-	}
-	if wm := db.Watermark(); wm != last {
-		t.Fatalf("watermark %d after recovery, want %d", wm, last)
-	}
-	fe.check("after recovery")
-	if met := db.Metrics(); met.Failures < 3 || !errors.Is(met.LastError, want) {
-		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and %v", met.Failures, met.LastError, want)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	if wm := db.Watermark(); wm != last {
-		t.Fatalf("watermark %d after reopen, want %d", wm, last)
-	}
-	checkFaultState(t, "after reopen", db, fe.m)
+	fe.recoverAndReopen(ctx, dir, nil, want)
 }

@@ -104,6 +104,57 @@ func (fe *faultEngine) run(k int) {
 	}
 }
 
+// flushAll declares every op applied so far complete, flushes, and checks
+// that the watermark covers them all; it returns the watermark.
+func (fe *faultEngine) flushAll(ctx context.Context, stage string) uint64 {
+	fe.t.Helper()
+	if err := fe.db.EndOp(ctx, fe.m.upTo); err != nil {
+		fe.t.Fatal(err)
+	}
+	if err := fe.db.Flush(ctx); err != nil {
+		fe.t.Fatalf("%s: flush: %v", stage, err)
+	}
+	wm := fe.db.Watermark()
+	if wm != fe.m.upTo {
+		fe.t.Fatalf("%s: watermark %d after flushing ops 1..%d", stage, wm, fe.m.upTo)
+	}
+	return wm
+}
+
+// recoverAndReopen is the end of a fault test, once the fault is gone: a
+// flush makes every op durable and readable, the metrics recorded the
+// failures (at least 3, the newest matching want), and the engine
+// reopened from dir with opts holds exactly the model at that watermark
+// and reports no failure of its own.
+func (fe *faultEngine) recoverAndReopen(ctx context.Context, dir string, opts *Options, want error) {
+	t := fe.t
+	t.Helper()
+	last := fe.flushAll(ctx, "recovery")
+	fe.check("after recovery")
+	if met := fe.db.Metrics(); met.Failures < 3 || !errors.Is(met.LastError, want) {
+		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and %v", met.Failures, met.LastError, want)
+	}
+	if err := fe.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if wm := db.Watermark(); wm != last {
+		t.Fatalf("watermark %d after reopen, want %d", wm, last)
+	}
+	checkFaultState(t, "after reopen", db, fe.m)
+	if met := db.Metrics(); met.Failures != 0 {
+		t.Fatalf("a freshly opened engine reports %d failures", met.Failures)
+	}
+}
+
 // check reads every keyspace and bitslice and compares them with the model:
 // every write has returned, so every read must see it (contract 1).
 func (fe *faultEngine) check(stage string) {
@@ -263,16 +314,7 @@ func TestFaultDiskFullDuringGrowth(t *testing.T) {
 	fe := openFaultEngine(t, dir, opts)
 	db := fe.db
 	fe.run(60)
-	if err := db.EndOp(ctx, fe.m.upTo); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	good := db.Watermark()
-	if good != fe.m.upTo {
-		t.Fatalf("watermark %d after flushing ops 1..%d", good, fe.m.upTo)
-	}
+	good := fe.flushAll(ctx, "before the disk fills")
 
 	const far = 12 << 20 // 1.5 MiB of data: more than the file system holds
 	fe.apply(farBitsOp(fe.m.upTo+1, far))
@@ -291,39 +333,7 @@ func TestFaultDiskFullDuringGrowth(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,size=8m", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount: %v: %s", err, out)
 	}
-	last := fe.m.upTo
-	if err := db.EndOp(ctx, last); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatalf("flush once there is room: %v", err)
-	}
-	if wm := db.Watermark(); wm != last {
-		t.Fatalf("watermark %d after the recovery flush, want %d", wm, last)
-	}
-	fe.check("after recovery")
-	if met := db.Metrics(); met.Failures < 3 || !errors.Is(met.LastError, syscall.ENOSPC) {
-		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and ENOSPC", met.Failures, met.LastError)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	if wm := db.Watermark(); wm != last {
-		t.Fatalf("watermark %d after reopen, want %d", wm, last)
-	}
-	checkFaultState(t, "after reopen", db, fe.m)
-	if met := db.Metrics(); met.Failures != 0 {
-		t.Fatalf("a freshly opened engine reports %d failures", met.Failures)
-	}
+	fe.recoverAndReopen(ctx, dir, opts, syscall.ENOSPC)
 }
 
 // farBitsOp is op n: one batch that sets bits at far in both bitslices, so
