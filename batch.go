@@ -160,10 +160,16 @@ func (b *Batch) Reset() {
 
 // Apply applies every change of b as op (the host's op number; 0 if the host
 // does not track ops): one admission, so they land in the same flush, and op
-// counts as complete (the next flush may cover it; no EndOp needed). A
-// concurrent reader may see part of the batch while it is applied; a
-// Snapshot never does. Changes to a keyspace dropped concurrently are
-// discarded, as if the batch had come first.
+// counts as complete (the next flush may cover it; no EndOp needed).
+//
+// The batch's KV changes are atomic: a reader (Get, GetMany, an iterator,
+// a Snapshot) sees all of them or none, and batches applied concurrently
+// over the same keys leave the state of some serial order of them (each
+// batch takes one range of sequence numbers, and a change never replaces
+// one with a higher number). Bit changes are applied one by one: a
+// concurrent reader of a bitslice may see part of them (a Snapshot never
+// does). Changes to a keyspace dropped concurrently are discarded, as if
+// the batch had come first.
 //
 // Errors (nothing applied): the first problem recorded while adding changes
 // (ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrBadRange,
@@ -186,14 +192,20 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		return err
 	}
 	defer t.End()
+	// The batch's KV changes are numbered from one range and published
+	// together (before End, so a freeze never sees part of the batch):
+	// readers see all of them or none, and a concurrent batch over the
+	// same keys is ordered wholly before or after this one.
+	seqs := db.acct.Seq().Reserve(b.kvOps())
+	defer seqs.Publish()
 	for i := range b.ops {
 		o := &b.ops[i]
 		var err error
 		switch o.kind {
 		case opPut:
-			err = o.k.ov.Put(b.view(o.a0, o.a1), b.view(o.b0, o.b1))
+			err = o.k.ov.PutAt(seqs.Next(), b.view(o.a0, o.a1), b.view(o.b0, o.b1))
 		case opDelete:
-			err = o.k.ov.Delete(b.view(o.a0, o.a1))
+			err = o.k.ov.DeleteAt(seqs.Next(), b.view(o.a0, o.a1))
 		case opDeleteRange:
 			var lo, hi []byte
 			if o.a0 >= 0 {
@@ -202,7 +214,7 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 			if o.b0 >= 0 {
 				hi = b.view(o.b0, o.b1)
 			}
-			err = o.k.ov.DeleteRange(lo, hi)
+			err = o.k.ov.DeleteRangeAt(seqs.Next(), lo, hi)
 		case opSet:
 			err = o.b.ov.Set(o.lo, o.v)
 		case opSetRange:
@@ -215,6 +227,17 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		}
 	}
 	return nil
+}
+
+// kvOps returns the number of KV changes in the batch.
+func (b *Batch) kvOps() int {
+	n := 0
+	for i := range b.ops {
+		if b.ops[i].k != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Update builds a batch with fn and applies it as op if fn returns nil (see

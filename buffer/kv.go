@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,13 +15,20 @@ import (
 	"github.com/kvbuf/kvbuf/storage"
 )
 
-// Account is a running total of the bytes held by pending changes, shared by
-// the overlays of one engine so that admission reads one number. The zero
-// value is ready to use.
-type Account struct{ n atomic.Int64 }
+// Account is what the overlays of one engine share: the running total of
+// the bytes held by their pending changes, which admission reads as one
+// number, and the sequencer that numbers their KV changes and publishes
+// them (see Seq). The zero value is ready to use.
+type Account struct {
+	n   atomic.Int64
+	seq Seq
+}
 
 // Bytes returns the total.
 func (a *Account) Bytes() int64 { return a.n.Load() }
+
+// Seq returns the sequencer of the overlays sharing the account.
+func (a *Account) Seq() *Seq { return &a.seq }
 
 func (a *Account) add(n int64) {
 	if a != nil && n != 0 {
@@ -38,35 +47,53 @@ type kvReader interface {
 // Delete and DeleteRange land in memory and are visible to reads at once;
 // the flush protocol (Freeze, KVGen.AddTo, Release) moves them to the store.
 //
-// Writes (Put, Delete, DeleteRange) must not run concurrently with Freeze or
-// Snapshot: the engine admits writes under the shared side of its write
-// barrier and calls those two with the barrier held exclusively. Every other
-// combination is safe for concurrent use.
+// Writes (Put, Delete, DeleteRange and their At forms) must not run
+// concurrently with Freeze or Snapshot: the engine admits writes under the
+// shared side of its write barrier and calls those two with the barrier
+// held exclusively. Every other combination is safe for concurrent use.
+//
+// # Sequence numbers and batches
+//
+// Every change carries a sequence number from the Seq of the overlay's
+// Account (shared by the overlays of one engine). A single Put, Delete or
+// DeleteRange reserves one and publishes it before it returns; a batch
+// reserves a range (Seq.Reserve), applies each change with PutAt, DeleteAt
+// or DeleteRangeAt and publishes the range at once (SeqRange.Publish).
+// Reads ignore changes numbered above the visible sequence number, so a
+// reader sees all of a batch or none of it, and a change never replaces one
+// with a higher number, so concurrent batches over the same keys end as
+// their serial order by sequence number leaves them.
 //
 // # Read path
 //
 // The overlay publishes one immutable view (the active table and the sealed
-// tables, newest first) through one atomic pointer. A read loads the view,
-// probes its tables newest first, re-loads the view and retries if it changed
-// (a table of the old view may have been recycled under the probe), then
-// falls through to the store. A read takes no lock and writes no shared
-// memory.
+// tables, newest first) through one atomic pointer. A read loads the visible
+// sequence number, then the view, probes its tables newest first, re-loads
+// the view and retries if it changed (a table of the old view may have been
+// recycled under the probe), then falls through to the store. A read takes
+// no lock and writes no shared memory.
 type KV struct {
 	view atomic.Pointer[kvView]
 	st   kvReader
 	ks   storage.KeyspaceID
 	acct *Account
+	seq  *Seq
+	seed uint64 // hash seed of every table of the overlay
 	opt  resolved
+
+	// policy is the design of the active table's key order (orderRuns;
+	// benchmarks compare orderResort).
+	policy orderPolicy
 
 	dropped atomic.Bool // set by Drop, under the active table's locks
 
-	// vmu serialises every change of the view (Freeze, Release, a range
-	// delete's seal, Snapshot) and table pinning.
+	// vmu serialises every change of the view (Freeze, Release, Drop,
+	// Snapshot) and table pinning.
 	vmu  sync.Mutex
 	pool tablePool
 	// lastCap is the capacity of recently released tables, the size asked of
 	// the pool for the next active table. Written by Release, read by
-	// whoever makes an active table (Freeze, a range delete's seal).
+	// whoever makes an active table (Freeze, Snapshot).
 	lastCap atomic.Int64
 }
 
@@ -77,7 +104,9 @@ type kvView struct {
 }
 
 // NewKV returns an empty overlay of keyspace ks of st. acct, if not nil,
-// receives the overlay's pending bytes.
+// receives the overlay's pending bytes and numbers its changes; overlays
+// whose changes may be batched together must share it. With a nil acct the
+// overlay numbers its changes alone.
 func NewKV(st *storage.Store, ks storage.KeyspaceID, acct *Account, opts *Options) (*KV, error) {
 	r, err := opts.resolve()
 	if err != nil {
@@ -91,11 +120,21 @@ func NewKV(st *storage.Store, ks storage.KeyspaceID, acct *Account, opts *Option
 }
 
 func newKV(st kvReader, ks storage.KeyspaceID, acct *Account, r resolved) *KV {
-	kv := &KV{st: st, ks: ks, acct: acct, opt: r}
+	kv := &KV{st: st, ks: ks, acct: acct, opt: r, seed: rand.Uint64()}
+	if acct != nil {
+		kv.seq = &acct.seq
+	} else {
+		kv.seq = new(Seq)
+	}
 	kv.pool.limit = r.poolBytes
-	kv.view.Store(&kvView{active: newTable(r.shards)})
+	t := newTable(r.shards, kv.seed)
+	t.base.Store(kv.seq.Last() + 1)
+	kv.view.Store(&kvView{active: t})
 	return kv
 }
+
+// Seq returns the sequencer the overlay's changes are numbered by.
+func (kv *KV) Seq() *Seq { return kv.seq }
 
 // Keyspace returns the keyspace id the overlay writes to.
 func (kv *KV) Keyspace() storage.KeyspaceID { return kv.ks }
@@ -141,13 +180,26 @@ func trunc(b []byte) []byte {
 	return b
 }
 
-// Put records key = value (both copied). Errors: ErrEmptyKey,
-// ErrKeyTooLarge, ErrValueTooLarge, ErrDropped (nothing recorded).
+// Put records key = value (both copied) as one change: it is visible to
+// every read once Put returns. Errors: ErrEmptyKey, ErrKeyTooLarge,
+// ErrValueTooLarge, ErrDropped (nothing recorded).
 func (kv *KV) Put(key, value []byte) error {
 	if err := kv.CheckPut(key, value); err != nil {
 		return err
 	}
-	return kv.write(key, value, false)
+	r := kv.seq.Reserve(1)
+	defer r.Publish()
+	return kv.write(r.Next(), key, value, false)
+}
+
+// PutAt is Put as change seq of a batch: seq must come from a SeqRange of
+// kv.Seq() that is not yet published, and the change is visible once the
+// range is. Errors as Put.
+func (kv *KV) PutAt(seq uint64, key, value []byte) error {
+	if err := kv.CheckPut(key, value); err != nil {
+		return err
+	}
+	return kv.write(seq, key, value, false)
 }
 
 // Delete records a tombstone for key: reads report storage.ErrNotFound and
@@ -156,15 +208,26 @@ func (kv *KV) Delete(key []byte) error {
 	if err := kv.checkKey(key); err != nil {
 		return err
 	}
-	return kv.write(key, nil, true)
+	r := kv.seq.Reserve(1)
+	defer r.Publish()
+	return kv.write(r.Next(), key, nil, true)
 }
 
-// write stores the change in the active table, retrying on the table that
-// replaced it if a range delete sealed it meanwhile.
-func (kv *KV) write(key, value []byte, del bool) error {
-	h := hashKey(unsafe.String(unsafe.SliceData(key), len(key)))
+// DeleteAt is Delete as change seq of a batch (see PutAt).
+func (kv *KV) DeleteAt(seq uint64, key []byte) error {
+	if err := kv.checkKey(key); err != nil {
+		return err
+	}
+	return kv.write(seq, key, nil, true)
+}
+
+// write stores change seq in the active table, retrying on the table that
+// replaced it if Drop sealed it meanwhile.
+func (kv *KV) write(seq uint64, key, value []byte, del bool) error {
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	pk := makeProbeKey(k, hashKey(k, kv.seed))
 	for spins := 0; ; spins++ {
-		ok, added := kv.view.Load().active.set(key, h, value, del)
+		ok, added := kv.view.Load().active.set(&pk, value, del, seq)
 		if ok {
 			kv.acct.add(added)
 			return nil
@@ -172,8 +235,8 @@ func (kv *KV) write(key, value []byte, del bool) error {
 		if kv.dropped.Load() {
 			return ErrDropped
 		}
-		// The sealer publishes the new view before it unlocks, so this
-		// is rare; a recycled table is unsealed right after publication.
+		// A sealed active table: a recycled one not yet unsealed, or
+		// one Drop sealed (it publishes its table before unlocking).
 		if invariants.Enabled {
 			invariants.Check(spins < 1<<20, "buffer: write spun %d times on a sealed table", spins)
 		}
@@ -184,60 +247,51 @@ func (kv *KV) write(key, value []byte, del bool) error {
 }
 
 // DeleteRange hides every key k with lower <= k < upper (nil = open on that
-// side), pending or stored, until later writes, in O(1): one range tombstone.
-// If the active table holds a key in the range, it is sealed and a new active
-// table starts with the tombstone, so that the tombstone is older than every
-// point of its table.
+// side), pending or stored, until later writes, in O(1): one range
+// tombstone, numbered like any change, in the active table.
 func (kv *KV) DeleteRange(lower, upper []byte) error {
 	if err := CheckRange(lower, upper); err != nil {
 		return err
 	}
+	r := kv.seq.Reserve(1)
+	defer r.Publish()
+	return kv.deleteRange(r.Next(), lower, upper)
+}
+
+// DeleteRangeAt is DeleteRange as change seq of a batch (see PutAt).
+func (kv *KV) DeleteRangeAt(seq uint64, lower, upper []byte) error {
+	if err := CheckRange(lower, upper); err != nil {
+		return err
+	}
+	return kv.deleteRange(seq, lower, upper)
+}
+
+func (kv *KV) deleteRange(seq uint64, lower, upper []byte) error {
 	lo, hi, open := string(lower), string(upper), upper == nil
 	if !open && lo == hi {
 		return nil
 	}
-	return kv.withActive(func(a *table, ss *shardSet) *table {
-		if !a.hasPointIn(ss, lo, hi, open) {
-			a.rdel.Store(a.rdel.Load().with(lo, hi, open))
+	for spins := 0; ; spins++ {
+		t := kv.view.Load().active
+		t.mu.Lock()
+		if !t.sealed {
+			if invariants.Enabled {
+				invariants.Check(seq >= t.base.Load(), "buffer: range delete %d in a table based at %d", seq, t.base.Load())
+			}
+			t.rdel.Store(t.rdel.Load().with(lo, hi, open, seq))
+			t.mu.Unlock()
 			return nil
 		}
-		next := kv.newActive()
-		next.rdel.Store((*spans)(nil).with(lo, hi, open))
-		return next
-	})
-}
-
-// withActive runs fn with the active table a locked (no write in progress
-// or starting: t.mu and every shard mutex held). If fn returns a table, a is
-// sealed and the returned table published as the new active one before the
-// locks are released, so that writers blocked on a retry on it. A table
-// sealed meanwhile is retried on its successor; a dropped overlay returns
-// ErrDropped without calling fn.
-func (kv *KV) withActive(fn func(a *table, ss *shardSet) (next *table)) error {
-	for {
-		a := kv.view.Load().active
-		ss := a.lockAll()
-		if a.sealed {
-			a.unlockAll(ss)
-			if kv.dropped.Load() {
-				return ErrDropped
-			}
-			continue // sealed meanwhile: retry on its successor
+		t.mu.Unlock()
+		if kv.dropped.Load() {
+			return ErrDropped
 		}
-		next := fn(a, ss)
-		if next != nil {
-			a.sealLocked(ss)
-			kv.vmu.Lock()
-			cur := kv.view.Load()
-			invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
-			kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
-			kv.vmu.Unlock()
+		if invariants.Enabled {
+			invariants.Check(spins < 1<<20, "buffer: range delete spun %d times on a sealed table", spins)
 		}
-		a.unlockAll(ss)
-		if next != nil && !kv.dropped.Load() {
-			next.unseal()
+		if spins > 16 {
+			runtime.Gosched()
 		}
-		return nil
 	}
 }
 
@@ -248,13 +302,39 @@ func (kv *KV) withActive(fn func(a *table, ss *shardSet) (next *table)) error {
 // racing Drop either lands before the tombstone (and is deleted by it) or
 // fails. Reads after Drop see an empty keyspace.
 func (kv *KV) Drop() {
-	_ = kv.withActive(func(*table, *shardSet) *table {
+	for spins := 0; ; spins++ {
+		a := kv.view.Load().active
+		ss := a.lockAll()
+		if a.sealed {
+			a.unlockAll(ss)
+			if kv.dropped.Load() {
+				return
+			}
+			if spins > 16 {
+				runtime.Gosched()
+			}
+			continue // a recycled table not yet unsealed
+		}
+		// The number is taken with every lock of the active table held:
+		// a write numbered below it that lands later fails, one that
+		// landed is older; a write numbered above cannot land in a.
+		r := kv.seq.Reserve(1)
+		seq := r.Next()
 		kv.dropped.Store(true)
-		next := newTable(1)
+		next := newTable(1, kv.seed)
 		next.sealed = true // for good: writers see dropped and fail
-		next.rdel.Store((*spans)(nil).with("", "", true))
-		return next
-	})
+		next.base.Store(seq)
+		next.rdel.Store((*spans)(nil).with("", "", true, seq))
+		a.sealLocked(ss)
+		kv.vmu.Lock()
+		cur := kv.view.Load()
+		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
+		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
+		kv.vmu.Unlock()
+		a.unlockAll(ss)
+		r.Publish()
+		return
+	}
 }
 
 // Dropped reports whether Drop was called.
@@ -266,55 +346,49 @@ func prepend(t *table, ts []*table) []*table {
 }
 
 // newActive returns an empty, sealed table for the next active one: recycled
-// when possible. The caller unseals it once it is published.
+// when possible. The caller sets its base and unseals it once it is
+// published.
 func (kv *KV) newActive() *table {
 	if t := kv.pool.get(kv.lastCap.Load()); t != nil {
 		return t
 	}
-	t := newTable(kv.opt.shards)
+	t := newTable(kv.opt.shards, kv.seed)
 	t.sealed = true
 	return t
 }
 
-// find probes the view's tables for k, newest first. It returns the value
-// record of the newest change, or nil with hidden set if a range tombstone
-// covers k, or nil, false if no table knows k.
-func (v *kvView) find(k string, h uint64) (r *byte, hidden bool) {
-	if r, hidden = findIn(v.active, k, h); r != nil || hidden {
-		return r, hidden
+// find probes the view's tables for pk, newest first, at visible sequence
+// number vis.
+func (v *kvView) find(pk *probeKey, vis uint64) probeResult {
+	if r := v.active.get(pk, vis); r.kind != probeAbsent {
+		return r
 	}
 	for _, t := range v.sealed {
-		if r, hidden = findIn(t, k, h); r != nil || hidden {
-			return r, hidden
+		if r := t.get(pk, vis); r.kind != probeAbsent {
+			return r
 		}
 	}
-	return nil, false
+	return probeResult{}
 }
 
-// findIn is find for one table. A node whose value is not stored yet (a Put
-// in progress) does not count.
-func findIn(t *table, k string, h uint64) (r *byte, hidden bool) {
-	if n := t.lookup(k, h); n != nil {
-		if r = n.val.Load(); r != nil {
-			return r, false
-		}
-	}
-	return nil, t.covers(k)
-}
-
-// lookup returns k's newest pending record (nil if none) and whether a range
-// tombstone hides it, re-validated against recycling.
-func (kv *KV) lookup(key []byte) (r *byte, hidden bool) {
+// lookup returns what the pending tables know of key, re-validated against
+// recycling.
+func (kv *KV) lookup(key []byte) probeResult {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	h := hashKey(k)
+	pk := makeProbeKey(k, hashKey(k, kv.seed))
 	for spins := 0; ; spins++ {
+		// The visible number first: every change numbered at or below
+		// it was stored before it was published, so it is in the
+		// tables of any view loaded after (or in the store, if its
+		// table was released).
+		vis := kv.seq.Visible()
 		v := kv.view.Load()
-		r, hidden = v.find(k, h)
+		r := v.find(&pk, vis)
 		// A table of v may have been released and cleared while we
 		// probed it: only if the view is unchanged did the probe precede
 		// every clear (a release publishes the new view first).
 		if kv.view.Load() == v {
-			return r, hidden
+			return r
 		}
 		if invariants.Enabled {
 			invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
@@ -326,23 +400,11 @@ func (kv *KV) lookup(key []byte) (r *byte, hidden bool) {
 // stored value. Errors: storage.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
 func (kv *KV) Get(key []byte) ([]byte, error) {
-	if err := kv.checkKey(key); err != nil {
-		return nil, err
+	v, err := kv.GetAppend(nil, key)
+	if err == nil && v == nil {
+		v = []byte{}
 	}
-	r, hidden := kv.lookup(key)
-	switch {
-	case r != nil:
-		v, del := rec(r)
-		if del {
-			return nil, storage.ErrNotFound
-		}
-		return append(make([]byte, 0, len(v)), v...), nil
-	case hidden:
-		return nil, storage.ErrNotFound
-	case kv.st == nil:
-		return nil, storage.ErrClosed
-	}
-	return kv.st.Get(kv.ks, key)
+	return v, err
 }
 
 // GetAppend is Get appending the value to dst: with enough capacity in dst it
@@ -351,26 +413,28 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 	if err := kv.checkKey(key); err != nil {
 		return dst, err
 	}
-	r, hidden := kv.lookup(key)
-	switch {
-	case r != nil:
-		v, del := rec(r)
-		if del {
-			return dst, storage.ErrNotFound
-		}
-		return append(dst, v...), nil
-	case hidden:
+	r := kv.lookup(key)
+	switch r.kind {
+	case probeValue:
+		var b [inlineBytes]byte
+		return append(dst, r.value(&b)...), nil
+	case probeDeleted:
 		return dst, storage.ErrNotFound
-	case kv.st == nil:
+	}
+	if kv.st == nil {
 		return dst, storage.ErrClosed
 	}
 	return kv.st.GetAppend(dst, kv.ks, key)
 }
 
-// manyBatch is the number of keys GetMany resolves per pass: their hashes,
-// slots and nodes are loaded in separate loops so that the cache misses of
-// independent keys overlap.
+// manyBatch is the number of keys GetMany resolves per pass: their control
+// words, slots and version records are loaded in separate loops so that the
+// cache misses of independent keys overlap.
 const manyBatch = 32
+
+// manyAttempts is the number of optimistic passes GetMany makes before it
+// holds off flushes to finish.
+const manyAttempts = 3
 
 // GetMany looks up every key of keys. The value of each key found is
 // appended to buf and vals[i] set to it (a subslice of buf at the time it was
@@ -379,61 +443,82 @@ const manyBatch = 32
 // buffer. With enough capacity in buf it allocates nothing. len(vals) must be
 // at least len(keys).
 //
-// It returns the same values as Get called on each key in turn, at some
-// instant between the call and its return. Errors: ErrEmptyKey,
-// ErrKeyTooLarge (checked for every key before any lookup), the store's
-// errors (vals of keys not yet read are left nil).
+// It returns the values of one instant between the call and its return: it
+// reads the pending changes at one visible sequence number and retries if a
+// flush moved changes to the store while it read (after a few retries it
+// holds flushes off instead), so it never returns part of a batch. Errors:
+// ErrEmptyKey, ErrKeyTooLarge (checked for every key before any lookup), the
+// store's errors (vals of keys not yet read are left nil).
 func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
-	return getMany(keys, vals, buf, kv.checkKey, func() *kvView { return kv.view.Load() }, kv.st, kv.ks)
-}
-
-// getMany is GetMany over views loaded by load (the live view, or a
-// snapshot's fixed one) and the reader st.
-func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error, load func() *kvView, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
-	if len(vals) < len(keys) {
-		return buf, fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+	if err := checkMany(keys, vals, kv.checkKey); err != nil {
+		return buf, err
 	}
-	for _, k := range keys {
-		if err := check(k); err != nil {
+	start := len(buf)
+	for attempt := 0; ; attempt++ {
+		hold := attempt >= manyAttempts
+		if hold {
+			// Freeze and Release take vmu: the view, and the store
+			// beneath it, stay as they are until we are done.
+			kv.vmu.Lock()
+		}
+		vis := kv.seq.Visible()
+		v := kv.view.Load()
+		var err error
+		buf, err = getMany(keys, vals, buf[:start], kv.seed, v, vis, kv.st, kv.ks)
+		if hold {
+			kv.vmu.Unlock()
+			return buf, err
+		}
+		// Unchanged view: no table was released (so none recycled under
+		// the probes) and none frozen (so the store holds no change
+		// numbered above vis: a frozen table is sealed, and sealing
+		// publishes a new view).
+		if kv.view.Load() == v {
 			return buf, err
 		}
 	}
+}
+
+// checkMany checks GetMany's arguments.
+func checkMany(keys, vals [][]byte, check func([]byte) error) error {
+	if len(vals) < len(keys) {
+		return fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+	}
+	for _, k := range keys {
+		if err := check(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getMany is GetMany over view v at visible number vis and the reader st.
+func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, vis uint64, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
 	var (
-		hs   [manyBatch]uint64
-		rs   [manyBatch]*byte
-		hid  [manyBatch]bool
-		cand [manyBatch]*node
+		pks [manyBatch]probeKey
+		rs  [manyBatch]probeResult
+		ib  [inlineBytes]byte
 	)
 	for base := 0; base < len(keys); base += manyBatch {
 		part := keys[base:min(base+manyBatch, len(keys))]
 		for i, k := range part {
-			hs[i] = hashKey(unsafe.String(unsafe.SliceData(k), len(k)))
+			ks := unsafe.String(unsafe.SliceData(k), len(k))
+			pks[i] = makeProbeKey(ks, hashKey(ks, seed))
+			rs[i] = probeResult{}
 		}
-		for {
-			v := load()
-			for i := range part {
-				rs[i], hid[i] = nil, false
-			}
-			resolveMany(v.active, part, &hs, &rs, &hid, &cand)
-			for _, t := range v.sealed {
-				resolveMany(t, part, &hs, &rs, &hid, &cand)
-			}
-			if load() == v {
-				break
-			}
+		resolveMany(v.active, pks[:len(part)], rs[:len(part)], vis)
+		for _, t := range v.sealed {
+			resolveMany(t, pks[:len(part)], rs[:len(part)], vis)
 		}
 		for i, k := range part {
 			j := base + i
 			vals[j] = nil
-			switch {
-			case rs[i] != nil:
-				val, del := rec(rs[i])
-				if !del {
-					start := len(buf)
-					buf = append(buf, val...)
-					vals[j] = present(buf[start:len(buf):len(buf)])
-				}
-			case hid[i]:
+			switch rs[i].kind {
+			case probeValue:
+				start := len(buf)
+				buf = append(buf, rs[i].value(&ib)...)
+				vals[j] = present(buf[start:len(buf):len(buf)])
+			case probeDeleted:
 			default:
 				if st == nil {
 					return buf, storage.ErrClosed
@@ -462,43 +547,68 @@ func present(v []byte) []byte {
 	return v
 }
 
-// resolveMany probes t for the keys not yet resolved (rs[i] == nil and
-// !hid[i]). It loads every candidate slot first and every candidate node
-// second, so that independent cache misses overlap.
-func resolveMany(t *table, keys [][]byte, hs *[manyBatch]uint64, rs *[manyBatch]*byte, hid *[manyBatch]bool, cand *[manyBatch]*node) {
+// resolveMany probes t for the keys not yet resolved (rs[i].kind ==
+// probeAbsent). It loads the first control word of every key first, the
+// slot of every first tag match second, and resolves each key third, so
+// that independent cache misses overlap.
+func resolveMany(t *table, pks []probeKey, rs []probeResult, vis uint64) {
+	if vis < t.base.Load() {
+		return
+	}
+	// cand[i]: the slot of key i's first tag match, -1 if its first group
+	// has none but an empty slot (the key is not in the table), -2 if the
+	// slow path must decide.
+	var (
+		cand [manyBatch]int
+		arrs [manyBatch]*slotArray
+		sws  [manyBatch]slotWords
+	)
 	ss := t.shards.Load()
-	if ss != nil {
-		for i := range keys {
-			cand[i] = nil
-			if rs[i] != nil || hid[i] {
-				continue
-			}
-			if arr := ss.s[hs[i]>>t.shift].slots.Load(); arr != nil && arr.mayHold(hs[i]) {
-				s := &arr.s[hs[i]&arr.mask]
-				if n := s.n.Load(); n != nil && s.hash.Load() == hs[i] {
-					cand[i] = n
-				}
-			}
+	for i := range pks {
+		cand[i] = -1
+		if rs[i].kind != probeAbsent || ss == nil {
+			continue
 		}
-		for i, k := range keys {
-			if rs[i] != nil || hid[i] {
-				continue
-			}
-			ks := unsafe.String(unsafe.SliceData(k), len(k))
-			n := cand[i]
-			if n == nil || n.key() != ks {
-				n = t.lookup(ks, hs[i]) // collision or a longer probe: the slow way
-			}
-			if n != nil {
-				rs[i] = n.val.Load()
+		pk := &pks[i]
+		if arr := ss.s[pk.h>>t.shift].arr.Load(); arr != nil {
+			g := pk.h >> 7 & arr.gmask
+			c := atomic.LoadUint64(&arr.ctrl[g])
+			switch m := matchTag(c, tag(pk.h)); {
+			case m != 0:
+				cand[i], arrs[i] = int(g)*groupSlots+bits.TrailingZeros64(m)/8, arr
+			case matchEmpty(c) == 0:
+				cand[i] = -2
 			}
 		}
 	}
-	if sp := t.rdel.Load(); sp != nil {
-		for i, k := range keys {
-			if rs[i] == nil && !hid[i] && sp.covers(unsafe.String(unsafe.SliceData(k), len(k))) {
-				hid[i] = true
+	for i := range pks {
+		if cand[i] >= 0 {
+			sws[i] = arrs[i].load(cand[i])
+		}
+	}
+	sp := t.rdel.Load()
+	for i := range pks {
+		if rs[i].kind != probeAbsent {
+			continue
+		}
+		pk := &pks[i]
+		var above uint64
+		switch {
+		case cand[i] == -1:
+		case cand[i] == -2 || !pk.matches(&sws[i], ss.s[pk.h>>t.shift]):
+			rs[i] = t.get(pk, vis) // a collision or a longer probe: the slow way
+			continue
+		default:
+			if v, ok := t.versionAt(ss.s[pk.h>>t.shift], &sws[i], vis); ok {
+				rs[i].sw, rs[i].v, above = sws[i], v, v.seq
+				rs[i].kind = probeValue
+				if v.del {
+					rs[i].kind = probeDeleted
+				}
 			}
+		}
+		if sp != nil && sp.hides(pk.k, above, vis) {
+			rs[i].kind = probeDeleted
 		}
 	}
 }
@@ -512,8 +622,8 @@ type KVGen struct {
 }
 
 // Freeze seals the active table (if it holds any change) into generation g,
-// together with every table sealed since the last Freeze (by range deletes
-// and snapshots), and returns them; nil if there is nothing to flush. The
+// together with every table sealed since the last Freeze (by snapshots and
+// Drop), and returns them; nil if there is nothing to flush. The
 // caller must exclude writers (see KV). g must grow with each call, except
 // that a Freeze that did not return may be retried with the same g.
 func (kv *KV) Freeze(g uint64) *KVGen {
@@ -535,11 +645,7 @@ func (kv *KV) Freeze(g uint64) *KVGen {
 		a.seal()
 		a.gen = g
 		frozen = append(frozen, a)
-		next := kv.newActive()
-		kv.view.Store(&kvView{active: next, sealed: prepend(a, v.sealed)})
-		if !kv.dropped.Load() {
-			next.unseal()
-		}
+		kv.replaceActive(v)
 	}
 	if len(frozen) == 0 {
 		return nil
@@ -561,36 +667,59 @@ func (g *KVGen) AddTo(ctx context.Context, b *storage.Batch) error {
 		}
 	}
 	for _, t := range tables {
-		for _, s := range t.rdel.Load().list() {
+		sp := t.rdel.Load()
+		for _, s := range sp.list() {
 			var hi []byte
 			if !s.open {
 				hi = []byte(s.hi)
 			}
 			b.DeleteRange(ks, []byte(s.lo), hi)
 		}
-		var m merger
-		m.addTable(t, 0)
-		for m.first(); m.valid(); m.next() {
+		x, ents := t.sortedKeys()
+		for _, e := range ents {
 			if n++; n&0xffff == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
-			nd := m.top()
-			r := nd.val.Load()
-			if r == nil {
-				continue // cannot happen in a sealed table: writers are done
+			sw, sh := x.words(e.ref)
+			v, ok := t.versionAt(sh, &sw, ^uint64(0))
+			invariants.Check(ok, "buffer: a sealed table's key has no version")
+			if !ok {
+				continue
 			}
-			k := unsafe.Slice(unsafe.StringData(nd.key()), nd.klen)
-			v, del := rec(r)
-			if del {
-				b.Delete(ks, k)
-			} else {
-				b.Put(ks, k, v)
+			k := x.key(e.ref)
+			if sp != nil && sp.hides(k, v.seq, ^uint64(0)) {
+				continue // a newer range tombstone of the table deletes it
+			}
+			kb := unsafe.Slice(unsafe.StringData(k), len(k))
+			switch {
+			case v.del:
+				b.Delete(ks, kb)
+			case v.inline:
+				var ib [inlineBytes]byte
+				b.Put(ks, kb, inlineValue(&ib, &sw, &v))
+			default:
+				b.Put(ks, kb, v.ext)
 			}
 		}
 	}
 	return nil
+}
+
+// replaceActive seals v's active table in a new view under a new active
+// table (writers excluded, vmu held).
+func (kv *KV) replaceActive(v *kvView) *kvView {
+	next := kv.newActive()
+	// No write is in flight: every change numbered so far is in the
+	// tables of v, and every later one goes to next.
+	next.base.Store(kv.seq.Last() + 1)
+	nv := &kvView{active: next, sealed: prepend(v.active, v.sealed)}
+	kv.view.Store(nv)
+	if !kv.dropped.Load() {
+		next.unseal()
+	}
+	return nv
 }
 
 // Keyspace returns the keyspace the generation belongs to.

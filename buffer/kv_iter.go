@@ -7,20 +7,23 @@ import (
 	"github.com/kvbuf/kvbuf/storage"
 )
 
-// cursor is one sorted source of a merge: a shard's skip list, or the store.
+// cursor is one sorted source of a merge: a sorted run of a table's keys, or
+// the store.
 type cursor struct {
-	head *node         // skip-list head; nil for the store cursor
-	n    *node         // current node
+	x    *keyIndex     // resolves the run's entries; nil for the store cursor
+	run  []sortEnt     // the table's run
+	i    int           // current entry of run
 	st   *storage.Iter // the store cursor's iterator
 	prio int           // table index, newest 0; the store is len(tables)
 	key  string        // current key (a store key is valid until the store moves)
 	ok   bool
 }
 
-func (c *cursor) setNode(n *node) {
-	c.n, c.ok = n, n != nil
-	if n != nil {
-		c.key = n.key()
+func (c *cursor) setRun(i int) {
+	c.i = i
+	c.ok = i >= 0 && i < len(c.run)
+	if c.ok {
+		c.key = c.x.key(c.run[i].ref)
 	}
 }
 
@@ -33,131 +36,68 @@ func (c *cursor) setStore(ok bool) {
 }
 
 func (c *cursor) first() {
-	if c.head != nil {
-		c.setNode(c.head.next0.Load())
+	if c.x != nil {
+		c.setRun(0)
 	} else {
 		c.setStore(c.st.First())
 	}
 }
 
 func (c *cursor) last() {
-	if c.head != nil {
-		c.setNode(lastNode(c.head))
+	if c.x != nil {
+		c.setRun(len(c.run) - 1)
 	} else {
 		c.setStore(c.st.Last())
 	}
 }
 
 func (c *cursor) seekGE(k string) {
-	if c.head != nil {
-		c.setNode(seekGE(c.head, k))
+	if c.x != nil {
+		c.setRun(c.x.seekGE(c.run, k))
 	} else {
 		c.setStore(c.st.SeekGE(unsafe.Slice(unsafe.StringData(k), len(k))))
 	}
 }
 
 func (c *cursor) seekLT(k string) {
-	if c.head != nil {
-		c.setNode(seekLT(c.head, k))
+	if c.x != nil {
+		c.setRun(c.x.seekGE(c.run, k) - 1)
 	} else {
 		c.setStore(c.st.SeekLT(unsafe.Slice(unsafe.StringData(k), len(k))))
 	}
 }
 
 func (c *cursor) next() {
-	if c.head != nil {
-		c.setNode(c.n.next0.Load())
+	if c.x != nil {
+		c.setRun(c.i + 1)
 	} else {
 		c.setStore(c.st.Next())
 	}
 }
 
 func (c *cursor) prev() {
-	if c.head != nil {
-		c.setNode(seekLT(c.head, c.key))
+	if c.x != nil {
+		c.setRun(c.i - 1)
 	} else {
 		c.setStore(c.st.Prev())
 	}
 }
 
-// merger walks the skip lists of one table's shards in key order (the flush
-// batch builder). It sees every point, tombstones included.
-type merger struct {
-	curs []cursor
-	h    []int
-}
-
-func (m *merger) addTable(t *table, prio int) {
-	if ss := t.shards.Load(); ss != nil {
-		for _, sh := range ss.s {
-			m.curs = append(m.curs, cursor{head: sh.head, prio: prio})
-		}
-	}
-}
-
-func (m *merger) first() {
-	m.h = m.h[:0]
-	for i := range m.curs {
-		m.curs[i].first()
-		if m.curs[i].ok {
-			m.h = append(m.h, i)
-		}
-	}
-	for i := len(m.h)/2 - 1; i >= 0; i-- {
-		m.down(i)
-	}
-}
-
-func (m *merger) valid() bool { return len(m.h) > 0 }
-func (m *merger) top() *node  { return m.curs[m.h[0]].n }
-
-func (m *merger) next() {
-	c := &m.curs[m.h[0]]
-	c.next()
-	if !c.ok {
-		last := len(m.h) - 1
-		m.h[0] = m.h[last]
-		m.h = m.h[:last]
-	}
-	if len(m.h) > 0 {
-		m.down(0)
-	}
-}
-
-func (m *merger) down(i int) {
-	h := m.h
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		c := l
-		if r := l + 1; r < len(h) && m.curs[h[r]].key < m.curs[h[l]].key {
-			c = r
-		}
-		if m.curs[h[c]].key >= m.curs[h[i]].key {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-}
-
 // Iter iterates over a keyspace in key order, forwards or backwards, merging
-// pending changes (newest table wins) with the store; tombstones and range
+// pending changes (newest wins) with the store; tombstones and range
 // tombstones hide keys. It is not safe for concurrent use; Close it when
 // done.
 //
-// What a scan concurrent with writes sees: the store side is fixed when the
-// iterator is created (a pebble iterator); the pending side is read live. A
-// change that completed before NewIter is seen (or a later one); a change
-// made during the scan may or may not be. Each key is returned at most once
-// per direction of travel. Flushes during the scan change nothing it
-// returns: the tables it reads stay intact (pinned) until Close. An
-// iterator over a snapshot sees exactly the snapshot.
+// An iterator reads the keyspace as of NewIter: the pending changes
+// published by then (at the visible sequence number it loads) over the
+// store as it was then (a pebble iterator). Writes, batches and flushes
+// after NewIter change nothing it returns: it ignores later changes, and
+// the tables it reads stay intact (pinned) until Close. It never returns
+// part of a batch. An iterator over a snapshot sees exactly the snapshot.
 type Iter struct {
 	tables []*table // newest first; pinned by this iterator
-	curs   []cursor // one per shard per table, then the store cursor
+	vis    uint64   // the visible sequence number it reads at
+	curs   []cursor // the tables' runs, then the store cursor
 	h      []int    // heap of the valid cursors' indexes
 	dir    int      // +1 forward, -1 backward, 0 unpositioned
 	st     *storage.Iter
@@ -177,6 +117,10 @@ type Iter struct {
 // NewIter returns an iterator over keys k with lower <= k < upper (nil =
 // open on that side). It is unpositioned: call First, Last, SeekGE or
 // SeekLT. Errors: ErrBadRange if lower > upper, the store's errors.
+//
+// The first iterator over tables that nobody sorted yet sorts them (a
+// radix sort of the keys' first 8 bytes); later ones reuse that order and
+// sort only the keys written since (see order).
 func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	if err := CheckRange(lower, upper); err != nil {
 		return nil, err
@@ -184,19 +128,29 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	if kv.st == nil {
 		return nil, storage.ErrClosed
 	}
-	ts := kv.pinView(true)
-	// The store iterator is created after the tables are pinned: a table
-	// released before the pin is already in the store.
+	// Under vmu no table is frozen or released: the store iterator
+	// holds every change of a table released before the pin, and none
+	// numbered above vis (a table is sealed, so frozen and written,
+	// only after its changes were published).
+	kv.vmu.Lock()
+	vis := kv.seq.Visible()
+	v := kv.view.Load()
+	ts := make([]*table, 0, len(v.sealed)+1)
+	ts = append(append(ts, v.active), v.sealed...)
+	for _, t := range ts {
+		t.pins.Add(1)
+	}
 	st, err := kv.st.NewIter(kv.ks, lower, upper)
+	kv.vmu.Unlock()
 	if err != nil {
 		unpin(ts)
 		return nil, err
 	}
-	return newIter(ts, st, lower, upper, func() { unpin(ts) }), nil
+	return newIter(ts, vis, kv.policy, st, lower, upper, func() { unpin(ts) }), nil
 }
 
-func newIter(ts []*table, st *storage.Iter, lower, upper []byte, release func()) *Iter {
-	it := &Iter{tables: ts, st: st, release: release}
+func newIter(ts []*table, vis uint64, policy orderPolicy, st *storage.Iter, lower, upper []byte, release func()) *Iter {
+	it := &Iter{tables: ts, vis: vis, st: st, release: release}
 	if lower != nil {
 		it.lower, it.hasLower = string(lower), true
 	}
@@ -204,10 +158,15 @@ func newIter(ts []*table, st *storage.Iter, lower, upper []byte, release func())
 		it.upper, it.hasUpper = string(upper), true
 	}
 	for p, t := range ts {
-		if ss := t.shards.Load(); ss != nil {
-			for _, sh := range ss.s {
-				it.curs = append(it.curs, cursor{head: sh.head, prio: p})
-			}
+		o, tail := t.orderFor(policy)
+		if o == nil {
+			continue
+		}
+		for _, r := range o.runs {
+			it.curs = append(it.curs, cursor{x: &o.keyIndex, run: r, prio: p})
+		}
+		if len(tail) > 0 {
+			it.curs = append(it.curs, cursor{x: &o.keyIndex, run: tail, prio: p})
 		}
 	}
 	it.curs = append(it.curs, cursor{st: st, prio: len(ts)})
@@ -277,7 +236,7 @@ func (it *Iter) step() {
 
 // storeEnded records the store iterator's error when its cursor runs out.
 func (it *Iter) storeEnded(c *cursor) {
-	if c.head == nil && it.err == nil {
+	if c.x == nil && it.err == nil {
 		it.err = c.st.Error()
 	}
 }
@@ -290,11 +249,11 @@ func (it *Iter) stepKey(k string) {
 }
 
 // coveringNewer returns the newest range tombstone, of a table newer than
-// prio, that covers k.
+// prio, that covers k and is visible to the iterator.
 func (it *Iter) coveringNewer(k string, prio int) (q int, s span, ok bool) {
 	for q = 0; q < prio; q++ {
 		if sp := it.tables[q].rdel.Load(); sp != nil {
-			if s, ok = sp.find(k); ok {
+			if s, ok = sp.find(k, 0, it.vis); ok {
 				return q, s, true
 			}
 		}
@@ -338,20 +297,27 @@ func (it *Iter) settle() bool {
 			it.skipSpan(q, s)
 			continue
 		}
-		if c.head != nil {
-			r := c.n.val.Load()
-			if r == nil {
-				// A Put in progress: not in this table yet. Older
-				// sources at the same key decide.
+		if c.x != nil {
+			t := it.tables[c.prio]
+			sw, sh := c.x.words(c.run[c.i].ref)
+			v, ok := t.versionAt(sh, &sw, it.vis)
+			if !ok {
+				// No change of this table the iterator may see
+				// (written after NewIter): older sources decide.
 				it.step()
 				continue
 			}
-			v, del := rec(r)
-			if del {
+			if v.del || t.rdel.Load().hides(k, v.seq, it.vis) {
 				it.stepKey(k)
 				continue
 			}
-			it.key, it.val = k, v
+			it.key, it.val = k, v.ext
+			if v.inline && v.n > 0 {
+				// The slot's bytes: immutable while the table is pinned.
+				a, _, i := c.x.slot(c.run[c.i].ref)
+				p := unsafe.Pointer(&a.s[i*slotWordsN+1])
+				it.val = unsafe.Slice((*byte)(unsafe.Add(p, v.off)), v.n)
+			}
 		} else {
 			// The store's key is only valid until the store iterator moves,
 			// and moving it is exactly what the next step does: keep a copy.
@@ -389,7 +355,7 @@ func (it *Iter) position(dir int, place func(c *cursor)) bool {
 // one.
 func (it *Iter) First() bool {
 	return it.position(+1, func(c *cursor) {
-		if it.hasLower && c.head != nil {
+		if it.hasLower && c.x != nil {
 			c.seekGE(it.lower)
 		} else {
 			c.first() // the store iterator has the bounds
@@ -400,7 +366,7 @@ func (it *Iter) First() bool {
 // Last moves to the last visible key in range.
 func (it *Iter) Last() bool {
 	return it.position(-1, func(c *cursor) {
-		if it.hasUpper && c.head != nil {
+		if it.hasUpper && c.x != nil {
 			c.seekLT(it.upper)
 		} else {
 			c.last()

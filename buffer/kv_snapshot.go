@@ -14,6 +14,7 @@ import (
 type KVSnapshot struct {
 	kv     *KV
 	v      *kvView // fixed: every table sealed
+	vis    uint64  // the visible sequence number of the instant
 	tables []*table
 	ss     kvReader
 	closed atomic.Bool
@@ -30,23 +31,19 @@ func (kv *KV) Snapshot() *KVSnapshot {
 	v := kv.view.Load()
 	if a := v.active; !a.empty() {
 		a.seal()
-		next := kv.newActive()
-		v = &kvView{active: next, sealed: prepend(a, v.sealed)}
-		kv.view.Store(v)
-		if !kv.dropped.Load() {
-			next.unseal()
-		}
+		v = kv.replaceActive(v)
 	}
 	ts := append([]*table(nil), v.sealed...)
 	for _, t := range ts {
 		t.pins.Add(1)
 	}
+	vis := kv.seq.Visible()
 	kv.vmu.Unlock()
-	s := &KVSnapshot{kv: kv, tables: ts}
+	s := &KVSnapshot{kv: kv, tables: ts, vis: vis}
 	if len(ts) > 0 {
 		s.v = &kvView{active: ts[0], sealed: ts[1:]}
 	} else {
-		s.v = &kvView{active: newTable(1)}
+		s.v = &kvView{active: newTable(1, kv.seed)}
 	}
 	return s
 }
@@ -86,15 +83,13 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 		return dst, storage.ErrClosed
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	r, hidden := s.v.find(k, hashKey(k))
-	switch {
-	case r != nil:
-		v, del := rec(r)
-		if del {
-			return dst, storage.ErrNotFound
-		}
-		return append(dst, v...), nil
-	case hidden:
+	pk := makeProbeKey(k, hashKey(k, s.kv.seed))
+	r := s.v.find(&pk, s.vis)
+	switch r.kind {
+	case probeValue:
+		var b [inlineBytes]byte
+		return append(dst, r.value(&b)...), nil
+	case probeDeleted:
 		return dst, storage.ErrNotFound
 	}
 	return st.GetAppend(dst, s.kv.ks, key)
@@ -106,8 +101,10 @@ func (s *KVSnapshot) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, 
 	if st == nil {
 		return buf, storage.ErrClosed
 	}
-	v := s.v
-	return getMany(keys, vals, buf, s.kv.checkKey, func() *kvView { return v }, st, s.kv.ks)
+	if err := checkMany(keys, vals, s.kv.checkKey); err != nil {
+		return buf, err
+	}
+	return getMany(keys, vals, buf, s.kv.seed, s.v, s.vis, st, s.kv.ks)
 }
 
 // NewIter is KV.NewIter as of the snapshot: it sees exactly the snapshot.
@@ -131,7 +128,7 @@ func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
 		return nil, err
 	}
 	ts := s.tables
-	return newIter(ts, sit, lower, upper, func() { unpin(ts) }), nil
+	return newIter(ts, s.vis, s.kv.policy, sit, lower, upper, func() { unpin(ts) }), nil
 }
 
 // Close releases the snapshot's tables. It is idempotent. The store snapshot

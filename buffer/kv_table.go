@@ -1,31 +1,43 @@
 package buffer
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/zeebo/xxh3"
 )
 
 // table holds pending KV changes: the active table of a keyspace, or a sealed
-// one waiting to be flushed.
+// one waiting to be flushed. Point operations are a probe of a Swiss-style
+// hash table per shard; order is produced apart from the write path (see
+// order).
 //
 // Invariants:
 //
 //  1. Readers take no lock: they load the shard set, a shard's slot array,
-//     slots and nodes with atomic loads, and read only immutable bytes (keys,
-//     value records).
-//  2. Writers serialise on the shard mutex. A node is fully built (key,
-//     first value, tower) before it is published, first into the skip list
-//     (bottom level first), then into its slot (hash before pointer).
-//  3. Nothing is ever removed: overwrites and deletes store a new value
-//     record in the key's node. Slot arrays grow (readers of the old array
-//     see a consistent, older set) but never shrink while the table is live.
-//  4. Range tombstones (rdel) are older than every point in the table: they
-//     are set while the table holds no point in their range, under every
-//     shard lock (see KV.DeleteRange).
+//     control words, slot words, arena directory and record heads with
+//     atomic loads, and read only bytes that were published to them and are
+//     never written again (arena chunks are never reused; see chunkDir).
+//  2. Writers serialise on the shard mutex. A new key's slot words and its
+//     log entry are stored before its control byte (the publication to
+//     point readers); a version record is written before the slot head or
+//     prev link that publishes it.
+//  3. Nothing is removed while the table is live: an overwrite or delete
+//     adds a version (sequence-numbered) to the key; a range delete adds a
+//     sequence-numbered range tombstone. Slot arrays grow (readers of the
+//     old array see every key it held; keys inserted later are concurrent
+//     writes or were published after the reader's visible sequence number)
+//     but never shrink.
+//  4. Every change of the table has a sequence number >= base: the table
+//     becomes active only while no write is in flight (Freeze, Snapshot), or
+//     takes no write at all (Drop's table). A change is visible to a read
+//     at visible sequence number v iff its number is <= v; of a key's
+//     visible changes and the table's visible range tombstones covering it,
+//     the highest number wins.
 //  5. Once sealed (sealed set under t.mu and every shard's mu), no write
 //     lands: set returns false and the writer retries on the active table the
 //     sealer published before unlocking.
@@ -35,13 +47,17 @@ import (
 type table struct {
 	shards atomic.Pointer[shardSet] // nil until the first write
 	rdel   atomic.Pointer[spans]    // range tombstones; nil if none
+	ord    atomic.Pointer[order]    // cached key order; nil until asked for
+	base   atomic.Uint64            // lowest sequence number the table may hold
 
 	shift   uint8 // 64 - log2(nshards): shard = hash >> shift
 	nshards int
+	seed    uint64       // the overlay's hash seed
 	pins    atomic.Int32 // iterators and snapshots reading the table
 
-	mu     sync.Mutex // guards lazy shard allocation, sealed
+	mu     sync.Mutex // guards lazy shard allocation, sealed, rdel changes
 	sealed bool
+	ordMu  sync.Mutex // serialises builds of ord
 
 	// gen is the flush generation that froze the table, 0 until frozen;
 	// written and read under the overlay's view mutex.
@@ -51,100 +67,331 @@ type table struct {
 type shardSet struct{ s []*shard }
 
 // shard is one independently locked part of a table. The first cache line
-// holds what readers load; writer state lives on the next one so that a
-// writer taking the mutex does not invalidate the readers' line.
+// holds what readers load; writer state lives after it so that a writer
+// taking the mutex does not invalidate the readers' line.
 type shard struct {
-	slots atomic.Pointer[slotArray]
-	head  *node
-	_     [64 - 16]byte
+	arr atomic.Pointer[slotArray]
+	dir atomic.Pointer[chunkDir]
+	_   [64 - 16]byte
 
 	mu     sync.Mutex
-	sealed bool   // under mu
-	used   int    // under mu: occupied slots
-	rng    uint64 // under mu: tower heights
+	sealed bool // under mu
+	aw     arenaWriter
 	keys   atomic.Int64
-	bytes  atomic.Int64 // nodes, towers, records, slot array
+	bytes  atomic.Int64 // slot array, arena chunks
 }
 
-// slotArray is an open-addressing (linear probing) array, filled to at most
-// 7/8. A slot goes from empty to {hash, node} once and is emptied again only
-// by clear.
+// slotArray is a Swiss-style open-addressing table: groups of 8 slots, each
+// group with a word of 8 control bytes (0: empty; 0x80 | 7 bits of the
+// key's hash: full), probed group by group in triangular order from the
+// group the hash selects, filled to at most 7/8. A probe matches the 7 hash
+// bits of all 8 slots of a group with a few arithmetic operations on the
+// control word and looks at a slot only on a match (1 in 128 for a key
+// that is not there), so the control words double as the filter that keeps
+// a miss from touching slots.
 //
-// filter is a blocked Bloom filter of the keys in s (one byte per slot, two
-// bits of one 64-bit word per key: about 3.5% false positives at full load):
-// at 7/8 a miss would probe about 23 slots (6 cache lines) before falling
-// through to the store, while the filter (an eighth of the array's size,
-// cache resident) rejects most misses with one load. A writer sets a key's
-// bits before it publishes the slot, so a reader never sees a published key
-// filtered out.
+// A slot is 4 words (32 bytes; see slotWords). A key of up to 24 bytes is
+// stored in the slot; so is its first value if key and value fit in 24
+// bytes together (W2's 8-byte keys and 16-byte values do), which makes a
+// pending hit one cache miss (the slot) after the control word. Later
+// values go to the arena. A slot goes from empty to full once and is
+// emptied again only by clear.
+//
+// log lists the slot index of every key in insertion order (written before
+// the key's control byte, count in n): the keys a cached order does not
+// cover yet are the log's tail.
 type slotArray struct {
-	mask   uint64
-	fmask  uint64 // filter words - 1
-	s      []slot
-	filter []uint64
+	gmask   uint64   // groups - 1
+	ctrl    []uint64 // one word per group
+	s       []uint64 // slots, 4 words each
+	log     []uint32
+	n       atomic.Int64 // log entries (keys)
+	maxKeys int
 }
 
-// filterWord returns h's filter word index and bit mask.
-func (a *slotArray) filterBits(h uint64) (uint64, uint64) {
-	return (h >> 40) & a.fmask, 1<<(h&63) | 1<<(h>>6&63)
+// Slot words. w0, the head, is the only word that changes after the slot is
+// published (an overwrite stores a new head):
+//
+//	mode inline (bits 63-62 = 0): the key and its only value are in w1..w3.
+//	    bit 61 tombstone | bits 60-56 key length | bits 55-51 value length |
+//	    bits 50-0 sequence number - table base
+//	mode chain (1): the key is in w1..w3, its values in the arena.
+//	    bits 60-56 key length | bits 39-0 reference of the newest record
+//	mode long (2): the key is in the arena.
+//	    bits 39-0 reference of the newest record;
+//	    w1 = key reference | key length << 40; w2 = the key's first 8 bytes
+//	    (big-endian, for sorting); w3 = the key's full hash (a probe compares
+//	    it before reading the key from the arena)
+type slotWords struct{ w0, w1, w2, w3 uint64 }
+
+const (
+	modeShift   = 62
+	modeInline  = 0
+	modeChain   = 1
+	modeLong    = 2
+	inlDel      = 1 << 61
+	klenShift   = 56
+	vlenShift   = 51
+	lenMask     = 31
+	relSeqMask  = 1<<51 - 1
+	inlineBytes = 24 // key (and first value) bytes a slot holds
+	minGroups   = 1
+	groupSlots  = 8
+	ctrlLSB     = 0x0101010101010101
+	ctrlMSB     = 0x8080808080808080
+	slotWordsN  = 4
+	longKeyLen  = 40
+)
+
+func newTable(nshards int, seed uint64) *table {
+	return &table{nshards: nshards, seed: seed, shift: uint8(64 - bits.TrailingZeros(uint(nshards)))}
 }
 
-// mayHold reports whether h may be in the array (false: certainly not).
-func (a *slotArray) mayHold(h uint64) bool {
-	w, m := a.filterBits(h)
-	return atomic.LoadUint64(&a.filter[w])&m == m
-}
+// hashKey hashes a key for shard selection and slot probing; seed is the
+// overlay's (random, so that no fixed key set makes probes long).
+func hashKey(k string, seed uint64) uint64 { return xxh3.HashStringSeed(k, seed) }
 
-func (a *slotArray) addFilter(h uint64) {
-	w, m := a.filterBits(h)
-	if atomic.LoadUint64(&a.filter[w])&m != m {
-		atomic.OrUint64(&a.filter[w], m)
+func newSlotArray(groups int) *slotArray {
+	slots := groups * groupSlots
+	maxKeys := slots * 7 / 8
+	return &slotArray{
+		gmask:   uint64(groups - 1),
+		ctrl:    make([]uint64, groups),
+		s:       make([]uint64, slots*slotWordsN),
+		log:     make([]uint32, maxKeys),
+		maxKeys: maxKeys,
 	}
 }
 
-// slot keeps the key's hash next to its node so a probe rejects other keys
-// without touching their nodes. A writer stores hash before n; a reader loads
-// n before hash.
-type slot struct {
-	hash atomic.Uint64
-	n    atomic.Pointer[node]
+// bytes is the memory the array holds.
+func (a *slotArray) bytes() int64 {
+	return int64(len(a.ctrl))*8 + int64(len(a.s))*8 + int64(len(a.log))*4
 }
 
-const minSlots = 8
+// tag is the control byte of a key with hash h.
+func tag(h uint64) uint64 { return h&0x7f | 0x80 }
 
-func newTable(nshards int) *table {
-	return &table{nshards: nshards, shift: uint8(64 - bits.TrailingZeros(uint(nshards)))}
+// matchTag returns the control bytes of c equal to tag t, as the high bit
+// of each byte; it may report a full byte above a true match (the caller
+// compares keys), never an empty one.
+func matchTag(c, t uint64) uint64 {
+	x := c ^ ctrlLSB*t
+	return (x - ctrlLSB) &^ x & ctrlMSB
 }
 
-// hashKey hashes a key for shard selection and slot probing.
-func hashKey(k string) uint64 { return xxh3.HashString(k) }
+// matchEmpty returns the empty control bytes of c.
+func matchEmpty(c uint64) uint64 { return ^c & ctrlMSB }
 
-// lookup returns k's node, or nil. h is hashKey(k).
-func (t *table) lookup(k string, h uint64) *node {
-	ss := t.shards.Load()
-	if ss == nil {
-		return nil
+func (a *slotArray) slot(i int) []uint64 {
+	return a.s[i*slotWordsN : i*slotWordsN+slotWordsN : i*slotWordsN+slotWordsN]
+}
+
+func (a *slotArray) load(i int) slotWords {
+	p := a.slot(i)
+	return slotWords{atomic.LoadUint64(&p[0]), atomic.LoadUint64(&p[1]), atomic.LoadUint64(&p[2]), atomic.LoadUint64(&p[3])}
+}
+
+// probeKey is a key prepared for probing: its hash and, for a key short
+// enough to live in a slot, its bytes as the slot's words.
+type probeKey struct {
+	k     string
+	h     uint64
+	small bool
+	w     [3]uint64
+}
+
+func makeProbeKey(k string, h uint64) probeKey {
+	pk := probeKey{k: k, h: h}
+	if len(k) <= inlineBytes {
+		pk.small = true
+		var b [inlineBytes]byte
+		copy(b[:], k)
+		pk.w = [3]uint64{binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])}
 	}
-	arr := ss.s[h>>t.shift].slots.Load()
-	if arr == nil || !arr.mayHold(h) {
-		return nil
-	}
-	for i := h & arr.mask; ; i = (i + 1) & arr.mask {
-		s := &arr.s[i]
-		n := s.n.Load()
-		if n == nil {
-			return nil
+	return pk
+}
+
+// keyMasks[n] selects the first n bytes of the three inline words.
+var keyMasks = func() (m [inlineBytes + 1][3]uint64) {
+	for n := range m {
+		for w := range 3 {
+			switch b := n - 8*w; {
+			case b >= 8:
+				m[n][w] = ^uint64(0)
+			case b > 0:
+				m[n][w] = 1<<(8*b) - 1
+			}
 		}
-		if s.hash.Load() == h && n.key() == k {
-			return n
+	}
+	return m
+}()
+
+// matches reports whether slot words sw hold pk's key.
+func (pk *probeKey) matches(sw *slotWords, sh *shard) bool {
+	if sw.w0>>modeShift == modeLong {
+		if pk.small || sw.w3 != pk.h || int(sw.w1>>longKeyLen) != len(pk.k) {
+			return false
 		}
+		k, ok := sh.dir.Load().keyBytes(sw.w1&refMask, len(pk.k))
+		return ok && k == pk.k
+	}
+	n := int(sw.w0 >> klenShift & lenMask)
+	if !pk.small || n != len(pk.k) {
+		return false
+	}
+	m := &keyMasks[n]
+	return (sw.w1^pk.w[0])&m[0]|(sw.w2^pk.w[1])&m[1]|(sw.w3^pk.w[2])&m[2] == 0
+}
+
+// find returns the slot of pk's key in a and its words, or -1.
+func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
+	t := tag(pk.h)
+	g := pk.h >> 7 & a.gmask
+	for step := uint64(1); ; step++ {
+		c := atomic.LoadUint64(&a.ctrl[g])
+		for m := matchTag(c, t); m != 0; m &= m - 1 {
+			i := int(g)*groupSlots + bits.TrailingZeros64(m)/8
+			if sw := a.load(i); pk.matches(&sw, sh) {
+				return i, sw
+			}
+		}
+		if matchEmpty(c) != 0 || step > a.gmask {
+			return -1, slotWords{}
+		}
+		g = (g + step) & a.gmask
 	}
 }
 
-// covers reports whether a range tombstone of t covers k.
-func (t *table) covers(k string) bool {
-	sp := t.rdel.Load()
-	return sp != nil && sp.covers(k)
+// freeSlot returns an empty slot on h's probe sequence (writers only).
+func (a *slotArray) freeSlot(h uint64) int {
+	g := h >> 7 & a.gmask
+	for step := uint64(1); ; step++ {
+		if m := matchEmpty(a.ctrl[g]); m != 0 {
+			return int(g)*groupSlots + bits.TrailingZeros64(m)/8
+		}
+		g = (g + step) & a.gmask
+	}
+}
+
+// place stores sw in an empty slot of h's probe sequence, logs it and then
+// publishes its control byte. Writers only.
+func (a *slotArray) place(h uint64, sw slotWords) {
+	i := a.freeSlot(h)
+	p := a.slot(i)
+	atomic.StoreUint64(&p[1], sw.w1)
+	atomic.StoreUint64(&p[2], sw.w2)
+	atomic.StoreUint64(&p[3], sw.w3)
+	atomic.StoreUint64(&p[0], sw.w0)
+	n := a.n.Load()
+	a.log[n] = uint32(i)
+	a.n.Store(n + 1)
+	g := i / groupSlots
+	c := a.ctrl[g] | tag(h)<<(8*(i%groupSlots))
+	atomic.StoreUint64(&a.ctrl[g], c)
+}
+
+// version is one resolved change of a key.
+type version struct {
+	seq    uint64
+	del    bool
+	inline bool   // the value is bytes [off, off+n) of the slot's w1..w3
+	off, n int    //
+	ext    []byte // the value, in the arena
+}
+
+// versionAt returns the newest change of the slot with words sw whose
+// sequence number is <= vis; false if there is none (or, for a reader racing
+// a recycle, if the words do not decode: the reader's re-validation
+// discards the result).
+func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) {
+	if sw.w0>>modeShift == modeInline {
+		seq := t.base.Load() + sw.w0&relSeqMask
+		if seq > vis {
+			return version{}, false
+		}
+		klen, vlen := int(sw.w0>>klenShift&lenMask), int(sw.w0>>vlenShift&lenMask)
+		if klen+vlen > inlineBytes {
+			return version{}, false
+		}
+		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: klen, n: vlen}, true
+	}
+	d := sh.dir.Load()
+	above := ^uint64(0)
+	for ref := sw.w0 & refMask; ref != 0; {
+		w := d.resolve(ref)
+		h, seq, ok := recHead(w)
+		if !ok || seq >= above {
+			return version{}, false // garbage: chains strictly decrease
+		}
+		if seq <= vis {
+			v, ok := recValue(w, h)
+			if !ok {
+				return version{}, false
+			}
+			return version{seq: seq, del: h&recDel != 0, ext: v}, true
+		}
+		above = seq
+		ref = h & refMask
+	}
+	return version{}, false
+}
+
+// inlineValue returns the value bytes of an inline version out of the slot
+// words (copied into b).
+func inlineValue(b *[inlineBytes]byte, sw *slotWords, v *version) []byte {
+	binary.LittleEndian.PutUint64(b[0:], sw.w1)
+	binary.LittleEndian.PutUint64(b[8:], sw.w2)
+	binary.LittleEndian.PutUint64(b[16:], sw.w3)
+	return b[v.off : v.off+v.n]
+}
+
+// Outcomes of a probe of one table.
+const (
+	probeAbsent = iota // the table knows nothing of the key: ask older ones
+	probeValue         // a value
+	probeDeleted       // a tombstone or a range tombstone
+)
+
+// probeResult is what a table knows of a key at a visible sequence number.
+type probeResult struct {
+	kind uint8
+	sw   slotWords
+	v    version
+}
+
+// value returns the value of a probeValue result, copied into b if inline.
+func (r *probeResult) value(b *[inlineBytes]byte) []byte {
+	if r.v.inline {
+		return inlineValue(b, &r.sw, &r.v)
+	}
+	return r.v.ext
+}
+
+// get returns what t knows of pk's key at visible sequence number vis.
+func (t *table) get(pk *probeKey, vis uint64) probeResult {
+	var r probeResult
+	if vis < t.base.Load() {
+		return r // the table's changes are all newer than the reader
+	}
+	var above uint64 // a range tombstone must be newer than this
+	if ss := t.shards.Load(); ss != nil {
+		sh := ss.s[pk.h>>t.shift]
+		if arr := sh.arr.Load(); arr != nil {
+			if i, sw := arr.find(pk, sh); i >= 0 {
+				if v, ok := t.versionAt(sh, &sw, vis); ok {
+					r.sw, r.v, above = sw, v, v.seq
+					r.kind = probeValue
+					if v.del {
+						r.kind = probeDeleted
+					}
+				}
+			}
+		}
+	}
+	if sp := t.rdel.Load(); sp != nil && sp.hides(pk.k, above, vis) {
+		r.kind = probeDeleted
+	}
+	return r
 }
 
 // shardFor returns the shard for h, allocating the shard set on first use;
@@ -167,16 +414,17 @@ func (t *table) allocShardsLocked() *shardSet {
 	}
 	ss := &shardSet{s: make([]*shard, t.nshards)}
 	for i := range ss.s {
-		ss.s[i] = &shard{head: newHead(), rng: uint64(i)*0x9E3779B97F4A7C15 | 1, sealed: t.sealed}
+		ss.s[i] = &shard{sealed: t.sealed, aw: arenaWriter{nextIndex: 1}}
 	}
 	t.shards.Store(ss)
 	return ss
 }
 
-// set stores k = v (a tombstone if del). It returns false, storing nothing,
-// once the table is sealed. added is the change in bytes held.
-func (t *table) set(k []byte, h uint64, v []byte, del bool) (ok bool, added int64) {
-	sh := t.shardFor(h)
+// set records key pk = v, a tombstone if del, as change seq. It returns
+// false, storing nothing, once the table is sealed. added is the change in
+// bytes held.
+func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64) (ok bool, added int64) {
+	sh := t.shardFor(pk.h)
 	if sh == nil {
 		return false, 0
 	}
@@ -185,94 +433,151 @@ func (t *table) set(k []byte, h uint64, v []byte, del bool) (ok bool, added int6
 	if sh.sealed {
 		return false, 0
 	}
-	return true, sh.setLocked(k, h, v, del)
+	before := sh.bytes.Load()
+	sh.setLocked(t, pk, v, del, seq)
+	return true, sh.bytes.Load() - before
 }
 
 // setLocked is set with sh.mu held and sh not sealed.
-func (sh *shard) setLocked(k []byte, h uint64, v []byte, del bool) int64 {
-	arr := sh.slots.Load()
-	var added int64
+func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint64) {
+	base := t.base.Load()
+	if invariants.Enabled {
+		invariants.Check(seq >= base, "buffer: change %d written to a table based at %d", seq, base)
+	}
+	arr := sh.arr.Load()
 	if arr == nil {
-		arr = newSlotArray(minSlots)
-		sh.slots.Store(arr)
-		added += arr.bytes()
+		arr = newSlotArray(minGroups)
+		sh.arr.Store(arr)
+		sh.bytes.Add(arr.bytes())
 	}
-	ks := unsafe.String(unsafe.SliceData(k), len(k))
-	i := h & arr.mask
-	for ; ; i = (i + 1) & arr.mask {
-		s := &arr.s[i]
-		n := s.n.Load()
-		if n == nil {
-			break
-		}
-		if s.hash.Load() == h && n.key() == ks {
-			// Overwrite: a new immutable record, one pointer store.
-			var r *byte
-			if del {
-				r = tombstone()
-			} else {
-				r, added = newRec(v)
-			}
-			n.val.Store(r)
-			sh.bytes.Add(added)
-			return added
-		}
+	if i, sw := arr.find(pk, sh); i >= 0 {
+		sh.overwrite(arr.slot(i), sw, v, del, seq, base)
+		return
 	}
-	if (sh.used+1)*8 > len(arr.s)*7 {
-		old := arr
-		arr = sh.grow(old)
-		added += arr.bytes() - old.bytes()
-		i = h & arr.mask
-		for arr.s[i].n.Load() != nil {
-			i = (i + 1) & arr.mask
+	var sw slotWords
+	klen := len(pk.k)
+	switch {
+	case pk.small && (del || klen+len(v) <= inlineBytes) && seq >= base && seq-base <= relSeqMask:
+		var b [inlineBytes]byte
+		copy(b[:], pk.k)
+		copy(b[klen:], v)
+		sw = slotWords{
+			w0: uint64(klen)<<klenShift | uint64(len(v))<<vlenShift | (seq - base),
+			w1: binary.LittleEndian.Uint64(b[0:]),
+			w2: binary.LittleEndian.Uint64(b[8:]),
+			w3: binary.LittleEndian.Uint64(b[16:]),
 		}
+		if del {
+			sw.w0 |= inlDel
+		}
+	case pk.small:
+		ref := sh.newRec(v, del, seq, 0)
+		sw = slotWords{w0: modeChain<<modeShift | uint64(klen)<<klenShift | ref, w1: pk.w[0], w2: pk.w[1], w3: pk.w[2]}
+	default:
+		kb := unsafe.Slice(unsafe.StringData(pk.k), klen)
+		kref := sh.newKeyRec(kb)
+		ref := sh.newRec(v, del, seq, 0)
+		sw = slotWords{w0: modeLong<<modeShift | ref, w1: kref | uint64(klen)<<longKeyLen, w2: keyPrefix(pk.k), w3: pk.h}
 	}
-	n, first, cost := newNode(k, v, del, randomHeight(&sh.rng))
-	added += cost
-	sh.link(n)
-	arr.addFilter(h)
-	arr.s[i].hash.Store(h)
-	arr.s[i].n.Store(n)
-	n.val.Store(first) // the write's linearization point: see node
-	sh.used++
+	if int(arr.n.Load()) >= arr.maxKeys {
+		arr = sh.grow(t, arr)
+	}
+	arr.place(pk.h, sw)
 	sh.keys.Add(1)
-	sh.bytes.Add(added)
-	return added
 }
 
-func newSlotArray(n int) *slotArray {
-	nf := max(n/8, 1) // one filter byte per slot
-	return &slotArray{mask: uint64(n - 1), fmask: uint64(nf - 1), s: make([]slot, n), filter: make([]uint64, nf)}
+// overwrite adds change seq to the key of slot p (words sw). A change with a
+// lower sequence number than the key's newest is linked in below it: a
+// write never replaces a change with a higher number.
+func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, base uint64) {
+	if sw.w0>>modeShift == modeInline {
+		// Move the inline version to a record, then chain the new one
+		// above or below it.
+		oseq := base + sw.w0&relSeqMask
+		odel := sw.w0&inlDel != 0
+		klen, vlen := int(sw.w0>>klenShift&lenMask), int(sw.w0>>vlenShift&lenMask)
+		var b [inlineBytes]byte
+		oval := inlineValue(&b, &sw, &version{off: klen, n: vlen})
+		var head uint64
+		if seq >= oseq {
+			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0))
+		} else {
+			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0))
+		}
+		// The key's bytes stay in w1..w3; only the head changes.
+		atomic.StoreUint64(&p[0], modeChain<<modeShift|uint64(klen)<<klenShift|head)
+		return
+	}
+	d := sh.dir.Load()
+	head := sw.w0 & refMask
+	if _, hseq, _ := recHead(d.resolve(head)); seq >= hseq {
+		atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|sh.newRec(v, del, seq, head))
+		return
+	}
+	// Below the head: after the last record numbered above seq.
+	x := d.resolve(head)
+	for {
+		xh := atomic.LoadUint64(&x[0])
+		next := xh & refMask
+		if next != 0 {
+			if _, nseq, _ := recHead(d.resolve(next)); nseq > seq {
+				x = d.resolve(next)
+				continue
+			}
+		}
+		ref := sh.newRec(v, del, seq, next)
+		atomic.StoreUint64(&x[0], xh&^uint64(refMask)|ref)
+		return
+	}
 }
 
-// bytes is the memory the array holds.
-func (a *slotArray) bytes() int64 {
-	return int64(len(a.s))*int64(unsafe.Sizeof(slot{})) + int64(len(a.filter))*8
+// keyPrefix returns the first 8 bytes of k as a big-endian number (zero
+// padded): comparing prefixes orders keys by their first 8 bytes.
+func keyPrefix(k string) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(unsafe.Slice(unsafe.StringData(k), 8))
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // grow publishes a slot array twice the size. Readers still probing the old
-// one see every key it held; keys inserted later are concurrent writes.
-func (sh *shard) grow(old *slotArray) *slotArray {
-	arr := newSlotArray(2 * len(old.s))
-	for i := range old.s {
-		n := old.s[i].n.Load()
-		if n == nil {
-			continue
+// one see every key it held, each with the head it had when the new array
+// was published; every later change goes to the new one (and was published
+// after any reader of the old array loaded its visible sequence number,
+// since that reader loaded the array after it).
+func (sh *shard) grow(t *table, old *slotArray) *slotArray {
+	arr := newSlotArray(2 * int(old.gmask+1))
+	for g, c := range old.ctrl {
+		for m := ^matchEmpty(c) & ctrlMSB; m != 0; m &= m - 1 {
+			sw := old.load(g*groupSlots + bits.TrailingZeros64(m)/8)
+			arr.place(t.slotHash(&sw, sh), sw)
 		}
-		h := old.s[i].hash.Load()
-		j := h & arr.mask
-		for arr.s[j].n.Load() != nil {
-			j = (j + 1) & arr.mask
-		}
-		arr.addFilter(h)
-		arr.s[j].hash.Store(h)
-		arr.s[j].n.Store(n)
 	}
-	sh.slots.Store(arr)
+	sh.arr.Store(arr)
+	sh.bytes.Add(arr.bytes() - old.bytes())
 	return arr
 }
 
-// keys returns the number of keys (points) in the table.
+// slotHash returns the hash of the key in sw (the writer's, under sh.mu).
+func (t *table) slotHash(sw *slotWords, sh *shard) uint64 {
+	if sw.w0>>modeShift == modeLong {
+		return sw.w3
+	}
+	return hashKey(slotKey(sw), t.seed)
+}
+
+// slotKey returns a copy of the key held in sw's inline words.
+func slotKey(sw *slotWords) string {
+	var b [inlineBytes]byte
+	binary.LittleEndian.PutUint64(b[0:], sw.w1)
+	binary.LittleEndian.PutUint64(b[8:], sw.w2)
+	binary.LittleEndian.PutUint64(b[16:], sw.w3)
+	return string(b[:sw.w0>>klenShift&lenMask])
+}
+
+// keyCount returns the number of keys (points) in the table.
 func (t *table) keyCount() int64 {
 	ss := t.shards.Load()
 	if ss == nil {
@@ -340,20 +645,6 @@ func (t *table) unseal() {
 	t.unlockAll(ss)
 }
 
-// hasPointIn reports whether t holds a key k with lo <= k < hi (hi open when
-// hiOpen). Every shard mutex held.
-func (t *table) hasPointIn(ss *shardSet, lo, hi string, hiOpen bool) bool {
-	if ss == nil {
-		return false
-	}
-	for _, sh := range ss.s {
-		if n := seekGE(sh.head, lo); n != nil && (hiOpen || n.key() < hi) {
-			return true
-		}
-	}
-	return false
-}
-
 // bytes is the memory held by the table's changes.
 func (t *table) bytes() int64 {
 	ss := t.shards.Load()
@@ -375,35 +666,48 @@ func (t *table) capacityBytes() int64 {
 		return n
 	}
 	for _, sh := range ss.s {
-		n += int64(unsafe.Sizeof(*sh)) + int64(nodeHdr+16+8*(maxLevel-1))
-		if arr := sh.slots.Load(); arr != nil {
+		n += int64(unsafe.Sizeof(*sh))
+		if arr := sh.arr.Load(); arr != nil {
 			n += arr.bytes()
 		}
 	}
 	return n
 }
 
+// reusable reports whether the table may be cleared and kept: false once
+// its arenas are close to running out of chunk indexes.
+func (t *table) reusable() bool {
+	if ss := t.shards.Load(); ss != nil {
+		for _, sh := range ss.s {
+			sh.mu.Lock()
+			next := sh.aw.nextIndex
+			sh.mu.Unlock()
+			if next > maxChunkIndex/2 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // clear empties a table that left every view and is not pinned, keeping its
-// shards and slot arrays for reuse. It leaves the table sealed.
+// shards and slot arrays for reuse (arena chunks go to the garbage
+// collector). It leaves the table sealed.
 func (t *table) clear() {
 	ss := t.lockAll()
 	t.sealLocked(ss)
 	t.rdel.Store(nil)
+	t.ord.Store(nil)
 	t.gen = 0
 	if ss != nil {
 		for _, sh := range ss.s {
-			if arr := sh.slots.Load(); arr != nil {
-				for i := range arr.s {
-					arr.s[i].n.Store(nil)
+			if arr := sh.arr.Load(); arr != nil {
+				for i := range arr.ctrl {
+					atomic.StoreUint64(&arr.ctrl[i], 0)
 				}
-				for i := range arr.filter {
-					atomic.StoreUint64(&arr.filter[i], 0)
-				}
+				arr.n.Store(0)
 			}
-			for l := range maxLevel {
-				sh.head.next(l).Store(nil)
-			}
-			sh.used = 0
+			sh.resetArena()
 			sh.keys.Store(0)
 			// A reused slot array is not charged again: the pool's
 			// capacity is bounded by Options.PoolBytes instead.

@@ -12,7 +12,7 @@ const (
 
 // tablePool keeps released KV tables, cleared, for later generations, so
 // steady write/flush cycles reuse grown slot arrays instead of growing fresh
-// ones. Tables are grouped by size class (log2 of the bytes they keep) with a
+// ones (arena chunks are not kept: see chunkDir). Tables are grouped by size class (log2 of the bytes they keep) with a
 // bounded depth per class, and the total is bounded by limit bytes: a burst's
 // big tables are dropped, not pinned forever. A miss allocates; a full class
 // frees.
@@ -58,7 +58,7 @@ func (p *tablePool) get(want int64) *table {
 // kept. A table still pinned is never kept (the garbage collector frees it
 // once its readers are done).
 func (p *tablePool) put(t *table) bool {
-	if p.limit <= 0 || t.pins.Load() != 0 {
+	if p.limit <= 0 || t.pins.Load() != 0 || !t.reusable() {
 		return false
 	}
 	cb := t.capacityBytes()

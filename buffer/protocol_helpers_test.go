@@ -847,18 +847,29 @@ func showSpan(s span) string {
 // kvTableEntries lists a table's range tombstones and its points in key
 // order, as the flush writes them.
 func kvTableEntries(t *table) (ranges, points []string) {
-	for _, s := range t.rdel.Load().list() {
+	sp := t.rdel.Load()
+	for _, s := range sp.list() {
 		ranges = append(ranges, showSpan(s))
 	}
-	var m merger
-	m.addTable(t, 0)
-	for m.first(); m.valid(); m.next() {
-		nd := m.top()
-		k := nd.key()
-		if v, del := rec(nd.val.Load()); del {
+	x, ents := t.sortedKeys()
+	for _, e := range ents {
+		k := x.key(e.ref)
+		sw, sh := x.words(e.ref)
+		v, ok := t.versionAt(sh, &sw, ^uint64(0))
+		switch {
+		case !ok:
+			points = append(points, "(no version) "+k)
+		case sp.hides(k, v.seq, ^uint64(0)):
+			points = append(points, "(range deleted) "+k)
+		case v.del:
 			points = append(points, "delete "+k)
-		} else {
-			points = append(points, "put "+k+"="+string(v))
+		default:
+			var b [inlineBytes]byte
+			val := v.ext
+			if v.inline {
+				val = inlineValue(&b, &sw, &v)
+			}
+			points = append(points, "put "+k+"="+string(val))
 		}
 	}
 	return ranges, points
