@@ -347,9 +347,9 @@ func inlineValue(b *[inlineBytes]byte, sw *slotWords, v *version) []byte {
 
 // Outcomes of a probe of one table.
 const (
-	probeAbsent = iota // the table knows nothing of the key: ask older ones
-	probeValue         // a value
-	probeDeleted       // a tombstone or a range tombstone
+	probeAbsent  = iota // the table knows nothing of the key: ask older ones
+	probeValue          // a value
+	probeDeleted        // a tombstone or a range tombstone
 )
 
 // probeResult is what a table knows of a key at a visible sequence number.
