@@ -225,7 +225,7 @@ func (kv *KV) DeleteAt(seq uint64, key []byte) error {
 // replaced it if Drop sealed it meanwhile.
 func (kv *KV) write(seq uint64, key, value []byte, del bool) error {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	pk := makeProbeKey(k, hashKey(k, kv.seed))
+	pk := makeProbeKey(k, kv.seed)
 	for spins := 0; ; spins++ {
 		ok, added := kv.view.Load().active.set(&pk, value, del, seq)
 		if ok {
@@ -357,38 +357,34 @@ func (kv *KV) newActive() *table {
 	return t
 }
 
-// find probes the view's tables for pk, newest first, at visible sequence
-// number vis.
-func (v *kvView) find(pk *probeKey, vis uint64) probeResult {
-	if r := v.active.get(pk, vis); r.kind != probeAbsent {
-		return r
+// getAppend probes the view's tables for k (hash h, slot word kw), newest
+// first, at visible sequence number vis, appending a found value to dst.
+func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uint8) {
+	dst, kind := v.active.getAppend(dst, k, h, kw, vis)
+	for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
+		dst, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
 	}
-	for _, t := range v.sealed {
-		if r := t.get(pk, vis); r.kind != probeAbsent {
-			return r
-		}
-	}
-	return probeResult{}
+	return dst, kind
 }
 
-// lookup returns what the pending tables know of key, re-validated against
-// recycling.
-func (kv *KV) lookup(key []byte) probeResult {
+// lookup returns what the pending tables know of key (a found value
+// appended to dst), re-validated against recycling.
+func (kv *KV) lookup(dst, key []byte) ([]byte, uint8) {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	pk := makeProbeKey(k, hashKey(k, kv.seed))
+	h, kw := keyHash(k, kv.seed)
 	for spins := 0; ; spins++ {
 		// The visible number first: every change numbered at or below
 		// it was stored before it was published, so it is in the
 		// tables of any view loaded after (or in the store, if its
 		// table was released).
-		vis := kv.seq.Visible()
+		vis := kv.seq.visible.Load()
 		v := kv.view.Load()
-		r := v.find(&pk, vis)
+		out, kind := v.getAppend(dst, k, h, kw, vis)
 		// A table of v may have been released and cleared while we
 		// probed it: only if the view is unchanged did the probe precede
 		// every clear (a release publishes the new view first).
 		if kv.view.Load() == v {
-			return r
+			return out, kind
 		}
 		if invariants.Enabled {
 			invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
@@ -410,21 +406,36 @@ func (kv *KV) Get(key []byte) ([]byte, error) {
 // GetAppend is Get appending the value to dst: with enough capacity in dst it
 // does not allocate. On error it returns dst unchanged.
 func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
-	if err := kv.checkKey(key); err != nil {
-		return dst, err
+	if len(key) == 0 || len(key) > kv.opt.maxKey {
+		return dst, kv.checkKey(key)
 	}
-	r := kv.lookup(key)
-	switch r.kind {
-	case probeValue:
-		var b [inlineBytes]byte
-		return append(dst, r.value(&b)...), nil
-	case probeDeleted:
-		return dst, storage.ErrNotFound
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	h, kw := keyHash(k, kv.seed)
+	for spins := 0; ; spins++ {
+		// As lookup.
+		vis := kv.seq.visible.Load()
+		v := kv.view.Load()
+		out, kind := v.active.getAppend(dst, k, h, kw, vis)
+		for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
+			out, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
+		}
+		if kv.view.Load() != v {
+			if invariants.Enabled {
+				invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
+			}
+			continue
+		}
+		switch kind {
+		case probeValue:
+			return out, nil
+		case probeDeleted:
+			return dst, storage.ErrNotFound
+		}
+		if kv.st == nil {
+			return dst, storage.ErrClosed
+		}
+		return kv.st.GetAppend(dst, kv.ks, key)
 	}
-	if kv.st == nil {
-		return dst, storage.ErrClosed
-	}
-	return kv.st.GetAppend(dst, kv.ks, key)
 }
 
 // manyBatch is the number of keys GetMany resolves per pass: their control
@@ -503,7 +514,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 		part := keys[base:min(base+manyBatch, len(keys))]
 		for i, k := range part {
 			ks := unsafe.String(unsafe.SliceData(k), len(k))
-			pks[i] = makeProbeKey(ks, hashKey(ks, seed))
+			pks[i] = makeProbeKey(ks, seed)
 			rs[i] = probeResult{}
 		}
 		resolveMany(v.active, pks[:len(part)], rs[:len(part)], vis)
@@ -570,7 +581,7 @@ func resolveMany(t *table, pks []probeKey, rs []probeResult, vis uint64) {
 			continue
 		}
 		pk := &pks[i]
-		if arr := ss.s[pk.h>>t.shift].arr.Load(); arr != nil {
+		if arr := ss.s[pk.h>>shardShift&t.smask].arr.Load(); arr != nil {
 			g := pk.h >> 7 & arr.gmask
 			c := atomic.LoadUint64(&arr.ctrl[g])
 			switch m := matchTag(c, tag(pk.h)); {
@@ -595,11 +606,11 @@ func resolveMany(t *table, pks []probeKey, rs []probeResult, vis uint64) {
 		var above uint64
 		switch {
 		case cand[i] == -1:
-		case cand[i] == -2 || !pk.matches(&sws[i], ss.s[pk.h>>t.shift]):
+		case cand[i] == -2 || !pk.matches(&sws[i], ss.s[pk.h>>shardShift&t.smask]):
 			rs[i] = t.get(pk, vis) // a collision or a longer probe: the slow way
 			continue
 		default:
-			if v, ok := t.versionAt(ss.s[pk.h>>t.shift], &sws[i], vis); ok {
+			if v, ok := t.versionAt(ss.s[pk.h>>shardShift&t.smask], &sws[i], vis); ok {
 				rs[i].sw, rs[i].v, above = sws[i], v, v.seq
 				rs[i].kind = probeValue
 				if v.del {

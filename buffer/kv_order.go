@@ -107,8 +107,8 @@ func (x *keyIndex) entry(s, i int) sortEnt {
 	if w0>>modeShift == modeLong {
 		prefix = atomic.LoadUint64(&p[2])
 	} else {
-		n := min(int(w0>>klenShift&lenMask), 8)
-		prefix = bswap(atomic.LoadUint64(&p[1]) & keyMasks[n][0])
+		// A slot key's first word is zero-padded past the key.
+		prefix = bswap(atomic.LoadUint64(&p[1]))
 	}
 	return sortEnt{prefix: prefix, ref: uint64(s)<<entShardShift | uint64(i)}
 }

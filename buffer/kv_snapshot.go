@@ -83,12 +83,11 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 		return dst, storage.ErrClosed
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	pk := makeProbeKey(k, hashKey(k, s.kv.seed))
-	r := s.v.find(&pk, s.vis)
-	switch r.kind {
+	h, kw := keyHash(k, s.kv.seed)
+	out, kind := s.v.getAppend(dst, k, h, kw, s.vis)
+	switch kind {
 	case probeValue:
-		var b [inlineBytes]byte
-		return append(dst, r.value(&b)...), nil
+		return out, nil
 	case probeDeleted:
 		return dst, storage.ErrNotFound
 	}

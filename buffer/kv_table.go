@@ -8,8 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
-	"github.com/zeebo/xxh3"
-)
+	)
 
 // table holds pending KV changes: the active table of a keyspace, or a sealed
 // one waiting to be flushed. Point operations are a probe of a Swiss-style
@@ -50,7 +49,7 @@ type table struct {
 	ord    atomic.Pointer[order]    // cached key order; nil until asked for
 	base   atomic.Uint64            // lowest sequence number the table may hold
 
-	shift   uint8 // 64 - log2(nshards): shard = hash >> shift
+	smask   uint64 // nshards - 1: a key's shard is hash>>shardShift & smask
 	nshards int
 	seed    uint64       // the overlay's hash seed
 	pins    atomic.Int32 // iterators and snapshots reading the table
@@ -101,9 +100,10 @@ type shard struct {
 // the key's control byte, count in n): the keys a cached order does not
 // cover yet are the log's tail.
 type slotArray struct {
-	gmask   uint64   // groups - 1
-	ctrl    []uint64 // one word per group
-	s       []uint64 // slots, 4 words each
+	gmask   uint64         // groups - 1
+	ctrl    []uint64       // one word per group
+	s       []uint64       // slots, 4 words each
+	cp, sp  unsafe.Pointer // &ctrl[0], &s[0]: the read path's unchecked indexing
 	log     []uint32
 	n       atomic.Int64 // log entries (keys)
 	maxKeys int
@@ -141,26 +141,28 @@ const (
 	ctrlMSB     = 0x8080808080808080
 	slotWordsN  = 4
 	longKeyLen  = 40
+	// shardShift: a key's shard is taken from the top 6 bits of its hash
+	// (MaxShards is 64), its preferred slot from the 3 below, its control
+	// byte from the bottom 7 and its group from the bits above those.
+	shardShift = 58
 )
 
 func newTable(nshards int, seed uint64) *table {
-	return &table{nshards: nshards, seed: seed, shift: uint8(64 - bits.TrailingZeros(uint(nshards)))}
+	return &table{nshards: nshards, seed: seed, smask: uint64(nshards - 1)}
 }
-
-// hashKey hashes a key for shard selection and slot probing; seed is the
-// overlay's (random, so that no fixed key set makes probes long).
-func hashKey(k string, seed uint64) uint64 { return xxh3.HashStringSeed(k, seed) }
 
 func newSlotArray(groups int) *slotArray {
 	slots := groups * groupSlots
 	maxKeys := slots * 7 / 8
-	return &slotArray{
+	a := &slotArray{
 		gmask:   uint64(groups - 1),
 		ctrl:    make([]uint64, groups),
 		s:       make([]uint64, slots*slotWordsN),
 		log:     make([]uint32, maxKeys),
 		maxKeys: maxKeys,
 	}
+	a.cp, a.sp = unsafe.Pointer(&a.ctrl[0]), unsafe.Pointer(&a.s[0])
+	return a
 }
 
 // bytes is the memory the array holds.
@@ -191,67 +193,18 @@ func (a *slotArray) load(i int) slotWords {
 	return slotWords{atomic.LoadUint64(&p[0]), atomic.LoadUint64(&p[1]), atomic.LoadUint64(&p[2]), atomic.LoadUint64(&p[3])}
 }
 
-// probeKey is a key prepared for probing: its hash and, for a key short
-// enough to live in a slot, its bytes as the slot's words.
-type probeKey struct {
-	k     string
-	h     uint64
-	small bool
-	w     [3]uint64
-}
-
-func makeProbeKey(k string, h uint64) probeKey {
-	pk := probeKey{k: k, h: h}
-	if len(k) <= inlineBytes {
-		pk.small = true
-		var b [inlineBytes]byte
-		copy(b[:], k)
-		pk.w = [3]uint64{binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])}
-	}
-	return pk
-}
-
-// keyMasks[n] selects the first n bytes of the three inline words.
-var keyMasks = func() (m [inlineBytes + 1][3]uint64) {
-	for n := range m {
-		for w := range 3 {
-			switch b := n - 8*w; {
-			case b >= 8:
-				m[n][w] = ^uint64(0)
-			case b > 0:
-				m[n][w] = 1<<(8*b) - 1
-			}
-		}
-	}
-	return m
-}()
-
-// matches reports whether slot words sw hold pk's key.
-func (pk *probeKey) matches(sw *slotWords, sh *shard) bool {
-	if sw.w0>>modeShift == modeLong {
-		if pk.small || sw.w3 != pk.h || int(sw.w1>>longKeyLen) != len(pk.k) {
-			return false
-		}
-		k, ok := sh.dir.Load().keyBytes(sw.w1&refMask, len(pk.k))
-		return ok && k == pk.k
-	}
-	n := int(sw.w0 >> klenShift & lenMask)
-	if !pk.small || n != len(pk.k) {
-		return false
-	}
-	m := &keyMasks[n]
-	return (sw.w1^pk.w[0])&m[0]|(sw.w2^pk.w[1])&m[1]|(sw.w3^pk.w[2])&m[2] == 0
-}
-
 // find returns the slot of pk's key in a and its words, or -1.
 func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
-	t := tag(pk.h)
+	tg := tag(pk.h)
 	g := pk.h >> 7 & a.gmask
+	ctrl, s := a.ctrl, a.s
 	for step := uint64(1); ; step++ {
-		c := atomic.LoadUint64(&a.ctrl[g])
-		for m := matchTag(c, t); m != 0; m &= m - 1 {
-			i := int(g)*groupSlots + bits.TrailingZeros64(m)/8
-			if sw := a.load(i); pk.matches(&sw, sh) {
+		c := atomic.LoadUint64(&ctrl[g])
+		for m := matchTag(c, tg); m != 0; m &= m - 1 {
+			i := int(g)*groupSlots + bits.TrailingZeros64(m)>>3
+			p := s[i*slotWordsN : i*slotWordsN+slotWordsN : i*slotWordsN+slotWordsN]
+			sw := slotWords{atomic.LoadUint64(&p[0]), atomic.LoadUint64(&p[1]), atomic.LoadUint64(&p[2]), atomic.LoadUint64(&p[3])}
+			if pk.matches(&sw, sh) {
 				return i, sw
 			}
 		}
@@ -262,16 +215,26 @@ func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
 	}
 }
 
-// freeSlot returns an empty slot on h's probe sequence (writers only).
+// freeSlot returns an empty slot on h's probe sequence (writers only): in
+// the first group with one, the empty slot nearest (cyclically) to the
+// key's preferred slot, so that most keys sit in their preferred slot and a
+// read can load that slot speculatively, in parallel with the control word
+// (see prefSlot).
 func (a *slotArray) freeSlot(h uint64) int {
 	g := h >> 7 & a.gmask
+	pref := prefSlot(h)
 	for step := uint64(1); ; step++ {
 		if m := matchEmpty(a.ctrl[g]); m != 0 {
-			return int(g)*groupSlots + bits.TrailingZeros64(m)/8
+			j := bits.TrailingZeros64(bits.RotateLeft64(m, -8*pref)) >> 3
+			return int(g)*groupSlots + (pref+j)&(groupSlots-1)
 		}
 		g = (g + step) & a.gmask
 	}
 }
+
+// prefSlot is the slot of its first group a key with hash h takes if it is
+// empty (bits the shard, group and tag do not use).
+func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 
 // place stores sw in an empty slot of h's probe sequence, logs it and then
 // publishes its control byte. Writers only.
@@ -309,11 +272,11 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) 
 		if seq > vis {
 			return version{}, false
 		}
-		klen, vlen := int(sw.w0>>klenShift&lenMask), int(sw.w0>>vlenShift&lenMask)
-		if klen+vlen > inlineBytes {
+		off, vlen := inlineValueAt(sw.w0)
+		if off+vlen > inlineBytes {
 			return version{}, false
 		}
-		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: klen, n: vlen}, true
+		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: off, n: vlen}, true
 	}
 	d := sh.dir.Load()
 	above := ^uint64(0)
@@ -334,6 +297,12 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) 
 		ref = h & refMask
 	}
 	return version{}, false
+}
+
+// inlineValueAt returns where an inline value starts in the slot's w1..w3
+// bytes (after the key's words) and its length, from the head w0.
+func inlineValueAt(w0 uint64) (off, n int) {
+	return 8 * keyWords(int(w0>>klenShift&lenMask)), int(w0 >> vlenShift & lenMask)
 }
 
 // inlineValue returns the value bytes of an inline version out of the slot
@@ -375,7 +344,7 @@ func (t *table) get(pk *probeKey, vis uint64) probeResult {
 	}
 	var above uint64 // a range tombstone must be newer than this
 	if ss := t.shards.Load(); ss != nil {
-		sh := ss.s[pk.h>>t.shift]
+		sh := ss.s[pk.h>>shardShift&t.smask]
 		if arr := sh.arr.Load(); arr != nil {
 			if i, sw := arr.find(pk, sh); i >= 0 {
 				if v, ok := t.versionAt(sh, &sw, vis); ok {
@@ -394,18 +363,190 @@ func (t *table) get(pk *probeKey, vis uint64) probeResult {
 	return r
 }
 
+// getAppend is get appending a found value to dst: the point read's path.
+// The common case (a key of up to 8 bytes with its value in the slot, in
+// the first group probed, at its first tag match) is written out without
+// bounds checks in a few dozen instructions: a short path lets the
+// processor overlap the cache misses of consecutive reads. Everything else
+// takes getAppendSlow.
+func (t *table) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uint8) {
+	base := t.base.Load()
+	ss := t.shards.Load()
+	if vis < base || ss == nil || len(k) > 8 {
+		return t.getAppendSlow(dst, k, h, vis)
+	}
+	a := ss.s[h>>shardShift&t.smask].arr.Load()
+	if a == nil {
+		return t.getAppendSlow(dst, k, h, vis)
+	}
+	g := h >> 7 & a.gmask // < len(ctrl): the index is checked by construction
+	// Load the key's preferred slot now: its cache miss overlaps the
+	// control word's, and most keys are in it (see freeSlot).
+	spec := atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+	c := atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
+	m := matchTag(c, tag(h))
+	if m == 0 {
+		if matchEmpty(c) == 0 {
+			return t.getAppendSlow(dst, k, h, vis) // on to the next group
+		}
+		if t.rdel.Load() == nil {
+			return dst, probeAbsent
+		}
+		return t.hiddenAppend(dst, len(dst), k, 0, vis, probeAbsent)
+	}
+	p := unsafe.Add(a.sp, (g*groupSlots+uint64(bits.TrailingZeros64(m)>>3))*slotWordsN*8)
+	w0 := atomic.LoadUint64((*uint64)(p)) | spec&0
+	if w0>>modeShift != modeInline || int(w0>>klenShift&lenMask) != len(k) ||
+		atomic.LoadUint64((*uint64)(unsafe.Add(p, 8))) != kw {
+		return t.getAppendSlow(dst, k, h, vis) // another key, or not inline
+	}
+	start, kind := len(dst), uint8(probeAbsent)
+	seq := base + w0&relSeqMask
+	if seq <= vis {
+		kind = probeDeleted
+		if n := int(w0 >> vlenShift & lenMask); w0&inlDel == 0 && n <= 16 {
+			w2 := atomic.LoadUint64((*uint64)(unsafe.Add(p, 16)))
+			w3 := atomic.LoadUint64((*uint64)(unsafe.Add(p, 24)))
+			if cap(dst)-start >= 16 {
+				// Store both words into dst's spare capacity: no copy
+				// call for a value of up to 16 bytes.
+				d := dst[start : start+16]
+				binary.LittleEndian.PutUint64(d, w2)
+				binary.LittleEndian.PutUint64(d[8:], w3)
+				dst = dst[:start+n]
+			} else {
+				var b [16]byte
+				binary.LittleEndian.PutUint64(b[:], w2)
+				binary.LittleEndian.PutUint64(b[8:], w3)
+				dst = append(dst, b[:n]...)
+			}
+			kind = probeValue
+		}
+	} else {
+		seq = 0
+	}
+	if t.rdel.Load() == nil {
+		return dst, kind
+	}
+	return t.hiddenAppend(dst, start, k, seq, vis, kind)
+}
+
+// getAppendSlow is getAppend for every case.
+func (t *table) getAppendSlow(dst []byte, k string, h, vis uint64) ([]byte, uint8) {
+	pk := probeKeyOf(k, h)
+	return t.probeAppend(dst, &pk, vis)
+}
+
+// probeAppend is getAppend with a probe key.
+func (t *table) probeAppend(dst []byte, pk *probeKey, vis uint64) ([]byte, uint8) {
+	base := t.base.Load()
+	if vis < base {
+		return dst, probeAbsent
+	}
+	ss := t.shards.Load()
+	if ss == nil {
+		return t.hiddenAppend(dst, len(dst), pk.k, 0, vis, probeAbsent)
+	}
+	sh := ss.s[pk.h>>shardShift&t.smask]
+	a := sh.arr.Load()
+	if a == nil {
+		return t.hiddenAppend(dst, len(dst), pk.k, 0, vis, probeAbsent)
+	}
+	tg := tag(pk.h)
+	g := pk.h >> 7 & a.gmask
+	for step := uint64(1); ; step++ {
+		c := atomic.LoadUint64(&a.ctrl[g])
+		for m := matchTag(c, tg); m != 0; m &= m - 1 {
+			i := (int(g)*groupSlots + bits.TrailingZeros64(m)>>3) * slotWordsN
+			p := a.s[i : i+slotWordsN : i+slotWordsN]
+			w0 := atomic.LoadUint64(&p[0])
+			if w0>>modeShift == modeInline && pk.nw == 1 {
+				// The common case, a key of up to 8 bytes and its
+				// value in the slot.
+				if int(w0>>klenShift&lenMask) != len(pk.k) || atomic.LoadUint64(&p[1]) != pk.w[0] {
+					continue
+				}
+				seq := base + w0&relSeqMask
+				kind := uint8(probeAbsent)
+				start := len(dst)
+				if seq <= vis {
+					kind = probeDeleted
+					if n := int(w0 >> vlenShift & lenMask); w0&inlDel == 0 && n <= 2*8 {
+						var b [16]byte
+						binary.LittleEndian.PutUint64(b[0:], atomic.LoadUint64(&p[2]))
+						binary.LittleEndian.PutUint64(b[8:], atomic.LoadUint64(&p[3]))
+						dst, kind = append(dst, b[:n]...), probeValue
+					}
+				} else {
+					seq = 0
+				}
+				if t.rdel.Load() == nil {
+					return dst, kind
+				}
+				return t.hiddenAppend(dst, start, pk.k, seq, vis, kind)
+			}
+			sw := slotWords{w0, atomic.LoadUint64(&p[1]), atomic.LoadUint64(&p[2]), atomic.LoadUint64(&p[3])}
+			if !pk.matches(&sw, sh) {
+				continue
+			}
+			return t.slotAppend(dst, sh, &sw, pk, base, vis)
+		}
+		if matchEmpty(c) != 0 || step > a.gmask {
+			return t.hiddenAppend(dst, len(dst), pk.k, 0, vis, probeAbsent)
+		}
+		g = (g + step) & a.gmask
+	}
+}
+
+// slotAppend is getAppend's outcome for the key of slot words sw.
+func (t *table) slotAppend(dst []byte, sh *shard, sw *slotWords, pk *probeKey, base, vis uint64) ([]byte, uint8) {
+	start := len(dst)
+	if sw.w0>>modeShift == modeInline {
+		seq := base + sw.w0&relSeqMask
+		if seq > vis {
+			return t.hiddenAppend(dst, start, pk.k, 0, vis, probeAbsent)
+		}
+		if off, vlen := inlineValueAt(sw.w0); sw.w0&inlDel == 0 && off+vlen <= inlineBytes {
+			var b [inlineBytes]byte
+			binary.LittleEndian.PutUint64(b[0:], sw.w1)
+			binary.LittleEndian.PutUint64(b[8:], sw.w2)
+			binary.LittleEndian.PutUint64(b[16:], sw.w3)
+			return t.hiddenAppend(append(dst, b[off:off+vlen]...), start, pk.k, seq, vis, probeValue)
+		}
+		return t.hiddenAppend(dst, start, pk.k, seq, vis, probeDeleted)
+	}
+	v, ok := t.versionAt(sh, sw, vis)
+	switch {
+	case !ok:
+		return t.hiddenAppend(dst, start, pk.k, 0, vis, probeAbsent)
+	case v.del:
+		return t.hiddenAppend(dst, start, pk.k, v.seq, vis, probeDeleted)
+	}
+	return t.hiddenAppend(append(dst, v.ext...), start, pk.k, v.seq, vis, probeValue)
+}
+
+// hiddenAppend returns the outcome of a point read of t (dst, kind; the
+// value appended from start on) unless a range tombstone of t numbered in
+// (above, vis] covers the key.
+func (t *table) hiddenAppend(dst []byte, start int, k string, above, vis uint64, kind uint8) ([]byte, uint8) {
+	if sp := t.rdel.Load(); sp != nil && sp.hides(k, above, vis) {
+		return dst[:start], probeDeleted
+	}
+	return dst, kind
+}
+
 // shardFor returns the shard for h, allocating the shard set on first use;
 // nil if the table is sealed.
 func (t *table) shardFor(h uint64) *shard {
 	if ss := t.shards.Load(); ss != nil {
-		return ss.s[h>>t.shift]
+		return ss.s[h>>shardShift&t.smask]
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.sealed {
 		return nil
 	}
-	return t.allocShardsLocked().s[h>>t.shift]
+	return t.allocShardsLocked().s[h>>shardShift&t.smask]
 }
 
 func (t *table) allocShardsLocked() *shardSet {
@@ -457,20 +598,19 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 	var sw slotWords
 	klen := len(pk.k)
 	switch {
-	case pk.small && (del || klen+len(v) <= inlineBytes) && seq >= base && seq-base <= relSeqMask:
+	case pk.nw > 0 && (del || 8*pk.nw+len(v) <= inlineBytes) && seq >= base && seq-base <= relSeqMask:
 		var b [inlineBytes]byte
-		copy(b[:], pk.k)
-		copy(b[klen:], v)
+		copy(b[8*pk.nw:], v)
 		sw = slotWords{
 			w0: uint64(klen)<<klenShift | uint64(len(v))<<vlenShift | (seq - base),
-			w1: binary.LittleEndian.Uint64(b[0:]),
-			w2: binary.LittleEndian.Uint64(b[8:]),
-			w3: binary.LittleEndian.Uint64(b[16:]),
+			w1: pk.w[0] | binary.LittleEndian.Uint64(b[0:]),
+			w2: pk.w[1] | binary.LittleEndian.Uint64(b[8:]),
+			w3: pk.w[2] | binary.LittleEndian.Uint64(b[16:]),
 		}
 		if del {
 			sw.w0 |= inlDel
 		}
-	case pk.small:
+	case pk.nw > 0:
 		ref := sh.newRec(v, del, seq, 0)
 		sw = slotWords{w0: modeChain<<modeShift | uint64(klen)<<klenShift | ref, w1: pk.w[0], w2: pk.w[1], w3: pk.w[2]}
 	default:
@@ -495,9 +635,10 @@ func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, ba
 		// above or below it.
 		oseq := base + sw.w0&relSeqMask
 		odel := sw.w0&inlDel != 0
-		klen, vlen := int(sw.w0>>klenShift&lenMask), int(sw.w0>>vlenShift&lenMask)
+		klen := int(sw.w0 >> klenShift & lenMask)
+		off, vlen := inlineValueAt(sw.w0)
 		var b [inlineBytes]byte
-		oval := inlineValue(&b, &sw, &version{off: klen, n: vlen})
+		oval := inlineValue(&b, &sw, &version{off: off, n: vlen})
 		var head uint64
 		if seq >= oseq {
 			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0))

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package buffer
+
+import "time"
+
+// threadCPU is not available: benchmarks report wall time only.
+func threadCPU() (time.Duration, bool) { return 0, false }

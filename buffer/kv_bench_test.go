@@ -1,0 +1,605 @@
+package buffer
+
+import (
+	"encoding/binary"
+	"flag"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// The KV table benchmarks, named after the workloads of doc/workloads.md
+// they isolate: the buffer's overlay alone (no engine, no admission), next
+// to the in-memory structures it competes with, built from the same keys
+// in the same run. Sizes follow W2 at -kvscale=1 (1,000,000 pending
+// changes at uniform keys of [0, 4,194,304), 8-byte big-endian keys,
+// 16-byte values, 10% deletes); doc/design.md ("KV tables") quotes them:
+//
+//	go test ./buffer -run '^$' -bench 'BenchmarkW[238]' -count 5
+//
+// Every row reports ns per operation (a lookup, a put, a scan) and
+// allocations; W2/memory adds live heap bytes per pending entry, and
+// W2/gc-1m the time of one runtime.GC() with the entries pending.
+var kvScale = flag.Float64("kvscale", 1, "KV table benchmark size (1: W2's 1,000,000 pending changes)")
+
+const (
+	w2Space    = 4 << 20
+	w2ValueLen = 16
+	w2Lookups  = 1 << 16
+)
+
+// w2Fixture is W2's pending changes, built once per process.
+type w2Fixture struct {
+	keys  [][]byte // every change's key, in arrival order
+	vals  [][]byte // nil: delete
+	final map[string][]byte
+	hits  [][]byte // keys whose last change is a put
+	tombs [][]byte // keys whose last change is a delete
+	miss  [][]byte // keys without a change
+}
+
+var (
+	w2Once sync.Once
+	w2Fix  *w2Fixture
+)
+
+func w2Key(i uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, i)
+	return k
+}
+
+func w2Data() *w2Fixture {
+	w2Once.Do(func() {
+		n := int(1_000_000 * *kvScale)
+		rng := rand.New(rand.NewPCG(1, 1))
+		f := &w2Fixture{final: map[string][]byte{}}
+		for range n {
+			k := w2Key(rng.Uint64N(w2Space))
+			var v []byte
+			if rng.IntN(10) != 0 {
+				v = make([]byte, w2ValueLen)
+				for j := range v {
+					v[j] = byte(rng.Uint32())
+				}
+			}
+			f.keys = append(f.keys, k)
+			f.vals = append(f.vals, v)
+			f.final[string(k)] = v
+		}
+		for k, v := range f.final {
+			if v != nil {
+				f.hits = append(f.hits, []byte(k))
+			} else {
+				f.tombs = append(f.tombs, []byte(k))
+			}
+		}
+		slices.SortFunc(f.hits, func(a, b []byte) int { return slices.Compare(a, b) })
+		slices.SortFunc(f.tombs, func(a, b []byte) int { return slices.Compare(a, b) })
+		pick := func(from [][]byte) [][]byte {
+			out := make([][]byte, w2Lookups)
+			for i := range out {
+				out[i] = from[rng.IntN(len(from))]
+			}
+			return out
+		}
+		f.hits, f.tombs = pick(f.hits), pick(f.tombs)
+		for len(f.miss) < w2Lookups {
+			if k := w2Key(rng.Uint64N(w2Space)); f.final[string(k)] == nil {
+				if _, ok := f.final[string(k)]; !ok {
+					f.miss = append(f.miss, k)
+				}
+			}
+		}
+		w2Fix = f
+	})
+	return w2Fix
+}
+
+// benchStore returns an empty store for the overlay to fall through to.
+func benchKV(b *testing.B, opts *Options) *KV {
+	b.Helper()
+	r := newKVRig(b, opts)
+	return r.kv
+}
+
+// loadW2 applies the fixture's changes to kv as single writes.
+func loadW2(b *testing.B, kv *KV, f *w2Fixture) {
+	for i, k := range f.keys {
+		var err error
+		if f.vals[i] == nil {
+			err = kv.Delete(k)
+		} else {
+			err = kv.Put(k, f.vals[i])
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// mapW2 builds the map baseline of the fixture (copied keys and values).
+func mapW2(f *w2Fixture) map[string][]byte {
+	m := make(map[string][]byte)
+	for i, k := range f.keys {
+		var v []byte
+		if f.vals[i] != nil {
+			v = append([]byte(nil), f.vals[i]...)
+		}
+		m[string(k)] = v
+	}
+	return m
+}
+
+// getAppendNoSeq is GetAppend without loading the visible sequence number
+// (every change visible): the benchmark's measure of what atomic batch
+// visibility costs a Get. Keep it in step with KV.GetAppend.
+func (kv *KV) getAppendNoSeq(dst, key []byte) ([]byte, bool) {
+	if kv.checkKey(key) != nil {
+		return dst, false
+	}
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	h, kw := keyHash(k, kv.seed)
+	for {
+		v := kv.view.Load()
+		out, kind := v.getAppend(dst, k, h, kw, ^uint64(0))
+		if kv.view.Load() == v {
+			return out, kind == probeValue
+		}
+	}
+}
+
+// perOp reports wall time per operation of a loop of ops operations per
+// b.Loop iteration. Call it after the loop.
+func perOp(b *testing.B, ops int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*ops), "ns/op")
+}
+
+// cpuMeter measures the CPU time of a benchmark's loop on its own thread
+// (the goroutine is locked to it): start it before the loop, stop it after.
+type cpuMeter struct {
+	start time.Duration
+	ok    bool
+}
+
+func startCPU() cpuMeter {
+	runtime.LockOSThread()
+	t, ok := threadCPU()
+	return cpuMeter{t, ok}
+}
+
+// stop reports CPU time per operation as cpu-ns/op, and wall time.
+func (m cpuMeter) stop(b *testing.B, ops int) {
+	t, ok := threadCPU()
+	runtime.UnlockOSThread()
+	if m.ok && ok {
+		b.ReportMetric(float64((t-m.start).Nanoseconds())/float64(b.N*ops), "cpu-ns/op")
+	}
+	perOp(b, ops)
+}
+
+// BenchmarkW2 runs W2's lookups (one op: one Get of a random key of the
+// class), GetMany (64 keys per call, reported per key), the pending-side
+// scan, the memory and GC rows, and the first iterator over 1M pending
+// changes in both designs of the active table's order.
+func BenchmarkW2(b *testing.B) {
+	f := w2Data()
+	kv := benchKV(b, nil)
+	loadW2(b, kv, f)
+	var mu sync.RWMutex
+	m := mapW2(f)
+	get := func(b *testing.B, keys [][]byte, want bool) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 64)
+		cm := startCPU()
+		for b.Loop() {
+			for _, k := range keys {
+				var err error
+				buf, err = kv.GetAppend(buf[:0], k)
+				if (err == nil) != want {
+					b.Fatalf("Get(%x): %v", k, err)
+				}
+			}
+		}
+		cm.stop(b, len(keys))
+	}
+	getNoSeq := func(b *testing.B, keys [][]byte) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 64)
+		cm := startCPU()
+		for b.Loop() {
+			for _, k := range keys {
+				var ok bool
+				if buf, ok = kv.getAppendNoSeq(buf[:0], k); !ok {
+					b.Fatalf("Get(%x) missed", k)
+				}
+			}
+		}
+		cm.stop(b, len(keys))
+	}
+	getMany := func(b *testing.B, keys [][]byte) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 64*w2ValueLen)
+		vals := make([][]byte, 64)
+		cm := startCPU()
+		for b.Loop() {
+			for j := 0; j < len(keys); j += 64 {
+				var err error
+				if buf, err = kv.GetMany(keys[j:j+64], vals, buf[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		cm.stop(b, len(keys))
+	}
+	mapGet := func(b *testing.B, keys [][]byte) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 64)
+		cm := startCPU()
+		for b.Loop() {
+			for _, k := range keys {
+				mu.RLock()
+				v, ok := m[string(k)]
+				if ok && v != nil {
+					buf = append(buf[:0], v...)
+				}
+				mu.RUnlock()
+			}
+		}
+		cm.stop(b, len(keys))
+	}
+	b.Run("get-pending-hit/kvbuf-overlay", func(b *testing.B) { get(b, f.hits, true) })
+	b.Run("get-pending-hit/kvbuf-no-visible-seq", func(b *testing.B) { getNoSeq(b, f.hits) })
+	b.Run("get-pending-hit/kvbuf-getmany", func(b *testing.B) { getMany(b, f.hits) })
+	b.Run("get-pending-hit/rwmutex+map", func(b *testing.B) { mapGet(b, f.hits) })
+	b.Run("get-pending-tombstone/kvbuf-overlay", func(b *testing.B) { get(b, f.tombs, false) })
+	b.Run("get-pending-tombstone/rwmutex+map", func(b *testing.B) { mapGet(b, f.tombs) })
+	b.Run("get-miss-pending-side/kvbuf-overlay", func(b *testing.B) {
+		// The pending side of a miss: the probe of the tables that
+		// sends a key to the store (the store read is left out).
+		b.ReportAllocs()
+		cm := startCPU()
+		for b.Loop() {
+			for _, k := range f.miss {
+				if _, kind := kv.lookup(nil, k); kind != probeAbsent {
+					b.Fatalf("%x found", k)
+				}
+			}
+		}
+		cm.stop(b, len(f.miss))
+	})
+	b.Run("get-miss-pending-side/rwmutex+map", func(b *testing.B) { mapGet(b, f.miss) })
+	b.Run("scan-10k/kvbuf-overlay", func(b *testing.B) {
+		b.ReportAllocs()
+		rng := rand.New(rand.NewPCG(2, 2))
+		for b.Loop() {
+			it, err := kv.NewIter(w2Key(rng.Uint64N(w2Space*9/10)), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for ok := it.First(); ok && n < 10_000; ok = it.Next() {
+				n += int(it.Value()[0]&1) + 1
+			}
+			if err := it.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, p := range []struct {
+		name   string
+		policy orderPolicy
+	}{{"runs", orderRuns}, {"resort", orderResort}} {
+		b.Run("first-iter-1m/kvbuf-"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				kv := benchKV(b, nil)
+				kv.policy = p.policy
+				loadW2(b, kv, f)
+				b.StartTimer()
+				it, err := kv.NewIter(nil, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !it.First() {
+					b.Fatal("empty")
+				}
+				_ = it.Close()
+			}
+		})
+	}
+	b.Run("memory/kvbuf-overlay", func(b *testing.B) {
+		for b.Loop() {
+			before := liveHeap()
+			kv := benchKV(b, nil)
+			loadW2(b, kv, f)
+			after := liveHeap()
+			b.ReportMetric(float64(after-before)/float64(len(f.final)), "heap-B/entry")
+			b.ReportMetric(float64(kv.PendingBytes())/float64(kv.PendingKeys()), "accounted-B/entry")
+			runtime.KeepAlive(kv)
+		}
+	})
+	b.Run("memory/map", func(b *testing.B) {
+		for b.Loop() {
+			before := liveHeap()
+			m := mapW2(f)
+			after := liveHeap()
+			b.ReportMetric(float64(after-before)/float64(len(f.final)), "heap-B/entry")
+			runtime.KeepAlive(m)
+		}
+	})
+	gc := func(b *testing.B) {
+		var d time.Duration
+		for b.Loop() {
+			start := time.Now()
+			runtime.GC()
+			d += time.Since(start)
+		}
+		b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "gc-ns")
+	}
+	b.Run("gc-1m/kvbuf-overlay", func(b *testing.B) {
+		m = nil
+		runtime.GC()
+		gc(b)
+		runtime.KeepAlive(kv)
+	})
+	b.Run("gc-1m/map", func(b *testing.B) {
+		m := mapW2(f)
+		gc(b)
+		runtime.KeepAlive(m)
+	})
+}
+
+// liveHeap returns the live heap after two collections.
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkW2Interleaved: 100 puts, then a scan of 100 keys from a random
+// start, repeated (one op: the puts and the scan), over a table holding
+// 100,000 pending keys, for both designs of the active table's order and a
+// pebble indexed batch receiving the same puts.
+func BenchmarkW2Interleaved(b *testing.B) {
+	const (
+		preload = 100_000
+		puts    = 100
+		scanLen = 100
+	)
+	val := make([]byte, w2ValueLen)
+	type impl struct {
+		put  func(k []byte)
+		scan func(start []byte) int
+	}
+	run := func(b *testing.B, x impl) {
+		b.ReportAllocs()
+		rng := rand.New(rand.NewPCG(3, 3))
+		for range preload {
+			x.put(w2Key(rng.Uint64N(w2Space)))
+		}
+		for b.Loop() {
+			for range puts {
+				x.put(w2Key(rng.Uint64N(w2Space)))
+			}
+			if n := x.scan(w2Key(rng.Uint64N(w2Space * 9 / 10))); n == 0 {
+				b.Fatal("empty scan")
+			}
+		}
+	}
+	for _, p := range []struct {
+		name   string
+		policy orderPolicy
+	}{{"runs", orderRuns}, {"resort", orderResort}} {
+		b.Run("kvbuf-"+p.name, func(b *testing.B) {
+			kv := benchKV(b, nil)
+			kv.policy = p.policy
+			run(b, impl{
+				put: func(k []byte) {
+					if err := kv.Put(k, val); err != nil {
+						b.Fatal(err)
+					}
+				},
+				scan: func(start []byte) int {
+					it, err := kv.NewIter(start, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := 0
+					for ok := it.First(); ok && n < scanLen; ok = it.Next() {
+						n++
+					}
+					_ = it.Close()
+					return n
+				},
+			})
+		})
+	}
+	b.Run("pebble-indexed-batch", func(b *testing.B) {
+		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		ib := db.NewIndexedBatch()
+		defer ib.Close()
+		run(b, impl{
+			put: func(k []byte) {
+				if err := ib.Set(k, val, nil); err != nil {
+					b.Fatal(err)
+				}
+			},
+			scan: func(start []byte) int {
+				it, err := ib.NewIter(&pebble.IterOptions{LowerBound: start})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for ok := it.First(); ok && n < scanLen; ok = it.Next() {
+					n++
+				}
+				_ = it.Close()
+				return n
+			},
+		})
+	})
+}
+
+// BenchmarkW3 runs W3's hit rows in one goroutine (one op: one lookup
+// copying the value out) over n preloaded keys, the overlay against a
+// mutex-guarded map.
+func BenchmarkW3(b *testing.B) {
+	for _, n := range []int{1, 64, 1024} {
+		keys := make([][]byte, n)
+		for i := range keys {
+			keys[i] = w2Key(uint64(i))
+		}
+		name := map[int]string{1: "hit_same_key", 64: "hit_disjoint-64", 1024: "hit_disjoint-1024"}[n]
+		const ops = 1 << 14
+		b.Run(name+"/kvbuf-overlay", func(b *testing.B) {
+			kv := benchKV(b, nil)
+			for _, k := range keys {
+				if err := kv.Put(k, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			buf := make([]byte, 0, 16)
+			cm := startCPU()
+			for b.Loop() {
+				for t := range ops {
+					var err error
+					if buf, err = kv.GetAppend(buf[:0], keys[t%n]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			cm.stop(b, ops)
+		})
+		b.Run(name+"/mutex+map", func(b *testing.B) {
+			var mu sync.Mutex
+			m := map[string][]byte{}
+			for _, k := range keys {
+				m[string(k)] = append([]byte(nil), k...)
+			}
+			b.ReportAllocs()
+			buf := make([]byte, 0, 16)
+			cm := startCPU()
+			for b.Loop() {
+				for t := range ops {
+					mu.Lock()
+					v, ok := m[string(keys[t%n])]
+					if !ok {
+						b.Fatal("missing")
+					}
+					buf = append(buf[:0], v...)
+					mu.Unlock()
+				}
+			}
+			cm.stop(b, ops)
+		})
+	}
+}
+
+// BenchmarkW8 runs W8's batches (one op: one put of a batch of 64, 8-byte
+// keys uniform in [0, 4,194,304), 16-byte values) on the overlay (a
+// sequence range per batch, published at once) and single puts, against a
+// mutex-guarded map[string][]byte of copied keys and values. Every 10,000
+// batches the overlay freezes and releases its table and the map starts
+// over (not timed), as W8's rounds end with a flush.
+func BenchmarkW8(b *testing.B) {
+	const (
+		batch  = 64
+		rounds = 10_000
+	)
+	rng := rand.New(rand.NewPCG(4, 4))
+	keys := make([][]byte, rounds*batch)
+	for i := range keys {
+		keys[i] = w2Key(rng.Uint64N(w2Space))
+	}
+	val := make([]byte, w2ValueLen)
+	for _, hot := range []int{1, 10} {
+		suffix := ""
+		if hot > 1 {
+			suffix = "-hot-keys"
+		}
+		b.Run("batch-64-puts"+suffix+"/kvbuf-overlay", func(b *testing.B) {
+			r := newKVRig(b, nil)
+			b.ReportAllocs()
+			i, g := 0, uint64(0)
+			cm := startCPU()
+			for b.Loop() {
+				if i == len(keys) {
+					b.StopTimer()
+					g++
+					r.kv.Freeze(g).Release()
+					i = 0
+					b.StartTimer()
+				}
+				seqs := r.kv.Seq().Reserve(batch)
+				for j := range batch {
+					if err := r.kv.PutAt(seqs.Next(), keys[(i+j)%(len(keys)/hot)], val); err != nil {
+						b.Fatal(err)
+					}
+				}
+				seqs.Publish()
+				i += batch
+			}
+			cm.stop(b, batch)
+		})
+		b.Run("batch-64-puts"+suffix+"/kvbuf-single-puts", func(b *testing.B) {
+			r := newKVRig(b, nil)
+			b.ReportAllocs()
+			i, g := 0, uint64(0)
+			cm := startCPU()
+			for b.Loop() {
+				if i == len(keys) {
+					b.StopTimer()
+					g++
+					r.kv.Freeze(g).Release()
+					i = 0
+					b.StartTimer()
+				}
+				for j := range batch {
+					if err := r.kv.Put(keys[(i+j)%(len(keys)/hot)], val); err != nil {
+						b.Fatal(err)
+					}
+				}
+				i += batch
+			}
+			cm.stop(b, batch)
+		})
+		b.Run("batch-64-puts"+suffix+"/mutex+map", func(b *testing.B) {
+			var mu sync.Mutex
+			m := map[string][]byte{}
+			b.ReportAllocs()
+			i := 0
+			cm := startCPU()
+			for b.Loop() {
+				if i == len(keys) {
+					b.StopTimer()
+					m = map[string][]byte{}
+					i = 0
+					b.StartTimer()
+				}
+				mu.Lock()
+				for j := range batch {
+					m[string(keys[(i+j)%(len(keys)/hot)])] = append([]byte(nil), val...)
+				}
+				mu.Unlock()
+				i += batch
+			}
+			cm.stop(b, batch)
+		})
+	}
+}

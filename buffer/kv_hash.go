@@ -1,0 +1,135 @@
+package buffer
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// hashKey hashes a key for shard selection, group selection and the
+// control byte (see makeProbeKey).
+func hashKey(k string, seed uint64) uint64 {
+	pk := makeProbeKey(k, seed)
+	return pk.h
+}
+
+// wyhash's default secret.
+const (
+	wyp0 = 0xa0761d6478bd642f
+	wyp1 = 0xe7037ed1a0b428db
+)
+
+// probeKey is a key prepared for probing: its hash and, for a key short
+// enough to live in a slot, its bytes as the slot holds them (nw words,
+// the last zero-padded).
+type probeKey struct {
+	k  string
+	h  uint64
+	nw int // slot words of the key; 0 if it is longer than inlineBytes
+	w  [3]uint64
+}
+
+// makeProbeKey hashes k and, if it fits in a slot, loads its words. seed is
+// the overlay's (random, so that no fixed key set makes probes long). A key
+// of up to 16 bytes, the common case, is hashed from the two (overlapping)
+// words its bytes are loaded as anyway, mixed by two 64x64->128-bit
+// multiplies (the structure of wyhash's short-input path): a few
+// instructions where xxh3's general entry point costs several times that.
+// Longer keys take xxh3.
+func makeProbeKey(k string, seed uint64) probeKey {
+	h, _ := keyHash(k, seed)
+	return probeKeyOf(k, h)
+}
+
+// keyHash returns k's hash and, for a key of up to 8 bytes, its slot word
+// (the point read's fast path compares it with the slot's; it passes both
+// in registers). Inlined for an 8-byte key.
+func keyHash(k string, seed uint64) (h, w uint64) {
+	if len(k) == 8 {
+		a := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(k), 8))
+		hi, lo := bits.Mul64(a^wyp1, a^seed)
+		hi, lo = bits.Mul64(lo^wyp0^8, hi^wyp1)
+		return hi ^ lo, a
+	}
+	pk := makeProbeKeySlow(k, seed)
+	return pk.h, pk.w[0]
+}
+
+// probeKeyOf returns the probe key of k with hash h.
+func probeKeyOf(k string, h uint64) probeKey {
+	pk := makeProbeKeySlow(k, 0)
+	pk.h = h
+	return pk
+}
+
+func makeProbeKeySlow(k string, seed uint64) probeKey {
+	pk := probeKey{k: k}
+	n := len(k)
+	p := unsafe.Slice(unsafe.StringData(k), n)
+	var a, b uint64
+	switch {
+	case n == 8:
+		a = binary.LittleEndian.Uint64(p)
+		b = a
+		pk.nw, pk.w[0] = 1, a
+	case n > 16:
+		pk.h = xxh3.HashStringSeed(k, seed)
+		if n <= inlineBytes {
+			pk.nw = 3
+			pk.w[0] = binary.LittleEndian.Uint64(p)
+			pk.w[1] = binary.LittleEndian.Uint64(p[8:])
+			// The last 8 bytes, shifted down to the partial word.
+			pk.w[2] = binary.LittleEndian.Uint64(p[n-8:]) >> (8 * (inlineBytes - n))
+		}
+		return pk
+	case n > 8:
+		a, b = binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[n-8:])
+		pk.nw, pk.w[0], pk.w[1] = 2, a, b>>(8*(16-n))
+	case n >= 4:
+		a, b = uint64(binary.LittleEndian.Uint32(p)), uint64(binary.LittleEndian.Uint32(p[n-4:]))
+		// Bytes 0-3 and n-4..n-1 (overlapping for n < 8).
+		pk.nw, pk.w[0] = 1, a|b<<(8*(n-4))
+	case n > 0:
+		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
+		var w [8]byte
+		copy(w[:], p)
+		pk.nw, pk.w[0] = 1, binary.LittleEndian.Uint64(w[:])
+	default:
+		pk.nw = 1
+	}
+	hi, lo := bits.Mul64(a^wyp1, b^seed)
+	hi, lo = bits.Mul64(lo^wyp0^uint64(n), hi^wyp1)
+	pk.h = hi ^ lo
+	return pk
+}
+
+// keyWords is the number of slot words a key of n <= inlineBytes bytes
+// takes; an inline value starts after them.
+func keyWords(n int) int { return (n + 7) >> 3 }
+
+// matches reports whether slot words sw hold pk's key.
+func (pk *probeKey) matches(sw *slotWords, sh *shard) bool {
+	if sw.w0>>modeShift == modeLong {
+		return pk.nw == 0 && pk.longMatches(sw, sh)
+	}
+	if int(sw.w0>>klenShift&lenMask) != len(pk.k) {
+		return false
+	}
+	switch pk.nw {
+	case 1:
+		return sw.w1 == pk.w[0]
+	case 2:
+		return sw.w1 == pk.w[0] && sw.w2 == pk.w[1]
+	}
+	return sw.w1 == pk.w[0] && sw.w2 == pk.w[1] && sw.w3 == pk.w[2]
+}
+
+func (pk *probeKey) longMatches(sw *slotWords, sh *shard) bool {
+	if sw.w3 != pk.h || int(sw.w1>>longKeyLen) != len(pk.k) {
+		return false
+	}
+	k, ok := sh.dir.Load().keyBytes(sw.w1&refMask, len(pk.k))
+	return ok && k == pk.k
+}
