@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/kvbuf/kvbuf/buffer"
 )
 
 // Batch collects changes to any keyspaces and bitslices of one engine, to be
@@ -198,35 +200,57 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	// same keys is ordered wholly before or after this one.
 	seqs := db.acct.Seq().Reserve(b.kvOps())
 	defer seqs.Publish()
-	for i := range b.ops {
+	var scratch [64]buffer.Change
+	for i := 0; i < len(b.ops); {
 		o := &b.ops[i]
+		if o.k != nil {
+			// A run of changes to one keyspace goes to its overlay at
+			// once (grouped by shard there).
+			j := i
+			changes := scratch[:0]
+			for ; j < len(b.ops) && b.ops[j].k == o.k; j++ {
+				changes = append(changes, b.change(&b.ops[j]))
+			}
+			err := o.k.ov.ApplyAt(seqs.Take(j-i), changes)
+			if err != nil && !errors.Is(err, ErrDropped) {
+				// Every change was validated above: this is a bug,
+				// not bad input, and the batch is half applied.
+				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
+			}
+			i = j
+			continue
+		}
 		var err error
 		switch o.kind {
-		case opPut:
-			err = o.k.ov.PutAt(seqs.Next(), b.view(o.a0, o.a1), b.view(o.b0, o.b1))
-		case opDelete:
-			err = o.k.ov.DeleteAt(seqs.Next(), b.view(o.a0, o.a1))
-		case opDeleteRange:
-			var lo, hi []byte
-			if o.a0 >= 0 {
-				lo = b.view(o.a0, o.a1)
-			}
-			if o.b0 >= 0 {
-				hi = b.view(o.b0, o.b1)
-			}
-			err = o.k.ov.DeleteRangeAt(seqs.Next(), lo, hi)
 		case opSet:
 			err = o.b.ov.Set(o.lo, o.v)
 		case opSetRange:
 			err = o.b.ov.SetRange(o.lo, o.hi, o.v)
 		}
 		if err != nil && !errors.Is(err, ErrDropped) {
-			// Every change was validated above: this is a bug, not bad
-			// input, and the batch is half applied.
 			panic(fmt.Sprintf("kvbuf: batch change %d failed after validation: %v", i, err))
 		}
+		i++
 	}
 	return nil
+}
+
+// change returns the overlay's form of KV change o.
+func (b *Batch) change(o *batchOp) buffer.Change {
+	switch o.kind {
+	case opPut:
+		return buffer.Change{Kind: buffer.ChangePut, Key: b.view(o.a0, o.a1), Value: b.view(o.b0, o.b1)}
+	case opDelete:
+		return buffer.Change{Kind: buffer.ChangeDelete, Key: b.view(o.a0, o.a1)}
+	}
+	c := buffer.Change{Kind: buffer.ChangeDeleteRange}
+	if o.a0 >= 0 {
+		c.Key = b.view(o.a0, o.a1)
+	}
+	if o.b0 >= 0 {
+		c.Value = b.view(o.b0, o.b1)
+	}
+	return c
 }
 
 // kvOps returns the number of KV changes in the batch.

@@ -95,6 +95,10 @@ type KV struct {
 	// the pool for the next active table. Written by Release, read by
 	// whoever makes an active table (Freeze, Snapshot).
 	lastCap atomic.Int64
+	// lastKeys is the number of keys of the last active table frozen: a
+	// fresh active table (none in the pool) starts with slot arrays for
+	// half as many (under vmu).
+	lastKeys int64
 }
 
 // kvView is immutable once published.
@@ -219,6 +223,137 @@ func (kv *KV) DeleteAt(seq uint64, key []byte) error {
 		return err
 	}
 	return kv.write(seq, key, nil, true)
+}
+
+// ChangeKind is the kind of a Change.
+type ChangeKind uint8
+
+// The kinds of Change.
+const (
+	ChangePut         ChangeKind = iota // Key = Value
+	ChangeDelete                        // a tombstone for Key
+	ChangeDeleteRange                   // a range tombstone over [Key, Value) (nil: open)
+)
+
+// Change is one change of a batch, for KV.ApplyAt.
+type Change struct {
+	Kind ChangeKind
+	// Key is the key, or a range delete's lower bound (nil: open).
+	Key []byte
+	// Value is the value, or a range delete's upper bound (nil: open).
+	Value []byte
+}
+
+// applyChunk is the number of changes ApplyAt prepares at once.
+const applyChunk = 64
+
+// ApplyAt applies cs as the changes numbered first, first+1, ... of a batch
+// (the numbers come from a SeqRange of kv.Seq() not yet published; see
+// SeqRange.Take): as PutAt, DeleteAt and DeleteRangeAt would, but grouped
+// by shard, each shard locked once for all of its changes, so that the
+// cache misses of a shard's new keys overlap instead of each waiting for
+// the last (a mutex is a memory fence). The order of the changes does not
+// matter: each carries its number. Errors: those of the At methods for the
+// first bad change (checked before any is applied), ErrDropped (the
+// changes not yet applied are dropped, as if the batch had come before
+// Drop).
+func (kv *KV) ApplyAt(first uint64, cs []Change) error {
+	for i := range cs {
+		c := &cs[i]
+		var err error
+		switch c.Kind {
+		case ChangePut:
+			err = kv.CheckPut(c.Key, c.Value)
+		case ChangeDelete:
+			err = kv.checkKey(c.Key)
+		case ChangeDeleteRange:
+			err = CheckRange(c.Key, c.Value)
+		default:
+			err = fmt.Errorf("change kind %d: %w", c.Kind, ErrBadRange)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	var (
+		pks   [applyChunk]probeKey
+		order [applyChunk]uint8
+		count [MaxShards + 1]uint8
+	)
+	for base := 0; base < len(cs); base += applyChunk {
+		part := cs[base:min(base+applyChunk, len(cs))]
+		// Count sort of the chunk's point changes by shard.
+		clear(count[:])
+		smask := uint64(kv.opt.shards - 1)
+		for i := range part {
+			if part[i].Kind == ChangeDeleteRange {
+				if err := kv.deleteRange(first+uint64(base+i), part[i].Key, part[i].Value); err != nil {
+					return err
+				}
+				continue
+			}
+			k := part[i].Key
+			pks[i] = makeProbeKey(unsafe.String(unsafe.SliceData(k), len(k)), kv.seed)
+			count[pks[i].h>>shardShift&smask+1]++
+		}
+		for s := 1; s <= kv.opt.shards; s++ {
+			count[s] += count[s-1]
+		}
+		var n uint8
+		for i := range part {
+			if part[i].Kind != ChangeDeleteRange {
+				s := pks[i].h >> shardShift & smask
+				order[count[s]] = uint8(i)
+				count[s]++
+				n++
+			}
+		}
+		for j := 0; j < int(n); {
+			// order[j:e] is one shard's changes.
+			s := pks[order[j]].h >> shardShift & smask
+			e := j + 1
+			for e < int(n) && pks[order[e]].h>>shardShift&smask == s {
+				e++
+			}
+			if err := kv.writeShard(first+uint64(base), part, pks[:], order[j:e]); err != nil {
+				return err
+			}
+			j = e
+		}
+	}
+	return nil
+}
+
+// writeShard stores the changes part[i] (probe keys pks[i]) for i in idx,
+// all of one shard, numbered first+i, under one lock of the shard.
+func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint8) error {
+	for spins := 0; ; spins++ {
+		t := kv.view.Load().active
+		sh := t.shardFor(pks[idx[0]].h)
+		if sh != nil {
+			sh.mu.Lock()
+			if !sh.sealed {
+				before := sh.bytes.Load()
+				for _, i := range idx {
+					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i))
+				}
+				added := sh.bytes.Load() - before
+				sh.mu.Unlock()
+				kv.acct.add(added)
+				return nil
+			}
+			sh.mu.Unlock()
+		}
+		if kv.dropped.Load() {
+			return ErrDropped
+		}
+		if invariants.Enabled {
+			invariants.Check(spins < 1<<20, "buffer: write spun %d times on a sealed table", spins)
+		}
+		if spins > 16 {
+			runtime.Gosched()
+		}
+	}
 }
 
 // write stores change seq in the active table, retrying on the table that
@@ -353,6 +488,7 @@ func (kv *KV) newActive() *table {
 		return t
 	}
 	t := newTable(kv.opt.shards, kv.seed)
+	t.groups = groupsFor(int(kv.lastKeys / 2 / int64(kv.opt.shards)))
 	t.sealed = true
 	return t
 }
@@ -656,6 +792,7 @@ func (kv *KV) Freeze(g uint64) *KVGen {
 		a.seal()
 		a.gen = g
 		frozen = append(frozen, a)
+		kv.lastKeys = a.keyCount()
 		kv.replaceActive(v)
 	}
 	if len(frozen) == 0 {

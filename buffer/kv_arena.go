@@ -178,8 +178,9 @@ func (sh *shard) newRec(v []byte, del bool, seq, prev uint64) uint64 {
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(&w[2])), len(v)), v)
 		}
 	}
-	atomic.StoreUint64(&w[1], seq)
-	atomic.StoreUint64(&w[0], h)
+	// Arena words are never reused: the store that publishes the
+	// reference (a slot head, a prev link) orders these.
+	w[1], w[0] = seq, h
 	return ref
 }
 

@@ -9,10 +9,9 @@ import (
 )
 
 // hashKey hashes a key for shard selection, group selection and the
-// control byte (see makeProbeKey).
+// control byte (see keyHash).
 func hashKey(k string, seed uint64) uint64 {
-	pk := makeProbeKey(k, seed)
-	return pk.h
+	return hashBytes(unsafe.Slice(unsafe.StringData(k), len(k)), seed)
 }
 
 // wyhash's default secret.
@@ -20,6 +19,50 @@ const (
 	wyp0 = 0xa0761d6478bd642f
 	wyp1 = 0xe7037ed1a0b428db
 )
+
+// hashBytes hashes a key. seed is the overlay's (random, so that no fixed
+// key set makes probes long). A key of up to 16 bytes, the common case, is
+// read as two (overlapping) words mixed by two 64x64->128-bit multiplies
+// (the structure of wyhash's short-input path): a few instructions where
+// xxh3's general entry point costs several times that. Longer keys take
+// xxh3.
+func hashBytes(p []byte, seed uint64) uint64 {
+	n := len(p)
+	var a, b uint64
+	switch {
+	case n > 16:
+		return xxh3.HashSeed(p, seed)
+	case n >= 8:
+		a, b = binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[n-8:])
+	case n >= 4:
+		a, b = uint64(binary.LittleEndian.Uint32(p)), uint64(binary.LittleEndian.Uint32(p[n-4:]))
+	case n > 0:
+		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
+	}
+	return mixWords(a, b, n, seed)
+}
+
+func mixWords(a, b uint64, n int, seed uint64) uint64 {
+	hi, lo := bits.Mul64(a^wyp1, b^seed)
+	hi, lo = bits.Mul64(lo^wyp0^uint64(n), hi^wyp1)
+	return hi ^ lo
+}
+
+// keyHash returns k's hash and, for a key of up to 8 bytes, its slot word
+// (the point read's fast path compares it with the slot's; it passes both
+// in registers). Inlined for an 8-byte key.
+func keyHash(k string, seed uint64) (h, w uint64) {
+	if len(k) == 8 {
+		a := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(k), 8))
+		return mixWords(a, a, 8, seed), a
+	}
+	return keyHashSlow(k, seed)
+}
+
+func keyHashSlow(k string, seed uint64) (h, w uint64) {
+	pk := probeKeyOf(k, 0)
+	return hashKey(k, seed), pk.w[0]
+}
 
 // probeKey is a key prepared for probing: its hash and, for a key short
 // enough to live in a slot, its bytes as the slot holds them (nw words,
@@ -31,77 +74,36 @@ type probeKey struct {
 	w  [3]uint64
 }
 
-// makeProbeKey hashes k and, if it fits in a slot, loads its words. seed is
-// the overlay's (random, so that no fixed key set makes probes long). A key
-// of up to 16 bytes, the common case, is hashed from the two (overlapping)
-// words its bytes are loaded as anyway, mixed by two 64x64->128-bit
-// multiplies (the structure of wyhash's short-input path): a few
-// instructions where xxh3's general entry point costs several times that.
-// Longer keys take xxh3.
 func makeProbeKey(k string, seed uint64) probeKey {
-	h, _ := keyHash(k, seed)
-	return probeKeyOf(k, h)
-}
-
-// keyHash returns k's hash and, for a key of up to 8 bytes, its slot word
-// (the point read's fast path compares it with the slot's; it passes both
-// in registers). Inlined for an 8-byte key.
-func keyHash(k string, seed uint64) (h, w uint64) {
-	if len(k) == 8 {
-		a := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(k), 8))
-		hi, lo := bits.Mul64(a^wyp1, a^seed)
-		hi, lo = bits.Mul64(lo^wyp0^8, hi^wyp1)
-		return hi ^ lo, a
-	}
-	pk := makeProbeKeySlow(k, seed)
-	return pk.h, pk.w[0]
+	return probeKeyOf(k, hashKey(k, seed))
 }
 
 // probeKeyOf returns the probe key of k with hash h.
 func probeKeyOf(k string, h uint64) probeKey {
-	pk := makeProbeKeySlow(k, 0)
-	pk.h = h
-	return pk
-}
-
-func makeProbeKeySlow(k string, seed uint64) probeKey {
-	pk := probeKey{k: k}
+	pk := probeKey{k: k, h: h}
 	n := len(k)
-	p := unsafe.Slice(unsafe.StringData(k), n)
-	var a, b uint64
-	switch {
-	case n == 8:
-		a = binary.LittleEndian.Uint64(p)
-		b = a
-		pk.nw, pk.w[0] = 1, a
-	case n > 16:
-		pk.h = xxh3.HashStringSeed(k, seed)
-		if n <= inlineBytes {
-			pk.nw = 3
-			pk.w[0] = binary.LittleEndian.Uint64(p)
-			pk.w[1] = binary.LittleEndian.Uint64(p[8:])
-			// The last 8 bytes, shifted down to the partial word.
-			pk.w[2] = binary.LittleEndian.Uint64(p[n-8:]) >> (8 * (inlineBytes - n))
-		}
+	if n > inlineBytes {
 		return pk
-	case n > 8:
-		a, b = binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[n-8:])
-		pk.nw, pk.w[0], pk.w[1] = 2, a, b>>(8*(16-n))
-	case n >= 4:
-		a, b = uint64(binary.LittleEndian.Uint32(p)), uint64(binary.LittleEndian.Uint32(p[n-4:]))
-		// Bytes 0-3 and n-4..n-1 (overlapping for n < 8).
-		pk.nw, pk.w[0] = 1, a|b<<(8*(n-4))
+	}
+	p := unsafe.Slice(unsafe.StringData(k), n)
+	pk.nw = keyWords(n)
+	switch {
+	case n >= 8:
+		pk.w[0] = binary.LittleEndian.Uint64(p)
+		if n >= 16 {
+			pk.w[1] = binary.LittleEndian.Uint64(p[8:])
+		}
+		if n == inlineBytes {
+			pk.w[2] = binary.LittleEndian.Uint64(p[16:])
+		} else if r := n & 7; r != 0 {
+			// The last 8 bytes, shifted down to the partial word.
+			pk.w[n>>3] = binary.LittleEndian.Uint64(p[n-8:]) >> (8 * (8 - r))
+		}
 	case n > 0:
-		a = uint64(p[0])<<16 | uint64(p[n>>1])<<8 | uint64(p[n-1])
 		var w [8]byte
 		copy(w[:], p)
-		pk.nw, pk.w[0] = 1, binary.LittleEndian.Uint64(w[:])
-	default:
-		pk.nw = 1
+		pk.w[0] = binary.LittleEndian.Uint64(w[:])
 	}
-	hi, lo := bits.Mul64(a^wyp1, b^seed)
-	hi, lo = bits.Mul64(lo^wyp0^uint64(n), hi^wyp1)
-	pk.h = hi ^ lo
 	return pk
 }
 

@@ -150,7 +150,7 @@ func (o *order) tail() []sortEnt {
 		if a == nil {
 			continue
 		}
-		for j := o.cover[s]; j < a.n.Load(); j++ {
+		for j, n := o.cover[s], a.lockedCount(o.shards[s]); j < n; j++ {
 			out = append(out, o.entry(s, int(a.log[j])))
 		}
 	}
@@ -269,7 +269,7 @@ func (t *table) fullOrder(ss *shardSet) *order {
 		if a == nil {
 			continue
 		}
-		n := a.n.Load()
+		n := a.lockedCount(sh)
 		o.cover[s] = n
 		for _, i := range a.log[:n] {
 			ents = append(ents, o.entry(s, int(i)))

@@ -75,9 +75,18 @@ func (r *SeqRange) Next() uint64 {
 	if invariants.Enabled {
 		invariants.Check(s >= r.first && s <= r.last, "buffer: sequence number %d outside the reserved [%d, %d]", s, r.first, r.last)
 	}
-	if s < r.last {
-		r.next++
+	r.next++
+	return s
+}
+
+// Take returns the first of the next n sequence numbers of the range (for
+// KV.ApplyAt).
+func (r *SeqRange) Take(n int) uint64 {
+	s := r.next
+	if invariants.Enabled {
+		invariants.Check(n >= 1 && s+uint64(n)-1 <= r.last, "buffer: %d sequence numbers taken from %d in [%d, %d]", n, s, r.first, r.last)
 	}
+	r.next += uint64(n)
 	return s
 }
 

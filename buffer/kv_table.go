@@ -8,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
-	)
+)
 
 // table holds pending KV changes: the active table of a keyspace, or a sealed
 // one waiting to be flushed. Point operations are a probe of a Swiss-style
@@ -53,6 +53,10 @@ type table struct {
 	nshards int
 	seed    uint64       // the overlay's hash seed
 	pins    atomic.Int32 // iterators and snapshots reading the table
+	// groups is the size of a shard's first slot array (set before the
+	// table is published: a table that follows a large one starts large
+	// instead of growing a dozen times).
+	groups int
 
 	mu     sync.Mutex // guards lazy shard allocation, sealed, rdel changes
 	sealed bool
@@ -76,7 +80,6 @@ type shard struct {
 	mu     sync.Mutex
 	sealed bool // under mu
 	aw     arenaWriter
-	keys   atomic.Int64
 	bytes  atomic.Int64 // slot array, arena chunks
 }
 
@@ -105,8 +108,21 @@ type slotArray struct {
 	s       []uint64       // slots, 4 words each
 	cp, sp  unsafe.Pointer // &ctrl[0], &s[0]: the read path's unchecked indexing
 	log     []uint32
-	n       atomic.Int64 // log entries (keys)
+	n       uint64 // log entries (keys): stored under the shard mutex, read under it or atomically
 	maxKeys int
+}
+
+// count returns the number of keys of a (racy unless under the shard
+// mutex: PendingKeys, Freeze's emptiness check with writers excluded).
+func (a *slotArray) count() int64 { return int64(atomic.LoadUint64(&a.n)) }
+
+// lockedCount returns the number of keys of a, with every log entry they
+// have visible to the caller (it takes the shard mutex).
+func (a *slotArray) lockedCount(sh *shard) int64 {
+	sh.mu.Lock()
+	n := a.n
+	sh.mu.Unlock()
+	return int64(n)
 }
 
 // Slot words. w0, the head, is the only word that changes after the slot is
@@ -148,7 +164,17 @@ const (
 )
 
 func newTable(nshards int, seed uint64) *table {
-	return &table{nshards: nshards, seed: seed, smask: uint64(nshards - 1)}
+	return &table{nshards: nshards, seed: seed, smask: uint64(nshards - 1), groups: minGroups}
+}
+
+// groupsFor returns the slot array size (in groups, a power of two) that
+// holds n keys at most 7/8 full.
+func groupsFor(n int) int {
+	g := minGroups
+	for g*groupSlots*7/8 < n {
+		g *= 2
+	}
+	return g
 }
 
 func newSlotArray(groups int) *slotArray {
@@ -241,16 +267,14 @@ func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
-	atomic.StoreUint64(&p[1], sw.w1)
-	atomic.StoreUint64(&p[2], sw.w2)
-	atomic.StoreUint64(&p[3], sw.w3)
-	atomic.StoreUint64(&p[0], sw.w0)
-	n := a.n.Load()
-	a.log[n] = uint32(i)
-	a.n.Store(n + 1)
+	storeUnpublished(&p[0], sw.w0)
+	storeUnpublished(&p[1], sw.w1)
+	storeUnpublished(&p[2], sw.w2)
+	storeUnpublished(&p[3], sw.w3)
+	a.log[a.n] = uint32(i)
+	storeUnpublished(&a.n, a.n+1)
 	g := i / groupSlots
-	c := a.ctrl[g] | tag(h)<<(8*(i%groupSlots))
-	atomic.StoreUint64(&a.ctrl[g], c)
+	storeUnpublished(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
 }
 
 // version is one resolved change of a key.
@@ -587,7 +611,7 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 	}
 	arr := sh.arr.Load()
 	if arr == nil {
-		arr = newSlotArray(minGroups)
+		arr = newSlotArray(t.groups)
 		sh.arr.Store(arr)
 		sh.bytes.Add(arr.bytes())
 	}
@@ -619,11 +643,10 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 		ref := sh.newRec(v, del, seq, 0)
 		sw = slotWords{w0: modeLong<<modeShift | ref, w1: kref | uint64(klen)<<longKeyLen, w2: keyPrefix(pk.k), w3: pk.h}
 	}
-	if int(arr.n.Load()) >= arr.maxKeys {
+	if int(arr.n) >= arr.maxKeys {
 		arr = sh.grow(t, arr)
 	}
 	arr.place(pk.h, sw)
-	sh.keys.Add(1)
 }
 
 // overwrite adds change seq to the key of slot p (words sw). A change with a
@@ -706,16 +729,11 @@ func (t *table) slotHash(sw *slotWords, sh *shard) uint64 {
 	if sw.w0>>modeShift == modeLong {
 		return sw.w3
 	}
-	return hashKey(slotKey(sw), t.seed)
-}
-
-// slotKey returns a copy of the key held in sw's inline words.
-func slotKey(sw *slotWords) string {
 	var b [inlineBytes]byte
 	binary.LittleEndian.PutUint64(b[0:], sw.w1)
 	binary.LittleEndian.PutUint64(b[8:], sw.w2)
 	binary.LittleEndian.PutUint64(b[16:], sw.w3)
-	return string(b[:sw.w0>>klenShift&lenMask])
+	return hashBytes(b[:sw.w0>>klenShift&lenMask], t.seed)
 }
 
 // keyCount returns the number of keys (points) in the table.
@@ -726,7 +744,9 @@ func (t *table) keyCount() int64 {
 	}
 	var n int64
 	for _, sh := range ss.s {
-		n += sh.keys.Load()
+		if a := sh.arr.Load(); a != nil {
+			n += a.count()
+		}
 	}
 	return n
 }
@@ -843,13 +863,16 @@ func (t *table) clear() {
 	if ss != nil {
 		for _, sh := range ss.s {
 			if arr := sh.arr.Load(); arr != nil {
-				for i := range arr.ctrl {
-					atomic.StoreUint64(&arr.ctrl[i], 0)
-				}
-				arr.n.Store(0)
+				// Zeroed slots as well as control words: a reader
+				// seeing a new key's control byte before its slot
+				// words (see storeUnpublished) then sees zeroes,
+				// never the words of a key of the table's previous
+				// life.
+				clearWords(arr.ctrl)
+				clearWords(arr.s)
+				storeUnpublished(&arr.n, 0)
 			}
 			sh.resetArena()
-			sh.keys.Store(0)
 			// A reused slot array is not charged again: the pool's
 			// capacity is bounded by Options.PoolBytes instead.
 			sh.bytes.Store(0)
