@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -641,29 +642,34 @@ func checkMany(keys, vals [][]byte, check func([]byte) error) error {
 
 // getMany is GetMany over view v at visible number vis and the reader st.
 func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, vis uint64, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
-	var (
-		pks [manyBatch]probeKey
-		rs  [manyBatch]probeResult
-		ib  [inlineBytes]byte
-	)
+	var m manyState
 	for base := 0; base < len(keys); base += manyBatch {
 		part := keys[base:min(base+manyBatch, len(keys))]
+		m.n = len(part)
 		for i, k := range part {
-			ks := unsafe.String(unsafe.SliceData(k), len(k))
-			pks[i] = makeProbeKey(ks, seed)
-			rs[i] = probeResult{}
+			m.hs[i], m.kws[i] = keyHash(unsafe.String(unsafe.SliceData(k), len(k)), seed)
+			m.res[i] = manyRes{}
 		}
-		resolveMany(v.active, pks[:len(part)], rs[:len(part)], vis)
+		m.resolve(v.active, part, vis)
 		for _, t := range v.sealed {
-			resolveMany(t, pks[:len(part)], rs[:len(part)], vis)
+			m.resolve(t, part, vis)
 		}
 		for i, k := range part {
 			j := base + i
 			vals[j] = nil
-			switch rs[i].kind {
+			r := &m.res[i]
+			switch r.kind {
 			case probeValue:
 				start := len(buf)
-				buf = append(buf, rs[i].value(&ib)...)
+				if r.inline {
+					var b [inlineBytes]byte
+					binary.LittleEndian.PutUint64(b[0:], r.w[0])
+					binary.LittleEndian.PutUint64(b[8:], r.w[1])
+					binary.LittleEndian.PutUint64(b[16:], r.w[2])
+					buf = append(buf, b[r.off:r.off+r.n]...)
+				} else {
+					buf = append(buf, r.ext...)
+				}
 				vals[j] = present(buf[start:len(buf):len(buf)])
 			case probeDeleted:
 			default:
@@ -694,68 +700,127 @@ func present(v []byte) []byte {
 	return v
 }
 
-// resolveMany probes t for the keys not yet resolved (rs[i].kind ==
-// probeAbsent). It loads the first control word of every key first, the
-// slot of every first tag match second, and resolves each key third, so
-// that independent cache misses overlap.
-func resolveMany(t *table, pks []probeKey, rs []probeResult, vis uint64) {
-	if vis < t.base.Load() {
+// manyState is GetMany's state for one pass of up to manyBatch keys.
+type manyState struct {
+	n   int
+	hs  [manyBatch]uint64 // hashes
+	kws [manyBatch]uint64 // slot words of keys of up to 8 bytes
+	res [manyBatch]manyRes
+	// per pass over one table:
+	ctrl [manyBatch]uint64
+	slot [manyBatch]unsafe.Pointer // the slot of the first tag match
+	mode [manyBatch]uint8
+}
+
+// manyRes is what GetMany found for one key so far.
+type manyRes struct {
+	kind   uint8
+	inline bool      // the value is bytes [off, off+n) of the slot words w
+	off, n int       //
+	w      [3]uint64 //
+	ext    []byte    // the value, when not inline
+}
+
+// Per-key outcomes of resolve's first two loops.
+const (
+	manySkip = iota // resolved already, or the table cannot hold it
+	manyAbsent      // not among the table's points
+	manySlow        // left to the general path
+	manyCand        // m.slot holds a candidate
+)
+
+// resolve probes t for the keys not yet resolved. It loads the first
+// control word of every key (and its preferred slot) first, the slot of
+// every first tag match second, and resolves each key third, so that the
+// cache misses of independent keys overlap. The common case (a key of up
+// to 8 bytes with its value in its slot) is decided in those loops; the
+// rest takes the point read's general path.
+func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
+	base := t.base.Load()
+	if vis < base {
 		return
 	}
-	// cand[i]: the slot of key i's first tag match, -1 if its first group
-	// has none but an empty slot (the key is not in the table), -2 if the
-	// slow path must decide.
-	var (
-		cand [manyBatch]int
-		arrs [manyBatch]*slotArray
-		sws  [manyBatch]slotWords
-	)
 	ss := t.shards.Load()
-	for i := range pks {
-		cand[i] = -1
-		if rs[i].kind != probeAbsent || ss == nil {
+	for i := 0; i < m.n; i++ {
+		m.mode[i] = manySkip
+		if m.res[i].kind != probeAbsent {
 			continue
 		}
-		pk := &pks[i]
-		if arr := ss.s[pk.h>>shardShift&t.smask].arr.Load(); arr != nil {
-			g := pk.h >> 7 & arr.gmask
-			c := atomic.LoadUint64(&arr.ctrl[g])
-			switch m := matchTag(c, tag(pk.h)); {
-			case m != 0:
-				cand[i], arrs[i] = int(g)*groupSlots+bits.TrailingZeros64(m)/8, arr
-			case matchEmpty(c) == 0:
-				cand[i] = -2
-			}
+		m.mode[i] = manyAbsent
+		if ss == nil {
+			continue
+		}
+		h := m.hs[i]
+		a := ss.s[h>>shardShift&t.smask].arr.Load()
+		if a == nil {
+			continue
+		}
+		if len(keys[i]) > 8 {
+			m.mode[i] = manySlow
+			continue
+		}
+		g := h >> 7 & a.gmask
+		// The preferred slot's load only brings its line in.
+		spec := atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+		c := atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8))) | spec&0
+		switch mt := matchTag(c, tag(h)); {
+		case mt != 0:
+			m.mode[i] = manyCand
+			m.slot[i] = unsafe.Add(a.sp, (g*groupSlots+uint64(bits.TrailingZeros64(mt)>>3))*slotWordsN*8)
+		case matchEmpty(c) == 0:
+			m.mode[i] = manySlow
 		}
 	}
-	for i := range pks {
-		if cand[i] >= 0 {
-			sws[i] = arrs[i].load(cand[i])
+	for i := 0; i < m.n; i++ {
+		if m.mode[i] != manyCand {
+			continue
+		}
+		p := m.slot[i]
+		w0 := atomic.LoadUint64((*uint64)(p))
+		if w0>>modeShift != modeInline || int(w0>>klenShift&lenMask) != len(keys[i]) ||
+			atomic.LoadUint64((*uint64)(unsafe.Add(p, 8))) != m.kws[i] {
+			m.mode[i] = manySlow
+			continue
+		}
+		r := &m.res[i]
+		if seq := base + w0&relSeqMask; seq <= vis {
+			r.kind = probeDeleted
+			if n := int(w0 >> vlenShift & lenMask); w0&inlDel == 0 && n <= 16 {
+				r.kind, r.inline, r.off, r.n = probeValue, true, 8, n
+				r.w[1] = atomic.LoadUint64((*uint64)(unsafe.Add(p, 16)))
+				r.w[2] = atomic.LoadUint64((*uint64)(unsafe.Add(p, 24)))
+			}
+			m.ctrl[i] = seq // the number a range tombstone must exceed
+		} else {
+			m.mode[i] = manyAbsent
 		}
 	}
 	sp := t.rdel.Load()
-	for i := range pks {
-		if rs[i].kind != probeAbsent {
-			continue
-		}
-		pk := &pks[i]
+	for i := 0; i < m.n; i++ {
+		k := unsafe.String(unsafe.SliceData(keys[i]), len(keys[i]))
 		var above uint64
-		switch {
-		case cand[i] == -1:
-		case cand[i] == -2 || !pk.matches(&sws[i], ss.s[pk.h>>shardShift&t.smask]):
-			rs[i] = t.get(pk, vis) // a collision or a longer probe: the slow way
+		switch m.mode[i] {
+		case manySkip:
 			continue
-		default:
-			if v, ok := t.versionAt(ss.s[pk.h>>shardShift&t.smask], &sws[i], vis); ok {
-				rs[i].sw, rs[i].v, above = sws[i], v, v.seq
-				rs[i].kind = probeValue
-				if v.del {
-					rs[i].kind = probeDeleted
+		case manySlow:
+			pk := probeKeyOf(k, m.hs[i])
+			pr := t.get(&pk, vis)
+			r := &m.res[i]
+			r.kind = pr.kind
+			if pr.kind == probeValue {
+				if pr.v.inline {
+					r.inline, r.off, r.n = true, pr.v.off, pr.v.n
+					r.w = [3]uint64{pr.sw.w1, pr.sw.w2, pr.sw.w3}
+				} else {
+					r.ext = pr.v.ext
 				}
 			}
+			continue
+		case manyCand:
+			above = m.ctrl[i]
 		}
-		if sp != nil && sp.hides(pk.k, above, vis) {
-			rs[i].kind = probeDeleted
+		if sp != nil && sp.hides(k, above, vis) {
+			m.res[i] = manyRes{kind: probeDeleted}
 		}
 	}
 }
