@@ -108,7 +108,11 @@ func TestKVTableModel(t *testing.T) {
 			if round%3 == 2 {
 				r.kv.policy = orderResort
 			}
-			seqModelRun(t, rng, r, 400)
+			steps := 400
+			if raceEnabled {
+				steps = 150
+			}
+			seqModelRun(t, rng, r, steps)
 		})
 	}
 }

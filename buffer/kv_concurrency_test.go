@@ -1,0 +1,362 @@
+package buffer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The publication orders of the KV table (see kv_table.go, kv_order.go,
+// kv_seq.go), each raced by readers at GOMAXPROCS well above the core
+// count: a slot array growing under lock-free readers, an order being
+// sorted and extended under iterators, a batch's changes applied under
+// readers that must see all of them or none.
+
+// TestKVReadersRacingGrowth: a writer puts keys 0, 1, 2, ... into a table
+// of one shard (so that its slot array grows every few thousand keys) and
+// records each key once Put returned; readers Get keys already recorded,
+// and GetMany runs of them, and must find every one with its value: a
+// reader that loaded the old array must find every key it held, one that
+// loaded the new array every key copied into it. A flush every 50ms starts
+// a new table (recycled: pooling is on) that grows again.
+func TestKVReadersRacingGrowth(t *testing.T) {
+	raceProcs(t, 16)
+	r := newKVRig(t, &Options{Shards: 1})
+	key := func(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte("g"), i) }
+	var done atomic.Uint64 // keys [0, done) are written
+	var failure atomic.Pointer[string]
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failure.CompareAndSwap(nil, &msg)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads, growths atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := time.Now()
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.put(string(key(i)), string(key(i)))
+			done.Store(i + 1)
+			if time.Since(last) > 50*time.Millisecond {
+				r.flush()
+				last = time.Now()
+			}
+			if i&(i-1) == 0 {
+				growths.Add(1)
+			}
+		}
+	}()
+	for p := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := make([][]byte, 16)
+			vals := make([][]byte, 16)
+			for n := uint64(p); ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := done.Load()
+				if d == 0 {
+					runtime.Gosched()
+					continue
+				}
+				// The newest keys: the ones a grown array moved last.
+				i := d - 1 - n%min(d, 4096)
+				got, err := r.kv.Get(key(i))
+				if err != nil || !bytes.Equal(got, key(i)) {
+					fail("Get(key %d) = %x, %v after %d keys written", i, got, err, d)
+					return
+				}
+				for j := range keys {
+					keys[j] = key((i + uint64(j)*97) % d)
+				}
+				if _, err := r.kv.GetMany(keys, vals, nil); err != nil {
+					fail("GetMany: %v", err)
+					return
+				}
+				for j := range keys {
+					if !bytes.Equal(vals[j], keys[j]) {
+						fail("GetMany: key %x = %x after %d keys written", keys[j], vals[j], d)
+						return
+					}
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	want := uint64(100_000)
+	if raceEnabled {
+		want = 20_000
+	}
+	runFor(raceDuration, func() bool { return done.Load() > want })
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+	t.Logf("%d keys written, %d reads", done.Load(), reads.Load())
+}
+
+// TestKVIteratorsRacingSort: goroutines open iterators at once over tables
+// nobody sorted yet, a sealed one (frozen, not yet written) and the active
+// one, which a writer keeps adding keys to (so that iterators sort its
+// tail and extend its cached order while others read it). Every scan must
+// be strictly increasing and hold every key written before NewIter.
+func TestKVIteratorsRacingSort(t *testing.T) {
+	raceProcs(t, 16)
+	for round := range 3 {
+		r := newKVRig(t, &Options{Shards: 1 << round})
+		key := func(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte("s"), i*2654435761%(1<<40)) }
+		sealed, more := uint64(20_000), uint64(100_000)
+		if raceEnabled {
+			sealed, more = 4_000, 10_000
+		}
+		for i := range sealed {
+			r.put(string(key(i)), "x")
+		}
+		if !r.freeze() {
+			t.Fatal("nothing frozen")
+		}
+		var done atomic.Uint64
+		done.Store(sealed)
+		var failure atomic.Pointer[string]
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var scans atomic.Int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := sealed; i < sealed+more; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r.put(string(key(i)), "y")
+				done.Store(i + 1)
+			}
+		}()
+		start := make(chan struct{})
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					want := done.Load()
+					it, err := r.kv.NewIter(nil, nil)
+					if err != nil {
+						panic(err)
+					}
+					var prev []byte
+					n := uint64(0)
+					for ok := it.First(); ok; ok = it.Next() {
+						if prev != nil && bytes.Compare(prev, it.Key()) >= 0 {
+							msg := fmt.Sprintf("scan out of order: %x after %x", it.Key(), prev)
+							failure.CompareAndSwap(nil, &msg)
+						}
+						prev = append(prev[:0], it.Key()...)
+						n++
+					}
+					it.Close()
+					if n < want {
+						msg := fmt.Sprintf("scan found %d keys, %d were written before NewIter", n, want)
+						failure.CompareAndSwap(nil, &msg)
+					}
+					if failure.Load() != nil {
+						return
+					}
+					scans.Add(1)
+				}
+			}()
+		}
+		close(start)
+		runFor(raceDuration, func() bool { return scans.Load() >= 30 })
+		close(stop)
+		wg.Wait()
+		if msg := failure.Load(); msg != nil {
+			t.Fatalf("round %d: %s", round, *msg)
+		}
+		t.Logf("round %d: %d scans, %d keys", round, scans.Load(), done.Load())
+		r.flush()
+	}
+}
+
+// TestKVBatchesAtomic is TestBatchesNeverPartlyVisible of the engine on the
+// overlay alone: writers apply batches (one sequence range each, through
+// ApplyAt) that set a.w and b.w to the batch number and add a key f.w.n;
+// readers check GetMany(a.w, b.w) equal, a scan's a.w == b.w == number of
+// f.w keys, and the shared keys' batches: writers also write all of the
+// 16 keys s.* with one value, and every reader state holds one value in
+// all of them. A flush loop runs and iterators pin old tables.
+func TestKVBatchesAtomic(t *testing.T) {
+	raceProcs(t, 16)
+	r := newKVRig(t, &Options{Shards: 4})
+	const writers = 3
+	shared := make([][]byte, 16)
+	for i := range shared {
+		shared[i] = fmt.Appendf(nil, "s.%02d", i)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failure atomic.Pointer[string]
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failure.CompareAndSwap(nil, &msg)
+	}
+	var flushes, reads, scans atomic.Int64
+	wg.Add(1)
+	go kvFlushLoop(r, stop, &wg, &flushes)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v := []byte(fmt.Sprint(n))
+				sv := fmt.Appendf(nil, "%d.%d", w, n)
+				cs := []Change{
+					{Kind: ChangePut, Key: fmt.Appendf(nil, "a.%d", w), Value: v},
+					{Kind: ChangePut, Key: fmt.Appendf(nil, "f.%d.%09d", w, n), Value: v},
+					{Kind: ChangePut, Key: fmt.Appendf(nil, "b.%d", w), Value: v},
+				}
+				for _, k := range shared {
+					cs = append(cs, Change{Kind: ChangePut, Key: k, Value: sv})
+				}
+				r.bar.RLock()
+				seqs := r.kv.Seq().Reserve(len(cs))
+				// Half the batches go key by key, half at once.
+				var err error
+				if n%2 == 0 {
+					err = r.kv.ApplyAt(seqs.Take(len(cs)), cs)
+				} else {
+					for _, c := range cs {
+						if err == nil {
+							err = r.kv.PutAt(seqs.Next(), c.Key, c.Value)
+						}
+					}
+				}
+				seqs.Publish()
+				r.bar.RUnlock()
+				if err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vals := make([][]byte, len(shared))
+			for n := p; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if n%8 == 0 {
+					if err := checkAtomicScan(r.kv, writers, len(shared)); err != nil {
+						fail("%v", err)
+						return
+					}
+					scans.Add(1)
+					continue
+				}
+				w := n % writers
+				if _, err := r.kv.GetMany([][]byte{fmt.Appendf(nil, "a.%d", w), fmt.Appendf(nil, "b.%d", w)}, vals, nil); err != nil {
+					fail("GetMany: %v", err)
+					return
+				}
+				if !bytes.Equal(vals[0], vals[1]) {
+					fail("GetMany(a.%d, b.%d) = %q, %q", w, w, vals[0], vals[1])
+					return
+				}
+				if _, err := r.kv.GetMany(shared, vals, nil); err != nil {
+					fail("GetMany: %v", err)
+					return
+				}
+				for i := range vals {
+					if !bytes.Equal(vals[i], vals[0]) {
+						fail("GetMany of the shared keys: %s = %q, %s = %q", shared[i], vals[i], shared[0], vals[0])
+						return
+					}
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	runFor(raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 10 })
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+	t.Logf("%d flushes, %d reads, %d scans", flushes.Load(), reads.Load(), scans.Load())
+}
+
+// checkAtomicScan scans kv and checks TestKVBatchesAtomic's invariants.
+func checkAtomicScan(kv *KV, writers, shared int) error {
+	it, err := kv.NewIter(nil, nil)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	a, b, f := make([]string, writers), make([]string, writers), make([]int, writers)
+	var sv []string
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := string(it.Key()), string(it.Value())
+		var w, n int
+		switch k[0] {
+		case 'a':
+			fmt.Sscanf(k, "a.%d", &w)
+			a[w] = v
+		case 'b':
+			fmt.Sscanf(k, "b.%d", &w)
+			b[w] = v
+		case 'f':
+			fmt.Sscanf(k, "f.%d.%d", &w, &n)
+			f[w]++
+		case 's':
+			sv = append(sv, v)
+		}
+	}
+	for w := range writers {
+		if a[w] != b[w] || a[w] != fmt.Sprint(f[w]) && !(a[w] == "" && f[w] == 0) {
+			return fmt.Errorf("scan: writer %d: a = %q, b = %q, %d fresh keys", w, a[w], b[w], f[w])
+		}
+	}
+	if len(sv) != 0 && len(sv) != shared {
+		return fmt.Errorf("scan: %d of the %d shared keys", len(sv), shared)
+	}
+	for _, v := range sv {
+		if v != sv[0] {
+			return fmt.Errorf("scan: shared keys hold %q and %q", sv[0], v)
+		}
+	}
+	return it.Error()
+}
