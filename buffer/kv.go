@@ -723,10 +723,10 @@ type manyRes struct {
 
 // Per-key outcomes of resolve's first two loops.
 const (
-	manySkip = iota // resolved already, or the table cannot hold it
-	manyAbsent      // not among the table's points
-	manySlow        // left to the general path
-	manyCand        // m.slot holds a candidate
+	manySkip   = iota // resolved already, or the table cannot hold it
+	manyAbsent        // not among the table's points
+	manySlow          // left to the general path
+	manyCand          // m.slot holds a candidate
 )
 
 // resolve probes t for the keys not yet resolved. It loads the first
