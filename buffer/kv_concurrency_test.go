@@ -3,12 +3,15 @@ package buffer
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvbuf/kvbuf/storage"
 )
 
 // The publication orders of the KV table (see kv_table.go, kv_order.go,
@@ -112,36 +115,31 @@ func TestKVReadersRacingGrowth(t *testing.T) {
 	t.Logf("%d keys written, %d reads", done.Load(), reads.Load())
 }
 
-// TestKVIteratorsRacingSort: goroutines open iterators at once over tables
-// nobody sorted yet, a sealed one (frozen, not yet written) and the active
-// one, which a writer keeps adding keys to (so that iterators sort its
-// tail and extend its cached order while others read it). Every scan must
-// be strictly increasing and hold every key written before NewIter.
+// TestKVIteratorsRacingSort: goroutines keep opening iterators while a
+// writer adds keys and, every few thousand, freezes the active table: each
+// frozen table is sorted by whichever iterator (or flush) gets to it first
+// while other iterators want it, and the active table's cached order is
+// extended, or rebuilt after a growth, under iterators reading it. Every
+// scan must be strictly increasing and hold every key written before
+// NewIter.
 func TestKVIteratorsRacingSort(t *testing.T) {
 	raceProcs(t, 16)
 	for round := range 3 {
 		r := newKVRig(t, &Options{Shards: 1 << round})
 		key := func(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte("s"), i*2654435761%(1<<40)) }
-		sealed, more := uint64(20_000), uint64(100_000)
+		total, every := uint64(150_000), uint64(15_000)
 		if raceEnabled {
-			sealed, more = 4_000, 10_000
-		}
-		for i := range sealed {
-			r.put(string(key(i)), "x")
-		}
-		if !r.freeze() {
-			t.Fatal("nothing frozen")
+			total, every = 12_000, 1_200
 		}
 		var done atomic.Uint64
-		done.Store(sealed)
 		var failure atomic.Pointer[string]
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		var scans atomic.Int64
+		var scans, frozen atomic.Int64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := sealed; i < sealed+more; i++ {
+			for i := uint64(0); i < total; i++ {
 				select {
 				case <-stop:
 					return
@@ -149,19 +147,27 @@ func TestKVIteratorsRacingSort(t *testing.T) {
 				}
 				r.put(string(key(i)), "y")
 				done.Store(i + 1)
+				if (i+1)%every == 0 && r.freeze() {
+					frozen.Add(1)
+					if len(r.queue) > 4 {
+						r.write(false)
+						r.release()
+					}
+				}
 			}
 		}()
-		start := make(chan struct{})
-		for range 8 {
+		for p := range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				<-start
-				for {
+				for n := 0; ; n++ {
 					select {
 					case <-stop:
 						return
 					default:
+					}
+					if (n+p)%3 == 0 {
+						runtime.Gosched()
 					}
 					want := done.Load()
 					it, err := r.kv.NewIter(nil, nil)
@@ -190,14 +196,13 @@ func TestKVIteratorsRacingSort(t *testing.T) {
 				}
 			}()
 		}
-		close(start)
-		runFor(raceDuration, func() bool { return scans.Load() >= 30 })
+		runFor(raceDuration, func() bool { return done.Load() == total || failure.Load() != nil })
 		close(stop)
 		wg.Wait()
 		if msg := failure.Load(); msg != nil {
 			t.Fatalf("round %d: %s", round, *msg)
 		}
-		t.Logf("round %d: %d scans, %d keys", round, scans.Load(), done.Load())
+		t.Logf("round %d: %d scans, %d keys, %d tables frozen", round, scans.Load(), done.Load(), frozen.Load())
 		r.flush()
 	}
 }
@@ -360,3 +365,124 @@ func checkAtomicScan(kv *KV, writers, shared int) error {
 	}
 	return it.Error()
 }
+
+// TestKVReadersRacingRecycle is the setting of the earlier design's stale
+// reads: a released table recycled (cleared, pooled) under a reader while
+// an older released one stays intact (pinned), so that a read that probes
+// the cleared table and goes on believes the older one. The writer makes
+// rounds of eight generations: the first and the second set every key (to
+// the generation number), the others a filler key; it writes and releases
+// a round's eight generations together, oldest first, with the first
+// pinned by an iterator it opened when that generation was the active
+// table. The second is then the first one the pool takes and clears while
+// the first stays intact. Readers Get and GetMany the keys and require
+// each key's value never to go back (a read probes the newer tables of the
+// round first, so it spends time between loading the view and reaching the
+// second).
+func TestKVReadersRacingRecycle(t *testing.T) {
+	raceProcs(t, 32)
+	r := newKVRig(t, &Options{Shards: 2})
+	const nkeys = 4
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "r%d", i)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failure atomic.Pointer[string]
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failure.CompareAndSwap(nil, &msg)
+	}
+	var releases, reads atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var pin *Iter
+		for g := 0; ; g++ {
+			select {
+			case <-stop:
+				if pin != nil {
+					pin.Close()
+				}
+				return
+			default:
+			}
+			switch g % 8 {
+			case 0:
+				// The first generation of a round: pin its table.
+				if pin != nil {
+					pin.Close()
+				}
+				var err error
+				if pin, err = r.kv.NewIter(nil, nil); err != nil {
+					panic(err)
+				}
+				fallthrough
+			case 1:
+				for _, k := range keys {
+					r.put(string(k), fmt.Sprintf("%09d", g))
+				}
+			default:
+				r.put(fmt.Sprintf("filler%d", g%64), "x")
+			}
+			r.freeze()
+			if g%8 == 7 {
+				for len(r.queue) > 0 {
+					r.write(false)
+					r.release()
+					releases.Add(1)
+				}
+			}
+		}
+	}()
+	for range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last [nkeys]string
+			vals := make([][]byte, nkeys)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if n%4 == 0 {
+					if _, err := r.kv.GetMany(keys, vals, nil); err != nil {
+						fail("GetMany: %v", err)
+						return
+					}
+					for i, v := range vals {
+						if string(v) < last[i] {
+							fail("GetMany: key %d = %q after %q", i, v, last[i])
+							return
+						}
+						last[i] = string(v)
+					}
+					continue
+				}
+				i := n % nkeys
+				v, err := r.kv.Get(keys[i])
+				if err != nil && !errors.Is(err, storage.ErrNotFound) {
+					fail("Get: %v", err)
+					return
+				}
+				if string(v) < last[i] {
+					fail("Get(key %d) = %q after %q: a stale read", i, v, last[i])
+					return
+				}
+				last[i] = string(v)
+				reads.Add(1)
+			}
+		}()
+	}
+	runFor(2*raceDuration, func() bool { return releases.Load() >= 300 })
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+	t.Logf("%d releases, %d reads", releases.Load(), reads.Load())
+}
+
