@@ -485,4 +485,3 @@ func TestKVReadersRacingRecycle(t *testing.T) {
 	}
 	t.Logf("%d releases, %d reads", releases.Load(), reads.Load())
 }
-
