@@ -27,11 +27,12 @@ import (
 //   - The watermark is a receipt for whole ops only if the host finishes op
 //     n before it starts op n+1, or writes each op as one Batch. Writes that
 //     break that order get ErrStaleOp rather than a watermark that lies.
-//   - A reader concurrent with a Batch may see part of it; a Snapshot never
-//     does.
-//   - Scans (KV.NewIter) are not snapshots: the store side is fixed when the
-//     iterator is created, pending changes are read live. Use a Snapshot for
-//     a point-in-time scan.
+//   - A Batch's bit changes are applied one by one: a reader of a bitslice
+//     concurrent with the batch may see part of them, before or after the
+//     batch's KV changes (which every reader sees all or none of); a
+//     Snapshot never sees part of a batch.
+//   - A KV iterator reads its keyspace as of NewIter; for one instant across
+//     keyspaces and bitslices, use a Snapshot.
 //   - Bits.Count is exact for writes that have returned; a write in progress
 //     may or may not be counted yet.
 //   - Bitslices are written before the store, so after a crash a bitslice

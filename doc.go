@@ -11,7 +11,8 @@
 // An engine (DB) holds named keyspaces (KV: ordered byte keys and values)
 // and named bitslices (Bits: bit vectors), all flushed together under one
 // watermark. Writes go one call at a time or in a Batch (one op, applied
-// together); Snapshot reads every keyspace and bitslice as of one instant.
+// together: readers see all of its KV changes or none); Snapshot reads every
+// keyspace and bitslice as of one instant.
 //
 // # Contracts
 //

@@ -11,11 +11,12 @@ import (
 // merging pending changes with the store; deleted and range-deleted keys are
 // skipped. It is not safe for concurrent use; Close it when done.
 //
-// What a scan of a live keyspace sees: the store side is fixed when the
-// iterator is created; pending changes are read live. A change that
-// completed before NewIter is seen (or a later one); a change made during
-// the scan may or may not be. Flushes during the scan change nothing it
-// returns. An iterator from a Snapshot sees exactly the snapshot.
+// What a scan of a live keyspace sees: the keyspace as it was at one
+// instant during NewIter, pending changes and store alike: every change
+// that completed before NewIter was called, none that started after it
+// returned, never part of a Batch. Changes made during the scan, and
+// flushes, change nothing it returns. An iterator from a Snapshot sees
+// exactly the snapshot.
 //
 // Once the engine has closed, positioning calls return false, Valid is
 // false and Error (and Close) return an error matching ErrClosed.

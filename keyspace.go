@@ -187,8 +187,9 @@ func (k *KV) GetAppend(dst, key []byte) ([]byte, error) {
 // value of keys[i] (a subslice of buf as it was when appended) or to nil if
 // the key is absent or deleted. It returns the extended buf; with enough
 // capacity in buf it allocates nothing. The values are those a loop of Get
-// would return, read at some instant during the call. len(vals) must be at
-// least len(keys). Errors as Get (a bad key is reported before any lookup).
+// would return, all read at one instant during the call (never part of a
+// Batch). len(vals) must be at least len(keys). Errors as Get (a bad key is
+// reported before any lookup).
 func (k *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
 	buf, err := k.ov.GetMany(keys, vals, buf)
 	return buf, k.readErr(err)

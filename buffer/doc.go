@@ -11,8 +11,9 @@
 //
 // Each overlay publishes one immutable view — the active table, which takes
 // writes, and the sealed tables, newest first — through one atomic pointer.
-// A read loads the view, probes its tables newest first and falls through to
-// storage; it re-loads the view afterwards and retries if it changed,
+// A read loads the view (a KV read loads the visible sequence number first:
+// see KV), probes its tables newest first and falls through to storage; it
+// re-loads the view afterwards and retries if it changed,
 // because a table released by a flush may be cleared and reused (pooled)
 // under the read. Release publishes the view without the table before it
 // clears it, so a read that still sees the same view finished its probes
@@ -47,14 +48,18 @@
 //
 // # Caveats
 //
-//   - Each KV write allocates: a node for a new key (key and a value of up
-//     to 64 bytes inline), a value record for an overwrite. Reads are what
-//     the design optimises.
 //   - A KV table never shrinks: overwritten values stay until the table is
 //     flushed and released (PendingBytes counts them).
+//   - A KV table's key order is built by readers: the first iterator over a
+//     table nobody sorted yet (or its flush) sorts it, and an iterator over
+//     an active table written since the last one sorts the new keys.
+//   - Every KV write reserves a sequence number and waits, before it
+//     returns, for every write reserved before it to be published: a writer
+//     that stalls between Reserve and Publish stalls the writers after it.
 //   - Bits.Count is exact for writes that returned; a write in progress may
 //     or may not be counted yet.
-//   - PendingBytes counts the heap objects the changes hold, rounded to Go's
-//     size classes; a reused table's slot arrays and directory are not
+//   - PendingBytes counts the memory the changes hold (a KV table's slot
+//     arrays and arena chunks, a bits table's chunks), not the key orders
+//     iterators build; a reused table's slot arrays and directory are not
 //     counted again (Options.PoolBytes bounds them).
 package buffer

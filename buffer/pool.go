@@ -12,10 +12,10 @@ const (
 
 // tablePool keeps released KV tables, cleared, for later generations, so
 // steady write/flush cycles reuse grown slot arrays instead of growing fresh
-// ones (arena chunks are not kept: see chunkDir). Tables are grouped by size class (log2 of the bytes they keep) with a
-// bounded depth per class, and the total is bounded by limit bytes: a burst's
-// big tables are dropped, not pinned forever. A miss allocates; a full class
-// frees.
+// ones (arena chunks are not kept: see chunkDir). Tables are grouped by
+// size class (log2 of the bytes they keep) with a bounded depth per class,
+// and the total is bounded by limit bytes: a burst's big tables are
+// dropped, not pinned forever. A miss allocates; a full class frees.
 //
 // Only tables that left every view and are not pinned may be put; see the
 // read path's re-validation in KV.
