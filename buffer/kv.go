@@ -547,7 +547,13 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		return dst, kv.checkKey(key)
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	h, kw := keyHash(k, kv.seed)
+	var h, kw uint64
+	if len(key) == 8 {
+		kw = binary.LittleEndian.Uint64(key) // keyHash, written out
+		h = mixWords(kw, kw, 8, kv.seed)
+	} else {
+		h, kw = keyHashSlow(k, kv.seed)
+	}
 	for spins := 0; ; spins++ {
 		// As lookup.
 		vis := kv.seq.visible.Load()
@@ -598,7 +604,7 @@ const manyAttempts = 3
 // ErrEmptyKey, ErrKeyTooLarge (checked for every key before any lookup), the
 // store's errors (vals of keys not yet read are left nil).
 func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
-	if err := checkMany(keys, vals, kv.checkKey); err != nil {
+	if err := kv.checkMany(keys, vals); err != nil {
 		return buf, err
 	}
 	start := len(buf)
@@ -628,13 +634,13 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 }
 
 // checkMany checks GetMany's arguments.
-func checkMany(keys, vals [][]byte, check func([]byte) error) error {
+func (kv *KV) checkMany(keys, vals [][]byte) error {
 	if len(vals) < len(keys) {
 		return fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
 	}
 	for _, k := range keys {
-		if err := check(k); err != nil {
-			return err
+		if len(k) == 0 || len(k) > kv.opt.maxKey {
+			return kv.checkKey(k)
 		}
 	}
 	return nil
@@ -647,7 +653,12 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 		part := keys[base:min(base+manyBatch, len(keys))]
 		m.n = len(part)
 		for i, k := range part {
-			m.hs[i], m.kws[i] = keyHash(unsafe.String(unsafe.SliceData(k), len(k)), seed)
+			if len(k) == 8 {
+				w := binary.LittleEndian.Uint64(k) // keyHash, written out
+				m.hs[i], m.kws[i] = mixWords(w, w, 8, seed), w
+			} else {
+				m.hs[i], m.kws[i] = keyHashSlow(unsafe.String(unsafe.SliceData(k), len(k)), seed)
+			}
 			m.res[i] = manyRes{}
 		}
 		m.resolve(v.active, part, vis)
@@ -656,23 +667,32 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 		}
 		for i, k := range part {
 			j := base + i
-			vals[j] = nil
 			r := &m.res[i]
 			switch r.kind {
 			case probeValue:
 				start := len(buf)
-				if r.inline {
+				switch {
+				case r.inline && r.off == 8 && cap(buf)-start >= 16:
+					// The common case: store the slot's two value
+					// words into buf's spare capacity.
+					d := buf[start : start+16]
+					binary.LittleEndian.PutUint64(d, r.w[1])
+					binary.LittleEndian.PutUint64(d[8:], r.w[2])
+					buf = buf[:start+r.n]
+				case r.inline:
 					var b [inlineBytes]byte
 					binary.LittleEndian.PutUint64(b[0:], r.w[0])
 					binary.LittleEndian.PutUint64(b[8:], r.w[1])
 					binary.LittleEndian.PutUint64(b[16:], r.w[2])
 					buf = append(buf, b[r.off:r.off+r.n]...)
-				} else {
+				default:
 					buf = append(buf, r.ext...)
 				}
 				vals[j] = present(buf[start:len(buf):len(buf)])
 			case probeDeleted:
+				vals[j] = nil
 			default:
+				vals[j] = nil
 				if st == nil {
 					return buf, storage.ErrClosed
 				}
@@ -741,6 +761,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 		return
 	}
 	ss := t.shards.Load()
+	slow := 0 // keys left to the general path
 	for i := 0; i < m.n; i++ {
 		m.mode[i] = manySkip
 		if m.res[i].kind != probeAbsent {
@@ -757,6 +778,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 		}
 		if len(keys[i]) > 8 {
 			m.mode[i] = manySlow
+			slow++
 			continue
 		}
 		g := h >> 7 & a.gmask
@@ -769,6 +791,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 			m.slot[i] = unsafe.Add(a.sp, (g*groupSlots+uint64(bits.TrailingZeros64(mt)>>3))*slotWordsN*8)
 		case matchEmpty(c) == 0:
 			m.mode[i] = manySlow
+			slow++
 		}
 	}
 	for i := 0; i < m.n; i++ {
@@ -780,6 +803,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 		if w0>>modeShift != modeInline || int(w0>>klenShift&lenMask) != len(keys[i]) ||
 			atomic.LoadUint64((*uint64)(unsafe.Add(p, 8))) != m.kws[i] {
 			m.mode[i] = manySlow
+			slow++
 			continue
 		}
 		r := &m.res[i]
@@ -796,6 +820,9 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 		}
 	}
 	sp := t.rdel.Load()
+	if sp == nil && slow == 0 {
+		return
+	}
 	for i := 0; i < m.n; i++ {
 		k := unsafe.String(unsafe.SliceData(keys[i]), len(keys[i]))
 		var above uint64

@@ -50,7 +50,8 @@ func mixWords(a, b uint64, n int, seed uint64) uint64 {
 
 // keyHash returns k's hash and, for a key of up to 8 bytes, its slot word
 // (the point read's fast path compares it with the slot's; it passes both
-// in registers). Inlined for an 8-byte key.
+// in registers). The hot read paths write its 8-byte case out (see
+// KV.GetAppend): a function with a call in it is not inlined.
 func keyHash(k string, seed uint64) (h, w uint64) {
 	if len(k) == 8 {
 		a := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(k), 8))

@@ -100,7 +100,7 @@ func (s *KVSnapshot) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, 
 	if st == nil {
 		return buf, storage.ErrClosed
 	}
-	if err := checkMany(keys, vals, s.kv.checkKey); err != nil {
+	if err := s.kv.checkMany(keys, vals); err != nil {
 		return buf, err
 	}
 	return getMany(keys, vals, buf, s.kv.seed, s.v, s.vis, st, s.kv.ks)
