@@ -181,14 +181,16 @@ func scanShared(k *KV, vals [][]byte) error {
 	return nil
 }
 
-// TestBatchesNeverPartlyVisible: writer w's batch n sets a.w = n, adds the
-// key f.w.n and sets b.w = n. A reader then checks, for every writer:
+// TestBatchesNeverPartlyVisible: writer w's batch n sets a.w = n, sets key
+// f.w.<n mod 1000> to n (a new key for the first 1000 batches) and sets
+// b.w = n. A reader then checks, for every writer:
 //
 //   - Get(a.w) then Get(b.w): b >= a (and Get(b.w) then Get(a.w): a >= b):
 //     batches of one writer apply in order, so the second read, later, can
 //     only see a later batch, unless the first saw part of one;
 //   - GetMany(a.w, b.w): a == b;
-//   - a scan of the keyspace: a.w == b.w == the number of keys f.w.*;
+//   - a scan of the keyspace: a.w == b.w == the largest value of the keys
+//     f.w.*, and there are min(a.w, 1000) of them;
 //   - the same scan and GetMany through a snapshot.
 //
 // Flushes run in a loop, other goroutines keep iterators open (pinning old
@@ -198,7 +200,7 @@ func TestBatchesNeverPartlyVisible(t *testing.T) {
 	stressSetup(t)
 	db := stressOpen(t, stressDir(t), stressOptions())
 	k := mustKV(t, db, "atomic")
-	const writers = 3
+	const writers, freshKeys = 3, 1000
 	r := newStressRun(t)
 	var flushes, reads, scans, snaps atomic.Int64
 	stressFlusher(r, db, 64, &flushes)
@@ -212,7 +214,7 @@ func TestBatchesNeverPartlyVisible(t *testing.T) {
 				b.Reset()
 				v := []byte(strconv.Itoa(n))
 				b.Put(k, keyA(w), v)
-				b.Put(k, fmt.Appendf(nil, "f.%d.%09d", w, n), v)
+				b.Put(k, fmt.Appendf(nil, "f.%d.%03d", w, n%freshKeys), v)
 				b.Put(k, keyB(w), v)
 				if err := db.Apply(context.Background(), b, 0); err != nil {
 					r.failf("Apply: %v", err)
@@ -272,28 +274,33 @@ func TestBatchesNeverPartlyVisible(t *testing.T) {
 	// checkScan scans a keyspace (live or a snapshot's) and checks every
 	// writer's a, b and fresh-key count.
 	checkScan := func(it *Iter, where string) error {
-		var a, b, f [writers]int
+		var a, b, fmax, f [writers]int
 		for ok := it.First(); ok; ok = it.Next() {
 			key, val := it.Key(), it.Value()
-			var w, n int
-			switch {
-			case bytes.HasPrefix(key, []byte("a.")):
-				fmt.Sscanf(string(key), "a.%d", &w)
-				a[w], _ = strconv.Atoi(string(val))
-			case bytes.HasPrefix(key, []byte("b.")):
-				fmt.Sscanf(string(key), "b.%d", &w)
-				b[w], _ = strconv.Atoi(string(val))
-			case bytes.HasPrefix(key, []byte("f.")):
-				fmt.Sscanf(string(key), "f.%d.%d", &w, &n)
+			if len(key) < 3 || key[1] != '.' {
+				continue
+			}
+			w := int(key[2] - '0')
+			n, err := strconv.Atoi(string(val))
+			if w < 0 || w >= writers || err != nil {
+				return fmt.Errorf("%s: key %q = %q", where, key, val)
+			}
+			switch key[0] {
+			case 'a':
+				a[w] = n
+			case 'b':
+				b[w] = n
+			case 'f':
 				f[w]++
+				fmax[w] = max(fmax[w], n)
 			}
 		}
 		if err := it.Close(); err != nil {
 			return err
 		}
 		for w := range writers {
-			if a[w] != b[w] || a[w] != f[w] {
-				return fmt.Errorf("%s: writer %d: a = %d, b = %d, %d fresh keys: part of a batch was visible", where, w, a[w], b[w], f[w])
+			if a[w] != b[w] || a[w] != fmax[w] || f[w] != min(a[w], freshKeys) {
+				return fmt.Errorf("%s: writer %d: a = %d, b = %d, %d fresh keys, the newest %d: part of a batch was visible", where, w, a[w], b[w], f[w], fmax[w])
 			}
 		}
 		return nil
