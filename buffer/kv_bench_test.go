@@ -35,14 +35,27 @@ const (
 	w2Lookups  = 1 << 16
 )
 
-// w2Fixture is W2's pending changes, built once per process.
+// w2Fixture is W2's pending changes, built once per process, in flat
+// arrays (a fixture of a million small objects would make the garbage
+// collector's work, which W2/gc-1m measures, mostly the fixture's).
 type w2Fixture struct {
-	keys  [][]byte // every change's key, in arrival order
-	vals  [][]byte // nil: delete
-	final map[string][]byte
-	hits  [][]byte // keys whose last change is a put
-	tombs [][]byte // keys whose last change is a delete
-	miss  [][]byte // keys without a change
+	n        int
+	keys     []byte // change i's key: keys[8i:8i+8]
+	vals     []byte // change i's value: vals[16i:16i+16]
+	del      []bool // change i is a delete
+	distinct int    // keys changed
+	hits     [][]byte
+	tombs    [][]byte // keys whose last change is a delete
+	miss     [][]byte // keys without a change
+}
+
+func (f *w2Fixture) key(i int) []byte { return f.keys[8*i : 8*i+8 : 8*i+8] }
+
+func (f *w2Fixture) val(i int) []byte {
+	if f.del[i] {
+		return nil
+	}
+	return f.vals[w2ValueLen*i : w2ValueLen*(i+1) : w2ValueLen*(i+1)]
 }
 
 var (
@@ -60,42 +73,46 @@ func w2Data() *w2Fixture {
 	w2Once.Do(func() {
 		n := int(1_000_000 * *kvScale)
 		rng := rand.New(rand.NewPCG(1, 1))
-		f := &w2Fixture{final: map[string][]byte{}}
-		for range n {
-			k := w2Key(rng.Uint64N(w2Space))
-			var v []byte
-			if rng.IntN(10) != 0 {
-				v = make([]byte, w2ValueLen)
-				for j := range v {
-					v[j] = byte(rng.Uint32())
+		f := &w2Fixture{n: n, keys: make([]byte, 8*n), vals: make([]byte, w2ValueLen*n), del: make([]bool, n)}
+		last := map[uint64]int{} // key -> its last change
+		for i := range n {
+			k := rng.Uint64N(w2Space)
+			binary.BigEndian.PutUint64(f.keys[8*i:], k)
+			if rng.IntN(10) == 0 {
+				f.del[i] = true
+			} else {
+				for j := range w2ValueLen {
+					f.vals[w2ValueLen*i+j] = byte(rng.Uint32())
 				}
 			}
-			f.keys = append(f.keys, k)
-			f.vals = append(f.vals, v)
-			f.final[string(k)] = v
+			last[k] = i
 		}
-		for k, v := range f.final {
-			if v != nil {
-				f.hits = append(f.hits, []byte(k))
+		f.distinct = len(last)
+		var hits, tombs []uint64
+		for k, i := range last {
+			if f.del[i] {
+				tombs = append(tombs, k)
 			} else {
-				f.tombs = append(f.tombs, []byte(k))
+				hits = append(hits, k)
 			}
 		}
-		slices.SortFunc(f.hits, func(a, b []byte) int { return slices.Compare(a, b) })
-		slices.SortFunc(f.tombs, func(a, b []byte) int { return slices.Compare(a, b) })
-		pick := func(from [][]byte) [][]byte {
+		slices.Sort(hits)
+		slices.Sort(tombs)
+		flat := make([]byte, 0, 3*8*w2Lookups)
+		pick := func(from []uint64) [][]byte {
 			out := make([][]byte, w2Lookups)
 			for i := range out {
-				out[i] = from[rng.IntN(len(from))]
+				flat = binary.BigEndian.AppendUint64(flat, from[rng.IntN(len(from))])
+				out[i] = flat[len(flat)-8 : len(flat) : len(flat)]
 			}
 			return out
 		}
-		f.hits, f.tombs = pick(f.hits), pick(f.tombs)
+		f.hits, f.tombs = pick(hits), pick(tombs)
 		for len(f.miss) < w2Lookups {
-			if k := w2Key(rng.Uint64N(w2Space)); f.final[string(k)] == nil {
-				if _, ok := f.final[string(k)]; !ok {
-					f.miss = append(f.miss, k)
-				}
+			k := rng.Uint64N(w2Space)
+			if _, ok := last[k]; !ok {
+				flat = binary.BigEndian.AppendUint64(flat, k)
+				f.miss = append(f.miss, flat[len(flat)-8:len(flat):len(flat)])
 			}
 		}
 		w2Fix = f
@@ -103,7 +120,7 @@ func w2Data() *w2Fixture {
 	return w2Fix
 }
 
-// benchStore returns an empty store for the overlay to fall through to.
+// benchKV returns an overlay over an empty store.
 func benchKV(b *testing.B, opts *Options) *KV {
 	b.Helper()
 	r := newKVRig(b, opts)
@@ -112,12 +129,12 @@ func benchKV(b *testing.B, opts *Options) *KV {
 
 // loadW2 applies the fixture's changes to kv as single writes.
 func loadW2(b *testing.B, kv *KV, f *w2Fixture) {
-	for i, k := range f.keys {
+	for i := range f.n {
 		var err error
-		if f.vals[i] == nil {
-			err = kv.Delete(k)
+		if f.del[i] {
+			err = kv.Delete(f.key(i))
 		} else {
-			err = kv.Put(k, f.vals[i])
+			err = kv.Put(f.key(i), f.val(i))
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -128,12 +145,12 @@ func loadW2(b *testing.B, kv *KV, f *w2Fixture) {
 // mapW2 builds the map baseline of the fixture (copied keys and values).
 func mapW2(f *w2Fixture) map[string][]byte {
 	m := make(map[string][]byte)
-	for i, k := range f.keys {
+	for i := range f.n {
 		var v []byte
-		if f.vals[i] != nil {
-			v = append([]byte(nil), f.vals[i]...)
+		if !f.del[i] {
+			v = append([]byte(nil), f.val(i)...)
 		}
-		m[string(k)] = v
+		m[string(f.key(i))] = v
 	}
 	return m
 }
@@ -322,7 +339,7 @@ func BenchmarkW2(b *testing.B) {
 			kv := benchKV(b, nil)
 			loadW2(b, kv, f)
 			after := liveHeap()
-			b.ReportMetric(float64(after-before)/float64(len(f.final)), "heap-B/entry")
+			b.ReportMetric(float64(after-before)/float64(f.distinct), "heap-B/entry")
 			b.ReportMetric(float64(kv.PendingBytes())/float64(kv.PendingKeys()), "accounted-B/entry")
 			runtime.KeepAlive(kv)
 		}
@@ -332,7 +349,7 @@ func BenchmarkW2(b *testing.B) {
 			before := liveHeap()
 			m := mapW2(f)
 			after := liveHeap()
-			b.ReportMetric(float64(after-before)/float64(len(f.final)), "heap-B/entry")
+			b.ReportMetric(float64(after-before)/float64(f.distinct), "heap-B/entry")
 			runtime.KeepAlive(m)
 		}
 	})

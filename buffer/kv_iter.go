@@ -24,8 +24,17 @@ func (c *cursor) setRun(i int) {
 	c.ok = i >= 0 && i < len(c.run)
 	if c.ok {
 		c.key = c.x.key(c.run[i].ref)
+		// Keys in order are slots in no order: touch the slot a few keys
+		// ahead so that its cache miss overlaps this key's work.
+		if j := i + iterAhead; j < len(c.run) {
+			c.x.touch(c.run[j].ref)
+		}
 	}
 }
+
+// iterAhead is how many keys ahead of its position a run cursor loads the
+// slot of the key it will reach.
+const iterAhead = 8
 
 func (c *cursor) setStore(ok bool) {
 	c.ok = ok

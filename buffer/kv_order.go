@@ -85,6 +85,13 @@ func (x *keyIndex) words(ref uint64) (slotWords, *shard) {
 	return a.load(i), sh
 }
 
+// touch loads the head word of ref's slot (its cache line, for a later
+// read).
+func (x *keyIndex) touch(ref uint64) {
+	a, _, i := x.slot(ref)
+	atomic.LoadUint64(&a.s[i*slotWordsN])
+}
+
 // key returns the key of ref. The bytes are immutable while the table is
 // pinned (or sealed and in a view).
 func (x *keyIndex) key(ref uint64) string {
@@ -262,17 +269,20 @@ func (o *order) coverOf(tail []sortEnt) []int64 {
 // fullOrder sorts every key logged in the current slot arrays of ss.
 func (t *table) fullOrder(ss *shardSet) *order {
 	o := &order{keyIndex: keyIndex{arrs: make([]*slotArray, len(ss.s)), shards: ss.s}, cover: make([]int64, len(ss.s))}
-	var ents []sortEnt
+	total := int64(0)
 	for s, sh := range ss.s {
-		a := sh.arr.Load()
-		o.arrs[s] = a
-		if a == nil {
-			continue
+		if a := sh.arr.Load(); a != nil {
+			o.arrs[s] = a
+			o.cover[s] = a.lockedCount(sh)
+			total += o.cover[s]
 		}
-		n := a.lockedCount(sh)
-		o.cover[s] = n
-		for _, i := range a.log[:n] {
-			ents = append(ents, o.entry(s, int(i)))
+	}
+	ents := make([]sortEnt, 0, total)
+	for s, a := range o.arrs {
+		if a != nil {
+			for _, i := range a.log[:o.cover[s]] {
+				ents = append(ents, o.entry(s, int(i)))
+			}
 		}
 	}
 	if len(ents) > 0 {
