@@ -504,31 +504,6 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 	return dst, kind
 }
 
-// lookup returns what the pending tables know of key (a found value
-// appended to dst), re-validated against recycling.
-func (kv *KV) lookup(dst, key []byte) ([]byte, uint8) {
-	k := unsafe.String(unsafe.SliceData(key), len(key))
-	h, kw := keyHash(k, kv.seed)
-	for spins := 0; ; spins++ {
-		// The visible number first: every change numbered at or below
-		// it was stored before it was published, so it is in the
-		// tables of any view loaded after (or in the store, if its
-		// table was released).
-		vis := kv.seq.visible.Load()
-		v := kv.view.Load()
-		out, kind := v.getAppend(dst, k, h, kw, vis)
-		// A table of v may have been released and cleared while we
-		// probed it: only if the view is unchanged did the probe precede
-		// every clear (a release publishes the new view first).
-		if kv.view.Load() == v {
-			return out, kind
-		}
-		if invariants.Enabled {
-			invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
-		}
-	}
-}
-
 // Get returns a copy of key's value: the newest pending change, else the
 // stored value. Errors: storage.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.

@@ -173,6 +173,29 @@ func (kv *KV) getAppendNoSeq(dst, key []byte) ([]byte, bool) {
 	}
 }
 
+// lookup is GetAppend's probe of the pending tables alone (a found value
+// appended to dst), re-validated against recycling: the pending side of a
+// read that misses.
+func (kv *KV) lookup(dst, key []byte) ([]byte, uint8) {
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	h, kw := keyHash(k, kv.seed)
+	for {
+		// The visible number first: every change numbered at or below
+		// it was stored before it was published, so it is in the
+		// tables of any view loaded after (or in the store, if its
+		// table was released).
+		vis := kv.seq.visible.Load()
+		v := kv.view.Load()
+		out, kind := v.getAppend(dst, k, h, kw, vis)
+		// A table of v may have been released and cleared while we
+		// probed it: only if the view is unchanged did the probe precede
+		// every clear (a release publishes the new view first).
+		if kv.view.Load() == v {
+			return out, kind
+		}
+	}
+}
+
 // perOp reports wall time per operation of a loop of ops operations per
 // b.Loop iteration. Call it after the loop.
 func perOp(b *testing.B, ops int) {

@@ -352,14 +352,6 @@ type probeResult struct {
 	v    version
 }
 
-// value returns the value of a probeValue result, copied into b if inline.
-func (r *probeResult) value(b *[inlineBytes]byte) []byte {
-	if r.v.inline {
-		return inlineValue(b, &r.sw, &r.v)
-	}
-	return r.v.ext
-}
-
 // get returns what t knows of pk's key at visible sequence number vis.
 func (t *table) get(pk *probeKey, vis uint64) probeResult {
 	var r probeResult
