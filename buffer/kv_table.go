@@ -21,10 +21,14 @@ import (
 //     control words, slot words, arena directory and record heads with
 //     atomic loads, and read only bytes that were published to them and are
 //     never written again (arena chunks are never reused; see chunkDir).
-//  2. Writers serialise on the shard mutex. A new key's slot words and its
-//     log entry are stored before its control byte (the publication to
-//     point readers); a version record is written before the slot head or
-//     prev link that publishes it.
+//  2. Writers serialise on the shard mutex. A new key's slot words, log
+//     entry, log count and control byte are stored without ordering of
+//     their own (see storeUnpublished): the publication of the change's
+//     sequence number is what makes them visible to a reader that must see
+//     them, and a reader that sees them early ignores them (the change is
+//     numbered above its visible number) or sees zeroes. A version record
+//     is written before the slot head or prev link that publishes it (an
+//     atomic store: readers follow heads whatever their visible number).
 //  3. Nothing is removed while the table is live: an overwrite or delete
 //     adds a version (sequence-numbered) to the key; a range delete adds a
 //     sequence-numbered range tombstone. Slot arrays grow (readers of the
@@ -93,15 +97,16 @@ type shard struct {
 // a miss from touching slots.
 //
 // A slot is 4 words (32 bytes; see slotWords). A key of up to 24 bytes is
-// stored in the slot; so is its first value if key and value fit in 24
-// bytes together (W2's 8-byte keys and 16-byte values do), which makes a
-// pending hit one cache miss (the slot) after the control word. Later
-// values go to the arena. A slot goes from empty to full once and is
+// stored in the slot; so is its first value if the key's words and the
+// value fit in 24 bytes together (W2's 8-byte keys and 16-byte values do),
+// so that a pending hit is the control word and the slot, two cache misses
+// that overlap when the key sits in its preferred slot (see freeSlot).
+// Later values go to the arena. A slot goes from empty to full once and is
 // emptied again only by clear.
 //
-// log lists the slot index of every key in insertion order (written before
-// the key's control byte, count in n): the keys a cached order does not
-// cover yet are the log's tail.
+// log lists the slot index of every key in insertion order (count in n,
+// which iterators read under the shard mutex): the keys a cached order
+// does not cover yet are the log's tail.
 type slotArray struct {
 	gmask   uint64         // groups - 1
 	ctrl    []uint64       // one word per group
@@ -128,7 +133,8 @@ func (a *slotArray) lockedCount(sh *shard) int64 {
 // Slot words. w0, the head, is the only word that changes after the slot is
 // published (an overwrite stores a new head):
 //
-//	mode inline (bits 63-62 = 0): the key and its only value are in w1..w3.
+//	mode inline (bits 63-62 = 0): the key and its only value are in w1..w3
+//	    (the value after the key's words).
 //	    bit 61 tombstone | bits 60-56 key length | bits 55-51 value length |
 //	    bits 50-0 sequence number - table base
 //	mode chain (1): the key is in w1..w3, its values in the arena.
