@@ -339,12 +339,17 @@ func BenchmarkW2(b *testing.B) {
 	}{{"runs", orderRuns}, {"resort", orderResort}} {
 		b.Run("first-iter-1m/kvbuf-"+p.name, func(b *testing.B) {
 			b.ReportAllocs()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
 			for b.Loop() {
 				b.StopTimer()
 				kv := benchKV(b, nil)
 				kv.policy = p.policy
 				loadW2(b, kv, f)
+				runtime.GC()
 				b.StartTimer()
+				c0, _ := threadCPU()
 				it, err := kv.NewIter(nil, nil)
 				if err != nil {
 					b.Fatal(err)
@@ -353,7 +358,11 @@ func BenchmarkW2(b *testing.B) {
 					b.Fatal("empty")
 				}
 				_ = it.Close()
+				c1, _ := threadCPU()
+				cpu += c1 - c0
 			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(f.distinct), "cpu-ns/key")
 		})
 	}
 	b.Run("memory/kvbuf-overlay", func(b *testing.B) {
