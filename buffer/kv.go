@@ -1031,3 +1031,33 @@ func (kv *KV) PendingKeys() int64 {
 	}
 	return n
 }
+
+// pendingPresence answers whether key is present from the pending tables
+// alone, without copying its value: known is false when only the store
+// can answer (no pending change of key, no range tombstone over it).
+func (kv *KV) pendingPresence(key []byte) (has, known bool) {
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	pk := makeProbeKey(k, kv.seed)
+	for {
+		vis := kv.seq.visible.Load()
+		v := kv.view.Load()
+		kind := v.presence(&pk, vis)
+		if kv.view.Load() == v {
+			return kind == probeValue, kind != probeAbsent
+		}
+	}
+}
+
+// presence is what the view's tables know of pk at visible number vis
+// (probeAbsent, probeValue or probeDeleted), without reading a value.
+func (v *kvView) presence(pk *probeKey, vis uint64) uint8 {
+	if r := v.active.get(pk, vis); r.kind != probeAbsent {
+		return r.kind
+	}
+	for _, t := range v.sealed {
+		if r := t.get(pk, vis); r.kind != probeAbsent {
+			return r.kind
+		}
+	}
+	return probeAbsent
+}

@@ -137,3 +137,11 @@ func (s *KVSnapshot) Close() {
 		unpin(s.tables)
 	}
 }
+
+// pendingPresence is KV.pendingPresence as of the snapshot.
+func (s *KVSnapshot) pendingPresence(key []byte) (has, known bool) {
+	k := unsafe.String(unsafe.SliceData(key), len(key))
+	pk := makeProbeKey(k, s.kv.seed)
+	kind := s.v.presence(&pk, s.vis)
+	return kind == probeValue, kind != probeAbsent
+}

@@ -193,8 +193,10 @@ func kvModelRun(t *testing.T, rng *rand.Rand, r *kvRig, steps int) {
 		default:
 			checkGet(t, r.kv.Get, m, universe, where)
 			checkGetMany(t, r.kv.GetMany, m, universe, rng, where)
+			checkPresence(t, r.kv.pendingPresence, r.kv.Get, universe, where)
 			for i, s := range snaps {
 				checkGet(t, s.s.Get, s.m, universe, fmt.Sprintf("%s, snapshot %d", where, i))
+				checkPresence(t, s.s.pendingPresence, s.s.Get, universe, fmt.Sprintf("%s, snapshot %d", where, i))
 				lo, hi := randBound(), randBound()
 				if lo != nil && hi != nil && *lo > *hi {
 					lo, hi = hi, lo
@@ -213,6 +215,21 @@ func kvModelRun(t *testing.T, rng *rand.Rand, r *kvRig, steps int) {
 	}
 	// The store alone holds the model now.
 	checkGet(t, func(k []byte) ([]byte, error) { return r.st.Get(1, k) }, m, universe, "store")
+}
+
+// checkPresence checks that the pending tables' answer to "is this key
+// present" (for Has), when they know, agrees with get.
+func checkPresence(t testing.TB, presence func([]byte) (bool, bool), get func([]byte) ([]byte, error), universe []string, where string) {
+	t.Helper()
+	for _, k := range universe {
+		has, known := presence([]byte(k))
+		if !known {
+			continue
+		}
+		if _, err := get([]byte(k)); has != (err == nil) {
+			t.Fatalf("%s: pending presence of %q = %v; Get: %v", where, k, has, err)
+		}
+	}
 }
 
 // checkGetMany compares GetMany over a random selection of keys with the
