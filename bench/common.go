@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -13,21 +14,35 @@ import (
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/internal/enginehook"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
-// engineOptions are the kvbuf options every suite opens engines with: no
-// interval flush and no pending-memory bound, so that pending changes stay
-// pending while they are measured and the flushes counted are the ones the
-// workload asks for.
-func engineOptions() *kvbuf.Options {
-	return &kvbuf.Options{FlushInterval: -1, MaxPendingBytes: -1}
+// kvEntryBytes is the pending memory budgeted per KV entry of 8-byte keys
+// and 16-byte values when sizing a pending limit (kvNeed): somewhat more
+// than the engine takes today, so that a table that grows differently
+// still fits.
+const kvEntryBytes = 128
+
+// kvNeed is the pending memory budgeted for n KV entries.
+func kvNeed(n int) int64 { return int64(n) * kvEntryBytes }
+
+// pendingOptions are the options of an engine whose changes must stay
+// pending while a workload reads or flushes them: no interval flush (the
+// read rows would otherwise read a store that a background flush filled
+// at a moment that differs between runs), and a pending limit sized to the
+// workload, never disabled, so that every write pays the admission
+// accounting a user's writes pay. The limit is four times need (a flush
+// starts at half of it), and never below the default limit. Setups check
+// that no flush ran while they made changes pending (pendingGuard).
+func pendingOptions(need int64) *kvbuf.Options {
+	def := (&kvbuf.Options{}).EnsureDefaults().MaxPendingBytes
+	return &kvbuf.Options{FlushInterval: -1, MaxPendingBytes: max(def, 4*need)}
 }
 
-// openEngine opens a kvbuf engine in dir/name and registers its Close.
-func openEngine(s *Suite, name string) (*kvbuf.DB, error) {
-	db, err := kvbuf.Open(filepath.Join(s.dir, name), engineOptions())
+// openEngine opens a kvbuf engine in dir/name (nil opts: defaults, as a
+// user opens it) and registers its Close.
+func openEngine(s *Suite, name string, opts *kvbuf.Options) (*kvbuf.DB, error) {
+	db, err := kvbuf.Open(filepath.Join(s.dir, name), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -35,12 +50,42 @@ func openEngine(s *Suite, name string) (*kvbuf.DB, error) {
 	return db, nil
 }
 
+// openKV opens an engine and its keyspace name.
+func openKV(s *Suite, dir, name string, opts *kvbuf.Options) (*kvbuf.DB, *kvbuf.KV, error) {
+	db, err := openEngine(s, dir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	kv, err := db.KV(name)
+	return db, kv, err
+}
+
+// pendingGuard records the physical flush counts of dbs; the returned
+// check fails if any of them flushed since. A setup that makes changes
+// pending for a read workload calls it around the writes: the pending
+// limit must not have flushed them (raise kvEntryBytes if it did).
+func pendingGuard(dbs ...*kvbuf.DB) func() error {
+	g0 := make([]int64, len(dbs))
+	for i, db := range dbs {
+		g0[i] = db.Metrics().Generations
+	}
+	return func() error {
+		for i, db := range dbs {
+			if m := db.Metrics(); m.Generations != g0[i] {
+				return fmt.Errorf("%w: engine %s flushed %d times while changes were made pending (%d bytes pending): the pending limit is too small for the workload",
+					ErrBadConfig, db.Dir(), m.Generations-g0[i], m.PendingBytes)
+			}
+		}
+		return nil
+	}
+}
+
 // openPebble opens a raw pebble database in dir/name configured exactly
-// like the engine's store (storage.PebbleOptions with the engine's
-// defaults: the same block cache, memtable size, format and logger) and
-// registers its Close.
-func openPebble(s *Suite, name string) (*pebble.DB, error) {
-	pdb, err := pebble.Open(filepath.Join(s.dir, name), storage.PebbleOptions(nil))
+// like the engine's store (storage.PebbleOptions: the same block cache,
+// format and logger) with a memtable of memtable bytes (0: the store's
+// default, 4 MiB), and registers its Close.
+func openPebble(s *Suite, name string, memtable uint64) (*pebble.DB, error) {
+	pdb, err := pebble.Open(filepath.Join(s.dir, name), storage.PebbleOptions(&storage.Options{MemTableSize: memtable}))
 	if err != nil {
 		return nil, err
 	}
@@ -70,58 +115,46 @@ type mixedSides struct {
 	raw  *bitslice.File
 }
 
-func openMixedSides(s *Suite, ks string, nbits uint64) (m mixedSides, err error) {
-	if m.db, err = openEngine(s, "engine"); err != nil {
-		return m, err
-	}
-	if m.kv, err = m.db.KV(ks); err != nil {
+func openMixedSides(s *Suite, ks string, nbits uint64, opts *kvbuf.Options) (m mixedSides, err error) {
+	if m.db, m.kv, err = openKV(s, "engine", ks, opts); err != nil {
 		return m, err
 	}
 	if m.bits, err = m.db.Bits(ks); err != nil {
 		return m, err
 	}
-	if m.pdb, err = openPebble(s, "pebble"); err != nil {
+	if m.pdb, err = openPebble(s, "pebble", 0); err != nil {
 		return m, err
 	}
 	m.raw, err = createBits(s, "raw.bits", nbits)
 	return m, err
 }
 
-// openStore opens a storage.Store in dir/name (for the buffer-overlay rows
-// and baselines) and registers its Close.
-func openStore(s *Suite, name string) (*storage.Store, error) {
-	st, err := storage.Open(filepath.Join(s.dir, name), nil)
-	if err != nil {
-		return nil, err
-	}
-	s.onClose(st.Close)
-	return st, nil
-}
+// The raw pebble baselines hold the bytes the engine's store holds: keys in
+// the store's documented layout (storage package documentation, "Key
+// layout": [0x02][keyspace ID, 4 bytes big-endian][user key]) under
+// keyspace id 1, the id a new engine gives its first keyspace (kvtool
+// inspect shows it). Only the layout matters for fairness: the same key
+// lengths, the same shared prefix.
+const (
+	userKeyTag  = 0x02
+	rawKeyspace = 1
+)
 
-// userKeyTag is the storage package's tag byte for user keys (its
-// documented key layout: [0x02][keyspace ID, 4 bytes big-endian][user key]).
-const userKeyTag = 0x02
-
-// storedKey appends the pebble key under which the engine's store keeps
-// user key k of keyspace ks, so that raw pebble baselines hold and read
-// exactly the keys the engine's store does.
-func storedKey(dst []byte, ks storage.KeyspaceID, k []byte) []byte {
+// storedKey appends the pebble key under which the store layout keeps
+// user key k.
+func storedKey(dst, k []byte) []byte {
 	dst = append(dst, userKeyTag)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(ks))
+	dst = binary.BigEndian.AppendUint32(dst, rawKeyspace)
 	return append(dst, k...)
 }
 
-// keyspaceEnd is the first stored key after keyspace ks.
-func keyspaceEnd(ks storage.KeyspaceID) []byte {
-	return storedKey(nil, ks+1, nil)
+// storedPrefix is the length of storedKey's prefix.
+const storedPrefix = 5
+
+// keyspaceEnd is the first stored key after the raw keyspace.
+func keyspaceEnd() []byte {
+	return binary.BigEndian.AppendUint32([]byte{userKeyTag}, rawKeyspace+1)
 }
-
-// engineKeyspace returns the storage keyspace id of an engine keyspace.
-func engineKeyspace(kv *kvbuf.KV) storage.KeyspaceID { return enginehook.KeyspaceID(kv) }
-
-// engineStore returns an engine's store (for reading back what a flush
-// made durable).
-func engineStore(db *kvbuf.DB) *storage.Store { return enginehook.Store(db) }
 
 // u64Key encodes key number k as an 8-byte big-endian key.
 func u64Key(dst []byte, k uint64) []byte {
@@ -136,6 +169,15 @@ type flatKeys struct {
 
 func newFlatKeys(size, n int) flatKeys { return flatKeys{make([]byte, 0, size*n), size} }
 
+// u64Keys returns the 8-byte keys of ks.
+func u64Keys(ks []uint64) flatKeys {
+	f := newFlatKeys(8, len(ks))
+	for _, k := range ks {
+		f.b = u64Key(f.b, k)
+	}
+	return f
+}
+
 func (f flatKeys) len() int { return len(f.b) / f.size }
 
 func (f flatKeys) at(i int) []byte { return f.b[i*f.size : (i+1)*f.size : (i+1)*f.size] }
@@ -149,13 +191,41 @@ func (f flatKeys) slices() [][]byte {
 	return out
 }
 
-// stored returns f's keys as the engine's store keeps them in keyspace ks.
-func (f flatKeys) stored(ks storage.KeyspaceID) flatKeys {
-	o := newFlatKeys(f.size+5, f.len())
+// stored returns f's keys in the store layout.
+func (f flatKeys) stored() flatKeys {
+	o := newFlatKeys(f.size+storedPrefix, f.len())
 	for i := range f.len() {
-		o.b = storedKey(o.b, ks, f.at(i))
+		o.b = storedKey(o.b, f.at(i))
 	}
 	return o
+}
+
+// distinct draws n distinct numbers uniformly from [0, space), in draw
+// order (n <= space/2, so rejection stays cheap).
+func distinct(rng *rand.Rand, n int, space uint64) []uint64 {
+	seen := make([]uint64, (space+63)/64)
+	out := make([]uint64, 0, n)
+	for len(out) < n {
+		k := rng.Uint64N(space)
+		if seen[k/64]&(1<<(k%64)) != 0 {
+			continue
+		}
+		seen[k/64] |= 1 << (k % 64)
+		out = append(out, k)
+	}
+	return out
+}
+
+// checkEvery is how often long setup loops look at their context.
+const checkEvery = 1 << 12
+
+// cancelled returns ctx's error every checkEvery iterations (i is the
+// iteration), so that an interrupted kvtool bench stops setting up.
+func cancelled(ctx context.Context, i int) error {
+	if i%checkEvery != 0 {
+		return nil
+	}
+	return ctx.Err()
 }
 
 // quiesceWait bounds how long quiescePebble waits for background work.
@@ -178,16 +248,23 @@ func quiescePebble(pdb *pebble.DB) error {
 	return nil
 }
 
-// quiesceAll returns a quiesce step for a suite's engine and raw pebble
-// database: the engine's memtables are flushed to sstables (the engine's
-// store does not expose its compactions), pebble's too, and pebble's
+// quiesceAll returns a quiesce step for a suite's engines and raw pebble
+// databases: the engines' memtables are flushed to sstables (the engine
+// does not expose its store's compactions), pebble's too, and pebble's
 // compactions are waited for.
-func quiesceAll(db *kvbuf.DB, pdb *pebble.DB) func(context.Context) error {
+func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if err := db.FlushMemtables(ctx); err != nil {
-			return err
+		for _, db := range dbs {
+			if err := db.FlushMemtables(ctx); err != nil {
+				return err
+			}
 		}
-		return quiescePebble(pdb)
+		for _, pdb := range pdbs {
+			if err := quiescePebble(pdb); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
@@ -213,10 +290,15 @@ func notFound(err error) bool {
 	return err == kvbuf.ErrNotFound || errors.Is(err, pebble.ErrNotFound) || errors.Is(err, kvbuf.ErrNotFound)
 }
 
-// errWrongAnswer is returned by a round that read something it should not
-// have (a setup or implementation bug).
-var errWrongAnswer = errors.New("bench: wrong answer")
-
-func wrongAnswer(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errWrongAnswer}, args...)...)
+// pebbleGet reads stored key k from g, appending a found value to buf.
+func pebbleGet(g pebble.Reader, buf, k []byte) ([]byte, bool, error) {
+	v, cl, err := g.Get(k)
+	if err != nil {
+		if notFound(err) {
+			return buf, false, nil
+		}
+		return buf, false, err
+	}
+	buf = append(buf[:0], v...)
+	return buf, true, cl.Close()
 }

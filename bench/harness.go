@@ -4,43 +4,65 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
-// Implementation names used in rows (impl in kvtool bench --json). Rows
-// whose name is "kvbuf" or starts with "kvbuf-" are the project's own
-// (IsOwn): they get RatioVs against every other row of their workload.
+// Implementation names used in rows (impl in kvtool bench --json;
+// doc/workloads.md says what each is). Rows whose name is "kvbuf" or starts
+// with "kvbuf-" are the project's own (IsOwn): they get RatioVs against
+// every other row of their workload.
 const (
-	ImplKvbuf                  = "kvbuf"
-	ImplKvbufGetMany           = "kvbuf-getmany" // GetMany in batches of 64
-	ImplKvbufOverlay           = "kvbuf-overlay" // the buffer package's overlay alone, without the engine façade
-	ImplKvbufSinglePuts        = "kvbuf-single-puts"
-	ImplRaw                    = "raw"
-	ImplMutexMap               = "mutex+map"
-	ImplRWMutexMap             = "rwmutex+map"
-	ImplSyncMap                = "sync.Map"
-	ImplXsyncMap               = "xsync.Map"
-	ImplPebbleGet              = "pebble-get"
-	ImplPebbleIndexedBatch     = "pebble-indexed-batch"
-	ImplRWMutexMapPebble       = "rwmutex+map+pebble"
-	ImplRWMutexMapPebbleNoCopy = "rwmutex+map+pebble-no-copy"
-	ImplMutexMapPebble         = "mutex+map+pebble"
-	ImplPerCallerSync          = "per-caller-sync"
-	ImplSingleflight           = "x/sync-singleflight"
-	ImplPebbleBatchSync        = "pebble-batch-sync"
-	ImplPebbleBatchSyncSorted  = "pebble-batch-sync-sorted-input"
-	ImplDirectApply            = "direct-apply+msync"
-	ImplPebbleBatchNoSync      = "pebble-batch-nosync"
-	ImplGetLoop                = "get-loop"          // W1 count/ones: a loop of Bits.Get
-	ImplDeleteLoop             = "delete-loop"       // W8 delete-1m: a loop of KV.Delete
-	ImplWithoutSnapshots       = "without-snapshots" // the same reads on a twin engine with no snapshot
+	ImplKvbuf            = "kvbuf"
+	ImplKvbufGetMany     = "kvbuf-getmany"         // GetMany in batches of 64
+	ImplKvbufDefault     = "kvbuf-default-options" // an engine opened with nil Options
+	ImplKvbufSinglePuts  = "kvbuf-single-puts"     // W8: 64 KV.Put calls instead of one Apply
+	ImplKvbufFlushOnly   = "kvbuf-flush-only"      // W6: the Flush alone, the writes before it untimed
+	ImplRaw              = "raw"
+	ImplMutexMap         = "mutex+map"
+	ImplRWMutexMap       = "rwmutex+map"
+	ImplSyncMap          = "sync.Map"
+	ImplXsyncMap         = "xsync.Map"
+	ImplRWMutexWords     = "rwmutex+words" // W1: dense mask/value words behind a sync.RWMutex
+	ImplAtomicWords      = "atomic-words"  // W1: dense mask/value words updated atomically
+	ImplRWMutexBTree     = "rwmutex+btree" // a tidwall/btree generic B-tree behind a sync.RWMutex
+	ImplPebbleGet        = "pebble-get"
+	ImplPebbleBatch      = "pebble-indexed-batch"
+	ImplMapPebble        = "rwmutex+map+pebble"
+	ImplMapPebbleNoCopy  = "rwmutex+map+pebble-no-copy"
+	ImplMapPebbleBatched = "rwmutex+map+pebble-64-per-lock" // one RLock per 64 keys, as GetMany
+	ImplBTreePebble      = "rwmutex+btree+pebble"
+	ImplMutexMapPebble   = "mutex+map+pebble"
+	ImplPerCallerSync    = "per-caller-sync"
+	ImplSingleflight     = "singleflight"         // x/sync/singleflight: incorrect by design
+	ImplGroupCommit      = "careful-group-commit" // waits out a flush frozen before the caller's write
+	ImplPebbleBatchSync  = "pebble-batch-sync"
+	ImplPebbleSortedSync = "pebble-batch-sync-sorted-input"
+	ImplFileSetLoop      = "file-set-loop+msync"        // W6: one bitslice.File.Set per change
+	ImplApplyWords       = "apply-words+msync"          // W6: File.ApplyWords of words coalesced untimed
+	ImplCoalesceApply    = "coalesce+apply-words+msync" // W6: coalescing into words timed too
+	ImplPebbleNoSync     = "pebble-batch-nosync"
+	ImplPebbleNoSyncSync = "pebble-nosync-batches+sync" // W8 end-to-end: no-sync batches, the last one synced
+	ImplGetLoop          = "get-loop"                   // W1 count/ones: a loop of Bits.Get
+	ImplDeleteLoop       = "delete-loop"                // W8 delete-1m: a loop of KV.Delete
+	ImplWithoutSnapshots = "without-snapshots"          // the same reads on a twin engine with no snapshot
 )
+
+// DefaultRounds is the number of measured rounds kvtool bench runs per
+// workload by default (after one warm-up round): enough for a median with
+// a meaningful min–max.
+const DefaultRounds = 7
+
+// NoisyRatio flags a row whose slowest round took more than this many
+// times its fastest (Row.Noisy): its median should not be trusted to a
+// few percent.
+const NoisyRatio = 1.5
 
 // ErrBadConfig is returned for a Config or argument out of range.
 var ErrBadConfig = errors.New("bench: bad configuration")
@@ -121,28 +143,32 @@ type RoundResult struct {
 	Reads, Writes                                     int64
 	ReadLatencies, ReadFlushLatencies, WriteLatencies []time.Duration
 
-	// BytesPerEntry is a per-round memory figure (W3 construct: live heap
-	// per instance); the row reports the median.
-	BytesPerEntry float64
+	// BytesPerEntry is a per-round memory figure (live heap per entry or
+	// per instance) and AccountedBytes the engine's own per-entry figure;
+	// the row reports their medians.
+	BytesPerEntry, AccountedBytes float64
 
-	// Mallocs, if MallocsMeasured, are the allocations of the timed part
-	// (see Timed); otherwise the harness counts those of the whole Round.
-	Mallocs         uint64
-	MallocsMeasured bool
+	// Mallocs and AllocBytes, if MallocsMeasured, are the allocations of
+	// the timed part (see Timed); otherwise the harness counts those of the
+	// whole Round.
+	Mallocs, AllocBytes uint64
+	MallocsMeasured     bool
 }
 
-// Timed runs f as the timed part of a round: it sets res.Elapsed to f's
-// wall time and res.Mallocs to the allocations made meanwhile, so that
+// Timed runs f as a timed part of a round: it adds f's wall time to
+// res.Elapsed and the allocations made meanwhile to res.Mallocs, so that
 // untimed preparation (making a million changes pending before timing
-// their flush) is left out of both.
+// their flush) is left out of both. A round may call it several times.
 func Timed(res *RoundResult, f func() error) error {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	err := f()
-	res.Elapsed = time.Since(start)
+	res.Elapsed += time.Since(start)
 	runtime.ReadMemStats(&m1)
-	res.Mallocs, res.MallocsMeasured = m1.Mallocs-m0.Mallocs, true
+	res.Mallocs += m1.Mallocs - m0.Mallocs
+	res.AllocBytes += m1.TotalAlloc - m0.TotalAlloc
+	res.MallocsMeasured = true
 	return err
 }
 
@@ -229,6 +255,9 @@ type Row struct {
 	NsPerOp []float64
 	// Median, Min and Max summarise NsPerOp.
 	Median, Min, Max float64
+	// Noisy is set when Max > NoisyRatio × Min: the rounds disagree by more
+	// than the difference a ratio of medians can be trusted for.
+	Noisy bool
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
 	// RatioVs (own rows only) maps each other row to its median ÷ this
@@ -288,6 +317,7 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 	rows := make([]Row, n)
 	allocs := make([][]float64, n)
 	mem := make([][]float64, n)
+	acct := make([][]float64, n)
 	reads := make([][]float64, n)
 	writes := make([][]float64, n)
 	var flushLat, readLat, readFlushLat, writeLat [][]time.Duration
@@ -340,6 +370,9 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 			if res.BytesPerEntry != 0 {
 				mem[k] = append(mem[k], res.BytesPerEntry)
 			}
+			if res.AccountedBytes != 0 {
+				acct[k] = append(acct[k], res.AccountedBytes)
+			}
 			row.Flushes += res.Flushes
 			row.Syncs += res.Syncs
 			row.Violations += res.Violations
@@ -361,23 +394,27 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 		row.Median = Median(row.NsPerOp)
 		row.Min = slices.Min(row.NsPerOp)
 		row.Max = slices.Max(row.NsPerOp)
+		row.Noisy = row.Max > NoisyRatio*row.Min
 		row.AllocsPerOp = Median(allocs[k])
 		if len(mem[k]) > 0 {
 			row.BytesPerEntry = Median(mem[k])
 		}
+		if len(acct[k]) > 0 {
+			row.AccountedBytesPerEntry = Median(acct[k])
+		}
 		if l := flushLat[k]; len(l) > 0 {
-			row.P50FlushNs = Percentile(l, 0.50)
-			row.P99FlushNs = Percentile(l, 0.99)
-			row.P999FlushNs = Percentile(l, 0.999)
+			row.P50FlushNs = workload.Percentile(l, 0.50)
+			row.P99FlushNs = workload.Percentile(l, 0.99)
+			row.P999FlushNs = workload.Percentile(l, 0.999)
 		}
 		if len(reads[k]) > 0 {
 			row.ReadsPerSec = Median(reads[k])
 			row.WritesPerSec = Median(writes[k])
 		}
-		row.P50ReadNs = Percentile(readLat[k], 0.50)
-		row.P99ReadNs = Percentile(readLat[k], 0.99)
-		row.P99ReadFlushNs = Percentile(readFlushLat[k], 0.99)
-		row.P99WriteNs = Percentile(writeLat[k], 0.99)
+		row.P50ReadNs = workload.Percentile(readLat[k], 0.50)
+		row.P99ReadNs = workload.Percentile(readLat[k], 0.99)
+		row.P99ReadFlushNs = workload.Percentile(readFlushLat[k], 0.99)
+		row.P99WriteNs = workload.Percentile(writeLat[k], 0.99)
 	}
 	AddRatios(rows)
 	return rows, nil
@@ -478,16 +515,4 @@ func Median(xs []float64) float64 {
 		return s[m]
 	}
 	return (s[m-1] + s[m]) / 2
-}
-
-// Percentile returns the q-quantile of ds in nanoseconds by nearest rank,
-// or 0 for none. ds is not modified.
-func Percentile(ds []time.Duration, q float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds())
 }

@@ -10,9 +10,9 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/tidwall/btree"
 
 	"github.com/kvbuf/kvbuf"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // W2 sizes at Scale 1 (doc/workloads.md).
@@ -22,6 +22,8 @@ const (
 	w2Lookups  = 200_000   // per get-* round
 	w2ValueLen = 16
 	w2ScanLen  = 10_000
+	// applyBatch is how many changes one preload op applies (as one Batch).
+	applyBatch = 1_000
 )
 
 // w2StoredValue is the stored value of stored key number i.
@@ -43,36 +45,358 @@ type w2Change struct {
 func w2Changes(rng *rand.Rand, n int, space uint64) []w2Change {
 	out := make([]w2Change, n)
 	for k := range out {
-		ch := w2Change{key: rng.Uint64N(space)}
-		if rng.IntN(10) != 0 {
-			ch.val = make([]byte, w2ValueLen)
-			for j := range ch.val {
-				ch.val[j] = byte(rng.Uint32())
-			}
-		}
-		out[k] = ch
+		out[k] = w2Change{key: rng.Uint64N(space), val: w2Value(rng)}
 	}
 	return out
 }
 
+// w2Value draws a pending change's value: nil (a delete) one time in ten,
+// else 16 random bytes.
+func w2Value(rng *rand.Rand) []byte {
+	if rng.IntN(10) == 0 {
+		return nil
+	}
+	v := make([]byte, w2ValueLen)
+	for j := range v {
+		v[j] = byte(rng.Uint32())
+	}
+	return v
+}
+
+// w2Item is one entry of the ordered baseline's B-tree; a nil val is a
+// tombstone.
+type w2Item struct {
+	key string
+	val []byte
+}
+
+func w2Less(a, b w2Item) bool { return a.key < b.key }
+
+// newW2Tree returns the ordered baseline's B-tree: a tidwall/btree generic
+// B-tree without its own lock (the baselines hold an RWMutex around it).
+func newW2Tree() *btree.BTreeG[w2Item] {
+	return btree.NewBTreeGOptions(w2Less, btree.Options{NoLocks: true})
+}
+
 // w2State is everything W2's implementations read.
 type w2State struct {
-	kv   *kvbuf.KV // engine A
-	twin *kvbuf.KV // engine B: the same data, for the snapshot rows
+	op   uint64      // the engines' last op number
+	dbs  []*kvbuf.DB // A, B, C
+	kv   *kvbuf.KV   // engine A
+	twin *kvbuf.KV   // engine B: the same data, for the snapshot rows
+	def  *kvbuf.KV   // engine C: the same data, default Options
 	pdb  *pebble.DB
 	ib   *pebble.Batch
-	ks   storage.KeyspaceID
 
 	rwmu    sync.RWMutex
 	pending map[string][]byte // nil value: tombstone
+
+	tmu  sync.RWMutex
+	tree *btree.BTreeG[w2Item]
+
+	// Live heap per pending entry of each structure, and the engine's own
+	// figure (PendingBytes / PendingKeys).
+	kvbufHeap, kvbufAcct, mapHeap, ibHeap, treeHeap float64
 }
 
+// engines are the keyspaces of the three engines, which get every change.
+func (s *w2State) engines() []*kvbuf.KV { return []*kvbuf.KV{s.kv, s.twin, s.def} }
+
 // w2Keys is one get workload's keys in every form an implementation takes:
-// user keys (kvbuf, the map), the engine store's keys (raw pebble), and a
-// slice per key (GetMany).
+// user keys (kvbuf, the map), the stored keys (raw pebble), and a slice per
+// key (GetMany).
 type w2Keys struct {
 	user, stored flatKeys
 	views        [][]byte
+}
+
+func newW2Keys(f flatKeys) *w2Keys { return &w2Keys{user: f, stored: f.stored(), views: f.slices()} }
+
+// setupW2 builds W2: three kvbuf engines with a keyspace (A; its twin B for
+// the snapshot rows; C opened with default Options) and a raw pebble
+// database opened like the engine's store, all holding the same stored
+// keys (flushed to sstables); the same pending changes in the engines, in
+// a pebble indexed batch, in an RWMutex-guarded map and in an
+// RWMutex-guarded B-tree (measuring the live heap each takes); the lookup
+// keys of each get workload and the scan starts.
+func setupW2(ctx context.Context, s *Suite, c Config) error {
+	nStored := c.scaled(w2Stored, 64)
+	space := uint64(nStored) * 4
+	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+2))
+	changes := w2Changes(rng, c.scaled(w2Pending, 64), space)
+	st, err := openW2(s, len(changes))
+	if err != nil {
+		return err
+	}
+	if err := st.preload(ctx, nStored); err != nil {
+		return err
+	}
+	if err := st.pend(ctx, s, changes); err != nil {
+		return err
+	}
+	gets, err := st.getWorkloads(rng, c, space)
+	if err != nil {
+		return err
+	}
+	s.add(gets...)
+	s.add(st.scanWorkload(rng, c, space))
+	s.add(st.snapshotWorkloads(s, gets[0])...)
+	s.add(st.firstIterWorkload(rng, c, space), st.interleavedWorkload(rng, c, space))
+	return nil
+}
+
+// openW2 opens W2's engines and raw pebble with empty pending structures;
+// A and B keep pending changes pending (pendingOptions for n changes).
+func openW2(s *Suite, n int) (*w2State, error) {
+	st := &w2State{pending: map[string][]byte{}, tree: newW2Tree()}
+	opts := pendingOptions(kvNeed(n))
+	for _, e := range []struct {
+		dir  string
+		opts *kvbuf.Options
+		kv   **kvbuf.KV
+	}{{"engine", opts, &st.kv}, {"engine-twin", opts, &st.twin}, {"engine-default", nil, &st.def}} {
+		db, kv, err := openKV(s, e.dir, "w2", e.opts)
+		if err != nil {
+			return nil, err
+		}
+		*e.kv = kv
+		st.dbs = append(st.dbs, db)
+	}
+	var err error
+	st.pdb, err = openPebble(s, "pebble", 0)
+	return st, err
+}
+
+// preload stores keys i*4 for i < n with w2StoredValue(i) in every engine
+// (in batches of applyBatch, one op each) and in raw pebble, and moves them
+// to sstables.
+func (st *w2State) preload(ctx context.Context, n int) error {
+	pb := st.pdb.NewBatch()
+	batches := make([]*kvbuf.Batch, len(st.dbs))
+	for e, db := range st.dbs {
+		batches[e] = db.NewBatch()
+	}
+	var kb, sk []byte
+	flush := func() error {
+		st.op++
+		for e, db := range st.dbs {
+			if err := db.Apply(ctx, batches[e], st.op); err != nil {
+				return err
+			}
+			batches[e].Reset()
+		}
+		return nil
+	}
+	for i := range uint64(n) {
+		if err := cancelled(ctx, int(i)); err != nil {
+			return err
+		}
+		kb = u64Key(kb[:0], i*4)
+		v := w2StoredValue(i)
+		for e, kv := range st.engines() {
+			batches[e].Put(kv, kb, v)
+		}
+		if err := pb.Set(storedKey(sk[:0], kb), v, nil); err != nil {
+			return err
+		}
+		if batches[0].Len() == applyBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if err := pb.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	if err := pb.Close(); err != nil {
+		return err
+	}
+	for _, db := range st.dbs {
+		if err := db.FlushMemtables(ctx); err != nil {
+			return err
+		}
+	}
+	return st.pdb.Flush()
+}
+
+// pend makes changes pending in every structure, measuring the live heap
+// each one's copy takes: engine A first, then the map, the indexed batch
+// and the B-tree; then engines B and C (not measured).
+func (st *w2State) pend(ctx context.Context, s *Suite, changes []w2Change) error {
+	check := pendingGuard(st.dbs[0], st.dbs[1])
+	var kb []byte
+	h0 := liveHeap()
+	if err := st.pendEngine(ctx, st.kv, changes); err != nil {
+		return err
+	}
+	h1 := liveHeap()
+	m := st.dbs[0].Metrics()
+	st.kvbufHeap = perEntry(h0, h1, int(m.PendingKeys))
+	st.kvbufAcct = float64(m.PendingBytes) / float64(max(m.PendingKeys, 1))
+	for _, ch := range changes {
+		kb = u64Key(kb[:0], ch.key)
+		st.pending[string(kb)] = bytes.Clone(ch.val) // the map owns its copy, as kvbuf does
+	}
+	h2 := liveHeap()
+	st.mapHeap = perEntry(h1, h2, len(st.pending))
+	st.ib = st.pdb.NewIndexedBatch()
+	s.onClose(st.ib.Close)
+	var sk []byte
+	for _, ch := range changes {
+		sk = storedKey(sk[:0], u64Key(kb[:0], ch.key))
+		var err error
+		if ch.val == nil {
+			err = st.ib.Delete(sk, nil)
+		} else {
+			err = st.ib.Set(sk, ch.val, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	h3 := liveHeap()
+	st.ibHeap = perEntry(h2, h3, len(st.pending))
+	for _, ch := range changes {
+		st.tree.Set(w2Item{string(u64Key(kb[:0], ch.key)), bytes.Clone(ch.val)})
+	}
+	st.treeHeap = perEntry(h3, liveHeap(), st.tree.Len())
+	for _, kv := range st.engines()[1:] {
+		if err := st.pendEngine(ctx, kv, changes); err != nil {
+			return err
+		}
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	if mt := st.dbs[1].Metrics(); mt.PendingKeys != m.PendingKeys {
+		return fmt.Errorf("twin engine holds %d pending keys, engine %d", mt.PendingKeys, m.PendingKeys)
+	}
+	return nil
+}
+
+// pendEngine writes changes to kv one call each, op numbers continuing.
+func (st *w2State) pendEngine(ctx context.Context, kv *kvbuf.KV, changes []w2Change) error {
+	var kb []byte
+	op := st.op
+	for k, ch := range changes {
+		if err := cancelled(ctx, k); err != nil {
+			return err
+		}
+		kb = u64Key(kb[:0], ch.key)
+		op++
+		var err error
+		if ch.val == nil {
+			err = kv.Delete(ctx, kb, op)
+		} else {
+			err = kv.Put(ctx, kb, ch.val, op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if kv == st.def { // the last engine: every engine has had the same ops
+		st.op = op
+	}
+	return nil
+}
+
+// getWorkloads are W2's four get workloads, each with its own keys:
+// pending hits, pending tombstones, misses (no pending change; a quarter
+// of them stored) and uniform keys.
+func (st *w2State) getWorkloads(rng *rand.Rand, c Config, space uint64) ([]*Workload, error) {
+	var hits, tombs []uint64
+	for k, v := range st.pending {
+		key := binary.BigEndian.Uint64([]byte(k))
+		if v == nil {
+			tombs = append(tombs, key)
+		} else {
+			hits = append(hits, key)
+		}
+	}
+	if len(hits) == 0 || len(tombs) == 0 {
+		return nil, fmt.Errorf("%w: scale too small for W2 (%d pending hits, %d tombstones)", ErrBadConfig, len(hits), len(tombs))
+	}
+	// Map iteration order is random: sort for reproducible key lists.
+	slices.Sort(hits)
+	slices.Sort(tombs)
+	n := c.scaled(w2Lookups, 64)
+	pick := func(draw func() uint64) *w2Keys {
+		f := newFlatKeys(8, n)
+		for range n {
+			f.b = u64Key(f.b, draw())
+		}
+		return newW2Keys(f)
+	}
+	hitKeys := pick(func() uint64 { return hits[rng.IntN(len(hits))] })
+	tombKeys := pick(func() uint64 { return tombs[rng.IntN(len(tombs))] })
+	missKeys := pick(func() uint64 {
+		for {
+			k := rng.Uint64N(space)
+			if _, ok := st.pending[string(u64Key(nil, k))]; !ok {
+				return k
+			}
+		}
+	})
+	mixedKeys := pick(func() uint64 { return rng.Uint64N(space) })
+	gets := func(name string, k *w2Keys, defaultRow bool) *Workload {
+		im := []Impl{
+			{Name: ImplKvbuf, Loop: w2Kvbuf{st.kv, k}, BytesPerEntry: st.kvbufHeap, AccountedBytes: st.kvbufAcct},
+			{Name: ImplKvbufGetMany, Loop: w2KvbufMany{st.kv, k}, BytesPerEntry: st.kvbufHeap, AccountedBytes: st.kvbufAcct},
+		}
+		if defaultRow {
+			im = append(im, Impl{Name: ImplKvbufDefault, Loop: w2Kvbuf{st.def, k}})
+		}
+		im = append(im,
+			Impl{Name: ImplPebbleGet, Floor: true, Loop: w2PebbleGet{st.pdb, k}},
+			Impl{Name: ImplPebbleBatch, Loop: w2PebbleGet{st.ib, k}, BytesPerEntry: st.ibHeap},
+			Impl{Name: ImplMapPebble, Loop: w2MapPebble{st, k, true}, BytesPerEntry: st.mapHeap},
+			Impl{Name: ImplMapPebbleNoCopy, Loop: w2MapPebble{st, k, false}, BytesPerEntry: st.mapHeap},
+			Impl{Name: ImplMapPebbleBatched, Loop: w2MapPebbleBatched{st, k}, BytesPerEntry: st.mapHeap},
+		)
+		return &Workload{Name: name, Unit: "get", Ops: n, Parallel: true, Impls: im}
+	}
+	return []*Workload{
+		gets("W2/get-pending-hit", hitKeys, true),
+		gets("W2/get-pending-tombstone", tombKeys, false),
+		gets("W2/get-miss", missKeys, false),
+		gets("W2/get-mixed", mixedKeys, false),
+	}, nil
+}
+
+// snapshotWorkloads are the pending-hit lookups on engine B with 1, then
+// 16, snapshots open against the same lookups on engine A, which never had
+// one. hit is W2/get-pending-hit, whose keys they reuse.
+func (st *w2State) snapshotWorkloads(s *Suite, hit *Workload) []*Workload {
+	keys := hit.Impls[0].Loop.(w2Kvbuf).k
+	var snaps []*kvbuf.Snapshot
+	s.onClose(func() error {
+		for _, sn := range snaps {
+			sn.Close()
+		}
+		return nil
+	})
+	snapRows := func(name string, n int) *Workload {
+		return &Workload{Name: name, Unit: "get", Ops: keys.user.len(), Impls: []Impl{
+			{Name: ImplKvbuf, Loop: w2Kvbuf{st.twin, keys}},
+			{Name: ImplWithoutSnapshots, Loop: w2Kvbuf{st.kv, keys}},
+		}, prepare: func(context.Context) error {
+			for len(snaps) < n {
+				sn, err := st.dbs[1].NewSnapshot()
+				if err != nil {
+					return err
+				}
+				snaps = append(snaps, sn)
+			}
+			return nil
+		}}
+	}
+	return []*Workload{
+		snapRows("W2/get-pending-hit-1-snapshot", 1),
+		snapRows("W2/get-pending-hit-16-snapshots", 16),
+	}
 }
 
 // The W2 get implementations. Every row copies each value it finds into a
@@ -89,18 +413,22 @@ type (
 		kv *kvbuf.KV
 		k  *w2Keys
 	}
+	// w2PebbleGet reads the stored keys from raw pebble (a floor: no
+	// pending changes) or from the indexed batch holding them.
 	w2PebbleGet struct {
-		s *w2State
-		k *w2Keys
-	}
-	w2IndexedBatch struct {
-		s *w2State
+		r pebble.Reader
 		k *w2Keys
 	}
 	w2MapPebble struct {
 		s    *w2State
 		k    *w2Keys
 		copy bool
+	}
+	// w2MapPebbleBatched is the baseline of GetMany: one read lock per 64
+	// keys, in the same key order, then raw pebble for the misses.
+	w2MapPebbleBatched struct {
+		s *w2State
+		k *w2Keys
 	}
 )
 
@@ -140,42 +468,13 @@ func (x w2KvbufMany) Loop(_, lo, hi int) (int64, error) {
 	return n, nil
 }
 
-// pebbleGet reads stored key k from g, appending a found value to buf.
-func pebbleGet(g pebble.Reader, buf, k []byte) ([]byte, bool, error) {
-	v, cl, err := g.Get(k)
-	if err != nil {
-		if notFound(err) {
-			return buf, false, nil
-		}
-		return buf, false, err
-	}
-	buf = append(buf[:0], v...)
-	return buf, true, cl.Close()
-}
-
 func (x w2PebbleGet) Loop(_, lo, hi int) (int64, error) {
 	var n int64
 	buf := make([]byte, 0, 64)
 	for i := lo; i < hi; i++ {
 		var ok bool
 		var err error
-		if buf, ok, err = pebbleGet(x.s.pdb, buf, x.k.stored.at(i)); err != nil {
-			return n, err
-		}
-		if ok {
-			n += 1 + int64(buf[len(buf)-1])
-		}
-	}
-	return n, nil
-}
-
-func (x w2IndexedBatch) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	buf := make([]byte, 0, 64)
-	for i := lo; i < hi; i++ {
-		var ok bool
-		var err error
-		if buf, ok, err = pebbleGet(x.s.ib, buf, x.k.stored.at(i)); err != nil {
+		if buf, ok, err = pebbleGet(x.r, buf, x.k.stored.at(i)); err != nil {
 			return n, err
 		}
 		if ok {
@@ -215,271 +514,36 @@ func (x w2MapPebble) Loop(_, lo, hi int) (int64, error) {
 	return n, nil
 }
 
-// setupW2 builds W2: two kvbuf engines (A, and its twin B for the snapshot
-// rows) with a keyspace, and a raw pebble database opened like the
-// engine's store, all holding the same stored keys (flushed to sstables;
-// raw pebble under the engine store's own key layout); the same pending
-// changes in the engines, in a pebble indexed batch and in an
-// RWMutex-guarded map (measuring the live heap each takes); and the lookup
-// keys of each get workload.
-func setupW2(ctx context.Context, s *Suite, c Config) error {
-	nStored := c.scaled(w2Stored, 64)
-	space := uint64(nStored) * 4
-	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+2))
-	st := &w2State{pending: map[string][]byte{}}
-
-	dbA, err := openEngine(s, "engine")
-	if err != nil {
-		return err
-	}
-	dbB, err := openEngine(s, "engine-twin")
-	if err != nil {
-		return err
-	}
-	if st.kv, err = dbA.KV("w2"); err != nil {
-		return err
-	}
-	if st.twin, err = dbB.KV("w2"); err != nil {
-		return err
-	}
-	st.ks = engineKeyspace(st.kv)
-	if st.pdb, err = openPebble(s, "pebble"); err != nil {
-		return err
-	}
-
-	// Preload the stores with the same keys, then move them to sstables.
-	var op uint64
-	pb := st.pdb.NewBatch()
-	var kb, sk []byte
-	for i := range uint64(nStored) {
-		kb = u64Key(kb[:0], i*4)
-		v := w2StoredValue(i)
-		op++
-		for _, kv := range []*kvbuf.KV{st.kv, st.twin} {
-			if err := kv.Put(ctx, kb, v, op); err != nil {
-				return err
-			}
+func (x w2MapPebbleBatched) Loop(_, lo, hi int) (int64, error) {
+	var n int64
+	s := x.s
+	var vals [manyBatch][]byte
+	var found [manyBatch]bool
+	buf := make([]byte, 0, 64)
+	for j := lo; j < hi; j += manyBatch {
+		e := min(j+manyBatch, hi)
+		s.rwmu.RLock()
+		for i := j; i < e; i++ {
+			vals[i-j], found[i-j] = s.pending[string(x.k.user.at(i))]
 		}
-		sk = storedKey(sk[:0], st.ks, kb)
-		if err := pb.Set(sk, v, nil); err != nil {
-			return err
-		}
-	}
-	if err := pb.Commit(pebble.Sync); err != nil {
-		return err
-	}
-	if err := pb.Close(); err != nil {
-		return err
-	}
-	for _, db := range []*kvbuf.DB{dbA, dbB} {
-		if err := db.FlushMemtables(ctx); err != nil {
-			return err
-		}
-	}
-	if err := st.pdb.Flush(); err != nil {
-		return err
-	}
-
-	// The same pending changes everywhere, measuring the live heap each
-	// implementation's copy of them takes.
-	changes := w2Changes(rng, c.scaled(w2Pending, 64), space)
-	h0 := liveHeap()
-	for _, ch := range changes {
-		kb = u64Key(kb[:0], ch.key)
-		op++
-		if ch.val == nil {
-			err = st.kv.Delete(ctx, kb, op)
-		} else {
-			err = st.kv.Put(ctx, kb, ch.val, op)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	h1 := liveHeap()
-	m := dbA.Metrics()
-	kvbufHeap := perEntry(h0, h1, int(m.PendingKeys))
-	kvbufAcct := float64(m.PendingBytes) / float64(max(m.PendingKeys, 1))
-	for _, ch := range changes {
-		kb = u64Key(kb[:0], ch.key)
-		st.pending[string(kb)] = bytes.Clone(ch.val) // the map owns its copy, as kvbuf does
-	}
-	h2 := liveHeap()
-	mapHeap := perEntry(h1, h2, len(st.pending))
-	st.ib = st.pdb.NewIndexedBatch()
-	s.onClose(st.ib.Close)
-	for _, ch := range changes {
-		sk = storedKey(sk[:0], st.ks, u64Key(kb[:0], ch.key))
-		if ch.val == nil {
-			err = st.ib.Delete(sk, nil)
-		} else {
-			err = st.ib.Set(sk, ch.val, nil)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	h3 := liveHeap()
-	ibHeap := perEntry(h2, h3, len(st.pending))
-	for _, ch := range changes {
-		kb = u64Key(kb[:0], ch.key)
-		op++
-		if ch.val == nil {
-			err = st.twin.Delete(ctx, kb, op)
-		} else {
-			err = st.twin.Put(ctx, kb, ch.val, op)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if mt := dbB.Metrics(); mt.PendingKeys != m.PendingKeys {
-		return fmt.Errorf("twin engine holds %d pending keys, engine %d", mt.PendingKeys, m.PendingKeys)
-	}
-
-	var hits, tombs []uint64
-	for k, v := range st.pending {
-		key := binary.BigEndian.Uint64([]byte(k))
-		if v == nil {
-			tombs = append(tombs, key)
-		} else {
-			hits = append(hits, key)
-		}
-	}
-	if len(hits) == 0 || len(tombs) == 0 {
-		return fmt.Errorf("%w: scale too small for W2 (%d pending hits, %d tombstones)", ErrBadConfig, len(hits), len(tombs))
-	}
-	// Map iteration order is random: sort for reproducible key lists.
-	slices.Sort(hits)
-	slices.Sort(tombs)
-	nLookups := c.scaled(w2Lookups, 64)
-	pick := func(draw func() uint64) *w2Keys {
-		f := newFlatKeys(8, nLookups)
-		for range nLookups {
-			f.b = u64Key(f.b, draw())
-		}
-		return &w2Keys{user: f, stored: f.stored(st.ks), views: f.slices()}
-	}
-	hitKeys := pick(func() uint64 { return hits[rng.IntN(len(hits))] })
-	tombKeys := pick(func() uint64 { return tombs[rng.IntN(len(tombs))] })
-	missKeys := pick(func() uint64 {
-		for {
-			k := rng.Uint64N(space)
-			if _, ok := st.pending[string(u64Key(nil, k))]; !ok {
-				return k
-			}
-		}
-	})
-	mixedKeys := pick(func() uint64 { return rng.Uint64N(space) })
-	starts := newFlatKeys(8, c.Scans)
-	for range c.Scans {
-		starts.b = u64Key(starts.b, rng.Uint64N(space-space/10))
-	}
-	storedStarts := starts.stored(st.ks)
-	end := keyspaceEnd(st.ks)
-
-	gets := func(name string, k *w2Keys) *Workload {
-		return &Workload{Name: name, Unit: "get", Ops: nLookups, Parallel: true, Impls: []Impl{
-			{Name: ImplKvbuf, Loop: w2Kvbuf{st.kv, k}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
-			{Name: ImplKvbufGetMany, Loop: w2KvbufMany{st.kv, k}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
-			{Name: ImplPebbleGet, Floor: true, Loop: w2PebbleGet{st, k}},
-			{Name: ImplPebbleIndexedBatch, Loop: w2IndexedBatch{st, k}, BytesPerEntry: ibHeap},
-			{Name: ImplRWMutexMapPebble, Loop: w2MapPebble{st, k, true}, BytesPerEntry: mapHeap},
-			{Name: ImplRWMutexMapPebbleNoCopy, Loop: w2MapPebble{st, k, false}, BytesPerEntry: mapHeap},
-		}}
-	}
-	var snaps []*kvbuf.Snapshot
-	s.onClose(func() error {
-		for _, sn := range snaps {
-			sn.Close()
-		}
-		return nil
-	})
-	snapRows := func(name string, n int) *Workload {
-		return &Workload{Name: name, Unit: "get", Ops: nLookups, Impls: []Impl{
-			{Name: ImplKvbuf, Loop: w2Kvbuf{st.twin, hitKeys}},
-			{Name: ImplWithoutSnapshots, Loop: w2Kvbuf{st.kv, hitKeys}},
-		}, prepare: func(context.Context) error {
-			for len(snaps) < n {
-				sn, err := dbB.NewSnapshot()
-				if err != nil {
-					return err
+		s.rwmu.RUnlock()
+		for i := j; i < e; i++ {
+			if found[i-j] {
+				if v := vals[i-j]; v != nil {
+					buf = append(buf[:0], v...)
+					n += 1 + int64(buf[len(buf)-1])
 				}
-				snaps = append(snaps, sn)
+				continue
 			}
-			return nil
-		}}
-	}
-	scanLen := w2ScanLen
-	s.add(
-		gets("W2/get-pending-hit", hitKeys),
-		gets("W2/get-pending-tombstone", tombKeys),
-		gets("W2/get-miss", missKeys),
-		gets("W2/get-mixed", mixedKeys),
-		&Workload{Name: "W2/scan-10k", Unit: "scan", Ops: c.Scans, Impls: []Impl{
-			{Name: ImplKvbuf, Loop: w2ScanKvbuf{st.kv, starts, scanLen}, BytesPerEntry: kvbufHeap, AccountedBytes: kvbufAcct},
-			{Name: ImplPebbleIndexedBatch, Loop: w2ScanBatch{st.ib, storedStarts, end, scanLen}, BytesPerEntry: ibHeap},
-		}},
-		snapRows("W2/get-pending-hit-1-snapshot", 1),
-		snapRows("W2/get-pending-hit-16-snapshots", 16),
-	)
-	return nil
-}
-
-// The scan rows: each op is one iterator from a start key reading up to
-// n entries and touching each value.
-type (
-	w2ScanKvbuf struct {
-		kv     *kvbuf.KV
-		starts flatKeys
-		n      int
-	}
-	w2ScanBatch struct {
-		ib     *pebble.Batch
-		starts flatKeys
-		end    []byte
-		n      int
-	}
-)
-
-func (x w2ScanKvbuf) Loop(_, lo, hi int) (int64, error) {
-	var read, vb int64
-	for i := lo; i < hi; i++ {
-		it, err := x.kv.NewIter(&kvbuf.IterOptions{LowerBound: x.starts.at(i)})
-		if err != nil {
-			return read, err
-		}
-		k := 0
-		for ok := it.First(); ok && k < x.n; ok = it.Next() {
-			k++
-			vb += int64(len(it.Value()))
-		}
-		read += int64(k)
-		if err := it.Close(); err != nil {
-			return read, err
+			var ok bool
+			var err error
+			if buf, ok, err = pebbleGet(s.pdb, buf, x.k.stored.at(i)); err != nil {
+				return n, err
+			}
+			if ok {
+				n += 1 + int64(buf[len(buf)-1])
+			}
 		}
 	}
-	_ = vb
-	return read, nil
-}
-
-func (x w2ScanBatch) Loop(_, lo, hi int) (int64, error) {
-	var read, vb int64
-	for i := lo; i < hi; i++ {
-		it, err := x.ib.NewIter(&pebble.IterOptions{LowerBound: x.starts.at(i), UpperBound: x.end})
-		if err != nil {
-			return read, err
-		}
-		k := 0
-		for ok := it.First(); ok && k < x.n; ok = it.Next() {
-			k++
-			vb += int64(len(it.Value()))
-		}
-		read += int64(k)
-		if err := it.Close(); err != nil {
-			return read, err
-		}
-	}
-	_ = vb
-	return read, nil
+	return n, nil
 }
