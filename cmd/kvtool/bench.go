@@ -47,8 +47,9 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "--workload takes a glob (path.Match: W1/*, W2/get-*, or a family: W4) or,")
 	fmt.Fprintln(w, "if it matches no name as a glob and uses regular-expression syntax (one of")
-	fmt.Fprintln(w, "^$|()+{}.\\), a regular expression searched in the names. A pattern that")
-	fmt.Fprintln(w, "selects nothing is a usage error. Names:")
+	fmt.Fprintln(w, "^$|()+{}.\\) or no glob syntax (*?[), a regular expression searched in the")
+	fmt.Fprintln(w, "names (scan, g(1|4)$). A pattern that selects nothing is a usage error.")
+	fmt.Fprintln(w, "Names:")
 	for _, s := range bench.Catalog() {
 		line := " "
 		for _, name := range s.Workloads {
@@ -135,18 +136,22 @@ func rowJSON(r bench.Row) benchRowJSON {
 }
 
 // regexpOnly are the characters of regular-expression syntax that a glob
-// does not have: a pattern using one of them is read as a regexp when it
-// matches nothing as a glob.
-const regexpOnly = `^$|()+{}.\`
+// does not have, and globMeta those of glob syntax (path.Match).
+const (
+	regexpOnly = `^$|()+{}.\`
+	globMeta   = `*?[`
+)
 
 // selectWorkloads returns the catalog's workload names matching pattern,
 // in catalog order: as a glob (also matching a family: "W1" selects all of
-// W1) if that matches anything; else, if the pattern uses regexp syntax,
-// as a regular expression searched in the names. Anything that selects
-// nothing is an error naming every workload.
+// W1) if that matches anything; else, if the pattern uses regexp syntax or
+// no glob syntax at all, as a regular expression searched in the names
+// ("scan", "g(1|4)$"). A glob that matches nothing ("W9*") is not retried
+// as a regexp, which might match everything. Anything that selects nothing
+// is an error naming every workload.
 func selectWorkloads(pattern string) ([]string, error) {
 	var all, sel []string
-	globErr := false
+	badGlob := false
 	for _, s := range bench.Catalog() {
 		for _, w := range s.Workloads {
 			all = append(all, w)
@@ -154,7 +159,7 @@ func selectWorkloads(pattern string) ([]string, error) {
 			if !ok && err == nil {
 				ok, err = path.Match(pattern, bench.Family(w))
 			}
-			globErr = globErr || err != nil
+			badGlob = badGlob || err != nil
 			if pattern == "" || ok && err == nil {
 				sel = append(sel, w)
 			}
@@ -164,9 +169,9 @@ func selectWorkloads(pattern string) ([]string, error) {
 		return sel, nil
 	}
 	names := "the workloads are " + strings.Join(all, ", ")
-	if !strings.ContainsAny(pattern, regexpOnly) {
-		if globErr {
-			return nil, fmt.Errorf("--workload %q is not a valid glob (%v) and uses no regular-expression syntax; %s", pattern, path.ErrBadPattern, names)
+	if strings.ContainsAny(pattern, globMeta) && !strings.ContainsAny(pattern, regexpOnly) {
+		if badGlob {
+			return nil, fmt.Errorf("--workload %q: %v; %s", pattern, path.ErrBadPattern, names)
 		}
 		return nil, fmt.Errorf("--workload %q matches no workload; %s", pattern, names)
 	}
@@ -330,7 +335,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return nil
 	}
 	rows, err := runSuites(ctx, a, suites, p, emit)
-	p.add(units, "done") // the fractions of the steps need not add up to exactly 100%
+	if err == nil {
+		p.add(units, "done") // the fractions of the steps need not add up to exactly 100%
+	}
 	p.finish()
 	if !a.asJSON && (err == nil || ctx.Err() != nil) {
 		printBenchTable(stdout, rows, a.cfg, a.rounds)
