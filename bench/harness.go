@@ -295,16 +295,8 @@ func (r Row) SyncsPerFlush() float64 {
 // implementation's round, with round -1 for the warm-up. ctx is checked
 // between rounds. It returns one Row per implementation, in Impls order.
 func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(impl string, round int)) ([]Row, error) {
-	if rounds <= 0 {
-		return nil, fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
-	}
-	if len(w.Impls) == 0 {
-		return nil, fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
-	}
-	for _, im := range w.Impls {
-		if (im.Loop == nil) == (im.Round == nil) {
-			return nil, fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
-		}
+	if err := w.check(rounds); err != nil {
+		return nil, err
 	}
 	if !w.Parallel || goroutines < 1 {
 		goroutines = 1
@@ -312,19 +304,13 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 	if err := w.Prepare(ctx); err != nil {
 		return nil, err
 	}
+	if step == nil {
+		step = func(string, int) {}
+	}
 	n := len(w.Impls)
 	name := w.NameAt(goroutines)
 	rows := make([]Row, n)
-	allocs := make([][]float64, n)
-	mem := make([][]float64, n)
-	acct := make([][]float64, n)
-	reads := make([][]float64, n)
-	writes := make([][]float64, n)
-	var flushLat, readLat, readFlushLat, writeLat [][]time.Duration
-	flushLat = make([][]time.Duration, n)
-	readLat = make([][]time.Duration, n)
-	readFlushLat = make([][]time.Duration, n)
-	writeLat = make([][]time.Duration, n)
+	samples := make([]rowSamples, n)
 	for k, im := range w.Impls {
 		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
 			BytesPerEntry: im.BytesPerEntry, AccountedBytesPerEntry: im.AccountedBytes}
@@ -337,9 +323,7 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 		if _, _, err := w.measure(ctx, im, goroutines); err != nil {
 			return nil, fmt.Errorf("bench: %s/%s warm-up: %w", name, im.Name, err)
 		}
-		if step != nil {
-			step(im.Name, -1)
-		}
+		step(im.Name, -1)
 	}
 	for r := range rounds {
 		var checkImpl string
@@ -351,7 +335,7 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 			}
 			k := (r + j) % n
 			im := w.Impls[k]
-			res, a, err := w.measure(ctx, im, goroutines)
+			res, allocs, err := w.measure(ctx, im, goroutines)
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s/%s round %d: %w", name, im.Name, r, err)
 			}
@@ -362,62 +346,92 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 				}
 				check, checkImpl, checked = res.Checks, im.Name, true
 			}
-			row := &rows[k]
-			ops := max(res.Ops, 1)
-			row.OpsPerRound = res.Ops
-			row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
-			allocs[k] = append(allocs[k], a/float64(ops))
-			if res.BytesPerEntry != 0 {
-				mem[k] = append(mem[k], res.BytesPerEntry)
-			}
-			if res.AccountedBytes != 0 {
-				acct[k] = append(acct[k], res.AccountedBytes)
-			}
-			row.Flushes += res.Flushes
-			row.Syncs += res.Syncs
-			row.Violations += res.Violations
-			flushLat[k] = append(flushLat[k], res.FlushLatencies...)
-			if res.Reads > 0 && res.Elapsed > 0 {
-				reads[k] = append(reads[k], float64(res.Reads)/res.Elapsed.Seconds())
-				writes[k] = append(writes[k], float64(res.Writes)/res.Elapsed.Seconds())
-			}
-			readLat[k] = append(readLat[k], res.ReadLatencies...)
-			readFlushLat[k] = append(readFlushLat[k], res.ReadFlushLatencies...)
-			writeLat[k] = append(writeLat[k], res.WriteLatencies...)
-			if step != nil {
-				step(im.Name, r)
-			}
+			samples[k].add(&rows[k], res, allocs)
+			step(im.Name, r)
 		}
 	}
 	for k := range rows {
-		row := &rows[k]
-		row.Median = Median(row.NsPerOp)
-		row.Min = slices.Min(row.NsPerOp)
-		row.Max = slices.Max(row.NsPerOp)
-		row.Noisy = row.Max > NoisyRatio*row.Min
-		row.AllocsPerOp = Median(allocs[k])
-		if len(mem[k]) > 0 {
-			row.BytesPerEntry = Median(mem[k])
-		}
-		if len(acct[k]) > 0 {
-			row.AccountedBytesPerEntry = Median(acct[k])
-		}
-		if l := flushLat[k]; len(l) > 0 {
-			row.P50FlushNs = workload.Percentile(l, 0.50)
-			row.P99FlushNs = workload.Percentile(l, 0.99)
-			row.P999FlushNs = workload.Percentile(l, 0.999)
-		}
-		if len(reads[k]) > 0 {
-			row.ReadsPerSec = Median(reads[k])
-			row.WritesPerSec = Median(writes[k])
-		}
-		row.P50ReadNs = workload.Percentile(readLat[k], 0.50)
-		row.P99ReadNs = workload.Percentile(readLat[k], 0.99)
-		row.P99ReadFlushNs = workload.Percentile(readFlushLat[k], 0.99)
-		row.P99WriteNs = workload.Percentile(writeLat[k], 0.99)
+		samples[k].summarize(&rows[k])
 	}
 	AddRatios(rows)
 	return rows, nil
+}
+
+// check validates w and a round count before Run.
+func (w *Workload) check(rounds int) error {
+	if rounds <= 0 {
+		return fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
+	}
+	if len(w.Impls) == 0 {
+		return fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
+	}
+	for _, im := range w.Impls {
+		if (im.Loop == nil) == (im.Round == nil) {
+			return fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
+		}
+	}
+	return nil
+}
+
+// rowSamples collects one implementation's figures over the measured
+// rounds of a Run.
+type rowSamples struct {
+	allocs, mem, acct, reads, writes          []float64
+	flushLat, readLat, readFlushLat, writeLat []time.Duration
+}
+
+// add records one round: its time per operation and counters on row, the
+// rest in s. allocs is the round's allocation count.
+func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
+	ops := max(res.Ops, 1)
+	row.OpsPerRound = res.Ops
+	row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
+	row.Flushes += res.Flushes
+	row.Syncs += res.Syncs
+	row.Violations += res.Violations
+	s.allocs = append(s.allocs, allocs/float64(ops))
+	if res.BytesPerEntry != 0 {
+		s.mem = append(s.mem, res.BytesPerEntry)
+	}
+	if res.AccountedBytes != 0 {
+		s.acct = append(s.acct, res.AccountedBytes)
+	}
+	if res.Reads > 0 && res.Elapsed > 0 {
+		s.reads = append(s.reads, float64(res.Reads)/res.Elapsed.Seconds())
+		s.writes = append(s.writes, float64(res.Writes)/res.Elapsed.Seconds())
+	}
+	s.flushLat = append(s.flushLat, res.FlushLatencies...)
+	s.readLat = append(s.readLat, res.ReadLatencies...)
+	s.readFlushLat = append(s.readFlushLat, res.ReadFlushLatencies...)
+	s.writeLat = append(s.writeLat, res.WriteLatencies...)
+}
+
+// summarize sets row's medians, extremes and percentiles.
+func (s *rowSamples) summarize(row *Row) {
+	row.Median = Median(row.NsPerOp)
+	row.Min = slices.Min(row.NsPerOp)
+	row.Max = slices.Max(row.NsPerOp)
+	row.Noisy = row.Max > NoisyRatio*row.Min
+	row.AllocsPerOp = Median(s.allocs)
+	if len(s.mem) > 0 {
+		row.BytesPerEntry = Median(s.mem)
+	}
+	if len(s.acct) > 0 {
+		row.AccountedBytesPerEntry = Median(s.acct)
+	}
+	if len(s.flushLat) > 0 {
+		row.P50FlushNs = workload.Percentile(s.flushLat, 0.50)
+		row.P99FlushNs = workload.Percentile(s.flushLat, 0.99)
+		row.P999FlushNs = workload.Percentile(s.flushLat, 0.999)
+	}
+	if len(s.reads) > 0 {
+		row.ReadsPerSec = Median(s.reads)
+		row.WritesPerSec = Median(s.writes)
+	}
+	row.P50ReadNs = workload.Percentile(s.readLat, 0.50)
+	row.P99ReadNs = workload.Percentile(s.readLat, 0.99)
+	row.P99ReadFlushNs = workload.Percentile(s.readFlushLat, 0.99)
+	row.P99WriteNs = workload.Percentile(s.writeLat, 0.99)
 }
 
 // measure runs one round of im after quiescing the stores (if the workload

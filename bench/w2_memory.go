@@ -72,7 +72,7 @@ func (h heldIB) release() error { return h.b.Close() }
 // row also reports the live heap the structure added, per entry. Nothing
 // else of the benchmark is alive in the process meanwhile (kvtool bench
 // runs one suite at a time).
-func setupW2Memory(ctx context.Context, s *Suite, c Config) error {
+func setupW2Memory(_ context.Context, s *Suite, c Config) error {
 	n := c.scaled(w2GCEntries, 64)
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+22))
 	keys := u64Keys(distinct(rng, n, uint64(c.scaled(w2Stored, 64))*4))
@@ -84,8 +84,22 @@ func setupW2Memory(ctx context.Context, s *Suite, c Config) error {
 	if err != nil {
 		return err
 	}
+	build := w2MemoryBuilders(s, pdb, keys, vals)
+	w := &Workload{Name: "W2/gc-1m", Unit: "GC"}
+	for _, name := range []string{ImplKvbuf, ImplRWMutexMap, ImplRWMutexBTree, ImplPebbleBatch} {
+		w.Impls = append(w.Impls, Impl{Name: name, Round: gcRound(build[name])})
+	}
+	s.add(w)
+	return nil
+}
+
+// w2MemoryBuilders returns, per implementation, how to build its structure
+// holding keys with vals (a nil value: a delete). The engine is a fresh one
+// in the suite's directory each time, removed by release.
+func w2MemoryBuilders(s *Suite, pdb *pebble.DB, keys flatKeys, vals [][]byte) map[string]func(context.Context) (w2Held, error) {
 	var engines int
-	build := map[string]func(ctx context.Context) (w2Held, error){
+	n := keys.len()
+	return map[string]func(ctx context.Context) (w2Held, error){
 		ImplKvbuf: func(ctx context.Context) (w2Held, error) {
 			engines++
 			dir := filepath.Join(s.dir, fmt.Sprintf("engine-%d", engines))
@@ -148,12 +162,6 @@ func setupW2Memory(ctx context.Context, s *Suite, c Config) error {
 			return heldIB{b}, nil
 		},
 	}
-	w := &Workload{Name: "W2/gc-1m", Unit: "GC"}
-	for _, name := range []string{ImplKvbuf, ImplRWMutexMap, ImplRWMutexBTree, ImplPebbleBatch} {
-		w.Impls = append(w.Impls, Impl{Name: name, Round: gcRound(build[name])})
-	}
-	s.add(w)
-	return nil
 }
 
 // gcRound is one W2/gc-1m round over the structure build makes.
