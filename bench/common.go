@@ -104,6 +104,31 @@ func createBits(s *Suite, name string, n uint64) (*bitslice.File, error) {
 	return f, nil
 }
 
+// snapshotOpener returns, for a count n, a prepare step that opens
+// snapshots of db until n are open (the snapshot rows of W1 and W2 open 1,
+// then 16). The suite closes them.
+func snapshotOpener(s *Suite, db *kvbuf.DB) func(n int) func(context.Context) error {
+	var snaps []*kvbuf.Snapshot
+	s.onClose(func() error {
+		for _, sn := range snaps {
+			sn.Close()
+		}
+		return nil
+	})
+	return func(n int) func(context.Context) error {
+		return func(context.Context) error {
+			for len(snaps) < n {
+				sn, err := db.NewSnapshot()
+				if err != nil {
+					return err
+				}
+				snaps = append(snaps, sn)
+			}
+			return nil
+		}
+	}
+}
+
 // mixedSides is what W6 and W7 compare: an engine with one keyspace and
 // one bitslice, both named ks, against raw pebble (opened like the
 // engine's store) and a raw bitslice file of nbits.

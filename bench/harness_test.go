@@ -540,3 +540,16 @@ func BenchmarkW7(b *testing.B) { benchSuite(b, "W7") }
 
 // BenchmarkW8 is W8 (batch writes) and the DeleteRange rows.
 func BenchmarkW8(b *testing.B) { benchSuite(b, "W8") }
+
+func TestFormatNsAndJSON(t *testing.T) {
+	for ns, want := range map[float64]string{3.64: "3.64 ns", 1234: "1.23 µs", 2.5e6: "2.5 ms", 3e9: "3 s"} {
+		if got := FormatNs(ns); got != want {
+			t.Errorf("FormatNs(%v) = %q, want %q", ns, got, want)
+		}
+	}
+	r := Row{Workload: "W4/flush-g1", Impl: "kvbuf", Median: 2, Min: 1, Max: 4, Noisy: true, Flushes: 10, Syncs: 5, Violations: 1}
+	j := r.JSON()
+	if j.NsPerOp != 2 || !j.Noisy || j.Flushes == nil || *j.SyncsPerFlush != 0.5 || *j.Violations != 1 || j.BytesPerEntry != nil || j.ReadsPerSec != nil {
+		t.Errorf("JSON() = %+v", j)
+	}
+}

@@ -375,27 +375,12 @@ func (st *w1State) lookupWorkloads(pending []w1Change) []*Workload {
 
 // featureWorkloads are W1's Count, Ones and open-snapshot rows.
 func (st *w1State) featureWorkloads(s *Suite) []*Workload {
-	var snaps []*kvbuf.Snapshot
-	s.onClose(func() error {
-		for _, sn := range snaps {
-			sn.Close()
-		}
-		return nil
-	})
+	open := snapshotOpener(s, st.dbs[1])
 	snapRows := func(name string, n int) *Workload {
 		return &Workload{Name: name, Unit: "lookup", Ops: len(st.lookups), Impls: []Impl{
 			{Name: ImplKvbuf, Loop: w1Kvbuf{st, st.twin}},
 			{Name: ImplWithoutSnapshots, Loop: w1Kvbuf{st, st.bits}},
-		}, prepare: func(context.Context) error {
-			for len(snaps) < n {
-				sn, err := st.dbs[1].NewSnapshot()
-				if err != nil {
-					return err
-				}
-				snaps = append(snaps, sn)
-			}
-			return nil
-		}}
+		}, prepare: open(n)}
 	}
 	return []*Workload{
 		{Name: "W1/count-with-pending-changes", Unit: "count", Impls: []Impl{

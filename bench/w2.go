@@ -371,27 +371,12 @@ func (st *w2State) getWorkloads(rng *rand.Rand, c Config, space uint64) ([]*Work
 // one. hit is W2/get-pending-hit, whose keys they reuse.
 func (st *w2State) snapshotWorkloads(s *Suite, hit *Workload) []*Workload {
 	keys := hit.Impls[0].Loop.(w2Kvbuf).k
-	var snaps []*kvbuf.Snapshot
-	s.onClose(func() error {
-		for _, sn := range snaps {
-			sn.Close()
-		}
-		return nil
-	})
+	open := snapshotOpener(s, st.dbs[1])
 	snapRows := func(name string, n int) *Workload {
 		return &Workload{Name: name, Unit: "get", Ops: keys.user.len(), Impls: []Impl{
 			{Name: ImplKvbuf, Loop: w2Kvbuf{st.twin, keys}},
 			{Name: ImplWithoutSnapshots, Loop: w2Kvbuf{st.kv, keys}},
-		}, prepare: func(context.Context) error {
-			for len(snaps) < n {
-				sn, err := st.dbs[1].NewSnapshot()
-				if err != nil {
-					return err
-				}
-				snaps = append(snaps, sn)
-			}
-			return nil
-		}}
+		}, prepare: open(n)}
 	}
 	return []*Workload{
 		snapRows("W2/get-pending-hit-1-snapshot", 1),
@@ -472,16 +457,24 @@ func (x w2PebbleGet) Loop(_, lo, hi int) (int64, error) {
 	var n int64
 	buf := make([]byte, 0, 64)
 	for i := lo; i < hi; i++ {
-		var ok bool
+		var c int64
 		var err error
-		if buf, ok, err = pebbleGet(x.r, buf, x.k.stored.at(i)); err != nil {
+		if buf, c, err = pebbleCheck(x.r, buf, x.k.stored.at(i)); err != nil {
 			return n, err
 		}
-		if ok {
-			n += 1 + int64(buf[len(buf)-1])
-		}
+		n += c
 	}
 	return n, nil
+}
+
+// pebbleCheck reads stored key k from r into buf and returns the check sum
+// of what it found: 1 + the value's last byte, or 0 for none.
+func pebbleCheck(r pebble.Reader, buf, k []byte) ([]byte, int64, error) {
+	buf, ok, err := pebbleGet(r, buf, k)
+	if !ok || err != nil {
+		return buf, 0, err
+	}
+	return buf, 1 + int64(buf[len(buf)-1]), nil
 }
 
 func (x w2MapPebble) Loop(_, lo, hi int) (int64, error) {
@@ -503,13 +496,12 @@ func (x w2MapPebble) Loop(_, lo, hi int) (int64, error) {
 			n += 1 + int64(v[len(v)-1])
 			continue
 		}
+		var c int64
 		var err error
-		if buf, ok, err = pebbleGet(s.pdb, buf, x.k.stored.at(i)); err != nil {
+		if buf, c, err = pebbleCheck(s.pdb, buf, x.k.stored.at(i)); err != nil {
 			return n, err
 		}
-		if ok {
-			n += 1 + int64(buf[len(buf)-1])
-		}
+		n += c
 	}
 	return n, nil
 }
@@ -535,14 +527,12 @@ func (x w2MapPebbleBatched) Loop(_, lo, hi int) (int64, error) {
 				}
 				continue
 			}
-			var ok bool
+			var c int64
 			var err error
-			if buf, ok, err = pebbleGet(s.pdb, buf, x.k.stored.at(i)); err != nil {
+			if buf, c, err = pebbleCheck(s.pdb, buf, x.k.stored.at(i)); err != nil {
 				return n, err
 			}
-			if ok {
-				n += 1 + int64(buf[len(buf)-1])
-			}
+			n += c
 		}
 	}
 	return n, nil

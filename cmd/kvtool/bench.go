@@ -78,63 +78,6 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	printFlags(w, fs)
 }
 
-// benchRowJSON is one --json line. Field names are those of
-// doc/workloads.md.
-type benchRowJSON struct {
-	Workload               string             `json:"workload"`
-	Impl                   string             `json:"impl"`
-	Unit                   string             `json:"unit"`
-	Goroutines             int                `json:"goroutines"`
-	NsPerOp                float64            `json:"ns_per_op"`
-	NsPerOpMin             float64            `json:"ns_per_op_min"`
-	NsPerOpMax             float64            `json:"ns_per_op_max"`
-	Noisy                  bool               `json:"noisy,omitempty"`
-	AllocsPerOp            float64            `json:"allocs_per_op"`
-	Rounds                 int                `json:"rounds"`
-	OpsPerRound            int                `json:"ops_per_round"`
-	Floor                  bool               `json:"floor,omitempty"`
-	RatioVs                map[string]float64 `json:"ratio_vs,omitempty"`
-	BytesPerEntry          *float64           `json:"bytes_per_entry,omitempty"`
-	AccountedBytesPerEntry *float64           `json:"accounted_bytes_per_entry,omitempty"`
-	Flushes                *int64             `json:"flushes,omitempty"`
-	SyncsPerFlush          *float64           `json:"syncs_per_flush,omitempty"`
-	Violations             *int64             `json:"violations,omitempty"`
-	P50FlushNs             *float64           `json:"p50_flush_ns,omitempty"`
-	P99FlushNs             *float64           `json:"p99_flush_ns,omitempty"`
-	P999FlushNs            *float64           `json:"p999_flush_ns,omitempty"`
-	ReadsPerSec            *float64           `json:"reads_per_sec,omitempty"`
-	WritesPerSec           *float64           `json:"writes_per_sec,omitempty"`
-	P50ReadNs              *float64           `json:"p50_read_ns,omitempty"`
-	P99ReadNs              *float64           `json:"p99_read_ns,omitempty"`
-	P99ReadFlushNs         *float64           `json:"p99_read_flush_ns,omitempty"`
-	P99WriteNs             *float64           `json:"p99_write_ns,omitempty"`
-}
-
-func rowJSON(r bench.Row) benchRowJSON {
-	j := benchRowJSON{
-		Workload: r.Workload, Impl: r.Impl, Unit: r.Unit, Goroutines: r.Goroutines,
-		NsPerOp: r.Median, NsPerOpMin: r.Min, NsPerOpMax: r.Max, Noisy: r.Noisy,
-		AllocsPerOp: r.AllocsPerOp, Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
-		Floor: r.Floor, RatioVs: r.RatioVs,
-	}
-	if r.BytesPerEntry != 0 {
-		j.BytesPerEntry = &r.BytesPerEntry
-	}
-	if r.AccountedBytesPerEntry != 0 {
-		j.AccountedBytesPerEntry = &r.AccountedBytesPerEntry
-	}
-	if r.Flushes > 0 {
-		spf := r.SyncsPerFlush()
-		j.Flushes, j.SyncsPerFlush, j.Violations = &r.Flushes, &spf, &r.Violations
-		j.P50FlushNs, j.P99FlushNs, j.P999FlushNs = &r.P50FlushNs, &r.P99FlushNs, &r.P999FlushNs
-	}
-	if r.ReadsPerSec > 0 {
-		j.ReadsPerSec, j.WritesPerSec = &r.ReadsPerSec, &r.WritesPerSec
-		j.P50ReadNs, j.P99ReadNs, j.P99ReadFlushNs, j.P99WriteNs = &r.P50ReadNs, &r.P99ReadNs, &r.P99ReadFlushNs, &r.P99WriteNs
-	}
-	return j
-}
-
 // regexpOnly are the characters of regular-expression syntax that a glob
 // does not have, and globMeta those of glob syntax (path.Match).
 const (
@@ -328,7 +271,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		p.finish()
 		for _, r := range rows {
-			if err := enc.Encode(rowJSON(r)); err != nil {
+			if err := enc.Encode(r.JSON()); err != nil {
 				return err
 			}
 		}
@@ -401,19 +344,6 @@ func runSuites(ctx context.Context, a benchArgs, suites []string, p *progress, e
 		}
 	}
 	return rows, nil
-}
-
-// fmtNs formats nanoseconds with a unit and three significant digits.
-func fmtNs(ns float64) string {
-	switch {
-	case ns >= 1e9:
-		return fmt.Sprintf("%.3gs", ns/1e9)
-	case ns >= 1e6:
-		return fmt.Sprintf("%.3gms", ns/1e6)
-	case ns >= 1e3:
-		return fmt.Sprintf("%.3gµs", ns/1e3)
-	}
-	return fmt.Sprintf("%.3gns", ns)
 }
 
 // fmtRate formats a rate per second with three significant digits.
@@ -508,7 +438,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 		if r.Noisy {
 			noisy = " *"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%.3g\t%s", r.Workload, impl, r.Unit, fmtNs(r.Median), fmtNs(r.Min), fmtNs(r.Max), noisy, r.AllocsPerOp, speed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%.3g\t%s", r.Workload, impl, r.Unit, bench.FormatNs(r.Median), bench.FormatNs(r.Min), bench.FormatNs(r.Max), noisy, r.AllocsPerOp, speed)
 		if mem {
 			m := "-"
 			if r.BytesPerEntry != 0 {
@@ -521,7 +451,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 		}
 		if flushes {
 			if r.Flushes > 0 {
-				fmt.Fprintf(tw, "\t%.3f\t%s\t%s\t%s\t%d", r.SyncsPerFlush(), fmtNs(r.P50FlushNs), fmtNs(r.P99FlushNs), fmtNs(r.P999FlushNs), r.Violations)
+				fmt.Fprintf(tw, "\t%.3f\t%s\t%s\t%s\t%d", r.SyncsPerFlush(), bench.FormatNs(r.P50FlushNs), bench.FormatNs(r.P99FlushNs), bench.FormatNs(r.P999FlushNs), r.Violations)
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t\t")
 			}
@@ -530,10 +460,10 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 			if r.ReadsPerSec > 0 {
 				inFlush := "-" // no read was sampled while a flush ran
 				if r.P99ReadFlushNs > 0 {
-					inFlush = fmtNs(r.P99ReadFlushNs)
+					inFlush = bench.FormatNs(r.P99ReadFlushNs)
 				}
 				fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s\t%s", fmtRate(r.ReadsPerSec), fmtRate(r.WritesPerSec),
-					fmtNs(r.P50ReadNs), fmtNs(r.P99ReadNs), inFlush, fmtNs(r.P99WriteNs))
+					bench.FormatNs(r.P50ReadNs), bench.FormatNs(r.P99ReadNs), inFlush, bench.FormatNs(r.P99WriteNs))
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t\t\t")
 			}

@@ -32,34 +32,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/bench"
 )
 
-// row is one line of kvtool bench --json (the fields the tables use).
-type row struct {
-	Workload      string             `json:"workload"`
-	Impl          string             `json:"impl"`
-	Unit          string             `json:"unit"`
-	Goroutines    int                `json:"goroutines"`
-	NsPerOp       float64            `json:"ns_per_op"`
-	NsPerOpMin    float64            `json:"ns_per_op_min"`
-	NsPerOpMax    float64            `json:"ns_per_op_max"`
-	Noisy         bool               `json:"noisy"`
-	AllocsPerOp   float64            `json:"allocs_per_op"`
-	Rounds        int                `json:"rounds"`
-	OpsPerRound   int                `json:"ops_per_round"`
-	Floor         bool               `json:"floor"`
-	RatioVs       map[string]float64 `json:"ratio_vs"`
-	BytesPerEntry *float64           `json:"bytes_per_entry"`
-	Accounted     *float64           `json:"accounted_bytes_per_entry"`
-	Flushes       *int64             `json:"flushes"`
-	SyncsPerFlush *float64           `json:"syncs_per_flush"`
-	Violations    *int64             `json:"violations"`
-	P99FlushNs    *float64           `json:"p99_flush_ns"`
-	ReadsPerSec   *float64           `json:"reads_per_sec"`
-	WritesPerSec  *float64           `json:"writes_per_sec"`
-	P99ReadNs     *float64           `json:"p99_read_ns"`
-	P99WriteNs    *float64           `json:"p99_write_ns"`
-}
+// row is one line of kvtool bench --json.
+type row = bench.JSONRow
 
 const (
 	beginMarker = "<!-- benchtable:readme:begin -->"
@@ -155,22 +133,9 @@ func replaceMarked(file string, table []byte) error {
 	return os.WriteFile(file, out, 0o644)
 }
 
-// fmtNs formats nanoseconds with a unit and three significant digits.
-func fmtNs(ns float64) string {
-	switch {
-	case ns >= 1e9:
-		return fmt.Sprintf("%.3g s", ns/1e9)
-	case ns >= 1e6:
-		return fmt.Sprintf("%.3g ms", ns/1e6)
-	case ns >= 1e3:
-		return fmt.Sprintf("%.3g µs", ns/1e3)
-	}
-	return fmt.Sprintf("%.3g ns", ns)
-}
-
 // fmtRange formats a row's median and min–max, marked when noisy.
 func fmtRange(r row) string {
-	s := fmt.Sprintf("%s (%s–%s)", fmtNs(r.NsPerOp), fmtNs(r.NsPerOpMin), fmtNs(r.NsPerOpMax))
+	s := fmt.Sprintf("%s (%s–%s)", bench.FormatNs(r.NsPerOp), bench.FormatNs(r.NsPerOpMin), bench.FormatNs(r.NsPerOpMax))
 	if r.Noisy {
 		s += " ‡"
 	}
@@ -195,7 +160,7 @@ func allTables(w io.Writer, rows []row) error {
 	}
 	ref := map[string]float64{} // each workload's first own row
 	for _, r := range rows {
-		if _, ok := ref[r.Workload]; !ok && isOwn(r.Impl) {
+		if _, ok := ref[r.Workload]; !ok && bench.IsOwn(r.Impl) {
 			ref[r.Workload] = r.NsPerOp
 		}
 	}
@@ -212,7 +177,7 @@ func allTables(w io.Writer, rows []row) error {
 				impl += " (floor)"
 			}
 			ratio := "–"
-			if k := ref[r.Workload]; !isOwn(r.Impl) && k > 0 {
+			if k := ref[r.Workload]; !bench.IsOwn(r.Impl) && k > 0 {
 				ratio = fmtRatio(r.NsPerOp, k)
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %.3g | %s | %s |\n", r.Workload, impl, r.Unit, fmtRange(r), r.AllocsPerOp, ratio, extras(r))
@@ -227,21 +192,19 @@ func extras(r row) string {
 	var parts []string
 	if r.BytesPerEntry != nil {
 		s := fmt.Sprintf("%.0f B/entry live heap", *r.BytesPerEntry)
-		if r.Accounted != nil {
-			s += fmt.Sprintf(" (engine: %.0f)", *r.Accounted)
+		if r.AccountedBytesPerEntry != nil {
+			s += fmt.Sprintf(" (engine: %.0f)", *r.AccountedBytesPerEntry)
 		}
 		parts = append(parts, s)
 	}
 	if r.Violations != nil {
-		parts = append(parts, fmt.Sprintf("%.3f syncs/flush, p99 flush %s, ≥%d violations", *r.SyncsPerFlush, fmtNs(*r.P99FlushNs), *r.Violations))
+		parts = append(parts, fmt.Sprintf("%.3f syncs/flush, p99 flush %s, ≥%d violations", *r.SyncsPerFlush, bench.FormatNs(*r.P99FlushNs), *r.Violations))
 	}
 	if r.ReadsPerSec != nil {
-		parts = append(parts, fmt.Sprintf("%.3g reads/s, %.3g writes/s, p99 read %s, p99 write %s", *r.ReadsPerSec, *r.WritesPerSec, fmtNs(*r.P99ReadNs), fmtNs(*r.P99WriteNs)))
+		parts = append(parts, fmt.Sprintf("%.3g reads/s, %.3g writes/s, p99 read %s, p99 write %s", *r.ReadsPerSec, *r.WritesPerSec, bench.FormatNs(*r.P99ReadNs), bench.FormatNs(*r.P99WriteNs)))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
 	return strings.Join(parts, "; ")
 }
-
-func isOwn(impl string) bool { return impl == "kvbuf" || strings.HasPrefix(impl, "kvbuf-") }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/bench"
 )
 
 // line is one line of the README's headline table: an own row of a
@@ -156,8 +158,8 @@ func cell(l line, r row) string {
 			return "–"
 		}
 		s := fmt.Sprintf("%.0f B", *r.BytesPerEntry)
-		if r.Accounted != nil {
-			s += fmt.Sprintf(" (engine's count: %.0f B)", *r.Accounted)
+		if r.AccountedBytesPerEntry != nil {
+			s += fmt.Sprintf(" (engine's count: %.0f B)", *r.AccountedBytesPerEntry)
 		}
 		return s
 	}
@@ -166,7 +168,7 @@ func cell(l line, r row) string {
 		s += fmt.Sprintf(", ≥%d violations", *r.Violations)
 	}
 	if r.ReadsPerSec != nil {
-		s += fmt.Sprintf(", p99 write %s", fmtNs(*r.P99WriteNs))
+		s += fmt.Sprintf(", p99 write %s", bench.FormatNs(*r.P99WriteNs))
 	}
 	return s
 }
