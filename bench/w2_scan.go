@@ -102,22 +102,25 @@ func (x scanBTree) scan(start []byte, n int) (read, sum int64, err error) {
 	var bt btree.IterG[w2Item]
 	bt.Init(x.st.tree, false)
 	bok, pok := bt.Seek(w2Item{key: string(start)}), pit.First()
-	for read < int64(n) && (bok || pok) {
-		var v []byte
-		switch {
-		case bok && pok && bt.Item().key == string(pit.Key()[storedPrefix:]):
-			v = bt.Item().val // the pending change shadows the stored key
-			bok, pok = bt.Next(), pit.Next()
-		case bok && (!pok || bt.Item().key < string(pit.Key()[storedPrefix:])):
-			v = bt.Item().val
-			bok = bt.Next()
-		default:
-			v = pit.Value()
-			pok = pit.Next()
-		}
-		if v != nil {
+	// count reads v: a stored value is valid only until the pebble
+	// iterator moves, so each branch counts before it advances.
+	count := func(v []byte) {
+		if v != nil { // nil: a pending tombstone
 			read++
 			sum += int64(v[len(v)-1])
+		}
+	}
+	for read < int64(n) && (bok || pok) {
+		switch {
+		case bok && pok && bt.Item().key == string(pit.Key()[storedPrefix:]):
+			count(bt.Item().val) // the pending change shadows the stored key
+			bok, pok = bt.Next(), pit.Next()
+		case bok && (!pok || bt.Item().key < string(pit.Key()[storedPrefix:])):
+			count(bt.Item().val)
+			bok = bt.Next()
+		default:
+			count(pit.Value())
+			pok = pit.Next()
 		}
 	}
 	bt.Release()
