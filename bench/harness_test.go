@@ -423,7 +423,7 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 	var timed time.Duration
 	var tot RoundResult
 	var reads, writes []float64
-	var mem []float64
+	var mem, acct []float64
 	var mallocs, allocBytes uint64
 	measured := false
 	if im.Loop != nil {
@@ -473,6 +473,9 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 			if r.BytesPerEntry != 0 {
 				mem = append(mem, r.BytesPerEntry)
 			}
+			if r.AccountedBytes != 0 {
+				acct = append(acct, r.AccountedBytes)
+			}
 			if r.MallocsMeasured {
 				mallocs, allocBytes, measured = mallocs+r.Mallocs, allocBytes+r.AllocBytes, true
 			}
@@ -493,7 +496,14 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 		b.ReportMetric(im.AccountedBytes, "acct-B/entry")
 	}
 	if len(mem) > 0 {
-		b.ReportMetric(Median(mem), "heap-B/instance")
+		unit := "heap-B/entry"
+		if w.Unit == "instance" {
+			unit = "heap-B/instance"
+		}
+		b.ReportMetric(Median(mem), unit)
+	}
+	if len(acct) > 0 {
+		b.ReportMetric(Median(acct), "acct-B/entry")
 	}
 	if tot.Flushes > 0 {
 		b.ReportMetric(float64(tot.Syncs)/float64(tot.Flushes), "syncs/flush")
