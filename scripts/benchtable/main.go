@@ -198,7 +198,7 @@ func extras(r row) string {
 		parts = append(parts, s)
 	}
 	if r.Violations != nil {
-		parts = append(parts, fmt.Sprintf("%.3f syncs/flush, p99 flush %s, ≥%d violations", *r.SyncsPerFlush, bench.FormatNs(*r.P99FlushNs), *r.Violations))
+		parts = append(parts, fmt.Sprintf("%.3f syncs/flush, p99 flush %s, %s", *r.SyncsPerFlush, bench.FormatNs(*r.P99FlushNs), violations(*r.Violations)))
 	}
 	if r.ReadsPerSec != nil {
 		parts = append(parts, fmt.Sprintf("%.3g reads/s, %.3g writes/s, p99 read %s, p99 write %s", *r.ReadsPerSec, *r.WritesPerSec, bench.FormatNs(*r.P99ReadNs), bench.FormatNs(*r.P99WriteNs)))
@@ -207,4 +207,12 @@ func extras(r row) string {
 		return ""
 	}
 	return strings.Join(parts, "; ")
+}
+
+// violations formats a W4 violation count, a lower bound (doc/workloads.md).
+func violations(n int64) string {
+	if n == 0 {
+		return "0 violations seen"
+	}
+	return fmt.Sprintf("≥%d violations", n)
 }

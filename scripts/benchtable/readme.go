@@ -165,7 +165,7 @@ func cell(l line, r row) string {
 	}
 	s := fmtRange(r)
 	if r.Violations != nil {
-		s += fmt.Sprintf(", ≥%d violations", *r.Violations)
+		s += ", " + violations(*r.Violations)
 	}
 	if r.ReadsPerSec != nil {
 		s += fmt.Sprintf(", p99 write %s", bench.FormatNs(*r.P99WriteNs))
