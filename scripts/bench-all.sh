@@ -40,6 +40,9 @@
 #   an hour at full scale on 2 cores), not the go test steps.
 # BENCH_DIR (default $TMPDIR or /tmp) is where the engines and stores are
 # created; it should be the file system the figures are meant for.
+# KVTOOL_BENCH_FLAGS adds flags to the kvtool bench step (for example
+# --quick, to check the script end to end in a few minutes; such a run is
+# not one to quote). It is recorded in machine.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine_only=0
@@ -66,11 +69,12 @@ thp() { # THP mode: the bracketed word of the sysfs file
 	echo "cpu:         $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
 	echo "memory:      $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 	echo "go:          $(go version)"
-	echo "bench dir:   $bench_dir (file system: $(stat -f -c %T "$bench_dir"))"
+	echo "bench dir:   $bench_dir (file system: $(df --output=fstype "$bench_dir" | tail -1))"
 	df -hT "$bench_dir" | sed 's/^/  /'
 	echo "THP enabled: $(thp enabled)"
 	echo "THP defrag:  $(thp defrag)"
 	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "kvtool bench flags: --cpu 1,2 --json ${KVTOOL_BENCH_FLAGS:-}"
 } >"$out/machine.txt"
 
 rotated() { # name, then go test arguments: seven runs, -rotate=0..6
@@ -112,8 +116,9 @@ fi
 # The engine-level run: every workload, the parallel ones at 1 and 2
 # goroutines, one process, one JSON file; the tables and the chart are made
 # from it.
-echo "== kvtool bench --cpu 1,2 --json --dir $bench_dir (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-go run ./cmd/kvtool bench --cpu 1,2 --json --dir "$bench_dir" --svg "$out/bench.svg" >"$out/kvtool-bench.json"
+# shellcheck disable=SC2086 # KVTOOL_BENCH_FLAGS is a list of flags
+echo "== kvtool bench --cpu 1,2 --json --dir $bench_dir ${KVTOOL_BENCH_FLAGS:-} (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+go run ./cmd/kvtool bench --cpu 1,2 --json --dir "$bench_dir" --svg "$out/bench.svg" ${KVTOOL_BENCH_FLAGS:-} >"$out/kvtool-bench.json"
 go run ./scripts/benchtable "$out/kvtool-bench.json" >"$out/kvtool-bench.md"
 go run ./scripts/benchtable -readme "$out/kvtool-bench.json" >"$out/readme-table.md"
 
