@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/bench"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
@@ -397,7 +398,9 @@ func TestSelectWorkloads(t *testing.T) {
 		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64", "W4/flush-g16-think1ms"}},
 		{"W2/get-pending-*", []string{"W2/get-pending-hit", "W2/get-pending-tombstone", "W2/get-pending-hit-1-snapshot", "W2/get-pending-hit-16-snapshots"}},
 		{"g(1|4)$", []string{"W4/flush-g1", "W4/flush-g4"}},
-		{"scan", []string{"W2/scan-10k"}},
+		{"scan-", []string{"W2/scan-10k"}},
+		{"W2/get-.*hit$", []string{"W2/get-pending-hit"}},
+		{"W2/gc-1m", []string{"W2/gc-1m"}},
 	}
 	for _, tc := range cases {
 		got, err := selectWorkloads(tc.pattern)
@@ -405,12 +408,21 @@ func TestSelectWorkloads(t *testing.T) {
 			t.Errorf("selectWorkloads(%q) = %v, %v; want %v", tc.pattern, got, err, tc.want)
 		}
 	}
-	if all, err := selectWorkloads(""); err != nil || len(all) != 30 {
-		t.Errorf("empty pattern: %d workloads, %v", len(all), err)
+	var n int
+	for _, s := range bench.Catalog() {
+		n += len(s.Workloads)
 	}
-	for _, bad := range []string{"W9/*", "W[1", "nothing"} {
-		if got, err := selectWorkloads(bad); err == nil {
+	if all, err := selectWorkloads(""); err != nil || len(all) != n {
+		t.Errorf("empty pattern: %d workloads of %d, %v", len(all), n, err)
+	}
+	// A glob that matches nothing is never retried as a regexp: "W9*" as a
+	// regexp matches every name.
+	for _, bad := range []string{"W9/*", "W9*", "W[1", "nothing", "W9", "W2/get-(", "^W9"} {
+		got, err := selectWorkloads(bad)
+		if err == nil {
 			t.Errorf("selectWorkloads(%q) = %v, want an error", bad, got)
+		} else if !strings.Contains(err.Error(), "W8/delete-1m") && !strings.Contains(err.Error(), "regular expression (") {
+			t.Errorf("selectWorkloads(%q): error %q does not list the workloads", bad, err)
 		}
 	}
 }
@@ -450,7 +462,7 @@ func TestBenchSmoke(t *testing.T) {
 			if _, ok := r["syncs_per_flush"].(float64); !ok {
 				t.Errorf("%s/%s: no syncs_per_flush", w, impl)
 			}
-			if v, ok := r["violations"].(float64); !ok || (impl != "x/sync-singleflight" && v != 0) {
+			if v, ok := r["violations"].(float64); !ok || (impl != "singleflight" && v != 0) {
 				t.Errorf("%s/%s: violations %v", w, impl, r["violations"])
 			}
 		}

@@ -9,7 +9,7 @@
 //	inspect   describe a bitslice file or an engine directory
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
-//	bench     run workloads W1, W2, W4 against their baselines
+//	bench     run workloads W1-W8 against their baselines
 //
 // Run "kvtool <command> -h" for a command's flags. Flags may come before or
 // after the arguments. Exit status: 0 ok, 1 error (one line on stderr),
@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 )
 
 // Exit statuses shared by every command.
@@ -56,14 +57,15 @@ func commands() []command {
 		{"inspect", "describe a bitslice file or an engine directory", runInspect},
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
-		{"bench", "run workloads W1, W2, W4 against their baselines", runBench},
+		{"bench", "run workloads W1-W8 against their baselines", runBench},
 	}
 }
 
 func main() {
-	// An interrupt cancels the context: commands stop between steps and
-	// clean up (bench removes its temporary engines) before exiting.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGINT or SIGTERM cancels the context: commands stop between steps
+	// and clean up (bench prints the rows it finished and removes its
+	// temporary engines) before exiting.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -65,6 +65,14 @@ func TestGolden(t *testing.T) {
 		{"bench-bad-rounds", []string{"bench", "--rounds", "-1"}, 2},
 		{"bench-bad-scale", []string{"bench", "--scale", "-3"}, 2},
 		{"bench-no-match", []string{"bench", "--workload", "W9/*"}, 2},
+		{"bench-no-match-star", []string{"bench", "--workload", "W9*"}, 2},
+		{"bench-no-match-regexp", []string{"bench", "--workload", "^W9"}, 2},
+		{"bench-zero-rounds", []string{"bench", "--rounds", "0"}, 2},
+		{"bench-zero-rounds-quick", []string{"bench", "--quick", "--rounds", "0"}, 2},
+		{"bench-zero-scale", []string{"bench", "--scale", "0"}, 2},
+		{"bench-zero-per-goroutine", []string{"bench", "--per-goroutine", "0"}, 2},
+		{"bench-zero-write-rate", []string{"bench", "--write-rate", "0"}, 2},
+		{"bench-bad-cpu", []string{"bench", "--cpu", "1,x"}, 2},
 		{"bench-bad-pattern", []string{"bench", "--workload", "W[1"}, 2},
 	}
 	for _, tc := range cases {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 )
 
 // Config sizes the workloads. A nil *Config means defaults; a zero field
@@ -93,7 +94,7 @@ func (c Config) scaled(n int, lo int) int {
 // engines and files in one temporary directory. Close releases them and
 // removes the directory.
 type Suite struct {
-	// Name is the family: "W1", "W2", "W3", "W4", "W6", "W7" or "W8".
+	// Name is the suite's name (Catalog).
 	Name string
 	// Workloads are in the order they must run (some prepare the state of
 	// the next: W1's pending changes, open snapshots).
@@ -150,11 +151,20 @@ func (s *Suite) Workload(name string) *Workload {
 
 // SuiteInfo names a suite and its workloads.
 type SuiteInfo struct {
-	Name      string
+	// Name is the suite's name for Open ("W1", …, "W2-memory").
+	Name string
+	// Workloads are its canonical workload names, in run order. Their
+	// family (Family) is the part before the "/".
 	Workloads []string
 	// Parallel lists the workloads that run at several goroutine counts
 	// (kvtool bench --cpu).
 	Parallel []string
+}
+
+// Family returns the family of a workload name: "W2" for "W2/gc-1m".
+func Family(workload string) string {
+	f, _, _ := strings.Cut(workload, "/")
+	return f
 }
 
 // Catalog lists every suite and its canonical workload names, in run
@@ -168,39 +178,40 @@ func Catalog() []SuiteInfo {
 			"W1/count-with-pending-changes", "W1/ones-with-pending-changes",
 			"W1/lookup-with-pending-changes-1-snapshot", "W1/lookup-with-pending-changes-16-snapshots"), w1},
 		{"W2", append(slices.Clone(w2),
-			"W2/scan-10k", "W2/get-pending-hit-1-snapshot", "W2/get-pending-hit-16-snapshots"), w2},
+			"W2/scan-10k", "W2/get-pending-hit-1-snapshot", "W2/get-pending-hit-16-snapshots",
+			"W2/first-iter-1m", "W2/interleaved-puts-scans"), w2},
+		{"W2-memory", []string{"W2/gc-1m"}, nil},
 		{"W3", append(slices.Clone(w3), "W3/construct"), w3},
 		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64", "W4/flush-g16-think1ms"}, nil},
 		{"W6", []string{"W6/flush-kv-1m", "W6/flush-bits-1m"}, nil},
 		{"W7", []string{"W7/get-mixed-under-writes", "W7/lookup-under-writes"}, nil},
-		{"W8", []string{"W8/batch-64-puts", "W8/delete-1m"}, nil},
+		{"W8", []string{"W8/batch-64-puts", "W8/end-to-end-unique", "W8/end-to-end-hot-keys-x10", "W8/delete-1m"}, nil},
 	}
 }
 
+// setups maps each suite of Catalog to the function that sets it up.
+var setups = map[string]func(context.Context, *Suite, Config) error{
+	"W1":        setupW1,
+	"W2":        setupW2,
+	"W2-memory": setupW2Memory,
+	"W3":        setupW3,
+	"W4":        setupW4,
+	"W6":        setupW6,
+	"W7":        setupW7,
+	"W8":        setupW8,
+}
+
 // Open sets up the suite called name (see Catalog) in a new temporary
-// directory under cfg.Dir. The caller must Close it.
+// directory under cfg.Dir. The caller must Close it. ctx is checked while
+// the suite is set up (at full scale, seconds to tens of seconds): if it
+// ends, Open removes what it made and returns ctx's error.
 func Open(ctx context.Context, name string, cfg *Config) (*Suite, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	var setup func(context.Context, *Suite, Config) error
-	switch name {
-	case "W1":
-		setup = setupW1
-	case "W2":
-		setup = setupW2
-	case "W3":
-		setup = setupW3
-	case "W4":
-		setup = setupW4
-	case "W6":
-		setup = setupW6
-	case "W7":
-		setup = setupW7
-	case "W8":
-		setup = setupW8
-	default:
+	setup := setups[name]
+	if setup == nil {
 		return nil, fmt.Errorf("%w: unknown suite %q", ErrBadConfig, name)
 	}
 	dir, err := os.MkdirTemp(c.Dir, "kvbuf-bench-"+name+"-")

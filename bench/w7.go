@@ -14,7 +14,6 @@ import (
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // W7 sizes at Scale 1 (doc/workloads.md).
@@ -54,7 +53,6 @@ type w7Input struct {
 	wKeys       flatKeys // writer: KV changes (90% puts, 10% deletes)
 	wVals       [][]byte
 	wBits       []w1Change
-	ks          storage.KeyspaceID
 	rate        int
 	flushPeriod time.Duration
 }
@@ -344,7 +342,7 @@ func (x *w7Base) flush(context.Context) error {
 		b := x.pdb.NewBatch()
 		var sk []byte
 		for k, v := range fk {
-			sk = storedKey(sk[:0], x.in.ks, []byte(k))
+			sk = storedKey(sk[:0], []byte(k))
 			var err error
 			if v == nil {
 				err = b.Delete(sk, nil)
@@ -446,45 +444,82 @@ func w7Round(ctx context.Context, in *w7Input, t w7Target, bits bool) (RoundResu
 	}, nil
 }
 
-// setupW7 builds W7 (reads under write load): an engine with W2's stored
-// keys (flushed) in a keyspace and W1's flushed Sets in a bitslice; raw
-// pebble (opened like the engine's store, same stored keys) and a raw
-// bitslice file with the same data for the two lock-based baselines, which
-// share them (they never run at the same time, and every round ends with
-// everything flushed).
+// setupW7 builds W7 (reads under write load): an engine opened with
+// default Options holding W2's stored keys (flushed) in a keyspace and
+// W1's flushed Sets in a bitslice; raw pebble (opened like the engine's
+// store, same stored keys) and a raw bitslice file with the same data for
+// the two lock-based baselines, which share them (they never run at the
+// same time, and every round ends with everything flushed).
 func setupW7(ctx context.Context, s *Suite, c Config) error {
 	nStored := c.scaled(w2Stored, 64)
 	space := uint64(nStored) * 4
 	nbits := uint64(c.scaled(w1Bits, 64))
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+7))
-	m, err := openMixedSides(s, "w7", nbits)
+	m, err := openMixedSides(s, "w7", nbits, nil)
 	if err != nil {
 		return err
 	}
-	db, kv, bits, pdb, raw := m.db, m.kv, m.bits, m.pdb, m.raw
-	in := &w7Input{ks: engineKeyspace(kv), rate: c.WriteRate, passes: w7BitPasses, flushPeriod: w7FlushEvery}
+	var wm atomic.Uint64
+	if err := w7Preload(ctx, m, nStored, w1Changes(rng, c.scaled(w1Sets, 16), nbits), &wm); err != nil {
+		return err
+	}
+	in := w7Inputs(rng, c, space, nbits)
+	engine := &w7Kvbuf{in: in, db: m.db, kv: m.kv, bits: m.bits}
+	base := func(rw bool) *w7Base {
+		return &w7Base{in: in, rw: rw, pdb: m.pdb, raw: m.raw, wm: &wm,
+			kvActive: map[string][]byte{}, bActive: map[uint64]bool{}}
+	}
+	rwBase, muBase := base(true), base(false)
+	round := func(t w7Target, bits bool) Rounder {
+		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
+			return w7Round(ctx, in, t, bits)
+		})
+	}
+	quiesce := quiesceAll([]*kvbuf.DB{m.db}, m.pdb)
+	s.add(
+		&Workload{Name: "W7/get-mixed-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
+			{Name: ImplKvbuf, Round: round(engine, false)},
+			{Name: ImplMapPebble, Round: round(rwBase, false)},
+			{Name: ImplMutexMapPebble, Round: round(muBase, false)},
+		}},
+		&Workload{Name: "W7/lookup-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
+			{Name: ImplKvbuf, Round: round(engine, true)},
+			{Name: ImplRWMutexMap, Round: round(rwBase, true)},
+			{Name: ImplMutexMap, Round: round(muBase, true)},
+		}},
+	)
+	return nil
+}
 
+// w7Preload stores W2's keys in the engine and raw pebble and W1's Sets in
+// the engine's bitslice and the raw file, and makes all of it durable.
+func w7Preload(ctx context.Context, m mixedSides, nStored int, sets []w1Change, wm *atomic.Uint64) error {
 	var op uint64
-	pb := pdb.NewBatch()
+	pb := m.pdb.NewBatch()
 	var kb, sk []byte
 	for i := range uint64(nStored) {
+		if err := cancelled(ctx, int(i)); err != nil {
+			return err
+		}
 		kb = u64Key(kb[:0], i*4)
 		v := w2StoredValue(i)
 		op++
-		if err := kv.Put(ctx, kb, v, op); err != nil {
+		if err := m.kv.Put(ctx, kb, v, op); err != nil {
 			return err
 		}
-		sk = storedKey(sk[:0], in.ks, kb)
-		if err := pb.Set(sk, v, nil); err != nil {
+		if err := pb.Set(storedKey(sk[:0], kb), v, nil); err != nil {
 			return err
 		}
 	}
-	for _, ch := range w1Changes(rng, c.scaled(w1Sets, 16), nbits) {
-		op++
-		if err := bits.Set(ctx, ch.i, ch.v, op); err != nil {
+	for k, ch := range sets {
+		if err := cancelled(ctx, k); err != nil {
 			return err
 		}
-		if err := raw.Set(ch.i, ch.v); err != nil {
+		op++
+		if err := m.bits.Set(ctx, ch.i, ch.v, op); err != nil {
+			return err
+		}
+		if err := m.raw.Set(ch.i, ch.v); err != nil {
 			return err
 		}
 	}
@@ -494,24 +529,25 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 	if err := pb.Close(); err != nil {
 		return err
 	}
-	if err := db.FlushMemtables(ctx); err != nil {
+	if err := m.db.FlushMemtables(ctx); err != nil {
 		return err
 	}
-	if err := pdb.Flush(); err != nil {
+	if err := m.pdb.Flush(); err != nil {
 		return err
 	}
-	var wm atomic.Uint64
-	raw.SetWatermark(wm.Add(1))
-	if err := raw.Sync(); err != nil {
-		return err
-	}
+	m.raw.SetWatermark(wm.Add(1))
+	return m.raw.Sync()
+}
 
+// w7Inputs draws what W7's reader reads and its writer writes.
+func w7Inputs(rng *rand.Rand, c Config, space, nbits uint64) *w7Input {
+	in := &w7Input{rate: c.WriteRate, passes: w7BitPasses, flushPeriod: w7FlushEvery}
 	nReads := c.scaled(w7KVReads, 64)
 	in.kvKeys = newFlatKeys(8, nReads)
 	for range nReads {
 		in.kvKeys.b = u64Key(in.kvKeys.b, rng.Uint64N(space))
 	}
-	in.kvStored = in.kvKeys.stored(in.ks)
+	in.kvStored = in.kvKeys.stored()
 	in.lookups = make([]uint64, c.scaled(w1Lookups, 16))
 	for k := range in.lookups {
 		in.lookups[k] = rng.Uint64N(nbits)
@@ -522,30 +558,5 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 		in.wVals = append(in.wVals, ch.val)
 	}
 	in.wBits = w1Changes(rng, w7Writes, nbits)
-
-	engine := &w7Kvbuf{in: in, db: db, kv: kv, bits: bits}
-	base := func(rw bool) *w7Base {
-		return &w7Base{in: in, rw: rw, pdb: pdb, raw: raw, wm: &wm,
-			kvActive: map[string][]byte{}, bActive: map[uint64]bool{}}
-	}
-	rwBase, muBase := base(true), base(false)
-	round := func(t w7Target, bits bool) Rounder {
-		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			return w7Round(ctx, in, t, bits)
-		})
-	}
-	quiesce := quiesceAll(db, pdb)
-	s.add(
-		&Workload{Name: "W7/get-mixed-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
-			{Name: ImplKvbuf, Round: round(engine, false)},
-			{Name: ImplRWMutexMapPebble, Round: round(rwBase, false)},
-			{Name: ImplMutexMapPebble, Round: round(muBase, false)},
-		}},
-		&Workload{Name: "W7/lookup-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
-			{Name: ImplKvbuf, Round: round(engine, true)},
-			{Name: ImplRWMutexMap, Round: round(rwBase, true)},
-			{Name: ImplMutexMap, Round: round(muBase, true)},
-		}},
-	)
-	return nil
+	return in
 }

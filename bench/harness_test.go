@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 var (
@@ -71,24 +73,6 @@ func TestMedian(t *testing.T) {
 		if !slices.Equal(in, tc.in) {
 			t.Errorf("Median modified its input: %v", in)
 		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	var ds []time.Duration
-	for i := range 1000 {
-		ds = append(ds, time.Duration(1000-i))
-	}
-	for _, tc := range []struct {
-		q    float64
-		want float64
-	}{{0.5, 500}, {0.99, 990}, {0.999, 999}, {1, 1000}, {0, 1}} {
-		if got := Percentile(ds, tc.q); got != tc.want {
-			t.Errorf("Percentile(%v) = %v, want %v", tc.q, got, tc.want)
-		}
-	}
-	if Percentile(nil, 0.5) != 0 || ds[0] != 1000 {
-		t.Error("Percentile of nothing, or modified its input")
 	}
 }
 
@@ -319,11 +303,16 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 		}
 		switch {
 		case strings.HasPrefix(w.Name, "W2/get-") && !strings.Contains(w.Name, "snapshot"):
-			if (r.BytesPerEntry > 0) == (r.Impl == ImplPebbleGet) {
+			wantMem := r.Impl != ImplPebbleGet && r.Impl != ImplKvbufDefault
+			if (r.BytesPerEntry > 0) != wantMem {
 				t.Errorf("%s/%s: %v bytes per entry", r.Workload, r.Impl, r.BytesPerEntry)
 			}
-			if IsOwn(r.Impl) && r.AccountedBytesPerEntry <= 0 {
+			if wantMem && IsOwn(r.Impl) && r.AccountedBytesPerEntry <= 0 {
 				t.Errorf("%s/%s: accounted bytes per entry %v", r.Workload, r.Impl, r.AccountedBytesPerEntry)
+			}
+		case w.Name == "W2/gc-1m":
+			if r.BytesPerEntry <= 0 || (r.Impl == ImplKvbuf) != (r.AccountedBytesPerEntry > 0) {
+				t.Errorf("%s/%s: %v bytes per entry, %v accounted", r.Workload, r.Impl, r.BytesPerEntry, r.AccountedBytesPerEntry)
 			}
 		case w.Name == "W3/construct":
 			if r.BytesPerEntry <= 0 {
@@ -334,9 +323,9 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 				t.Errorf("%s/%s: flushes %d ops %d p50 %v p99 %v p999 %v", r.Workload, r.Impl, r.Flushes, r.OpsPerRound, r.P50FlushNs, r.P99FlushNs, r.P999FlushNs)
 			}
 			switch r.Impl {
-			case ImplKvbuf:
+			case ImplKvbuf, ImplGroupCommit:
 				if r.Violations != 0 || r.SyncsPerFlush() > 1 || r.Syncs == 0 {
-					t.Errorf("%s/kvbuf: %d violations, %d syncs for %d flushes", r.Workload, r.Violations, r.Syncs, r.Flushes)
+					t.Errorf("%s/%s: %d violations, %d syncs for %d flushes", r.Workload, r.Impl, r.Violations, r.Syncs, r.Flushes)
 				}
 			case ImplPerCallerSync:
 				if r.Violations != 0 || r.Syncs != r.Flushes {
@@ -348,15 +337,28 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 				t.Errorf("%s/%s: %v reads/s, p50 %v p99 %v", r.Workload, r.Impl, r.ReadsPerSec, r.P50ReadNs, r.P99ReadNs)
 			}
 		}
+		if r.Noisy != (r.Max > NoisyRatio*r.Min) {
+			t.Errorf("%s/%s: noisy %t with min %v max %v", r.Workload, r.Impl, r.Noisy, r.Min, r.Max)
+		}
 	}
 }
 
-// cachedSuite returns the suite called name, set up once per process.
+// cachedSuite returns the suite called name, set up once and kept while
+// the Benchmark functions of that suite run (go test -count runs each
+// Benchmark function that many times in a row). Other suites are closed
+// first, so that the garbage collections W2/gc-1m times, and every other
+// row, do not pay for another suite's heap.
 func cachedSuite(b *testing.B, name string) *Suite {
 	suiteMu.Lock()
 	defer suiteMu.Unlock()
 	if s := suiteCache[name]; s != nil {
 		return s
+	}
+	for other, s := range suiteCache {
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		delete(suiteCache, other)
 	}
 	s, err := Open(context.Background(), name, &Config{Dir: *benchDir, Scale: *benchScale})
 	if err != nil {
@@ -390,7 +392,7 @@ func benchSuite(b *testing.B, name string) {
 		if err := w.Prepare(ctx); err != nil {
 			b.Fatal(err)
 		}
-		sub := strings.TrimPrefix(w.Name, name+"/")
+		sub := strings.TrimPrefix(w.Name, Family(w.Name)+"/")
 		n := len(w.Impls)
 		for j := range n {
 			im := w.Impls[(call+j)%n]
@@ -409,6 +411,7 @@ func benchImpl(b *testing.B, w *Workload, im Impl) {
 }
 
 func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
+	b.ReportAllocs() // replaced below by the per-operation figures
 	g := 1
 	if w.Parallel {
 		g = runtime.GOMAXPROCS(0)
@@ -420,8 +423,8 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 	var timed time.Duration
 	var tot RoundResult
 	var reads, writes []float64
-	var mem []float64
-	var mallocs uint64
+	var mem, acct []float64
+	var mallocs, allocBytes uint64
 	measured := false
 	if im.Loop != nil {
 		chunk := min(w.Ops, loopChunk)
@@ -470,23 +473,22 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 			if r.BytesPerEntry != 0 {
 				mem = append(mem, r.BytesPerEntry)
 			}
+			if r.AccountedBytes != 0 {
+				acct = append(acct, r.AccountedBytes)
+			}
 			if r.MallocsMeasured {
-				mallocs, measured = mallocs+r.Mallocs, true
+				mallocs, allocBytes, measured = mallocs+r.Mallocs, allocBytes+r.AllocBytes, true
 			}
 		}
 	}
 	runtime.ReadMemStats(&m1)
 	ops = max(ops, 1)
 	if !measured {
-		mallocs = m1.Mallocs - m0.Mallocs
+		mallocs, allocBytes = m1.Mallocs-m0.Mallocs, m1.TotalAlloc-m0.TotalAlloc
 	}
 	b.ReportMetric(float64(timed.Nanoseconds())/float64(ops), "ns/op")
 	b.ReportMetric(float64(mallocs)/float64(ops), "allocs/op")
-	if !measured {
-		b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/float64(ops), "B/op")
-	} else {
-		b.ReportMetric(0, "B/op") // not measured for the timed part alone
-	}
+	b.ReportMetric(float64(allocBytes)/float64(ops), "B/op")
 	if im.BytesPerEntry != 0 {
 		b.ReportMetric(im.BytesPerEntry, "heap-B/entry")
 	}
@@ -494,22 +496,29 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 		b.ReportMetric(im.AccountedBytes, "acct-B/entry")
 	}
 	if len(mem) > 0 {
-		b.ReportMetric(Median(mem), "heap-B/instance")
+		unit := "heap-B/entry"
+		if w.Unit == "instance" {
+			unit = "heap-B/instance"
+		}
+		b.ReportMetric(Median(mem), unit)
+	}
+	if len(acct) > 0 {
+		b.ReportMetric(Median(acct), "acct-B/entry")
 	}
 	if tot.Flushes > 0 {
 		b.ReportMetric(float64(tot.Syncs)/float64(tot.Flushes), "syncs/flush")
 		b.ReportMetric(float64(tot.Violations), "violations")
-		b.ReportMetric(Percentile(tot.FlushLatencies, 0.5), "p50-flush-ns")
-		b.ReportMetric(Percentile(tot.FlushLatencies, 0.99), "p99-flush-ns")
-		b.ReportMetric(Percentile(tot.FlushLatencies, 0.999), "p999-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.5), "p50-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.99), "p99-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.999), "p999-flush-ns")
 	}
 	if len(reads) > 0 {
 		b.ReportMetric(Median(reads), "reads/s")
 		b.ReportMetric(Median(writes), "writes/s")
-		b.ReportMetric(Percentile(tot.ReadLatencies, 0.5), "p50-read-ns")
-		b.ReportMetric(Percentile(tot.ReadLatencies, 0.99), "p99-read-ns")
-		b.ReportMetric(Percentile(tot.ReadFlushLatencies, 0.99), "p99-read-in-flush-ns")
-		b.ReportMetric(Percentile(tot.WriteLatencies, 0.99), "p99-write-ns")
+		b.ReportMetric(workload.Percentile(tot.ReadLatencies, 0.5), "p50-read-ns")
+		b.ReportMetric(workload.Percentile(tot.ReadLatencies, 0.99), "p99-read-ns")
+		b.ReportMetric(workload.Percentile(tot.ReadFlushLatencies, 0.99), "p99-read-in-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.WriteLatencies, 0.99), "p99-write-ns")
 	}
 }
 
@@ -520,6 +529,12 @@ func BenchmarkW1(b *testing.B) { benchSuite(b, "W1") }
 // BenchmarkW2 is W2 (key-value lookups over pebble), with the
 // open-snapshot rows.
 func BenchmarkW2(b *testing.B) { benchSuite(b, "W2") }
+
+// BenchmarkW2Memory is W2/gc-1m: the time of a garbage collection with W2's
+// pending entries held by each structure, and the live heap per entry.
+// Run it on its own (-bench '^BenchmarkW2Memory$'): every suite still set
+// up in the process is live heap the collections scan.
+func BenchmarkW2Memory(b *testing.B) { benchSuite(b, "W2-memory") }
 
 // BenchmarkW3 is W3 (contended table scenarios). Run it with -cpu 1,2.
 func BenchmarkW3(b *testing.B) { benchSuite(b, "W3") }
@@ -535,3 +550,16 @@ func BenchmarkW7(b *testing.B) { benchSuite(b, "W7") }
 
 // BenchmarkW8 is W8 (batch writes) and the DeleteRange rows.
 func BenchmarkW8(b *testing.B) { benchSuite(b, "W8") }
+
+func TestFormatNsAndJSON(t *testing.T) {
+	for ns, want := range map[float64]string{3.64: "3.64 ns", 1234: "1.23 µs", 2.5e6: "2.5 ms", 3e9: "3 s"} {
+		if got := FormatNs(ns); got != want {
+			t.Errorf("FormatNs(%v) = %q, want %q", ns, got, want)
+		}
+	}
+	r := Row{Workload: "W4/flush-g1", Impl: "kvbuf", Median: 2, Min: 1, Max: 4, Noisy: true, Flushes: 10, Syncs: 5, Violations: 1}
+	j := r.JSON()
+	if j.NsPerOp != 2 || !j.Noisy || j.Flushes == nil || *j.SyncsPerFlush != 0.5 || *j.Violations != 1 || j.BytesPerEntry != nil || j.ReadsPerSec != nil {
+		t.Errorf("JSON() = %+v", j)
+	}
+}

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/kvbuf/kvbuf"
-	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // W3 sizes at Scale 1 (doc/workloads.md).
@@ -88,18 +90,16 @@ func newW3Keys(n uint64) *w3Keys {
 
 // The W3 implementations. A lookup copies the value into a reused buffer
 // (as kvbuf's GetAppend does); a churn is a put (key and value copied) and
-// a delete of a key not preloaded. Each counts one check per lookup that
-// found its key and one per churn.
+// a delete of a key not preloaded. A delete leaves a tombstone in every
+// implementation (kvbuf keeps the deleted key pending until it is flushed;
+// the maps store a nil value), so after the first 65,536 churns of a
+// goroutine every put is an overwrite on both sides. Each counts one check
+// per lookup that found its key and one per churn.
 type (
 	w3Kvbuf struct {
 		sc *w3Scenario
 		k  *w3Keys
 		kv *kvbuf.KV
-	}
-	w3Overlay struct {
-		sc *w3Scenario
-		k  *w3Keys
-		kv *buffer.KV
 	}
 	w3Mutex struct {
 		sc *w3Scenario
@@ -153,33 +153,6 @@ func (x w3Kvbuf) Loop(g, lo, hi int) (int64, error) {
 	return n, nil
 }
 
-func (x w3Overlay) Loop(g, lo, hi int) (int64, error) {
-	var n int64
-	buf := make([]byte, 0, 16)
-	var kb [8]byte
-	for t := lo; t < hi; t++ {
-		hit, k := x.sc.op(g, t)
-		if hit {
-			v, err := x.kv.GetAppend(buf[:0], x.k.b[k])
-			if err != nil {
-				return n, err
-			}
-			buf = v
-			n++
-			continue
-		}
-		binary.BigEndian.PutUint64(kb[:], k)
-		if err := x.kv.Put(kb[:], kb[:]); err != nil {
-			return n, err
-		}
-		if err := x.kv.Delete(kb[:]); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
 func (x w3Mutex) Loop(g, lo, hi int) (int64, error) {
 	var n int64
 	buf := make([]byte, 0, 16)
@@ -190,7 +163,7 @@ func (x w3Mutex) Loop(g, lo, hi int) (int64, error) {
 			x.mu.Lock()
 			v, ok := x.m[x.k.s[k]]
 			x.mu.Unlock()
-			if ok {
+			if ok && v != nil {
 				buf = append(buf[:0], v...)
 				n++
 			}
@@ -201,7 +174,7 @@ func (x w3Mutex) Loop(g, lo, hi int) (int64, error) {
 		x.m[string(kb[:])] = bytes.Clone(kb[:])
 		x.mu.Unlock()
 		x.mu.Lock()
-		delete(x.m, string(kb[:]))
+		x.m[string(kb[:])] = nil // a tombstone, as kvbuf keeps one
 		x.mu.Unlock()
 		n++
 	}
@@ -218,7 +191,7 @@ func (x w3RWMutex) Loop(g, lo, hi int) (int64, error) {
 			x.mu.RLock()
 			v, ok := x.m[x.k.s[k]]
 			x.mu.RUnlock()
-			if ok {
+			if ok && v != nil {
 				buf = append(buf[:0], v...)
 				n++
 			}
@@ -229,7 +202,7 @@ func (x w3RWMutex) Loop(g, lo, hi int) (int64, error) {
 		x.m[string(kb[:])] = bytes.Clone(kb[:])
 		x.mu.Unlock()
 		x.mu.Lock()
-		delete(x.m, string(kb[:]))
+		x.m[string(kb[:])] = nil // a tombstone, as kvbuf keeps one
 		x.mu.Unlock()
 		n++
 	}
@@ -243,7 +216,7 @@ func (x w3SyncMap) Loop(g, lo, hi int) (int64, error) {
 	for t := lo; t < hi; t++ {
 		hit, k := x.sc.op(g, t)
 		if hit {
-			if v, ok := x.m.Load(x.k.a[k]); ok {
+			if v, ok := x.m.Load(x.k.a[k]); ok && v.([]byte) != nil {
 				buf = append(buf[:0], v.([]byte)...)
 				n++
 			}
@@ -252,7 +225,7 @@ func (x w3SyncMap) Loop(g, lo, hi int) (int64, error) {
 		binary.BigEndian.PutUint64(kb[:], k)
 		key := string(kb[:])
 		x.m.Store(key, bytes.Clone(kb[:]))
-		x.m.Delete(key)
+		x.m.Store(key, []byte(nil)) // a tombstone, as kvbuf keeps one
 		n++
 	}
 	return n, nil
@@ -265,7 +238,7 @@ func (x w3XsyncMap) Loop(g, lo, hi int) (int64, error) {
 	for t := lo; t < hi; t++ {
 		hit, k := x.sc.op(g, t)
 		if hit {
-			if v, ok := x.m.Load(x.k.s[k]); ok {
+			if v, ok := x.m.Load(x.k.s[k]); ok && v != nil {
 				buf = append(buf[:0], v...)
 				n++
 			}
@@ -273,104 +246,143 @@ func (x w3XsyncMap) Loop(g, lo, hi int) (int64, error) {
 		}
 		binary.BigEndian.PutUint64(kb[:], k)
 		x.m.Store(string(kb[:]), bytes.Clone(kb[:]))
-		x.m.Delete(string(kb[:]))
+		x.m.Store(string(kb[:]), nil) // a tombstone, as kvbuf keeps one
 		n++
 	}
 	return n, nil
 }
 
-// setupW3 builds W3: per scenario, a fresh engine keyspace, a fresh buffer
-// overlay (over one storage.Store, one keyspace id per scenario) and fresh
-// maps, each preloaded with the scenario's keys (pending, never flushed:
-// the engine runs with no interval flush and no memory bound).
+// w3Need is the pending memory W3's engines are sized for: the preloaded
+// keys of every scenario plus the tombstones churn leaves (65,536 per
+// goroutine and scenario, up to 4 goroutines).
+func w3Need() int64 { return kvNeed(2 * 4 * w3ChurnKeys) }
+
+// setupW3 builds W3: per scenario, a fresh engine keyspace and fresh maps,
+// each preloaded with the scenario's keys (pending, never flushed: the
+// engine runs without interval flushes and with a pending limit sized to
+// the workload); for W3/hit_disjoint-64 also a keyspace in an engine with
+// default Options; and W3/construct.
 func setupW3(ctx context.Context, s *Suite, c Config) error {
-	db, err := openEngine(s, "engine")
+	db, err := openEngine(s, "engine", pendingOptions(w3Need()))
 	if err != nil {
 		return err
 	}
-	st, err := openStore(s, "store")
+	def, err := openEngine(s, "engine-default", nil)
 	if err != nil {
 		return err
 	}
+	check := pendingGuard(db)
 	ops := c.scaled(w3Ops, 64)
 	for i := range w3Scenarios {
-		sc := &w3Scenarios[i]
-		keys := newW3Keys(sc.n)
-		kv, err := db.KV("w3-" + sc.name)
+		w, err := w3Workload(ctx, db, def, &w3Scenarios[i], ops)
 		if err != nil {
 			return err
 		}
-		ov, err := buffer.NewKV(st, storage.KeyspaceID(i+1), nil, nil)
-		if err != nil {
-			return err
-		}
-		var mu sync.Mutex
-		var rwmu sync.RWMutex
-		mm, rwm := map[string][]byte{}, map[string][]byte{}
-		var sm sync.Map
-		xm := xsync.NewMap[string, []byte]()
-		for j, b := range keys.b {
-			if err := kv.Put(ctx, b, b, 0); err != nil {
-				return err
-			}
-			if err := ov.Put(b, b); err != nil {
-				return err
-			}
-			mm[keys.s[j]] = bytes.Clone(b)
-			rwm[keys.s[j]] = bytes.Clone(b)
-			sm.Store(keys.s[j], bytes.Clone(b))
-			xm.Store(keys.s[j], bytes.Clone(b))
-		}
-		s.add(&Workload{Name: "W3/" + sc.name, Unit: "op", Ops: ops, Parallel: true, Impls: []Impl{
-			{Name: ImplKvbuf, Loop: w3Kvbuf{sc, keys, kv}},
-			{Name: ImplKvbufOverlay, Loop: w3Overlay{sc, keys, ov}},
-			{Name: ImplMutexMap, Loop: w3Mutex{sc, keys, &mu, mm}},
-			{Name: ImplRWMutexMap, Loop: w3RWMutex{sc, keys, &rwmu, rwm}},
-			{Name: ImplSyncMap, Loop: w3SyncMap{sc, keys, &sm}},
-			{Name: ImplXsyncMap, Loop: w3XsyncMap{sc, keys, xm}},
-		}})
+		s.add(w)
 	}
+	if err := check(); err != nil {
+		return err
+	}
+	s.add(w3Construct(s, c))
+	return nil
+}
 
-	// construct: build w3Instances instances each holding one key, keep them
-	// alive, and measure the live heap per instance.
+// w3Workload builds one scenario: its keyspace (in def too for
+// hit_disjoint-64, its default-Options row) and maps, preloaded.
+func w3Workload(ctx context.Context, db, def *kvbuf.DB, sc *w3Scenario, ops int) (*Workload, error) {
+	keys := newW3Keys(sc.n)
+	kv, err := db.KV("w3-" + sc.name)
+	if err != nil {
+		return nil, err
+	}
+	var dkv *kvbuf.KV
+	if sc.name == "hit_disjoint-64" {
+		if dkv, err = def.KV("w3-" + sc.name); err != nil {
+			return nil, err
+		}
+	}
+	var mu sync.Mutex
+	var rwmu sync.RWMutex
+	mm, rwm := map[string][]byte{}, map[string][]byte{}
+	var sm sync.Map
+	xm := xsync.NewMap[string, []byte]()
+	for j, b := range keys.b {
+		for _, k := range []*kvbuf.KV{kv, dkv} {
+			if k == nil {
+				continue
+			}
+			if err := k.Put(ctx, b, b, 0); err != nil {
+				return nil, err
+			}
+		}
+		mm[keys.s[j]] = bytes.Clone(b)
+		rwm[keys.s[j]] = bytes.Clone(b)
+		sm.Store(keys.s[j], bytes.Clone(b))
+		xm.Store(keys.s[j], bytes.Clone(b))
+	}
+	im := []Impl{{Name: ImplKvbuf, Loop: w3Kvbuf{sc, keys, kv}}}
+	if dkv != nil {
+		im = append(im, Impl{Name: ImplKvbufDefault, Loop: w3Kvbuf{sc, keys, dkv}})
+	}
+	im = append(im,
+		Impl{Name: ImplMutexMap, Loop: w3Mutex{sc, keys, &mu, mm}},
+		Impl{Name: ImplRWMutexMap, Loop: w3RWMutex{sc, keys, &rwmu, rwm}},
+		Impl{Name: ImplSyncMap, Loop: w3SyncMap{sc, keys, &sm}},
+		Impl{Name: ImplXsyncMap, Loop: w3XsyncMap{sc, keys, xm}},
+	)
+	return &Workload{Name: "W3/" + sc.name, Unit: "op", Ops: ops, Parallel: true, Impls: im}, nil
+}
+
+// w3Construct is W3/construct: one op builds an instance holding one key;
+// a round builds w3Instances of them, keeps them alive and reports the
+// live heap per instance. kvbuf's instance is a keyspace (DB.KV and one
+// Put) in an engine opened for the round (not timed) and closed after it.
+func w3Construct(s *Suite, c Config) *Workload {
 	nInst := c.scaled(w3Instances, 16)
 	one := u64Key(nil, 1)
-	construct := func(build func() any) Rounder {
+	names := make([]string, nInst)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	construct := func(build func(i int) (any, error)) Rounder {
 		return RoundFunc(func(context.Context, int) (RoundResult, error) {
 			keep := make([]any, nInst)
 			h0 := liveHeap()
 			res := RoundResult{Ops: nInst, Checks: int64(nInst)}
-			_ = Timed(&res, func() error {
+			err := Timed(&res, func() error {
 				for i := range keep {
-					keep[i] = build()
+					var err error
+					if keep[i], err = build(i); err != nil {
+						return err
+					}
 				}
 				return nil
 			})
 			res.BytesPerEntry = perEntry(h0, liveHeap(), nInst)
 			clear(keep)
-			return res, nil
+			return res, err
 		})
 	}
-	ksOverlay := storage.KeyspaceID(len(w3Scenarios) + 1)
-	var buildErr error
-	s.add(&Workload{Name: "W3/construct", Unit: "instance", Impls: []Impl{
-		{Name: ImplKvbufOverlay, Round: RoundFunc(func(ctx context.Context, g int) (RoundResult, error) {
-			r, err := construct(func() any {
-				ov, err := buffer.NewKV(st, ksOverlay, nil, nil)
-				if err == nil {
-					err = ov.Put(one, one)
-				}
-				if err != nil && buildErr == nil {
-					buildErr = err
-				}
-				return ov
-			}).Round(ctx, g)
-			if buildErr != nil {
-				return r, buildErr
+	var rounds int
+	kvbufRound := RoundFunc(func(ctx context.Context, g int) (RoundResult, error) {
+		rounds++
+		dir := filepath.Join(s.dir, fmt.Sprintf("construct-%d", rounds))
+		db, err := kvbuf.Open(dir, nil)
+		if err != nil {
+			return RoundResult{}, err
+		}
+		res, err := construct(func(i int) (any, error) {
+			kv, err := db.KV(names[i])
+			if err == nil {
+				err = kv.Put(ctx, one, one, 0)
 			}
-			return r, err
-		})},
-		{Name: ImplMutexMap, Round: construct(func() any {
+			return kv, err
+		}).Round(ctx, g)
+		return res, errors.Join(err, db.Close(), os.RemoveAll(dir))
+	})
+	return &Workload{Name: "W3/construct", Unit: "instance", Impls: []Impl{
+		{Name: ImplKvbuf, Round: kvbufRound},
+		{Name: ImplMutexMap, Round: construct(func(int) (any, error) {
 			x := &struct {
 				mu sync.Mutex
 				m  map[string][]byte
@@ -378,9 +390,9 @@ func setupW3(ctx context.Context, s *Suite, c Config) error {
 			x.mu.Lock()
 			x.m[string(one)] = bytes.Clone(one)
 			x.mu.Unlock()
-			return x
+			return x, nil
 		})},
-		{Name: ImplRWMutexMap, Round: construct(func() any {
+		{Name: ImplRWMutexMap, Round: construct(func(int) (any, error) {
 			x := &struct {
 				mu sync.RWMutex
 				m  map[string][]byte
@@ -388,18 +400,17 @@ func setupW3(ctx context.Context, s *Suite, c Config) error {
 			x.mu.Lock()
 			x.m[string(one)] = bytes.Clone(one)
 			x.mu.Unlock()
-			return x
+			return x, nil
 		})},
-		{Name: ImplSyncMap, Round: construct(func() any {
+		{Name: ImplSyncMap, Round: construct(func(int) (any, error) {
 			m := &sync.Map{}
 			m.Store(string(one), bytes.Clone(one))
-			return m
+			return m, nil
 		})},
-		{Name: ImplXsyncMap, Round: construct(func() any {
+		{Name: ImplXsyncMap, Round: construct(func(int) (any, error) {
 			m := xsync.NewMap[string, []byte]()
 			m.Store(string(one), bytes.Clone(one))
-			return m
+			return m, nil
 		})},
-	}})
-	return nil
+	}}
 }

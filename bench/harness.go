@@ -4,43 +4,65 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
-// Implementation names used in rows (impl in kvtool bench --json). Rows
-// whose name is "kvbuf" or starts with "kvbuf-" are the project's own
-// (IsOwn): they get RatioVs against every other row of their workload.
+// Implementation names used in rows (impl in kvtool bench --json;
+// doc/workloads.md says what each is). Rows whose name is "kvbuf" or starts
+// with "kvbuf-" are the project's own (IsOwn): they get RatioVs against
+// every other row of their workload.
 const (
-	ImplKvbuf                  = "kvbuf"
-	ImplKvbufGetMany           = "kvbuf-getmany" // GetMany in batches of 64
-	ImplKvbufOverlay           = "kvbuf-overlay" // the buffer package's overlay alone, without the engine façade
-	ImplKvbufSinglePuts        = "kvbuf-single-puts"
-	ImplRaw                    = "raw"
-	ImplMutexMap               = "mutex+map"
-	ImplRWMutexMap             = "rwmutex+map"
-	ImplSyncMap                = "sync.Map"
-	ImplXsyncMap               = "xsync.Map"
-	ImplPebbleGet              = "pebble-get"
-	ImplPebbleIndexedBatch     = "pebble-indexed-batch"
-	ImplRWMutexMapPebble       = "rwmutex+map+pebble"
-	ImplRWMutexMapPebbleNoCopy = "rwmutex+map+pebble-no-copy"
-	ImplMutexMapPebble         = "mutex+map+pebble"
-	ImplPerCallerSync          = "per-caller-sync"
-	ImplSingleflight           = "x/sync-singleflight"
-	ImplPebbleBatchSync        = "pebble-batch-sync"
-	ImplPebbleBatchSyncSorted  = "pebble-batch-sync-sorted-input"
-	ImplDirectApply            = "direct-apply+msync"
-	ImplPebbleBatchNoSync      = "pebble-batch-nosync"
-	ImplGetLoop                = "get-loop"          // W1 count/ones: a loop of Bits.Get
-	ImplDeleteLoop             = "delete-loop"       // W8 delete-1m: a loop of KV.Delete
-	ImplWithoutSnapshots       = "without-snapshots" // the same reads on a twin engine with no snapshot
+	ImplKvbuf            = "kvbuf"
+	ImplKvbufGetMany     = "kvbuf-getmany"         // GetMany in batches of 64
+	ImplKvbufDefault     = "kvbuf-default-options" // an engine opened with nil Options
+	ImplKvbufSinglePuts  = "kvbuf-single-puts"     // W8: 64 KV.Put calls instead of one Apply
+	ImplKvbufFlushOnly   = "kvbuf-flush-only"      // W6: the Flush alone, the writes before it untimed
+	ImplRaw              = "raw"
+	ImplMutexMap         = "mutex+map"
+	ImplRWMutexMap       = "rwmutex+map"
+	ImplSyncMap          = "sync.Map"
+	ImplXsyncMap         = "xsync.Map"
+	ImplRWMutexWords     = "rwmutex+words" // W1: dense mask/value words behind a sync.RWMutex
+	ImplAtomicWords      = "atomic-words"  // W1: dense mask/value words updated atomically
+	ImplRWMutexBTree     = "rwmutex+btree" // a tidwall/btree generic B-tree behind a sync.RWMutex
+	ImplPebbleGet        = "pebble-get"
+	ImplPebbleBatch      = "pebble-indexed-batch"
+	ImplMapPebble        = "rwmutex+map+pebble"
+	ImplMapPebbleNoCopy  = "rwmutex+map+pebble-no-copy"
+	ImplMapPebbleBatched = "rwmutex+map+pebble-64-per-lock" // one RLock per 64 keys, as GetMany
+	ImplBTreePebble      = "rwmutex+btree+pebble"
+	ImplMutexMapPebble   = "mutex+map+pebble"
+	ImplPerCallerSync    = "per-caller-sync"
+	ImplSingleflight     = "singleflight"         // x/sync/singleflight: incorrect by design
+	ImplGroupCommit      = "careful-group-commit" // waits out a flush frozen before the caller's write
+	ImplPebbleBatchSync  = "pebble-batch-sync"
+	ImplPebbleSortedSync = "pebble-batch-sync-sorted-input"
+	ImplFileSetLoop      = "file-set-loop+msync"        // W6: one bitslice.File.Set per change
+	ImplApplyWords       = "apply-words+msync"          // W6: File.ApplyWords of words coalesced untimed
+	ImplCoalesceApply    = "coalesce+apply-words+msync" // W6: coalescing into words timed too
+	ImplPebbleNoSync     = "pebble-batch-nosync"
+	ImplPebbleNoSyncSync = "pebble-nosync-batches+sync" // W8 end-to-end: no-sync batches, the last one synced
+	ImplGetLoop          = "get-loop"                   // W1 count/ones: a loop of Bits.Get
+	ImplDeleteLoop       = "delete-loop"                // W8 delete-1m: a loop of KV.Delete
+	ImplWithoutSnapshots = "without-snapshots"          // the same reads on a twin engine with no snapshot
 )
+
+// DefaultRounds is the number of measured rounds kvtool bench runs per
+// workload by default (after one warm-up round): enough for a median with
+// a meaningful min–max.
+const DefaultRounds = 7
+
+// NoisyRatio flags a row whose slowest round took more than this many
+// times its fastest (Row.Noisy): its median should not be trusted to a
+// few percent.
+const NoisyRatio = 1.5
 
 // ErrBadConfig is returned for a Config or argument out of range.
 var ErrBadConfig = errors.New("bench: bad configuration")
@@ -121,28 +143,32 @@ type RoundResult struct {
 	Reads, Writes                                     int64
 	ReadLatencies, ReadFlushLatencies, WriteLatencies []time.Duration
 
-	// BytesPerEntry is a per-round memory figure (W3 construct: live heap
-	// per instance); the row reports the median.
-	BytesPerEntry float64
+	// BytesPerEntry is a per-round memory figure (live heap per entry or
+	// per instance) and AccountedBytes the engine's own per-entry figure;
+	// the row reports their medians.
+	BytesPerEntry, AccountedBytes float64
 
-	// Mallocs, if MallocsMeasured, are the allocations of the timed part
-	// (see Timed); otherwise the harness counts those of the whole Round.
-	Mallocs         uint64
-	MallocsMeasured bool
+	// Mallocs and AllocBytes, if MallocsMeasured, are the allocations of
+	// the timed part (see Timed); otherwise the harness counts those of the
+	// whole Round.
+	Mallocs, AllocBytes uint64
+	MallocsMeasured     bool
 }
 
-// Timed runs f as the timed part of a round: it sets res.Elapsed to f's
-// wall time and res.Mallocs to the allocations made meanwhile, so that
+// Timed runs f as a timed part of a round: it adds f's wall time to
+// res.Elapsed and the allocations made meanwhile to res.Mallocs, so that
 // untimed preparation (making a million changes pending before timing
-// their flush) is left out of both.
+// their flush) is left out of both. A round may call it several times.
 func Timed(res *RoundResult, f func() error) error {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	err := f()
-	res.Elapsed = time.Since(start)
+	res.Elapsed += time.Since(start)
 	runtime.ReadMemStats(&m1)
-	res.Mallocs, res.MallocsMeasured = m1.Mallocs-m0.Mallocs, true
+	res.Mallocs += m1.Mallocs - m0.Mallocs
+	res.AllocBytes += m1.TotalAlloc - m0.TotalAlloc
+	res.MallocsMeasured = true
 	return err
 }
 
@@ -229,6 +255,9 @@ type Row struct {
 	NsPerOp []float64
 	// Median, Min and Max summarise NsPerOp.
 	Median, Min, Max float64
+	// Noisy is set when Max > NoisyRatio × Min: the rounds disagree by more
+	// than the difference a ratio of medians can be trusted for.
+	Noisy bool
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
 	// RatioVs (own rows only) maps each other row to its median ÷ this
@@ -266,16 +295,8 @@ func (r Row) SyncsPerFlush() float64 {
 // implementation's round, with round -1 for the warm-up. ctx is checked
 // between rounds. It returns one Row per implementation, in Impls order.
 func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(impl string, round int)) ([]Row, error) {
-	if rounds <= 0 {
-		return nil, fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
-	}
-	if len(w.Impls) == 0 {
-		return nil, fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
-	}
-	for _, im := range w.Impls {
-		if (im.Loop == nil) == (im.Round == nil) {
-			return nil, fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
-		}
+	if err := w.check(rounds); err != nil {
+		return nil, err
 	}
 	if !w.Parallel || goroutines < 1 {
 		goroutines = 1
@@ -283,18 +304,13 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 	if err := w.Prepare(ctx); err != nil {
 		return nil, err
 	}
+	if step == nil {
+		step = func(string, int) {}
+	}
 	n := len(w.Impls)
 	name := w.NameAt(goroutines)
 	rows := make([]Row, n)
-	allocs := make([][]float64, n)
-	mem := make([][]float64, n)
-	reads := make([][]float64, n)
-	writes := make([][]float64, n)
-	var flushLat, readLat, readFlushLat, writeLat [][]time.Duration
-	flushLat = make([][]time.Duration, n)
-	readLat = make([][]time.Duration, n)
-	readFlushLat = make([][]time.Duration, n)
-	writeLat = make([][]time.Duration, n)
+	samples := make([]rowSamples, n)
 	for k, im := range w.Impls {
 		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
 			BytesPerEntry: im.BytesPerEntry, AccountedBytesPerEntry: im.AccountedBytes}
@@ -307,9 +323,7 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 		if _, _, err := w.measure(ctx, im, goroutines); err != nil {
 			return nil, fmt.Errorf("bench: %s/%s warm-up: %w", name, im.Name, err)
 		}
-		if step != nil {
-			step(im.Name, -1)
-		}
+		step(im.Name, -1)
 	}
 	for r := range rounds {
 		var checkImpl string
@@ -321,7 +335,7 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 			}
 			k := (r + j) % n
 			im := w.Impls[k]
-			res, a, err := w.measure(ctx, im, goroutines)
+			res, allocs, err := w.measure(ctx, im, goroutines)
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s/%s round %d: %w", name, im.Name, r, err)
 			}
@@ -332,55 +346,92 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 				}
 				check, checkImpl, checked = res.Checks, im.Name, true
 			}
-			row := &rows[k]
-			ops := max(res.Ops, 1)
-			row.OpsPerRound = res.Ops
-			row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
-			allocs[k] = append(allocs[k], a/float64(ops))
-			if res.BytesPerEntry != 0 {
-				mem[k] = append(mem[k], res.BytesPerEntry)
-			}
-			row.Flushes += res.Flushes
-			row.Syncs += res.Syncs
-			row.Violations += res.Violations
-			flushLat[k] = append(flushLat[k], res.FlushLatencies...)
-			if res.Reads > 0 && res.Elapsed > 0 {
-				reads[k] = append(reads[k], float64(res.Reads)/res.Elapsed.Seconds())
-				writes[k] = append(writes[k], float64(res.Writes)/res.Elapsed.Seconds())
-			}
-			readLat[k] = append(readLat[k], res.ReadLatencies...)
-			readFlushLat[k] = append(readFlushLat[k], res.ReadFlushLatencies...)
-			writeLat[k] = append(writeLat[k], res.WriteLatencies...)
-			if step != nil {
-				step(im.Name, r)
-			}
+			samples[k].add(&rows[k], res, allocs)
+			step(im.Name, r)
 		}
 	}
 	for k := range rows {
-		row := &rows[k]
-		row.Median = Median(row.NsPerOp)
-		row.Min = slices.Min(row.NsPerOp)
-		row.Max = slices.Max(row.NsPerOp)
-		row.AllocsPerOp = Median(allocs[k])
-		if len(mem[k]) > 0 {
-			row.BytesPerEntry = Median(mem[k])
-		}
-		if l := flushLat[k]; len(l) > 0 {
-			row.P50FlushNs = Percentile(l, 0.50)
-			row.P99FlushNs = Percentile(l, 0.99)
-			row.P999FlushNs = Percentile(l, 0.999)
-		}
-		if len(reads[k]) > 0 {
-			row.ReadsPerSec = Median(reads[k])
-			row.WritesPerSec = Median(writes[k])
-		}
-		row.P50ReadNs = Percentile(readLat[k], 0.50)
-		row.P99ReadNs = Percentile(readLat[k], 0.99)
-		row.P99ReadFlushNs = Percentile(readFlushLat[k], 0.99)
-		row.P99WriteNs = Percentile(writeLat[k], 0.99)
+		samples[k].summarize(&rows[k])
 	}
 	AddRatios(rows)
 	return rows, nil
+}
+
+// check validates w and a round count before Run.
+func (w *Workload) check(rounds int) error {
+	if rounds <= 0 {
+		return fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
+	}
+	if len(w.Impls) == 0 {
+		return fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
+	}
+	for _, im := range w.Impls {
+		if (im.Loop == nil) == (im.Round == nil) {
+			return fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
+		}
+	}
+	return nil
+}
+
+// rowSamples collects one implementation's figures over the measured
+// rounds of a Run.
+type rowSamples struct {
+	allocs, mem, acct, reads, writes          []float64
+	flushLat, readLat, readFlushLat, writeLat []time.Duration
+}
+
+// add records one round: its time per operation and counters on row, the
+// rest in s. allocs is the round's allocation count.
+func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
+	ops := max(res.Ops, 1)
+	row.OpsPerRound = res.Ops
+	row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
+	row.Flushes += res.Flushes
+	row.Syncs += res.Syncs
+	row.Violations += res.Violations
+	s.allocs = append(s.allocs, allocs/float64(ops))
+	if res.BytesPerEntry != 0 {
+		s.mem = append(s.mem, res.BytesPerEntry)
+	}
+	if res.AccountedBytes != 0 {
+		s.acct = append(s.acct, res.AccountedBytes)
+	}
+	if res.Reads > 0 && res.Elapsed > 0 {
+		s.reads = append(s.reads, float64(res.Reads)/res.Elapsed.Seconds())
+		s.writes = append(s.writes, float64(res.Writes)/res.Elapsed.Seconds())
+	}
+	s.flushLat = append(s.flushLat, res.FlushLatencies...)
+	s.readLat = append(s.readLat, res.ReadLatencies...)
+	s.readFlushLat = append(s.readFlushLat, res.ReadFlushLatencies...)
+	s.writeLat = append(s.writeLat, res.WriteLatencies...)
+}
+
+// summarize sets row's medians, extremes and percentiles.
+func (s *rowSamples) summarize(row *Row) {
+	row.Median = Median(row.NsPerOp)
+	row.Min = slices.Min(row.NsPerOp)
+	row.Max = slices.Max(row.NsPerOp)
+	row.Noisy = row.Max > NoisyRatio*row.Min
+	row.AllocsPerOp = Median(s.allocs)
+	if len(s.mem) > 0 {
+		row.BytesPerEntry = Median(s.mem)
+	}
+	if len(s.acct) > 0 {
+		row.AccountedBytesPerEntry = Median(s.acct)
+	}
+	if len(s.flushLat) > 0 {
+		row.P50FlushNs = workload.Percentile(s.flushLat, 0.50)
+		row.P99FlushNs = workload.Percentile(s.flushLat, 0.99)
+		row.P999FlushNs = workload.Percentile(s.flushLat, 0.999)
+	}
+	if len(s.reads) > 0 {
+		row.ReadsPerSec = Median(s.reads)
+		row.WritesPerSec = Median(s.writes)
+	}
+	row.P50ReadNs = workload.Percentile(s.readLat, 0.50)
+	row.P99ReadNs = workload.Percentile(s.readLat, 0.99)
+	row.P99ReadFlushNs = workload.Percentile(s.readFlushLat, 0.99)
+	row.P99WriteNs = workload.Percentile(s.writeLat, 0.99)
 }
 
 // measure runs one round of im after quiescing the stores (if the workload
@@ -478,16 +529,4 @@ func Median(xs []float64) float64 {
 		return s[m]
 	}
 	return (s[m-1] + s[m]) / 2
-}
-
-// Percentile returns the q-quantile of ds in nanoseconds by nearest rank,
-// or 0 for none. ds is not modified.
-func Percentile(ds []time.Duration, q float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds())
 }
