@@ -121,7 +121,7 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 		// Untested: fsync fails only on an I/O error.
 		return nil, fmt.Errorf("bitslice: create %s: sync: %w", path, err)
 	}
-	if err := publish(tmpName, path); err != nil {
+	if err := fsutil.Publish(tmpName, path); err != nil {
 		// Untested here: path was absent at the Lstat above, so ErrExist
 		// needs a racing creator (publish's refusal to replace has
 		// TestPublishDoesNotReplace), and other errors need an I/O error or

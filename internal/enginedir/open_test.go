@@ -562,36 +562,6 @@ func TestSameFile(t *testing.T) {
 	}
 }
 
-func TestPublishDoesNotReplace(t *testing.T) {
-	for name, pub := range map[string]func(string, string) error{"publish": publish, "linkPublish": linkPublish} {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			tmp, dst := filepath.Join(dir, "tmp"), filepath.Join(dir, "dst")
-			writeFile(t, tmp, "new")
-			writeFile(t, dst, "old")
-			if err := pub(tmp, dst); !errors.Is(err, fs.ErrExist) {
-				t.Fatalf("publish over an existing file: %v", err)
-			}
-			if readString(t, dst) != "old" || readString(t, tmp) != "new" {
-				t.Fatal("a refused publish changed the files")
-			}
-			if err := os.Remove(dst); err != nil {
-				t.Fatal(err)
-			}
-			if err := pub(tmp, dst); err != nil {
-				t.Fatal(err)
-			}
-			wantEntries(t, dir, "dst")
-			if readString(t, dst) != "new" {
-				t.Fatal("published file has the wrong content")
-			}
-			if err := pub(tmp, filepath.Join(dir, "x")); !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("publish of a missing file: %v", err)
-			}
-		})
-	}
-}
-
 // TestStoreFS: the store is looked for on the store's file system.
 func TestStoreFS(t *testing.T) {
 	dir := t.TempDir()
