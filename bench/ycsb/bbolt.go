@@ -18,7 +18,7 @@ import (
 // (10 ms) for companions that never come. An update reads and writes the
 // record inside the one write transaction.
 type bboltEngine struct {
-	db      *bolt.DB
+	db       *bolt.DB
 	nthreads atomic.Int32
 }
 

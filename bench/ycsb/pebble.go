@@ -15,8 +15,8 @@ import (
 // writing with pebble.NoSync: a write is in the write-ahead log's buffer
 // when it returns, not on disk. A record's key is table ":" key.
 type pebbleEngine struct {
-	db       *pebble.DB
-	flushes  atomic.Int32 // memtable flushes in progress
+	db      *pebble.DB
+	flushes atomic.Int32 // memtable flushes in progress
 }
 
 func openPebble(dir string, p *properties.Properties) (engine, error) {
