@@ -444,6 +444,29 @@ func Open(name, dir string, p *properties.Properties) (*DB, error) {
 	return &DB{name: name, e: e, codec: newCodec(int(fc))}, nil
 }
 
+// checkProperties reports an error wrapping ErrBadProperty if p holds an
+// engine property of engine (name) that does not parse or is out of range,
+// without opening anything.
+func checkProperties(name string, p *properties.Properties) error {
+	var err error
+	switch name {
+	case "kvbuf":
+		_, _, err = kvbufOptions(p)
+	case "pebble":
+		_, err = pebbleCache(p)
+	case "badger":
+		_, err = badgerOptions("", p)
+	case "bbolt":
+		_, err = getBool(p, "bbolt.nosync", false)
+	default:
+		err = fmt.Errorf("%w: unknown engine %q (want one of %v)", ErrBadProperty, name, Engines)
+	}
+	if err != nil {
+		return fmt.Errorf("engine %s: %w", name, err)
+	}
+	return nil
+}
+
 // creator is go-ycsb's DBCreator of one engine: the directory comes from
 // the property <engine>.dir.
 type creator struct{ engine string }

@@ -3,6 +3,7 @@ package ycsb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,7 @@ func kvbufOptions(p *properties.Properties) (*kvbuf.Options, bool, error) {
 		return nil, false, err
 	}
 	if err := o.Validate(); err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("%w: %v", ErrBadProperty, err)
 	}
 	return o, ops, nil
 }

@@ -19,8 +19,12 @@ type pebbleEngine struct {
 	flushes atomic.Int32 // memtable flushes in progress
 }
 
+func pebbleCache(p *properties.Properties) (int64, error) {
+	return getInt(p, "pebble.cache_size", storage.DefaultCacheSize, 1, 1<<40)
+}
+
 func openPebble(dir string, p *properties.Properties) (engine, error) {
-	cache, err := getInt(p, "pebble.cache_size", storage.DefaultCacheSize, 1, 1<<40)
+	cache, err := pebbleCache(p)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,8 @@ type Config struct {
 	// Required.
 	Ops int64
 	// Warmup is the number of operations each run does, unmeasured, right
-	// after the engine opens (default Ops/10; negative: none).
+	// after the engine opens (default Ops/10; negative: none), in at most
+	// MaxTime/5.
 	Warmup int64
 	// Rounds of each workload and thread count; each round runs every
 	// engine once, starting with engine r mod n. Default 3.
@@ -191,7 +192,7 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 			if err != nil {
 				return nil, err
 			}
-			wr, err := Run(ctx, db, ww, es.records, RunOptions{Threads: threads, Seed: seed ^ 0x5eed, Done: done})
+			wr, err := Run(ctx, db, ww, es.records, RunOptions{Threads: threads, Seed: seed ^ 0x5eed, MaxTime: cfg.MaxTime / 5, Done: done})
 			if err != nil {
 				return nil, fmt.Errorf("warm-up: %w", err)
 			}
@@ -302,6 +303,11 @@ func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Prope
 		w, err := NewWorkload(p)
 		if err != nil {
 			return cfg, nil, nil, fmt.Errorf("workload %s: %w", wl, err)
+		}
+		for _, e := range cfg.Engines {
+			if err := checkProperties(e, p); err != nil {
+				return cfg, nil, nil, err
+			}
 		}
 		shape := fmt.Sprintf("%d fields of %d bytes (%s)", w.FieldCount, w.FieldLength, w.fieldLengthDist)
 		if i == 0 {
