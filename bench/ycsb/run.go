@@ -119,7 +119,8 @@ func threadSeed(seed int64, i int) int64 {
 var seedOfHashes = maphash.MakeSeed()
 
 // Load inserts w's records [InsertStart, InsertStart+InsertCount) into db
-// with o.Threads threads, batch records per BatchInsert (1: Insert each).
+// with o.Threads threads, batch records per BatchInsert (1, or a db that is
+// not a BatchDB: Insert each).
 func Load(ctx context.Context, db goycsb.DB, w *Workload, batch int, o RunOptions) (*Result, error) {
 	seq := newKeySeq(w.InsertStart)
 	end := w.InsertStart + w.InsertCount
@@ -148,8 +149,16 @@ func Load(ctx context.Context, db goycsb.DB, w *Workload, batch int, o RunOption
 			th.c.values(th.vals[i], th.bufs[i], true)
 		}
 		bdb, ok := db.(goycsb.BatchDB)
-		if !ok {
-			return 0, fmt.Errorf("%w: %T does not implement BatchDB", ErrBadProperty, db)
+		if !ok { // as go-ycsb's client: one Insert each
+			for i, k := range th.keys {
+				start := time.Now()
+				err := db.Insert(ctx, w.Table, k, th.vals[i])
+				th.rec.record(OpInsert, time.Since(start))
+				if err != nil {
+					return int64(i), err
+				}
+			}
+			return n, nil
 		}
 		start := time.Now()
 		err := bdb.BatchInsert(ctx, w.Table, th.keys, th.vals[:n])
