@@ -377,3 +377,69 @@ func conformanceReopen(t *testing.T, engine string) {
 	}
 	wantRec(t, got, map[string]string{"field0": "a-k", "field1": "b-k"})
 }
+
+// TestKvbufOps: with kvbuf.ops=true every write carries the next op number,
+// so after a flush the watermark counts the writes, and it goes on from the
+// watermark after a reopen; with the default (op 0) it stays 0.
+func TestKvbufOps(t *testing.T) {
+	dir := t.TempDir()
+	p := properties.MustLoadString("fieldcount=2\nkvbuf.ops=true\n")
+	write := func(db *DB, n int) {
+		t.Helper()
+		ctx := db.InitThread(context.Background(), 0, 1)
+		var wg sync.WaitGroup
+		for g := range 4 { // concurrent writers: ops still go in order
+			wg.Go(func() {
+				ctx := db.InitThread(context.Background(), g+1, 5)
+				for i := range n / 4 {
+					k := fmt.Sprintf("k%d-%d", g, i)
+					if err := db.Insert(ctx, "t", k, map[string][]byte{"field0": []byte("v")}); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		keys := []string{"b1", "b2"}
+		if err := db.BatchInsert(ctx, "t", keys, []map[string][]byte{{"field1": []byte("x")}, {"field1": []byte("y")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Update(ctx, "t", "b1", map[string][]byte{"field0": []byte("z")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := Open("kvbuf", dir, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(db, 40) // 40 inserts, one batch, one update: ops 1..42
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = Open("kvbuf", dir, p); err != nil {
+		t.Fatal(err)
+	}
+	e := db.e.(*kvbufEngine)
+	if wm := e.db.Watermark(); wm != 42 {
+		t.Fatalf("watermark %d after 42 ops", wm)
+	}
+	write(db, 8) // ops 43..52
+	if err := e.db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if wm := e.db.Watermark(); wm != 52 {
+		t.Fatalf("watermark %d after 52 ops", wm)
+	}
+	db.Close()
+
+	db = openTest(t, "kvbuf")
+	defer db.Close()
+	write(db, 8)
+	e = db.e.(*kvbufEngine)
+	if err := e.db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if wm := e.db.Watermark(); wm != 0 {
+		t.Fatalf("watermark %d with op 0 writes", wm)
+	}
+}

@@ -107,8 +107,11 @@ func (e *kvbufEngine) kv(table string) (*kvbuf.KV, error) {
 	return k, nil
 }
 
-// write runs fn with the op number the write carries.
-func (e *kvbufEngine) write(fn func(op uint64) error) error {
+// write runs fn with the op number the write carries. A tracked op is
+// one whole YCSB operation: single calls end it with EndOp (a Batch ends
+// its op itself), so the next flush may cover it without waiting for a
+// later write.
+func (e *kvbufEngine) write(ctx context.Context, batch bool, fn func(op uint64) error) error {
 	if !e.trackOps {
 		return fn(0)
 	}
@@ -119,7 +122,10 @@ func (e *kvbufEngine) write(fn func(op uint64) error) error {
 		return err
 	}
 	e.lastOp = op
-	return nil
+	if batch {
+		return nil
+	}
+	return e.db.EndOp(ctx, op)
 }
 
 func (e *kvbufEngine) get(_ *thread, table string, key, dst []byte) ([]byte, bool, error) {
@@ -147,7 +153,7 @@ func (e *kvbufEngine) put(ctx context.Context, _ *thread, table string, key, row
 	if err != nil {
 		return err
 	}
-	return e.write(func(op uint64) error { return k.Put(ctx, key, row, op) })
+	return e.write(ctx, false, func(op uint64) error { return k.Put(ctx, key, row, op) })
 }
 
 // batch returns the thread's reusable Batch, empty.
@@ -170,7 +176,7 @@ func (e *kvbufEngine) putMany(ctx context.Context, t *thread, table string, keys
 	for i := range keys {
 		b.Put(k, keys[i], rows[i])
 	}
-	return e.write(func(op uint64) error { return e.db.Apply(ctx, b, op) })
+	return e.write(ctx, true, func(op uint64) error { return e.db.Apply(ctx, b, op) })
 }
 
 func (e *kvbufEngine) update(ctx context.Context, t *thread, table string, key []byte, merge mergeFunc) (bool, error) {
@@ -191,7 +197,7 @@ func (e *kvbufEngine) update(ctx context.Context, t *thread, table string, key [
 		return true, err
 	}
 	t.out = row
-	return true, e.write(func(op uint64) error { return k.Put(ctx, key, row, op) })
+	return true, e.write(ctx, false, func(op uint64) error { return k.Put(ctx, key, row, op) })
 }
 
 func (e *kvbufEngine) delete(ctx context.Context, t *thread, table string, keys [][]byte) error {
@@ -200,13 +206,13 @@ func (e *kvbufEngine) delete(ctx context.Context, t *thread, table string, keys 
 		return err
 	}
 	if len(keys) == 1 {
-		return e.write(func(op uint64) error { return k.Delete(ctx, keys[0], op) })
+		return e.write(ctx, false, func(op uint64) error { return k.Delete(ctx, keys[0], op) })
 	}
 	b := e.batch(t)
 	for _, key := range keys {
 		b.Delete(k, key)
 	}
-	return e.write(func(op uint64) error { return e.db.Apply(ctx, b, op) })
+	return e.write(ctx, true, func(op uint64) error { return e.db.Apply(ctx, b, op) })
 }
 
 func (e *kvbufEngine) scan(_ *thread, table string, start []byte, count int, fn func(key, row []byte) error) error {
