@@ -57,6 +57,10 @@ type Config struct {
 	// Progress, if not nil, is called from one goroutine with the fraction
 	// done (by operations) and what is running.
 	Progress func(frac float64, label string)
+	// OnRows, if not nil, is called with each group of rows as soon as it
+	// is complete (the load's, then each workload's at each thread count),
+	// from Bench's goroutine, so that a long run's output streams.
+	OnRows func([]Row)
 }
 
 // OpStats summarises one operation type's latencies.
@@ -148,6 +152,10 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 		es.records = res.Records
 		rows = append(rows, summarize("load", maxThreads, name, []*Result{res}))
 	}
+	speedups(rows)
+	if cfg.OnRows != nil {
+		cfg.OnRows(rows)
+	}
 
 	for wi, wl := range cfg.Workloads {
 		for _, threads := range cfg.Threads {
@@ -171,9 +179,11 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 				rows[len(rows)-1].Records = es.records
 			}
 			speedups(rows[first:])
+			if cfg.OnRows != nil {
+				cfg.OnRows(rows[first:])
+			}
 		}
 	}
-	speedups(rows[:len(engines)])
 	return rows, nil
 }
 

@@ -217,22 +217,31 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		p.add(frac-last, label)
 		last = frac
 	}
+	var encErr error
+	if *asJSON {
+		// Each group of rows as soon as it is done: a long run streams.
+		enc := json.NewEncoder(stdout)
+		cfg.OnRows = func(rows []ycsb.Row) {
+			p.finish()
+			for _, r := range rows {
+				if err := enc.Encode(ycsbRowToJSON(r)); err != nil && encErr == nil {
+					encErr = err
+				}
+			}
+		}
+	}
 	rows, err := ycsb.Bench(ctx, cfg)
 	p.finish()
+	if err == nil {
+		err = encErr
+	}
 	if err != nil {
 		if errors.Is(err, ycsb.ErrBadProperty) {
 			return usageError(stderr, "ycsb", err.Error())
 		}
 		return fail(stderr, "ycsb", err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, r := range rows {
-			if err := enc.Encode(ycsbRowToJSON(r)); err != nil {
-				return fail(stderr, "ycsb", err)
-			}
-		}
-	} else {
+	if !*asJSON {
 		printYCSBTable(stdout, rows, cfg)
 	}
 	if *markdown != "" {
