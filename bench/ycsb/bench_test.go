@@ -3,6 +3,7 @@ package ycsb
 import (
 	"context"
 	"flag"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,4 +78,55 @@ func splitProps(s string) []*properties.Properties {
 		}
 	}
 	return out
+}
+
+// BenchmarkZipfianReuse measures how much of workload A a write buffer can
+// serve from memory: of the reads of A's operation stream over
+// -ycsb.records records (one thread, seed 1), the share whose record was
+// updated within the last W operations, for W from 10k to 1M (a buffer
+// that flushes every W operations holds, on average, the updates of the
+// last W/2). YCSB's scrambled zipfian draws from 10^10 items hashed onto
+// the records, so a large share of its accesses is spread almost
+// uniformly. go test -run '^$' -bench ZipfianReuse ./bench/ycsb
+// -args -ycsb.records=1000000
+func BenchmarkZipfianReuse(b *testing.B) {
+	p, err := WorkloadProperties("a")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.MustSet("recordcount", strconv.FormatInt(*benchRecords, 10))
+	p.MustSet("operationcount", "2000000")
+	w, err := NewWorkload(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	windows := []int64{10_000, 50_000, 100_000, 250_000, 1_000_000}
+	for b.Loop() {
+		c := w.newChooser(1, newKeySeq(*benchRecords), *benchRecords)
+		last := make(map[int64]int64) // key -> op index of its last update
+		hits := make([]int64, len(windows))
+		var reads int64
+		for i := range int64(2_000_000) {
+			op := c.nextOp()
+			k := c.nextKey()
+			if op == kindUpdate {
+				last[k] = i
+				continue
+			}
+			if i < 1_000_000 { // the first million operations warm the history up
+				continue
+			}
+			reads++
+			if at, ok := last[k]; ok {
+				for j, win := range windows {
+					if i-at <= win {
+						hits[j]++
+					}
+				}
+			}
+		}
+		for j, win := range windows {
+			b.ReportMetric(float64(hits[j])/float64(reads), fmt.Sprintf("hit-frac-%dk", win/1000))
+		}
+	}
 }
