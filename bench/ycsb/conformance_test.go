@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/magiconair/properties"
+	goycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
 )
 
 // openTest opens engine in a temporary directory with fieldcount 4.
@@ -441,5 +442,30 @@ func TestKvbufOps(t *testing.T) {
 	}
 	if wm := e.db.Watermark(); wm != 0 {
 		t.Fatalf("watermark %d with op 0 writes", wm)
+	}
+}
+
+// TestRegistered: the bindings are in go-ycsb's registry, taking their
+// directory from <engine>.dir.
+func TestRegistered(t *testing.T) {
+	for _, e := range Engines {
+		c := goycsb.GetDBCreator(RegisteredName(e))
+		if c == nil {
+			t.Fatalf("%s is not registered as %q", e, RegisteredName(e))
+		}
+		if _, err := c.Create(properties.NewProperties()); !errors.Is(err, ErrBadProperty) {
+			t.Errorf("%s without %s.dir: %v, want ErrBadProperty", e, e, err)
+		}
+		p := properties.MustLoadString(e + ".dir=" + t.TempDir() + "\n")
+		db, err := c.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Insert(context.Background(), "t", "k", map[string][]byte{"field0": []byte("v")}); err != nil {
+			t.Error(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -414,7 +414,7 @@ func RegisteredName(engine string) string {
 	return engine
 }
 
-// Open opens the binding of engine (one of Engines) in dir, creating the
+// Open opens the binding of the engine called name (one of Engines) in dir, creating the
 // database if dir is empty or missing, configured by p (nil: defaults; see
 // the package documentation for each engine's properties).
 func Open(name, dir string, p *properties.Properties) (*DB, error) {

@@ -65,7 +65,10 @@ type Config struct {
 
 // OpStats summarises one operation type's latencies.
 type OpStats struct {
-	Count               int64
+	// Count is the number of operations timed.
+	Count int64
+	// P50, P99 and P999 are percentiles (HDR histogram, 3 significant
+	// digits); Max the slowest.
 	P50, P99, P999, Max time.Duration
 }
 
@@ -74,8 +77,9 @@ type Row struct {
 	// Workload is the workload's name ("a".."f", a file's base name, or
 	// "load" for the load).
 	Workload string
-	Threads  int
-	Engine   string
+	// Threads is the client thread count; Engine the engine's name.
+	Threads int
+	Engine  string
 	// Rounds measured and operations per round (the last round's count
 	// when MaxTime cut runs short).
 	Rounds      int

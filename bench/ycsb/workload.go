@@ -3,9 +3,7 @@ package ycsb
 import (
 	"fmt"
 	"math/rand"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -51,17 +49,27 @@ const (
 // maxscanlength, scanlengthdistribution (uniform, zipfian), insertorder
 // (hashed, ordered), zeropadding, keyprefix, hotspotdatafraction,
 // hotspotopnfraction, exponential.percentile, exponential.frac, insertstart,
-// insertcount, recordcount, operationcount, batch.size.
+// insertcount, recordcount, operationcount, batch.size. recordcount and
+// operationcount default to 1000 here (YCSB requires them).
 type Workload struct {
-	Table           string
-	FieldCount      int
+	// Table is the table the records live in (table; default usertable).
+	Table string
+	// FieldCount is the number of fields per record (fieldcount; 10).
+	FieldCount int
+	// FieldLength is each field's length in bytes, or its maximum with a
+	// uniform or zipfian fieldlengthdistribution (fieldlength; 100).
 	FieldLength     int64
 	fieldLengthDist string
-	ReadAllFields   bool
-	WriteAllFields  bool
+	// ReadAllFields makes reads and scans fetch every field rather than one
+	// (readallfields; true); WriteAllFields makes updates write every
+	// field rather than one (writeallfields; false).
+	ReadAllFields  bool
+	WriteAllFields bool
 
 	read, update, insert, scan, rmw float64
 
+	// RequestDistribution is how keys are chosen (requestdistribution;
+	// uniform).
 	RequestDistribution string
 	minScan, maxScan    int64
 	scanLengthDist      string
@@ -375,16 +383,3 @@ func (c *chooser) values(m map[string][]byte, bufs [][]byte, all bool) {
 }
 
 func (c *chooser) scanLength() int { return int(c.scanLen.Next(c.r)) }
-
-// Properties returns p's properties sorted by key as "key=value" lines
-// (for reports).
-func Properties(p *properties.Properties) string {
-	keys := p.Keys()
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		v, _ := p.Get(k)
-		fmt.Fprintf(&b, "%s=%s\n", k, v)
-	}
-	return b.String()
-}
