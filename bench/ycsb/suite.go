@@ -59,7 +59,8 @@ type Config struct {
 	Progress func(frac float64, label string)
 	// OnRows, if not nil, is called with each group of rows as soon as it
 	// is complete (the load's, then each workload's at each thread count),
-	// from Bench's goroutine, so that a long run's output streams.
+	// so that a long run's output streams; never at the same time as
+	// Progress.
 	OnRows func([]Row)
 }
 
@@ -157,9 +158,7 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 		rows = append(rows, summarize("load", maxThreads, name, []*Result{res}))
 	}
 	speedups(rows)
-	if cfg.OnRows != nil {
-		cfg.OnRows(rows)
-	}
+	p.emit(cfg.OnRows, rows)
 
 	for wi, wl := range cfg.Workloads {
 		for _, threads := range cfg.Threads {
@@ -183,9 +182,7 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 				rows[len(rows)-1].Records = es.records
 			}
 			speedups(rows[first:])
-			if cfg.OnRows != nil {
-				cfg.OnRows(rows[first:])
-			}
+			p.emit(cfg.OnRows, rows[first:])
 		}
 	}
 	return rows, nil
@@ -436,6 +433,17 @@ func (p *progressor) label(s string) {
 	p.cur = s
 	p.mu.Unlock()
 	p.report()
+}
+
+// emit calls fn(rows) (if fn is not nil) under the lock Progress is
+// called under, so that a caller may share state between the two.
+func (p *progressor) emit(fn func([]Row), rows []Row) {
+	if fn == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(rows)
 }
 
 func (p *progressor) stop() {
