@@ -511,3 +511,86 @@ func TestProgress(t *testing.T) {
 	nilBar.add(1, "x") // must not panic
 	nilBar.finish()
 }
+
+// TestYCSBSmoke runs kvtool ycsb --quick on every engine and workload (a
+// smoke test of the bindings and the command, not a benchmark).
+func TestYCSBSmoke(t *testing.T) {
+	tmp := t.TempDir()
+	md := filepath.Join(tmp, "table.md")
+	code, out, errOut := runCLI(t, "ycsb", "--quick", "--json", "--markdown", md, "--dir", tmp, "--progress")
+	if code != 0 {
+		t.Fatalf("ycsb: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "%") {
+		t.Errorf("--progress drew no line: %q", errOut)
+	}
+	type opJSON struct {
+		Count int64 `json:"count"`
+		P50   int64 `json:"p50_ns"`
+		P99   int64 `json:"p99_ns"`
+		P999  int64 `json:"p999_ns"`
+	}
+	type rowJSON struct {
+		Workload     string            `json:"workload"`
+		Threads      int               `json:"threads"`
+		DB           string            `json:"db"`
+		Records      int64             `json:"records"`
+		Rounds       int               `json:"rounds"`
+		OpsPerRound  int64             `json:"ops_per_round"`
+		OpsPerSec    float64           `json:"ops_per_sec"`
+		KvbufSpeedup float64           `json:"kvbuf_speedup"`
+		Ops          map[string]opJSON `json:"ops"`
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r rowJSON
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		id := r.Workload + "/" + r.DB
+		seen[id] = true
+		if r.OpsPerSec <= 0 || r.OpsPerRound <= 0 || r.Rounds != 1 || r.Threads != 1 || r.Records < 2000 || len(r.Ops) == 0 {
+			t.Errorf("%s: %+v", id, r)
+		}
+		if (r.DB == "kvbuf") != (r.KvbufSpeedup == 0) {
+			t.Errorf("%s: kvbuf_speedup %v", id, r.KvbufSpeedup)
+		}
+		var n int64
+		for op, s := range r.Ops {
+			if s.Count <= 0 || s.P50 <= 0 || s.P50 > s.P99 || s.P99 > s.P999 {
+				t.Errorf("%s %s: %+v", id, op, s)
+			}
+			if op != "READ@FLUSH" {
+				n += s.Count
+			}
+		}
+		if r.Workload == "f" { // a read-modify-write is timed as a whole and as its read and update
+			n = r.Ops["READ"].Count
+		}
+		if r.Workload != "load" && n != r.OpsPerRound {
+			t.Errorf("%s: %d operations timed, %d done", id, n, r.OpsPerRound)
+		}
+	}
+	for _, w := range []string{"load", "a", "b", "c", "d", "e", "f"} {
+		for _, db := range []string{"kvbuf", "pebble", "badger", "bbolt"} {
+			if !seen[w+"/"+db] {
+				t.Errorf("no row for workload %s on %s", w, db)
+			}
+		}
+	}
+	b, err := os.ReadFile(md)
+	if err != nil || !bytes.Contains(b, []byte("| workload | threads | kvbuf ops/s |")) || bytes.Count(b, []byte("\n| ")) != 9 {
+		t.Errorf("markdown: %v\n%s", err, b)
+	}
+	left, _ := os.ReadDir(tmp)
+	if len(left) != 1 {
+		t.Errorf("ycsb left files behind in %s: %v", tmp, left)
+	}
+	// The table form, two thread counts, one engine, a properties file.
+	props := filepath.Join(tmp, "mine.properties")
+	write(t, props, "readproportion=0.5\nscanproportion=0.5\nrequestdistribution=uniform\nfieldcount=3\nfieldlength=10\n")
+	code, out, errOut = runCLI(t, "ycsb", "--quick", "--db", "pebble", "--workload", props, "--threads", "1,2", "--dir", tmp)
+	if code != 0 || errOut != "" || !strings.Contains(out, "mine      2        pebble") || !strings.Contains(out, "SCAN") {
+		t.Errorf("ycsb table: exit %d\n%s\nstderr %q", code, out, errOut)
+	}
+}

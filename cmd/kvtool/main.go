@@ -10,6 +10,7 @@
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
 //	bench     run workloads W1-W8 against their baselines
+//	ycsb      run YCSB workloads A-F on kvbuf, pebble, badger and bbolt
 //
 // Run "kvtool <command> -h" for a command's flags. Flags may come before or
 // after the arguments. Exit status: 0 ok, 1 error (one line on stderr),
@@ -58,6 +59,7 @@ func commands() []command {
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
 		{"bench", "run workloads W1-W8 against their baselines", runBench},
+		{"ycsb", "run YCSB workloads A-F on kvbuf, pebble, badger and bbolt", runYCSB},
 	}
 }
 

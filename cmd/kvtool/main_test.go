@@ -74,6 +74,16 @@ func TestGolden(t *testing.T) {
 		{"bench-zero-write-rate", []string{"bench", "--write-rate", "0"}, 2},
 		{"bench-bad-cpu", []string{"bench", "--cpu", "1,x"}, 2},
 		{"bench-bad-pattern", []string{"bench", "--workload", "W[1"}, 2},
+		{"ycsb-help", []string{"ycsb", "-h"}, 0},
+		{"ycsb-arg", []string{"ycsb", "a"}, 2},
+		{"ycsb-bad-threads", []string{"ycsb", "--threads", "1,x"}, 2},
+		{"ycsb-bad-db", []string{"ycsb", "--db", "kvbuf,rocksdb"}, 2},
+		{"ycsb-bad-rounds", []string{"ycsb", "--rounds", "0"}, 2},
+		{"ycsb-bad-records", []string{"ycsb", "--records", "-5"}, 2},
+		{"ycsb-bad-prop-syntax", []string{"ycsb", "-p", "novalue"}, 2},
+		{"ycsb-no-workload-file", []string{"ycsb", "--quick", "--workload", "testdata/no-such.properties"}, 2},
+		{"ycsb-bad-workload-prop", []string{"ycsb", "--quick", "--db", "kvbuf", "-p", "requestdistribution=gaussian"}, 2},
+		{"ycsb-bad-engine-prop", []string{"ycsb", "--quick", "--db", "kvbuf", "--workload", "c", "-p", "kvbuf.flush_interval=soon"}, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
