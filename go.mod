@@ -11,9 +11,11 @@ require (
 	github.com/prometheus/client_model v0.3.0
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
 	github.com/zeebo/xxh3 v1.1.0
+	go.etcd.io/raft/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.30.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -46,5 +48,4 @@ require (
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/text v0.14.0 // indirect
-	google.golang.org/protobuf v1.33.0 // indirect
 )
