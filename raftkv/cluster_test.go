@@ -79,22 +79,27 @@ func TestWriteBadInput(t *testing.T) {
 		err  error
 		want error
 	}{
-		"unknown keyspace":    {l.Put(bg, "nope", []byte("k"), []byte("v")), ErrUnknownKeyspace},
-		"unknown bitslice":    {l.SetBit(bg, "nope", 1, true), ErrUnknownBitslice},
-		"empty key":           {l.Put(bg, "users", nil, []byte("v")), kvbuf.ErrEmptyKey},
-		"oversize value":      {l.Put(bg, "users", []byte("k"), big), kvbuf.ErrValueTooLarge},
-		"oversize key":        {l.Delete(bg, "users", bytes.Repeat([]byte("k"), 5000)), kvbuf.ErrKeyTooLarge},
-		"bad range":           {l.DeleteRange(bg, "users", []byte("b"), []byte("a")), kvbuf.ErrBadRange},
-		"bad keyspace name":   {l.CreateKeyspace(bg, "a/b"), kvbuf.ErrBadName},
-		"bad bitslice name":   {l.CreateBitslice(bg, ""), kvbuf.ErrBadName},
-		"bit out of range":    {l.SetBit(bg, "users", 1<<40, true), ErrUnknownBitslice},
-		"unknown read":        {func() error { _, err := l.Get(bg, "nope", []byte("k"), nil); return err }(), ErrUnknownKeyspace},
-		"unknown bit read":    {func() error { _, err := l.GetBit(bg, "nope", 1, nil); return err }(), ErrUnknownBitslice},
-		"unknown scan":        {func() error { _, _, err := l.Scan(bg, "nope", nil, 0, nil); return err }(), ErrUnknownKeyspace},
-		"add node 0":          {l.AddNode(bg, 0, "127.0.0.1:1"), ErrBadOptions},
-		"add node bad addr":   {l.AddNode(bg, 9, "nowhere"), ErrBadOptions},
-		"remove node 0":       {l.RemoveNode(bg, 0), ErrBadOptions},
-		"cancelled read":      {func() error { ctx, cancel := context.WithCancel(bg); cancel(); _, err := l.Get(ctx, "users", []byte("k"), nil); return err }(), context.Canceled},
+		"unknown keyspace":  {l.Put(bg, "nope", []byte("k"), []byte("v")), ErrUnknownKeyspace},
+		"unknown bitslice":  {l.SetBit(bg, "nope", 1, true), ErrUnknownBitslice},
+		"empty key":         {l.Put(bg, "users", nil, []byte("v")), kvbuf.ErrEmptyKey},
+		"oversize value":    {l.Put(bg, "users", []byte("k"), big), kvbuf.ErrValueTooLarge},
+		"oversize key":      {l.Delete(bg, "users", bytes.Repeat([]byte("k"), 5000)), kvbuf.ErrKeyTooLarge},
+		"bad range":         {l.DeleteRange(bg, "users", []byte("b"), []byte("a")), kvbuf.ErrBadRange},
+		"bad keyspace name": {l.CreateKeyspace(bg, "a/b"), kvbuf.ErrBadName},
+		"bad bitslice name": {l.CreateBitslice(bg, ""), kvbuf.ErrBadName},
+		"bit out of range":  {l.SetBit(bg, "users", 1<<40, true), ErrUnknownBitslice},
+		"unknown read":      {func() error { _, err := l.Get(bg, "nope", []byte("k"), nil); return err }(), ErrUnknownKeyspace},
+		"unknown bit read":  {func() error { _, err := l.GetBit(bg, "nope", 1, nil); return err }(), ErrUnknownBitslice},
+		"unknown scan":      {func() error { _, _, err := l.Scan(bg, "nope", nil, 0, nil); return err }(), ErrUnknownKeyspace},
+		"add node 0":        {l.AddNode(bg, 0, "127.0.0.1:1"), ErrBadOptions},
+		"add node bad addr": {l.AddNode(bg, 9, "nowhere"), ErrBadOptions},
+		"remove node 0":     {l.RemoveNode(bg, 0), ErrBadOptions},
+		"cancelled read": {func() error {
+			ctx, cancel := context.WithCancel(bg)
+			cancel()
+			_, err := l.Get(ctx, "users", []byte("k"), nil)
+			return err
+		}(), context.Canceled},
 	} {
 		if !errors.Is(c.err, c.want) {
 			t.Errorf("%s: %v, want %v", name, c.err, c.want)
