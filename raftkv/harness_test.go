@@ -158,6 +158,9 @@ type cluster struct {
 	peers  map[uint64]string // the initial members
 	tune   func(o *Options)
 	logw   io.Writer
+
+	// installed counts snapshots installed by nodes since stopped.
+	installed atomic.Uint64
 }
 
 // newCluster starts n nodes (IDs 1..n) with fast ticks.
@@ -234,9 +237,19 @@ func (c *cluster) stop(id uint64) {
 	if n == nil {
 		return
 	}
+	c.installed.Add(n.Metrics().SnapshotsInstalled)
 	if err := n.Close(); err != nil && !errors.Is(err, ErrRemoved) {
 		c.t.Errorf("close node %d: %v", id, err)
 	}
+}
+
+// snapshotsInstalled counts the snapshots every node installed.
+func (c *cluster) snapshotsInstalled() uint64 {
+	n := c.installed.Load()
+	for _, node := range c.running() {
+		n += node.Metrics().SnapshotsInstalled
+	}
+	return n
 }
 
 func (c *cluster) close() {
