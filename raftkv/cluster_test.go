@@ -53,7 +53,7 @@ func TestClusterBasic(t *testing.T) {
 		}
 		err := n.Put(bg, "users", []byte("x"), []byte("y"))
 		var nl *NotLeaderError
-		if !errors.As(err, &nl) || nl.Leader != l.ID() || nl.Addr != c.nodes[l.ID()].addr {
+		if !errors.As(err, &nl) || nl.Leader != l.ID() || nl.Addr != c.tn(l.ID()).addr {
 			t.Fatalf("Put on follower %d: %v", n.ID(), err)
 		}
 		if v, err := n.Get(bg, "users", []byte("u19"), nil); err != nil || string(v) != "v19" {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -154,8 +156,10 @@ type cluster struct {
 	t      testing.TB
 	faults *faults
 	client *http.Client
-	nodes  map[uint64]*testNode
-	peers  map[uint64]string // the initial members
+	mu     sync.Mutex
+	nodes  map[uint64]*testNode // guarded by mu (use tn, ids, rename)
+	peers  map[uint64]string    // the initial members
+	srvs   []*http.Server       // every server, shut down by close
 	tune   func(o *Options)
 	logw   io.Writer
 
@@ -182,6 +186,40 @@ func newCluster(t testing.TB, n int, tune func(o *Options)) *cluster {
 	return c
 }
 
+// tn returns node id's test node.
+func (c *cluster) tn(id uint64) *testNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// ids returns the IDs of the cluster's test nodes, sorted.
+func (c *cluster) ids() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.nodes))
+}
+
+// rename makes node from's server and directory node to's (a node wiped
+// and re-added under a new ID at the same address).
+func (c *cluster) rename(from, to uint64) *testNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tn := c.nodes[from]
+	delete(c.nodes, from)
+	tn.id = to
+	c.nodes[to] = tn
+	return tn
+}
+
+// forget stops node id and drops it from the cluster.
+func (c *cluster) forget(id uint64) {
+	c.stop(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, id)
+}
+
 // listen makes node id's directory and server.
 func (c *cluster) listen(id uint64) *testNode {
 	c.t.Helper()
@@ -192,7 +230,10 @@ func (c *cluster) listen(id uint64) *testNode {
 	tn := &testNode{id: id, dir: filepath.Join(c.t.TempDir(), fmt.Sprintf("n%d", id)), addr: ln.Addr().String()}
 	tn.srv = &http.Server{Handler: tn, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = tn.srv.Serve(ln) }()
+	c.mu.Lock()
 	c.nodes[id] = tn
+	c.srvs = append(c.srvs, tn.srv)
+	c.mu.Unlock()
 	return tn
 }
 
@@ -200,7 +241,7 @@ func (c *cluster) options(id uint64, join bool) *Options {
 	o := &Options{
 		ID:             id,
 		Peers:          c.peers,
-		Dir:            c.nodes[id].dir,
+		Dir:            c.tn(id).dir,
 		Join:           join,
 		TickInterval:   10 * time.Millisecond,
 		ElectionTicks:  10,
@@ -225,15 +266,14 @@ func (c *cluster) start(id uint64, join bool) *Node {
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
-	c.nodes[id].cur.Store(n)
+	c.tn(id).cur.Store(n)
 	return n
 }
 
 // stop closes node id (as far as its peers see, it died).
 func (c *cluster) stop(id uint64) {
 	c.t.Helper()
-	tn := c.nodes[id]
-	n := tn.cur.Swap(nil)
+	n := c.tn(id).cur.Swap(nil)
 	if n == nil {
 		return
 	}
@@ -253,12 +293,15 @@ func (c *cluster) snapshotsInstalled() uint64 {
 }
 
 func (c *cluster) close() {
-	for id := range c.nodes {
+	for _, id := range c.ids() {
 		c.stop(id)
 	}
-	for _, tn := range c.nodes {
+	c.mu.Lock()
+	srvs := c.srvs
+	c.mu.Unlock()
+	for _, srv := range srvs {
 		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		_ = tn.srv.Shutdown(ctx)
+		_ = srv.Shutdown(ctx)
 		cancel()
 	}
 	c.faults.close()
@@ -269,8 +312,8 @@ func (c *cluster) leader(timeout time.Duration) *Node {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		for _, tn := range c.nodes {
-			if n := tn.node(); n != nil && n.IsLeader() {
+		for _, id := range c.ids() {
+			if n := c.tn(id).node(); n != nil && n.IsLeader() {
 				return n
 			}
 		}
@@ -310,8 +353,8 @@ func (c *cluster) mustDo(write func(ctx context.Context, n *Node) error) {
 // running returns the running nodes.
 func (c *cluster) running() []*Node {
 	var out []*Node
-	for _, tn := range c.nodes {
-		if n := tn.node(); n != nil {
+	for _, id := range c.ids() {
+		if n := c.tn(id).node(); n != nil {
 			out = append(out, n)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,8 +173,8 @@ func runLinearizable(t *testing.T, size int) {
 	wg.Wait()
 	c.faults.heal()
 	c.faults.set(0, 0)
-	for id, tn := range c.nodes {
-		if tn.node() == nil {
+	for _, id := range c.ids() {
+		if c.tn(id).node() == nil {
 			c.start(id, false)
 		}
 	}
@@ -221,13 +220,7 @@ func runLinearizable(t *testing.T, size int) {
 func linClient(c *cluster, client int, rng *rand.Rand, deadline time.Time, rec *linRecorder) {
 	var leader uint64 = 1
 	seq := 0
-	ids := slices.Sorted(func(yield func(uint64) bool) {
-		for id := range c.nodes {
-			if !yield(id) {
-				return
-			}
-		}
-	})
+	ids := c.ids()
 	for time.Now().Before(deadline) {
 		var in linIn
 		switch r := rng.IntN(100); {
@@ -256,7 +249,7 @@ func linClient(c *cluster, client int, rng *rand.Rand, deadline time.Time, rec *
 		if !write {
 			target = ids[rng.IntN(len(ids))]
 		}
-		n := c.nodes[target].node()
+		n := c.tn(target).node()
 		if n == nil {
 			leader = ids[rng.IntN(len(ids))]
 			time.Sleep(5 * time.Millisecond)
@@ -338,11 +331,7 @@ func linDo(ctx context.Context, n *Node, in linIn) (linOut, error) {
 // deadline, and returns the number of leader kills.
 func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, deadline time.Time) int {
 	kills, step := 0, 0
-	ids := make([]uint64, 0, len(c.nodes))
-	for id := range c.nodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := c.ids()
 	pause := func(lo, hi time.Duration) {
 		time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo))))
 	}
@@ -351,7 +340,7 @@ func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, deadline time.Time) in
 		var lead uint64
 		for wait := time.Now().Add(time.Second); lead == 0 && time.Now().Before(wait); time.Sleep(10 * time.Millisecond) {
 			for _, id := range ids {
-				if n := c.nodes[id].node(); n != nil && n.IsLeader() {
+				if n := c.tn(id).node(); n != nil && n.IsLeader() {
 					lead = id
 				}
 			}

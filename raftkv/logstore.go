@@ -102,14 +102,18 @@ func decodeIdentity(b []byte) (identity, error) {
 	}, nil
 }
 
-// membership is the cluster configuration as of an index: raft's ConfState
-// and the address of every member (conf changes carry them).
+// membership is the cluster configuration as of an index: raft's ConfState,
+// the address of every member (conf changes carry them) and the IDs removed
+// so far (their messages are answered 410 Gone, which tells a removed node
+// that missed its own removal to stop).
 type membership struct {
-	conf  *raftpb.ConfState
-	peers map[uint64]string
+	conf    *raftpb.ConfState
+	peers   map[uint64]string
+	removed []uint64 // sorted
 }
 
-// encode: uvarint length | ConfState | uvarint count | (uvarint id | uvarint length | address)*
+// encode: uvarint length | ConfState | uvarint count | (uvarint id | uvarint length | address)* |
+// uvarint count | (uvarint id)*
 func (m membership) encode() []byte {
 	cs, err := proto.Marshal(m.conf)
 	if err != nil {
@@ -120,6 +124,10 @@ func (m membership) encode() []byte {
 	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
 		b = binary.AppendUvarint(b, id)
 		b = appendBytes(b, []byte(m.peers[id]))
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.removed)))
+	for _, id := range m.removed {
+		b = binary.AppendUvarint(b, id)
 	}
 	return b
 }
@@ -135,6 +143,13 @@ func decodeMembership(b []byte) (membership, error) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		id := d.uvarint("peer id")
 		m.peers[id] = string(d.bytes("peer address"))
+	}
+	n = d.uvarint("removed count")
+	if d.err == nil && n > uint64(len(d.p)) {
+		d.fail("removed count")
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		m.removed = append(m.removed, d.uvarint("removed id"))
 	}
 	if d.err == nil && len(d.p) != 0 {
 		d.fail("membership length")

@@ -54,6 +54,7 @@ type Node struct {
 	applied uint64
 	conf    *raftpb.ConfState
 	peers   map[uint64]string
+	gone    []uint64 // removed IDs, sorted
 
 	appliedMu  sync.Mutex
 	appliedNow atomic.Uint64
@@ -64,6 +65,7 @@ type Node struct {
 	raftTerm atomic.Uint64
 	removed  atomic.Bool
 	members  atomic.Pointer[map[uint64]string]
+	goneIDs  atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
 
 	waitMu  sync.Mutex
 	waiters map[uint64]chan error
@@ -233,7 +235,7 @@ func (n *Node) open() error {
 		mem = membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
 	}
 	ls.setInitConf(mem.conf)
-	n.applied, n.conf = applied, mem.conf
+	n.applied, n.conf, n.gone = applied, mem.conf, mem.removed
 	n.peers = maps.Clone(mem.peers)
 	for id, addr := range o.Peers {
 		if _, known := n.peers[id]; !known {
@@ -529,7 +531,7 @@ func (n *Node) sendSnapshot(m *raftpb.Message) {
 		return
 	}
 	m.Snapshot = &raftpb.Snapshot{
-		Data: membership{conf: n.conf, peers: n.peers}.encode(),
+		Data: n.membership().encode(),
 		Metadata: &raftpb.SnapshotMetadata{
 			Index:     proto.Uint64(n.applied),
 			Term:      proto.Uint64(term),
@@ -614,6 +616,9 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 		}
 	case raftpb.ConfChangeRemoveNode:
 		delete(n.peers, id)
+		if i, found := slices.BinarySearch(n.gone, id); !found {
+			n.gone = slices.Insert(slices.Clone(n.gone), i, id)
+		}
 		if id == n.id {
 			if err := n.ls.setRemoved(); err != nil {
 				return fmt.Errorf("raftkv: record removal: %w", err)
@@ -625,7 +630,7 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	}
 	// Durable before the engine's watermark can cover idx: a restart at or
 	// above idx starts from this membership.
-	if err := n.ls.saveMembership(idx, membership{conf: cs, peers: n.peers}); err != nil {
+	if err := n.ls.saveMembership(idx, n.membership()); err != nil {
 		return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
 	}
 	n.publishMembers()
@@ -637,9 +642,35 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	return nil
 }
 
+// membership returns the current membership. Ready loop only.
+func (n *Node) membership() membership {
+	return membership{conf: n.conf, peers: n.peers, removed: n.gone}
+}
+
 func (n *Node) publishMembers() {
 	m := maps.Clone(n.peers)
 	n.members.Store(&m)
+	g := n.gone
+	n.goneIDs.Store(&g)
+}
+
+// wasRemoved reports whether node id was removed from the cluster.
+func (n *Node) wasRemoved(id uint64) bool {
+	_, found := slices.BinarySearch(*n.goneIDs.Load(), id)
+	return found
+}
+
+// removedByPeer stops a node that a peer says was removed: it missed the
+// commit of its own removal (the leader stops sending to a removed node).
+func (n *Node) removedByPeer(peer uint64) {
+	if n.removed.Swap(true) {
+		return
+	}
+	n.log.Warn("raftkv: a peer says this node was removed from the cluster; stopping", "peer", peer)
+	if err := n.ls.setRemoved(); err != nil {
+		n.log.Error("raftkv: record removal", "err", err)
+	}
+	n.fail(fmt.Errorf("raftkv: node %d (as node %d says): %w", n.id, peer, ErrRemoved))
 }
 
 func (n *Node) publishApplied(idx uint64) {

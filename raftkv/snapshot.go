@@ -79,7 +79,7 @@ func (n *Node) installSnapshot(rd raft.Ready) error {
 	if err := os.RemoveAll(filepath.Join(n.dir, oldName)); err != nil {
 		n.log.Warn("raftkv: removing the replaced engine", "dir", oldName, "err", err)
 	}
-	n.applied, n.conf = idx, m.conf
+	n.applied, n.conf, n.gone = idx, m.conf, m.removed
 	for id := range n.peers {
 		if _, ok := m.peers[id]; !ok && id != n.id {
 			n.tr.removePeer(id)

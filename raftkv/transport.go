@@ -166,6 +166,9 @@ func (tr *transport) sendLoop(p *peer) {
 		if err := tr.post(p, buf); err != nil {
 			tr.failed(p.id, err)
 			tr.n.rn.ReportUnreachable(p.id)
+			if errors.Is(err, ErrRemoved) {
+				tr.n.removedByPeer(p.id)
+			}
 		}
 	}
 }
@@ -205,6 +208,8 @@ func checkResponse(resp *http.Response) error {
 		return nil
 	case resp.StatusCode == http.StatusConflict:
 		return fmt.Errorf("%w: %s", ErrClusterMismatch, bytes.TrimSpace(msg))
+	case resp.StatusCode == http.StatusGone:
+		return fmt.Errorf("%w: %s", ErrRemoved, bytes.TrimSpace(msg))
 	}
 	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 }
@@ -286,7 +291,7 @@ func (n *Node) Handler() http.Handler {
 }
 
 // checkPeerRequest refuses a request of another cluster or for another
-// node: the status code and the reason.
+// node, or from a removed node: the status code and the reason.
 func (n *Node) checkPeerRequest(r *http.Request) (int, error) {
 	cluster, err := strconv.ParseUint(r.Header.Get(headerCluster), 16, 64)
 	if err != nil {
@@ -305,6 +310,13 @@ func (n *Node) checkPeerRequest(r *http.Request) (int, error) {
 	}
 	if !ok {
 		return http.StatusConflict, fmt.Errorf("raftkv: node %d is in cluster %016x, the request is from cluster %016x: %w", n.id, n.cluster.Load(), cluster, ErrClusterMismatch)
+	}
+	from, err := strconv.ParseUint(r.Header.Get(headerFrom), 10, 64)
+	if err != nil {
+		return http.StatusBadRequest, fmt.Errorf("raftkv: bad %s header %q", headerFrom, r.Header.Get(headerFrom))
+	}
+	if n.wasRemoved(from) {
+		return http.StatusGone, fmt.Errorf("raftkv: node %d was removed from the cluster", from)
 	}
 	return 0, nil
 }
