@@ -21,7 +21,6 @@ import (
 //
 //	0x01 "hardstate"       raftpb.HardState
 //	0x01 "trunc"           index u64 | term u64 of the last compacted entry (the log's base)
-//	0x01 "ident"           cluster ID u64 | node ID u64 | cluster token
 //	0x01 "engine"          the name of the live engine directory under Dir
 //	0x01 "removed"         present once this node applied its own removal
 //	0x02 index (8 bytes BE) membership as of that index (see membership)
@@ -59,7 +58,6 @@ const maxCachedEntries = 8192
 var (
 	keyHardState = []byte("\x01hardstate")
 	keyTrunc     = []byte("\x01trunc")
-	keyIdent     = []byte("\x01ident")
 	keyEngine    = []byte("\x01engine")
 	keyRemoved   = []byte("\x01removed")
 )
@@ -77,30 +75,6 @@ func indexKey(prefix byte, i uint64) []byte {
 }
 
 func entryKey(i uint64) []byte { return indexKey(prefixEntry, i) }
-
-// identity is what a data directory belongs to.
-type identity struct {
-	cluster uint64 // 0: not known yet (a joining node before its first message)
-	node    uint64
-	token   string
-}
-
-func (id identity) encode() []byte {
-	b := binary.LittleEndian.AppendUint64(nil, id.cluster)
-	b = binary.LittleEndian.AppendUint64(b, id.node)
-	return append(b, id.token...)
-}
-
-func decodeIdentity(b []byte) (identity, error) {
-	if len(b) < 16 {
-		return identity{}, fmt.Errorf("%w: identity record of %d bytes", ErrCorrupt, len(b))
-	}
-	return identity{
-		cluster: binary.LittleEndian.Uint64(b),
-		node:    binary.LittleEndian.Uint64(b[8:]),
-		token:   string(b[16:]),
-	}, nil
-}
 
 // membership is the cluster configuration as of an index: raft's ConfState,
 // the address of every member (conf changes carry them) and the IDs removed
@@ -235,20 +209,6 @@ func (ls *logStore) empty() bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return raft.IsEmptyHardState(ls.hs) && ls.last == 0
-}
-
-func (ls *logStore) identity() (identity, bool, error) {
-	b, ok, err := ls.get(keyIdent)
-	if err != nil || !ok {
-		return identity{}, ok, err
-	}
-	id, err := decodeIdentity(b)
-	return id, err == nil, err
-}
-
-// setIdentity records what the directory belongs to, durably.
-func (ls *logStore) setIdentity(id identity) error {
-	return ls.db.Set(keyIdent, id.encode(), pebble.Sync)
 }
 
 // engineName returns the live engine directory's name ("" if never set).

@@ -35,6 +35,7 @@ type Node struct {
 	id   uint64
 	dir  string
 	log  *slog.Logger
+	lock *os.File // the data directory's lock
 	ls   *logStore
 	rn   raft.Node
 	tr   *transport
@@ -155,11 +156,12 @@ const (
 // (or, with opts.Join, waits to be contacted by the cluster that added it).
 // The node needs its Handler served on its address to hear its peers.
 //
-// Errors: ErrBadOptions; ErrClusterMismatch for a directory of another
+// Errors: ErrBadOptions; kvbuf.ErrLocked if another node has the directory
+// open; ErrClusterMismatch for a directory of another
 // cluster, token or node ID; ErrRemoved for a node removed from its
-// cluster; ErrDataDir for a directory whose engine and log do not fit; the
-// engine's and pebble's open errors (kvbuf.ErrLocked if another process has
-// the directory open, kvbuf.ErrCorrupt).
+// cluster; ErrDataDir for a directory whose engine and log do not fit;
+// ErrCorrupt for a damaged log store record; the engine's and pebble's open
+// errors (kvbuf.ErrCorrupt, ...).
 func Open(opts *Options) (*Node, error) {
 	o, err := opts.resolve()
 	if err != nil {
@@ -193,6 +195,9 @@ func Open(opts *Options) (*Node, error) {
 		if n.ls != nil {
 			_ = n.ls.close()
 		}
+		if n.lock != nil {
+			_ = n.lock.Close()
+		}
 		return nil, err
 	}
 	return n, nil
@@ -200,14 +205,30 @@ func Open(opts *Options) (*Node, error) {
 
 func (n *Node) open() error {
 	o := n.opts
+	lock, err := lockDir(n.dir)
+	if err != nil {
+		return err
+	}
+	n.lock = lock
+	id, haveID, err := readIdentity(n.dir)
+	if err != nil {
+		return err
+	}
+	if haveID {
+		if err := n.checkIdentity(id); err != nil {
+			return err
+		}
+	}
 	ls, err := openLogStore(filepath.Join(n.dir, logDir))
 	if err != nil {
 		return err
 	}
 	n.ls = ls
 	fresh := ls.empty()
-	if err := n.checkIdentity(fresh); err != nil {
-		return err
+	if !haveID {
+		if err := n.newIdentity(fresh); err != nil {
+			return err
+		}
 	}
 	if removed, err := ls.removed(); err != nil {
 		return err
@@ -284,34 +305,33 @@ func (n *Node) open() error {
 	return nil
 }
 
-// checkIdentity refuses a data directory of another cluster or node and
-// records the identity of a new one.
-func (n *Node) checkIdentity(fresh bool) error {
-	o := n.opts
-	id, ok, err := n.ls.identity()
-	if err != nil {
-		return fmt.Errorf("raftkv: %s: %w", n.dir, err)
-	}
-	if !ok {
-		if !fresh {
-			return fmt.Errorf("raftkv: %s: a raft log without an identity record: %w", n.dir, ErrDataDir)
-		}
-		id = identity{node: n.id, token: o.ClusterToken}
-		if !o.Join {
-			id.cluster = clusterID(o.ClusterToken, o.Peers)
-			if _, in := o.Peers[n.id]; !in {
-				return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
-			}
-		}
-		if err := n.ls.setIdentity(id); err != nil {
-			return fmt.Errorf("raftkv: %s: %w", n.dir, err)
-		}
-	}
+// checkIdentity refuses a data directory of another cluster or node.
+func (n *Node) checkIdentity(id identity) error {
 	switch {
 	case id.node != n.id:
 		return fmt.Errorf("raftkv: %s belongs to node %d of cluster %016x, not node %d: %w", n.dir, id.node, id.cluster, n.id, ErrClusterMismatch)
-	case id.token != o.ClusterToken:
-		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, o.ClusterToken, ErrClusterMismatch)
+	case id.token != n.opts.ClusterToken:
+		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
+	}
+	n.cluster.Store(id.cluster)
+	return nil
+}
+
+// newIdentity records the identity of a data directory that has none.
+func (n *Node) newIdentity(fresh bool) error {
+	o := n.opts
+	if !fresh {
+		return fmt.Errorf("raftkv: %s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
+	}
+	id := identity{node: n.id, token: o.ClusterToken}
+	if !o.Join {
+		if _, in := o.Peers[n.id]; !in {
+			return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
+		}
+		id.cluster = clusterID(o.ClusterToken, o.Peers)
+	}
+	if err := writeIdentity(n.dir, id); err != nil {
+		return err
 	}
 	n.cluster.Store(id.cluster)
 	return nil
@@ -328,7 +348,7 @@ func (n *Node) adoptCluster(cluster uint64) (bool, error) {
 	if cur := n.cluster.Load(); cur != 0 {
 		return cur == cluster, nil
 	}
-	if err := n.ls.setIdentity(identity{cluster: cluster, node: n.id, token: n.opts.ClusterToken}); err != nil {
+	if err := writeIdentity(n.dir, identity{cluster: cluster, node: n.id, token: n.opts.ClusterToken}); err != nil {
 		return false, err
 	}
 	n.cluster.Store(cluster)
@@ -799,6 +819,9 @@ func (n *Node) Close() error {
 		err := n.sm.close()
 		n.engMu.Unlock()
 		if cerr := n.ls.close(); err == nil {
+			err = cerr
+		}
+		if cerr := n.lock.Close(); err == nil {
 			err = cerr
 		}
 		n.closeErr = err

@@ -301,15 +301,15 @@ func (n *Node) checkPeerRequest(r *http.Request) (int, error) {
 	if err != nil {
 		return http.StatusBadRequest, fmt.Errorf("raftkv: bad %s header %q", headerTo, r.Header.Get(headerTo))
 	}
-	if to != n.id {
-		return http.StatusConflict, fmt.Errorf("raftkv: this is node %d, not node %d", n.id, to)
-	}
 	ok, err := n.adoptCluster(cluster)
 	if err != nil {
 		return http.StatusInternalServerError, err
 	}
 	if !ok {
 		return http.StatusConflict, fmt.Errorf("raftkv: node %d is in cluster %016x, the request is from cluster %016x: %w", n.id, n.cluster.Load(), cluster, ErrClusterMismatch)
+	}
+	if to != n.id {
+		return http.StatusConflict, fmt.Errorf("raftkv: this is node %d, not node %d", n.id, to)
 	}
 	from, err := strconv.ParseUint(r.Header.Get(headerFrom), 10, 64)
 	if err != nil {
