@@ -32,7 +32,7 @@ import (
 
 // Put sets key to value in keyspace.
 func (n *Node) Put(ctx context.Context, keyspace string, key, value []byte) error {
-	if err := n.checkKV(keyspace, key, value, true); err != nil {
+	if err := n.checkKV(ctx, keyspace, key, value, true); err != nil {
 		return err
 	}
 	return n.propose(ctx, &command{kind: cmdPut, name: keyspace, key: key, value: value})
@@ -40,7 +40,7 @@ func (n *Node) Put(ctx context.Context, keyspace string, key, value []byte) erro
 
 // Delete removes key from keyspace (absent keys are not an error).
 func (n *Node) Delete(ctx context.Context, keyspace string, key []byte) error {
-	if err := n.checkKV(keyspace, key, nil, false); err != nil {
+	if err := n.checkKV(ctx, keyspace, key, nil, false); err != nil {
 		return err
 	}
 	return n.propose(ctx, &command{kind: cmdDelete, name: keyspace, key: key})
@@ -49,7 +49,7 @@ func (n *Node) Delete(ctx context.Context, keyspace string, key []byte) error {
 // DeleteRange removes every key k of keyspace with lower <= k < upper (nil:
 // open on that side).
 func (n *Node) DeleteRange(ctx context.Context, keyspace string, lower, upper []byte) error {
-	if err := n.checkKeyspace(keyspace); err != nil {
+	if err := n.checkKeyspace(ctx, keyspace); err != nil {
 		return err
 	}
 	if lower != nil && upper != nil && bytes.Compare(lower, upper) > 0 {
@@ -61,7 +61,7 @@ func (n *Node) DeleteRange(ctx context.Context, keyspace string, lower, upper []
 
 // SetBit sets bit i of bitslice to v.
 func (n *Node) SetBit(ctx context.Context, bitslice string, i uint64, v bool) error {
-	if err := n.checkBitslice(bitslice); err != nil {
+	if err := n.checkBitslice(ctx, bitslice); err != nil {
 		return err
 	}
 	if max := n.opts.Engine.EnsureDefaults().MaxBits; i >= max {
@@ -90,31 +90,39 @@ func (n *Node) CreateBitslice(ctx context.Context, name string) error {
 
 // checkKeyspace refuses an unknown keyspace before anything is proposed.
 // Keyspaces are never dropped, so one this node has applied exists on
-// every node by the time they apply a later entry.
-func (n *Node) checkKeyspace(name string) error {
-	n.engMu.RLock()
-	defer n.engMu.RUnlock()
-	if n.eng == nil {
-		return nil
-	}
-	_, err := n.eng.kv(name)
-	return err
+// every node by the time they apply a later entry. One this node has not
+// applied yet may have been created (by an earlier leader, or acked by
+// this one before a follower asks): the check waits for a read index
+// before it refuses. A follower refuses the write as not the leader first.
+func (n *Node) checkKeyspace(ctx context.Context, name string) error {
+	return n.checkName(ctx, func(e *engineSM) error { _, err := e.kv(name); return err })
 }
 
-func (n *Node) checkBitslice(name string) error {
-	n.engMu.RLock()
-	defer n.engMu.RUnlock()
-	if n.eng == nil {
+func (n *Node) checkBitslice(ctx context.Context, name string) error {
+	return n.checkName(ctx, func(e *engineSM) error { _, err := e.bits(name); return err })
+}
+
+func (n *Node) checkName(ctx context.Context, lookup func(e *engineSM) error) error {
+	if !n.leader.Load() {
+		return n.notLeader()
+	}
+	err := n.withEngine(lookup)
+	if errors.Is(err, ErrUnsupported) {
 		return nil
 	}
-	_, err := n.eng.bits(name)
-	return err
+	if err == nil || !(errors.Is(err, ErrUnknownKeyspace) || errors.Is(err, ErrUnknownBitslice)) {
+		return err
+	}
+	if lerr := n.linearize(ctx, nil); lerr != nil {
+		return lerr
+	}
+	return n.withEngine(lookup)
 }
 
 // checkKV applies the engine's key and value limits before proposing (the
 // engine applies them again, alike on every node).
-func (n *Node) checkKV(keyspace string, key, value []byte, put bool) error {
-	if err := n.checkKeyspace(keyspace); err != nil {
+func (n *Node) checkKV(ctx context.Context, keyspace string, key, value []byte, put bool) error {
+	if err := n.checkKeyspace(ctx, keyspace); err != nil {
 		return err
 	}
 	o := n.opts.Engine.EnsureDefaults()

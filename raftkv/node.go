@@ -457,6 +457,10 @@ func (n *Node) stop() {
 	})
 }
 
+// Done returns a channel that is closed once the node stops: Close began,
+// or a fatal error or its removal from the cluster stopped it (see Err).
+func (n *Node) Done() <-chan struct{} { return n.stopc }
+
 // Err returns the error that stopped the node (nil while it runs or if
 // Close stopped it).
 func (n *Node) Err() error {

@@ -31,36 +31,45 @@ type Status struct {
 	Metrics Metrics
 }
 
-// Metrics are a node's counters since Open.
+// Metrics are a node's counters since Open. The JSON names are those of
+// kvraft's /status.
 type Metrics struct {
 	// RestartWatermark and RestartLastIndex are the engine's durable
 	// watermark and the log's last index when the node opened, and
 	// RestartApplied where raft resumed: min(watermark, commit).
-	RestartWatermark, RestartLastIndex, RestartApplied uint64
+	RestartWatermark uint64 `json:"restart_watermark"`
+	RestartLastIndex uint64 `json:"restart_last_index"`
+	RestartApplied   uint64 `json:"restart_applied"`
 	// Redelivered counts entries applied since Open at or below
 	// RestartWatermark: raft handed them over again (the commit index
 	// persisted without a sync lagged the watermark) and the engine
 	// skipped them as no-ops. Reapplied counts entries above
 	// RestartWatermark up to RestartLastIndex: the work the restart
 	// really redid, at most RestartLastIndex - RestartWatermark.
-	Redelivered, Reapplied uint64
+	Redelivered uint64 `json:"redelivered"`
+	Reapplied   uint64 `json:"reapplied"`
 	// Applied counts entries applied since Open.
-	Applied uint64
+	Applied uint64 `json:"applied"`
 	// SnapshotsSent and SnapshotsFailed count snapshot streams sent to
 	// followers; SnapshotsReceived those received and staged,
 	// SnapshotsInstalled those switched to.
-	SnapshotsSent, SnapshotsFailed, SnapshotsReceived, SnapshotsInstalled uint64
+	SnapshotsSent      uint64 `json:"snapshots_sent"`
+	SnapshotsFailed    uint64 `json:"snapshots_failed"`
+	SnapshotsReceived  uint64 `json:"snapshots_received"`
+	SnapshotsInstalled uint64 `json:"snapshots_installed"`
 	// Compactions counts log compactions.
-	Compactions uint64
+	Compactions uint64 `json:"compactions"`
 	// ProposalsDropped counts writes raft refused (ErrDropped).
-	ProposalsDropped uint64
+	ProposalsDropped uint64 `json:"proposals_dropped"`
 	// ReadRounds counts ReadIndex rounds, ReadRetries the times one was
 	// asked again.
-	ReadRounds, ReadRetries uint64
+	ReadRounds  uint64 `json:"read_rounds"`
+	ReadRetries uint64 `json:"read_retries"`
 	// SendErrors counts failed transport requests, Rejected those a peer
 	// refused as another cluster's; LastSendError is the newest.
-	SendErrors, Rejected uint64
-	LastSendError        string
+	SendErrors    uint64 `json:"send_errors"`
+	Rejected      uint64 `json:"rejected"`
+	LastSendError string `json:"last_send_error"`
 }
 
 // Metrics returns the node's counters.
