@@ -27,7 +27,7 @@ type server struct {
 const (
 	// headerForwarded marks a write a follower forwarded: the node it
 	// reaches does not forward it again.
-	headerForwarded = "X-Kvraft-Forwarded"
+	headerForwarded  = "X-Kvraft-Forwarded"
 	defaultScanLimit = 1000
 	maxScanLimit     = 100000
 	// maxValueBody bounds a PUT body: one byte over kvbuf's default

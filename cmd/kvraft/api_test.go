@@ -80,7 +80,9 @@ func startNode(t testing.TB, args ...string) *inproc {
 		}
 	}
 	ready := make(chan string, 1)
-	go func() { p.done <- run(ctx, append(args, "--log-level", "warn"), p.stderr, func(a string) { ready <- a }) }()
+	go func() {
+		p.done <- run(ctx, append(args, "--log-level", "warn"), p.stderr, func(a string) { ready <- a })
+	}()
 	select {
 	case p.addr = <-ready:
 	case code := <-p.done:
