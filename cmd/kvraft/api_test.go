@@ -152,11 +152,12 @@ type status struct {
 	DigestIndex uint64            `json:"digest_index"`
 	Error       string            `json:"error"`
 	Metrics     struct {
-		RestartWatermark uint64 `json:"restart_watermark"`
-		RestartLastIndex uint64 `json:"restart_last_index"`
-		RestartApplied   uint64 `json:"restart_applied"`
-		Redelivered      uint64 `json:"redelivered"`
-		Reapplied        uint64 `json:"reapplied"`
+		RestartWatermark   uint64 `json:"restart_watermark"`
+		RestartLastIndex   uint64 `json:"restart_last_index"`
+		RestartApplied     uint64 `json:"restart_applied"`
+		Redelivered        uint64 `json:"redelivered"`
+		Reapplied          uint64 `json:"reapplied"`
+		SnapshotsInstalled uint64 `json:"snapshots_installed"`
 	} `json:"metrics"`
 }
 
