@@ -494,17 +494,33 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		// since it campaigned.
 		n.sendMessages(rd.Messages)
 	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := n.installSnapshot(rd); err != nil {
+	committed := rd.CommittedEntries
+	if raft.IsEmptySnap(rd.Snapshot) {
+		// Committed entries that an earlier Ready made durable here are
+		// applied (and their writers acknowledged) before this Ready's
+		// entries are synced: a write's acknowledgement does not wait for
+		// the sync of the writes proposed after it. Committed entries are
+		// never overwritten, so the ones at or below the log's last index
+		// are the durable ones.
+		_, last := n.ls.bounds()
+		k := 0
+		for k < len(committed) && committed[k].GetIndex() <= last {
+			k++
+		}
+		if err := n.applyEntries(committed[:k]); err != nil {
 			return err
 		}
-	} else if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
-		return fmt.Errorf("raftkv: persist ready: %w", err)
+		committed = committed[k:]
+		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+			return fmt.Errorf("raftkv: persist ready: %w", err)
+		}
+	} else if err := n.installSnapshot(rd); err != nil {
+		return err
 	}
 	if !leader {
 		n.sendMessages(rd.Messages)
 	}
-	if err := n.applyEntries(rd.CommittedEntries); err != nil {
+	if err := n.applyEntries(committed); err != nil {
 		return err
 	}
 	for _, rs := range rd.ReadStates {
