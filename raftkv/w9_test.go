@@ -39,11 +39,16 @@ import (
 //   - pebble-nosync: each entry applied with an unsynced batch; nothing
 //     records what is durable, so a restart replays the whole log.
 //
-// go test -run '^$' -bench BenchmarkW9 -count 3 ./raftkv (scripts/w9.sh
-// runs it and prints medians and ratios). -w9.entries sets the restart
-// rows' log length (default 1M).
+// go test -run '^$' -bench BenchmarkW9 ./raftkv runs one round;
+// scripts/w9.sh runs several, rotating the order of the implementations
+// (-w9.rotate), and prints medians and ratios. -w9.entries sets the
+// restart rows' log length (default 1M).
 
-var w9Entries = flag.Int("w9.entries", 1_000_000, "W9 restart rows: entries applied before the crash")
+var (
+	w9Entries = flag.Int("w9.entries", 1_000_000, "W9 restart rows: entries applied before the crash")
+	w9Rotate  = flag.Int("w9.rotate", 0, "W9: start every group of rows at implementation k mod n (scripts/w9.sh rotates it between runs)")
+	w9Cache   = flag.String("w9.cache", "", "W9 restart rows: keep the crashed data directories here across runs (default: a temporary directory per run)")
+)
 
 const (
 	w9ValueSize = 100
@@ -154,13 +159,8 @@ var w9Impls = []struct {
 	{"pebble-nosync", newPebbleSM(false)},
 }
 
-// w9Round rotates the order of the implementations between the rounds
-// (-count) of one run.
-var w9Round int
-
 func BenchmarkW9(b *testing.B) {
-	round := w9Round
-	w9Round++
+	round := *w9Rotate
 	impls := slices.Clone(w9Impls)
 	k := round % len(impls)
 	impls = append(impls[k:], impls[:k]...)
@@ -308,9 +308,14 @@ func w9RestartOptions(dir, impl string) *Options {
 
 // w9Crashed returns a data directory in which a node applied -w9.entries
 // entries and was SIGKILLed with writes in flight (made once per
-// implementation and run, in the system's temporary directory).
+// implementation, in -w9.cache or a temporary directory).
 func w9Crashed(b *testing.B, impl string) string {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("kvbuf-w9-%d-%s-%d", os.Getpid(), impl, *w9Entries))
+	cache := *w9Cache
+	if cache == "" {
+		cache = filepath.Join(os.TempDir(), fmt.Sprintf("kvbuf-w9-%d", os.Getpid()))
+		b.Cleanup(func() { _ = os.RemoveAll(cache) })
+	}
+	dir := filepath.Join(cache, fmt.Sprintf("%s-%d", impl, *w9Entries))
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 		return dir
 	}
@@ -337,7 +342,6 @@ func w9Crashed(b *testing.B, impl string) string {
 	if err := os.WriteFile(filepath.Join(dir, "done"), nil, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
