@@ -52,6 +52,11 @@
 // redelivers as they come, as etcd skips entries at or below its
 // consistent index.
 //
+// DB.WatermarkNotify and DB.WaitWatermark tell the host when the watermark
+// advances, without polling: it may then truncate its log up to it (raft
+// log compaction), never further. The watermark never goes backwards, and
+// an engine reopens at the last one persisted.
+//
 // # Reads and Close
 //
 // Reads take no lock and enter no gate: they read, then check whether Close

@@ -1,12 +1,20 @@
 package kvbuf
 
-// The host's op protocol: redelivered ops and contexts checked before
-// admission.
+// The host's op protocol: redelivered ops, watermark notifications, and
+// contexts checked before admission.
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestRedeliveredOpsAreNoOps (issue 18): a raft host restarts with
@@ -106,6 +114,7 @@ func TestContextCheckedBeforeAdmission(t *testing.T) {
 		{"Flush", func() error { return db.Flush(done) }},
 		{"FlushMemtables", func() error { return db.FlushMemtables(done) }},
 		{"Wait", func() error { return db.Wait(done) }},
+		{"WaitWatermark", func() error { _, err := db.WaitWatermark(done, 100); return err }},
 	}
 	for _, c := range calls {
 		if err := c.run(); !errors.Is(err, context.Canceled) {
@@ -117,5 +126,142 @@ func TestContextCheckedBeforeAdmission(t *testing.T) {
 	}
 	if m := db.Metrics(); m.PendingBytes != 0 {
 		t.Fatalf("PendingBytes %d after refused calls, want 0", m.PendingBytes)
+	}
+}
+
+// TestWatermarkNotifyDrivesLogCompaction (issue 18): a host truncates its
+// log as the watermark advances, woken by WaitWatermark (no polling), while
+// its writers append ops. Every notified watermark is at least the one
+// before (never backwards), is durable (a kill -9 copy of the directory
+// opens with a watermark at least as high, so nothing truncated is ever
+// needed for replay), and after Close the compactor gets ErrClosed and
+// leaks nothing; a reopen starts at least at the last one notified.
+func TestWatermarkNotifyDrivesLogCompaction(t *testing.T) {
+	dir := t.TempDir()
+	db := openT(t, dir, &Options{FlushInterval: time.Millisecond})
+	k := mustKV(t, db, "k")
+	var truncated atomic.Uint64 // the host log's compaction point
+	compactorDone := make(chan error, 1)
+	go func() {
+		var wm uint64
+		for {
+			next, err := db.WaitWatermark(context.Background(), wm)
+			if err != nil {
+				compactorDone <- err
+				return
+			}
+			if next <= wm {
+				compactorDone <- fmt.Errorf("WaitWatermark(%d) returned %d", wm, next)
+				return
+			}
+			wm = next
+			truncated.Store(wm) // log.TruncateThrough(wm)
+		}
+	}()
+	const ops = 400
+	for op := uint64(1); op <= ops; op++ {
+		if err := db.Update(ctx, op, func(b *Batch) error {
+			b.Put(k, fmt.Appendf(nil, "k%04d", op), []byte("v"))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if op%100 == 0 {
+			t0 := truncated.Load()
+			c := openT(t, crashCopy(t, dir), nil)
+			if wm := c.Watermark(); wm < t0 {
+				t.Fatalf("the log was truncated through op %d, a crash now recovers watermark %d", t0, wm)
+			}
+			closeT(t, c)
+		}
+	}
+	mustFlush(t, db)
+	deadline := time.Now().Add(time.Minute)
+	for truncated.Load() != ops && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if got := truncated.Load(); got != ops {
+		t.Fatalf("compactor saw watermark %d after a Flush covering op %d", got, ops)
+	}
+	closeT(t, db)
+	if err := <-compactorDone; !errors.Is(err, ErrClosed) {
+		t.Fatalf("compactor ended with %v, want ErrClosed", err)
+	}
+	db = openT(t, dir, nil)
+	defer closeT(t, db)
+	if wm := db.Watermark(); wm < ops {
+		t.Fatalf("reopened at watermark %d below the last one notified (%d)", wm, ops)
+	}
+}
+
+// TestWatermarkNeverGoesBackAcrossRestarts: over reopen and crash cycles
+// with ops of every shape, the watermark an engine opens with is never
+// below one it reported before (etcd#13922).
+func TestWatermarkNeverGoesBackAcrossRestarts(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	dir := t.TempDir()
+	var seen, op uint64
+	for cycle := range 12 {
+		db := openT(t, dir, &Options{FlushInterval: time.Duration(1+rng.IntN(3)) * time.Millisecond})
+		if wm := db.Watermark(); wm < seen {
+			t.Fatalf("cycle %d: opened at watermark %d, below %d reported before", cycle, wm, seen)
+		}
+		op = max(op, db.Watermark())
+		k := mustKV(t, db, "k")
+		for range 50 + rng.IntN(100) {
+			op++
+			var err error
+			switch rng.IntN(3) {
+			case 0:
+				err = k.Put(ctx, fmt.Appendf(nil, "k%d", rng.IntN(50)), []byte("v"), op)
+			case 1:
+				err = db.Update(ctx, op, func(b *Batch) error { b.Delete(k, fmt.Appendf(nil, "k%d", rng.IntN(50))); return nil })
+			default:
+				err = k.Put(ctx, []byte("x"), []byte("y"), op)
+				if err == nil {
+					err = db.EndOp(ctx, op)
+				}
+			}
+			if err != nil {
+				t.Fatalf("cycle %d op %d: %v", cycle, op, err)
+			}
+			if wm := db.Watermark(); wm < seen {
+				t.Fatalf("cycle %d: watermark %d went below %d", cycle, wm, seen)
+			} else {
+				seen = wm
+			}
+		}
+		if cycle%2 == 0 {
+			seen = max(seen, db.Watermark())
+			crashed := crashCopy(t, dir)
+			closeT(t, db)
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(crashed, dir); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		closeT(t, db)
+		seen = max(seen, db.Watermark())
+	}
+}
+
+// crashCopy copies the directory of an open engine as a kill -9 would leave
+// it (copyDir) into a new temporary directory, trying again if pebble
+// replaced a file while it was being copied.
+func crashCopy(t testing.TB, dir string) string {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		dst := filepath.Join(t.TempDir(), "crashed")
+		err := copyDir(dir, dst)
+		if err == nil {
+			return dst
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 10 {
+			t.Fatalf("copy %s: %v", dir, err)
+		}
 	}
 }

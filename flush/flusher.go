@@ -133,6 +133,7 @@ type Flusher struct {
 	relCallers int           // callers of the generations released since the last freeze
 	eager      bool          // benchmarks: write eagerly even while callers' generations sync
 	progress   chan struct{} // closed and replaced at each release and failure
+	wmChanged  chan struct{} // closed and replaced when persisted advances, closed for good by Close
 	stopping   bool
 	wExited    bool // the writer has returned
 	st         struct {
@@ -216,6 +217,7 @@ func New(t Target, opts *Options) *Flusher {
 		writerDone: make(chan struct{}),
 		waiterDone: make(chan struct{}),
 		progress:   make(chan struct{}),
+		wmChanged:  make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		tick:       time.NewTimer(time.Hour),
 		gwTimer:    time.NewTimer(time.Hour),
@@ -564,6 +566,46 @@ func (f *Flusher) kickAuto() {
 // decreases.
 func (f *Flusher) Watermark() uint64 { return f.persisted.Load() }
 
+// WatermarkNotify returns the persisted watermark and a channel that is
+// closed once the persisted watermark is above it, or once Close has
+// finished (after which every call returns a closed channel). The pair is
+// consistent: the channel is the one the next advance closes, so a loop
+// that calls WatermarkNotify again after each wake-up misses no advance.
+// Nothing is sent on the channel and no goroutine is started.
+func (f *Flusher) WatermarkNotify() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.persisted.Load(), f.wmChanged
+}
+
+// WaitWatermark blocks until the persisted watermark is above after and
+// returns it. It returns ErrClosed if Close has finished and the watermark
+// is not above after, and ctx.Err() if ctx ends first. It starts no
+// goroutine.
+func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, error) {
+	for {
+		wm, ch := f.WatermarkNotify()
+		if wm > after {
+			return wm, nil
+		}
+		select {
+		case <-f.closeDone:
+			// Close closes closeDone before wmChanged, so a waiter woken
+			// by wmChanged's last close finds closeDone closed here.
+			if wm := f.persisted.Load(); wm > after {
+				return wm, nil
+			}
+			return wm, ErrClosed
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return f.persisted.Load(), ctx.Err()
+		}
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (f *Flusher) Stats() Stats {
 	f.mu.Lock()
@@ -635,6 +677,9 @@ func (f *Flusher) Close() error {
 	f.tick.Stop()
 	f.gwTimer.Stop()
 	close(f.closeDone)
+	f.mu.Lock()
+	close(f.wmChanged) // the waiter has exited: persisted cannot advance again
+	f.mu.Unlock()
 	return f.closeErr
 }
 

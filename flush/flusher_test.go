@@ -1758,3 +1758,100 @@ func TestBeginWriteCancelledContext(t *testing.T) {
 		t.Fatalf("a refused write left Active %d HighestOp %d", st.Active, st.HighestOp)
 	}
 }
+
+// WatermarkNotify's channel closes exactly when the persisted watermark
+// advances (not at a freeze, not when a generation writes no higher
+// watermark) and for good at Close; WaitWatermark wakes on it, honours its
+// context and returns ErrClosed after Close.
+func TestWatermarkNotify(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFake(t)
+		waits := newBlocker()
+		ft.onWait = func(g uint64, _ int) error {
+			if g == 1 {
+				waits.block(g)
+			}
+			return nil
+		}
+		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 3})
+		ctx := t.Context()
+		wm, ch := f.WatermarkNotify()
+		if wm != 3 || isClosed(ch) {
+			t.Fatalf("WatermarkNotify = %d (closed %v), want 3 and an open channel", wm, isClosed(ch))
+		}
+		got := make(chan uint64, 1)
+		go func() {
+			wm, err := f.WaitWatermark(ctx, 3)
+			if err != nil {
+				t.Errorf("WaitWatermark: %v", err)
+			}
+			got <- wm
+		}()
+		put(ctx, f, ft, "a", 4)
+		f.EndOp(ctx, 4)
+		first := flushAsync(ctx, f)
+		synctest.Wait() // generation 1 frozen and written; its wait blocks
+		if isClosed(ch) || len(got) != 0 {
+			t.Fatal("notified before the watermark was persisted")
+		}
+		waits.open(1)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if !isClosed(ch) {
+			t.Fatal("channel still open after the watermark advanced")
+		}
+		if wm := <-got; wm != 4 {
+			t.Fatalf("WaitWatermark returned %d, want 4", wm)
+		}
+		wm, ch = f.WatermarkNotify()
+		if wm != 4 || isClosed(ch) {
+			t.Fatalf("WatermarkNotify = %d (closed %v), want 4 and an open channel", wm, isClosed(ch))
+		}
+		// A generation that persists no higher watermark notifies nobody.
+		put(ctx, f, ft, "b", 0)
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if isClosed(ch) {
+			t.Fatal("notified of a flush that did not move the watermark")
+		}
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := f.WaitWatermark(short, 4); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitWatermark with a context that ends: %v", err)
+		}
+		waiting := make(chan error, 1)
+		go func() {
+			_, err := f.WaitWatermark(ctx, 4)
+			waiting <- err
+		}()
+		synctest.Wait()
+		closeOK(t, f)
+		if err := <-waiting; !errors.Is(err, ErrClosed) {
+			t.Fatalf("WaitWatermark across Close: %v, want ErrClosed", err)
+		}
+		if !isClosed(ch) {
+			t.Fatal("channel still open after Close")
+		}
+		if wm, ch := f.WatermarkNotify(); wm != 4 || !isClosed(ch) {
+			t.Fatalf("WatermarkNotify after Close = %d (closed %v), want 4 and a closed channel", wm, isClosed(ch))
+		}
+		if wm, err := f.WaitWatermark(ctx, 3); wm != 4 || err != nil {
+			t.Fatalf("WaitWatermark(3) after Close = %d, %v; want 4, nil", wm, err)
+		}
+		if _, err := f.WaitWatermark(ctx, 4); !errors.Is(err, ErrClosed) {
+			t.Fatalf("WaitWatermark(4) after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
