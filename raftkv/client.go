@@ -103,6 +103,11 @@ func (n *Node) checkBitslice(ctx context.Context, name string) error {
 }
 
 func (n *Node) checkName(ctx context.Context, lookup func(e *engineSM) error) error {
+	select {
+	case <-n.stopc:
+		return n.stopped()
+	default:
+	}
 	if !n.leader.Load() {
 		return n.notLeader()
 	}

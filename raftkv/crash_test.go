@@ -35,6 +35,7 @@ func crashOptions(dir string) *Options {
 		Dir:           dir,
 		TickInterval:  10 * time.Millisecond,
 		ElectionTicks: 5,
+		LogRetain:     50, // compacted often: never past what the engine made durable
 	}
 }
 
@@ -139,6 +140,9 @@ func TestCrashReplaysFromWatermark(t *testing.T) {
 		trunc, _ := n.ls.bounds()
 		t.Logf("round %d: %d acknowledged; log (%d, %d], watermark %d, resumed at %d: %d entries redelivered, %d re-applied",
 			round, len(acked), trunc, m.RestartLastIndex, m.RestartWatermark, m.RestartApplied, m.Redelivered, m.Reapplied)
+		if round == rounds-1 && trunc == 0 {
+			t.Errorf("the log was never compacted")
+		}
 		switch {
 		case m.RestartWatermark == 0:
 			t.Errorf("round %d: the engine made nothing durable", round)
@@ -241,6 +245,10 @@ func TestRestartBelowWatermark(t *testing.T) {
 	if m.Redelivered != m.RestartWatermark-m.RestartApplied {
 		t.Fatalf("%d entries redelivered, want %d", m.Redelivered, m.RestartWatermark-m.RestartApplied)
 	}
+	// The engine skipped them: its own count of redelivered calls.
+	if em := n.eng.db.Metrics(); em.Redelivered != int64(m.Redelivered) {
+		t.Fatalf("the engine skipped %d redelivered entries, the node handed it %d", em.Redelivered, m.Redelivered)
+	}
 	_, after, err := n.Digest(bg)
 	if err != nil {
 		t.Fatal(err)
@@ -250,5 +258,56 @@ func TestRestartBelowWatermark(t *testing.T) {
 	}
 	if err := n.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The log is compacted only below the engine's durable watermark: at every
+// moment the log's base is at or below it (a crash then never needs a
+// compacted entry).
+func TestCompactionBelowWatermark(t *testing.T) {
+	o := crashOptions(filepath.Join(t.TempDir(), "node"))
+	o.LogRetain = 1
+	n, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	waitFor(t, 10*time.Second, "leadership", n.IsLeader)
+	if err := n.CreateKeyspace(bg, "ks"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := n.Put(bg, "ks", fmt.Appendf(nil, "%d-%d", w, i), []byte("v")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(time.Second)
+	samples := 0
+	for time.Now().Before(deadline) {
+		st := n.Status() // reads the log's bounds, then the watermark
+		if st.LogFirst-1 > st.Watermark {
+			t.Errorf("log compacted to %d, past the durable watermark %d", st.LogFirst-1, st.Watermark)
+			break
+		}
+		samples++
+	}
+	close(stop)
+	wg.Wait()
+	if m := n.Metrics(); m.Compactions < 3 {
+		t.Fatalf("only %d compactions in %d samples", m.Compactions, samples)
 	}
 }

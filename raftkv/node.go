@@ -408,15 +408,28 @@ func (n *Node) removeStaleEngines(live string) error {
 }
 
 // run is the Ready loop: the one goroutine that persists, sends, applies
-// and advances, ticks raft, compacts the log and serves snapshot requests.
+// and advances, ticks raft, compacts the log when the engine's durable
+// watermark advances, and serves snapshot requests.
 func (n *Node) run() {
 	defer n.loops.Done()
 	ticker := time.NewTicker(n.opts.TickInterval)
 	defer ticker.Stop()
+	// The engine says when its durable watermark advances (the log may be
+	// compacted up to it); a replaced engine's channel closes with it, and
+	// the loop then listens to the new one.
+	var wmAdvanced <-chan struct{}
+	listen := func() {
+		if n.eng != nil {
+			_, wmAdvanced = n.eng.db.WatermarkNotify()
+		}
+	}
+	listen()
 	for {
 		select {
 		case <-ticker.C:
 			n.rn.Tick()
+		case <-wmAdvanced:
+			listen()
 			n.maybeCompact()
 		case rd := <-n.rn.Ready():
 			if err := n.handleReady(rd); err != nil {
