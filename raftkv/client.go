@@ -261,6 +261,9 @@ type ReadOptions struct {
 // linearize waits until this node may serve a linearizable read. Readers
 // arriving together share one ReadIndex round.
 func (n *Node) linearize(ctx context.Context, o *ReadOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case <-n.stopc:
 		return n.stopped()
