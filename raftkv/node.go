@@ -517,7 +517,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		// are the durable ones.
 		_, last := n.ls.bounds()
 		k := 0
-		for k < len(committed) && committed[k].GetIndex() <= last {
+		for k < len(committed) && committed[k].GetIndex() <= last && !n.opts.ackAfterSync {
 			k++
 		}
 		if err := n.applyEntries(committed[:k]); err != nil {

@@ -135,6 +135,11 @@ type Options struct {
 	// newSM replaces the kvbuf state machine (the W9 baselines); nil: the
 	// engine.
 	newSM func(dir string) (stateMachine, error)
+
+	// ackAfterSync applies every committed entry after the Ready's own
+	// entries are synced (the rejected design W9's kvbuf-ack-after-sync
+	// rows measure; see doc/design.md).
+	ackAfterSync bool
 }
 
 // resolve returns a copy of o with defaults filled in, or an error for a

@@ -9,7 +9,8 @@
 # prints per row the median over the rounds, and the ratios within the run.
 #
 # Usage: scripts/w9.sh [OUT]   (ROUNDS=3 ENTRIES=1000000 BENCHTIME=2s by
-# default; OUT defaults to doc/bench/<UTC date>-w9)
+# default; OUT defaults to doc/bench/<UTC date>-w9; SUMMARY_ONLY=1 only
+# recomputes OUT/summary.txt from OUT/w9.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-3}"
@@ -19,24 +20,27 @@ out="${1:-doc/bench/$(date -u +%F)-w9}"
 mkdir -p "$out"
 cache="$(mktemp -d)"
 trap 'rm -rf "$cache"' EXIT
-{
+[ -n "${SUMMARY_ONLY:-}" ] || {
 	echo "revision: $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
 	echo "go: $(go version)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 	echo "command: ROUNDS=$rounds ENTRIES=$entries BENCHTIME=$benchtime scripts/w9.sh $out"
 } >"$out/machine.txt"
 raw="$out/w9.txt"
+if [ -z "${SUMMARY_ONLY:-}" ]; then
 : >"$raw"
 for ((r = 0; r < rounds; r++)); do
 	echo "== round $r" >&2
 	go test -run '^$' -bench BenchmarkW9 -benchtime "$benchtime" -timeout 120m ./raftkv \
 		-args -w9.rotate="$r" -w9.entries="$entries" -w9.cache="$cache" | tee -a "$raw" >&2
 done
+fi
 # Medians per row, then the ratios.
 awk '
 	/^BenchmarkW9\// {
 		name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkW9\//, "", name)
 		for (i = 3; i < NF; i += 2) { v[name, $(i+1)] = v[name, $(i+1)] " " $i; units[$(i+1)] = 1 }
+		if (name ~ /^restart\//) v[name, "restart-ms"] = v[name, "restart-ms"] " " $3 / 1e6
 		rows[name] = 1
 	}
 	function median(s,   a, n, i, j, t) {
@@ -50,6 +54,7 @@ awk '
 		for (r in rows) names[++n] = r
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (names[j] < names[i]) { t = names[i]; names[i] = names[j]; names[j] = t }
 		printf "%-48s %12s %10s %10s %12s %14s\n", "row (median of rounds)", "writes/s", "p50 us", "p99 us", "restart ms", "replayed"
+		# restart ms: ns/op (the mean restart of the round), in ms
 		for (i = 1; i <= n; i++) {
 			r = names[i]
 			printf "%-48s %12s %10s %10s %12s %14s\n", r, median(v[r, "writes/s"]), median(v[r, "p50-us"]), median(v[r, "p99-us"]), median(v[r, "restart-ms"]), median(v[r, "replayed-entries"])
@@ -61,7 +66,7 @@ awk '
 			k = "writes/clients=" c "/impl=kvbuf"
 			for (i = 1; i <= n; i++) {
 				r = names[i]
-				if (index(r, "writes/clients=" c "/impl=") == 1 && r != k && m[r] > 0)
+				if (index(r, "writes/clients=" c "/impl=") == 1 && r != k && m[r] > 0 && m[k] > 0)
 					printf "clients=%-3d kvbuf / %-14s %.2fx writes/s\n", c, substr(r, length("writes/clients=" c "/impl=") + 1), m[k] / m[r]
 			}
 		}
