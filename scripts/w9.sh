@@ -21,7 +21,7 @@ mkdir -p "$out"
 cache="$(mktemp -d)"
 trap 'rm -rf "$cache"' EXIT
 [ -n "${SUMMARY_ONLY:-}" ] || {
-	echo "revision: $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
+	echo "revision: $(git rev-parse HEAD)$(git diff --quiet -- . ":(exclude)$out" || echo ' (with uncommitted changes)')"
 	echo "go: $(go version)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 	echo "command: ROUNDS=$rounds ENTRIES=$entries BENCHTIME=$benchtime scripts/w9.sh $out"
