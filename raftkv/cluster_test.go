@@ -116,3 +116,31 @@ func TestWriteBadInput(t *testing.T) {
 		t.Errorf("commit index went from %d to %d: a refused write was proposed", before, after)
 	}
 }
+
+// Close under load is a clean stop: no error recorded, Close returns nil,
+// and every later call says ErrStopped.
+func TestCloseUnderLoad(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	w := startWriter(c, "ks")
+	waitFor(t, 20*time.Second, "writes", func() bool { return w.count() > 50 })
+	for _, id := range c.ids() {
+		n := c.tn(id).cur.Swap(nil)
+		if err := n.Close(); err != nil {
+			t.Errorf("Close of node %d under load: %v", id, err)
+		}
+		if err := n.Err(); err != nil {
+			t.Errorf("node %d recorded %v on a clean Close", id, err)
+		}
+		if err := n.Put(bg, "ks", []byte("k"), []byte("v")); !errors.Is(err, ErrStopped) {
+			t.Errorf("Put after Close: %v", err)
+		}
+		if _, err := n.Get(bg, "ks", []byte("k"), nil); !errors.Is(err, ErrStopped) {
+			t.Errorf("Get after Close: %v", err)
+		}
+		if st := n.Status(); st.State != "stopped" {
+			t.Errorf("status after Close: %+v", st)
+		}
+	}
+	w.finish()
+}

@@ -433,7 +433,11 @@ func (n *Node) run() {
 			n.maybeCompact()
 		case rd := <-n.rn.Ready():
 			if err := n.handleReady(rd); err != nil {
-				n.fail(err)
+				select {
+				case <-n.stopc: // Close cancelled the apply: not a failure
+				default:
+					n.fail(err)
+				}
 				return
 			}
 			if n.removed.Load() {
