@@ -44,6 +44,7 @@ const (
 
 const cmdVersion = 1
 
+// String names the kind for logs and errors.
 func (k cmdKind) String() string {
 	switch k {
 	case cmdPut:

@@ -75,6 +75,7 @@ type NotLeaderError struct {
 	Addr   string
 }
 
+// Error says which node refused and which leads.
 func (e *NotLeaderError) Error() string {
 	if e.Leader == 0 {
 		return fmt.Sprintf("raftkv: node %d is not the leader and knows of none", e.Node)

@@ -12,21 +12,36 @@ import (
 	"github.com/kvbuf/kvbuf"
 )
 
-// Defaults of Options. Each is documented on its field.
+// Defaults of Options (each field's comment says what it bounds).
 const (
-	DefaultClusterToken         = "kvraft"
-	DefaultTickInterval         = 100 * time.Millisecond
-	DefaultElectionTicks        = 10
-	DefaultHeartbeatTicks       = 1
-	DefaultLogRetain            = 10000
-	DefaultMaxSizePerMsg        = 1 << 20
-	DefaultMaxInflightMsgs      = 256
-	DefaultMaxUncommittedBytes  = 64 << 20
-	DefaultSendTimeout          = 5 * time.Second
-	DefaultSnapshotTimeout      = 10 * time.Minute
-	DefaultEngineFlushInterval  = 100 * time.Millisecond
-	DefaultMaxPendingMessages   = 4096
-	DefaultReadIndexRetry       = 500 * time.Millisecond
+	// DefaultClusterToken is Options.ClusterToken's default.
+	DefaultClusterToken = "kvraft"
+	// DefaultTickInterval is Options.TickInterval's default.
+	DefaultTickInterval = 100 * time.Millisecond
+	// DefaultElectionTicks is Options.ElectionTicks' default.
+	DefaultElectionTicks = 10
+	// DefaultHeartbeatTicks is Options.HeartbeatTicks' default.
+	DefaultHeartbeatTicks = 1
+	// DefaultLogRetain is Options.LogRetain's default.
+	DefaultLogRetain = 10000
+	// DefaultMaxSizePerMsg is Options.MaxSizePerMsg's default.
+	DefaultMaxSizePerMsg = 1 << 20
+	// DefaultMaxInflightMsgs is Options.MaxInflightMsgs' default.
+	DefaultMaxInflightMsgs = 256
+	// DefaultMaxUncommittedBytes is Options.MaxUncommittedBytes' default.
+	DefaultMaxUncommittedBytes = 64 << 20
+	// DefaultSendTimeout is Options.SendTimeout's default.
+	DefaultSendTimeout = 5 * time.Second
+	// DefaultSnapshotTimeout is Options.SnapshotTimeout's default.
+	DefaultSnapshotTimeout = 10 * time.Minute
+	// DefaultEngineFlushInterval is the engine's FlushInterval unless
+	// Options.Engine sets one.
+	DefaultEngineFlushInterval = 100 * time.Millisecond
+	// DefaultMaxPendingMessages is Options.MaxPendingMessages' default.
+	DefaultMaxPendingMessages = 4096
+	// DefaultReadIndexRetry is Options.ReadIndexRetry's default.
+	DefaultReadIndexRetry = 500 * time.Millisecond
+
 	defaultMaxMessageBatchBytes = 8 << 20
 )
 

@@ -114,7 +114,7 @@ func startCluster(t testing.TB) ([]*inproc, []string) {
 	var nodes []*inproc
 	for i := range 3 {
 		nodes = append(nodes, startNode(t, "--id", fmt.Sprint(i+1), "--peers", peerFlag(addrs),
-			"--data", filepath.Join(dir, fmt.Sprint(i+1)), "--tick", "10ms"))
+			"--data", filepath.Join(dir, fmt.Sprint(i+1)), "--tick", "20ms"))
 	}
 	waitLeader(t, addrs)
 	return nodes, addrs
@@ -125,7 +125,21 @@ type response struct {
 	body string
 }
 
+// call makes a request, again while the answer is 503 (no leader known: an
+// election under way) for up to 20 seconds, as a client does.
 func call(t testing.TB, method, url string, body []byte) response {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := call1(t, method, url, body)
+		if r.code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func call1(t testing.TB, method, url string, body []byte) response {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
