@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,6 +96,9 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	handlerOnce sync.Once
+	handler     http.Handler
 
 	m metrics
 }

@@ -57,12 +57,13 @@ type Options struct {
 	// under /raft/). When the node bootstraps a new cluster it must
 	// include ID. When the node restarts, the addresses it learned from
 	// the log (membership changes carry them) win over these; Peers fills
-	// in the others. A node that joins (Join) lists at least one member
-	// to hear from. Required.
+	// in the others. A node that joins (Join) lists the members it must
+	// answer before it learns the membership from the leader (the leader
+	// at least: list them all). Required.
 	Peers map[uint64]string
 
 	// Dir is the node's data directory: the raft log store (log/), the
-	// engine (engine, or engine-N after the Nth snapshot install), and
+	// engine (engine, or engine-<index> after a snapshot install), and
 	// snapshots being received (*.staging). Created if missing. Required.
 	Dir string
 

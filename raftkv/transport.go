@@ -284,10 +284,13 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 // paths). Serve it on the node's address, with the client API of the host
 // beside it if any (cmd/kvraft does).
 func (n *Node) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+pathMessage, n.handleMessages)
-	mux.HandleFunc("POST "+pathSnapshot, n.handleSnapshot)
-	return mux
+	n.handlerOnce.Do(func() {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST "+pathMessage, n.handleMessages)
+		mux.HandleFunc("POST "+pathSnapshot, n.handleSnapshot)
+		n.handler = mux
+	})
+	return n.handler
 }
 
 // checkPeerRequest refuses a request of another cluster or for another
