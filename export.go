@@ -387,7 +387,9 @@ func Install(ctx context.Context, dir string, r io.Reader, opts *Options) (op ui
 	if err != nil {
 		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
 	}
-	if err := db.EndOp(ctx, op); err != nil {
+	// The stream's op, as an empty batch: it begins and ends the op, so the
+	// next flush claims it (the content's writes are of no op).
+	if err := db.Apply(ctx, db.NewBatch(), op); err != nil {
 		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
 	}
 	if err := db.Flush(ctx); err != nil {
@@ -676,8 +678,8 @@ func (in *installer) maybeApply(ctx context.Context) error {
 }
 
 // apply writes the batch. Its changes are ops of no number (0): the
-// stream's op becomes the watermark with one EndOp at the end, so no flush
-// before it claims a watermark for part of the stream.
+// stream's op becomes the watermark with one empty batch of it at the end,
+// so no flush before it claims a watermark for part of the stream.
 func (in *installer) apply(ctx context.Context) error {
 	if in.batch.Len() == 0 {
 		return in.batch.Err()

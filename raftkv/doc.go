@@ -13,8 +13,9 @@
 //
 // Each committed entry is applied as one kvbuf batch whose op is the
 // entry's index; empty entries, configuration changes and commands refused
-// alike on every node (an unknown keyspace, a value over the limit) advance
-// the op with DB.EndOp. Nothing is synced per entry: the engine's flusher
+// alike on every node (an unknown keyspace, a value over the limit) are an
+// empty batch of their op (the op is recorded, nothing is written). Nothing
+// is synced per entry: the engine's flusher
 // makes applied entries durable in coalesced, synced flushes (every 100ms
 // by default, Options.Engine) and its watermark says up to which index they
 // are. That is the durable applied index etcd keeps as its "consistent

@@ -31,7 +31,8 @@ type stateMachine interface {
 }
 
 // engineSM is the kvbuf state machine: each entry is one batch whose op is
-// the entry's index; entries that change nothing advance the op with EndOp.
+// the entry's index; an entry that changes nothing is an empty batch of its
+// op.
 type engineSM struct {
 	db    *kvbuf.DB
 	batch *kvbuf.Batch
@@ -88,8 +89,12 @@ func (e *engineSM) bits(name string) (*kvbuf.Bits, error) {
 	return nil, fmt.Errorf("bitslice %q: %w", name, ErrUnknownBitslice)
 }
 
+// skip applies an empty batch as op index: the op is recorded and complete
+// with no write (EndOp alone would end an op never begun), and a
+// redelivered one is a no-op like any write at or below the watermark.
 func (e *engineSM) skip(ctx context.Context, index uint64) error {
-	return e.db.EndOp(ctx, index)
+	e.batch.Reset()
+	return e.db.Apply(ctx, e.batch, index)
 }
 
 // apply implements stateMachine.
