@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +130,12 @@ type linRecorder struct {
 	ops []porcupine.Operation
 }
 
+func (r *linRecorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ops)
+}
+
 func (r *linRecorder) add(client int, in linIn, call int64, out linOut, ret int64) {
 	r.mu.Lock()
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
@@ -158,19 +165,34 @@ func runLinearizable(t *testing.T, size int) {
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateBitslice(ctx, "bs") })
 	c.faults.set(0.02, 3*time.Millisecond)
 
+	// Run for the duration, and on (up to 6 times as long, on a loaded
+	// machine) until enough operations and leader kills were seen.
 	dur := linDuration(t)
-	deadline := time.Now().Add(dur)
+	start := time.Now()
+	var stopped atomic.Bool
+	var kills atomic.Int64
 	var rec linRecorder
+	stop := func() bool {
+		if stopped.Load() {
+			return true
+		}
+		elapsed := time.Since(start)
+		if elapsed >= dur && (rec.len() >= 200 && kills.Load() >= 2 || elapsed >= 6*dur) {
+			stopped.Store(true)
+		}
+		return stopped.Load()
+	}
 	var wg sync.WaitGroup
 	for client := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			linClient(c, client, rand.New(rand.NewPCG(seed, uint64(client))), deadline, &rec)
+			linClient(c, client, rand.New(rand.NewPCG(seed, uint64(client))), stop, &rec)
 		}()
 	}
-	kills := linNemesis(t, c, rand.New(rand.NewPCG(seed, 99)), deadline)
+	linNemesis(t, c, rand.New(rand.NewPCG(seed, 99)), stop, &kills)
 	wg.Wait()
+	dur = time.Since(start).Round(time.Millisecond)
 	c.faults.heal()
 	c.faults.set(0, 0)
 	for _, id := range c.ids() {
@@ -194,9 +216,9 @@ func runLinearizable(t *testing.T, size int) {
 	}
 	snaps := c.snapshotsInstalled()
 	t.Logf("%d nodes, %v: %d writes (%d of unknown outcome), %d reads, %d leader kills, %d requests dropped, %d snapshots installed",
-		size, dur, writes, unknown, reads, kills, c.faults.dropped.Load(), snaps)
-	if kills < 2 {
-		t.Errorf("only %d leader kills", kills)
+		size, dur, writes, unknown, reads, kills.Load(), c.faults.dropped.Load(), snaps)
+	if kills.Load() < 2 {
+		t.Errorf("only %d leader kills", kills.Load())
 	}
 	if writes < 20 || reads < 20 {
 		t.Fatalf("only %d writes and %d reads completed", writes, reads)
@@ -216,12 +238,12 @@ func runLinearizable(t *testing.T, size int) {
 	}
 }
 
-// linClient runs random operations until deadline.
-func linClient(c *cluster, client int, rng *rand.Rand, deadline time.Time, rec *linRecorder) {
+// linClient runs random operations until stop says so.
+func linClient(c *cluster, client int, rng *rand.Rand, stop func() bool, rec *linRecorder) {
 	var leader uint64 = 1
 	seq := 0
 	ids := c.ids()
-	for time.Now().Before(deadline) {
+	for !stop() {
 		var in linIn
 		switch r := rng.IntN(100); {
 		case r < 30:
@@ -327,15 +349,15 @@ func linDo(ctx context.Context, n *Node, in linIn) (linOut, error) {
 	return out, err
 }
 
-// linNemesis kills and restarts leaders and cuts the network until
-// deadline, and returns the number of leader kills.
-func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, deadline time.Time) int {
-	kills, step := 0, 0
+// linNemesis kills and restarts leaders and cuts the network until stop
+// says so, counting the leader kills.
+func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, stop func() bool, kills *atomic.Int64) {
+	step := 0
 	ids := c.ids()
 	pause := func(lo, hi time.Duration) {
 		time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo))))
 	}
-	for time.Now().Before(deadline) {
+	for !stop() {
 		pause(200*time.Millisecond, 600*time.Millisecond)
 		var lead uint64
 		for wait := time.Now().Add(time.Second); lead == 0 && time.Now().Before(wait); time.Sleep(10 * time.Millisecond) {
@@ -352,7 +374,7 @@ func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, deadline time.Time) in
 				continue
 			}
 			c.stop(lead)
-			kills++
+			kills.Add(1)
 			pause(100*time.Millisecond, 500*time.Millisecond)
 			c.start(lead, false)
 		case 1: // cut the leader off from the others
@@ -384,5 +406,4 @@ func linNemesis(t *testing.T, c *cluster, rng *rand.Rand, deadline time.Time) in
 			c.faults.heal()
 		}
 	}
-	return kills
 }
