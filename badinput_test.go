@@ -777,15 +777,6 @@ func TestBadAPIInputs(t *testing.T) {
 		{"SetRange to MaxUint64", ErrOutOfRange, func() error { return b.SetRange(ctx, 1, math.MaxUint64, true, 5) }},
 		{"Bits.GetMany with too few slots", ErrBadRange, func() error { return b.GetMany([]uint64{1, 2}, make([]bool, 1)) }},
 		{"snapshot Bits.GetMany with too few slots", ErrBadRange, func() error { return sb.GetMany([]uint64{1, 2}, nil) }},
-		// Stale ops: the watermark (4) already covers them.
-		{"Put of a claimed op", ErrStaleOp, func() error { return k.Put(ctx, []byte("s"), []byte("1"), 4) }},
-		{"Put of op 1", ErrStaleOp, func() error { return k.Put(ctx, []byte("s"), []byte("1"), 1) }},
-		{"Set of a claimed op", ErrStaleOp, func() error { return b.Set(ctx, 9, true, 2) }},
-		{"SetRange of a claimed op", ErrStaleOp, func() error { return b.SetRange(ctx, 9, 20, true, 3) }},
-		{"DeleteRange of a claimed op", ErrStaleOp, func() error { return k.DeleteRange(ctx, nil, nil, 4) }},
-		{"Delete of a claimed op", ErrStaleOp, func() error { return k.Delete(ctx, []byte("a"), 4) }},
-		{"DropKV of a claimed op", ErrStaleOp, func() error { return db.DropKV(ctx, "k", 4) }},
-		{"Apply of a claimed op", ErrStaleOp, batchErr(3, func(bt *Batch) { bt.Put(k, []byte("s"), []byte("1")) })},
 		// Batches: nothing of a bad batch is applied.
 		{"batch with an empty key", ErrEmptyKey, batchErr(5, func(bt *Batch) {
 			bt.Put(k, []byte("s"), []byte("1"))

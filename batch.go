@@ -185,6 +185,9 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil // redelivered: see \"Ops and the watermark\"
+	}
 	defer t.End()
 	for i := range b.ops {
 		o := &b.ops[i]

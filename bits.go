@@ -92,6 +92,9 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil
+	}
 	err = b.ov.Set(i, v)
 	t.End()
 	if err != nil {
@@ -111,6 +114,9 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 	t, err := b.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
+	}
+	if t.Skipped() {
+		return nil
 	}
 	err = b.ov.SetRange(lo, hi, v)
 	t.End()

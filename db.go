@@ -250,6 +250,44 @@ func (db *DB) FlushMemtables(ctx context.Context) error {
 // op after it.
 func (db *DB) Watermark() uint64 { return db.flusher.Watermark() }
 
+// WatermarkNotify returns the persisted watermark and a channel that is
+// closed once the persisted watermark has moved above it, or once Close has
+// finished (every later call then returns a closed channel: check Done, or
+// use WaitWatermark, which returns ErrClosed). The pair is consistent: call
+// it again after each wake-up and no advance is missed. It starts no
+// goroutine and sends nothing, so a host can select on it in its own loop
+// (a raft Ready loop, say) and nothing leaks if it stops listening.
+//
+// Every op at or below the watermark is durable in the engine and never
+// needs replaying, so a host may truncate its log up to it (raft log
+// compaction): never further, or a crash loses ops the engine still needs.
+// The watermark never goes backwards, across a reopen too (Open starts from
+// the persisted one).
+func (db *DB) WatermarkNotify() (wm uint64, changed <-chan struct{}) {
+	return db.flusher.WatermarkNotify()
+}
+
+// WaitWatermark blocks until the persisted watermark is above after, and
+// returns it. It returns ErrClosed (and the watermark) once Close has
+// finished with the watermark still at or below after, and ctx.Err() if ctx
+// ends first. It starts no goroutine; see WatermarkNotify.
+//
+// A log-compaction loop:
+//
+//	for wm := uint64(0); ; {
+//		var err error
+//		if wm, err = db.WaitWatermark(ctx, wm); err != nil {
+//			return err
+//		}
+//		log.TruncateThrough(wm) // every op <= wm is durable in the engine
+//	}
+func (db *DB) WaitWatermark(ctx context.Context, after uint64) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return db.flusher.Watermark(), err
+	}
+	return db.flusher.WaitWatermark(ctx, after)
+}
+
 // EndOp declares that op has no further writes, so that the next flush may
 // count it in the watermark (see "Ops and the watermark" in the package
 // documentation). Ops written as one Batch need no EndOp. It returns

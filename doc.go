@@ -38,9 +38,24 @@
 // counts op n as complete once a write of a later op has been admitted, or
 // once the host calls DB.EndOp(n). A flush persists, as the watermark, the
 // highest op it knows to be complete; a write whose op number is at or below
-// that claim is refused with ErrStaleOp, so the watermark never covers a
-// write that was not flushed. A host that finishes op n before starting op
-// n+1 (as a log-replaying host does) never sees ErrStaleOp.
+// that claim and above the persisted watermark is refused with ErrStaleOp
+// (a host bug: the op was already complete), so the watermark never covers
+// a write that was not flushed. A host that finishes op n before starting
+// op n+1 (as a log-replaying host does) never sees ErrStaleOp.
+//
+// Redelivered ops are no-ops: a write, a Batch applied with DB.Apply, or
+// DB.EndOp whose op is at or below the persisted watermark (DB.Watermark)
+// returns nil, changes nothing and is counted in Metrics.Redelivered,
+// because every write of that op is durable already. A host need not
+// filter what its log replays, and a raft host that restarts with
+// Applied = min(Watermark(), HardState.Commit) may apply the entries raft
+// redelivers as they come, as etcd skips entries at or below its
+// consistent index.
+//
+// DB.WatermarkNotify and DB.WaitWatermark tell the host when the watermark
+// advances, without polling: it may then truncate its log up to it (raft
+// log compaction), never further. The watermark never goes backwards, and
+// an engine reopens at the last one persisted.
 //
 // # Reads and Close
 //

@@ -57,9 +57,11 @@ var (
 	// upper bound (KV.DeleteRange, KV.NewIter, Bits.SetRange).
 	ErrBadRange = buffer.ErrBadRange
 
-	// ErrStaleOp is returned by a write whose op number is at or below an op
-	// the engine has already declared complete (see DB, "Ops and the
-	// watermark"): writing it would make the watermark lie.
+	// ErrStaleOp is returned by a write whose op number is above the
+	// persisted watermark but at or below an op the engine has already
+	// declared complete (see "Ops and the watermark"): writing it would
+	// make the watermark lie. It is a host bug. (A write of an op at or
+	// below the persisted watermark is a redelivered op: skipped, nil.)
 	ErrStaleOp = flush.ErrStaleOp
 
 	// ErrDropped is returned by operations on a keyspace handle after

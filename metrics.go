@@ -47,6 +47,12 @@ type Metrics struct {
 	// track ops): how far the durable receipt trails the writes.
 	Watermark, HighestOp, ReceiptLag uint64
 
+	// Redelivered counts writes, batches and EndOp calls skipped because
+	// their op was at or below the watermark (see "Ops and the watermark"):
+	// a host replaying its log, or a raft host whose log redelivers
+	// entries after a restart, causes them.
+	Redelivered int64
+
 	// Keyspaces, Bitslices and Snapshots count those open.
 	Keyspaces, Bitslices, Snapshots int
 }
@@ -70,6 +76,7 @@ func (db *DB) Metrics() Metrics {
 		MaxInFlight:      st.MaxInFlight,
 		Watermark:        st.Watermark,
 		HighestOp:        st.HighestOp,
+		Redelivered:      st.Redelivered,
 	}
 	if m.HighestOp > m.Watermark {
 		m.ReceiptLag = m.HighestOp - m.Watermark

@@ -14,9 +14,10 @@ var (
 	ErrPanicked = errors.New("flush: target panicked")
 
 	// ErrStaleOp is returned by BeginWrite for an op number that a frozen
-	// generation has already claimed (0 < op <= Stats.ClaimedOp): the
-	// watermark already covers that op, so a write to it could be lost in a
-	// crash although the host believes it persisted. The write was not
-	// admitted.
+	// generation has already claimed but that is not yet persisted
+	// (Stats.Watermark < op <= Stats.ClaimedOp): the op was complete, so a
+	// write to it could be lost in a crash although the host believes it
+	// persisted. The write was not admitted. (At or below the persisted
+	// watermark the write is skipped instead: see BeginWrite.)
 	ErrStaleOp = errors.New("flush: op already claimed by the watermark")
 )

@@ -113,11 +113,12 @@ type Flusher struct {
 	bgDue    bool        // a background flush (interval, bytes, retry) is due
 	seenFail int64       // failSeq when the writer last armed tick
 
-	flushes   atomic.Int64
-	coalesced atomic.Int64
-	stalls    atomic.Int64
-	stallNs   atomic.Int64
-	latency   histogram
+	flushes     atomic.Int64
+	coalesced   atomic.Int64
+	redelivered atomic.Int64 // calls skipped: op at or below the persisted watermark
+	stalls      atomic.Int64
+	stallNs     atomic.Int64
+	latency     histogram
 
 	mu         sync.Mutex
 	open       *group // Flush callers waiting for the next freeze (invariant 10)
@@ -132,6 +133,7 @@ type Flusher struct {
 	relCallers int           // callers of the generations released since the last freeze
 	eager      bool          // benchmarks: write eagerly even while callers' generations sync
 	progress   chan struct{} // closed and replaced at each release and failure
+	wmChanged  chan struct{} // closed and replaced when persisted advances, closed for good by Close
 	stopping   bool
 	wExited    bool // the writer has returned
 	st         struct {
@@ -215,6 +217,7 @@ func New(t Target, opts *Options) *Flusher {
 		writerDone: make(chan struct{}),
 		waiterDone: make(chan struct{}),
 		progress:   make(chan struct{}),
+		wmChanged:  make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		tick:       time.NewTimer(time.Hour),
 		gwTimer:    time.NewTimer(time.Hour),
@@ -233,11 +236,17 @@ func New(t Target, opts *Options) *Flusher {
 // Ticket is one admitted operation (a write, or an Enter); call End exactly
 // once when it is over. The zero Ticket's End does nothing.
 type Ticket struct {
-	f     *Flusher
-	tok   Token
-	w     *sync.RWMutex // shared side of the write barrier; nil for Enter
-	ended *atomic.Bool  // set only when invariants are enabled
+	f       *Flusher
+	tok     Token
+	w       *sync.RWMutex // shared side of the write barrier; nil for Enter
+	ended   *atomic.Bool  // set only when invariants are enabled
+	skipped bool
 }
+
+// Skipped reports that BeginWrite admitted nothing because the write's op
+// is at or below the persisted watermark (a redelivered op): the caller
+// must change nothing and report success. End is a no-op on such a Ticket.
+func (t Ticket) Skipped() bool { return t.skipped }
 
 // End leaves the write barrier (for writes) and the gate. Ending a Ticket
 // twice corrupts the gate and the barrier (detected with -tags invariants).
@@ -268,17 +277,34 @@ func newTicket(f *Flusher, tok Token, w *sync.RWMutex) Ticket {
 // admitted one, and every closed op, counts as complete at the next freeze.
 // Writes that End before a Flush call starts are covered by that Flush.
 //
-// It returns ErrStaleOp if 0 < op <= the claimed op (a frozen generation's
-// watermark already covers op), ErrClosed once Close has begun and, if the
-// Target holds more than Options.MaxPendingBytes, waits until a release
-// makes room (kicking a flush), returning ctx.Err() if ctx ends first.
+// A write whose op is at or below the persisted watermark (Watermark) is a
+// redelivered op: BeginWrite returns a Ticket whose Skipped reports true
+// and a nil error, having admitted nothing (counted in Stats.Redelivered);
+// the caller changes nothing and reports success. The watermark already
+// covers every write of that op.
+//
+// It returns ctx.Err() if ctx is already done (nothing is admitted),
+// ErrStaleOp if the persisted watermark < op <= the claimed op (a frozen
+// generation's watermark already covers op, which was complete: a host
+// bug), ErrClosed once Close has begun and, if the Target holds more than
+// Options.MaxPendingBytes, waits until a release makes room (kicking a
+// flush), returning ctx.Err() if ctx ends first.
 //
 // Do not call Flush, EndOp, Exclusive or Close between BeginWrite and End:
 // they need the barrier the caller holds.
 func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Ticket, error) {
+	if err := ctx.Err(); err != nil {
+		return Ticket{}, err
+	}
 	tok, err := f.gate.Enter()
 	if err != nil {
 		return Ticket{}, err
+	}
+	if op != 0 && op <= f.persisted.Load() {
+		// Redelivered: persisted only grows, so the op stays covered.
+		f.gate.Leave(tok)
+		f.redelivered.Add(1)
+		return Ticket{skipped: true}, nil
 	}
 	if f.opts.MaxPendingBytes > 0 {
 		if err := f.admitBytes(ctx, tok); err != nil {
@@ -366,8 +392,10 @@ func atomicMax(a *atomic.Uint64, v uint64) {
 
 // EndOp declares op complete: the next freeze may claim it even if no
 // further write names a higher op (no write is needed). Ops at or below the
-// claimed op, and op 0, are already complete: EndOp returns nil. It returns
-// ErrClosed once Close has begun, and ctx.Err() if ctx is already done.
+// claimed op, and op 0, are already complete: EndOp returns nil; one at or
+// below the persisted watermark is a redelivered op, counted in
+// Stats.Redelivered. It returns ErrClosed once Close has begun, and
+// ctx.Err() if ctx is already done.
 func (f *Flusher) EndOp(ctx context.Context, op uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -378,6 +406,10 @@ func (f *Flusher) EndOp(ctx context.Context, op uint64) error {
 	}
 	defer f.gate.Leave(tok)
 	if op == 0 {
+		return nil
+	}
+	if op <= f.persisted.Load() {
+		f.redelivered.Add(1)
 		return nil
 	}
 	i := stripe.Hint(32) & f.mask
@@ -534,6 +566,46 @@ func (f *Flusher) kickAuto() {
 // decreases.
 func (f *Flusher) Watermark() uint64 { return f.persisted.Load() }
 
+// WatermarkNotify returns the persisted watermark and a channel that is
+// closed once the persisted watermark is above it, or once Close has
+// finished (after which every call returns a closed channel). The pair is
+// consistent: the channel is the one the next advance closes, so a loop
+// that calls WatermarkNotify again after each wake-up misses no advance.
+// Nothing is sent on the channel and no goroutine is started.
+func (f *Flusher) WatermarkNotify() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.persisted.Load(), f.wmChanged
+}
+
+// WaitWatermark blocks until the persisted watermark is above after and
+// returns it. It returns ErrClosed if Close has finished and the watermark
+// is not above after, and ctx.Err() if ctx ends first. It starts no
+// goroutine.
+func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, error) {
+	for {
+		wm, ch := f.WatermarkNotify()
+		if wm > after {
+			return wm, nil
+		}
+		select {
+		case <-f.closeDone:
+			// Close closes closeDone before wmChanged, so a waiter woken
+			// by wmChanged's last close finds closeDone closed here.
+			if wm := f.persisted.Load(); wm > after {
+				return wm, nil
+			}
+			return wm, ErrClosed
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return f.persisted.Load(), ctx.Err()
+		}
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (f *Flusher) Stats() Stats {
 	f.mu.Lock()
@@ -547,6 +619,7 @@ func (f *Flusher) Stats() Stats {
 	f.mu.Unlock()
 	s.Flushes = f.flushes.Load()
 	s.Coalesced = f.coalesced.Load()
+	s.Redelivered = f.redelivered.Load()
 	s.Stalls = f.stalls.Load()
 	s.StallTime = time.Duration(f.stallNs.Load())
 	rel := f.released.Load() // before frozen, so the difference is >= 0
@@ -604,6 +677,9 @@ func (f *Flusher) Close() error {
 	f.tick.Stop()
 	f.gwTimer.Stop()
 	close(f.closeDone)
+	f.mu.Lock()
+	close(f.wmChanged) // the waiter has exited: persisted cannot advance again
+	f.mu.Unlock()
 	return f.closeErr
 }
 

@@ -441,7 +441,14 @@ func (f *Flusher) afterWait(it waitItem, err error) {
 		old := f.persisted.Load()
 		invariants.Check(gn.wm >= old, "flush: watermark went back from %d to %d", old, gn.wm)
 	}
-	f.persisted.Store(gn.wm)
+	if gn.wm > f.persisted.Load() {
+		// Watchers (WatermarkNotify) read the watermark and the channel
+		// under mu: the channel they get is the one closed at the next
+		// advance.
+		f.persisted.Store(gn.wm)
+		close(f.wmChanged)
+		f.wmChanged = make(chan struct{})
+	}
 	f.mu.Unlock()
 	f.release(gn)
 }

@@ -16,6 +16,9 @@ type Stats struct {
 	// Coalesced counts Flush calls that joined a generation another caller
 	// had already opened, i.e. did not open one of their own.
 	Coalesced int64
+	// Redelivered counts BeginWrite and EndOp calls skipped because their
+	// op was at or below the persisted watermark (see BeginWrite).
+	Redelivered int64
 	// Generations counts generations frozen (Freeze calls that returned).
 	// Retries of a failed generation are not counted again.
 	Generations int64

@@ -198,7 +198,7 @@ func (st *settleTarget) Settle() {
 // put does one covered write of key for op through f.
 func put(ctx context.Context, f *Flusher, ft *fakeTarget, key string, op uint64) error {
 	w, err := f.BeginWrite(ctx, op, false)
-	if err != nil {
+	if err != nil || w.Skipped() {
 		return err
 	}
 	ft.Put(key)

@@ -21,6 +21,7 @@
 //	kvbuf_flush_failures_total       failed flush attempts (Failures)
 //	kvbuf_write_stalls_total         writes that waited for room under MaxPendingBytes (Stalls)
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
+//	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
 //
 // Gauges:
 //
@@ -91,6 +92,7 @@ type collector struct {
 	latency                                         *prometheus.Desc
 	inFlight, maxInFlight                           *prometheus.Desc
 	watermark, highestOp, receiptLag                *prometheus.Desc
+	redelivered                                     *prometheus.Desc
 	keyspaces, bitslices, snapshots                 *prometheus.Desc
 }
 
@@ -137,6 +139,8 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		highestOp:  desc("highest_op", "The highest op number admitted."),
 		receiptLag: desc("receipt_lag_ops", "Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops)."),
 
+		redelivered: desc("redelivered_total", "Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops)."),
+
 		keyspaces: desc("keyspaces", "Keyspaces of the engine."),
 		bitslices: desc("bitslices", "Bitslices of the engine."),
 		snapshots: desc("snapshots", "Open snapshots."),
@@ -158,6 +162,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.latency,
 		c.inFlight, c.maxInFlight,
 		c.watermark, c.highestOp, c.receiptLag,
+		c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
 	}
 }
@@ -198,6 +203,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.watermark, float64(m.Watermark))
 	gauge(c.highestOp, float64(m.HighestOp))
 	gauge(c.receiptLag, float64(m.ReceiptLag))
+	counter(c.redelivered, float64(m.Redelivered))
 	gauge(c.keyspaces, float64(m.Keyspaces))
 	gauge(c.bitslices, float64(m.Bitslices))
 	gauge(c.snapshots, float64(m.Snapshots))

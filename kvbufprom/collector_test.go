@@ -42,6 +42,7 @@ var fieldMetric = map[string]string{
 	"Watermark":        "kvbuf_watermark",
 	"HighestOp":        "kvbuf_highest_op",
 	"ReceiptLag":       "kvbuf_receipt_lag_ops",
+	"Redelivered":      "kvbuf_redelivered_total",
 	"Keyspaces":        "kvbuf_keyspaces",
 	"Bitslices":        "kvbuf_bitslices",
 	"Snapshots":        "kvbuf_snapshots",
@@ -65,6 +66,7 @@ func fabricated() kvbuf.Metrics {
 		Watermark:        1000,
 		HighestOp:        1007,
 		ReceiptLag:       7,
+		Redelivered:      5,
 		Keyspaces:        2,
 		Bitslices:        3,
 		Snapshots:        1,
@@ -149,6 +151,9 @@ kvbuf_pending_keys{shard="7"} 12
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="7"} 7
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="7"} 5
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="7"} 1
@@ -291,6 +296,10 @@ func TestEngine(t *testing.T) {
 	if err := db.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Op 2 again, as a log replay would: skipped (redelivered).
+	if err := users.Put(ctx, []byte("k2"), []byte("other"), 2); err != nil {
+		t.Fatal(err)
+	}
 	// Op 5 stays pending; a snapshot is open.
 	if err := users.Put(ctx, []byte("k5"), []byte("v"), 5); err != nil {
 		t.Fatal(err)
@@ -353,6 +362,9 @@ kvbuf_pending_keys{shard="0"} 1
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="0"} 1
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="0"} 1
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="0"} 1
@@ -400,6 +412,9 @@ kvbuf_pending_keys{shard="0"} 0
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="0"} 0
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="0"} 1
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="0"} 0

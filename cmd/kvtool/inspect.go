@@ -51,6 +51,7 @@ type engineJSON struct {
 	DroppedKeyspaces []uint32      `json:"dropped_keyspaces"`
 	Bitslices        []inspectJSON `json:"bitslices"`
 	TotalSize        int64         `json:"total_size"`
+	Digest           string        `json:"digest,omitempty"` // with --digest
 }
 
 // keyspaceJSON is a keyspace of the catalog: its name and the id that
@@ -95,6 +96,7 @@ func inspectHelp(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprintln(w, "  --digest also print the engine's content digest (engine not running)")
 }
 
 // runInspect implements "kvtool inspect [--json] PATH". It only reads: a
@@ -103,6 +105,7 @@ func inspectHelp(w io.Writer) {
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	withDigest := fs.Bool("digest", false, "also print the engine's content digest")
 	paths, code, done := parseFlags(fs, args, inspectHelp, stdout, stderr)
 	if done {
 		return code
@@ -112,7 +115,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	path := paths[0]
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return inspectEngine(path, *asJSON, stdout, stderr)
+		return inspectEngine(path, *asJSON, *withDigest, stdout, stderr)
 	}
 	info, err := bitslice.ReadInfo(path)
 	if err != nil {
@@ -316,8 +319,11 @@ func describeEngine(dir string) (engineJSON, error) {
 	return e, nil
 }
 
-func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
+func inspectEngine(dir string, asJSON, withDigest bool, stdout, stderr io.Writer) int {
 	e, err := describeEngine(dir)
+	if err == nil && withDigest {
+		err = addDigest(&e)
+	}
 	if err != nil {
 		return fail(stderr, "inspect", err)
 	}
@@ -360,6 +366,9 @@ func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
 			b.Name, b.Bits, b.SetBits, b.Watermark, b.FormatVersion, b.FileSize)
 	}
 	fmt.Fprintf(tw, "total size:\t%d bytes\n", e.TotalSize)
+	if e.Digest != "" {
+		fmt.Fprintf(tw, "digest:\t%s\n", e.Digest)
+	}
 	if err := tw.Flush(); err != nil {
 		return fail(stderr, "inspect", err)
 	}
