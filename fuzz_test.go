@@ -390,6 +390,8 @@ func FuzzOps(f *testing.F) {
 				if wm := db.Watermark(); wm != m.claimed {
 					t.Fatalf("watermark %d after reopen, want %d", wm, m.claimed)
 				}
+				// A new session knows no op above the watermark.
+				m.hi, m.closed = m.claimed, m.claimed
 			case 8: // range delete
 				lo, hi := bounds(x, y&0x7f)
 				o, stale := nextOp(y)
@@ -503,10 +505,17 @@ func FuzzOps(f *testing.F) {
 					k = mustKV(t, db, "f")
 				}
 			case 13: // EndOp of the last op; GetMany of every key
-				if err := db.EndOp(ctx, op); err != nil {
+				err := db.EndOp(ctx, op)
+				switch {
+				case op > m.hi && op > m.claimed:
+					// Its writes were refused (or it is a new session):
+					// never begun.
+					if !errors.Is(err, ErrBadOp) {
+						t.Fatalf("EndOp(%d) of an op never begun (highest %d): %v, want ErrBadOp", op, m.hi, err)
+					}
+				case err != nil:
 					t.Fatal(err)
-				}
-				if op > m.claimed {
+				case op > m.claimed:
 					m.closed = max(m.closed, op)
 				}
 				keys := make([][]byte, 17)

@@ -2,6 +2,7 @@ package kvbuf
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -29,7 +30,7 @@ type target DB
 func (t *target) Freeze(g uint64) flush.Generation {
 	db := (*DB)(t)
 	ts := db.targets.Load()
-	gen := &generation{db: db, g: g}
+	gen := &generation{db: db, g: g, highest: db.flusher.HighestOp()}
 	for _, b := range ts.bits {
 		if bg := b.ov.Freeze(g); bg != nil {
 			gen.bits = append(gen.bits, bitsPart{b, bg})
@@ -89,6 +90,7 @@ func (t *target) Settle() {
 type generation struct {
 	db      *DB
 	g       uint64
+	highest uint64 // the flusher's HighestOp at the freeze
 	bits    []bitsPart
 	kvs     []*buffer.KVGen
 	catalog []byte   // nil if unchanged
@@ -118,6 +120,9 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	}
 	if gen.catalog != nil {
 		batch.SetMeta(enginedir.CatalogMeta, gen.catalog)
+	}
+	if gen.highest > 0 {
+		batch.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
 	}
 	batch.SetWatermark(wm)
 	c, err := gen.db.store.Commit(batch)
