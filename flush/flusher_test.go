@@ -1679,6 +1679,7 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 			return nil
 		}
 		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10})
+		defer func() { waits.open(2); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		for op := uint64(1); op <= 10; op++ {
 			w, err := f.BeginWrite(ctx, op, op%2 == 0)
@@ -1722,7 +1723,8 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 		if w, err := f.BeginWrite(ctx, 11, false); err != nil || !w.Skipped() {
 			t.Fatalf("write of persisted op 11: %v (skipped %v)", err, w.Skipped())
 		}
-		if _, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, ErrStaleOp) {
+		if w, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, ErrStaleOp) {
+			w.End() // admitted by mistake: let Close drain it
 			t.Fatalf("write of op 12, claimed but not persisted: %v, want ErrStaleOp", err)
 		}
 		waits.open(2)
@@ -1786,6 +1788,7 @@ func TestWatermarkNotify(t *testing.T) {
 			return nil
 		}
 		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 3})
+		defer func() { waits.open(1); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		wm, ch := f.WatermarkNotify()
 		if wm != 3 || isClosed(ch) {
