@@ -78,12 +78,32 @@ type DB struct {
 	// that Freeze and PendingBytes read it without a lock.
 	targets atomic.Pointer[targetSet]
 
+	// engineID is stamped in every bitslice file the engine creates or
+	// adopts; genBase + a flush generation's number is the write
+	// generation recorded in the headers of the bitslices it writes (see
+	// bits.go: "Bitslice identity").
+	engineID uint64
+	genBase  uint64
+
+	// writeMu is held by every generation Write (bitslice files and the
+	// store commit) and by Checkpoint while it copies: the files do not
+	// change under the copy.
+	writeMu sync.Mutex
+
 	mu        sync.Mutex // guards the fields below
 	keyspaces map[string]*KV
 	bits      map[string]*Bits
 	catalog   enginedir.Catalog
 	catDirty  bool // the catalog changed since the last freeze
 	snaps     map[*Snapshot]struct{}
+	// bitsAdded are bitslices to record in the bitslice catalog with the
+	// next freeze (created, or adopted at Open), with their first entries.
+	bitsAdded enginedir.BitsCatalog
+
+	// catW is the bitslice catalog as the latest generation Write recorded
+	// it; only the flusher's writer goroutine (Write), and Open before it
+	// starts, use it.
+	catW enginedir.BitsCatalog
 
 	closeOnce sync.Once
 	closeErr  error
@@ -117,6 +137,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		keyspaces: map[string]*KV{},
 		bits:      map[string]*Bits{},
 		snaps:     map[*Snapshot]struct{}{},
+		bitsAdded: enginedir.BitsCatalog{},
 	}
 	db.targets.Store(&targetSet{})
 	if err := db.open(); err != nil {
@@ -144,19 +165,18 @@ func (db *DB) open() error {
 	if err := db.loadCatalog(); err != nil {
 		return err
 	}
-	names, err := enginedir.BitsNames(db.dir.Path())
-	if err != nil {
+	if err := db.openAllBits(); err != nil {
 		return err
-	}
-	for _, name := range names {
-		if _, err := db.openBits(name, false); err != nil {
-			return err
-		}
 	}
 	if fresh {
 		if err := db.dir.MarkReady(); err != nil {
 			return err
 		}
+	}
+	// The engine id and the bitslice catalog are durable: a format-1
+	// directory may now say it is of the current format.
+	if err := db.dir.Upgrade(); err != nil {
+		return err
 	}
 	wm, err := st.Watermark()
 	if err != nil {

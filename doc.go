@@ -29,6 +29,12 @@
 //  6. Bad input is an error, never a crash: corrupt files, bad indexes and
 //     names, oversize keys and locked directories return typed errors that
 //     work with errors.Is.
+//  7. Nothing silently lost: every bitslice is recorded in the engine's
+//     catalog with the engine's id, its length and the generation of its
+//     last flush, so that a missing, older or foreign bitslice file fails
+//     Open with ErrCorrupt; only DB.Bits creates a bitslice. A directory
+//     with the engine's store/ and bits/ but a damaged or missing manifest
+//     is ErrCorrupt too, not ErrNotEngine.
 //
 // # Ops and the watermark
 //
@@ -79,6 +85,13 @@
 // snapshot reflects (every op at or below it is wholly in it), and
 // Metrics.HighestOp, CompletedOp, OpenOps and ReceiptLag follow the ops in
 // every mode.
+//
+// # Backups
+//
+// DB.Checkpoint writes a consistent copy of the engine (pebble's checkpoint
+// of the store and the bitslices as of the same instant) into a directory
+// that opens as an engine of its own, with its own watermark and engine id.
+// Snapshot.Op ties a snapshot to the host's log without a host lock.
 //
 // # Reads and Close
 //

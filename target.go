@@ -42,6 +42,10 @@ func (t *target) Freeze(g uint64) flush.Generation {
 		}
 	}
 	db.mu.Lock()
+	if len(db.bitsAdded) > 0 {
+		gen.bitsAdded = db.bitsAdded
+		db.bitsAdded = enginedir.BitsCatalog{}
+	}
 	if db.catDirty {
 		// A dropped keyspace's keys are deleted in the same batch that
 		// writes the catalog without it (by its overlay's range tombstone,
@@ -64,14 +68,14 @@ func (t *target) Freeze(g uint64) flush.Generation {
 }
 
 // PendingBytes implements flush.Target: the memory of every pending change,
-// plus one byte while the catalog has unflushed changes, so that a flush
-// writes a new or dropped keyspace even with no data.
+// plus one byte while a catalog has unflushed changes, so that a flush
+// writes a new or dropped keyspace, or a new bitslice, even with no data.
 func (t *target) PendingBytes() int64 {
 	db := (*DB)(t)
 	n := db.acct.Bytes()
 	if n == 0 {
 		db.mu.Lock()
-		if db.catDirty {
+		if db.catDirty || len(db.bitsAdded) > 0 {
 			n = 1
 		}
 		db.mu.Unlock()
@@ -95,6 +99,9 @@ type generation struct {
 	kvs     []*buffer.KVGen
 	catalog []byte   // nil if unchanged
 	dropIDs []uint32 // keyspaces whose drop an earlier session did not finish
+	// bitsAdded are bitslices the bitslice catalog records from this
+	// generation on (created or adopted since the previous freeze).
+	bitsAdded enginedir.BitsCatalog
 }
 
 type bitsPart struct {
@@ -104,12 +111,29 @@ type bitsPart struct {
 
 // Write implements flush.Generation.
 func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, error) {
+	db := gen.db
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	wgen := db.genBase + gen.g
 	for _, p := range gen.bits {
+		// The header records this write generation with the watermark;
+		// the catalog records it only once the file is durable, so the
+		// file's is never below the catalog's.
+		p.b.file.SetGen(wgen)
 		if err := p.gen.Write(ctx, wm); err != nil {
 			return nil, fmt.Errorf("kvbuf: flush bitslice %q: %w", p.b.name, err)
 		}
+		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
 	}
-	batch := gen.db.store.NewBatch()
+	for name, e := range gen.bitsAdded {
+		if _, ok := db.catW[name]; !ok {
+			db.catW[name] = e
+		}
+	}
+	batch := db.store.NewBatch()
+	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
+		batch.SetMeta(enginedir.BitsCatalogMeta, db.catW.Encode())
+	}
 	for _, id := range gen.dropIDs {
 		batch.DeleteRange(storage.KeyspaceID(id), nil, nil)
 	}

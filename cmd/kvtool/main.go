@@ -9,6 +9,7 @@
 //	inspect   describe a bitslice file or an engine directory
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
+//	checkpoint  write a consistent copy of an engine
 //	bench     run workloads W1, W2, W4 against their baselines
 //
 // Run "kvtool <command> -h" for a command's flags. Flags may come before or
@@ -17,7 +18,7 @@
 //
 // # Caveats
 //
-//   - inspect and flush read an engine directory's layout (manifest, store,
+//   - inspect, flush and checkpoint read an engine directory's layout (manifest, store,
 //     bitslice files) directly; they follow the format of the kvbuf version
 //     they were built with.
 //   - inspect holds a shared lock on the engine directory while it reads,
@@ -56,6 +57,7 @@ func commands() []command {
 		{"inspect", "describe a bitslice file or an engine directory", runInspect},
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
+		{"checkpoint", "write a consistent copy of an engine into a new directory", runCheckpoint},
 		{"bench", "run workloads W1, W2, W4 against their baselines", runBench},
 	}
 }
