@@ -45,6 +45,14 @@ import (
 //     EndOp first to cover it.
 //   - A host that never ends an op it began holds the watermark below it
 //     (Metrics.OpenOps counts open ops).
+//   - Concurrent ops that write the same key must write it in op order
+//     (the host's row locks held across BeginOp and the writes): the
+//     engine keeps the last write, and once the watermark covers both ops
+//     no replay repairs a later op's write overwritten by an earlier op's.
+//   - LogBeforeData caps the watermark, not the data: a flush persists
+//     every pending write, so after a power loss the engine may hold writes
+//     of ops the host's log lost. A host that must not see them writes an
+//     op only once its log record is durable.
 //   - A reader concurrent with a Batch may see part of it; a Snapshot never
 //     does.
 //   - Scans (KV.NewIter) are not snapshots: the store side is fixed when the

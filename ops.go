@@ -57,6 +57,11 @@ func (db *DB) WaitWatermark(ctx context.Context, after uint64) (uint64, error) {
 // flush persists a watermark at or above it. A host that finishes op n
 // before it starts op n+1 does not need it.
 //
+// The engine keeps the last write of a key, not the write of the highest
+// op: ops that write the same keys must write them in the order they were
+// begun. Hold the host's row (or key) locks from before BeginOp until the
+// op's writes are done, as a database does; examples/dochost is such a host.
+//
 // An op at or below Watermark is a redelivered op: nil, nothing changes
 // (counted in Metrics.Redelivered). Op 0 (untracked) is a no-op. Errors:
 // ErrBadOp if op is at or below an op already begun (and above the

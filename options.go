@@ -72,7 +72,8 @@ type Options struct {
 	// ahead of the log, telling the host not to replay ops its log lost.
 	// Default: false (the watermark is capped by nothing but completed
 	// ops: for hosts whose log is durable before they write an op, and
-	// for hosts without a log).
+	// for hosts without a log). It caps the watermark, not the data: see
+	// the DB caveats.
 	LogBeforeData bool
 
 	// storeFS is the file system the pebble store lives on; nil means the
