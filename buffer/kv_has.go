@@ -20,14 +20,10 @@ func (kv *KV) Has(key []byte) (bool, error) {
 	if err := kv.checkKey(key); err != nil {
 		return false, err
 	}
-	r, hidden := kv.lookup(key)
-	switch {
-	case r != nil:
-		_, del := rec(r)
-		return !del, nil
-	case hidden:
-		return false, nil
-	case kv.st == nil:
+	if has, known := pendingHas(kv.lookup(key)); known {
+		return has, nil
+	}
+	if kv.st == nil {
 		return false, storage.ErrClosed
 	}
 	return readerHas(kv.st, kv.ks, key)
@@ -44,15 +40,21 @@ func (s *KVSnapshot) Has(key []byte) (bool, error) {
 		return false, storage.ErrClosed
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
-	r, hidden := s.v.find(k, hashKey(k))
-	switch {
-	case r != nil:
-		_, del := rec(r)
-		return !del, nil
-	case hidden:
-		return false, nil
+	if has, known := pendingHas(s.v.find(k, hashKey(k))); known {
+		return has, nil
 	}
 	return readerHas(st, s.kv.ks, key)
+}
+
+// pendingHas answers Has from a key's newest pending record r (nil: none)
+// and whether a range tombstone hides the key; known is false when only
+// the store can answer.
+func pendingHas(r *byte, hidden bool) (has, known bool) {
+	if r != nil {
+		_, del := rec(r)
+		return !del, true
+	}
+	return false, hidden
 }
 
 // readerHas asks st for key without copying its value when st can.

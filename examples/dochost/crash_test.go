@@ -23,13 +23,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -139,14 +137,7 @@ func readJournal(t *testing.T, path string) (ops map[uint64]crashEntry, acks []u
 }
 
 func crashKills(t *testing.T) int {
-	n := 6
-	if s := os.Getenv("KVBUF_DOCHOST_KILLS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("KVBUF_DOCHOST_KILLS=%q: %v", s, err)
-		}
-		n = v
-	}
+	n := testutil.EnvInt(t, "KVBUF_DOCHOST_KILLS", 6)
 	if testing.Short() {
 		n = min(n, 3)
 	}
@@ -244,39 +235,6 @@ func TestCrashDocHost(t *testing.T) {
 // runDocHostChild runs one child and SIGKILLs it after delay.
 func runDocHostChild(t *testing.T, dir string, seed uint64, delay time.Duration) {
 	t.Helper()
-	cmd := testutil.Reexec(t, "dochost", crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10), "GORACE=halt_on_error=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	res := make(chan error, 1)
-	go func() {
-		rep, err := testutil.ReadReport(stdout, func() { close(ready) })
-		if err == nil && !rep.Ready {
-			err = fmt.Errorf("the child died before it opened the store")
-		}
-		res <- err
-	}()
-	<-ready
-	time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	rerr := <-res
-	err = cmd.Wait()
-	if rerr != nil {
-		t.Fatalf("dochost child (seed %d): %v\nstderr:\n%s", seed, rerr, stderr.String())
-	}
-	var ee *exec.ExitError
-	ws, ok := syscall.WaitStatus(0), false
-	if e, isExit := err.(*exec.ExitError); isExit {
-		ee = e
-		ws, ok = ee.Sys().(syscall.WaitStatus)
-	}
-	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("dochost child (seed %d) exited on its own (%v), not by SIGKILL:\n%s", seed, err, stderr.String())
-	}
+	t.Logf("child seed %d", seed)
+	testutil.RunAndKill(t, testutil.Reexec(t, "dochost", crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10), "GORACE=halt_on_error=1"), delay)
 }
