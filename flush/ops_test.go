@@ -492,3 +492,78 @@ func TestRedeliveredBeginOp(t *testing.T) {
 		t.Fatalf("HighestOp %d after a refused BeginOp, want 10", st.HighestOp)
 	}
 }
+
+// BenchmarkOpTracking is the cost the op tracker adds to a write (W8's
+// writes carry ops): BeginWrite and End of a tracked write against an
+// untracked one (op 0), for the sequential host (single calls, 4 per op),
+// batches, and concurrent writers that begin under a lock and end in any
+// order. No flush runs (the Target is a no-op).
+func BenchmarkOpTracking(b *testing.B) {
+	ctx := context.Background()
+	newF := func(b *testing.B) *Flusher {
+		f := New(newFake(b), manual)
+		b.Cleanup(func() { f.Close() })
+		return f
+	}
+	b.Run("untracked", func(b *testing.B) {
+		f := newF(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			w, _ := f.BeginWrite(ctx, 0, false)
+			w.End()
+		}
+	})
+	b.Run("sequential-4-calls-per-op", func(b *testing.B) {
+		f := newF(b)
+		b.ReportAllocs()
+		var i uint64
+		for b.Loop() {
+			i++
+			w, err := f.BeginWrite(ctx, i/4+1, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.End()
+		}
+	})
+	b.Run("batch", func(b *testing.B) {
+		f := newF(b)
+		b.ReportAllocs()
+		var op uint64
+		for b.Loop() {
+			op++
+			w, err := f.BeginWrite(ctx, op, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.End()
+		}
+	})
+	b.Run("begin-write-end-8-goroutines", func(b *testing.B) {
+		f := newF(b)
+		b.ReportAllocs()
+		var mu sync.Mutex
+		var last uint64
+		b.SetParallelism(4) // 8 goroutines on 2 Ps
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				mu.Lock()
+				last++
+				op := last
+				err := f.BeginOp(ctx, op)
+				mu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, err := f.BeginWrite(ctx, op, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w.End()
+				if err := f.EndOp(ctx, op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}

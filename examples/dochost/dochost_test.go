@@ -119,7 +119,7 @@ func TestConcurrentWritersAndReopen(t *testing.T) {
 		t.Fatalf("replayed %d log records, %d skipped: after a clean close the watermark covers the whole log", s.Replayed, s.Skipped)
 	}
 	wantState(t, s, want, deleted, ids)
-	if info, err := os.Stat(filepath.Join(dir, "oplog")); err != nil || info.Size() == 0 && s.Replayed != 0 {
-		t.Fatalf("oplog: %v, %v", info, err)
+	if _, err := os.Stat(filepath.Join(dir, "oplog")); err != nil {
+		t.Fatal(err)
 	}
 }
