@@ -664,7 +664,8 @@ func TestBackpressureWaitsAndHonoursContext(t *testing.T) {
 
 // TestEndOpLetsWatermarkCoverLastOp: the last op of single calls is covered
 // only once EndOp (or a later op) says it is complete; a Batch needs no
-// EndOp; EndOp of an op nobody wrote is allowed; ErrClosed after Close.
+// EndOp; EndOp of an op never begun is ErrBadOp, and an empty batch is an
+// op without writes; ErrClosed after Close.
 func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	dir := t.TempDir()
 	db := openT(t, dir, &Options{FlushInterval: -1})
@@ -693,7 +694,10 @@ func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	if wm := db.Watermark(); wm != 6 {
 		t.Fatalf("watermark %d after batch op 6, want 6", wm)
 	}
-	if err := db.EndOp(ctx, 9); err != nil { // ops 7 and 8 had no writes
+	if err := db.EndOp(ctx, 9); !errors.Is(err, ErrBadOp) { // never begun: a typo
+		t.Fatalf("EndOp of op 9, never begun: %v, want ErrBadOp", err)
+	}
+	if err := db.Apply(ctx, db.NewBatch(), 9); err != nil { // ops 7 and 8 had no writes, nor has 9
 		t.Fatal(err)
 	}
 	mustFlush(t, db)

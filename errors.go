@@ -64,6 +64,13 @@ var (
 	// below the persisted watermark is a redelivered op: skipped, nil.)
 	ErrStaleOp = flush.ErrStaleOp
 
+	// ErrBadOp is returned for an op number the host cannot mean: EndOp of
+	// an op above every op the engine has seen (a typo that would tell the
+	// host to skip replaying ops it never applied), BeginOp of an op at or
+	// below one already begun (ops are begun in log order), an op above
+	// MaxOp. Nothing is changed.
+	ErrBadOp = flush.ErrBadOp
+
 	// ErrDropped is returned by operations on a keyspace handle after
 	// DB.DropKV dropped it.
 	ErrDropped = buffer.ErrDropped

@@ -616,8 +616,9 @@ func TestClaimRuleAndStaleOp(t *testing.T) {
 	}
 }
 
-// EndOp closes an op without a write; a flush with nothing pending but a
-// higher claim freezes a watermark-only generation.
+// EndOp ends an op without a write; an op never begun cannot be ended
+// (ErrBadOp); a flush with nothing pending but a higher claim (an op begun
+// and ended without writes) freezes a watermark-only generation.
 func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
 	ft := newFake(t)
 	f := New(ft, manual)
@@ -644,6 +645,12 @@ func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
 	}
 	if n := ft.numFrozen(); n != 1 {
 		t.Fatalf("%d generations, want 1 (nothing to claim)", n)
+	}
+	if err := f.EndOp(ctx, 9); !errors.Is(err, ErrBadOp) {
+		t.Fatalf("EndOp of an op never begun: %v, want ErrBadOp", err)
+	}
+	if err := f.BeginOp(ctx, 9); err != nil {
+		t.Fatal(err)
 	}
 	if err := f.EndOp(ctx, 9); err != nil {
 		t.Fatal(err)
@@ -1457,7 +1464,9 @@ func TestIntervalFlush(t *testing.T) {
 		if !ft.isDurable("a") {
 			t.Fatal("not flushed after the interval")
 		}
-		// An EndOp alone is flushed by the interval too.
+		// An op without writes (BeginOp, EndOp) is flushed by the
+		// interval too.
+		f.BeginOp(t.Context(), 5)
 		f.EndOp(t.Context(), 5)
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -1546,8 +1555,11 @@ func TestStats(t *testing.T) {
 			st.InFlight != 0 || st.PendingBytes != 0 || st.Failures != 0 || st.LastErr != nil {
 			t.Fatalf("Stats = %+v", st)
 		}
-		if q := st.Latency.Quantile(1); q < 3*time.Millisecond || q > 4*time.Millisecond {
-			t.Fatalf("max latency bucket %v for 3ms flushes", q)
+		// A caller that arrives while a generation syncs waits for the
+		// next one: two syncs (the race detector's scheduling makes that
+		// happen in some runs).
+		if q := st.Latency.Quantile(1); q < 3*time.Millisecond || q > 7*time.Millisecond {
+			t.Fatalf("max latency bucket %v for 3ms syncs (at most two per Flush)", q)
 		}
 	})
 }
@@ -1667,6 +1679,7 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 			return nil
 		}
 		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10})
+		defer func() { waits.open(2); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		for op := uint64(1); op <= 10; op++ {
 			w, err := f.BeginWrite(ctx, op, op%2 == 0)
@@ -1710,7 +1723,8 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 		if w, err := f.BeginWrite(ctx, 11, false); err != nil || !w.Skipped() {
 			t.Fatalf("write of persisted op 11: %v (skipped %v)", err, w.Skipped())
 		}
-		if _, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, ErrStaleOp) {
+		if w, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, ErrStaleOp) {
+			w.End() // admitted by mistake: let Close drain it
 			t.Fatalf("write of op 12, claimed but not persisted: %v, want ErrStaleOp", err)
 		}
 		waits.open(2)
@@ -1774,6 +1788,7 @@ func TestWatermarkNotify(t *testing.T) {
 			return nil
 		}
 		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 3})
+		defer func() { waits.open(1); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		wm, ch := f.WatermarkNotify()
 		if wm != 3 || isClosed(ch) {

@@ -235,9 +235,8 @@ func (f *Flusher) freeze(grp *group) {
 func (f *Flusher) freezeExclusive() *gen {
 	f.barrier.Lock()
 	defer f.barrier.Unlock()
-	hi, closed := f.opRecords()
 	claimed := f.claimed.Load()
-	wm := f.claimable(hi, closed)
+	wm := f.claimable()
 	if !f.dirty.Load() && wm == claimed &&
 		(f.frozen.Load() != f.released.Load() || f.t.PendingBytes() <= 0) {
 		return nil

@@ -229,4 +229,12 @@ func (b *blocker) ch(g uint64) chan struct{} {
 // block waits until g is opened.
 func (b *blocker) block(g uint64) { <-b.ch(g) }
 
-func (b *blocker) open(g uint64) { close(b.ch(g)) }
+// open releases g's calls; opening it again is a no-op.
+func (b *blocker) open(g uint64) {
+	c := b.ch(g)
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}

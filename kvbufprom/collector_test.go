@@ -42,6 +42,8 @@ var fieldMetric = map[string]string{
 	"Watermark":        "kvbuf_watermark",
 	"HighestOp":        "kvbuf_highest_op",
 	"ReceiptLag":       "kvbuf_receipt_lag_ops",
+	"CompletedOp":      "kvbuf_completed_op",
+	"OpenOps":          "kvbuf_open_ops",
 	"Redelivered":      "kvbuf_redelivered_total",
 	"Keyspaces":        "kvbuf_keyspaces",
 	"Bitslices":        "kvbuf_bitslices",
@@ -66,6 +68,8 @@ func fabricated() kvbuf.Metrics {
 		Watermark:        1000,
 		HighestOp:        1007,
 		ReceiptLag:       7,
+		CompletedOp:      1003,
+		OpenOps:          4,
 		Redelivered:      5,
 		Keyspaces:        2,
 		Bitslices:        3,
@@ -112,6 +116,9 @@ func TestEveryFieldExported(t *testing.T) {
 # HELP kvbuf_bitslices Bitslices of the engine.
 # TYPE kvbuf_bitslices gauge
 kvbuf_bitslices{shard="7"} 3
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="7"} 1003
 # HELP kvbuf_flush_failures_total Failed flush attempts.
 # TYPE kvbuf_flush_failures_total counter
 kvbuf_flush_failures_total{shard="7"} 2
@@ -136,12 +143,15 @@ kvbuf_generations_in_flight_max{shard="7"} 4
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="7"} 9
-# HELP kvbuf_highest_op The highest op number admitted.
+# HELP kvbuf_highest_op The highest op number seen: written, batched, begun or ended (also before a reopen, as far as a flush recorded it).
 # TYPE kvbuf_highest_op gauge
 kvbuf_highest_op{shard="7"} 1007
 # HELP kvbuf_keyspaces Keyspaces of the engine.
 # TYPE kvbuf_keyspaces gauge
 kvbuf_keyspaces{shard="7"} 2
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="7"} 4
 # HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
 # TYPE kvbuf_pending_bytes gauge
 kvbuf_pending_bytes{shard="7"} 1.048576e+06
@@ -326,6 +336,9 @@ func TestEngine(t *testing.T) {
 # HELP kvbuf_bitslices Bitslices of the engine.
 # TYPE kvbuf_bitslices gauge
 kvbuf_bitslices{shard="0"} 1
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="0"} 4
 # HELP kvbuf_flush_failures_total Failed flush attempts.
 # TYPE kvbuf_flush_failures_total counter
 kvbuf_flush_failures_total{shard="0"} 0
@@ -350,7 +363,7 @@ kvbuf_generations_in_flight_max{shard="0"} 1
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="0"} 1
-# HELP kvbuf_highest_op The highest op number admitted.
+# HELP kvbuf_highest_op The highest op number seen: written, batched, begun or ended (also before a reopen, as far as a flush recorded it).
 # TYPE kvbuf_highest_op gauge
 kvbuf_highest_op{shard="0"} 5
 # HELP kvbuf_keyspaces Keyspaces of the engine.
@@ -359,6 +372,9 @@ kvbuf_keyspaces{shard="0"} 1
 # HELP kvbuf_pending_keys KV keys held by pending tables (a key pending in two generations counts twice).
 # TYPE kvbuf_pending_keys gauge
 kvbuf_pending_keys{shard="0"} 1
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="0"} 1
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="0"} 1
@@ -400,9 +416,15 @@ kvbuf_write_stalls_total{shard="0"} 0
 		t.Fatal(err)
 	}
 	compare("after Close", `
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="0"} 5
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="0"} 2
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="0"} 0
 # HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
 # TYPE kvbuf_pending_bytes gauge
 kvbuf_pending_bytes{shard="0"} 0

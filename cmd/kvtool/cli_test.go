@@ -307,10 +307,13 @@ func TestLockedEngine(t *testing.T) {
 	if !e.Locked || e.Store != nil || e.Watermark != nil || len(e.Bitslices) != 1 {
 		t.Errorf("inspect --json locked: %+v", e)
 	}
+	// Each command says what holds the directory and what to do instead.
 	code, out, errOut = runCLI(t, "flush", dir)
-	checkError(t, code, out, errOut, "open by a running engine")
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; a running engine flushes itself")
 	code, out, errOut = runCLI(t, "load", "-n", "3", dir)
-	checkError(t, code, out, errOut, "open by a running engine")
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; load into it from that process")
+	code, out, errOut = runCLI(t, "checkpoint", dir, filepath.Join(t.TempDir(), "cp"))
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; a running engine checkpoints itself")
 }
 
 // TestCorruptEngine damages a copy of the fixture in several ways: every
@@ -322,8 +325,10 @@ func TestCorruptEngine(t *testing.T) {
 		want   string
 	}{
 		{"foreign-manifest", func(t *testing.T, dir string) {
+			// Next to store/ and bits/: a damaged engine, not a foreign
+			// directory (issue 20).
 			write(t, filepath.Join(dir, enginedir.ManifestName), "hello\n")
-		}, "not a kvbuf directory"},
+		}, "but its KVBUF manifest is damaged (6 bytes: \"hello\\n\"): kvbuf: corrupt engine directory"},
 		{"interrupted-init", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, enginedir.ManifestName), "kvbuf engine directory\nformat 1\ninitialising\n")
 		}, "engine initialisation was interrupted"},

@@ -9,6 +9,7 @@
 //	inspect   describe a bitslice file or an engine directory
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
+//	checkpoint  write a consistent copy of an engine
 //	bench     run workloads W1-W8 against their baselines
 //	ycsb      run YCSB workloads A-F on kvbuf, pebble, badger and bbolt
 //
@@ -18,7 +19,7 @@
 //
 // # Caveats
 //
-//   - inspect and flush read an engine directory's layout (manifest, store,
+//   - inspect, flush and checkpoint read an engine directory's layout (manifest, store,
 //     bitslice files) directly; they follow the format of the kvbuf version
 //     they were built with.
 //   - inspect holds a shared lock on the engine directory while it reads,
@@ -58,6 +59,7 @@ func commands() []command {
 		{"inspect", "describe a bitslice file or an engine directory", runInspect},
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
+		{"checkpoint", "write a consistent copy of an engine into a new directory", runCheckpoint},
 		{"bench", "run workloads W1-W8 against their baselines", runBench},
 		{"ycsb", "run YCSB workloads A-F on kvbuf, pebble, badger and bbolt", runYCSB},
 	}
