@@ -635,12 +635,13 @@ func TestBackpressureWaitsAndHonoursContext(t *testing.T) {
 		t.Fatalf("Put over the bound with a cancelled context: %v", err)
 	}
 	wantGet(t, k, "late", "")
-	if m := db.Metrics(); m.Stalls != 1 {
-		t.Fatalf("Stalls = %d, want 1", m.Stalls)
+	if m := db.Metrics(); m.Stalls != 0 {
+		// The context is checked before admission: no wait at all.
+		t.Errorf("Stalls = %d after a write with a cancelled context, want 0", m.Stalls)
 	}
 	waiting := make(chan error, 1)
 	go func() { waiting <- k.Put(ctx, []byte("late"), []byte("y"), 0) }()
-	waitFor(t, "the second write to stall", func() bool { return db.Metrics().Stalls == 2 })
+	waitFor(t, "the write to stall", func() bool { return db.Metrics().Stalls == 1 })
 	select {
 	case err := <-waiting:
 		t.Fatalf("a write over the bound returned (%v) while the flush was stalled", err)
@@ -663,7 +664,8 @@ func TestBackpressureWaitsAndHonoursContext(t *testing.T) {
 
 // TestEndOpLetsWatermarkCoverLastOp: the last op of single calls is covered
 // only once EndOp (or a later op) says it is complete; a Batch needs no
-// EndOp; EndOp of an op nobody wrote is allowed; ErrClosed after Close.
+// EndOp; EndOp of an op never begun is ErrBadOp, and an empty batch is an
+// op without writes; ErrClosed after Close.
 func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	dir := t.TempDir()
 	db := openT(t, dir, &Options{FlushInterval: -1})
@@ -681,9 +683,10 @@ func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	if wm := db.Watermark(); wm != 5 {
 		t.Fatalf("watermark %d after EndOp(5), want 5", wm)
 	}
-	if err := k.Put(ctx, []byte("c"), nil, 5); !errors.Is(err, ErrStaleOp) {
-		t.Fatalf("write of op 5 after its EndOp was flushed: %v", err)
+	if err := k.Put(ctx, []byte("c"), nil, 5); err != nil {
+		t.Fatalf("write of op 5 after its EndOp was flushed: %v, want nil (a redelivered op)", err)
 	}
+	wantGet(t, k, "c", "") // skipped
 	if err := db.Update(ctx, 6, func(b *Batch) error { b.Put(k, []byte("c"), []byte("6")); return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +694,10 @@ func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	if wm := db.Watermark(); wm != 6 {
 		t.Fatalf("watermark %d after batch op 6, want 6", wm)
 	}
-	if err := db.EndOp(ctx, 9); err != nil { // ops 7 and 8 had no writes
+	if err := db.EndOp(ctx, 9); !errors.Is(err, ErrBadOp) { // never begun: a typo
+		t.Fatalf("EndOp of op 9, never begun: %v, want ErrBadOp", err)
+	}
+	if err := db.Apply(ctx, db.NewBatch(), 9); err != nil { // ops 7 and 8 had no writes, nor has 9
 		t.Fatal(err)
 	}
 	mustFlush(t, db)
@@ -710,9 +716,10 @@ func TestEndOpLetsWatermarkCoverLastOp(t *testing.T) {
 	if wm := db.Watermark(); wm != 9 {
 		t.Fatalf("watermark after reopen %d, want 9", wm)
 	}
-	if err := mustKV(t, db, "k").Put(ctx, []byte("d"), nil, 9); !errors.Is(err, ErrStaleOp) {
-		t.Fatalf("write of op 9 after reopen: %v", err)
+	if err := mustKV(t, db, "k").Put(ctx, []byte("d"), nil, 9); err != nil {
+		t.Fatalf("write of op 9 after reopen: %v, want nil (a redelivered op)", err)
 	}
+	wantGet(t, mustKV(t, db, "k"), "d", "")
 }
 
 // TestWatermarkOnlyCoversFinishedOps: a host that finishes op n before

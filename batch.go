@@ -193,6 +193,9 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil // redelivered: see \"Ops and the watermark\"
+	}
 	defer t.End()
 	// The batch's KV changes are numbered from one range and published
 	// together (before End, so a freeze never sees part of the batch):

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Bits is a named bit vector: a bitslice file in the engine directory behind
@@ -26,8 +30,11 @@ type Bits struct {
 }
 
 // Bits returns the bitslice called name, creating an empty one (its file,
-// durably, before it returns) on first use. Names follow the keyspace rules
-// (ErrBadName otherwise). It returns ErrClosed after Close has begun.
+// durably, before it returns) on first use: the only way a bitslice is
+// made (a missing file of one the engine recorded fails Open with
+// ErrCorrupt instead). It is recorded in the engine's bitslice catalog with
+// the next flush. Names follow the keyspace rules (ErrBadName otherwise).
+// It returns ErrClosed after Close has begun.
 func (db *DB) Bits(name string) (*Bits, error) {
 	if err := enginedir.CheckName("bitslice", name); err != nil {
 		return nil, err
@@ -45,19 +52,181 @@ func (db *DB) Bits(name string) (*Bits, error) {
 	return db.openBits(name, true)
 }
 
-// openBits opens (or, with create, creates) the bitslice file called name
-// and its overlay. db.mu held (or Open).
+// Bitslice identity. Every bitslice is in the bitslice catalog (a store meta
+// entry, enginedir.BitsCatalog), with the write generation and length of its
+// last write the store made durable; its file's header carries the engine's
+// id and the generation of its last write. The file is synced before the
+// store batch that records the generation, so the header's generation is
+// never below the catalog's. Open checks every file against the catalog:
+// a catalogued file that is missing, an older copy (lower generation), a
+// shorter one, another engine's file or a format-1 file the engine never
+// had fail Open with ErrCorrupt, and only DB.Bits creates a bitslice. A
+// file the engine made and no flush recorded yet (a crash right after
+// DB.Bits) is adopted: no write of it can be covered by the watermark, as
+// the flush that would have written it records it in the same batch.
+//
+// Write generations: the flush generation g of this session writes
+// generation genBase+g, where genBase is the highest generation in the
+// catalog or in any header at Open, so generations grow across sessions.
+
+// openAllBits loads the engine id and the bitslice catalog and opens every
+// bitslice, checking each file's identity. Called by Open, before the
+// flusher starts. An engine of an earlier format (no id) gets an id, its
+// files are catalogued and stamped with it.
+func (db *DB) openAllBits() error {
+	id, cat, fresh, err := db.loadIdentity()
+	if err != nil {
+		return err
+	}
+	names, err := enginedir.BitsNames(db.dir.Path())
+	if err != nil {
+		return err
+	}
+	onDisk := map[string]bool{}
+	for _, name := range names {
+		onDisk[name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(cat)) {
+		if !onDisk[name] {
+			return fmt.Errorf("kvbuf: bitslice %q is in the engine's catalog (written at generation %d, %d bits) but %s is missing: %w",
+				name, cat[name].Gen, cat[name].Len, db.dir.BitsPath(name), ErrCorrupt)
+		}
+	}
+	if fresh && db.dir.Fresh() && len(names) > 0 {
+		return fmt.Errorf("kvbuf: %s: bitslice files %v in an engine being initialised (kvbuf makes none there): %w", db.dir.BitsDirPath(), names, ErrCorrupt)
+	}
+	files := make([]*bitslice.File, len(names))
+	for i, name := range names {
+		b, err := db.openBits(name, false)
+		if err != nil {
+			return err
+		}
+		files[i] = b.file
+	}
+	if fresh {
+		// An engine of format 1 had no catalog: its files are what it
+		// had, taken as they are (as that engine would have).
+		for i, name := range names {
+			f := files[i]
+			if f.Version() != 1 {
+				return fmt.Errorf("kvbuf: bitslice %q: a format-%d file (owner %016x) in an engine of format 1 (%s): %w", name, f.Version(), f.Owner(), f.Path(), ErrCorrupt)
+			}
+			cat[name] = enginedir.BitsEntry{Len: f.Len(), V1: true}
+		}
+	}
+	// Check every file before anything is written: a refused Open changes
+	// nothing.
+	for i, name := range names {
+		f := files[i]
+		e, ok := cat[name]
+		h := enginedir.BitsHeader{Version: f.Version(), Owner: f.Owner(), Gen: f.Gen(), Len: f.Len()}
+		if err := enginedir.CheckBitsFile(name, h, e, ok, id); err != nil {
+			return fmt.Errorf("%w (%s)", err, f.Path())
+		}
+		db.genBase = max(db.genBase, e.Gen, h.Gen)
+		if !ok {
+			db.bitsAdded[name] = enginedir.BitsEntry{Gen: h.Gen, Len: h.Len}
+		}
+	}
+	if fresh {
+		if err := db.putIdentity(id, cat); err != nil {
+			return err
+		}
+	}
+	db.engineID, db.catW = id, cat
+	upgraded := false
+	for i, name := range names {
+		if e := cat[name]; e.V1 {
+			// Stamp the engine's id: from now on the file is version 2.
+			files[i].SetOwner(id)
+			if err := files[i].Sync(); err != nil {
+				return fmt.Errorf("kvbuf: bitslice %q: record the engine id: %w", name, err)
+			}
+			cat[name] = enginedir.BitsEntry{Gen: e.Gen, Len: e.Len}
+			upgraded = true
+		}
+	}
+	if upgraded {
+		return db.putIdentity(id, cat)
+	}
+	return nil
+}
+
+// loadIdentity reads the engine id and the bitslice catalog from the store.
+// An engine without an id (a new one, or one of format 1) gets a random
+// one; fresh reports that, and that the catalog must be made and written.
+func (db *DB) loadIdentity() (id uint64, cat enginedir.BitsCatalog, fresh bool, err error) {
+	b, err := db.store.GetMeta(enginedir.EngineIDMeta)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		for id == 0 {
+			id = rand.Uint64()
+		}
+		return id, enginedir.BitsCatalog{}, true, nil
+	case err != nil:
+		return 0, nil, false, wrapOpenErr(err)
+	}
+	if id, err = enginedir.ParseEngineID(b); err != nil {
+		return 0, nil, false, fmt.Errorf("kvbuf: %s: %w", db.Dir(), err)
+	}
+	b, err = db.store.GetMeta(enginedir.BitsCatalogMeta)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return id, enginedir.BitsCatalog{}, false, nil
+	case err != nil:
+		return 0, nil, false, wrapOpenErr(err)
+	}
+	if cat, err = enginedir.ParseBitsCatalog(b); err != nil {
+		return 0, nil, false, fmt.Errorf("kvbuf: %s: %w", db.Dir(), err)
+	}
+	return id, cat, false, nil
+}
+
+// putIdentity makes the engine id and the bitslice catalog durable in the
+// store (Open only: the flusher has not started), in an sstable, not only
+// in the write-ahead log: the id must outlive damage to the newest log,
+// which the store survives by dropping its newest commits, or every file
+// stamped with it would look foreign.
+func (db *DB) putIdentity(id uint64, cat enginedir.BitsCatalog) error {
+	batch := db.store.NewBatch()
+	batch.SetMeta(enginedir.EngineIDMeta, enginedir.EncodeEngineID(id))
+	batch.SetMeta(enginedir.BitsCatalogMeta, cat.Encode())
+	err := db.store.Apply(batch)
+	if err == nil {
+		err = db.store.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("kvbuf: %s: record the engine id and bitslice catalog: %w", db.Dir(), wrapOpenErr(err))
+	}
+	return nil
+}
+
+// openBits opens (or, with create, creates, stamped with the engine id)
+// the bitslice file called name and its overlay. db.mu held (or Open).
 func (db *DB) openBits(name string, create bool) (*Bits, error) {
 	path := db.dir.BitsPath(name)
-	f, err := bitslice.Open(path)
-	if create && errors.Is(err, fs.ErrNotExist) {
-		f, err = bitslice.Create(path, 0)
+	var f *bitslice.File
+	var err error
+	if create {
+		f, err = bitslice.CreateOwned(path, 0, db.engineID)
 		if err == nil {
 			if serr := db.dir.SyncBitsDir(); serr != nil {
 				_ = f.Close()
 				err = fmt.Errorf("kvbuf: bitslice %q: %w", name, serr)
 			}
 		}
+		if errors.Is(err, fs.ErrExist) {
+			// Open opened every bitslice file: this is something else
+			// (a directory, a symlink), or a file that appeared behind
+			// the engine's back.
+			if f, err = bitslice.Open(path); err == nil {
+				_ = f.Close()
+				err = fmt.Errorf("kvbuf: bitslice %q: %s appeared while the engine was open (reopen the engine to check it): %w", name, path, ErrCorrupt)
+			}
+			return nil, wrapOpenErr(err)
+		}
+	} else {
+		f, err = bitslice.Open(path)
 	}
 	if err != nil {
 		return nil, wrapOpenErr(err)
@@ -70,6 +239,9 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 	b := &Bits{db: db, name: name, file: f, ov: ov, closing: &db.closing}
 	db.bits[name] = b
 	db.addTarget(nil, b)
+	if create {
+		db.bitsAdded[name] = enginedir.BitsEntry{}
+	}
 	return b, nil
 }
 
@@ -92,6 +264,9 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil
+	}
 	err = b.ov.Set(i, v)
 	t.End()
 	if err != nil {
@@ -111,6 +286,9 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 	t, err := b.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
+	}
+	if t.Skipped() {
+		return nil
 	}
 	err = b.ov.SetRange(lo, hi, v)
 	t.End()

@@ -49,7 +49,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -844,14 +843,7 @@ func crashTestSeed(t testing.TB) uint64 {
 }
 
 func crashIterationCount(t testing.TB) int {
-	iters := *crashIterations
-	if s := os.Getenv("KVBUF_CRASH_ITERATIONS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("KVBUF_CRASH_ITERATIONS=%q: %v", s, err)
-		}
-		iters = n
-	}
+	iters := testutil.EnvInt(t, "KVBUF_CRASH_ITERATIONS", *crashIterations)
 	if testing.Short() {
 		iters = min(iters, 6)
 	}
@@ -933,53 +925,17 @@ func runCrashChild(t *testing.T, dir string, seed uint64, depth int, point strin
 	// kill would otherwise swallow the race detector's report.
 	cmd := testutil.Reexec(t, "crash", crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
 		crashDepthEnv+"="+strconv.Itoa(depth), crashPointEnv+"="+point, "GORACE=halt_on_error=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	type result struct {
-		rep *testutil.Report
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		rep, err := testutil.ReadReport(stdout, func() { close(ready) })
-		res <- result{rep, err}
-	}()
-	<-ready
 	wait := delay
 	if point != "" {
 		wait = crashWaitPoint
 	}
-	timer := time.AfterFunc(wait, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	r := <-res // EOF once the child is dead; Wait closes the pipe, so it comes second
-	err = cmd.Wait()
-	killedByUs := !timer.Stop()
-	if r.err != nil {
-		t.Fatalf("crash child (seed %d): %v\nstderr:\n%s", seed, r.err, stderr.String())
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("crash child (seed %d): %v\n%s", seed, err, stderr.String())
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("crash child (seed %d) exited on its own (%v), not by SIGKILL:\n%s", seed, err, stderr.String())
-	}
-	if !r.rep.Ready {
-		t.Fatalf("crash child (seed %d) died before it opened the engine:\n%s", seed, stderr.String())
-	}
+	t.Logf("crash child seed %d", seed) // the child's failures name no seed
+	rep, _, killedByUs := testutil.RunAndKill(t, cmd, wait)
 	how := "self-kill"
 	if killedByUs {
 		how = "parent-kill"
 	}
-	return r.rep, how
+	return rep, how
 }
 
 // TestCrashableMemStore runs the workload in-process with the store on

@@ -2,6 +2,7 @@ package kvbuf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,8 +26,33 @@ import (
 // # Caveats
 //
 //   - The watermark is a receipt for whole ops only if the host finishes op
-//     n before it starts op n+1, or writes each op as one Batch. Writes that
-//     break that order get ErrStaleOp rather than a watermark that lies.
+//     n before it starts op n+1, writes each op as one Batch, or begins its
+//     ops in log order with BeginOp. A late write that breaks that order
+//     gets ErrStaleOp rather than a watermark that lies, unless the
+//     watermark has passed its op already: then it is skipped as a
+//     redelivered op (nil). A host with concurrent writers that skips
+//     BeginOp can lose such a write silently: begin ops under the log lock.
+//   - After a crash the store and the bitslices may hold writes of ops
+//     above the watermark: of ops that had ended after an op still open,
+//     and the first writes of an op a flush caught open (a flush persists
+//     everything pending, and a watermark only up to the op before the
+//     first open one). Replaying the host's log from Watermark()+1 rewrites
+//     every one of them, as the writes are assignments, not increments;
+//     the host must replay before it serves reads.
+//   - Close persists every pending write but covers in its watermark only
+//     ops that had ended: an op begun and never ended (including the last
+//     op of single calls without EndOp) is replayed after the reopen. Call
+//     EndOp first to cover it.
+//   - A host that never ends an op it began holds the watermark below it
+//     (Metrics.OpenOps counts open ops).
+//   - Concurrent ops that write the same key must write it in op order
+//     (the host's row locks held across BeginOp and the writes): the
+//     engine keeps the last write, and once the watermark covers both ops
+//     no replay repairs a later op's write overwritten by an earlier op's.
+//   - LogBeforeData caps the watermark, not the data: a flush persists
+//     every pending write, so after a power loss the engine may hold writes
+//     of ops the host's log lost. A host that must not see them writes an
+//     op only once its log record is durable.
 //   - A Batch's bit changes are applied one by one: a reader of a bitslice
 //     concurrent with the batch may see part of them, before or after the
 //     batch's KV changes (which every reader sees all or none of); a
@@ -35,10 +61,6 @@ import (
 //     keyspaces and bitslices, use a Snapshot.
 //   - Bits.Count is exact for writes that have returned; a write in progress
 //     may or may not be counted yet.
-//   - Bitslices are written before the store, so after a crash a bitslice
-//     may hold changes of ops above the watermark; replaying the host's log
-//     from the watermark re-applies them, which is harmless for these
-//     idempotent writes.
 //   - If Close's final flush fails, Close still closes every file and
 //     returns that error: the changes it could not flush are gone, and the
 //     host replays them from Watermark as after a crash.
@@ -65,12 +87,32 @@ type DB struct {
 	// that Freeze and PendingBytes read it without a lock.
 	targets atomic.Pointer[targetSet]
 
+	// engineID is stamped in every bitslice file the engine creates or
+	// adopts; genBase + a flush generation's number is the write
+	// generation recorded in the headers of the bitslices it writes (see
+	// bits.go: "Bitslice identity").
+	engineID uint64
+	genBase  uint64
+
+	// writeMu is held by every generation Write (bitslice files and the
+	// store commit) and by Checkpoint while it copies: the files do not
+	// change under the copy.
+	writeMu sync.Mutex
+
 	mu        sync.Mutex // guards the fields below
 	keyspaces map[string]*KV
 	bits      map[string]*Bits
 	catalog   enginedir.Catalog
 	catDirty  bool // the catalog changed since the last freeze
 	snaps     map[*Snapshot]struct{}
+	// bitsAdded are bitslices to record in the bitslice catalog with the
+	// next freeze (created, or adopted at Open), with their first entries.
+	bitsAdded enginedir.BitsCatalog
+
+	// catW is the bitslice catalog as the latest generation Write recorded
+	// it; only the flusher's writer goroutine (Write), and Open before it
+	// starts, use it.
+	catW enginedir.BitsCatalog
 
 	closeOnce sync.Once
 	closeErr  error
@@ -104,6 +146,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		keyspaces: map[string]*KV{},
 		bits:      map[string]*Bits{},
 		snaps:     map[*Snapshot]struct{}{},
+		bitsAdded: enginedir.BitsCatalog{},
 	}
 	db.targets.Store(&targetSet{})
 	if err := db.open(); err != nil {
@@ -131,26 +174,44 @@ func (db *DB) open() error {
 	if err := db.loadCatalog(); err != nil {
 		return err
 	}
-	names, err := enginedir.BitsNames(db.dir.Path())
-	if err != nil {
+	if err := db.openAllBits(); err != nil {
 		return err
-	}
-	for _, name := range names {
-		if _, err := db.openBits(name, false); err != nil {
-			return err
-		}
 	}
 	if fresh {
 		if err := db.dir.MarkReady(); err != nil {
 			return err
 		}
 	}
+	// The engine id and the bitslice catalog are durable: a format-1
+	// directory may now say it is of the current format.
+	if err := db.dir.Upgrade(); err != nil {
+		return err
+	}
 	wm, err := st.Watermark()
 	if err != nil {
 		return wrapOpenErr(err)
 	}
-	db.flusher = flush.New((*target)(db), db.opts.flushOptions(wm))
+	highest, err := db.loadHighestOp()
+	if err != nil {
+		return err
+	}
+	db.flusher = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
 	return nil
+}
+
+// loadHighestOp reads the highest op seen as of the latest flush (0 if the
+// engine never wrote it).
+func (db *DB) loadHighestOp() (uint64, error) {
+	b, err := db.store.GetMeta(enginedir.HighestOpMeta)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, wrapOpenErr(err)
+	case len(b) != 8:
+		return 0, fmt.Errorf("kvbuf: %s: highest op record of %d bytes: %w", db.Dir(), len(b), ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(b), nil
 }
 
 // loadCatalog reads the keyspace catalog and makes an overlay per keyspace.
@@ -250,12 +311,6 @@ func (db *DB) FlushMemtables(ctx context.Context) error {
 // it is durable. After a crash, reopen and replay the host's log from the
 // op after it.
 func (db *DB) Watermark() uint64 { return db.flusher.Watermark() }
-
-// EndOp declares that op has no further writes, so that the next flush may
-// count it in the watermark (see "Ops and the watermark" in the package
-// documentation). Ops written as one Batch need no EndOp. It returns
-// ErrClosed after Close has begun.
-func (db *DB) EndOp(ctx context.Context, op uint64) error { return db.flusher.EndOp(ctx, op) }
 
 // Keyspaces returns the names of the engine's keyspaces, sorted.
 func (db *DB) Keyspaces() []string {

@@ -30,18 +30,69 @@
 //  6. Bad input is an error, never a crash: corrupt files, bad indexes and
 //     names, oversize keys and locked directories return typed errors that
 //     work with errors.Is.
+//  7. Nothing silently lost: every bitslice is recorded in the engine's
+//     catalog with the engine's id, its length and the generation of its
+//     last flush, so that a missing, older or foreign bitslice file fails
+//     Open with ErrCorrupt; only DB.Bits creates a bitslice. A directory
+//     with the engine's store/ and bits/ but a damaged or missing manifest
+//     is ErrCorrupt too, not ErrNotEngine.
 //
 // # Ops and the watermark
 //
 // Every write carries the host's op number (0 if the host does not track
-// them). A Batch applied with DB.Apply is one whole op. Single calls
-// (KV.Put, Bits.Set, ...) may make up an op over several calls: the engine
-// counts op n as complete once a write of a later op has been admitted, or
-// once the host calls DB.EndOp(n). A flush persists, as the watermark, the
-// highest op it knows to be complete; a write whose op number is at or below
-// that claim is refused with ErrStaleOp, so the watermark never covers a
-// write that was not flushed. A host that finishes op n before starting op
-// n+1 (as a log-replaying host does) never sees ErrStaleOp.
+// them; at most MaxOp). The watermark a flush persists is the contiguous
+// prefix of complete ops: the highest n such that every op <= n has ended.
+// After a crash the host replays its log from Watermark()+1.
+//
+// An op is begun, written and ended. A host that finishes op n before it
+// starts op n+1 (as a log-replaying host does) needs no extra call: the
+// first write of an op above every op begun begins it, and it ends when a
+// later op begins (or DB.EndOp ends it, so that the watermark covers the
+// last op without waiting for the next). A Batch applied with DB.Apply is
+// one whole op, begun and ended in one call; an empty Batch records an op
+// that has no writes. A host with concurrent writers numbers its ops under
+// its log's lock and calls DB.BeginOp there, in log order; each writer
+// then writes its op (single calls or a Batch) and ends it with EndOp, in
+// any order, as Kafka's high watermark or a closed timestamp advance. An op
+// begun and not ended is open: every write of it is admitted, and no
+// watermark reaches it however many later ops end.
+//
+// Numbers a host skips (a log that feeds several engines) are complete as
+// soon as a later op begins. A write of a complete op above the persisted
+// watermark is a host bug (a late write of an op already ended, or of an
+// implicitly begun op after a later one began): it is refused with
+// ErrStaleOp, so the watermark never covers a write that was not flushed.
+// EndOp of an op above every op seen, BeginOp out of order and ops above
+// MaxOp are ErrBadOp.
+//
+// Redelivered ops are no-ops: a write, a Batch, BeginOp or EndOp whose op is
+// at or below the persisted watermark (DB.Watermark) returns nil, changes
+// nothing and is counted in Metrics.Redelivered, because every write of
+// that op is durable already. A host need not filter what its log replays,
+// and a raft host that restarts with Applied = min(Watermark(),
+// HardState.Commit) may apply the entries raft redelivers as they come, as
+// etcd skips entries at or below its consistent index.
+//
+// Log before data: a host that group-commits its own log acknowledges op n
+// only once its log is durable, while an interval or size-triggered flush
+// may be ready to persist watermark n earlier. With Options.LogBeforeData
+// the host reports its durable log position with DB.LogDurable and no
+// watermark above it is ever persisted.
+//
+// DB.WatermarkNotify and DB.WaitWatermark tell the host when the watermark
+// advances, without polling: it may then truncate its log up to it (raft
+// log compaction), never further. The watermark never goes backwards, and
+// an engine reopens at the last one persisted. Snapshot.Op is the op a
+// snapshot reflects (every op at or below it is wholly in it), and
+// Metrics.HighestOp, CompletedOp, OpenOps and ReceiptLag follow the ops in
+// every mode.
+//
+// # Backups
+//
+// DB.Checkpoint writes a consistent copy of the engine (pebble's checkpoint
+// of the store and the bitslices as of the same instant) into a directory
+// that opens as an engine of its own, with its own watermark and engine id.
+// Snapshot.Op ties a snapshot to the host's log without a host lock.
 //
 // # Reads and Close
 //

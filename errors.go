@@ -57,10 +57,19 @@ var (
 	// upper bound (KV.DeleteRange, KV.NewIter, Bits.SetRange).
 	ErrBadRange = buffer.ErrBadRange
 
-	// ErrStaleOp is returned by a write whose op number is at or below an op
-	// the engine has already declared complete (see DB, "Ops and the
-	// watermark"): writing it would make the watermark lie.
+	// ErrStaleOp is returned by a write whose op number is above the
+	// persisted watermark but at or below an op the engine has already
+	// declared complete (see "Ops and the watermark"): writing it would
+	// make the watermark lie. It is a host bug. (A write of an op at or
+	// below the persisted watermark is a redelivered op: skipped, nil.)
 	ErrStaleOp = flush.ErrStaleOp
+
+	// ErrBadOp is returned for an op number the host cannot mean: EndOp of
+	// an op above every op the engine has seen (a typo that would tell the
+	// host to skip replaying ops it never applied), BeginOp of an op at or
+	// below one already begun (ops are begun in log order), an op above
+	// MaxOp. Nothing is changed.
+	ErrBadOp = flush.ErrBadOp
 
 	// ErrDropped is returned by operations on a keyspace handle after
 	// DB.DropKV dropped it.

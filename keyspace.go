@@ -81,6 +81,9 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil // redelivered: see \"Ops and the watermark\"
+	}
 	defer t.End()
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -116,6 +119,9 @@ func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
 	if err != nil {
 		return err
 	}
+	if t.Skipped() {
+		return nil
+	}
 	err = k.ov.Put(key, value)
 	t.End()
 	if err != nil {
@@ -133,6 +139,9 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 	t, err := k.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
+	}
+	if t.Skipped() {
+		return nil
 	}
 	err = k.ov.Delete(key)
 	t.End()
@@ -154,6 +163,9 @@ func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) er
 	t, err := k.db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		return err
+	}
+	if t.Skipped() {
+		return nil
 	}
 	err = k.ov.DeleteRange(lower, upper)
 	t.End()

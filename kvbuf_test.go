@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	manifestReadyText = "kvbuf engine directory\nformat 1\n"
+	manifestReadyText = "kvbuf engine directory\nformat 2\n"
 	manifestInitText  = manifestReadyText + "initialising\n"
 )
 
@@ -313,11 +313,15 @@ func TestOpenRefusesForeignDirectories(t *testing.T) {
 func TestCorruptBitsliceIsReported(t *testing.T) {
 	dir := newEngineDir(t)
 	path := filepath.Join(dir, enginedir.BitsDir, "b"+enginedir.BitsExt)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	junk := bytes.Repeat([]byte{0xAB}, 8192)
 	writeFile(t, path, junk)
 	before := hashTree(t, dir, enginedir.StoreDir)
 	dump := storeDump(t, dir)
-	_, err := Open(dir, nil)
+	_, err = Open(dir, nil)
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Open with a corrupt bitslice: %v, want ErrCorrupt", err)
 	}
@@ -327,13 +331,20 @@ func TestCorruptBitsliceIsReported(t *testing.T) {
 	if hashTree(t, dir, enginedir.StoreDir) != before || storeDump(t, dir) != dump {
 		t.Fatalf("the failed Open changed the directory: %v", listTree(dir))
 	}
-	// Repairing the file (here: removing the bitslice) makes it open again.
+	// Removing the file is no repair: the engine recorded the bitslice,
+	// and a missing file would lose its bits without a word (issue 20).
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Open(dir, nil); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open with the bitslice file removed: %v, want ErrCorrupt", err)
+	}
+	// Restoring it (from a backup or a checkpoint) is.
+	writeFile(t, path, good)
 	db := openT(t, dir, nil)
 	defer closeT(t, db)
 	wantGet(t, mustKV(t, db, "k"), "a", "1")
+	wantBit(t, mustBits(t, db, "b"), 3, true)
 }
 
 // TestOperationsAfterClose: writes, flushes and snapshots after Close are

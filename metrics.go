@@ -42,10 +42,29 @@ type Metrics struct {
 	// MaxInFlight its highest value (at most Options.PipelineDepth).
 	InFlight, MaxInFlight int
 
-	// Watermark is the persisted watermark; HighestOp the highest op number
-	// admitted; ReceiptLag = HighestOp - Watermark (0 if the host does not
-	// track ops): how far the durable receipt trails the writes.
+	// Watermark is the persisted watermark. HighestOp is the highest op
+	// number the engine has seen: written, applied as a Batch, begun or
+	// ended, in this session or (as far as a flush recorded it) before a
+	// reopen, and at least Watermark. ReceiptLag = HighestOp - Watermark:
+	// how far the durable receipt trails the ops, the same in every mode
+	// (sequential single calls, batches, BeginOp/EndOp); after a reopen it
+	// is at least the number of ops the host must replay. All three are 0
+	// for a host that does not track ops.
 	Watermark, HighestOp, ReceiptLag uint64
+
+	// CompletedOp is the highest op n such that every op <= n has ended:
+	// what the next flush may persist as the watermark (capped by
+	// LogDurable under Options.LogBeforeData). OpenOps is the number of
+	// ops begun and not ended: a host that never ends one holds the
+	// watermark at the op before it.
+	CompletedOp uint64
+	OpenOps     int
+
+	// Redelivered counts writes, batches and EndOp calls skipped because
+	// their op was at or below the watermark (see "Ops and the watermark"):
+	// a host replaying its log, or a raft host whose log redelivers
+	// entries after a restart, causes them.
+	Redelivered int64
 
 	// Keyspaces, Bitslices and Snapshots count those open.
 	Keyspaces, Bitslices, Snapshots int
@@ -70,6 +89,9 @@ func (db *DB) Metrics() Metrics {
 		MaxInFlight:      st.MaxInFlight,
 		Watermark:        st.Watermark,
 		HighestOp:        st.HighestOp,
+		CompletedOp:      st.CompletedOp,
+		OpenOps:          st.OpenOps,
+		Redelivered:      st.Redelivered,
 	}
 	if m.HighestOp > m.Watermark {
 		m.ReceiptLag = m.HighestOp - m.Watermark

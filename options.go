@@ -63,6 +63,19 @@ type Options struct {
 	// disables pooling.
 	PoolBytes int64
 
+	// LogBeforeData makes the engine persist no watermark above the
+	// highest op the host reported durable in its own log with
+	// DB.LogDurable (starting at the watermark at Open). A host that
+	// group-commits its log acknowledges op n only once the log is durable;
+	// without this, an interval or size-triggered flush may persist
+	// watermark n first, and after a power loss the watermark would be
+	// ahead of the log, telling the host not to replay ops its log lost.
+	// Default: false (the watermark is capped by nothing but completed
+	// ops: for hosts whose log is durable before they write an op, and
+	// for hosts without a log). It caps the watermark, not the data: see
+	// the DB caveats.
+	LogBeforeData bool
+
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's. It is a fault-injection seam for this package's tests
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
@@ -129,12 +142,14 @@ func (o *Options) bufferOptions() *buffer.Options {
 	}
 }
 
-func (o *Options) flushOptions(wm uint64) *flush.Options {
+func (o *Options) flushOptions(wm, highest uint64) *flush.Options {
 	return &flush.Options{
 		Interval:        o.FlushInterval,
 		MaxPendingBytes: o.MaxPendingBytes,
 		PipelineDepth:   o.PipelineDepth,
 		GroupWait:       o.GroupWait,
 		Watermark:       wm,
+		HighestOp:       highest,
+		LogBeforeData:   o.LogBeforeData,
 	}
 }

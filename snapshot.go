@@ -26,6 +26,8 @@ type Snapshot struct {
 	ss   *storage.Snapshot
 	kvs  map[string]*buffer.KVSnapshot
 	bits map[string]*buffer.BitsSnapshot
+	op   uint64 // every op <= op is wholly in the snapshot
+	wm   uint64 // the persisted watermark at the instant
 
 	once   sync.Once
 	closed atomic.Bool
@@ -45,6 +47,10 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 		// generation written and released between the two.)
 		db.mu.Lock()
 		defer db.mu.Unlock()
+		// No op changes while the barrier is held: the ops complete now
+		// are wholly in the tables pinned below.
+		s.op = db.flusher.CompletedOp()
+		s.wm = db.flusher.Watermark()
 		for name, k := range db.keyspaces {
 			s.kvs[name] = k.ov.Snapshot()
 		}
@@ -74,6 +80,19 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 	}
 	return s, nil
 }
+
+// Op returns the op the snapshot reflects: every write of every op at or
+// below it is in the snapshot (those ops had ended when it was taken), so an
+// export of it can be tied to that position of the host's log without a
+// host lock, and a copy restored from it replays the host's log from
+// Op()+1. Writes of later ops may be in it too (ops still open, or ended
+// after an op still open): the replay rewrites them. Op is at least
+// Watermark.
+func (s *Snapshot) Op() uint64 { return s.op }
+
+// Watermark returns the engine's persisted watermark when the snapshot was
+// taken.
+func (s *Snapshot) Watermark() uint64 { return s.wm }
 
 // Close releases the snapshot. It is idempotent.
 func (s *Snapshot) Close() {

@@ -2,6 +2,7 @@ package kvbuf
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -29,7 +30,7 @@ type target DB
 func (t *target) Freeze(g uint64) flush.Generation {
 	db := (*DB)(t)
 	ts := db.targets.Load()
-	gen := &generation{db: db, g: g}
+	gen := &generation{db: db, g: g, highest: db.flusher.HighestOp()}
 	for _, b := range ts.bits {
 		if bg := b.ov.Freeze(g); bg != nil {
 			gen.bits = append(gen.bits, bitsPart{b, bg})
@@ -41,6 +42,10 @@ func (t *target) Freeze(g uint64) flush.Generation {
 		}
 	}
 	db.mu.Lock()
+	if len(db.bitsAdded) > 0 {
+		gen.bitsAdded = db.bitsAdded
+		db.bitsAdded = enginedir.BitsCatalog{}
+	}
 	if db.catDirty {
 		// A dropped keyspace's keys are deleted in the same batch that
 		// writes the catalog without it (by its overlay's range tombstone,
@@ -63,14 +68,14 @@ func (t *target) Freeze(g uint64) flush.Generation {
 }
 
 // PendingBytes implements flush.Target: the memory of every pending change,
-// plus one byte while the catalog has unflushed changes, so that a flush
-// writes a new or dropped keyspace even with no data.
+// plus one byte while a catalog has unflushed changes, so that a flush
+// writes a new or dropped keyspace, or a new bitslice, even with no data.
 func (t *target) PendingBytes() int64 {
 	db := (*DB)(t)
 	n := db.acct.Bytes()
 	if n == 0 {
 		db.mu.Lock()
-		if db.catDirty {
+		if db.catDirty || len(db.bitsAdded) > 0 {
 			n = 1
 		}
 		db.mu.Unlock()
@@ -89,10 +94,14 @@ func (t *target) Settle() {
 type generation struct {
 	db      *DB
 	g       uint64
+	highest uint64 // the flusher's HighestOp at the freeze
 	bits    []bitsPart
 	kvs     []*buffer.KVGen
 	catalog []byte   // nil if unchanged
 	dropIDs []uint32 // keyspaces whose drop an earlier session did not finish
+	// bitsAdded are bitslices the bitslice catalog records from this
+	// generation on (created or adopted since the previous freeze).
+	bitsAdded enginedir.BitsCatalog
 }
 
 type bitsPart struct {
@@ -102,12 +111,29 @@ type bitsPart struct {
 
 // Write implements flush.Generation.
 func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, error) {
+	db := gen.db
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	wgen := db.genBase + gen.g
 	for _, p := range gen.bits {
+		// The header records this write generation with the watermark;
+		// the catalog records it only once the file is durable, so the
+		// file's is never below the catalog's.
+		p.b.file.SetGen(wgen)
 		if err := p.gen.Write(ctx, wm); err != nil {
 			return nil, fmt.Errorf("kvbuf: flush bitslice %q: %w", p.b.name, err)
 		}
+		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
 	}
-	batch := gen.db.store.NewBatch()
+	for name, e := range gen.bitsAdded {
+		if _, ok := db.catW[name]; !ok {
+			db.catW[name] = e
+		}
+	}
+	batch := db.store.NewBatch()
+	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
+		batch.SetMeta(enginedir.BitsCatalogMeta, db.catW.Encode())
+	}
 	for _, id := range gen.dropIDs {
 		batch.DeleteRange(storage.KeyspaceID(id), nil, nil)
 	}
@@ -118,6 +144,9 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	}
 	if gen.catalog != nil {
 		batch.SetMeta(enginedir.CatalogMeta, gen.catalog)
+	}
+	if gen.highest > 0 {
+		batch.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
 	}
 	batch.SetWatermark(wm)
 	c, err := gen.db.store.Commit(batch)

@@ -38,20 +38,3 @@ func fillHoles(f *os.File, size int64) error {
 	}
 	return err
 }
-
-// publish moves the finished temporary file to path unless path exists
-// (fs.ErrExist). A rename keeps the open descriptor's name right (in
-// /proc/self/maps, lsof); file systems without RENAME_NOREPLACE get a hard
-// link and an unlink instead.
-func publish(tmp, path string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-		// Untested here: only where the kernel or file system lacks
-		// RENAME_NOREPLACE; linkPublish has TestLinkPublish.
-		return linkPublish(tmp, path)
-	}
-	if err != nil {
-		return &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
-	}
-	return nil
-}

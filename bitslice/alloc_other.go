@@ -13,7 +13,3 @@ func allocate(f *os.File, off, n int64) error {
 // fillHoles does nothing here: without fallocate, the only way to fill holes
 // would be to rewrite data.
 func fillHoles(f *os.File, size int64) error { return nil }
-
-// publish links the finished temporary file to path unless path exists
-// (fs.ErrExist), then drops the temporary name.
-func publish(tmp, path string) error { return linkPublish(tmp, path) }

@@ -52,10 +52,10 @@ func TestOpenRejectsCorruptFiles(t *testing.T) {
 		}, `bad magic "NOTMAGIC"`},
 		{"bad checksum both", func(img []byte) []byte { img[25] ^= 1; img[slotStride+25] ^= 1; return img }, "bad checksum"},
 		{"newer version", func(img []byte) []byte {
-			binary.LittleEndian.PutUint32(img[slotStride+8:], 2)
+			binary.LittleEndian.PutUint32(img[slotStride+8:], 3)
 			reseal(img, 1)
 			return img
-		}, "unsupported format version 2"},
+		}, "unsupported format version 3"},
 		{"version 0", func(img []byte) []byte {
 			for i := range 2 {
 				binary.LittleEndian.PutUint32(img[i*slotStride+8:], 0)
@@ -93,7 +93,15 @@ func TestOpenRejectsCorruptFiles(t *testing.T) {
 		}, "data offset 8192"},
 		{"reserved bytes", func(img []byte) []byte {
 			for i := range 2 {
-				img[i*slotStride+45] = 1
+				img[i*slotStride+57] = 1
+				reseal(img, i)
+			}
+			return img
+		}, "reserved bytes are not zero"},
+		{"owner in a version-1 slot", func(img []byte) []byte {
+			for i := range 2 {
+				binary.LittleEndian.PutUint32(img[i*slotStride+8:], 1)
+				img[i*slotStride+45] = 1 // version 1 reserves 40:60
 				reseal(img, i)
 			}
 			return img

@@ -4,7 +4,7 @@
 // read-modify-writes on the same words, and Sync makes them durable before
 // it records the caller's watermark.
 //
-// # On-disk format (version 1)
+// # On-disk format (version 2)
 //
 // All integers are little-endian.
 //
@@ -17,13 +17,28 @@
 // one of them. A slot is:
 //
 //	0:8    magic "KVBUFBIT"
-//	8:12   format version (1)
+//	8:12   format version (2)
 //	12:16  data offset (4096)
 //	16:24  sequence number (>= 1; slot = (seq-1) % 2)
 //	24:32  length in bits (<= MaxBits)
 //	32:40  persisted watermark (host operation number)
-//	40:60  reserved, zero
+//	40:48  owner: the id of the engine the file belongs to (0: none)
+//	48:56  write generation: the owner's number for the last update
+//	56:60  reserved, zero
 //	60:64  CRC-32C (Castagnoli) of bytes 0:60
+//
+// Version 1 is the same without owner and generation (40:60 reserved,
+// zero). This package reads both; a version-1 file reads with owner and
+// generation 0, and its first Sync or Grow rewrites its header as version
+// 2. Readers of version 1 only refuse a version-2 file as corrupt (a newer
+// format), never misread it.
+//
+// The owner and the generation let the owner recognise its own files: an
+// engine stamps every file it creates with its id (CreateOwned), records
+// the generation of each update (SetGen, then Sync) and keeps both, with the
+// length, in its own catalog, so that a missing file, an older copy of it
+// (a lower generation) or another engine's file is refused instead of
+// silently read.
 //
 // Slots are written alternately, as bbolt and LMDB write their meta pages:
 // every header update writes sequence number seq+1 into the slot that does
@@ -32,8 +47,8 @@
 // sequence number, so a header write torn by a crash or a SIGKILL leaves the
 // previous header in charge. Only when neither slot is valid is the file
 // reported as corrupt. A slot whose checksum is good but whose version is
-// not 1 fails the whole Open (it was written by a newer format; falling back
-// to the older slot would silently lose its updates).
+// not 1 or 2 fails the whole Open (it was written by a newer format;
+// falling back to the older slot would silently lose its updates).
 //
 // The file may be longer than the data the header describes (a Grow that
 // crashed after extending the file); those bytes are zeroed by the next Grow
@@ -44,7 +59,10 @@
 //
 // Sync msyncs the data pages, then writes the next header slot carrying the
 // watermark staged with SetWatermark, then fdatasyncs. The persisted
-// watermark is therefore never ahead of the data it covers. Grow extends the
+// watermark is therefore never ahead of the data it covers. When only the
+// generation or the owner changed (the watermark did not), the header is
+// written first and one fdatasync makes it and the data durable: it claims
+// nothing about the data. Grow extends the
 // file with real blocks (fallocate, or written zeros where fallocate is not
 // supported, never a sparse truncate that could SIGBUS on a full disk),
 // fsyncs, maps, zeroes and msyncs the new words, and only then writes a
@@ -96,6 +114,10 @@
 //     truncating the file while it is open may crash the process (SIGBUS).
 //   - Little-endian hosts with 4 KiB pages only (the data area is mapped
 //     at offset 4096 and read as native words); Open says so elsewhere.
+//   - A Sync that records only a new generation or owner relies on
+//     fdatasync writing back the pages dirtied through the shared mapping
+//     (Linux and the BSDs do). Where it does not, a crash may leave that
+//     header over older data, which its unchanged watermark does not cover.
 //   - Unix only (mmap, flock); fallocate is used on Linux, written zeros
 //     elsewhere. Create needs RENAME_NOREPLACE or hard links.
 //   - Lengths are capped at MaxBits (2^40 bits, 128 GiB of data).

@@ -224,24 +224,6 @@ func TestAllocateEmptyRange(t *testing.T) {
 	}
 }
 
-// linkPublish, the fallback for file systems without RENAME_NOREPLACE, moves
-// the file: afterwards only the new name exists, with the content.
-func TestLinkPublish(t *testing.T) {
-	dir := t.TempDir()
-	tmp, path := filepath.Join(dir, "tmp"), filepath.Join(dir, "x.bits")
-	writeFile(t, tmp, []byte("new"))
-	if err := linkPublish(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	assertOnlyFiles(t, dir, "x.bits")
-	if got := readFile(t, path); string(got) != "new" {
-		t.Fatalf("published file holds %q, want %q", got, "new")
-	}
-	if err := linkPublish(tmp, filepath.Join(dir, "y.bits")); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("linkPublish of a missing file: %v, want fs.ErrNotExist", err)
-	}
-}
-
 // countOnes reads the data area through the descriptor; a file shorter
 // than the length it is given (one truncated after validation) is an error
 // naming the words it could not read, not a short count.

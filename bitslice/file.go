@@ -41,8 +41,11 @@ type File struct {
 	// nbits mirrors the current length so Len works after Close.
 	nbits atomic.Uint64
 	// staged is the watermark the next Sync persists; persisted is the one
-	// in the newest header on disk.
-	staged, persisted atomic.Uint64
+	// in the newest header on disk. The same for the owner and the write
+	// generation (version 2 header fields).
+	staged, persisted  atomic.Uint64
+	stagedOwner, owner atomic.Uint64
+	stagedGen, gen     atomic.Uint64
 
 	// wmu is read-locked by Set, Apply and ApplyWords and write-locked by
 	// Close, so that no store lands in the file after Close returns.
@@ -52,6 +55,7 @@ type File struct {
 	mu      sync.Mutex
 	closed  bool
 	seq     uint64    // sequence number of the newest header on disk
+	version uint32    // format version of the newest header on disk
 	valid   int       // header slots valid on disk (1 or 2)
 	size    int64     // file size in bytes
 	reg     *region   // mapping the current view uses
@@ -72,12 +76,18 @@ type region struct {
 	full []uint64 // every word of m; only a prefix is backed by the file
 }
 
-// Create makes a new bitslice file of nbits zero bits at path and opens it.
-// It fails with an error wrapping fs.ErrExist if path exists, and with
-// ErrOutOfRange if nbits exceeds MaxBits. The file (mode 0600) is built under
-// a temporary name in the same directory and renamed (without replacing)
-// into place, so a crash never leaves a half-made file at path.
-func Create(path string, nbits uint64) (_ *File, err error) {
+// Create makes a new bitslice file of nbits zero bits at path, with no
+// owner, and opens it. It fails with an error wrapping fs.ErrExist if path
+// exists, and with ErrOutOfRange if nbits exceeds MaxBits. The file (mode
+// 0600) is built under a temporary name in the same directory and renamed
+// (without replacing) into place, so a crash never leaves a half-made file
+// at path.
+func Create(path string, nbits uint64) (*File, error) { return CreateOwned(path, nbits, 0) }
+
+// CreateOwned is Create with the file's header naming owner (see Owner):
+// an engine stamps the files it creates with its id, so that a file of
+// another engine is never taken for its own.
+func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	if nbits > MaxBits {
 		return nil, fmt.Errorf("bitslice: create %s: length %d bits: %w (maximum %d)", path, nbits, ErrOutOfRange, uint64(MaxBits))
 	}
@@ -111,7 +121,7 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 	if err := allocate(tmp, 0, size); err != nil {
 		return nil, fmt.Errorf("bitslice: create %s: allocate %d bytes: %w", path, size, err)
 	}
-	h := header{seq: 1, nbits: nbits}
+	h := header{seq: 1, nbits: nbits, owner: owner, version: Version}
 	slot := encodeSlot(h)
 	if _, err := tmp.WriteAt(slot[:], int64(slotFor(h.seq))*slotStride); err != nil {
 		// Untested: the blocks are allocated, so only an I/O error.
@@ -121,7 +131,7 @@ func Create(path string, nbits uint64) (_ *File, err error) {
 		// Untested: fsync fails only on an I/O error.
 		return nil, fmt.Errorf("bitslice: create %s: sync: %w", path, err)
 	}
-	if err := publish(tmpName, path); err != nil {
+	if err := fsutil.Publish(tmpName, path); err != nil {
 		// Untested here: path was absent at the Lstat above, so ErrExist
 		// needs a racing creator (publish's refusal to replace has
 		// TestPublishDoesNotReplace), and other errors need an I/O error or
@@ -215,7 +225,7 @@ func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 		// Untested: only reachable on a big-endian host.
 		return nil, fmt.Errorf("bitslice: open %s: data words are little-endian and this host is not", path)
 	}
-	f := &File{path: path, fd: fd, seq: p.seq, valid: p.valid, size: size, live: new(atomic.Int64)}
+	f := &File{path: path, fd: fd, seq: p.seq, version: p.version, valid: p.valid, size: size, live: new(atomic.Int64)}
 	need := int64(words(p.nbits)) * 8
 	reg, err := f.mapRegion(need)
 	if err != nil {
@@ -227,6 +237,10 @@ func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 	f.nbits.Store(p.nbits)
 	f.staged.Store(p.watermark)
 	f.persisted.Store(p.watermark)
+	f.stagedOwner.Store(p.owner)
+	f.owner.Store(p.owner)
+	f.stagedGen.Store(p.gen)
+	f.gen.Store(p.gen)
 	f.cur.Store(reg.view(p.nbits))
 	return f, nil
 }
@@ -485,13 +499,13 @@ func (f *File) Grow(nbits uint64) error {
 		// Tested by TestFaultGrow under -tags kvbuf_failpoints.
 		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 	}
-	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load()}
+	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load(), owner: f.owner.Load(), gen: f.gen.Load()}
 	if err := f.writeHeader(h); err != nil {
 		// Untested: see writeHeader; the failpoint above covers a failure
 		// at this step (TestFaultGrow, -tags kvbuf_failpoints).
 		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
 	}
-	f.seq, f.valid = h.seq, 2
+	f.seq, f.valid, f.version = h.seq, 2, Version
 	f.reg = reg
 	f.cur.Store(reg.view(nbits))
 	f.nbits.Store(nbits)
@@ -526,10 +540,23 @@ func (f *File) writeHeader(h header) error {
 
 // SetWatermark stages op as the watermark the next Sync persists. The
 // watermark only moves forward: a value below the staged one is ignored.
-func (f *File) SetWatermark(op uint64) {
+func (f *File) SetWatermark(op uint64) { stageMax(&f.staged, op) }
+
+// SetGen stages g as the write generation the next Sync records in the
+// header: an owner numbers its updates, so that an older copy of the file
+// (a lower generation than the owner recorded elsewhere) is recognised. It
+// only moves forward.
+func (f *File) SetGen(g uint64) { stageMax(&f.stagedGen, g) }
+
+// SetOwner stages owner as the file's owner, recorded by the next Sync (an
+// engine adopting a version-1 file, or a checkpoint copy getting its own
+// engine id).
+func (f *File) SetOwner(owner uint64) { f.stagedOwner.Store(owner) }
+
+func stageMax(a *atomic.Uint64, v uint64) {
 	for {
-		cur := f.staged.Load()
-		if op <= cur || f.staged.CompareAndSwap(cur, op) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
 	}
@@ -539,10 +566,34 @@ func (f *File) SetWatermark(op uint64) {
 // would return after a crash now.
 func (f *File) Watermark() uint64 { return f.persisted.Load() }
 
-// Sync makes every change that completed before the call durable (msync),
-// then writes the staged watermark into the next header slot and
-// fdatasyncs. If the watermark is unchanged only the msync is done. On error
-// the previous header stays in force and Sync can be retried.
+// Owner is the owner in the newest header on disk (0: none, and for a
+// version-1 file).
+func (f *File) Owner() uint64 { return f.owner.Load() }
+
+// Version is the format version of the newest header on disk: 1 for a
+// file written before owners and generations existed, until its first Sync
+// or Grow.
+func (f *File) Version() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int(f.version)
+}
+
+// Gen is the write generation in the newest header on disk (0 for a
+// version-1 file and a new one).
+func (f *File) Gen() uint64 { return f.gen.Load() }
+
+// Sync makes every change that completed before the call durable, then
+// records the staged watermark, generation and owner in the next header
+// slot. A new watermark is a durability claim, so the data is made durable
+// first (msync), then the header is written and fdatasynced. With the
+// watermark unchanged, a new generation or owner claims nothing about the
+// data: the header is written first and one fdatasync makes both durable
+// (it writes back the pages dirtied through the shared mapping too; a crash
+// before it leaves the new header or the old one, either over data the
+// owner's watermark does not cover). With nothing new, only the msync is
+// done. On error the previous header stays in force and Sync can be
+// retried.
 func (f *File) Sync() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -550,31 +601,37 @@ func (f *File) Sync() error {
 		return f.errClosed()
 	}
 	v := f.cur.Load()
-	wm := f.staged.Load()
-	err := failpoint.Hit(failpoint.BitsliceSyncMsync)
-	if err == nil {
-		err = msync(f.reg.m[:len(v.words)*8])
+	wm, owner, gen := f.staged.Load(), f.stagedOwner.Load(), f.stagedGen.Load()
+	newWM := wm != f.persisted.Load()
+	newID := owner != f.owner.Load() || gen != f.gen.Load() || f.version != Version
+	if newWM || !newID {
+		err := failpoint.Hit(failpoint.BitsliceSyncMsync)
+		if err == nil {
+			err = msync(f.reg.m[:len(v.words)*8])
+		}
+		if err != nil {
+			// Tested through the failpoint by TestFaultSync under -tags
+			// kvbuf_failpoints; a real msync fails only on an I/O error.
+			return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
+		}
 	}
-	if err != nil {
-		// Tested through the failpoint by TestFaultSync under -tags
-		// kvbuf_failpoints; a real msync fails only on an I/O error.
-		return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
-	}
-	if wm == f.persisted.Load() {
+	if !newWM && !newID {
 		return nil
 	}
 	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
 		// Tested by TestFaultSync under -tags kvbuf_failpoints.
 		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
 	}
-	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm}
+	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm, owner: owner, gen: gen}
 	if err := f.writeHeader(h); err != nil {
 		// Untested: see writeHeader; the failpoint above covers a failure
 		// at this step (TestFaultSync, -tags kvbuf_failpoints).
 		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
 	}
-	f.seq, f.valid = h.seq, 2
+	f.seq, f.valid, f.version = h.seq, 2, Version
 	f.persisted.Store(wm)
+	f.owner.Store(owner)
+	f.gen.Store(gen)
 	return nil
 }
 

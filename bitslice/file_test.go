@@ -386,27 +386,6 @@ func TestTornHeader(t *testing.T) {
 	}
 }
 
-// publish must never replace a file that appeared after Create's first check.
-func TestPublishDoesNotReplace(t *testing.T) {
-	dir := t.TempDir()
-	tmp, path := filepath.Join(dir, "tmp"), filepath.Join(dir, "x.bits")
-	writeFile(t, tmp, []byte("new"))
-	writeFile(t, path, []byte("old"))
-	if err := publish(tmp, path); !errors.Is(err, fs.ErrExist) {
-		t.Fatalf("publish over an existing file: %v, want fs.ErrExist", err)
-	}
-	if got := readFile(t, path); string(got) != "old" {
-		t.Fatalf("existing file replaced: %q", got)
-	}
-	if err := linkPublish(tmp, path); !errors.Is(err, fs.ErrExist) {
-		t.Fatalf("linkPublish over an existing file: %v, want fs.ErrExist", err)
-	}
-	if err := publish(tmp, filepath.Join(dir, "y.bits")); err != nil {
-		t.Fatal(err)
-	}
-	assertOnlyFiles(t, dir, "x.bits", "y.bits")
-}
-
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	f := create(t, 1<<12)
 	var sink bool

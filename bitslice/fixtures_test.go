@@ -104,8 +104,8 @@ func TestFixtures(t *testing.T) {
 		}
 	}
 	ok := map[string]Info{
-		"valid.bits": {Version: 1, Len: 300, Ones: wantOnes, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 2, FileSize: DataOffset + 40},
-		"torn.bits":  {Version: 1, Len: 300, Ones: wantOnes + 1, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 1, FileSize: DataOffset + 40},
+		"valid.bits": {Version: 2, Len: 300, Ones: wantOnes, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 2, FileSize: DataOffset + 40},
+		"torn.bits":  {Version: 2, Len: 300, Ones: wantOnes + 1, Watermark: 42, Seq: 2, Slot: 1, ValidSlots: 1, FileSize: DataOffset + 40},
 	}
 	bad := map[string]string{
 		"truncated.bits":   "truncated: file is 4112 bytes, header (seq 2) says 300 bits, which needs 4136 bytes",
@@ -141,5 +141,91 @@ func TestFixtures(t *testing.T) {
 	}
 	if f.Watermark() != 42 {
 		t.Fatalf("valid.bits watermark %d", f.Watermark())
+	}
+}
+
+// A version-1 file (written before owners and generations existed, kept in
+// testdata/bitslice/v1) reads with owner and generation 0, and its first
+// Sync rewrites its header as version 2 with what was staged.
+func TestVersion1File(t *testing.T) {
+	src := filepath.Join(fixtureDir, "v1", "valid.bits")
+	info, err := ReadInfo(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != 1 || info.Owner != 0 || info.Gen != 0 || info.Watermark != 42 || info.Len != 300 {
+		t.Fatalf("ReadInfo(v1) = %+v", info)
+	}
+	cp := filepath.Join(t.TempDir(), "valid.bits")
+	writeFile(t, cp, readFile(t, src))
+	f, err := Open(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Owner() != 0 || f.Gen() != 0 || f.Info().Version != 1 {
+		t.Fatalf("opened v1: owner %d gen %d %+v", f.Owner(), f.Gen(), f.Info())
+	}
+	f.SetOwner(7)
+	f.SetGen(3)
+	f.SetGen(2) // lower: ignored
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err = ReadInfo(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != 2 || info.Owner != 7 || info.Gen != 3 || info.Watermark != 42 || info.Len != 300 {
+		t.Fatalf("after Sync: %+v, want version 2, owner 7, gen 3, watermark 42", info)
+	}
+	g, err := Open(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for i := range uint64(300) {
+		if g.Get(i) != fixtureBit(i) {
+			t.Fatalf("bit %d = %v after the upgrade", i, g.Get(i))
+		}
+	}
+}
+
+// A new generation or owner with the watermark unchanged is recorded by
+// Sync (one header write); with nothing new Sync writes no header.
+func TestSyncRecordsGenAndOwner(t *testing.T) {
+	f, err := CreateOwned(filepath.Join(t.TempDir(), "o.bits"), 100, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Owner() != 11 || f.Gen() != 0 {
+		t.Fatalf("created: owner %d gen %d", f.Owner(), f.Gen())
+	}
+	seq := f.Info().Seq
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Info().Seq != seq {
+		t.Fatal("Sync with nothing new wrote a header")
+	}
+	if err := f.Set(5, true); err != nil {
+		t.Fatal(err)
+	}
+	f.SetGen(4)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	info := f.Info()
+	if info.Seq != seq+1 || info.Gen != 4 || info.Owner != 11 || info.Watermark != 0 {
+		t.Fatalf("after SetGen(4): %+v", info)
+	}
+	if err := f.Grow(1000); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := ReadInfo(f.Path()); err != nil || info.Gen != 4 || info.Owner != 11 || info.Len != 1000 || info.Ones != 1 {
+		t.Fatalf("after Grow: %+v, %v", info, err)
 	}
 }

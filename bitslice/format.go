@@ -8,8 +8,10 @@ import (
 )
 
 const (
-	// Version is the on-disk format version this package reads and writes.
-	Version = 1
+	// Version is the on-disk format version this package writes. It also
+	// reads version 1 (no owner, no generation), and rewrites such a file's
+	// header as version 2 at its first Sync or Grow.
+	Version = 2
 	// MaxBits is the largest length Create and Grow accept and Open
 	// believes: 2^40 bits (128 GiB of data). Anything larger in a header is
 	// treated as corruption rather than an invitation to map it.
@@ -34,6 +36,9 @@ type header struct {
 	seq       uint64
 	nbits     uint64
 	watermark uint64
+	owner     uint64 // version 2: the engine the file belongs to (0: none)
+	gen       uint64 // version 2: the owner's write generation of the last update
+	version   uint32 // as read; encodeSlot writes it, or Version if 0
 }
 
 // slotFor is the slot a header with sequence number seq is written to.
@@ -48,11 +53,17 @@ func dataSize(nbits uint64) int64 { return DataOffset + int64(words(nbits))*8 }
 func encodeSlot(h header) [slotSize]byte {
 	var b [slotSize]byte
 	copy(b[0:8], magic[:])
-	binary.LittleEndian.PutUint32(b[8:12], Version)
+	v := h.version
+	if v == 0 {
+		v = Version
+	}
+	binary.LittleEndian.PutUint32(b[8:12], v)
 	binary.LittleEndian.PutUint32(b[12:16], DataOffset)
 	binary.LittleEndian.PutUint64(b[16:24], h.seq)
 	binary.LittleEndian.PutUint64(b[24:32], h.nbits)
 	binary.LittleEndian.PutUint64(b[32:40], h.watermark)
+	binary.LittleEndian.PutUint64(b[40:48], h.owner)
+	binary.LittleEndian.PutUint64(b[48:56], h.gen)
 	binary.LittleEndian.PutUint32(b[crcOffset:], crc32.Checksum(b[:crcOffset], crcTable))
 	return b
 }
@@ -80,13 +91,18 @@ func decodeSlot(b []byte, idx int) (header, error) {
 	if got, want := binary.LittleEndian.Uint32(b[crcOffset:]), crc32.Checksum(b[:crcOffset], crcTable); got != want {
 		return header{}, fmt.Errorf("bad checksum %#08x, computed %#08x", got, want)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:12]); v != Version {
-		return header{}, fmt.Errorf("%w %d (this build reads version %d)", errVersion, v, Version)
+	v := binary.LittleEndian.Uint32(b[8:12])
+	if v != 1 && v != Version {
+		return header{}, fmt.Errorf("%w %d (this build reads versions 1 and %d)", errVersion, v, Version)
 	}
 	if off := binary.LittleEndian.Uint32(b[12:16]); off != DataOffset {
 		return header{}, fmt.Errorf("data offset %d, want %d", off, DataOffset)
 	}
-	for _, c := range b[40:crcOffset] {
+	reserved := 56 // version 1 has no owner and generation: 40:60 reserved
+	if v == 1 {
+		reserved = 40
+	}
+	for _, c := range b[reserved:crcOffset] {
 		if c != 0 {
 			return header{}, errors.New("reserved bytes are not zero")
 		}
@@ -95,6 +111,11 @@ func decodeSlot(b []byte, idx int) (header, error) {
 		seq:       binary.LittleEndian.Uint64(b[16:24]),
 		nbits:     binary.LittleEndian.Uint64(b[24:32]),
 		watermark: binary.LittleEndian.Uint64(b[32:40]),
+		version:   v,
+	}
+	if v >= 2 {
+		h.owner = binary.LittleEndian.Uint64(b[40:48])
+		h.gen = binary.LittleEndian.Uint64(b[48:56])
 	}
 	if h.seq == 0 || slotFor(h.seq) != idx {
 		return header{}, fmt.Errorf("sequence number %d does not belong in slot %d", h.seq, idx)

@@ -10,10 +10,12 @@ import (
 // Info describes a bitslice file, for kvtool inspect and for logs.
 type Info struct {
 	Path       string // as given to Open, Create or ReadInfo
-	Version    int    // on-disk format version
+	Version    int    // on-disk format version of the newest valid header (1 or 2)
 	Len        uint64 // length in bits
 	Ones       uint64 // number of set bits
 	Watermark  uint64 // persisted watermark (from the newest valid header)
+	Owner      uint64 // the engine the file belongs to (0: none; always 0 in version 1)
+	Gen        uint64 // the owner's write generation of the last update (0 in version 1)
 	Seq        uint64 // sequence number of the newest valid header
 	Slot       int    // header slot (0 or 1) that header came from
 	ValidSlots int    // header slots that are valid: 2 normally, 1 after a torn write or before the first update
@@ -26,10 +28,12 @@ func (f *File) Info() Info {
 	defer f.mu.Unlock()
 	return Info{
 		Path:       f.path,
-		Version:    Version,
+		Version:    int(f.version),
 		Len:        f.nbits.Load(),
 		Ones:       f.CountOnes(),
 		Watermark:  f.persisted.Load(),
+		Owner:      f.owner.Load(),
+		Gen:        f.gen.Load(),
 		Seq:        f.seq,
 		Slot:       slotFor(f.seq),
 		ValidSlots: f.valid,
@@ -59,10 +63,12 @@ func ReadInfo(path string) (Info, error) {
 	}
 	return Info{
 		Path:       path,
-		Version:    Version,
+		Version:    int(p.version),
 		Len:        p.nbits,
 		Ones:       ones,
 		Watermark:  p.watermark,
+		Owner:      p.owner,
+		Gen:        p.gen,
 		Seq:        p.seq,
 		Slot:       p.slot,
 		ValidSlots: p.valid,

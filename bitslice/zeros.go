@@ -19,11 +19,3 @@ func writeZeros(f *os.File, off, n int64) error {
 	}
 	return nil
 }
-
-// linkPublish hard-links tmp to path (failing if path exists) and removes tmp.
-func linkPublish(tmp, path string) error {
-	if err := os.Link(tmp, path); err != nil {
-		return err
-	}
-	return os.Remove(tmp)
-}

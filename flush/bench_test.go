@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/kvbuf/kvbuf/internal/workload"
 )
@@ -230,23 +229,20 @@ var w4Impls = []w4Impl{
 		// while another caller's generation syncs.
 		return w4FlusherMode(0, true)(b, ft)
 	}},
-	{"per-caller-sync", func(b *testing.B, ft *fileTarget) (func(context.Context) error, func(uint32) error) {
-		var mu sync.Mutex
-		var seq uint64
-		return func(context.Context) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return ft.physicalFlush(&seq)
-		}, func(slot uint32) error { ft.put(slot); return nil }
-	}},
-	{"x/sync-singleflight", func(b *testing.B, ft *fileTarget) (func(context.Context) error, func(uint32) error) {
-		var sf singleflight.Group
-		var seq uint64
-		return func(context.Context) error {
-			_, err, _ := sf.Do("flush", func() (any, error) { return nil, ft.physicalFlush(&seq) })
-			return err
-		}, func(slot uint32) error { ft.put(slot); return nil }
-	}},
+	{"per-caller-sync", w4Discipline(workload.PerCallerSync)},
+	{"singleflight", w4Discipline(workload.Singleflight)},
+	{"careful-group-commit", w4Discipline(workload.GroupCommit)},
+}
+
+// w4Discipline is a baseline: the fileTarget's physical flush (freeze,
+// write, sync, release) behind one of the W4 flush disciplines of
+// internal/workload, the same ones the engine-level W4 (bench) races.
+func w4Discipline(d func(func(context.Context) error) func(context.Context) error) func(*testing.B, *fileTarget) (func(context.Context) error, func(uint32) error) {
+	return func(b *testing.B, ft *fileTarget) (func(context.Context) error, func(uint32) error) {
+		var seq uint64 // the disciplines run one physical flush at a time
+		return d(func(context.Context) error { return ft.physicalFlush(&seq) }),
+			func(slot uint32) error { ft.put(slot); return nil }
+	}
 }
 
 const w4PerG = 32
@@ -260,9 +256,9 @@ func runW4(b *testing.B, G int, im w4Impl) {
 	flush, write := im.setup(b, ft)
 	loop := workload.FlushLoop{
 		Goroutines: G, PerGoroutine: w4PerG,
-		Write:   func(g, i int) error { return write(uint32(g*w4PerG + i)) },
+		Write:   func(_ context.Context, g, i int) (uint64, error) { return 0, write(uint32(g*w4PerG + i)) },
 		Flush:   flush,
-		Durable: func(g, i int) bool { return ft.durable(uint32(g*w4PerG + i)) },
+		Durable: func(g, i int, _ uint64) (bool, error) { return ft.durable(uint32(g*w4PerG + i)), nil },
 	}
 	var total workload.Result
 	s0 := ft.syncs.Load()
@@ -283,10 +279,11 @@ func runW4(b *testing.B, G int, im w4Impl) {
 }
 
 // BenchmarkW4 is W4 (flush coalescing) at the flusher level: the Flusher (and
-// kvbuf-eager, the Flusher without the hold)
-// against a per-caller sync under a mutex and x/sync/singleflight (which
-// lets a caller join a flush frozen before its write: violations), all over
-// the same fileTarget.
+// kvbuf-eager, the Flusher without the hold) against the W4 baselines of
+// internal/workload (a per-caller sync under a mutex, x/sync/singleflight,
+// which lets a caller join a flush frozen before its write: violations, and
+// the careful group commit that waits such a flush out), all over the same
+// fileTarget, through the same loop as the engine-level W4 in bench.
 func BenchmarkW4(b *testing.B) {
 	for _, G := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("flush-g%d", G), func(b *testing.B) {
@@ -303,7 +300,7 @@ func BenchmarkW4(b *testing.B) {
 // them alike. Each metric is reported per implementation ("kvbuf-w/s",
 // "singleflight-p99-µs", ...).
 func BenchmarkW4Interleaved(b *testing.B) {
-	short := map[string]string{"kvbuf": "kvbuf", "kvbuf-eager": "eager", "per-caller-sync": "percaller", "x/sync-singleflight": "singleflight"}
+	short := map[string]string{"kvbuf": "kvbuf", "kvbuf-eager": "eager", "per-caller-sync": "percaller", "singleflight": "singleflight", "careful-group-commit": "groupcommit"}
 	for _, G := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("flush-g%d", G), func(b *testing.B) {
 			type run struct {
@@ -322,9 +319,9 @@ func BenchmarkW4Interleaved(b *testing.B) {
 				flush, write := im.setup(b, ft)
 				runs = append(runs, &run{name: short[im.name], ft: ft, s0: ft.syncs.Load(), loop: workload.FlushLoop{
 					Goroutines: G, PerGoroutine: w4PerG,
-					Write:   func(g, i int) error { return write(uint32(g*w4PerG + i)) },
+					Write:   func(_ context.Context, g, i int) (uint64, error) { return 0, write(uint32(g*w4PerG + i)) },
 					Flush:   flush,
-					Durable: func(g, i int) bool { return ft.durable(uint32(g*w4PerG + i)) },
+					Durable: func(g, i int, _ uint64) (bool, error) { return ft.durable(uint32(g*w4PerG + i)), nil },
 				}})
 			}
 			b.ReportAllocs()

@@ -29,17 +29,25 @@
 //
 // # Ops and the watermark
 //
-// Writes carry the host's op number (0: untracked). Under the shared
-// barrier, BeginWrite records the highest op admitted (hi) and, for a write
-// that closes its op (a batch), the highest closed op; EndOp closes an op
-// without a write. A host finishes op n before it starts n+1, so every op
-// below hi is complete. At each freeze the flusher claims
-// max(claimed, closed, hi-1) (claimed starts at Options.Watermark): that is
-// the generation's watermark, persisted by Write after the generation's
-// data. A write whose op is at or below the claimed op is refused with
-// ErrStaleOp, so a watermark never covers a write outside its generation or
-// an earlier one, and never half an op. Watermark reports the watermark of
-// the newest generation whose wait returned nil.
+// Writes carry the host's op number (0: untracked). The flusher tracks,
+// under the shared barrier, which ops are open (begun and not ended): an
+// op is begun by BeginOp (explicitly: open until EndOp or a batch of it), by
+// the first write of an op above every op begun (implicitly: open until a
+// later op begins, or EndOp), or begun and ended at once by a batch
+// (BeginWrite with closesOp). Ops are begun in increasing order (the host
+// numbers them under its log's lock), so a number below the highest op
+// begun that was never begun is complete. At each freeze the flusher
+// claims the contiguous prefix of complete ops (the highest n with every op
+// <= n ended), capped under Options.LogBeforeData by the host's durable log
+// position (LogDurable), and never below the previous claim (which starts
+// at Options.Watermark): that is the generation's watermark, persisted by
+// Write after the generation's data. A write of a complete op above the
+// persisted watermark is refused with ErrStaleOp, so a watermark never
+// covers a write outside its generation or an earlier one, and never half
+// an op; a write, BeginOp or EndOp of an op at or below it is skipped as a
+// redelivered op. Watermark reports the watermark of the newest generation
+// whose wait returned nil; WatermarkNotify and WaitWatermark report its
+// advances.
 //
 // A flush is skipped when no write was admitted since the last freeze, no op
 // can be claimed and, with no generation in flight, the Target reports no
@@ -102,8 +110,8 @@
 //   - Target calls are not time-limited: Write gets a context that is never
 //     cancelled, and Close waits for in-flight operations and generations
 //     without a deadline. A target that hangs hangs Close.
-//   - Calling Flush, EndOp, Exclusive or Close between BeginWrite and
-//     Ticket.End deadlocks that goroutine (Flush still returns when its
+//   - Calling Flush, BeginOp, EndOp, Exclusive or Close between BeginWrite
+//     and Ticket.End deadlocks that goroutine (Flush still returns when its
 //     context ends).
 //   - MaxPendingBytes is checked before each write, so concurrent writers can
 //     overshoot it by the size of their writes.

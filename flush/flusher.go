@@ -2,7 +2,6 @@ package flush
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,16 +28,19 @@ import (
 //     advances, with the barrier held exclusively, after a Freeze that
 //     returned. A Freeze that panicked consumes no number.
 //  2. claimed only grows (invariants-checked). Only the writer stores it,
-//     with the barrier held exclusively, together with frozen; BeginWrite
-//     reads it with the shared barrier held. So an op is either admitted
-//     above the claim of every generation frozen before the write ends, or
-//     refused with ErrStaleOp: a generation's watermark never covers a write
-//     outside it or an earlier generation.
-//  3. The per-stripe op records (hi, closed) and dirty are raised by
-//     writers and EndOp under the shared barrier and read, and dirty
-//     cleared, by the writer under the exclusive barrier. dirty is cleared
-//     only after frozen is stored, so a reader that sees it clear sees the
-//     generation that took the change.
+//     with the barrier held exclusively, together with frozen, and never
+//     above the tracker's contiguous prefix of complete ops. BeginWrite
+//     admits only a write of an open op (or one it begins), with the shared
+//     barrier held: that op is above every claim made before the write
+//     ends, and stays so until it ends. So a generation's watermark never
+//     covers a write outside it or an earlier generation; a write of a
+//     complete op is refused (ErrStaleOp) or, at or below the persisted
+//     watermark, skipped.
+//  3. The op tracker (ops) and dirty are changed by writers, BeginOp and
+//     EndOp under the shared barrier and read, and dirty cleared, by the
+//     writer under the exclusive barrier, so a freeze sees every op change
+//     whole. dirty is cleared only after frozen is stored, so a reader that
+//     sees it clear sees the generation that took the change.
 //  4. q holds the unreleased generations in freeze order (under mu): the
 //     writer appends, the waiter pops the head. A freeze starts only when
 //     len(q) < PipelineDepth and every generation in q is written, and for
@@ -90,8 +92,11 @@ type Flusher struct {
 
 	gate    Gate
 	barrier *stripe.RWBarrier
-	stripes []opStripe // one per barrier stripe, same index
 	mask    uint32
+
+	ops           opTracker     // invariant 3
+	logCap        atomic.Uint64 // Options.LogBeforeData: the host's durable log position
+	highestAtOpen uint64        // Options.HighestOp
 
 	dirty     paddedBool    // a write was admitted since the last freeze (invariant 3)
 	claimed   atomic.Uint64 // invariant 2
@@ -113,11 +118,12 @@ type Flusher struct {
 	bgDue    bool        // a background flush (interval, bytes, retry) is due
 	seenFail int64       // failSeq when the writer last armed tick
 
-	flushes   atomic.Int64
-	coalesced atomic.Int64
-	stalls    atomic.Int64
-	stallNs   atomic.Int64
-	latency   histogram
+	flushes     atomic.Int64
+	coalesced   atomic.Int64
+	redelivered atomic.Int64 // calls skipped: op at or below the persisted watermark
+	stalls      atomic.Int64
+	stallNs     atomic.Int64
+	latency     histogram
 
 	mu         sync.Mutex
 	open       *group // Flush callers waiting for the next freeze (invariant 10)
@@ -132,6 +138,7 @@ type Flusher struct {
 	relCallers int           // callers of the generations released since the last freeze
 	eager      bool          // benchmarks: write eagerly even while callers' generations sync
 	progress   chan struct{} // closed and replaced at each release and failure
+	wmChanged  chan struct{} // closed and replaced when persisted advances, closed for good by Close
 	stopping   bool
 	wExited    bool // the writer has returned
 	st         struct {
@@ -142,13 +149,6 @@ type Flusher struct {
 	closeStarted bool
 	closeDone    chan struct{}
 	closeErr     error
-}
-
-// opStripe is the op record of one barrier stripe, padded to a cache line.
-type opStripe struct {
-	hi     atomic.Uint64 // highest op admitted
-	closed atomic.Uint64 // highest op declared complete
-	_      [stripe.CacheLine - 16]byte
 }
 
 // paddedBool is a flag on a cache line of its own: set by the first write
@@ -207,7 +207,6 @@ func New(t Target, opts *Options) *Flusher {
 		t:          t,
 		opts:       opts.withDefaults(),
 		barrier:    stripe.NewRWBarrier(n),
-		stripes:    make([]opStripe, n),
 		mask:       uint32(n - 1),
 		kick:       make(chan struct{}, 1),
 		waitKick:   make(chan struct{}, 1),
@@ -215,6 +214,7 @@ func New(t Target, opts *Options) *Flusher {
 		writerDone: make(chan struct{}),
 		waiterDone: make(chan struct{}),
 		progress:   make(chan struct{}),
+		wmChanged:  make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		tick:       time.NewTimer(time.Hour),
 		gwTimer:    time.NewTimer(time.Hour),
@@ -223,6 +223,9 @@ func New(t Target, opts *Options) *Flusher {
 	f.gate.Stripe() // every write enters it
 	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
+	f.ops.init(f.opts.Watermark)
+	f.logCap.Store(f.opts.Watermark)
+	f.highestAtOpen = max(f.opts.HighestOp, f.opts.Watermark)
 	f.gwTimer.Stop()
 	f.armTick(0)
 	go f.writeLoop()
@@ -233,11 +236,17 @@ func New(t Target, opts *Options) *Flusher {
 // Ticket is one admitted operation (a write, or an Enter); call End exactly
 // once when it is over. The zero Ticket's End does nothing.
 type Ticket struct {
-	f     *Flusher
-	tok   Token
-	w     *sync.RWMutex // shared side of the write barrier; nil for Enter
-	ended *atomic.Bool  // set only when invariants are enabled
+	f       *Flusher
+	tok     Token
+	w       *sync.RWMutex // shared side of the write barrier; nil for Enter
+	ended   *atomic.Bool  // set only when invariants are enabled
+	skipped bool
 }
+
+// Skipped reports that BeginWrite admitted nothing because the write's op
+// is at or below the persisted watermark (a redelivered op): the caller
+// must change nothing and report success. End is a no-op on such a Ticket.
+func (t Ticket) Skipped() bool { return t.skipped }
 
 // End leaves the write barrier (for writes) and the gate. Ending a Ticket
 // twice corrupts the gate and the barrier (detected with -tags invariants).
@@ -262,41 +271,63 @@ func newTicket(f *Flusher, tok Token, w *sync.RWMutex) Ticket {
 }
 
 // BeginWrite admits a write of the host's op number op (0: not tracked);
-// closesOp says the op has no further writes (a batch). It enters the gate
-// and the shared side of the write barrier, so a freeze cannot happen while
-// the write is half done, and records the op: every op below the highest
-// admitted one, and every closed op, counts as complete at the next freeze.
-// Writes that End before a Flush call starts are covered by that Flush.
+// closesOp says the write is a whole op (a batch: begun and ended in one
+// call). It enters the gate and the shared side of the write barrier, so a
+// freeze cannot happen while the write is half done, and records the op
+// (see "Ops and the watermark" in the package documentation): a write of an
+// op above every op begun begins it implicitly; a write of an open op
+// (begun and not ended) is always admitted; a batch ends its op. Writes
+// that End before a Flush call starts are covered by that Flush.
 //
-// It returns ErrStaleOp if 0 < op <= the claimed op (a frozen generation's
-// watermark already covers op), ErrClosed once Close has begun and, if the
-// Target holds more than Options.MaxPendingBytes, waits until a release
-// makes room (kicking a flush), returning ctx.Err() if ctx ends first.
+// A write whose op is at or below the persisted watermark (Watermark) is a
+// redelivered op: BeginWrite returns a Ticket whose Skipped reports true
+// and a nil error, having admitted nothing (counted in Stats.Redelivered);
+// the caller changes nothing and reports success. The watermark already
+// covers every write of that op.
 //
-// Do not call Flush, EndOp, Exclusive or Close between BeginWrite and End:
-// they need the barrier the caller holds.
+// It returns ctx.Err() if ctx is already done (nothing is admitted),
+// ErrStaleOp for an op above the persisted watermark that is complete (a
+// host bug: see ErrStaleOp), ErrBadOp above MaxOp, ErrClosed once Close has
+// begun and, if the Target holds more than Options.MaxPendingBytes, waits
+// until a release makes room (kicking a flush), returning ctx.Err() if ctx
+// ends first.
+//
+// Do not call Flush, BeginOp, EndOp, Exclusive or Close between BeginWrite
+// and End: they need the barrier the caller holds.
 func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Ticket, error) {
+	if err := ctx.Err(); err != nil {
+		return Ticket{}, err
+	}
+	if err := checkOpRange("write", op); err != nil {
+		return Ticket{}, err
+	}
 	tok, err := f.gate.Enter()
 	if err != nil {
 		return Ticket{}, err
+	}
+	if op != 0 && op <= f.persisted.Load() {
+		// Redelivered: persisted only grows, so the op stays covered.
+		f.gate.Leave(tok)
+		f.redelivered.Add(1)
+		return Ticket{skipped: true}, nil
 	}
 	if f.opts.MaxPendingBytes > 0 {
 		if err := f.admitBytes(ctx, tok); err != nil {
 			return Ticket{}, err
 		}
 	}
-	i := stripe.Hint(32) & f.mask
-	w := f.barrier.RLockAt(i)
-	s := &f.stripes[i]
+	w := f.barrier.RLockAt(stripe.Hint(32) & f.mask)
 	if op != 0 {
-		if op <= f.claimed.Load() {
+		var err error
+		if closesOp {
+			err = f.ops.apply(op)
+		} else {
+			err = f.ops.write(op)
+		}
+		if err != nil {
 			w.RUnlock()
 			f.gate.Leave(tok)
-			return Ticket{}, fmt.Errorf("%w: op %d <= claimed %d", ErrStaleOp, op, f.claimed.Load())
-		}
-		atomicMax(&s.hi, op)
-		if closesOp {
-			atomicMax(&s.closed, op)
+			return Ticket{}, err
 		}
 	}
 	if !f.dirty.Load() {
@@ -364,12 +395,42 @@ func atomicMax(a *atomic.Uint64, v uint64) {
 	}
 }
 
-// EndOp declares op complete: the next freeze may claim it even if no
-// further write names a higher op (no write is needed). Ops at or below the
-// claimed op, and op 0, are already complete: EndOp returns nil. It returns
-// ErrClosed once Close has begun, and ctx.Err() if ctx is already done.
+// BeginOp begins op explicitly: it stays open, and every write of it is
+// admitted, until EndOp(op) or a batch of op ends it, however many later
+// ops begin and end meanwhile, so no generation claims it or any later op
+// before then. Ops must be begun in increasing order (call it under the
+// lock that numbers the host's log); writes of an op above every op begun
+// begin it implicitly (see the package documentation).
+//
+// An op at or below the persisted watermark is a redelivered op: nil,
+// nothing changes (counted in Stats.Redelivered). Op 0 is untracked: nil.
+// It returns ctx.Err() if ctx is already done, ErrBadOp if op is at or
+// below an op already begun (and above the watermark) or above MaxOp, and
+// ErrClosed once Close has begun.
+func (f *Flusher) BeginOp(ctx context.Context, op uint64) error {
+	return f.opCall(ctx, "BeginOp", op, f.ops.begin)
+}
+
+// EndOp ends op: it has no further writes, so the next freeze may claim it
+// once every earlier op has ended too. Ending an op that is complete
+// already (ended, or below an op begun later without being open) is a
+// no-op, as is op 0. An op at or below the persisted watermark is a
+// redelivered op: nil, counted in Stats.Redelivered. It returns ctx.Err()
+// if ctx is already done, ErrBadOp if op is above every op begun (written,
+// batched or begun) or above MaxOp, with nothing changed, and ErrClosed
+// once Close has begun. An op with no writes is begun and ended at once by
+// an empty batch (BeginWrite with closesOp).
 func (f *Flusher) EndOp(ctx context.Context, op uint64) error {
+	return f.opCall(ctx, "EndOp", op, f.ops.end)
+}
+
+// opCall runs BeginOp's or EndOp's tracker call fn under the gate and the
+// shared barrier, after the checks they share.
+func (f *Flusher) opCall(ctx context.Context, what string, op uint64, fn func(uint64) error) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkOpRange(what, op); err != nil {
 		return err
 	}
 	tok, err := f.gate.Enter()
@@ -380,14 +441,32 @@ func (f *Flusher) EndOp(ctx context.Context, op uint64) error {
 	if op == 0 {
 		return nil
 	}
-	i := stripe.Hint(32) & f.mask
-	w := f.barrier.RLockAt(i)
-	if op > f.claimed.Load() {
-		atomicMax(&f.stripes[i].closed, op)
+	if op <= f.persisted.Load() {
+		f.redelivered.Add(1)
+		return nil
 	}
-	w.RUnlock()
-	return nil
+	w := f.barrier.RLockAt(stripe.Hint(32) & f.mask)
+	defer w.RUnlock()
+	return fn(op)
 }
+
+// LogDurable reports that the host's log is durable up to and including
+// op. With Options.LogBeforeData, no generation claims a watermark above
+// the highest op reported (the log must be durable before the data it
+// would no longer replay); without it, it has no effect. It never blocks:
+// the next flush (interval, FlushBytes, an explicit Flush) may persist the
+// higher watermark it allows. Lower values than one reported before are
+// ignored.
+func (f *Flusher) LogDurable(op uint64) { atomicMax(&f.logCap, op) }
+
+// HighestOp returns the highest op seen (Stats.HighestOp).
+func (f *Flusher) HighestOp() uint64 { return max(f.ops.highest(), f.highestAtOpen) }
+
+// CompletedOp returns the highest op n such that every op <= n has ended
+// (at least the watermark): what the next freeze may claim, before the
+// Options.LogBeforeData cap. It is exact inside Exclusive (snapshots use
+// it there); elsewhere ops may begin and end while it reads.
+func (f *Flusher) CompletedOp() uint64 { return max(f.ops.completed(), f.claimed.Load()) }
 
 // Enter admits an operation that must finish before Close proceeds (for
 // example creating a keyspace): it enters the gate only. It returns
@@ -465,30 +544,21 @@ func (f *Flusher) idle() bool {
 	if f.dirty.Load() {
 		return false
 	}
-	hi, closed := f.opRecords()
-	if f.claimable(hi, closed) > f.claimed.Load() {
+	if f.claimable() > f.claimed.Load() {
 		return false
 	}
 	return f.frozen.Load() == f.released.Load() && f.t.PendingBytes() <= 0
 }
 
-// opRecords folds the per-stripe op records.
-func (f *Flusher) opRecords() (hi, closed uint64) {
-	for i := range f.stripes {
-		s := &f.stripes[i]
-		hi = max(hi, s.hi.Load())
-		closed = max(closed, s.closed.Load())
+// claimable is the claim rule: the contiguous prefix of complete ops,
+// capped by the host's durable log position under Options.LogBeforeData,
+// and never below the current claim.
+func (f *Flusher) claimable() uint64 {
+	c := f.ops.completed()
+	if f.opts.LogBeforeData {
+		c = min(c, f.logCap.Load())
 	}
-	return hi, closed
-}
-
-// claimable is the claim rule: max(claimed, closed, hi-1).
-func (f *Flusher) claimable(hi, closed uint64) uint64 {
-	c := max(f.claimed.Load(), closed)
-	if hi > 0 {
-		c = max(c, hi-1)
-	}
-	return c
+	return max(c, f.claimed.Load())
 }
 
 // join adds the caller to the open group and wakes the writer.
@@ -534,6 +604,46 @@ func (f *Flusher) kickAuto() {
 // decreases.
 func (f *Flusher) Watermark() uint64 { return f.persisted.Load() }
 
+// WatermarkNotify returns the persisted watermark and a channel that is
+// closed once the persisted watermark is above it, or once Close has
+// finished (after which every call returns a closed channel). The pair is
+// consistent: the channel is the one the next advance closes, so a loop
+// that calls WatermarkNotify again after each wake-up misses no advance.
+// Nothing is sent on the channel and no goroutine is started.
+func (f *Flusher) WatermarkNotify() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.persisted.Load(), f.wmChanged
+}
+
+// WaitWatermark blocks until the persisted watermark is above after and
+// returns it. It returns ErrClosed if Close has finished and the watermark
+// is not above after, and ctx.Err() if ctx ends first. It starts no
+// goroutine.
+func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, error) {
+	for {
+		wm, ch := f.WatermarkNotify()
+		if wm > after {
+			return wm, nil
+		}
+		select {
+		case <-f.closeDone:
+			// Close closes closeDone before wmChanged, so a waiter woken
+			// by wmChanged's last close finds closeDone closed here.
+			if wm := f.persisted.Load(); wm > after {
+				return wm, nil
+			}
+			return wm, ErrClosed
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return f.persisted.Load(), ctx.Err()
+		}
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (f *Flusher) Stats() Stats {
 	f.mu.Lock()
@@ -547,11 +657,14 @@ func (f *Flusher) Stats() Stats {
 	f.mu.Unlock()
 	s.Flushes = f.flushes.Load()
 	s.Coalesced = f.coalesced.Load()
+	s.Redelivered = f.redelivered.Load()
 	s.Stalls = f.stalls.Load()
 	s.StallTime = time.Duration(f.stallNs.Load())
 	rel := f.released.Load() // before frozen, so the difference is >= 0
 	s.InFlight = int(f.frozen.Load() - rel)
-	s.HighestOp, _ = f.opRecords()
+	s.HighestOp = f.HighestOp()
+	s.CompletedOp = f.CompletedOp()
+	s.OpenOps = f.ops.numOpen()
 	s.ClaimedOp = f.claimed.Load()
 	s.Watermark = f.persisted.Load()
 	s.PendingBytes = f.t.PendingBytes()
@@ -604,6 +717,9 @@ func (f *Flusher) Close() error {
 	f.tick.Stop()
 	f.gwTimer.Stop()
 	close(f.closeDone)
+	f.mu.Lock()
+	close(f.wmChanged) // the waiter has exited: persisted cannot advance again
+	f.mu.Unlock()
 	return f.closeErr
 }
 

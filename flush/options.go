@@ -39,6 +39,20 @@ type Options struct {
 	// with ErrStaleOp. Default: 0.
 	Watermark uint64
 
+	// HighestOp is the highest op number seen before (the engine persists
+	// it with each generation): Stats.HighestOp starts from it, so that it
+	// means the same after a reopen. It does not change what is admitted.
+	// Default: 0 (Watermark).
+	HighestOp uint64
+
+	// LogBeforeData caps every claimed watermark at the highest op the
+	// host reported durable in its own log with LogDurable (starting at
+	// Watermark): a host that group-commits its log acknowledges op n only
+	// once its log is durable, and a watermark persisted above that would
+	// tell it, after a power loss, not to replay ops its log lost. Default:
+	// false (no cap).
+	LogBeforeData bool
+
 	// PipelineDepth bounds the generations frozen but not yet released
 	// (frozen, being written, waiting for their sync, or failed and waiting
 	// for a retry). When the bound is reached, new freezes wait for a

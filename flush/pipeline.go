@@ -235,9 +235,8 @@ func (f *Flusher) freeze(grp *group) {
 func (f *Flusher) freezeExclusive() *gen {
 	f.barrier.Lock()
 	defer f.barrier.Unlock()
-	hi, closed := f.opRecords()
 	claimed := f.claimed.Load()
-	wm := f.claimable(hi, closed)
+	wm := f.claimable()
 	if !f.dirty.Load() && wm == claimed &&
 		(f.frozen.Load() != f.released.Load() || f.t.PendingBytes() <= 0) {
 		return nil
@@ -441,7 +440,14 @@ func (f *Flusher) afterWait(it waitItem, err error) {
 		old := f.persisted.Load()
 		invariants.Check(gn.wm >= old, "flush: watermark went back from %d to %d", old, gn.wm)
 	}
-	f.persisted.Store(gn.wm)
+	if gn.wm > f.persisted.Load() {
+		// Watchers (WatermarkNotify) read the watermark and the channel
+		// under mu: the channel they get is the one closed at the next
+		// advance.
+		f.persisted.Store(gn.wm)
+		close(f.wmChanged)
+		f.wmChanged = make(chan struct{})
+	}
 	f.mu.Unlock()
 	f.release(gn)
 }

@@ -16,6 +16,9 @@ type Stats struct {
 	// Coalesced counts Flush calls that joined a generation another caller
 	// had already opened, i.e. did not open one of their own.
 	Coalesced int64
+	// Redelivered counts BeginWrite and EndOp calls skipped because their
+	// op was at or below the persisted watermark (see BeginWrite).
+	Redelivered int64
 	// Generations counts generations frozen (Freeze calls that returned).
 	// Retries of a failed generation are not counted again.
 	Generations int64
@@ -35,8 +38,16 @@ type Stats struct {
 	// MaxInFlight its highest value so far (at most Options.PipelineDepth).
 	InFlight    int
 	MaxInFlight int
-	// HighestOp is the highest op number admitted by BeginWrite.
+	// HighestOp is the highest op number seen: written, batched, begun or
+	// ended, or Options.HighestOp (seen before a reopen), and at least
+	// Options.Watermark.
 	HighestOp uint64
+	// CompletedOp is the highest op n such that every op <= n has ended
+	// (see CompletedOp): what the next freeze may claim before the
+	// Options.LogBeforeData cap.
+	CompletedOp uint64
+	// OpenOps is the number of ops begun and not ended.
+	OpenOps int
 	// ClaimedOp is the watermark of the newest frozen generation (initially
 	// Options.Watermark): writes of ops at or below it are refused.
 	ClaimedOp uint64

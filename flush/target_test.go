@@ -198,7 +198,7 @@ func (st *settleTarget) Settle() {
 // put does one covered write of key for op through f.
 func put(ctx context.Context, f *Flusher, ft *fakeTarget, key string, op uint64) error {
 	w, err := f.BeginWrite(ctx, op, false)
-	if err != nil {
+	if err != nil || w.Skipped() {
 		return err
 	}
 	ft.Put(key)
@@ -229,4 +229,12 @@ func (b *blocker) ch(g uint64) chan struct{} {
 // block waits until g is opened.
 func (b *blocker) block(g uint64) { <-b.ch(g) }
 
-func (b *blocker) open(g uint64) { close(b.ch(g)) }
+// open releases g's calls; opening it again is a no-op.
+func (b *blocker) open(g uint64) {
+	c := b.ch(g)
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}

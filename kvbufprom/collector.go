@@ -21,6 +21,7 @@
 //	kvbuf_flush_failures_total       failed flush attempts (Failures)
 //	kvbuf_write_stalls_total         writes that waited for room under MaxPendingBytes (Stalls)
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
+//	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
 //
 // Gauges:
 //
@@ -30,8 +31,10 @@
 //	kvbuf_generations_in_flight      generations frozen and not yet durable (InFlight)
 //	kvbuf_generations_in_flight_max  the highest InFlight so far (MaxInFlight)
 //	kvbuf_watermark                  the persisted watermark, an op number (Watermark)
-//	kvbuf_highest_op                 the highest op number admitted (HighestOp)
+//	kvbuf_highest_op                 the highest op number seen, also before a reopen (HighestOp)
 //	kvbuf_receipt_lag_ops            HighestOp - Watermark: how far the durable receipt trails the writes (ReceiptLag)
+//	kvbuf_completed_op               the highest op n with every op <= n ended: what the next flush may persist (CompletedOp)
+//	kvbuf_open_ops                   ops begun and not ended (OpenOps)
 //	kvbuf_keyspaces                  keyspaces of the engine (Keyspaces)
 //	kvbuf_bitslices                  bitslices of the engine (Bitslices)
 //	kvbuf_snapshots                  open snapshots (Snapshots)
@@ -91,6 +94,7 @@ type collector struct {
 	latency                                         *prometheus.Desc
 	inFlight, maxInFlight                           *prometheus.Desc
 	watermark, highestOp, receiptLag                *prometheus.Desc
+	completedOp, openOps, redelivered               *prometheus.Desc
 	keyspaces, bitslices, snapshots                 *prometheus.Desc
 }
 
@@ -134,8 +138,12 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		maxInFlight: desc("generations_in_flight_max", "The highest number of generations in flight since the engine was opened."),
 
 		watermark:  desc("watermark", "The persisted watermark: every write of every op up to it is durable."),
-		highestOp:  desc("highest_op", "The highest op number admitted."),
+		highestOp:  desc("highest_op", "The highest op number seen: written, batched, begun or ended (also before a reopen, as far as a flush recorded it)."),
 		receiptLag: desc("receipt_lag_ops", "Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops)."),
+
+		completedOp: desc("completed_op", "The highest op n such that every op up to n has ended: what the next flush may persist as the watermark."),
+		openOps:     desc("open_ops", "Ops begun and not ended."),
+		redelivered: desc("redelivered_total", "Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops)."),
 
 		keyspaces: desc("keyspaces", "Keyspaces of the engine."),
 		bitslices: desc("bitslices", "Bitslices of the engine."),
@@ -158,6 +166,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.latency,
 		c.inFlight, c.maxInFlight,
 		c.watermark, c.highestOp, c.receiptLag,
+		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
 	}
 }
@@ -198,6 +207,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.watermark, float64(m.Watermark))
 	gauge(c.highestOp, float64(m.HighestOp))
 	gauge(c.receiptLag, float64(m.ReceiptLag))
+	gauge(c.completedOp, float64(m.CompletedOp))
+	gauge(c.openOps, float64(m.OpenOps))
+	counter(c.redelivered, float64(m.Redelivered))
 	gauge(c.keyspaces, float64(m.Keyspaces))
 	gauge(c.bitslices, float64(m.Bitslices))
 	gauge(c.snapshots, float64(m.Snapshots))

@@ -42,6 +42,9 @@ var fieldMetric = map[string]string{
 	"Watermark":        "kvbuf_watermark",
 	"HighestOp":        "kvbuf_highest_op",
 	"ReceiptLag":       "kvbuf_receipt_lag_ops",
+	"CompletedOp":      "kvbuf_completed_op",
+	"OpenOps":          "kvbuf_open_ops",
+	"Redelivered":      "kvbuf_redelivered_total",
 	"Keyspaces":        "kvbuf_keyspaces",
 	"Bitslices":        "kvbuf_bitslices",
 	"Snapshots":        "kvbuf_snapshots",
@@ -65,6 +68,9 @@ func fabricated() kvbuf.Metrics {
 		Watermark:        1000,
 		HighestOp:        1007,
 		ReceiptLag:       7,
+		CompletedOp:      1003,
+		OpenOps:          4,
+		Redelivered:      5,
 		Keyspaces:        2,
 		Bitslices:        3,
 		Snapshots:        1,
@@ -110,6 +116,9 @@ func TestEveryFieldExported(t *testing.T) {
 # HELP kvbuf_bitslices Bitslices of the engine.
 # TYPE kvbuf_bitslices gauge
 kvbuf_bitslices{shard="7"} 3
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="7"} 1003
 # HELP kvbuf_flush_failures_total Failed flush attempts.
 # TYPE kvbuf_flush_failures_total counter
 kvbuf_flush_failures_total{shard="7"} 2
@@ -134,12 +143,15 @@ kvbuf_generations_in_flight_max{shard="7"} 4
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="7"} 9
-# HELP kvbuf_highest_op The highest op number admitted.
+# HELP kvbuf_highest_op The highest op number seen: written, batched, begun or ended (also before a reopen, as far as a flush recorded it).
 # TYPE kvbuf_highest_op gauge
 kvbuf_highest_op{shard="7"} 1007
 # HELP kvbuf_keyspaces Keyspaces of the engine.
 # TYPE kvbuf_keyspaces gauge
 kvbuf_keyspaces{shard="7"} 2
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="7"} 4
 # HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
 # TYPE kvbuf_pending_bytes gauge
 kvbuf_pending_bytes{shard="7"} 1.048576e+06
@@ -149,6 +161,9 @@ kvbuf_pending_keys{shard="7"} 12
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="7"} 7
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="7"} 5
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="7"} 1
@@ -291,6 +306,10 @@ func TestEngine(t *testing.T) {
 	if err := db.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Op 2 again, as a log replay would: skipped (redelivered).
+	if err := users.Put(ctx, []byte("k2"), []byte("other"), 2); err != nil {
+		t.Fatal(err)
+	}
 	// Op 5 stays pending; a snapshot is open.
 	if err := users.Put(ctx, []byte("k5"), []byte("v"), 5); err != nil {
 		t.Fatal(err)
@@ -317,6 +336,9 @@ func TestEngine(t *testing.T) {
 # HELP kvbuf_bitslices Bitslices of the engine.
 # TYPE kvbuf_bitslices gauge
 kvbuf_bitslices{shard="0"} 1
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="0"} 4
 # HELP kvbuf_flush_failures_total Failed flush attempts.
 # TYPE kvbuf_flush_failures_total counter
 kvbuf_flush_failures_total{shard="0"} 0
@@ -341,7 +363,7 @@ kvbuf_generations_in_flight_max{shard="0"} 1
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="0"} 1
-# HELP kvbuf_highest_op The highest op number admitted.
+# HELP kvbuf_highest_op The highest op number seen: written, batched, begun or ended (also before a reopen, as far as a flush recorded it).
 # TYPE kvbuf_highest_op gauge
 kvbuf_highest_op{shard="0"} 5
 # HELP kvbuf_keyspaces Keyspaces of the engine.
@@ -350,9 +372,15 @@ kvbuf_keyspaces{shard="0"} 1
 # HELP kvbuf_pending_keys KV keys held by pending tables (a key pending in two generations counts twice).
 # TYPE kvbuf_pending_keys gauge
 kvbuf_pending_keys{shard="0"} 1
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="0"} 1
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="0"} 1
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="0"} 1
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="0"} 1
@@ -388,9 +416,15 @@ kvbuf_write_stalls_total{shard="0"} 0
 		t.Fatal(err)
 	}
 	compare("after Close", `
+# HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
+# TYPE kvbuf_completed_op gauge
+kvbuf_completed_op{shard="0"} 5
 # HELP kvbuf_generations_total Generations frozen: physical flushes, background ones included.
 # TYPE kvbuf_generations_total counter
 kvbuf_generations_total{shard="0"} 2
+# HELP kvbuf_open_ops Ops begun and not ended.
+# TYPE kvbuf_open_ops gauge
+kvbuf_open_ops{shard="0"} 0
 # HELP kvbuf_pending_bytes Memory held by pending changes: written, not yet durable and released.
 # TYPE kvbuf_pending_bytes gauge
 kvbuf_pending_bytes{shard="0"} 0
@@ -400,6 +434,9 @@ kvbuf_pending_keys{shard="0"} 0
 # HELP kvbuf_receipt_lag_ops Op numbers between the persisted watermark and the highest op admitted (0 if the host does not track ops).
 # TYPE kvbuf_receipt_lag_ops gauge
 kvbuf_receipt_lag_ops{shard="0"} 0
+# HELP kvbuf_redelivered_total Writes, batches and EndOp calls skipped because their op was at or below the watermark (redelivered ops).
+# TYPE kvbuf_redelivered_total counter
+kvbuf_redelivered_total{shard="0"} 1
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="0"} 0

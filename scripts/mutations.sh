@@ -28,7 +28,7 @@
 #            concerned by each patch; the baseline runs all of ./...)
 #   EXCLUDE  space-separated import path suffixes never tested (for
 #            packages whose tests are broken or hang for reasons of their
-#            own, e.g. EXCLUDE="cmd/kvtool internal/bench")
+#            own, e.g. EXCLUDE="cmd/kvtool bench")
 #   TIMEOUT  go test -timeout (default 5m: a mutation that makes a writer
 #            spin forever hangs some packages' tests until then)
 #   KEEP=1   keep the temporary directory (logs of every run)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // Store is a pebble database with keyspaced user keys, meta entries, a
@@ -98,7 +100,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 	} else if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: open %q: %w", dir, err)
-	} else if err := syncParent(fsys, dir); err != nil {
+	} else if err := fsutil.SyncDirWith(fsys.OpenDir, fsys.PathDir(dir)); err != nil {
 		// pebble syncs dir itself, never dir's entry in its parent: without
 		// this a power cut can lose a new store whole, acknowledged
 		// flushes and all (kvbuf's TestCrashableMemStore).
@@ -496,18 +498,4 @@ func (s *Store) close() error {
 		return fmt.Errorf("storage: close %q: %w", s.dir, err)
 	}
 	return nil
-}
-
-// syncParent fsyncs the directory holding dir, so that dir's entry in it is
-// durable.
-func syncParent(fsys vfs.FS, dir string) error {
-	d, err := fsys.OpenDir(fsys.PathDir(dir))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/bench"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
@@ -306,10 +307,13 @@ func TestLockedEngine(t *testing.T) {
 	if !e.Locked || e.Store != nil || e.Watermark != nil || len(e.Bitslices) != 1 {
 		t.Errorf("inspect --json locked: %+v", e)
 	}
+	// Each command says what holds the directory and what to do instead.
 	code, out, errOut = runCLI(t, "flush", dir)
-	checkError(t, code, out, errOut, "open by a running engine")
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; a running engine flushes itself")
 	code, out, errOut = runCLI(t, "load", "-n", "3", dir)
-	checkError(t, code, out, errOut, "open by a running engine")
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; load into it from that process")
+	code, out, errOut = runCLI(t, "checkpoint", dir, filepath.Join(t.TempDir(), "cp"))
+	checkError(t, code, out, errOut, "open by a running engine (another process, or this one, holds its lock; a running engine checkpoints itself")
 }
 
 // TestCorruptEngine damages a copy of the fixture in several ways: every
@@ -321,8 +325,10 @@ func TestCorruptEngine(t *testing.T) {
 		want   string
 	}{
 		{"foreign-manifest", func(t *testing.T, dir string) {
+			// Next to store/ and bits/: a damaged engine, not a foreign
+			// directory (issue 20).
 			write(t, filepath.Join(dir, enginedir.ManifestName), "hello\n")
-		}, "not a kvbuf directory"},
+		}, "but its KVBUF manifest is damaged (6 bytes: \"hello\\n\"): kvbuf: corrupt engine directory"},
 		{"interrupted-init", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, enginedir.ManifestName), "kvbuf engine directory\nformat 1\ninitialising\n")
 		}, "engine initialisation was interrupted"},
@@ -397,7 +403,9 @@ func TestSelectWorkloads(t *testing.T) {
 		{"W4", []string{"W4/flush-g1", "W4/flush-g4", "W4/flush-g16", "W4/flush-g64", "W4/flush-g16-think1ms"}},
 		{"W2/get-pending-*", []string{"W2/get-pending-hit", "W2/get-pending-tombstone", "W2/get-pending-hit-1-snapshot", "W2/get-pending-hit-16-snapshots"}},
 		{"g(1|4)$", []string{"W4/flush-g1", "W4/flush-g4"}},
-		{"scan", []string{"W2/scan-10k"}},
+		{"scan-", []string{"W2/scan-10k"}},
+		{"W2/get-.*hit$", []string{"W2/get-pending-hit"}},
+		{"W2/gc-1m", []string{"W2/gc-1m"}},
 	}
 	for _, tc := range cases {
 		got, err := selectWorkloads(tc.pattern)
@@ -405,12 +413,21 @@ func TestSelectWorkloads(t *testing.T) {
 			t.Errorf("selectWorkloads(%q) = %v, %v; want %v", tc.pattern, got, err, tc.want)
 		}
 	}
-	if all, err := selectWorkloads(""); err != nil || len(all) != 30 {
-		t.Errorf("empty pattern: %d workloads, %v", len(all), err)
+	var n int
+	for _, s := range bench.Catalog() {
+		n += len(s.Workloads)
 	}
-	for _, bad := range []string{"W9/*", "W[1", "nothing"} {
-		if got, err := selectWorkloads(bad); err == nil {
+	if all, err := selectWorkloads(""); err != nil || len(all) != n {
+		t.Errorf("empty pattern: %d workloads of %d, %v", len(all), n, err)
+	}
+	// A glob that matches nothing is never retried as a regexp: "W9*" as a
+	// regexp matches every name.
+	for _, bad := range []string{"W9/*", "W9*", "W[1", "nothing", "W9", "W2/get-(", "^W9"} {
+		got, err := selectWorkloads(bad)
+		if err == nil {
 			t.Errorf("selectWorkloads(%q) = %v, want an error", bad, got)
+		} else if !strings.Contains(err.Error(), "W8/delete-1m") && !strings.Contains(err.Error(), "regular expression (") {
+			t.Errorf("selectWorkloads(%q): error %q does not list the workloads", bad, err)
 		}
 	}
 }
@@ -450,7 +467,7 @@ func TestBenchSmoke(t *testing.T) {
 			if _, ok := r["syncs_per_flush"].(float64); !ok {
 				t.Errorf("%s/%s: no syncs_per_flush", w, impl)
 			}
-			if v, ok := r["violations"].(float64); !ok || (impl != "x/sync-singleflight" && v != 0) {
+			if v, ok := r["violations"].(float64); !ok || (impl != "singleflight" && v != 0) {
 				t.Errorf("%s/%s: violations %v", w, impl, r["violations"])
 			}
 		}
@@ -498,4 +515,87 @@ func TestProgress(t *testing.T) {
 	var nilBar *progress
 	nilBar.add(1, "x") // must not panic
 	nilBar.finish()
+}
+
+// TestYCSBSmoke runs kvtool ycsb --quick on every engine and workload (a
+// smoke test of the bindings and the command, not a benchmark).
+func TestYCSBSmoke(t *testing.T) {
+	tmp := t.TempDir()
+	md := filepath.Join(tmp, "table.md")
+	code, out, errOut := runCLI(t, "ycsb", "--quick", "--json", "--markdown", md, "--dir", tmp, "--progress")
+	if code != 0 {
+		t.Fatalf("ycsb: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "%") {
+		t.Errorf("--progress drew no line: %q", errOut)
+	}
+	type opJSON struct {
+		Count int64 `json:"count"`
+		P50   int64 `json:"p50_ns"`
+		P99   int64 `json:"p99_ns"`
+		P999  int64 `json:"p999_ns"`
+	}
+	type rowJSON struct {
+		Workload     string            `json:"workload"`
+		Threads      int               `json:"threads"`
+		DB           string            `json:"db"`
+		Records      int64             `json:"records"`
+		Rounds       int               `json:"rounds"`
+		OpsPerRound  int64             `json:"ops_per_round"`
+		OpsPerSec    float64           `json:"ops_per_sec"`
+		KvbufSpeedup float64           `json:"kvbuf_speedup"`
+		Ops          map[string]opJSON `json:"ops"`
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r rowJSON
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		id := r.Workload + "/" + r.DB
+		seen[id] = true
+		if r.OpsPerSec <= 0 || r.OpsPerRound <= 0 || r.Rounds != 1 || r.Threads != 1 || r.Records < 2000 || len(r.Ops) == 0 {
+			t.Errorf("%s: %+v", id, r)
+		}
+		if (r.DB == "kvbuf") != (r.KvbufSpeedup == 0) {
+			t.Errorf("%s: kvbuf_speedup %v", id, r.KvbufSpeedup)
+		}
+		var n int64
+		for op, s := range r.Ops {
+			if s.Count <= 0 || s.P50 <= 0 || s.P50 > s.P99 || s.P99 > s.P999 {
+				t.Errorf("%s %s: %+v", id, op, s)
+			}
+			if op != "READ@FLUSH" {
+				n += s.Count
+			}
+		}
+		if r.Workload == "f" { // a read-modify-write is timed as a whole and as its read and update
+			n = r.Ops["READ"].Count
+		}
+		if r.Workload != "load" && n != r.OpsPerRound {
+			t.Errorf("%s: %d operations timed, %d done", id, n, r.OpsPerRound)
+		}
+	}
+	for _, w := range []string{"load", "a", "b", "c", "d", "e", "f"} {
+		for _, db := range []string{"kvbuf", "pebble", "badger", "bbolt"} {
+			if !seen[w+"/"+db] {
+				t.Errorf("no row for workload %s on %s", w, db)
+			}
+		}
+	}
+	b, err := os.ReadFile(md)
+	if err != nil || !bytes.Contains(b, []byte("| workload | threads | kvbuf ops/s |")) || bytes.Count(b, []byte("\n| ")) != 9 {
+		t.Errorf("markdown: %v\n%s", err, b)
+	}
+	left, _ := os.ReadDir(tmp)
+	if len(left) != 1 {
+		t.Errorf("ycsb left files behind in %s: %v", tmp, left)
+	}
+	// The table form, two thread counts, one engine, a properties file.
+	props := filepath.Join(tmp, "mine.properties")
+	write(t, props, "readproportion=0.5\nscanproportion=0.5\nrequestdistribution=uniform\nfieldcount=3\nfieldlength=10\n")
+	code, out, errOut = runCLI(t, "ycsb", "--quick", "--db", "pebble", "--workload", props, "--threads", "1,2", "--dir", tmp)
+	if code != 0 || errOut != "" || !strings.Contains(out, "mine      2        pebble") || !strings.Contains(out, "SCAN") {
+		t.Errorf("ycsb table: exit %d\n%s\nstderr %q", code, out, errOut)
+	}
 }

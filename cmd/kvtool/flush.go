@@ -51,11 +51,11 @@ type flushJSON struct {
 // storeMetrics opens the store of engine dir read-only and describes it,
 // with its persisted watermark.
 func storeMetrics(dir string) (*storeJSON, uint64, error) {
-	m, _, err := readStore(dir)
+	si, err := readStore(dir)
 	if err != nil {
 		return nil, 0, err
 	}
-	return newStoreJSON(m), m.Watermark, nil
+	return newStoreJSON(si.metrics), si.metrics.Watermark, nil
 }
 
 func (s *storeJSON) sstables() (files, bytes int64) {
@@ -66,9 +66,10 @@ func (s *storeJSON) sstables() (files, bytes int64) {
 	return files, bytes
 }
 
-// lockedError explains ErrLocked for a command that needs the engine.
-func lockedError(dir string) error {
-	return fmt.Errorf("%s is open by a running engine (flush it from that process): %w", dir, kvbuf.ErrLocked)
+// lockedError explains ErrLocked for a command that needs the engine:
+// what holds the directory, and what to do instead.
+func lockedError(dir, instead string) error {
+	return fmt.Errorf("%s is open by a running engine (another process, or this one, holds its lock; %s): %w", dir, instead, kvbuf.ErrLocked)
 }
 
 // runFlush implements "kvtool flush [--json] DIR".
@@ -125,7 +126,7 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 		return out, err
 	}
 	if locked {
-		return out, lockedError(dir)
+		return out, lockedError(dir, "a running engine flushes itself: DB.FlushMemtables")
 	}
 	out.Before, out.WatermarkBefore, err = storeMetrics(dir)
 	release()
@@ -136,7 +137,7 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 	// reported here rather than skipped.
 	db, err := kvbuf.Open(dir, nil)
 	if errors.Is(err, kvbuf.ErrLocked) {
-		return out, lockedError(dir)
+		return out, lockedError(dir, "a running engine flushes itself: DB.FlushMemtables")
 	}
 	if err != nil {
 		return out, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,20 +32,35 @@ type inspectJSON struct {
 	Bits          uint64 `json:"bits"`
 	SetBits       uint64 `json:"set_bits"`
 	Watermark     uint64 `json:"watermark"`
-	HeaderSeq     uint64 `json:"header_seq"`
-	HeaderSlot    int    `json:"header_slot"`
-	ValidSlots    int    `json:"valid_slots"`
-	FileSize      int64  `json:"file_size"`
+	Owner         string `json:"owner"`      // engine id stamped in the file, hex; "" for none (format 1, standalone files)
+	Generation    uint64 `json:"generation"` // write generation of its last update
+	// Catalog is the engine's record of the bitslice (engine directories
+	// only; null when the store could not be read or the bitslice is not
+	// recorded yet).
+	Catalog    *catalogJSON `json:"catalog,omitempty"`
+	HeaderSeq  uint64       `json:"header_seq"`
+	HeaderSlot int          `json:"header_slot"`
+	ValidSlots int          `json:"valid_slots"`
+	FileSize   int64        `json:"file_size"`
 }
 
-// engineJSON is the --json output for an engine directory. Store,
-// Watermark, Keyspaces and DroppedKeyspaces are null when a running engine
-// holds the directory.
+// catalogJSON is an engine's bitslice catalog entry: the write generation
+// and length of the bitslice's last write the store made durable.
+type catalogJSON struct {
+	Generation uint64 `json:"generation"`
+	Bits       uint64 `json:"bits"`
+	Format1    bool   `json:"format1,omitempty"`
+}
+
+// engineJSON is the --json output for an engine directory. EngineID,
+// Store, Watermark, Keyspaces and DroppedKeyspaces are null when a running
+// engine holds the directory (EngineID also for an engine of format 1).
 type engineJSON struct {
 	Path          string         `json:"path"`
 	Kind          string         `json:"kind"`
 	FormatVersion int            `json:"format_version"`
 	Locked        bool           `json:"locked"`
+	EngineID      *string        `json:"engine_id"`
 	Watermark     *uint64        `json:"watermark"`
 	Store         *storeJSON     `json:"store"`
 	Keyspaces     []keyspaceJSON `json:"keyspaces"`
@@ -51,6 +69,7 @@ type engineJSON struct {
 	DroppedKeyspaces []uint32      `json:"dropped_keyspaces"`
 	Bitslices        []inspectJSON `json:"bitslices"`
 	TotalSize        int64         `json:"total_size"`
+	Digest           string        `json:"digest,omitempty"` // with --digest
 }
 
 // keyspaceJSON is a keyspace of the catalog: its name and the id that
@@ -80,21 +99,27 @@ func inspectHelp(w io.Writer) {
 	fmt.Fprintln(w, "PATH is a bitslice file or a kvbuf engine directory.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "For a bitslice file: validates it and prints its format version, length in")
-	fmt.Fprintln(w, "bits, set bits, persisted watermark, header sequence and file size.")
+	fmt.Fprintln(w, "bits, set bits, persisted watermark, owner (the engine it belongs to), write")
+	fmt.Fprintln(w, "generation, header sequence and file size.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "For an engine directory: prints the engine format version, the persisted")
-	fmt.Fprintln(w, "watermark, the store's estimated key count, LSM levels, memtables and disk")
-	fmt.Fprintln(w, "usage, the keyspaces (and dropped ones awaiting deletion), every bitslice")
-	fmt.Fprintln(w, "as above, and the total size. It opens the store read-only and never")
-	fmt.Fprintln(w, "writes. If a running engine holds the directory, the store cannot be read:")
-	fmt.Fprintln(w, "inspect says so, still describes the bitslice files (which may be")
-	fmt.Fprintln(w, "mid-update) and exits 0.")
+	fmt.Fprintln(w, "For an engine directory: prints the engine format version and id, the")
+	fmt.Fprintln(w, "persisted watermark, the store's estimated key count, LSM levels, memtables")
+	fmt.Fprintln(w, "and disk usage, the keyspaces (and dropped ones awaiting deletion), every")
+	fmt.Fprintln(w, "bitslice as above with the engine's record of it, and the total size. It")
+	fmt.Fprintln(w, "checks every bitslice file against that record as opening the engine does:")
+	fmt.Fprintln(w, "a recorded bitslice whose file is missing, an older copy, a shorter file or")
+	fmt.Fprintln(w, "another engine's file is an error naming each one (the engine will not open")
+	fmt.Fprintln(w, "until the file is restored). It opens the store read-only and never writes.")
+	fmt.Fprintln(w, "If a running engine holds the directory, the store cannot be read: inspect")
+	fmt.Fprintln(w, "says so, still describes the bitslice files (which may be mid-update, and")
+	fmt.Fprintln(w, "are not checked) and exits 0.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "A corrupt or foreign file or directory is reported on stderr with the")
-	fmt.Fprintln(w, "reason, exit status 1.")
+	fmt.Fprintln(w, "A corrupt or foreign file or directory, or a missing PATH, is reported on")
+	fmt.Fprintln(w, "stderr in one line saying what was found, exit status 1.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprintln(w, "  --digest also print the engine's content digest (engine not running)")
 }
 
 // runInspect implements "kvtool inspect [--json] PATH". It only reads: a
@@ -103,6 +128,7 @@ func inspectHelp(w io.Writer) {
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	withDigest := fs.Bool("digest", false, "also print the engine's content digest")
 	paths, code, done := parseFlags(fs, args, inspectHelp, stdout, stderr)
 	if done {
 		return code
@@ -111,12 +137,18 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "inspect", fmt.Sprintf("want exactly one PATH, got %d", len(paths)))
 	}
 	path := paths[0]
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return inspectEngine(path, *asJSON, stdout, stderr)
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fail(stderr, "inspect", statError(path, err))
+	case st.IsDir():
+		return inspectEngine(path, *asJSON, *withDigest, stdout, stderr)
+	case !st.Mode().IsRegular():
+		return fail(stderr, "inspect", fmt.Errorf("%s is a %s, not a bitslice file or an engine directory", path, fileKind(st.Mode())))
 	}
 	info, err := bitslice.ReadInfo(path)
 	if err != nil {
-		return fail(stderr, "inspect", err)
+		return fail(stderr, "inspect", notBitsliceError(path, err))
 	}
 	if *asJSON {
 		return writeJSON(stdout, stderr, "inspect", bitsliceJSON(info, ""))
@@ -128,6 +160,8 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(tw, "bits:\t%d\n", info.Len)
 	fmt.Fprintf(tw, "set bits:\t%d\n", info.Ones)
 	fmt.Fprintf(tw, "watermark:\t%d\n", info.Watermark)
+	fmt.Fprintf(tw, "owner:\t%s\n", ownerText(info))
+	fmt.Fprintf(tw, "generation:\t%d\n", info.Gen)
 	fmt.Fprintf(tw, "header seq:\t%d (slot %d; %d of 2 slots valid)\n", info.Seq, info.Slot, info.ValidSlots)
 	fmt.Fprintf(tw, "file size:\t%d bytes\n", info.FileSize)
 	if err := tw.Flush(); err != nil {
@@ -145,6 +179,8 @@ func bitsliceJSON(info bitslice.Info, name string) inspectJSON {
 		Bits:          info.Len,
 		SetBits:       info.Ones,
 		Watermark:     info.Watermark,
+		Owner:         ownerHex(info.Owner),
+		Generation:    info.Gen,
 		HeaderSeq:     info.Seq,
 		HeaderSlot:    info.Slot,
 		ValidSlots:    info.ValidSlots,
@@ -166,7 +202,7 @@ func writeJSON(stdout, stderr io.Writer, cmd string, v any) int {
 // owns the manifest and its format).
 func readManifest(dir string) (int, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w (want an engine directory)", statError(dir, err))
 	}
 	info, err := enginedir.Describe(dir)
 	if err != nil {
@@ -223,33 +259,55 @@ func dirSize(dir string) (int64, error) {
 	return n, err
 }
 
+// storeInfo is what inspect and flush read from an engine's store.
+type storeInfo struct {
+	metrics storage.Metrics
+	catalog enginedir.Catalog
+	// engineID is 0 and bits nil for an engine of format 1 (none yet).
+	engineID uint64
+	bits     enginedir.BitsCatalog
+}
+
 // readStore opens the store of the engine in dir read-only and returns its
-// metrics and keyspace catalog (an engine that never made a keyspace has
-// none stored: an empty one).
-func readStore(dir string) (storage.Metrics, enginedir.Catalog, error) {
+// metrics, keyspace catalog (an engine that never made a keyspace has none
+// stored: an empty one), engine id and bitslice catalog.
+func readStore(dir string) (storeInfo, error) {
+	var si storeInfo
 	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), &storage.Options{ReadOnly: true})
 	if err != nil {
-		return storage.Metrics{}, enginedir.Catalog{}, err
+		return si, err
 	}
-	m, err := st.Metrics()
-	var b []byte
-	if err == nil {
-		b, err = st.GetMeta(enginedir.CatalogMeta)
+	meta := func(name string) []byte {
+		if err != nil {
+			return nil
+		}
+		var b []byte
+		b, err = st.GetMeta(name)
 		if errors.Is(err, storage.ErrNotFound) {
 			b, err = nil, nil
 		}
+		return b
 	}
+	si.metrics, err = st.Metrics()
+	cat, id, bits := meta(enginedir.CatalogMeta), meta(enginedir.EngineIDMeta), meta(enginedir.BitsCatalogMeta)
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return storage.Metrics{}, enginedir.Catalog{}, err
+		return si, err
 	}
-	c, err := enginedir.ParseCatalog(b)
-	if err != nil {
-		return storage.Metrics{}, enginedir.Catalog{}, fmt.Errorf("%s: %w", dir, err)
+	if si.catalog, err = enginedir.ParseCatalog(cat); err != nil {
+		return si, fmt.Errorf("%s: %w", dir, err)
 	}
-	return m, c, nil
+	if id != nil {
+		if si.engineID, err = enginedir.ParseEngineID(id); err != nil {
+			return si, fmt.Errorf("%s: %w", dir, err)
+		}
+		if si.bits, err = enginedir.ParseBitsCatalog(bits); err != nil {
+			return si, fmt.Errorf("%s: %w", dir, err)
+		}
+	}
+	return si, nil
 }
 
 // newStoreJSON describes a store's metrics (inspect and flush share it).
@@ -269,28 +327,30 @@ func newStoreJSON(m storage.Metrics) *storeJSON {
 	return s
 }
 
-// describeEngine gathers what inspect prints about the engine in dir.
-func describeEngine(dir string) (engineJSON, error) {
-	e := engineJSON{Path: dir, Kind: "engine", Bitslices: []inspectJSON{}}
+// describeEngine gathers what inspect prints about the engine in dir, and
+// the problems that would make the engine refuse to open (each one line).
+func describeEngine(dir string) (e engineJSON, problems []string, err error) {
+	e = engineJSON{Path: dir, Kind: "engine", Bitslices: []inspectJSON{}}
 	info, err := enginedir.Describe(dir)
 	if err != nil {
-		return e, err
+		return e, nil, err
 	}
 	if err := checkReady(info); err != nil {
-		return e, err
+		return e, nil, err
 	}
 	e.FormatVersion = info.FormatVersion
 	release, locked, err := lockShared(dir)
 	if err != nil {
-		return e, err
+		return e, nil, err
 	}
 	e.Locked = locked
+	var si storeInfo
 	if !locked {
 		defer release()
-		m, c, err := readStore(dir)
-		if err != nil {
-			return e, err
+		if si, err = readStore(dir); err != nil {
+			return e, nil, err
 		}
+		m, c := si.metrics, si.catalog
 		e.Watermark = &m.Watermark
 		e.Store = newStoreJSON(m)
 		e.Keyspaces = []keyspaceJSON{}
@@ -298,28 +358,59 @@ func describeEngine(dir string) (engineJSON, error) {
 			e.Keyspaces = append(e.Keyspaces, keyspaceJSON{Name: name, ID: c.Keyspaces[name]})
 		}
 		e.DroppedKeyspaces = append([]uint32{}, c.Dropped...)
+		if si.engineID != 0 {
+			id := ownerHex(si.engineID)
+			e.EngineID = &id
+		}
 	}
 	names, err := enginedir.BitsNames(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return e, err
+		return e, nil, err
 	}
+	onDisk := map[string]bool{}
 	for _, name := range names {
+		onDisk[name] = true
 		info, err := bitslice.ReadInfo(filepath.Join(dir, enginedir.BitsDir, name+enginedir.BitsExt))
 		if err != nil {
-			return e, err
+			return e, nil, fmt.Errorf("bitslice %q: %w", name, err)
 		}
-		e.Bitslices = append(e.Bitslices, bitsliceJSON(info, name))
+		j := bitsliceJSON(info, name)
+		if si.engineID != 0 {
+			ent, ok := si.bits[name]
+			if ok {
+				j.Catalog = &catalogJSON{Generation: ent.Gen, Bits: ent.Len, Format1: ent.V1}
+			}
+			h := enginedir.BitsHeader{Version: info.Version, Owner: info.Owner, Gen: info.Gen, Len: info.Len}
+			if err := enginedir.CheckBitsFile(name, h, ent, ok, si.engineID); err != nil {
+				problems = append(problems, strings.TrimSuffix(strings.TrimPrefix(err.Error(), "kvbuf: "), ": "+enginedir.ErrCorrupt.Error()))
+			}
+		}
+		e.Bitslices = append(e.Bitslices, j)
+	}
+	for _, name := range slices.Sorted(maps.Keys(si.bits)) {
+		if !onDisk[name] {
+			ent := si.bits[name]
+			problems = append(problems, fmt.Sprintf("bitslice %q: recorded by the engine (generation %d, %d bits) but %s is missing",
+				name, ent.Gen, ent.Len, filepath.Join(dir, enginedir.BitsDir, name+enginedir.BitsExt)))
+		}
 	}
 	if e.TotalSize, err = dirSize(dir); err != nil {
-		return e, err
+		return e, nil, err
 	}
-	return e, nil
+	return e, problems, nil
 }
 
-func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
-	e, err := describeEngine(dir)
+func inspectEngine(dir string, asJSON, withDigest bool, stdout, stderr io.Writer) int {
+	e, problems, err := describeEngine(dir)
+	if err == nil && withDigest {
+		err = addDigest(&e)
+	}
 	if err != nil {
 		return fail(stderr, "inspect", err)
+	}
+	if len(problems) > 0 {
+		return fail(stderr, "inspect", fmt.Errorf("%s: the engine will not open (corrupt engine directory: restore the files from a backup or a checkpoint): %s",
+			dir, strings.Join(problems, "; ")))
 	}
 	if asJSON {
 		return writeJSON(stdout, stderr, "inspect", e)
@@ -328,6 +419,13 @@ func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "path:\t%s\n", e.Path)
 	fmt.Fprintf(tw, "kind:\tengine\n")
 	fmt.Fprintf(tw, "format version:\t%d\n", e.FormatVersion)
+	switch {
+	case e.Locked:
+	case e.EngineID != nil:
+		fmt.Fprintf(tw, "engine id:\t%s\n", *e.EngineID)
+	default:
+		fmt.Fprintf(tw, "engine id:\tnone (format 1: the next open gives it one and records its bitslices)\n")
+	}
 	if e.Locked {
 		fmt.Fprintf(tw, "locked:\tyes: open by a running engine; store details unavailable, bitslices may be mid-update\n")
 	} else {
@@ -356,10 +454,13 @@ func inspectEngine(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(tw, "bitslices:\t%d\n", len(e.Bitslices))
 	for _, b := range e.Bitslices {
-		fmt.Fprintf(tw, "  %s:\t%d bits, %d set, watermark %d, format version %d, %d bytes\n",
-			b.Name, b.Bits, b.SetBits, b.Watermark, b.FormatVersion, b.FileSize)
+		fmt.Fprintf(tw, "  %s:\t%d bits, %d set, watermark %d, generation %d%s, format version %d, %d bytes\n",
+			b.Name, b.Bits, b.SetBits, b.Watermark, b.Generation, catalogText(e, b), b.FormatVersion, b.FileSize)
 	}
 	fmt.Fprintf(tw, "total size:\t%d bytes\n", e.TotalSize)
+	if e.Digest != "" {
+		fmt.Fprintf(tw, "digest:\t%s\n", e.Digest)
+	}
 	if err := tw.Flush(); err != nil {
 		return fail(stderr, "inspect", err)
 	}
@@ -372,4 +473,98 @@ func plural(n int64, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// statError says that path cannot be inspected, without calling it a
+// bitslice or an engine (it is neither yet).
+func statError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", path, pe.Err)
+	}
+	return err
+}
+
+// fileKind names a file mode that is not a regular file or a directory.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// bitsMagic starts every bitslice header slot.
+var bitsMagic = []byte("KVBUFBIT")
+
+// notBitsliceError explains why the regular file at path is not a valid
+// bitslice file, naming what it is: a damaged bitslice file, the manifest
+// or lock file of an engine directory, or something else.
+func notBitsliceError(path string, err error) error {
+	head := make([]byte, 64)
+	n := 0
+	if f, oerr := os.Open(path); oerr == nil {
+		n, _ = io.ReadFull(f, head)
+		f.Close()
+	}
+	head = head[:n]
+	dir := filepath.Dir(path)
+	base := filepath.Base(path)
+	switch {
+	case !errors.Is(err, bitslice.ErrCorrupt):
+		return err
+	case bytes.HasPrefix(head, bitsMagic):
+		// Its own reason, without the package's path prefix.
+		msg := strings.TrimPrefix(err.Error(), "bitslice: "+path+": ")
+		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimPrefix(msg, bitslice.ErrCorrupt.Error()+": "))
+	case base == enginedir.ManifestName && bytes.HasPrefix(head, []byte("kvbuf engine directory\n")):
+		return fmt.Errorf("%s is the manifest of the kvbuf engine directory %s, not a bitslice file (inspect the directory: kvtool inspect %s)", path, dir, dir)
+	case base == enginedir.LockName:
+		return fmt.Errorf("%s is the lock file of an engine directory, not a bitslice file (inspect the directory: kvtool inspect %s)", path, dir)
+	}
+	return fmt.Errorf("%s is not a bitslice file (%d bytes, starting %.8q) nor an engine directory", path, fileSize(path), head)
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return -1
+	}
+	return st.Size()
+}
+
+// ownerHex formats an engine id ("" for none).
+func ownerHex(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016x", id)
+}
+
+// ownerText is a bitslice's owner for the text output.
+func ownerText(info bitslice.Info) string {
+	switch {
+	case info.Version == 1:
+		return "none (format 1: files of that format carry no owner)"
+	case info.Owner == 0:
+		return "none (a standalone file)"
+	}
+	return ownerHex(info.Owner)
+}
+
+// catalogText says how the engine's record of bitslice b stands.
+func catalogText(e engineJSON, b inspectJSON) string {
+	switch {
+	case e.Locked || e.EngineID == nil:
+		return ""
+	case b.Catalog == nil:
+		return " (not recorded yet: the engine's next flush records it)"
+	}
+	return fmt.Sprintf(" (recorded: %d)", b.Catalog.Generation)
 }

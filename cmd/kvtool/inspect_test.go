@@ -75,7 +75,7 @@ func TestInspectUnfinishedInitialisation(t *testing.T) {
 	}
 	// Interrupted after the manifest was written.
 	code, out, errOut := runCLI(t, "inspect", dir)
-	checkError(t, code, out, errOut, "engine initialisation was interrupted (format 1)")
+	checkError(t, code, out, errOut, "engine initialisation was interrupted (format 2)")
 	// Interrupted before: only kvbuf's LOCK is there.
 	dir = t.TempDir()
 	write(t, filepath.Join(dir, enginedir.LockName), "kvbuf engine lock\n")

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
 func loadHelp(w io.Writer, fs *flag.FlagSet) {
@@ -55,6 +56,14 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *valueSize < 0 || *valueSize > 1<<20:
 		return usageError(stderr, "load", fmt.Sprintf("-value-size %d: want 0 to 1048576", *valueSize))
 	}
+	// Names are checked before anything touches the disk: a bad one must
+	// not leave a new engine directory behind.
+	if err := enginedir.CheckName("keyspace", *keyspace); err != nil {
+		return usageError(stderr, "load", fmt.Sprintf("-keyspace %q: names are 1-%d bytes of [A-Za-z0-9._-], not . or ..", *keyspace, enginedir.MaxNameLen))
+	}
+	if err := enginedir.CheckName("bitslice", *bitsName); err != nil {
+		return usageError(stderr, "load", fmt.Sprintf("-bits %q: names are 1-%d bytes of [A-Za-z0-9._-], not . or ..", *bitsName, enginedir.MaxNameLen))
+	}
 	p := newProgress(stderr, *force, float64(*n))
 	cfg := loadConfig{n: *n, seed: *seed, keyspace: *keyspace, bits: *bitsName, valueSize: *valueSize, ranges: *ranges}
 	sum, err := load(ctx, dirs[0], cfg, p)
@@ -97,7 +106,7 @@ func (s *loadSummary) changes() int {
 func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadSummary, err error) {
 	db, err := kvbuf.Open(dir, nil)
 	if errors.Is(err, kvbuf.ErrLocked) {
-		return sum, lockedError(dir)
+		return sum, lockedError(dir, "load into it from that process, or stop it first")
 	}
 	if err != nil {
 		return sum, err

@@ -9,7 +9,9 @@
 //	inspect   describe a bitslice file or an engine directory
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
-//	bench     run workloads W1, W2, W4 against their baselines
+//	checkpoint  write a consistent copy of an engine
+//	bench     run workloads W1-W8 against their baselines
+//	ycsb      run YCSB workloads A-F on kvbuf, pebble, badger and bbolt
 //
 // Run "kvtool <command> -h" for a command's flags. Flags may come before or
 // after the arguments. Exit status: 0 ok, 1 error (one line on stderr),
@@ -17,7 +19,7 @@
 //
 // # Caveats
 //
-//   - inspect and flush read an engine directory's layout (manifest, store,
+//   - inspect, flush and checkpoint read an engine directory's layout (manifest, store,
 //     bitslice files) directly; they follow the format of the kvbuf version
 //     they were built with.
 //   - inspect holds a shared lock on the engine directory while it reads,
@@ -33,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 )
 
 // Exit statuses shared by every command.
@@ -56,14 +59,17 @@ func commands() []command {
 		{"inspect", "describe a bitslice file or an engine directory", runInspect},
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
-		{"bench", "run workloads W1, W2, W4 against their baselines", runBench},
+		{"checkpoint", "write a consistent copy of an engine into a new directory", runCheckpoint},
+		{"bench", "run workloads W1-W8 against their baselines", runBench},
+		{"ycsb", "run YCSB workloads A-F on kvbuf, pebble, badger and bbolt", runYCSB},
 	}
 }
 
 func main() {
-	// An interrupt cancels the context: commands stop between steps and
-	// clean up (bench removes its temporary engines) before exiting.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGINT or SIGTERM cancels the context: commands stop between steps
+	// and clean up (bench prints the rows it finished and removes its
+	// temporary engines) before exiting.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

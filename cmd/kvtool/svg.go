@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/kvbuf/kvbuf/internal/bench"
+	"github.com/kvbuf/kvbuf/bench"
 )
 
 var xmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;")
@@ -122,7 +122,7 @@ func benchSVG(rows []bench.Row, cfg bench.Config, rounds int) string {
 				label += " (floor)"
 			}
 			if br.viol > 0 {
-				label += fmt.Sprintf(" (%d violations)", br.viol)
+				label += fmt.Sprintf(" (>= %d violations)", br.viol)
 			}
 			x0, x1 := x(1), x(br.ratio)
 			if x1 < x0 {

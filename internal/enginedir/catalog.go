@@ -15,6 +15,11 @@ const (
 	// keyspace catalog (see Catalog).
 	CatalogMeta = "kvbuf/catalog"
 
+	// HighestOpMeta is the name of the storage meta entry holding the
+	// highest op number the engine had seen at its latest flush (8 bytes,
+	// big-endian), so that Metrics.HighestOp survives a reopen.
+	HighestOpMeta = "kvbuf/highest-op"
+
 	// MaxKeyspaceID is the largest keyspace id. The id is the big-endian
 	// key prefix of the keyspace's keys; 0xffffffff is never one, so every
 	// prefix has a successor (the end of a keyspace's range).

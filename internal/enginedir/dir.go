@@ -32,6 +32,7 @@ type Dir struct {
 	lock    *os.File // nil once closed
 	created bool     // this Open published LOCK
 	fresh   bool
+	version int // the manifest's format (FormatVersion once written by this package)
 }
 
 // errClosed is returned by MarkReady after Close.
@@ -124,12 +125,13 @@ func (d *Dir) setUp() error {
 	if err != nil {
 		return err
 	}
+	d.version = l.version
 	switch l.state {
 	case 0:
 		if err := writeManifest(d.path, manifestInit); err != nil {
 			return err
 		}
-		d.fresh = true
+		d.fresh, d.version = true, FormatVersion
 	case Initialising:
 		d.fresh = true
 	case Ready:
@@ -301,7 +303,35 @@ func (d *Dir) MarkReady() error {
 	if err := writeManifest(d.path, manifestReady); err != nil {
 		return err
 	}
-	d.fresh = false
+	d.fresh, d.version = false, FormatVersion
+	return nil
+}
+
+// Version returns the format of the directory's manifest: FormatVersion,
+// or 1 for an engine made by an earlier kvbuf until Upgrade.
+func (d *Dir) Version() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.version
+}
+
+// Upgrade atomically replaces a ready format-1 manifest with the current
+// one (as MarkReady writes it), once the caller has recorded in the store
+// what the current format needs. It does nothing for a directory that is
+// Fresh or already current.
+func (d *Dir) Upgrade() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lock == nil {
+		return errClosed
+	}
+	if d.fresh || d.version >= FormatVersion {
+		return nil
+	}
+	if err := writeManifest(d.path, manifestReady); err != nil {
+		return err
+	}
+	d.version = FormatVersion
 	return nil
 }
 

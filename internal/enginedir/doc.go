@@ -1,14 +1,17 @@
 // Package enginedir owns a kvbuf engine directory: its layout, the manifest
 // that marks it, the lock that makes one engine its only writer, the rules
-// for bitslice and keyspace names, and the encoding of the keyspace catalog.
+// for bitslice and keyspace names, and the encodings of the keyspace and
+// bitslice catalogs and of the engine id.
 // The engine (package kvbuf) and kvtool share it, so neither parses the
 // manifest or knows the format number on its own.
 //
 // # Layout
 //
-//	KVBUF       the manifest: "kvbuf engine directory\nformat 1\n" when the
+//	KVBUF       the manifest: "kvbuf engine directory\nformat 2\n" when the
 //	            engine is complete (ready), the same followed by
 //	            "initialising\n" while store/ and bits/ may be missing
+//	            ("format 1": an engine made before engine ids and the
+//	            bitslice catalog, read, upgraded by Dir.Upgrade)
 //	LOCK        flocked exclusively by the engine that has the directory
 //	            open; LOCK files made by this package hold
 //	            "kvbuf engine lock\n", older engines made empty ones
@@ -27,7 +30,10 @@
 //     that exists and is not a directory is ErrNotEngine.
 //  2. Classify it without the lock, writing nothing. A KVBUF manifest
 //     decides: ready, initialising, damaged or newer (ErrCorrupt), or
-//     foreign (ErrNotEngine). Without one, the directory may hold only what
+//     foreign (ErrNotEngine; but a foreign, empty or garbage KVBUF next to
+//     store/ and bits/ directories, which only kvbuf makes and only after
+//     its manifest, is a damaged engine: ErrCorrupt, as is a directory
+//     with store/ and bits/ and no KVBUF). Without one, the directory may hold only what
 //     an interrupted initialisation leaves: a LOCK file holding kvbuf's
 //     text, temporary files, or nothing. Anything else, a LOCK that kvbuf
 //     did not write (an empty one, say) included, is ErrNotEngine, and the
@@ -89,6 +95,17 @@
 // partial store/, with a complete ready manifest in KVBUF.tmp.*); the ready
 // manifest (done). The manifest and LOCK are fsynced before they are
 // published, so a crash never leaves an empty or torn LOCK or KVBUF.
+//
+// # Engine id and bitslice catalog
+//
+// Two more meta entries (format 2): EngineIDMeta holds the engine's id, 8
+// random bytes stamped as the owner in the header of every bitslice file the
+// engine creates; BitsCatalogMeta records every bitslice with the write
+// generation and length of its last flush (see BitsCatalog). The engine
+// checks each file against them at Open (CheckBitsFile), and so does kvtool
+// inspect: a recorded file that is missing, an older copy, a shorter file,
+// another engine's file or a format-1 file the engine never had is
+// ErrCorrupt.
 //
 // # The keyspace catalog
 //

@@ -16,10 +16,13 @@ import (
 const (
 	manifestHeader = "kvbuf engine directory\n"
 	// manifestReady marks a complete engine: store and bits exist.
-	manifestReady = manifestHeader + "format 1\n"
+	manifestReady = manifestHeader + "format 2\n"
 	// manifestInit marks an engine whose store and bits directories may
 	// not exist yet; MarkReady replaces it with manifestReady.
 	manifestInit = manifestReady + "initialising\n"
+	// The same for format 1 (read, never written).
+	manifestReadyV1 = manifestHeader + "format 1\n"
+	manifestInitV1  = manifestReadyV1 + "initialising\n"
 	// lockText is what a LOCK file made by this package holds, so that a
 	// lone LOCK left by a crashed initialisation is told from a foreign one.
 	lockText = "kvbuf engine lock\n"
@@ -106,6 +109,14 @@ func readLayoutOnce(path string) (layout, error) {
 	mpath := filepath.Join(path, ManifestName)
 	var l layout
 	l.state, l.version, err = readManifest(mpath)
+	if errors.Is(err, ErrNotEngine) && hasEngineDirs(path) {
+		// An empty, garbage or foreign KVBUF next to store/ and bits/:
+		// kvbuf's own directory whose manifest was damaged, so that a
+		// host's "restore on corrupt" branch runs.
+		b, _ := readSmallFile(mpath)
+		return layout{}, fmt.Errorf("kvbuf: %s has %s/ and %s/ but its %s manifest is damaged (%d bytes: %.40q): %w",
+			path, StoreDir, BitsDir, ManifestName, len(b), b, ErrCorrupt)
+	}
 	if err != nil {
 		return layout{}, err
 	}
@@ -147,10 +158,27 @@ func readLayoutOnce(path string) (layout, error) {
 	if _, err := os.Lstat(mpath); err == nil {
 		return layout{}, errAgain
 	}
+	if hasEngineDirs(path) {
+		// kvbuf creates store/ and bits/ only after the manifest, which is
+		// never removed: an engine whose manifest was lost.
+		return layout{}, fmt.Errorf("kvbuf: %s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, ErrCorrupt)
+	}
 	if lockErr != nil {
 		return layout{}, lockErr
 	}
 	return layout{}, fmt.Errorf("kvbuf: %s has %q but no %s: %w", path, foreign, ManifestName, ErrNotEngine)
+}
+
+// hasEngineDirs reports whether path holds both a store and a bits
+// directory: what only kvbuf makes, and only after its manifest.
+func hasEngineDirs(path string) bool {
+	for _, d := range []string{StoreDir, BitsDir} {
+		st, err := os.Lstat(filepath.Join(path, d))
+		if err != nil || !st.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // readManifest reads and classifies the manifest at mpath: state 0 if
@@ -171,11 +199,15 @@ func readManifest(mpath string) (State, int, error) {
 		return Ready, FormatVersion, nil
 	case manifestInit:
 		return Initialising, FormatVersion, nil
+	case manifestReadyV1:
+		return Ready, 1, nil
+	case manifestInitV1:
+		return Initialising, 1, nil
 	}
 	if !bytes.HasPrefix(b, []byte(manifestHeader)) {
 		return 0, 0, fmt.Errorf("kvbuf: %s: foreign manifest %.40q: %w", mpath, b, ErrNotEngine)
 	}
-	return 0, 0, fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %.80q (this kvbuf reads format %d): %w", mpath, b, FormatVersion, ErrCorrupt)
+	return 0, 0, fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %.80q (this kvbuf reads formats 1 and %d): %w", mpath, b, FormatVersion, ErrCorrupt)
 }
 
 // checkLoneLock checks the LOCK file of a directory without a manifest: it

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // flock locks belong to the open file description, so a second Open in the
@@ -117,7 +119,7 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 		// Untested: fsync fails only on an I/O error.
 		return nil, false, fmt.Errorf("kvbuf: lock %s: sync %s: %w", lpath, tmp, err)
 	}
-	switch err := publish(tmp, lpath); {
+	switch err := fsutil.Publish(tmp, lpath); {
 	case errors.Is(err, fs.ErrExist):
 		return nil, false, errAgain // another opener published LOCK first
 	case errors.Is(err, fs.ErrNotExist):
@@ -145,18 +147,6 @@ func createTemp(dir, prefix string) (*os.File, error) {
 		return f, err
 	}
 	return nil, fmt.Errorf("create a temporary file %s* in %s: %w", prefix, dir, fs.ErrExist)
-}
-
-// linkPublish hard-links tmp to path (failing if path exists) and removes
-// tmp: publish where RENAME_NOREPLACE is unsupported.
-func linkPublish(tmp, path string) error {
-	if err := os.Link(tmp, path); err != nil {
-		return err
-	}
-	// Should this fail, tmp is a leftover the next Open removes; the
-	// publication itself succeeded.
-	_ = os.Remove(tmp)
-	return nil
 }
 
 // ReadLock takes a shared lock on the engine directory at path for a tool

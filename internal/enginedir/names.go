@@ -22,9 +22,13 @@ const (
 	// BitsExt is the file name extension of a bitslice file.
 	BitsExt = ".bits"
 
-	// FormatVersion is the engine directory format this package reads and
-	// writes (the "format N" line of the manifest).
-	FormatVersion = 1
+	// FormatVersion is the engine directory format this package writes
+	// (the "format N" line of the manifest). Format 2 added the engine id,
+	// the bitslice catalog and version-2 bitslice files; this package also
+	// reads format 1, which the engine upgrades (Dir.Upgrade) once it has
+	// recorded what format 2 needs. Earlier kvbuf versions refuse format 2
+	// as damaged or newer (ErrCorrupt) instead of misreading it.
+	FormatVersion = 2
 
 	// MaxNameLen is the longest keyspace or bitslice name, in bytes.
 	MaxNameLen = 128

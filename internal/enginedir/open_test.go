@@ -15,7 +15,7 @@ import (
 )
 
 func TestManifestTextsMatchFormatVersion(t *testing.T) {
-	if want := manifestHeader + "format 1\n"; FormatVersion != 1 || manifestReady != want {
+	if want := manifestHeader + "format 2\n"; FormatVersion != 2 || manifestReady != want {
 		t.Fatalf("FormatVersion %d, ready manifest %q: update the manifest texts with the version", FormatVersion, manifestReady)
 	}
 }
@@ -273,8 +273,8 @@ func TestOpenRefusals(t *testing.T) {
 			if err := os.Symlink("real", filepath.Join(d, ManifestName)); err != nil {
 				t.Fatal(err)
 			}
-			return d
-		}, []error{ErrNotEngine}},
+			return d // a symlink kvbuf never makes, next to store/ and bits/: damaged
+		}, []error{ErrCorrupt}},
 		{"manifest is a FIFO", func(t *testing.T) string {
 			d := t.TempDir()
 			if err := syscall.Mkfifo(filepath.Join(d, ManifestName), 0o644); err != nil {
@@ -284,7 +284,7 @@ func TestOpenRefusals(t *testing.T) {
 		}, []error{ErrNotEngine}},
 		{"manifest of a future format", func(t *testing.T) string {
 			d := ready(t)
-			writeFile(t, filepath.Join(d, ManifestName), manifestHeader+"format 2\n")
+			writeFile(t, filepath.Join(d, ManifestName), manifestHeader+"format 3\n")
 			return d
 		}, []error{ErrCorrupt}},
 		{"truncated manifest", func(t *testing.T) string {
@@ -562,36 +562,6 @@ func TestSameFile(t *testing.T) {
 	}
 }
 
-func TestPublishDoesNotReplace(t *testing.T) {
-	for name, pub := range map[string]func(string, string) error{"publish": publish, "linkPublish": linkPublish} {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			tmp, dst := filepath.Join(dir, "tmp"), filepath.Join(dir, "dst")
-			writeFile(t, tmp, "new")
-			writeFile(t, dst, "old")
-			if err := pub(tmp, dst); !errors.Is(err, fs.ErrExist) {
-				t.Fatalf("publish over an existing file: %v", err)
-			}
-			if readString(t, dst) != "old" || readString(t, tmp) != "new" {
-				t.Fatal("a refused publish changed the files")
-			}
-			if err := os.Remove(dst); err != nil {
-				t.Fatal(err)
-			}
-			if err := pub(tmp, dst); err != nil {
-				t.Fatal(err)
-			}
-			wantEntries(t, dir, "dst")
-			if readString(t, dst) != "new" {
-				t.Fatal("published file has the wrong content")
-			}
-			if err := pub(tmp, filepath.Join(dir, "x")); !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("publish of a missing file: %v", err)
-			}
-		})
-	}
-}
-
 // TestStoreFS: the store is looked for on the store's file system.
 func TestStoreFS(t *testing.T) {
 	dir := t.TempDir()
@@ -749,14 +719,18 @@ func TestDescribe(t *testing.T) {
 		{"initialising", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, ManifestName), manifestInit)
 			mkdir(t, filepath.Join(dir, BitsDir))
-		}, want{state: Initialising, version: 1}, nil},
-		{"ready", func(t *testing.T, dir string) { makeEngine(t, dir) }, want{state: Ready, version: 1, bits: []string{"live"}}, nil},
+		}, want{state: Initialising, version: FormatVersion}, nil},
+		{"ready", func(t *testing.T, dir string) { makeEngine(t, dir) }, want{state: Ready, version: FormatVersion, bits: []string{"live"}}, nil},
+		{"ready, format 1", func(t *testing.T, dir string) {
+			makeEngine(t, dir)
+			writeFile(t, filepath.Join(dir, ManifestName), manifestReadyV1)
+		}, want{state: Ready, version: 1, bits: []string{"live"}}, nil},
 		{"ready without a store", func(t *testing.T, dir string) {
 			makeEngine(t, dir)
 			if err := os.RemoveAll(filepath.Join(dir, StoreDir)); err != nil {
 				t.Fatal(err)
 			}
-		}, want{state: Ready, version: 1, bits: []string{"live"}}, nil},
+		}, want{state: Ready, version: FormatVersion, bits: []string{"live"}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -801,3 +775,98 @@ func TestDescribe(t *testing.T) {
 		t.Error("State.String")
 	}
 }
+
+// An engine directory of format 1 (kvbuf before engine ids and the
+// bitslice catalog) opens, reports Version 1 and keeps its manifest until
+// Upgrade replaces it; an initialising format-1 one is finished as the
+// current format.
+func TestFormat1UpgradedOnRequest(t *testing.T) {
+	dir := t.TempDir()
+	makeEngine(t, dir)
+	writeFile(t, filepath.Join(dir, ManifestName), manifestReadyV1)
+	d := openT(t, dir)
+	if d.Version() != 1 || d.Fresh() {
+		t.Fatalf("Version %d Fresh %v, want 1 and false", d.Version(), d.Fresh())
+	}
+	if got := readString(t, filepath.Join(dir, ManifestName)); got != manifestReadyV1 {
+		t.Fatalf("Open rewrote the manifest: %q", got)
+	}
+	if err := d.Upgrade(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readString(t, filepath.Join(dir, ManifestName)); got != manifestReady || d.Version() != FormatVersion {
+		t.Fatalf("after Upgrade: manifest %q, Version %d", got, d.Version())
+	}
+	if err := d.Upgrade(); err != nil { // nothing to do
+		t.Fatal(err)
+	}
+	closeT(t, d)
+	if err := d.Upgrade(); !errors.Is(err, errClosed) {
+		t.Fatalf("Upgrade after Close: %v", err)
+	}
+
+	init := t.TempDir()
+	writeFile(t, filepath.Join(init, ManifestName), manifestInitV1)
+	d = openT(t, init)
+	if !d.Fresh() {
+		t.Fatal("an initialising format-1 directory is not Fresh")
+	}
+	mkdir(t, d.StorePath())
+	if err := d.MarkReady(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readString(t, filepath.Join(init, ManifestName)); got != manifestReady || d.Version() != FormatVersion {
+		t.Fatalf("finished initialisation: manifest %q, Version %d", got, d.Version())
+	}
+	closeT(t, d)
+}
+
+// Issue 20: a directory with store/ and bits/ but an empty, garbage or
+// missing KVBUF was ErrNotEngine, so a host's "restore on corrupt" branch
+// never ran. kvbuf makes store/ and bits/ only after its manifest: it is a
+// damaged engine, ErrCorrupt, and nothing is changed. With only one of
+// them, or a foreign file, it stays ErrNotEngine.
+func TestEngineDirsWithoutManifestAreCorrupt(t *testing.T) {
+	cases := []struct {
+		name     string
+		manifest *string // nil: none
+		dirs     []string
+		want     error
+	}{
+		{"missing", nil, []string{StoreDir, BitsDir}, ErrCorrupt},
+		{"empty", ptr(""), []string{StoreDir, BitsDir}, ErrCorrupt},
+		{"garbage", ptr("\x00\x01garbage"), []string{StoreDir, BitsDir}, ErrCorrupt},
+		{"missing, only store", nil, []string{StoreDir}, ErrNotEngine},
+		{"garbage, only bits", ptr("garbage"), []string{BitsDir}, ErrNotEngine},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, d := range tc.dirs {
+				mkdir(t, filepath.Join(dir, d))
+			}
+			writeFile(t, filepath.Join(dir, StoreDir+"x"), "") // something else too
+			if tc.manifest != nil {
+				writeFile(t, filepath.Join(dir, ManifestName), *tc.manifest)
+			}
+			before := hashTree(t, dir)
+			d, err := Open(dir, nil)
+			if err == nil {
+				closeT(t, d)
+				t.Fatalf("Open succeeded, want %v", tc.want)
+			}
+			checkIs(t, err, tc.want)
+			if tc.want == ErrCorrupt && errors.Is(err, ErrNotEngine) {
+				t.Fatalf("Open: %v matches ErrNotEngine too", err)
+			}
+			if _, err := Describe(dir); !errors.Is(err, tc.want) {
+				t.Fatalf("Describe: %v, want %v", err, tc.want)
+			}
+			if hashTree(t, dir) != before {
+				t.Fatal("a refused Open changed the directory")
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -5,9 +5,14 @@
 package testutil
 
 import (
+	"errors"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // ChildEnv names the role of a re-executed test binary; empty in the parent.
@@ -45,4 +50,68 @@ func Reexec(t testing.TB, role string, env ...string) *exec.Cmd {
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), ChildEnv+"="+role), env...)
 	return cmd
+}
+
+// RunAndKill starts cmd, a child that reports with the report protocol,
+// waits for its first report line, SIGKILLs it once wait has passed (unless
+// it died first) and returns its report, its standard error and whether the
+// kill was ours (false: it killed itself). It fails t if the child's report
+// is malformed, if it died before it was ready, or if it died otherwise
+// than by SIGKILL. cmd's Stdout and Stderr must be unset.
+func RunAndKill(t testing.TB, cmd *exec.Cmd, wait time.Duration) (rep *Report, stderr string, killedByUs bool) {
+	t.Helper()
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	type result struct {
+		rep *Report
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		rep, err := ReadReport(stdout, func() { close(ready) })
+		res <- result{rep, err}
+	}()
+	<-ready
+	timer := time.AfterFunc(wait, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+	r := <-res // EOF once the child is dead; Wait closes the pipe, so it comes second
+	err = cmd.Wait()
+	killedByUs = !timer.Stop()
+	if r.err != nil {
+		t.Fatalf("child: %v\nstderr:\n%s", r.err, errOut.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child: %v\n%s", err, errOut.String())
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child exited on its own (%v), not by SIGKILL:\n%s", err, errOut.String())
+	}
+	if !r.rep.Ready {
+		t.Fatalf("child died before it was ready:\n%s", errOut.String())
+	}
+	return r.rep, errOut.String(), killedByUs
+}
+
+// EnvInt returns the integer in environment variable name, or def if it is
+// unset; a value that is not an integer fails t.
+func EnvInt(t testing.TB, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return n
 }

@@ -1,40 +1,54 @@
-// Package workload holds reusable benchmark harnesses for the workloads in
-// doc/workloads.md, so that `go test -bench` functions and `kvtool bench`
-// run exactly the same loops.
+// Package workload is the one W4 harness (flush coalescing, doc/workloads.md):
+// the loop of G goroutines each writing, flushing and checking that its own
+// write is durable. Two targets run it: the engine through its public API
+// (bench, behind kvtool bench and go test -bench ./bench), and the flusher
+// alone over a file that syncs like pebble's log (flush/bench_test.go, which
+// cannot import bench: bench imports the engine, which imports flush).
 //
 // # Caveats
 //
-// The harnesses measure wall-clock time on whatever machine runs them; they
-// do not pin goroutines or warm caches. Compare implementations as ratios
-// within one process, not absolute figures across runs.
+//   - The loop measures wall-clock time on whatever machine runs it; it does
+//     not pin goroutines or warm caches. Compare implementations as ratios
+//     within one process, not absolute figures across runs.
+//   - Violations are a lower bound when Durable reads the implementation's
+//     durable state after Flush returned (as both targets do): a later flush
+//     that completes between the return and the check can hide a violation;
+//     it can never invent one. See FlushLoop.Durable.
 package workload
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
 )
 
 // FlushLoop is W4: Goroutines goroutines each loop PerGoroutine times over
-// {Write(g, i); Flush(ctx)}.
+// {op := Write(g, i); Flush; Durable(g, i, op); sleep Think}.
 type FlushLoop struct {
 	// Goroutines is the number of concurrent writers (W4's G). Must be > 0.
 	Goroutines int
 	// PerGoroutine is the number of write+flush iterations per goroutine.
 	// Must be > 0.
 	PerGoroutine int
-	// Write performs the i-th write of goroutine g. Required.
-	Write func(g, i int) error
+	// Write performs the i-th write of goroutine g and returns what Durable
+	// needs to check it (the op number it wrote as, or 0). Required.
+	Write func(ctx context.Context, g, i int) (op uint64, err error)
 	// Flush makes earlier writes durable. Required.
 	Flush func(ctx context.Context) error
 	// Durable, if set, is called after every Flush that returned nil and
-	// reports whether write (g, i) — the caller's own write that completed
-	// before the Flush — is durable. Each false is a coverage violation
-	// (design contract 2).
-	Durable func(g, i int) bool
+	// reports whether write (g, i), written as op before the Flush began,
+	// is durable. Each false is a coverage violation (design contract 2: a
+	// Flush returned before its caller's own write was durable). It runs
+	// after Flush returned, so if it reads durable state that only grows,
+	// the count is a lower bound (see the package Caveats).
+	Durable func(g, i int, op uint64) (bool, error)
+	// Think is how long each goroutine sleeps after each iteration. Zero:
+	// none.
+	Think time.Duration
 }
 
 // Result holds the figures of one or more FlushLoop runs.
@@ -51,11 +65,13 @@ type Result struct {
 // a non-positive count.
 var ErrBadConfig = errors.New("workload: bad configuration")
 
-// Run runs the loop once and returns its figures. The first Write or Flush
-// error stops every goroutine and is returned (wrapped with g and i).
+// Run runs the loop once and returns its figures. The first Write, Flush or
+// Durable error stops every goroutine and is returned (wrapped with g and
+// i); so is ctx's error if ctx ends first.
 func (l FlushLoop) Run(ctx context.Context) (Result, error) {
-	if l.Goroutines <= 0 || l.PerGoroutine <= 0 || l.Write == nil || l.Flush == nil {
-		return Result{}, fmt.Errorf("%w: %+v", ErrBadConfig, l)
+	if l.Goroutines <= 0 || l.PerGoroutine <= 0 || l.Write == nil || l.Flush == nil || l.Think < 0 {
+		return Result{}, fmt.Errorf("%w: %d goroutines, %d per goroutine, think %v, write set %t, flush set %t",
+			ErrBadConfig, l.Goroutines, l.PerGoroutine, l.Think, l.Write != nil, l.Flush != nil)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -66,24 +82,8 @@ func (l FlushLoop) Run(ctx context.Context) (Result, error) {
 	for g := range l.Goroutines {
 		lat[g] = make([]time.Duration, 0, l.PerGoroutine)
 		wg.Go(func() {
-			for i := range l.PerGoroutine {
-				if ctx.Err() != nil {
-					return
-				}
-				if err := l.Write(g, i); err != nil {
-					cancel(fmt.Errorf("workload: write g=%d i=%d: %w", g, i, err))
-					return
-				}
-				t0 := time.Now()
-				err := l.Flush(ctx)
-				lat[g] = append(lat[g], time.Since(t0))
-				if err != nil {
-					cancel(fmt.Errorf("workload: flush g=%d i=%d: %w", g, i, err))
-					return
-				}
-				if l.Durable != nil && !l.Durable(g, i) {
-					viol[g]++
-				}
+			if err := l.goroutine(ctx, g, &lat[g], &viol[g]); err != nil {
+				cancel(err)
 			}
 		})
 	}
@@ -99,6 +99,38 @@ func (l FlushLoop) Run(ctx context.Context) (Result, error) {
 		return r, err
 	}
 	return r, ctx.Err()
+}
+
+// goroutine is goroutine g's loop.
+func (l FlushLoop) goroutine(ctx context.Context, g int, lat *[]time.Duration, viol *int64) error {
+	for i := range l.PerGoroutine {
+		if ctx.Err() != nil {
+			return nil
+		}
+		op, err := l.Write(ctx, g, i)
+		if err != nil {
+			return fmt.Errorf("workload: write g=%d i=%d: %w", g, i, err)
+		}
+		t0 := time.Now()
+		err = l.Flush(ctx)
+		*lat = append(*lat, time.Since(t0))
+		if err != nil {
+			return fmt.Errorf("workload: flush g=%d i=%d: %w", g, i, err)
+		}
+		if l.Durable != nil {
+			ok, err := l.Durable(g, i, op)
+			if err != nil {
+				return fmt.Errorf("workload: check g=%d i=%d: %w", g, i, err)
+			}
+			if !ok {
+				*viol++
+			}
+		}
+		if l.Think > 0 {
+			time.Sleep(l.Think)
+		}
+	}
+	return nil
 }
 
 // Add merges o into r (for accumulating benchmark rounds).
@@ -119,17 +151,23 @@ func (r Result) WritesPerSec() float64 {
 	return float64(r.Writes) / r.Elapsed.Seconds()
 }
 
-// Percentile returns the q-quantile (0 <= q <= 1, nearest rank) of the
-// Flush latencies, or 0 if there are none.
+// Percentile returns the q-quantile of the Flush latencies (see Percentile).
 func (r Result) Percentile(q float64) time.Duration {
-	if len(r.Latencies) == 0 {
+	return time.Duration(Percentile(r.Latencies, q))
+}
+
+// Percentile returns the q-quantile (0 <= q <= 1, nearest rank: the
+// smallest value with at least q of the values at or below it) of ds in
+// nanoseconds, or 0 for none. ds is not modified.
+func Percentile(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.Latencies)
+	s := slices.Clone(ds)
 	slices.Sort(s)
 	q = min(max(q, 0), 1)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds())
 }
 
 // Report passes the figures to report (testing.B.ReportMetric fits) as

@@ -3,8 +3,10 @@ package workload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -19,11 +21,11 @@ func TestFlushLoopCounts(t *testing.T) {
 	l := FlushLoop{
 		Goroutines:   4,
 		PerGoroutine: 10,
-		Write: func(g, i int) error {
+		Write: func(_ context.Context, g, i int) (uint64, error) {
 			mu.Lock()
 			written[[2]int{g, i}] = true
 			mu.Unlock()
-			return nil
+			return uint64(g*100 + i), nil
 		},
 		Flush: func(context.Context) error {
 			mu.Lock()
@@ -35,10 +37,13 @@ func TestFlushLoopCounts(t *testing.T) {
 			mu.Unlock()
 			return nil
 		},
-		Durable: func(g, i int) bool {
+		Durable: func(g, i int, op uint64) (bool, error) {
+			if op != uint64(g*100+i) {
+				return false, fmt.Errorf("write (%d, %d) checked with op %d", g, i, op)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			return durable[[2]int{g, i}]
+			return durable[[2]int{g, i}], nil
 		},
 	}
 	r, err := l.Run(t.Context())
@@ -61,7 +66,7 @@ func TestFlushLoopCounts(t *testing.T) {
 func TestFlushLoopError(t *testing.T) {
 	boom := errors.New("boom")
 	l := FlushLoop{Goroutines: 3, PerGoroutine: 100,
-		Write: func(g, i int) error { return nil },
+		Write: func(context.Context, int, int) (uint64, error) { return 0, nil },
 		Flush: func(context.Context) error { return boom },
 	}
 	if _, err := l.Run(t.Context()); !errors.Is(err, boom) {
@@ -71,10 +76,50 @@ func TestFlushLoopError(t *testing.T) {
 	if _, err := l.Run(t.Context()); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("Run = %v, want ErrBadConfig", err)
 	}
-	l = FlushLoop{Goroutines: 0, PerGoroutine: 1, Write: func(int, int) error { return nil }, Flush: func(context.Context) error { return nil }}
-	if _, err := l.Run(t.Context()); !errors.Is(err, ErrBadConfig) {
-		t.Fatalf("Run = %v, want ErrBadConfig", err)
+	ok := func(context.Context, int, int) (uint64, error) { return 0, nil }
+	nop := func(context.Context) error { return nil }
+	for _, bad := range []FlushLoop{
+		{Goroutines: 0, PerGoroutine: 1, Write: ok, Flush: nop},
+		{Goroutines: 1, PerGoroutine: 0, Write: ok, Flush: nop},
+		{Goroutines: 1, PerGoroutine: 1, Write: ok},
+		{Goroutines: 1, PerGoroutine: 1, Write: ok, Flush: nop, Think: -1},
+	} {
+		if _, err := bad.Run(t.Context()); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("Run(%+v) = %v, want ErrBadConfig", bad, err)
+		}
 	}
+	checkErr := FlushLoop{Goroutines: 2, PerGoroutine: 5, Write: ok, Flush: nop,
+		Durable: func(int, int, uint64) (bool, error) { return false, boom }}
+	if _, err := checkErr.Run(t.Context()); !errors.Is(err, boom) {
+		t.Errorf("Durable error: Run = %v, want boom", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if r, err := (FlushLoop{Goroutines: 2, PerGoroutine: 5, Write: ok, Flush: nop}).Run(ctx); !errors.Is(err, context.Canceled) || r.Flushes != 0 {
+		t.Errorf("cancelled: Run = %+v, %v", r, err)
+	}
+}
+
+// TestFlushLoopThink checks the think time on synctest's fake clock: each
+// goroutine sleeps after each of its iterations, and sleeps are not Flush
+// latency.
+func TestFlushLoopThink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		think := time.Millisecond
+		l := FlushLoop{Goroutines: 2, PerGoroutine: 3, Think: think,
+			Write: func(context.Context, int, int) (uint64, error) { return 0, nil },
+			Flush: func(context.Context) error { time.Sleep(time.Microsecond); return nil }}
+		r, err := l.Run(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 3 * (think + time.Microsecond); r.Elapsed != want {
+			t.Errorf("3 iterations with %v think took %v, want %v", think, r.Elapsed, want)
+		}
+		if r.Percentile(1) != time.Microsecond {
+			t.Errorf("slowest Flush %v, want 1µs", r.Percentile(1))
+		}
+	})
 }
 
 func TestPercentile(t *testing.T) {
@@ -93,6 +138,17 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := r.Percentile(2); p != 100 {
 		t.Fatalf("p200 = %d", p)
+	}
+	if r.Latencies[0] != 100 {
+		t.Fatal("Percentile sorted its input")
+	}
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 50}, {0.99, 99}, {0.999, 100}, {1, 100}, {0, 1}} {
+		if got := Percentile(r.Latencies, tc.q); got != tc.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
 	}
 	var s Result
 	s.Add(Result{Writes: 10, Elapsed: time.Second})

@@ -1,0 +1,329 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// kvEntryBytes is the pending memory budgeted per KV entry of 8-byte keys
+// and 16-byte values when sizing a pending limit (kvNeed): somewhat more
+// than the engine takes today, so that a table that grows differently
+// still fits.
+const kvEntryBytes = 128
+
+// kvNeed is the pending memory budgeted for n KV entries.
+func kvNeed(n int) int64 { return int64(n) * kvEntryBytes }
+
+// pendingOptions are the options of an engine whose changes must stay
+// pending while a workload reads or flushes them: no interval flush (the
+// read rows would otherwise read a store that a background flush filled
+// at a moment that differs between runs), and a pending limit sized to the
+// workload, never disabled, so that every write pays the admission
+// accounting a user's writes pay. The limit is four times need (a flush
+// starts at half of it), and never below the default limit. Setups check
+// that no flush ran while they made changes pending (pendingGuard).
+func pendingOptions(need int64) *kvbuf.Options {
+	def := (&kvbuf.Options{}).EnsureDefaults().MaxPendingBytes
+	return &kvbuf.Options{FlushInterval: -1, MaxPendingBytes: max(def, 4*need)}
+}
+
+// openEngine opens a kvbuf engine in dir/name (nil opts: defaults, as a
+// user opens it) and registers its Close.
+func openEngine(s *Suite, name string, opts *kvbuf.Options) (*kvbuf.DB, error) {
+	db, err := kvbuf.Open(filepath.Join(s.dir, name), opts)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(db.Close)
+	return db, nil
+}
+
+// openKV opens an engine and its keyspace name.
+func openKV(s *Suite, dir, name string, opts *kvbuf.Options) (*kvbuf.DB, *kvbuf.KV, error) {
+	db, err := openEngine(s, dir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	kv, err := db.KV(name)
+	return db, kv, err
+}
+
+// pendingGuard records the physical flush counts of dbs; the returned
+// check fails if any of them flushed since. A setup that makes changes
+// pending for a read workload calls it around the writes: the pending
+// limit must not have flushed them (raise kvEntryBytes if it did).
+func pendingGuard(dbs ...*kvbuf.DB) func() error {
+	g0 := make([]int64, len(dbs))
+	for i, db := range dbs {
+		g0[i] = db.Metrics().Generations
+	}
+	return func() error {
+		for i, db := range dbs {
+			if m := db.Metrics(); m.Generations != g0[i] {
+				return fmt.Errorf("%w: engine %s flushed %d times while changes were made pending (%d bytes pending): the pending limit is too small for the workload",
+					ErrBadConfig, db.Dir(), m.Generations-g0[i], m.PendingBytes)
+			}
+		}
+		return nil
+	}
+}
+
+// openPebble opens a raw pebble database in dir/name configured exactly
+// like the engine's store (storage.PebbleOptions: the same block cache,
+// format and logger) with a memtable of memtable bytes (0: the store's
+// default, 4 MiB), and registers its Close.
+func openPebble(s *Suite, name string, memtable uint64) (*pebble.DB, error) {
+	pdb, err := pebble.Open(filepath.Join(s.dir, name), storage.PebbleOptions(&storage.Options{MemTableSize: memtable}))
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(pdb.Close)
+	return pdb, nil
+}
+
+// createBits creates a raw bitslice file of n bits in dir/name and
+// registers its Close.
+func createBits(s *Suite, name string, n uint64) (*bitslice.File, error) {
+	f, err := bitslice.Create(filepath.Join(s.dir, name), n)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(f.Close)
+	return f, nil
+}
+
+// snapshotOpener returns, for a count n, a prepare step that opens
+// snapshots of db until n are open (the snapshot rows of W1 and W2 open 1,
+// then 16). The suite closes them.
+func snapshotOpener(s *Suite, db *kvbuf.DB) func(n int) func(context.Context) error {
+	var snaps []*kvbuf.Snapshot
+	s.onClose(func() error {
+		for _, sn := range snaps {
+			sn.Close()
+		}
+		return nil
+	})
+	return func(n int) func(context.Context) error {
+		return func(context.Context) error {
+			for len(snaps) < n {
+				sn, err := db.NewSnapshot()
+				if err != nil {
+					return err
+				}
+				snaps = append(snaps, sn)
+			}
+			return nil
+		}
+	}
+}
+
+// mixedSides is what W6 and W7 compare: an engine with one keyspace and
+// one bitslice, both named ks, against raw pebble (opened like the
+// engine's store) and a raw bitslice file of nbits.
+type mixedSides struct {
+	db   *kvbuf.DB
+	kv   *kvbuf.KV
+	bits *kvbuf.Bits
+	pdb  *pebble.DB
+	raw  *bitslice.File
+}
+
+func openMixedSides(s *Suite, ks string, nbits uint64, opts *kvbuf.Options) (m mixedSides, err error) {
+	if m.db, m.kv, err = openKV(s, "engine", ks, opts); err != nil {
+		return m, err
+	}
+	if m.bits, err = m.db.Bits(ks); err != nil {
+		return m, err
+	}
+	if m.pdb, err = openPebble(s, "pebble", 0); err != nil {
+		return m, err
+	}
+	m.raw, err = createBits(s, "raw.bits", nbits)
+	return m, err
+}
+
+// The raw pebble baselines hold the bytes the engine's store holds: keys in
+// the store's documented layout (storage package documentation, "Key
+// layout": [0x02][keyspace ID, 4 bytes big-endian][user key]) under
+// keyspace id 1, the id a new engine gives its first keyspace (kvtool
+// inspect shows it). Only the layout matters for fairness: the same key
+// lengths, the same shared prefix.
+const (
+	userKeyTag  = 0x02
+	rawKeyspace = 1
+)
+
+// storedKey appends the pebble key under which the store layout keeps
+// user key k.
+func storedKey(dst, k []byte) []byte {
+	dst = append(dst, userKeyTag)
+	dst = binary.BigEndian.AppendUint32(dst, rawKeyspace)
+	return append(dst, k...)
+}
+
+// storedPrefix is the length of storedKey's prefix.
+const storedPrefix = 5
+
+// keyspaceEnd is the first stored key after the raw keyspace.
+func keyspaceEnd() []byte {
+	return binary.BigEndian.AppendUint32([]byte{userKeyTag}, rawKeyspace+1)
+}
+
+// u64Key encodes key number k as an 8-byte big-endian key.
+func u64Key(dst []byte, k uint64) []byte {
+	return binary.BigEndian.AppendUint64(dst, k)
+}
+
+// flatKeys holds fixed-size keys in one allocation.
+type flatKeys struct {
+	b    []byte
+	size int
+}
+
+func newFlatKeys(size, n int) flatKeys { return flatKeys{make([]byte, 0, size*n), size} }
+
+// u64Keys returns the 8-byte keys of ks.
+func u64Keys(ks []uint64) flatKeys {
+	f := newFlatKeys(8, len(ks))
+	for _, k := range ks {
+		f.b = u64Key(f.b, k)
+	}
+	return f
+}
+
+func (f flatKeys) len() int { return len(f.b) / f.size }
+
+func (f flatKeys) at(i int) []byte { return f.b[i*f.size : (i+1)*f.size : (i+1)*f.size] }
+
+// slices returns a slice header per key (for GetMany), sharing f's memory.
+func (f flatKeys) slices() [][]byte {
+	out := make([][]byte, f.len())
+	for i := range out {
+		out[i] = f.at(i)
+	}
+	return out
+}
+
+// stored returns f's keys in the store layout.
+func (f flatKeys) stored() flatKeys {
+	o := newFlatKeys(f.size+storedPrefix, f.len())
+	for i := range f.len() {
+		o.b = storedKey(o.b, f.at(i))
+	}
+	return o
+}
+
+// distinct draws n distinct numbers uniformly from [0, space), in draw
+// order (n <= space/2, so rejection stays cheap).
+func distinct(rng *rand.Rand, n int, space uint64) []uint64 {
+	seen := make([]uint64, (space+63)/64)
+	out := make([]uint64, 0, n)
+	for len(out) < n {
+		k := rng.Uint64N(space)
+		if seen[k/64]&(1<<(k%64)) != 0 {
+			continue
+		}
+		seen[k/64] |= 1 << (k % 64)
+		out = append(out, k)
+	}
+	return out
+}
+
+// checkEvery is how often long setup loops look at their context.
+const checkEvery = 1 << 12
+
+// cancelled returns ctx's error every checkEvery iterations (i is the
+// iteration), so that an interrupted kvtool bench stops setting up.
+func cancelled(ctx context.Context, i int) error {
+	if i%checkEvery != 0 {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// quiesceWait bounds how long quiescePebble waits for background work.
+const quiesceWait = 30 * time.Second
+
+// quiescePebble flushes pdb's memtables and waits until no flush or
+// compaction is running (at most quiesceWait).
+func quiescePebble(pdb *pebble.DB) error {
+	if err := pdb.Flush(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(quiesceWait)
+	for time.Now().Before(deadline) {
+		m := pdb.Metrics()
+		if m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0 {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// quiesceAll returns a quiesce step for a suite's engines and raw pebble
+// databases: the engines' memtables are flushed to sstables (the engine
+// does not expose its store's compactions), pebble's too, and pebble's
+// compactions are waited for.
+func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, db := range dbs {
+			if err := db.FlushMemtables(ctx); err != nil {
+				return err
+			}
+		}
+		for _, pdb := range pdbs {
+			if err := quiescePebble(pdb); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// liveHeap returns the live heap in bytes after two garbage collections.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// perEntry is the heap growth from h0 to h1 divided by n entries.
+func perEntry(h0, h1 uint64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return (float64(h1) - float64(h0)) / float64(n)
+}
+
+// notFound reports whether err is a lookup miss of kvbuf or pebble.
+func notFound(err error) bool {
+	return err == kvbuf.ErrNotFound || errors.Is(err, pebble.ErrNotFound) || errors.Is(err, kvbuf.ErrNotFound)
+}
+
+// pebbleGet reads stored key k from g, appending a found value to buf.
+func pebbleGet(g pebble.Reader, buf, k []byte) ([]byte, bool, error) {
+	v, cl, err := g.Get(k)
+	if err != nil {
+		if notFound(err) {
+			return buf, false, nil
+		}
+		return buf, false, err
+	}
+	buf = append(buf[:0], v...)
+	return buf, true, cl.Close()
+}

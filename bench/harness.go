@@ -1,0 +1,532 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
+)
+
+// Implementation names used in rows (impl in kvtool bench --json;
+// doc/workloads.md says what each is). Rows whose name is "kvbuf" or starts
+// with "kvbuf-" are the project's own (IsOwn): they get RatioVs against
+// every other row of their workload.
+const (
+	ImplKvbuf            = "kvbuf"
+	ImplKvbufGetMany     = "kvbuf-getmany"         // GetMany in batches of 64
+	ImplKvbufDefault     = "kvbuf-default-options" // an engine opened with nil Options
+	ImplKvbufSinglePuts  = "kvbuf-single-puts"     // W8: 64 KV.Put calls instead of one Apply
+	ImplKvbufFlushOnly   = "kvbuf-flush-only"      // W6: the Flush alone, the writes before it untimed
+	ImplRaw              = "raw"
+	ImplMutexMap         = "mutex+map"
+	ImplRWMutexMap       = "rwmutex+map"
+	ImplSyncMap          = "sync.Map"
+	ImplXsyncMap         = "xsync.Map"
+	ImplRWMutexWords     = "rwmutex+words" // W1: dense mask/value words behind a sync.RWMutex
+	ImplAtomicWords      = "atomic-words"  // W1: dense mask/value words updated atomically
+	ImplRWMutexBTree     = "rwmutex+btree" // a tidwall/btree generic B-tree behind a sync.RWMutex
+	ImplPebbleGet        = "pebble-get"
+	ImplPebbleBatch      = "pebble-indexed-batch"
+	ImplMapPebble        = "rwmutex+map+pebble"
+	ImplMapPebbleNoCopy  = "rwmutex+map+pebble-no-copy"
+	ImplMapPebbleBatched = "rwmutex+map+pebble-64-per-lock" // one RLock per 64 keys, as GetMany
+	ImplBTreePebble      = "rwmutex+btree+pebble"
+	ImplMutexMapPebble   = "mutex+map+pebble"
+	ImplPerCallerSync    = "per-caller-sync"
+	ImplSingleflight     = "singleflight"         // x/sync/singleflight: incorrect by design
+	ImplGroupCommit      = "careful-group-commit" // waits out a flush frozen before the caller's write
+	ImplPebbleBatchSync  = "pebble-batch-sync"
+	ImplPebbleSortedSync = "pebble-batch-sync-sorted-input"
+	ImplFileSetLoop      = "file-set-loop+msync"        // W6: one bitslice.File.Set per change
+	ImplApplyWords       = "apply-words+msync"          // W6: File.ApplyWords of words coalesced untimed
+	ImplCoalesceApply    = "coalesce+apply-words+msync" // W6: coalescing into words timed too
+	ImplPebbleNoSync     = "pebble-batch-nosync"
+	ImplPebbleNoSyncSync = "pebble-nosync-batches+sync" // W8 end-to-end: no-sync batches, the last one synced
+	ImplGetLoop          = "get-loop"                   // W1 count/ones: a loop of Bits.Get
+	ImplDeleteLoop       = "delete-loop"                // W8 delete-1m: a loop of KV.Delete
+	ImplWithoutSnapshots = "without-snapshots"          // the same reads on a twin engine with no snapshot
+)
+
+// DefaultRounds is the number of measured rounds kvtool bench runs per
+// workload by default (after one warm-up round): enough for a median with
+// a meaningful min–max.
+const DefaultRounds = 7
+
+// NoisyRatio flags a row whose slowest round took more than this many
+// times its fastest (Row.Noisy): its median should not be trusted to a
+// few percent.
+const NoisyRatio = 1.5
+
+// ErrBadConfig is returned for a Config or argument out of range.
+var ErrBadConfig = errors.New("bench: bad configuration")
+
+// ErrMismatch is returned by Workload.Run when two implementations give
+// different answers for the same inputs: the comparison would be
+// meaningless.
+var ErrMismatch = errors.New("bench: implementations disagree")
+
+// Looper is an implementation of a lookup-style workload. Loop runs
+// operations [lo, hi) of a round in one plain loop, as goroutine g of the
+// round (0 when the round runs in one goroutine), and returns its check sum
+// (for lookups: bits found set, keys found, ...). The harness calls it once
+// per round and goroutine, never once per operation: near the floor an
+// indirect call per operation costs more than the difference being
+// measured.
+type Looper interface {
+	Loop(g, lo, hi int) (checks int64, err error)
+}
+
+// Rounder is an implementation that runs whole rounds itself (flushes,
+// writes under load, ...). goroutines is the workload's goroutine count
+// for parallel workloads, else 1.
+type Rounder interface {
+	Round(ctx context.Context, goroutines int) (RoundResult, error)
+}
+
+// RoundFunc adapts a function to Rounder.
+type RoundFunc func(ctx context.Context, goroutines int) (RoundResult, error)
+
+// Round implements Rounder.
+func (f RoundFunc) Round(ctx context.Context, goroutines int) (RoundResult, error) {
+	return f(ctx, goroutines)
+}
+
+// Impl is one row of a workload: an implementation and how to run it.
+// Exactly one of Loop and Round is set.
+type Impl struct {
+	// Name is the canonical implementation name (ImplKvbuf, ImplRaw, …).
+	Name string
+
+	// Floor marks a lower bound that does not do the same work (raw
+	// bitslice and pebble-get read without the pending changes): its
+	// answers differ from the others, so the cross-check skips it.
+	Floor bool
+
+	// Loop runs Workload.Ops operations per round.
+	Loop Looper
+	// Round runs whole rounds.
+	Round Rounder
+
+	// BytesPerEntry is a memory figure measured at setup and reported on
+	// the row: live heap bytes per pending entry (W2). AccountedBytes is
+	// the engine's own figure (Metrics.PendingBytes / PendingKeys).
+	BytesPerEntry, AccountedBytes float64
+}
+
+// RoundResult describes one round of an implementation.
+type RoundResult struct {
+	// Ops is the number of operations the round did.
+	Ops int
+	// Checks is the round's answer: Run fails if two non-floor
+	// implementations of a workload (without NoCheck) disagree.
+	Checks int64
+	// Elapsed is the timed part of the round; zero means the harness's
+	// wall-clock time of the whole Round call.
+	Elapsed time.Duration
+
+	// W4: Flush calls, physical syncs they caused, coverage violations
+	// (a Flush that returned nil before the caller's own write was
+	// durable) and the latency of every Flush call.
+	Flushes, Syncs, Violations int64
+	FlushLatencies             []time.Duration
+
+	// W7: reads and writes done while the reader ran, and sampled
+	// latencies: reads, reads that started while a flush was running,
+	// writes.
+	Reads, Writes                                     int64
+	ReadLatencies, ReadFlushLatencies, WriteLatencies []time.Duration
+
+	// BytesPerEntry is a per-round memory figure (live heap per entry or
+	// per instance) and AccountedBytes the engine's own per-entry figure;
+	// the row reports their medians.
+	BytesPerEntry, AccountedBytes float64
+
+	// Mallocs and AllocBytes, if MallocsMeasured, are the allocations of
+	// the timed part (see Timed); otherwise the harness counts those of the
+	// whole Round.
+	Mallocs, AllocBytes uint64
+	MallocsMeasured     bool
+}
+
+// Timed runs f as a timed part of a round: it adds f's wall time to
+// res.Elapsed and the allocations made meanwhile to res.Mallocs, so that
+// untimed preparation (making a million changes pending before timing
+// their flush) is left out of both. A round may call it several times.
+func Timed(res *RoundResult, f func() error) error {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	err := f()
+	res.Elapsed += time.Since(start)
+	runtime.ReadMemStats(&m1)
+	res.Mallocs += m1.Mallocs - m0.Mallocs
+	res.AllocBytes += m1.TotalAlloc - m0.TotalAlloc
+	res.MallocsMeasured = true
+	return err
+}
+
+// Workload is one named workload of a Suite, with its implementations.
+type Workload struct {
+	// Name is the canonical workload name, e.g. "W1/lookup-with-pending-changes".
+	Name string
+	// Unit is what one operation is ("lookup", "get", "scan", "write+flush", ...).
+	Unit string
+	// Ops is the number of operations of a Loop round.
+	Ops int
+	// Parallel workloads run at any goroutine count (kvtool bench --cpu);
+	// the others always run in their own fixed configuration.
+	Parallel bool
+	// NoCheck skips the answer cross-check (W7: what a reader finds
+	// depends on how far the writer got).
+	NoCheck bool
+	// Impls are the rows, the project's own first.
+	Impls []Impl
+
+	prepare  func(ctx context.Context) error // brings shared state to what this workload measures
+	prepared bool
+	// quiesce, if set, runs (untimed) before every round of every
+	// implementation: it lets the stores' background work caused by the
+	// previous round (memtable flushes, compactions) finish, so that one
+	// implementation's round does not pay for another's.
+	quiesce func(ctx context.Context) error
+	suite   *Suite
+}
+
+// NameAt is the row name of w run in g goroutines: Name, with "-cpuG"
+// appended for a parallel workload run in more than one.
+func (w *Workload) NameAt(g int) string {
+	if !w.Parallel || g <= 1 {
+		return w.Name
+	}
+	return w.Name + "-cpu" + strconv.Itoa(g)
+}
+
+// Prepare brings the suite's shared state to what w measures (for
+// W1/lookup-with-pending-changes: the second million Sets, left pending),
+// running first the prepare steps of every earlier workload of its suite
+// that has not run. Each step runs at most once; Run calls Prepare.
+func (w *Workload) Prepare(ctx context.Context) error {
+	if w.suite != nil {
+		for _, e := range w.suite.Workloads {
+			if e == w {
+				break
+			}
+			if err := e.prepareSelf(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return w.prepareSelf(ctx)
+}
+
+func (w *Workload) prepareSelf(ctx context.Context) error {
+	if w.prepared {
+		return nil
+	}
+	if w.prepare != nil {
+		if err := w.prepare(ctx); err != nil {
+			return fmt.Errorf("bench: prepare %s: %w", w.Name, err)
+		}
+	}
+	w.prepared = true
+	return nil
+}
+
+// Row is the result of one implementation in one workload.
+type Row struct {
+	Workload string
+	Impl     string
+	Floor    bool
+	// Unit is what one operation is; Goroutines how many ran the round.
+	Unit       string
+	Goroutines int
+	// Rounds is the number of rounds measured (after one warm-up round);
+	// OpsPerRound the operations in each.
+	Rounds, OpsPerRound int
+	// NsPerOp holds each round's nanoseconds per operation (wall time ÷
+	// operations, all goroutines together), in round order.
+	NsPerOp []float64
+	// Median, Min and Max summarise NsPerOp.
+	Median, Min, Max float64
+	// Noisy is set when Max > NoisyRatio × Min: the rounds disagree by more
+	// than the difference a ratio of medians can be trusted for.
+	Noisy bool
+	// AllocsPerOp is the median over rounds of allocations per operation.
+	AllocsPerOp float64
+	// RatioVs (own rows only) maps each other row to its median ÷ this
+	// row's median: above 1 means this row is faster.
+	RatioVs map[string]float64
+
+	// BytesPerEntry: live heap bytes per pending entry (W2) or per
+	// instance (W3 construct); AccountedBytesPerEntry: the engine's
+	// PendingBytes ÷ PendingKeys (W2 kvbuf rows). Zero when not measured.
+	BytesPerEntry, AccountedBytesPerEntry float64
+
+	// W4 (Flushes > 0): Flush calls, physical syncs, coverage violations,
+	// Flush latency percentiles over every round.
+	Flushes, Syncs, Violations          int64
+	P50FlushNs, P99FlushNs, P999FlushNs float64
+	// W7 (ReadsPerSec > 0): medians over rounds of reader and writer
+	// throughput, and latency percentiles over every sampled operation.
+	ReadsPerSec, WritesPerSec                        float64
+	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
+}
+
+// SyncsPerFlush is Syncs ÷ Flushes, or 0 when there were no flushes.
+func (r Row) SyncsPerFlush() float64 {
+	if r.Flushes == 0 {
+		return 0
+	}
+	return float64(r.Syncs) / float64(r.Flushes)
+}
+
+// Run prepares w, runs one warm-up round of every implementation (in Impls
+// order, not measured), then rounds measured rounds; in round r the
+// implementations run in rotating order starting at index r mod len(Impls).
+// A parallel workload runs each round in goroutines goroutines (at least
+// 1; others ignore it). step, if not nil, is called after each
+// implementation's round, with round -1 for the warm-up. ctx is checked
+// between rounds. It returns one Row per implementation, in Impls order.
+func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(impl string, round int)) ([]Row, error) {
+	if err := w.check(rounds); err != nil {
+		return nil, err
+	}
+	if !w.Parallel || goroutines < 1 {
+		goroutines = 1
+	}
+	if err := w.Prepare(ctx); err != nil {
+		return nil, err
+	}
+	if step == nil {
+		step = func(string, int) {}
+	}
+	n := len(w.Impls)
+	name := w.NameAt(goroutines)
+	rows := make([]Row, n)
+	samples := make([]rowSamples, n)
+	for k, im := range w.Impls {
+		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
+			BytesPerEntry: im.BytesPerEntry, AccountedBytesPerEntry: im.AccountedBytes}
+	}
+	// Warm-up: every implementation runs one round first, in order.
+	for _, im := range w.Impls {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if _, _, err := w.measure(ctx, im, goroutines); err != nil {
+			return nil, fmt.Errorf("bench: %s/%s warm-up: %w", name, im.Name, err)
+		}
+		step(im.Name, -1)
+	}
+	for r := range rounds {
+		var checkImpl string
+		var check int64
+		checked := false
+		for j := range n {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			k := (r + j) % n
+			im := w.Impls[k]
+			res, allocs, err := w.measure(ctx, im, goroutines)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s/%s round %d: %w", name, im.Name, r, err)
+			}
+			if !w.NoCheck && !im.Floor {
+				if checked && res.Checks != check {
+					return nil, fmt.Errorf("%w: %s round %d: %s counted %d, %s counted %d",
+						ErrMismatch, name, r, checkImpl, check, im.Name, res.Checks)
+				}
+				check, checkImpl, checked = res.Checks, im.Name, true
+			}
+			samples[k].add(&rows[k], res, allocs)
+			step(im.Name, r)
+		}
+	}
+	for k := range rows {
+		samples[k].summarize(&rows[k])
+	}
+	AddRatios(rows)
+	return rows, nil
+}
+
+// check validates w and a round count before Run.
+func (w *Workload) check(rounds int) error {
+	if rounds <= 0 {
+		return fmt.Errorf("%w: %d rounds", ErrBadConfig, rounds)
+	}
+	if len(w.Impls) == 0 {
+		return fmt.Errorf("%w: workload %s has no implementations", ErrBadConfig, w.Name)
+	}
+	for _, im := range w.Impls {
+		if (im.Loop == nil) == (im.Round == nil) {
+			return fmt.Errorf("%w: implementation %s of %s needs exactly one of Loop and Round", ErrBadConfig, im.Name, w.Name)
+		}
+	}
+	return nil
+}
+
+// rowSamples collects one implementation's figures over the measured
+// rounds of a Run.
+type rowSamples struct {
+	allocs, mem, acct, reads, writes          []float64
+	flushLat, readLat, readFlushLat, writeLat []time.Duration
+}
+
+// add records one round: its time per operation and counters on row, the
+// rest in s. allocs is the round's allocation count.
+func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
+	ops := max(res.Ops, 1)
+	row.OpsPerRound = res.Ops
+	row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
+	row.Flushes += res.Flushes
+	row.Syncs += res.Syncs
+	row.Violations += res.Violations
+	s.allocs = append(s.allocs, allocs/float64(ops))
+	if res.BytesPerEntry != 0 {
+		s.mem = append(s.mem, res.BytesPerEntry)
+	}
+	if res.AccountedBytes != 0 {
+		s.acct = append(s.acct, res.AccountedBytes)
+	}
+	if res.Reads > 0 && res.Elapsed > 0 {
+		s.reads = append(s.reads, float64(res.Reads)/res.Elapsed.Seconds())
+		s.writes = append(s.writes, float64(res.Writes)/res.Elapsed.Seconds())
+	}
+	s.flushLat = append(s.flushLat, res.FlushLatencies...)
+	s.readLat = append(s.readLat, res.ReadLatencies...)
+	s.readFlushLat = append(s.readFlushLat, res.ReadFlushLatencies...)
+	s.writeLat = append(s.writeLat, res.WriteLatencies...)
+}
+
+// summarize sets row's medians, extremes and percentiles.
+func (s *rowSamples) summarize(row *Row) {
+	row.Median = Median(row.NsPerOp)
+	row.Min = slices.Min(row.NsPerOp)
+	row.Max = slices.Max(row.NsPerOp)
+	row.Noisy = row.Max > NoisyRatio*row.Min
+	row.AllocsPerOp = Median(s.allocs)
+	if len(s.mem) > 0 {
+		row.BytesPerEntry = Median(s.mem)
+	}
+	if len(s.acct) > 0 {
+		row.AccountedBytesPerEntry = Median(s.acct)
+	}
+	if len(s.flushLat) > 0 {
+		row.P50FlushNs = workload.Percentile(s.flushLat, 0.50)
+		row.P99FlushNs = workload.Percentile(s.flushLat, 0.99)
+		row.P999FlushNs = workload.Percentile(s.flushLat, 0.999)
+	}
+	if len(s.reads) > 0 {
+		row.ReadsPerSec = Median(s.reads)
+		row.WritesPerSec = Median(s.writes)
+	}
+	row.P50ReadNs = workload.Percentile(s.readLat, 0.50)
+	row.P99ReadNs = workload.Percentile(s.readLat, 0.99)
+	row.P99ReadFlushNs = workload.Percentile(s.readFlushLat, 0.99)
+	row.P99WriteNs = workload.Percentile(s.writeLat, 0.99)
+}
+
+// measure runs one round of im after quiescing the stores (if the workload
+// says how) and a GC (so that one implementation's garbage is not
+// collected on another's time) and returns it with the
+// number of allocations made during it (runtime.MemStats.Mallocs: every
+// goroutine of the process, pebble's background work included).
+func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundResult, float64, error) {
+	if w.quiesce != nil {
+		if err := w.quiesce(ctx); err != nil {
+			return RoundResult{}, 0, fmt.Errorf("quiesce: %w", err)
+		}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	var res RoundResult
+	var err error
+	start := time.Now()
+	if im.Round != nil {
+		res, err = im.Round.Round(ctx, goroutines)
+	} else {
+		res.Checks, err = RunLoop(im.Loop, 0, w.Ops, goroutines)
+		res.Ops = w.Ops
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&m1)
+	if err != nil {
+		return res, 0, err
+	}
+	if res.Elapsed <= 0 {
+		res.Elapsed = elapsed
+	}
+	if res.MallocsMeasured {
+		return res, float64(res.Mallocs), nil
+	}
+	return res, float64(m1.Mallocs - m0.Mallocs), nil
+}
+
+// RunLoop runs operations [lo, hi) of l in goroutines goroutines, each
+// over its own contiguous part, and returns the sum of their checks (the
+// same as one goroutine's over the whole range). One goroutine runs on the
+// caller's.
+func RunLoop(l Looper, lo, hi, goroutines int) (int64, error) {
+	if goroutines <= 1 {
+		return l.Loop(0, lo, hi)
+	}
+	sums := make([]int64, goroutines)
+	errs := make([]error, goroutines)
+	var wg sync.WaitGroup
+	n := hi - lo
+	for g := range goroutines {
+		wg.Go(func() {
+			sums[g], errs[g] = l.Loop(g, lo+g*n/goroutines, lo+(g+1)*n/goroutines)
+		})
+	}
+	wg.Wait()
+	var sum int64
+	for _, s := range sums {
+		sum += s
+	}
+	return sum, errors.Join(errs...)
+}
+
+// IsOwn reports whether impl is one of the project's own rows ("kvbuf" or
+// "kvbuf-…") rather than a baseline.
+func IsOwn(impl string) bool { return impl == ImplKvbuf || strings.HasPrefix(impl, ImplKvbuf+"-") }
+
+// AddRatios sets RatioVs on every own row: for each baseline row of the
+// same workload, that row's median ÷ the own row's median.
+func AddRatios(rows []Row) {
+	for k := range rows {
+		if !IsOwn(rows[k].Impl) || rows[k].Median <= 0 {
+			continue
+		}
+		rows[k].RatioVs = map[string]float64{}
+		for _, o := range rows {
+			if o.Workload == rows[k].Workload && !IsOwn(o.Impl) {
+				rows[k].RatioVs[o.Impl] = o.Median / rows[k].Median
+			}
+		}
+	}
+}
+
+// Median returns the median of xs (the mean of the middle two for an even
+// count), or 0 for none. xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}

@@ -1,0 +1,565 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
+)
+
+var (
+	benchScale = flag.Float64("scale", 1, "scale of the workload sizes for the Benchmark functions (1 = doc/workloads.md)")
+	benchDir   = flag.String("benchdir", "", "parent directory of the Benchmark functions' engines (default $TMPDIR)")
+	// go test repeats each sub-benchmark -count times in a row, so the
+	// implementations of a workload cannot interleave within one run;
+	// scripts/bench-all.sh runs the package several times with -rotate
+	// 0, 1, 2, … instead, so that the k-th run starts at implementation k.
+	benchRotate = flag.Int("rotate", 0, "start each workload's sub-benchmarks at implementation rotate mod n")
+)
+
+// Suites opened by the Benchmark functions, kept for the whole process and
+// closed by TestMain.
+var (
+	suiteMu    sync.Mutex
+	suiteCache = map[string]*Suite{}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	suiteMu.Lock()
+	for _, s := range suiteCache {
+		if err := s.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	suiteMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func TestMedian(t *testing.T) {
+	cases := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tc := range cases {
+		in := slices.Clone(tc.in)
+		if got := Median(in); got != tc.want {
+			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("Median modified its input: %v", in)
+		}
+	}
+}
+
+// recLooper records the order in which rounds start and counts i%2.
+type recLooper struct {
+	name  string
+	order *[]string
+	mu    *sync.Mutex
+	seen  *[]int
+}
+
+func (l recLooper) Loop(g, lo, hi int) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lo == 0 {
+		*l.order = append(*l.order, l.name)
+	}
+	var n int64
+	for i := lo; i < hi; i++ {
+		n += int64(i % 2)
+		if l.seen != nil {
+			*l.seen = append(*l.seen, i)
+		}
+	}
+	return n, nil
+}
+
+func TestRunRotatesOrder(t *testing.T) {
+	var order []string
+	var mu sync.Mutex
+	mk := func(name string) Impl { return Impl{Name: name, Loop: recLooper{name, &order, &mu, nil}} }
+	w := &Workload{Name: "T/rotate", Ops: 4, Impls: []Impl{mk("kvbuf"), mk("b"), mk("c")}}
+	var steps []string
+	rows, err := w.Run(context.Background(), 4, 1, func(impl string, round int) { steps = append(steps, fmt.Sprint(impl, round)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"kvbuf", "b", "c", // warm-up, in order
+		"kvbuf", "b", "c", "b", "c", "kvbuf", "c", "kvbuf", "b", "kvbuf", "b", "c"}
+	if !slices.Equal(order, want) {
+		t.Errorf("run order %v, want %v", order, want)
+	}
+	if len(steps) != 15 || steps[0] != "kvbuf-1" || steps[3] != "kvbuf0" || steps[14] != "c3" {
+		t.Errorf("progress steps %v", steps)
+	}
+	if len(rows) != 3 || rows[0].Impl != "kvbuf" || rows[2].Impl != "c" {
+		t.Fatalf("rows %+v", rows)
+	}
+	for _, r := range rows {
+		if r.Rounds != 4 || len(r.NsPerOp) != 4 || r.OpsPerRound != 4 || r.Goroutines != 1 {
+			t.Errorf("%s: rounds %d, samples %d, ops %d, goroutines %d", r.Impl, r.Rounds, len(r.NsPerOp), r.OpsPerRound, r.Goroutines)
+		}
+		if r.Min > r.Median || r.Median > r.Max {
+			t.Errorf("%s: min %v median %v max %v out of order", r.Impl, r.Min, r.Median, r.Max)
+		}
+	}
+	if len(rows[0].RatioVs) != 2 || rows[1].RatioVs != nil {
+		t.Errorf("ratios: kvbuf %v, b %v", rows[0].RatioVs, rows[1].RatioVs)
+	}
+}
+
+func TestRunParallel(t *testing.T) {
+	var order []string
+	var seen []int
+	var mu sync.Mutex
+	w := &Workload{Name: "T/par", Ops: 1001, Parallel: true, Impls: []Impl{
+		{Name: "kvbuf", Loop: recLooper{"kvbuf", &order, &mu, &seen}},
+	}}
+	rows, err := w.Run(context.Background(), 1, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].Workload != "T/par-cpu3" || rows[0].Goroutines != 3 {
+		t.Errorf("row %s at %d goroutines", rows[0].Workload, rows[0].Goroutines)
+	}
+	slices.Sort(seen)
+	for i, v := range seen {
+		if v != i/2 || len(seen) != 2002 { // each operation once per round: warm-up and round 0
+			t.Fatalf("operations run: %d of them, %v...", len(seen), seen[:min(len(seen), 10)])
+		}
+	}
+	if w.NameAt(1) != "T/par" || (&Workload{Name: "x"}).NameAt(4) != "x" {
+		t.Error("NameAt")
+	}
+	if IsOwn("kvbufx") || !IsOwn("kvbuf-getmany") || IsOwn("raw") {
+		t.Error("IsOwn")
+	}
+}
+
+// sumLooper returns the same check for every operation.
+type sumLooper int64
+
+func (c sumLooper) Loop(_, lo, hi int) (int64, error) { return int64(c) * int64(hi-lo), nil }
+
+type errLooper struct{ err error }
+
+func (e errLooper) Loop(int, int, int) (int64, error) { return 0, e.err }
+
+func TestRunDetectsMismatch(t *testing.T) {
+	w := &Workload{Name: "T/mismatch", Ops: 3, Impls: []Impl{
+		{Name: "kvbuf", Loop: sumLooper(1)},
+		{Name: "floor", Floor: true, Loop: sumLooper(0)}, // floors are not compared
+		{Name: "wrong", Loop: sumLooper(2)},
+	}}
+	_, err := w.Run(context.Background(), 1, 1, nil)
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "wrong counted 6") {
+		t.Fatalf("err = %v, want ErrMismatch naming the wrong row", err)
+	}
+	w.NoCheck = true
+	if _, err := w.Run(context.Background(), 1, 1, nil); err != nil {
+		t.Fatalf("NoCheck workload compared: %v", err)
+	}
+	w.NoCheck = false
+	w.Impls = w.Impls[:2]
+	if _, err := w.Run(context.Background(), 1, 1, nil); err != nil {
+		t.Fatalf("floor row compared: %v", err)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	boom := errors.New("boom")
+	ctx := context.Background()
+	w := &Workload{Name: "T/err", Ops: 2, Impls: []Impl{{Name: "kvbuf", Loop: errLooper{boom}}}}
+	if _, err := w.Run(ctx, 1, 1, nil); !errors.Is(err, boom) {
+		t.Errorf("op error: %v", err)
+	}
+	if _, err := w.Run(ctx, 0, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("0 rounds: %v", err)
+	}
+	if _, err := (&Workload{Name: "T/empty"}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("no impls: %v", err)
+	}
+	if _, err := (&Workload{Name: "T/none", Impls: []Impl{{Name: "x"}}}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("impl without Loop or Round: %v", err)
+	}
+	both := Impl{Name: "x", Loop: sumLooper(1), Round: RoundFunc(func(context.Context, int) (RoundResult, error) { return RoundResult{}, nil })}
+	if _, err := (&Workload{Name: "T/both", Impls: []Impl{both}}).Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("impl with Loop and Round: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	ok := &Workload{Name: "T/ok", Ops: 1, Impls: []Impl{{Name: "kvbuf", Loop: sumLooper(0)}}}
+	if _, err := ok.Run(cctx, 1, 1, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled ctx: %v", err)
+	}
+	prep := &Workload{Name: "T/prep", Ops: 1, Impls: ok.Impls, prepare: func(context.Context) error { return boom }}
+	if _, err := prep.Run(ctx, 1, 1, nil); !errors.Is(err, boom) {
+		t.Errorf("prepare error: %v", err)
+	}
+}
+
+func TestOpenBadConfig(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []*Config{{Scale: -1}, {Scale: 1000}, {FlushesPerGoroutine: -1}, {Scans: -2}, {WriteRate: -1}} {
+		if s, err := Open(ctx, "W4", c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("Open(%+v) = %v, want ErrBadConfig", c, err)
+			if s != nil {
+				s.Close()
+			}
+		}
+	}
+	if _, err := Open(ctx, "W9", nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("unknown suite: %v", err)
+	}
+	if _, err := Open(ctx, "W1", &Config{Dir: "/nonexistent/dir/for/kvbuf"}); err == nil {
+		t.Error("Open under a missing directory succeeded")
+	}
+}
+
+// TestSuites runs every workload of every suite at a tiny scale: the
+// answers of all implementations must agree (Run checks), names must be
+// canonical, the flush rows must behave as documented.
+func TestSuites(t *testing.T) {
+	ctx := context.Background()
+	for _, info := range Catalog() {
+		t.Run(info.Name, func(t *testing.T) {
+			s, err := Open(ctx, info.Name, &Config{Dir: t.TempDir(), Scale: 0.0005, FlushesPerGoroutine: 2, Scans: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := s.Close(); err != nil {
+					t.Error(err)
+				}
+				if _, err := os.Stat(s.Dir()); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("suite dir %s left behind: %v", s.Dir(), err)
+				}
+			}()
+			var names, parallel []string
+			for _, w := range s.Workloads {
+				names = append(names, w.Name)
+				if w.Parallel {
+					parallel = append(parallel, w.Name)
+				}
+				gs := []int{1}
+				if w.Parallel {
+					gs = []int{1, 2}
+				}
+				for _, g := range gs {
+					rows, err := w.Run(ctx, 1, g, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkRows(t, w, rows)
+				}
+			}
+			if !slices.Equal(names, info.Workloads) || !slices.Equal(parallel, info.Parallel) {
+				t.Errorf("workloads %v (parallel %v), catalog says %v (%v)", names, parallel, info.Workloads, info.Parallel)
+			}
+		})
+	}
+}
+
+func checkRows(t *testing.T, w *Workload, rows []Row) {
+	t.Helper()
+	own := 0
+	for _, r := range rows {
+		if IsOwn(r.Impl) {
+			own++
+		}
+	}
+	if !IsOwn(rows[0].Impl) || len(rows[0].RatioVs) != len(rows)-own {
+		t.Errorf("%s: first row %s with ratios %v", w.Name, rows[0].Impl, rows[0].RatioVs)
+	}
+	for _, r := range rows {
+		if r.Median <= 0 || r.OpsPerRound <= 0 || r.Unit == "" {
+			t.Errorf("%s/%s: median %v, ops %d, unit %q", r.Workload, r.Impl, r.Median, r.OpsPerRound, r.Unit)
+		}
+		switch {
+		case strings.HasPrefix(w.Name, "W2/get-") && !strings.Contains(w.Name, "snapshot"):
+			wantMem := r.Impl != ImplPebbleGet && r.Impl != ImplKvbufDefault
+			if (r.BytesPerEntry > 0) != wantMem {
+				t.Errorf("%s/%s: %v bytes per entry", r.Workload, r.Impl, r.BytesPerEntry)
+			}
+			if wantMem && IsOwn(r.Impl) && r.AccountedBytesPerEntry <= 0 {
+				t.Errorf("%s/%s: accounted bytes per entry %v", r.Workload, r.Impl, r.AccountedBytesPerEntry)
+			}
+		case w.Name == "W2/gc-1m":
+			if r.BytesPerEntry <= 0 || (r.Impl == ImplKvbuf) != (r.AccountedBytesPerEntry > 0) {
+				t.Errorf("%s/%s: %v bytes per entry, %v accounted", r.Workload, r.Impl, r.BytesPerEntry, r.AccountedBytesPerEntry)
+			}
+		case w.Name == "W3/construct":
+			if r.BytesPerEntry <= 0 {
+				t.Errorf("%s/%s: %v bytes per instance", r.Workload, r.Impl, r.BytesPerEntry)
+			}
+		case strings.HasPrefix(w.Name, "W4/"):
+			if r.Flushes != int64(r.OpsPerRound) || r.P99FlushNs < r.P50FlushNs || r.P999FlushNs < r.P99FlushNs || r.P50FlushNs <= 0 {
+				t.Errorf("%s/%s: flushes %d ops %d p50 %v p99 %v p999 %v", r.Workload, r.Impl, r.Flushes, r.OpsPerRound, r.P50FlushNs, r.P99FlushNs, r.P999FlushNs)
+			}
+			switch r.Impl {
+			case ImplKvbuf, ImplGroupCommit:
+				if r.Violations != 0 || r.SyncsPerFlush() > 1 || r.Syncs == 0 {
+					t.Errorf("%s/%s: %d violations, %d syncs for %d flushes", r.Workload, r.Impl, r.Violations, r.Syncs, r.Flushes)
+				}
+			case ImplPerCallerSync:
+				if r.Violations != 0 || r.Syncs != r.Flushes {
+					t.Errorf("%s/per-caller-sync: %d violations, %d syncs for %d flushes", r.Workload, r.Violations, r.Syncs, r.Flushes)
+				}
+			}
+		case strings.HasPrefix(w.Name, "W7/"):
+			if r.ReadsPerSec <= 0 || r.P50ReadNs <= 0 || r.P99ReadNs < r.P50ReadNs {
+				t.Errorf("%s/%s: %v reads/s, p50 %v p99 %v", r.Workload, r.Impl, r.ReadsPerSec, r.P50ReadNs, r.P99ReadNs)
+			}
+		}
+		if r.Noisy != (r.Max > NoisyRatio*r.Min) {
+			t.Errorf("%s/%s: noisy %t with min %v max %v", r.Workload, r.Impl, r.Noisy, r.Min, r.Max)
+		}
+	}
+}
+
+// cachedSuite returns the suite called name, set up once and kept while
+// the Benchmark functions of that suite run (go test -count runs each
+// Benchmark function that many times in a row). Other suites are closed
+// first, so that the garbage collections W2/gc-1m times, and every other
+// row, do not pay for another suite's heap.
+func cachedSuite(b *testing.B, name string) *Suite {
+	suiteMu.Lock()
+	defer suiteMu.Unlock()
+	if s := suiteCache[name]; s != nil {
+		return s
+	}
+	for other, s := range suiteCache {
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		delete(suiteCache, other)
+	}
+	s, err := Open(context.Background(), name, &Config{Dir: *benchDir, Scale: *benchScale})
+	if err != nil {
+		b.Fatal(err)
+	}
+	suiteCache[name] = s
+	return s
+}
+
+// loopChunk is how many operations of a Loop implementation one b.Loop
+// iteration runs: the harness's one indirect call is spread over them.
+const loopChunk = 1 << 14
+
+// benchSuite runs the suite's workloads as sub-benchmarks named
+// workload/impl (BenchmarkW1/lookup-with-pending-changes/kvbuf, …) over
+// the same implementations kvtool bench times. A workload's
+// implementations run in order starting at implementation -rotate mod n
+// (go test runs each sub-benchmark's -count and -cpu repetitions back to
+// back, so interleaving needs several runs with different -rotate values:
+// see scripts/bench-all.sh). Loop workloads run loopChunk operations per
+// b.Loop iteration, in
+// GOMAXPROCS goroutines for the parallel ones (go test -cpu 1,2 gives rows
+// at 1 and 2 goroutines); Round workloads run one round per iteration.
+// ns/op, B/op and allocs/op are reported per operation of the workload
+// (a lookup, a get, a flush of 1M changes, a write+flush, a put, a read).
+func benchSuite(b *testing.B, name string) {
+	ctx := context.Background()
+	s := cachedSuite(b, name)
+	call := max(*benchRotate, 0)
+	for _, w := range s.Workloads {
+		if err := w.Prepare(ctx); err != nil {
+			b.Fatal(err)
+		}
+		sub := strings.TrimPrefix(w.Name, Family(w.Name)+"/")
+		n := len(w.Impls)
+		for j := range n {
+			im := w.Impls[(call+j)%n]
+			b.Run(sub+"/"+im.Name, func(b *testing.B) { benchImpl(b, w, im) })
+		}
+	}
+}
+
+// benchImpl runs one implementation under pprof labels workload and impl,
+// so that one CPU profile of several sub-benchmarks can be split with
+// go tool pprof -tagfocus 'workload=W2/get-miss' -tagfocus 'impl=kvbuf'.
+func benchImpl(b *testing.B, w *Workload, im Impl) {
+	pprof.Do(context.Background(), pprof.Labels("workload", w.Name, "impl", im.Name), func(ctx context.Context) {
+		benchImplLabeled(ctx, b, w, im)
+	})
+}
+
+func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
+	b.ReportAllocs() // replaced below by the per-operation figures
+	g := 1
+	if w.Parallel {
+		g = runtime.GOMAXPROCS(0)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	var ops int
+	var timed time.Duration
+	var tot RoundResult
+	var reads, writes []float64
+	var mem, acct []float64
+	var mallocs, allocBytes uint64
+	measured := false
+	if im.Loop != nil {
+		chunk := min(w.Ops, loopChunk)
+		pos := 0
+		for b.Loop() {
+			hi := min(pos+chunk, w.Ops)
+			if _, err := RunLoop(im.Loop, pos, hi, g); err != nil {
+				b.Fatal(err)
+			}
+			ops += hi - pos
+			if pos = hi; pos == w.Ops {
+				pos = 0
+			}
+		}
+		timed = b.Elapsed()
+	} else {
+		for b.Loop() {
+			if w.quiesce != nil {
+				b.StopTimer()
+				if err := w.quiesce(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			start := time.Now()
+			r, err := im.Round.Round(ctx, g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if r.Elapsed <= 0 {
+				r.Elapsed = time.Since(start)
+			}
+			ops += r.Ops
+			timed += r.Elapsed
+			tot.Flushes += r.Flushes
+			tot.Syncs += r.Syncs
+			tot.Violations += r.Violations
+			tot.FlushLatencies = append(tot.FlushLatencies, r.FlushLatencies...)
+			tot.ReadLatencies = append(tot.ReadLatencies, r.ReadLatencies...)
+			tot.ReadFlushLatencies = append(tot.ReadFlushLatencies, r.ReadFlushLatencies...)
+			tot.WriteLatencies = append(tot.WriteLatencies, r.WriteLatencies...)
+			if r.Reads > 0 {
+				reads = append(reads, float64(r.Reads)/r.Elapsed.Seconds())
+				writes = append(writes, float64(r.Writes)/r.Elapsed.Seconds())
+			}
+			if r.BytesPerEntry != 0 {
+				mem = append(mem, r.BytesPerEntry)
+			}
+			if r.AccountedBytes != 0 {
+				acct = append(acct, r.AccountedBytes)
+			}
+			if r.MallocsMeasured {
+				mallocs, allocBytes, measured = mallocs+r.Mallocs, allocBytes+r.AllocBytes, true
+			}
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	ops = max(ops, 1)
+	if !measured {
+		mallocs, allocBytes = m1.Mallocs-m0.Mallocs, m1.TotalAlloc-m0.TotalAlloc
+	}
+	b.ReportMetric(float64(timed.Nanoseconds())/float64(ops), "ns/op")
+	b.ReportMetric(float64(mallocs)/float64(ops), "allocs/op")
+	b.ReportMetric(float64(allocBytes)/float64(ops), "B/op")
+	if im.BytesPerEntry != 0 {
+		b.ReportMetric(im.BytesPerEntry, "heap-B/entry")
+	}
+	if im.AccountedBytes != 0 {
+		b.ReportMetric(im.AccountedBytes, "acct-B/entry")
+	}
+	if len(mem) > 0 {
+		unit := "heap-B/entry"
+		if w.Unit == "instance" {
+			unit = "heap-B/instance"
+		}
+		b.ReportMetric(Median(mem), unit)
+	}
+	if len(acct) > 0 {
+		b.ReportMetric(Median(acct), "acct-B/entry")
+	}
+	if tot.Flushes > 0 {
+		b.ReportMetric(float64(tot.Syncs)/float64(tot.Flushes), "syncs/flush")
+		b.ReportMetric(float64(tot.Violations), "violations")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.5), "p50-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.99), "p99-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.FlushLatencies, 0.999), "p999-flush-ns")
+	}
+	if len(reads) > 0 {
+		b.ReportMetric(Median(reads), "reads/s")
+		b.ReportMetric(Median(writes), "writes/s")
+		b.ReportMetric(workload.Percentile(tot.ReadLatencies, 0.5), "p50-read-ns")
+		b.ReportMetric(workload.Percentile(tot.ReadLatencies, 0.99), "p99-read-ns")
+		b.ReportMetric(workload.Percentile(tot.ReadFlushLatencies, 0.99), "p99-read-in-flush-ns")
+		b.ReportMetric(workload.Percentile(tot.WriteLatencies, 0.99), "p99-write-ns")
+	}
+}
+
+// BenchmarkW1 is W1 (bitslice lookups), with the Count, Ones and
+// open-snapshot rows. -scale shrinks it.
+func BenchmarkW1(b *testing.B) { benchSuite(b, "W1") }
+
+// BenchmarkW2 is W2 (key-value lookups over pebble), with the
+// open-snapshot rows.
+func BenchmarkW2(b *testing.B) { benchSuite(b, "W2") }
+
+// BenchmarkW2Memory is W2/gc-1m: the time of a garbage collection with W2's
+// pending entries held by each structure, and the live heap per entry.
+// Run it on its own (-bench '^BenchmarkW2Memory$'): every suite still set
+// up in the process is live heap the collections scan.
+func BenchmarkW2Memory(b *testing.B) { benchSuite(b, "W2-memory") }
+
+// BenchmarkW3 is W3 (contended table scenarios). Run it with -cpu 1,2.
+func BenchmarkW3(b *testing.B) { benchSuite(b, "W3") }
+
+// BenchmarkW4 is W4 (flush coalescing); one iteration is one round.
+func BenchmarkW4(b *testing.B) { benchSuite(b, "W4") }
+
+// BenchmarkW6 is W6 (flush throughput); one iteration is one round.
+func BenchmarkW6(b *testing.B) { benchSuite(b, "W6") }
+
+// BenchmarkW7 is W7 (reads under write load); one iteration is one round.
+func BenchmarkW7(b *testing.B) { benchSuite(b, "W7") }
+
+// BenchmarkW8 is W8 (batch writes) and the DeleteRange rows.
+func BenchmarkW8(b *testing.B) { benchSuite(b, "W8") }
+
+func TestFormatNsAndJSON(t *testing.T) {
+	for ns, want := range map[float64]string{3.64: "3.64 ns", 1234: "1.23 µs", 2.5e6: "2.5 ms", 3e9: "3 s"} {
+		if got := FormatNs(ns); got != want {
+			t.Errorf("FormatNs(%v) = %q, want %q", ns, got, want)
+		}
+	}
+	r := Row{Workload: "W4/flush-g1", Impl: "kvbuf", Median: 2, Min: 1, Max: 4, Noisy: true, Flushes: 10, Syncs: 5, Violations: 1}
+	j := r.JSON()
+	if j.NsPerOp != 2 || !j.Noisy || j.Flushes == nil || *j.SyncsPerFlush != 0.5 || *j.Violations != 1 || j.BytesPerEntry != nil || j.ReadsPerSec != nil {
+		t.Errorf("JSON() = %+v", j)
+	}
+}

@@ -1,0 +1,452 @@
+package ycsb
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/magiconair/properties"
+	"github.com/pingcap/go-ycsb/pkg/prop"
+)
+
+// Config describes a comparison run (kvtool ycsb): every engine loaded
+// once, then each workload at each thread count for Rounds rounds.
+type Config struct {
+	// Engines to compare (names of Engines). Default: all of them.
+	Engines []string
+	// Workloads: names of StandardWorkloads or properties files, run in
+	// this order. Default: StandardOrder.
+	Workloads []string
+	// Threads: the client thread counts each workload runs at. Default 1.
+	Threads []int
+	// Records loaded (recordcount). Required.
+	Records int64
+	// Ops is the number of measured operations per run (operationcount).
+	// Required.
+	Ops int64
+	// Warmup is the number of operations each run does, unmeasured, right
+	// after the engine opens (default Ops/10; negative: none), in at most
+	// MaxTime/5.
+	Warmup int64
+	// Rounds of each workload and thread count; each round runs every
+	// engine once, starting with engine r mod n. Default 3.
+	Rounds int
+	// MaxTime, if positive, caps each measured run (the rate is then
+	// computed over the operations done).
+	MaxTime time.Duration
+	// LoadBatch records go in one BatchInsert during the load. Default 256.
+	LoadBatch int
+	// Dir is the parent of the temporary directory holding the databases
+	// (removed afterwards). Default: os.TempDir().
+	Dir string
+	// Seed makes the runs' operation sequences reproducible.
+	Seed int64
+	// Props are extra properties applied over every workload's: engine
+	// options (kvbuf.*, pebble.*, badger.*, bbolt.*) and workload
+	// overrides.
+	Props *properties.Properties
+	// Progress, if not nil, is called from one goroutine with the fraction
+	// done (by operations) and what is running.
+	Progress func(frac float64, label string)
+	// OnRows, if not nil, is called with each group of rows as soon as it
+	// is complete (the load's, then each workload's at each thread count),
+	// so that a long run's output streams; never at the same time as
+	// Progress.
+	OnRows func([]Row)
+}
+
+// OpStats summarises one operation type's latencies.
+type OpStats struct {
+	// Count is the number of operations timed.
+	Count int64
+	// P50, P99 and P999 are percentiles (HDR histogram, 3 significant
+	// digits); Max the slowest.
+	P50, P99, P999, Max time.Duration
+}
+
+// Row is one engine's result for one workload at one thread count.
+type Row struct {
+	// Workload is the workload's name ("a".."f", a file's base name, or
+	// "load" for the load).
+	Workload string
+	// Threads is the client thread count; Engine the engine's name.
+	Threads int
+	Engine  string
+	// Rounds measured and operations per round (the last round's count
+	// when MaxTime cut runs short).
+	Rounds      int
+	OpsPerRound int64
+	// OpsPerSec is the median over rounds; Min and Max the extremes.
+	OpsPerSec, MinOpsPerSec, MaxOpsPerSec float64
+	// Ops maps each operation name (OpRead, ...) to its latencies over all
+	// rounds.
+	Ops map[string]OpStats
+	// KvbufSpeedup is this row's median divided into kvbuf's (kvbuf ops/s
+	// / this engine's ops/s; above 1: kvbuf is faster); 0 on kvbuf rows
+	// and when kvbuf was not run.
+	KvbufSpeedup float64
+	// Records is the number of records the engine held after the runs.
+	Records int64
+}
+
+// engineState is one engine's database during a comparison.
+type engineState struct {
+	name    string
+	dir     string
+	records int64
+}
+
+// Bench runs the comparison described by cfg and returns one row per
+// engine for the load and for each workload and thread count, in run
+// order. It removes its databases before returning.
+func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
+	cfg, loadProps, wls, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	parent := cfg.Dir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	tmp, err := os.MkdirTemp(parent, "kvtool-ycsb-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := os.RemoveAll(tmp); err == nil && rerr != nil {
+			err = rerr
+		}
+	}()
+
+	p := newProgressor(cfg)
+	defer p.stop()
+
+	loadW, err := NewWorkload(loadProps)
+	if err != nil {
+		return nil, err
+	}
+	engines := make([]*engineState, len(cfg.Engines))
+	maxThreads := slices.Max(cfg.Threads)
+	for i, name := range cfg.Engines {
+		es := &engineState{name: name, dir: filepath.Join(tmp, name)}
+		engines[i] = es
+		p.label(fmt.Sprintf("load %s (%d records, %d threads)", name, cfg.Records, maxThreads))
+		db, err := Open(name, es.dir, loadProps)
+		if err != nil {
+			return nil, err
+		}
+		res, err := Load(ctx, db, loadW, cfg.LoadBatch, RunOptions{Threads: maxThreads, Seed: cfg.Seed, Done: &p.done})
+		if err == nil {
+			err = settle(ctx, db)
+		}
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", name, err)
+		}
+		es.records = res.Records
+		rows = append(rows, summarize("load", maxThreads, name, []*Result{res}))
+	}
+	speedups(rows)
+	p.emit(cfg.OnRows, rows)
+
+	for wi, wl := range cfg.Workloads {
+		for _, threads := range cfg.Threads {
+			results := make([][]*Result, len(engines))
+			for r := range cfg.Rounds {
+				seed := runSeed(cfg.Seed, wl, threads, r)
+				for i := range engines {
+					es := engines[(r+i)%len(engines)]
+					p.label(fmt.Sprintf("%s at %d threads, round %d/%d: %s", wl, threads, r+1, cfg.Rounds, es.name))
+					res, err := runOne(ctx, cfg, es, wls[wi], threads, seed, &p.done)
+					if err != nil {
+						return nil, fmt.Errorf("workload %s, %d threads, %s: %w", wl, threads, es.name, err)
+					}
+					idx := slices.Index(cfg.Engines, es.name)
+					results[idx] = append(results[idx], res)
+				}
+			}
+			first := len(rows)
+			for i, es := range engines {
+				rows = append(rows, summarize(workloadName(wl), threads, es.name, results[i]))
+				rows[len(rows)-1].Records = es.records
+			}
+			speedups(rows[first:])
+			p.emit(cfg.OnRows, rows[first:])
+		}
+	}
+	return rows, nil
+}
+
+// runOne opens es, runs the warm-up and the measured operations of w, and
+// closes it.
+func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.Properties, threads int, seed int64, done *atomic.Int64) (*Result, error) {
+	db, err := Open(es.name, es.dir, props)
+	if err != nil {
+		return nil, err
+	}
+	res, err := func() (*Result, error) {
+		if cfg.Warmup > 0 {
+			wp := props.FilterFunc(func(string, string) bool { return true })
+			wp.MustSet(prop.OperationCount, strconv.FormatInt(cfg.Warmup, 10))
+			ww, err := NewWorkload(wp)
+			if err != nil {
+				return nil, err
+			}
+			wr, err := Run(ctx, db, ww, es.records, RunOptions{Threads: threads, Seed: seed ^ 0x5eed, MaxTime: cfg.MaxTime / 5, Done: done})
+			if err != nil {
+				return nil, fmt.Errorf("warm-up: %w", err)
+			}
+			es.records = wr.Records
+		}
+		w, err := NewWorkload(props)
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(ctx, db, w, es.records, RunOptions{Threads: threads, Seed: seed, MaxTime: cfg.MaxTime, Done: done})
+		if err != nil {
+			return nil, err
+		}
+		es.records = res.Records
+		return res, nil
+	}()
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return res, err
+}
+
+// settle makes a freshly loaded engine durable and its memtables sstables
+// (kvbuf, pebble), so that the first run does not pay for the load's
+// flush.
+func settle(ctx context.Context, db *DB) error {
+	if s, ok := db.e.(interface{ flushAll(context.Context) error }); ok {
+		return s.flushAll(ctx)
+	}
+	return nil
+}
+
+func workloadName(wl string) string {
+	if _, ok := StandardWorkloads[strings.ToLower(wl)]; ok {
+		return strings.ToLower(wl)
+	}
+	return strings.TrimSuffix(filepath.Base(wl), filepath.Ext(wl))
+}
+
+// runSeed is the seed of round r of a workload at a thread count: the same
+// for every engine of the round.
+func runSeed(seed int64, wl string, threads, r int) int64 {
+	h := int64(14695981039346656037 & math.MaxInt64)
+	for _, b := range []byte(fmt.Sprintf("%s/%d/%d", wl, threads, r)) {
+		h = (h ^ int64(b)) * 1099511628211
+	}
+	return seed ^ h
+}
+
+// resolve checks cfg, fills its defaults and builds each workload's
+// properties (the workload's, then cfg.Props, then recordcount and
+// operationcount from cfg). All workloads must share the table and its
+// fields, since they run on one loaded database.
+func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Properties, error) {
+	if len(cfg.Engines) == 0 {
+		cfg.Engines = slices.Clone(Engines)
+	}
+	for i, e := range cfg.Engines {
+		if !slices.Contains(Engines, e) {
+			return cfg, nil, nil, fmt.Errorf("%w: unknown engine %q (want some of %s)", ErrBadProperty, e, strings.Join(Engines, ","))
+		}
+		if slices.Contains(cfg.Engines[:i], e) {
+			return cfg, nil, nil, fmt.Errorf("%w: engine %q listed twice", ErrBadProperty, e)
+		}
+	}
+	if len(cfg.Workloads) == 0 {
+		cfg.Workloads = slices.Clone(StandardOrder)
+	}
+	if len(cfg.Threads) == 0 {
+		cfg.Threads = []int{1}
+	}
+	for _, t := range cfg.Threads {
+		if t < 1 || t > 1024 {
+			return cfg, nil, nil, fmt.Errorf("%w: %d threads: want 1 to 1024", ErrBadProperty, t)
+		}
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.LoadBatch == 0 {
+		cfg.LoadBatch = 256
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = cfg.Ops / 10
+	}
+	switch {
+	case cfg.Records < 1:
+		return cfg, nil, nil, fmt.Errorf("%w: %d records: want at least 1", ErrBadProperty, cfg.Records)
+	case cfg.Ops < 1:
+		return cfg, nil, nil, fmt.Errorf("%w: %d operations: want at least 1", ErrBadProperty, cfg.Ops)
+	case cfg.Rounds < 1:
+		return cfg, nil, nil, fmt.Errorf("%w: %d rounds: want at least 1", ErrBadProperty, cfg.Rounds)
+	case cfg.LoadBatch < 1:
+		return cfg, nil, nil, fmt.Errorf("%w: load batch %d: want at least 1", ErrBadProperty, cfg.LoadBatch)
+	}
+	var wls []*properties.Properties
+	var table, fields string
+	for i, wl := range cfg.Workloads {
+		p, err := WorkloadProperties(wl)
+		if err != nil {
+			return cfg, nil, nil, err
+		}
+		if cfg.Props != nil {
+			p.Merge(cfg.Props)
+		}
+		p.MustSet(prop.RecordCount, strconv.FormatInt(cfg.Records, 10))
+		p.MustSet(prop.OperationCount, strconv.FormatInt(cfg.Ops, 10))
+		w, err := NewWorkload(p)
+		if err != nil {
+			return cfg, nil, nil, fmt.Errorf("workload %s: %w", wl, err)
+		}
+		for _, e := range cfg.Engines {
+			if err := checkProperties(e, p); err != nil {
+				return cfg, nil, nil, err
+			}
+		}
+		shape := fmt.Sprintf("%d fields of %d bytes (%s)", w.FieldCount, w.FieldLength, w.fieldLengthDist)
+		if i == 0 {
+			table, fields = w.Table, shape
+		} else if w.Table != table || shape != fields {
+			return cfg, nil, nil, fmt.Errorf("%w: workload %s uses table %q with %s, workload %s table %q with %s: they must share the loaded table",
+				ErrBadProperty, wl, w.Table, shape, cfg.Workloads[0], table, fields)
+		}
+		wls = append(wls, p)
+	}
+	return cfg, wls[0], wls, nil
+}
+
+// summarize makes the row of one engine's rounds.
+func summarize(workload string, threads int, engine string, rs []*Result) Row {
+	row := Row{Workload: workload, Threads: threads, Engine: engine, Rounds: len(rs), Ops: map[string]OpStats{}}
+	var rates []float64
+	all := &Result{}
+	for _, r := range rs {
+		rates = append(rates, r.OpsPerSec())
+		all.merge(r)
+		row.OpsPerRound = r.Ops
+		row.Records = r.Records
+	}
+	slices.Sort(rates)
+	row.OpsPerSec = median(rates)
+	row.MinOpsPerSec, row.MaxOpsPerSec = rates[0], rates[len(rates)-1]
+	for op, h := range all.Latency {
+		row.Ops[op] = opStats(h)
+	}
+	return row
+}
+
+func opStats(h *hdrhistogram.Histogram) OpStats {
+	return OpStats{
+		Count: h.TotalCount(),
+		P50:   time.Duration(h.ValueAtQuantile(50)),
+		P99:   time.Duration(h.ValueAtQuantile(99)),
+		P999:  time.Duration(h.ValueAtQuantile(99.9)),
+		Max:   time.Duration(h.Max()),
+	}
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// speedups sets KvbufSpeedup on the rows of one workload and thread count.
+func speedups(rows []Row) {
+	var k float64
+	for _, r := range rows {
+		if r.Engine == "kvbuf" {
+			k = r.OpsPerSec
+		}
+	}
+	for i := range rows {
+		if rows[i].Engine != "kvbuf" && k > 0 && rows[i].OpsPerSec > 0 {
+			rows[i].KvbufSpeedup = k / rows[i].OpsPerSec
+		}
+	}
+}
+
+// progressor reports progress from one goroutine: every 100 ms, and at
+// each new label.
+type progressor struct {
+	fn    func(float64, string)
+	total float64
+	done  atomic.Int64
+	mu    sync.Mutex
+	cur   string
+	quit  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newProgressor(cfg Config) *progressor {
+	p := &progressor{fn: cfg.Progress, quit: make(chan struct{})}
+	if p.fn == nil {
+		return p
+	}
+	n := float64(len(cfg.Engines))
+	p.total = n*float64(cfg.Records) + n*float64(len(cfg.Workloads)*len(cfg.Threads)*cfg.Rounds)*float64(cfg.Ops+max(cfg.Warmup, 0))
+	p.wg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				return
+			case <-t.C:
+				p.report()
+			}
+		}
+	})
+	return p
+}
+
+func (p *progressor) report() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fn(min(float64(p.done.Load())/max(p.total, 1), 1), p.cur)
+}
+
+func (p *progressor) label(s string) {
+	if p.fn == nil {
+		return
+	}
+	p.mu.Lock()
+	p.cur = s
+	p.mu.Unlock()
+	p.report()
+}
+
+// emit calls fn(rows) (if fn is not nil) under the lock Progress is
+// called under, so that a caller may share state between the two.
+func (p *progressor) emit(fn func([]Row), rows []Row) {
+	if fn == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(rows)
+}
+
+func (p *progressor) stop() {
+	close(p.quit)
+	p.wg.Wait()
+}

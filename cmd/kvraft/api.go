@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/raftkv"
+)
+
+// server is the HTTP API of one node.
+type server struct {
+	n       *raftkv.Node
+	timeout time.Duration
+	client  *http.Client // forwards writes to the leader
+}
+
+const (
+	// headerForwarded marks a write a follower forwarded: the node it
+	// reaches does not forward it again.
+	headerForwarded  = "X-Kvraft-Forwarded"
+	defaultScanLimit = 1000
+	maxScanLimit     = 100000
+	// maxValueBody bounds a PUT body: one byte over kvbuf's default
+	// MaxValueSize is enough to refuse an oversize value with 413.
+	maxValueBody = 1<<20 + 1
+	maxSmallBody = 64
+)
+
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/raft/", s.n.Handler())
+	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /keyspaces", s.listNames)
+	mux.HandleFunc("PUT /keyspaces/{name}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		return s.n.CreateKeyspace(ctx, r.PathValue("name"))
+	}, 0))
+	mux.HandleFunc("PUT /bitslices/{name}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		return s.n.CreateBitslice(ctx, r.PathValue("name"))
+	}, 0))
+	mux.HandleFunc("PUT /kv/{ks}/{key...}", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		return s.n.Put(ctx, r.PathValue("ks"), []byte(r.PathValue("key")), body)
+	}, maxValueBody))
+	mux.HandleFunc("DELETE /kv/{ks}/{key...}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		if r.PathValue("key") == "" {
+			return s.deleteRange(ctx, r)
+		}
+		return s.n.Delete(ctx, r.PathValue("ks"), []byte(r.PathValue("key")))
+	}, 0))
+	mux.HandleFunc("DELETE /kv/{ks}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		return s.deleteRange(ctx, r)
+	}, 0))
+	mux.HandleFunc("GET /kv/{ks}/{key...}", s.get)
+	mux.HandleFunc("GET /kv/{ks}", s.scan)
+	mux.HandleFunc("PUT /bits/{name}/{index}", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		i, err := bitIndex(r)
+		if err != nil {
+			return err
+		}
+		var v bool
+		switch strings.TrimSpace(string(body)) {
+		case "1", "true":
+			v = true
+		case "0", "false":
+		default:
+			return badRequest("the body of a bit write is 1 or 0, not %q", body)
+		}
+		return s.n.SetBit(ctx, r.PathValue("name"), i, v)
+	}, maxSmallBody))
+	mux.HandleFunc("GET /bits/{name}/{index}", s.getBit)
+	mux.HandleFunc("POST /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		addr := r.URL.Query().Get("addr")
+		if addr == "" {
+			return badRequest("?addr=HOST:PORT is required")
+		}
+		return s.n.AddNode(ctx, id, addr)
+	}, 0))
+	mux.HandleFunc("DELETE /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		return s.n.RemoveNode(ctx, id)
+	}, 0))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s (see 'go doc ./cmd/kvraft')", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// errBadRequest marks an error of the request itself (400).
+var errBadRequest = errors.New("bad request")
+
+func badRequest(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errBadRequest}, a...)...)
+}
+
+func bitIndex(r *http.Request) (uint64, error) {
+	i, err := strconv.ParseUint(r.PathValue("index"), 10, 64)
+	if err != nil {
+		return 0, badRequest("bit index %q is not a non-negative number", r.PathValue("index"))
+	}
+	return i, nil
+}
+
+func memberID(r *http.Request) (uint64, error) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		return 0, badRequest("node ID %q is not a non-zero number", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+func (s *server) deleteRange(ctx context.Context, r *http.Request) error {
+	q := r.URL.Query()
+	var lo, hi []byte
+	if q.Has("start") {
+		lo = []byte(q.Get("start"))
+	}
+	if q.Has("end") {
+		hi = []byte(q.Get("end"))
+	}
+	if lo == nil && hi == nil && q.Get("all") != "1" {
+		return badRequest("a range delete needs ?start=, ?end= or ?all=1")
+	}
+	return s.n.DeleteRange(ctx, r.PathValue("ks"), lo, hi)
+}
+
+// write returns the handler of a write: read the body (at most limit
+// bytes; 413 beyond), apply fn on this node, or forward the request to the
+// leader if this node does not lead.
+func (s *server) write(fn func(ctx context.Context, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig) && limit == maxValueBody:
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("value larger than %d bytes: %w", limit-1, kvbuf.ErrValueTooLarge))
+			return
+		case errors.As(err, &tooBig):
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
+			return
+		case err != nil:
+			writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		err = fn(ctx, r, body)
+		if errors.Is(err, raftkv.ErrNotLeader) && r.Header.Get(headerForwarded) == "" {
+			s.forward(w, r, body)
+			return
+		}
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// forward sends a write to the leader and relays its answer.
+func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	lead, addr := s.n.Leader()
+	if lead == 0 || addr == "" {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no leader known to node %d: retry", s.n.ID()))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	req.Header.Set(headerForwarded, strconv.FormatUint(s.n.ID(), 10))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		// The leader may have applied it before the connection failed.
+		writeError(w, http.StatusGatewayTimeout, fmt.Errorf("forwarded to leader %d at %s: %w: %w", lead, addr, raftkv.ErrOutcomeUnknown, err))
+		return
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+}
+
+func readOptions(r *http.Request) (*raftkv.ReadOptions, error) {
+	switch v := r.URL.Query().Get("stale"); v {
+	case "", "0", "false":
+		return nil, nil
+	case "1", "true":
+		return &raftkv.ReadOptions{Stale: true}, nil
+	default:
+		return nil, badRequest("?stale=%q: want 1 or 0", v)
+	}
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	ro, err := readOptions(r)
+	if err == nil && r.PathValue("key") == "" {
+		s.scan(w, r)
+		return
+	}
+	var v []byte
+	if err == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		v, err = s.n.Get(ctx, r.PathValue("ks"), []byte(r.PathValue("key")), ro)
+	}
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(v)
+}
+
+// pairJSON is one pair of a scan: key and value as strings when they are
+// valid UTF-8, else base64 in key_b64 / value_b64.
+type pairJSON struct {
+	Key      string `json:"key,omitempty"`
+	KeyB64   []byte `json:"key_b64,omitempty"`
+	Value    string `json:"value"`
+	ValueB64 []byte `json:"value_b64,omitempty"`
+}
+
+func (s *server) scan(w http.ResponseWriter, r *http.Request) {
+	ro, err := readOptions(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	limit := defaultScanLimit
+	if l := r.URL.Query().Get("limit"); l != "" {
+		limit, err = strconv.Atoi(l)
+		if err != nil || limit < 1 || limit > maxScanLimit {
+			writeError(w, http.StatusBadRequest, badRequest("?limit=%q: want 1 to %d", l, maxScanLimit))
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	kvs, more, err := s.n.Scan(ctx, r.PathValue("ks"), []byte(r.URL.Query().Get("prefix")), limit, ro)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	out := struct {
+		Pairs []pairJSON `json:"pairs"`
+		More  bool       `json:"more"`
+	}{Pairs: []pairJSON{}, More: more}
+	for _, kv := range kvs {
+		var p pairJSON
+		if utf8.Valid(kv.Key) {
+			p.Key = string(kv.Key)
+		} else {
+			p.KeyB64 = kv.Key
+		}
+		if utf8.Valid(kv.Value) {
+			p.Value = string(kv.Value)
+		} else {
+			p.ValueB64 = kv.Value
+		}
+		out.Pairs = append(out.Pairs, p)
+	}
+	writeJSON(w, out)
+}
+
+func (s *server) getBit(w http.ResponseWriter, r *http.Request) {
+	ro, err := readOptions(r)
+	var i uint64
+	if err == nil {
+		i, err = bitIndex(r)
+	}
+	var v bool
+	if err == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		v, err = s.n.GetBit(ctx, r.PathValue("name"), i, ro)
+	}
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if v {
+		_, _ = io.WriteString(w, "1\n")
+	} else {
+		_, _ = io.WriteString(w, "0\n")
+	}
+}
+
+func (s *server) listNames(w http.ResponseWriter, r *http.Request) {
+	out := struct {
+		Keyspaces []string `json:"keyspaces"`
+		Bitslices []string `json:"bitslices"`
+	}{Keyspaces: s.n.Keyspaces(), Bitslices: s.n.Bitslices()}
+	if out.Keyspaces == nil {
+		out.Keyspaces = []string{}
+	}
+	if out.Bitslices == nil {
+		out.Bitslices = []string{}
+	}
+	writeJSON(w, out)
+}
+
+// statusJSON is GET /status; field names are stable.
+type statusJSON struct {
+	ID          uint64            `json:"id"`
+	Cluster     string            `json:"cluster"`
+	State       string            `json:"state"`
+	Leader      uint64            `json:"leader"`
+	Term        uint64            `json:"term"`
+	Commit      uint64            `json:"commit"`
+	Applied     uint64            `json:"applied"`
+	Watermark   uint64            `json:"watermark"`
+	LogFirst    uint64            `json:"log_first"`
+	LogLast     uint64            `json:"log_last"`
+	Members     map[string]string `json:"members"`
+	Engine      string            `json:"engine"`
+	Error       string            `json:"error,omitempty"`
+	Digest      string            `json:"digest,omitempty"`
+	DigestIndex uint64            `json:"digest_index,omitempty"`
+	Metrics     raftkv.Metrics    `json:"metrics"`
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	st := s.n.Status()
+	out := statusJSON{
+		ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
+		Term: st.Term, Commit: st.Commit, Applied: st.Applied, Watermark: st.Watermark,
+		LogFirst: st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
+		Engine: st.Engine, Error: st.Err, Metrics: st.Metrics,
+	}
+	for id, addr := range st.Members {
+		out.Members[strconv.FormatUint(id, 10)] = addr
+	}
+	switch r.URL.Query().Get("digest") {
+	case "", "0":
+	case "1":
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		idx, d, err := s.n.Digest(ctx)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		out.Digest, out.DigestIndex = d, idx
+	default:
+		writeError(w, http.StatusBadRequest, badRequest("?digest=%q: want 1 or 0", r.URL.Query().Get("digest")))
+		return
+	}
+	writeJSON(w, out)
+}
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, kvbuf.ErrEmptyKey), errors.Is(err, kvbuf.ErrKeyTooLarge),
+		errors.Is(err, kvbuf.ErrBadRange), errors.Is(err, kvbuf.ErrBadName), errors.Is(err, kvbuf.ErrOutOfRange),
+		errors.Is(err, raftkv.ErrBadOptions):
+		return http.StatusBadRequest
+	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice):
+		return http.StatusNotFound
+	case errors.Is(err, kvbuf.ErrValueTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, raftkv.ErrOutcomeUnknown):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrDropped), errors.Is(err, raftkv.ErrStopped),
+		errors.Is(err, raftkv.ErrRemoved), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	msg := err.Error()
+	if errors.Is(err, kvbuf.ErrNotFound) {
+		msg = "not found"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

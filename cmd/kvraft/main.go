@@ -1,0 +1,252 @@
+// Command kvraft runs one node of a replicated kvbuf cluster (package
+// raftkv): a raft peer whose state machine is a kvbuf engine, serving the
+// raft transport and a small HTTP API on one address.
+//
+// Usage:
+//
+//	kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]
+//
+// Start one process per node with the same --peers (and --cluster-token);
+// each serves on its own entry of --peers unless --http says otherwise. A
+// node added later to a running cluster (POST /members/ID?addr=HOST:PORT on
+// a member) starts with --join and the members in --peers.
+//
+// HTTP API (keys and names are path segments; escape "/" as %2F):
+//
+//	PUT    /keyspaces/NAME                 create a keyspace (replicated)
+//	GET    /keyspaces                      list keyspaces and bitslices
+//	PUT    /bitslices/NAME                 create a bitslice
+//	PUT    /kv/KS/KEY                      put the request body as the value
+//	GET    /kv/KS/KEY                      the value (404 if absent)
+//	DELETE /kv/KS/KEY                      delete a key
+//	DELETE /kv/KS?start=A&end=B            delete [A, B) (either may be omitted; ?all=1 for everything)
+//	GET    /kv/KS?prefix=P&limit=N         scan by prefix (JSON, key order, default limit 1000)
+//	PUT    /bits/NAME/I                    set bit I to the body: 1 or 0
+//	GET    /bits/NAME/I                    bit I: 1 or 0
+//	GET    /status[?digest=1]              raft term, commit and applied index, kvbuf watermark, members, metrics[, content digest]
+//	POST   /members/ID?addr=HOST:PORT      add a node (it then starts with --join)
+//	DELETE /members/ID                     remove a node
+//
+// Writes are acknowledged (204) once applied on the leader; a follower
+// forwards them to the leader. Reads are linearizable; add ?stale=1 to
+// read a follower's state without asking the leader. Errors are JSON
+// {"error": "..."} with 400 (bad request), 404 (unknown key, keyspace or
+// bitslice), 413 (value too large), 503 (no leader, node stopped: retry)
+// or 504 (the write's outcome is unknown: it may still be applied).
+//
+// Exit status: 0 after SIGINT or SIGTERM (a clean shutdown), 1 on an error
+// (one line on stderr: a bad data directory, a node that stopped), 2 on a
+// usage error.
+//
+// # Caveats
+//
+//   - HTTP only, no TLS or authentication: run it on loopback or a trusted
+//     network.
+//   - Node IDs are never reused: a wiped node rejoins under a new ID.
+//   - Every node must run with the same engine limits (the default ones:
+//     kvbuf's MaxKeySize and MaxValueSize), or an entry one node accepts
+//     another refuses.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvbuf/kvbuf/raftkv"
+)
+
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr, nil)
+	stop()
+	os.Exit(code)
+}
+
+// config is the parsed command line.
+type config struct {
+	opts           raftkv.Options
+	listen         string
+	requestTimeout time.Duration
+	logLevel       slog.Level
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP")
+	fmt.Fprintln(w, "API (see 'go doc ./cmd/kvraft') on one address.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Flags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// parseArgs parses the command line; ok = false after a usage error or
+// -h (code says which).
+func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) {
+	fs := flag.NewFlagSet("kvraft", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	id := fs.Uint64("id", 0, "this node's raft ID (non-zero, never reused) (required)")
+	peers := fs.String("peers", "", "the initial members, ID=HOST:PORT,... (required; with --join: members to contact)")
+	data := fs.String("data", "", "data directory (default kvraft-ID in the current directory)")
+	listen := fs.String("http", "", "address to serve on (default: this node's entry in --peers)")
+	join := fs.Bool("join", false, "join a running cluster that added this node instead of bootstrapping one")
+	token := fs.String("cluster-token", raftkv.DefaultClusterToken, "cluster name: a node refuses another cluster's data directory and messages")
+	tick := fs.Duration("tick", raftkv.DefaultTickInterval, "raft tick; elections take 10-20 ticks")
+	retain := fs.Uint64("log-retain", raftkv.DefaultLogRetain, "entries kept below the durable watermark when the log is compacted")
+	timeout := fs.Duration("request-timeout", 10*time.Second, "how long a request may wait for raft")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(os.Stdout, fs)
+			return cfg, exitOK, false
+		}
+		fmt.Fprintf(stderr, "kvraft: %v (run 'kvraft -h' for the flags)\n", err)
+		return cfg, exitUsage, false
+	}
+	bad := func(format string, a ...any) (config, int, bool) {
+		fmt.Fprintf(stderr, "kvraft: "+format+" (run 'kvraft -h' for the flags)\n", a...)
+		return cfg, exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	if *id == 0 {
+		return bad("--id is required (a non-zero raft ID)")
+	}
+	pm, err := parsePeers(*peers)
+	if err != nil {
+		return bad("--peers: %v", err)
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return bad("--log-level %q", *level)
+	}
+	if *listen == "" {
+		*listen = pm[*id]
+		if *listen == "" {
+			return bad("--http is required when --peers has no entry for node %d", *id)
+		}
+	}
+	if *data == "" {
+		*data = fmt.Sprintf("kvraft-%d", *id)
+	}
+	if *tick <= 0 || *timeout <= 0 {
+		return bad("--tick and --request-timeout must be positive")
+	}
+	cfg.opts = raftkv.Options{
+		ID:           *id,
+		Peers:        pm,
+		Dir:          *data,
+		Join:         *join,
+		ClusterToken: *token,
+		TickInterval: *tick,
+		LogRetain:    *retain,
+	}
+	cfg.listen, cfg.requestTimeout = *listen, *timeout
+	return cfg, exitOK, true
+}
+
+// parsePeers parses "1=host:port,2=host:port".
+func parsePeers(s string) (map[uint64]string, error) {
+	if s == "" {
+		return nil, errors.New("required (ID=HOST:PORT,...)")
+	}
+	out := map[uint64]string{}
+	for _, p := range strings.Split(s, ",") {
+		idStr, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not ID=HOST:PORT", p)
+		}
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("%q: the ID must be a non-zero number", p)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %v", p, err)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("node %d listed twice", id)
+		}
+		out[id] = addr
+	}
+	return out, nil
+}
+
+// run runs a node until ctx ends (a clean shutdown, exit 0) or the node
+// stops (exit 1). ready, if not nil, is called with the address served
+// once the node runs (tests).
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+	cfg, code, ok := parseArgs(args, stderr)
+	if !ok {
+		return code
+	}
+	cfg.opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvraft: %v\n", err)
+		return exitError
+	}
+	n, err := raftkv.Open(&cfg.opts)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "kvraft: %v\n", err)
+		return exitError
+	}
+	s := &server{n: n, timeout: cfg.requestTimeout, client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}}
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	cfg.opts.Logger.Info("kvraft: serving", "id", cfg.opts.ID, "addr", ln.Addr().String(), "data", cfg.opts.Dir,
+		"peers", peersString(cfg.opts.Peers))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	code = exitOK
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		fmt.Fprintf(stderr, "kvraft: serve: %v\n", err)
+		code = exitError
+	case <-n.Done():
+		fmt.Fprintf(stderr, "kvraft: node %d stopped: %v\n", cfg.opts.ID, n.Err())
+		code = exitError
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	s.client.CloseIdleConnections()
+	if err := n.Close(); err != nil && code == exitOK {
+		fmt.Fprintf(stderr, "kvraft: close: %v\n", err)
+		code = exitError
+	}
+	cfg.opts.Logger.Info("kvraft: stopped", "id", cfg.opts.ID)
+	return code
+}
+
+func peersString(p map[uint64]string) string {
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(p)) {
+		parts = append(parts, fmt.Sprintf("%d=%s", id, p[id]))
+	}
+	return strings.Join(parts, ",")
+}

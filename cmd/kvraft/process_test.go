@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvbuf/kvbuf/internal/testutil"
+)
+
+// Three kvraft processes on 127.0.0.1, SIGKILLed one at a time (the leader
+// and followers, alternately) while clients write through every node.
+// After each round (a kill and a restart) the test stops the clients and
+// checks that every node holds every acknowledged write and that all nodes
+// have the same content digest at the same applied index, and that the
+// restarted node re-applied at most the entries appended after its
+// durable watermark. KVRAFT_KILLS=N runs N rounds (default 3).
+
+// proc is one kvraft process.
+type proc struct {
+	id   int
+	args []string
+	log  string // its stderr, appended to across restarts
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start(t *testing.T) {
+	t.Helper()
+	cmd := testutil.Reexec(t, kvraftRole, "KVRAFT_ARGS="+strings.Join(p.args, "\n"), "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(p.done) }()
+}
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// term stops the process cleanly and returns its exit status.
+func (p *proc) term(t *testing.T) int {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.kill()
+		t.Errorf("node %d did not stop on SIGTERM", p.id)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// loader writes keys through every node until stopped.
+type loader struct {
+	addrs  []string
+	prefix string
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	acked  []string
+	errors atomic.Int64
+}
+
+func startLoad(addrs []string, prefix string, clients int) *loader {
+	l := &loader{addrs: addrs, prefix: prefix, stop: make(chan struct{})}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: clients}}
+	for c := range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer hc.CloseIdleConnections()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("%s-%d-%06d", prefix, c, i)
+				addr := addrs[rand.IntN(len(addrs))]
+				req, _ := http.NewRequest(http.MethodPut, "http://"+addr+"/kv/ks/"+key, strings.NewReader(key))
+				resp, err := hc.Do(req)
+				if err != nil {
+					l.errors.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					l.errors.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				l.mu.Lock()
+				l.acked = append(l.acked, key)
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func (l *loader) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+func (l *loader) finish() []string {
+	close(l.stop)
+	l.wg.Wait()
+	return l.acked
+}
+
+// keysOf returns every pair of keyspace ks on the node at addr, read
+// locally (stale: the test checks each node's own state).
+func keysOf(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/kv/ks?stale=1&limit=100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Pairs []struct{ Key, Value string } `json:"pairs"`
+		More  bool                          `json:"more"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("scan of %s: %v", addr, err)
+	}
+	if out.More {
+		t.Fatalf("scan of %s: more than 100000 keys", addr)
+	}
+	m := map[string]string{}
+	for _, p := range out.Pairs {
+		m[p.Key] = p.Value
+	}
+	return m
+}
+
+func TestProcessKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	rounds := 3
+	if s := os.Getenv("KVRAFT_KILLS"); s != "" {
+		var err error
+		if rounds, err = strconv.Atoi(s); err != nil || rounds < 1 {
+			t.Fatalf("KVRAFT_KILLS=%q", s)
+		}
+	}
+	addrs := freePorts(t, 3)
+	dir := t.TempDir()
+	var procs []*proc
+	for i := range 3 {
+		p := &proc{id: i + 1, log: filepath.Join(dir, fmt.Sprintf("node%d.log", i+1)), args: []string{
+			"--id", fmt.Sprint(i + 1), "--peers", peerFlag(addrs), "--data", filepath.Join(dir, fmt.Sprint(i+1)),
+			"--tick", "20ms", "--log-retain", "200", "--log-level", "warn",
+		}}
+		p.start(t)
+		procs = append(procs, p)
+	}
+	defer func() {
+		for _, p := range procs {
+			select {
+			case <-p.done:
+			default:
+				if code := p.term(t); code != 0 {
+					t.Errorf("node %d: exit %d on SIGTERM\n%s", p.id, code, p.tail())
+				}
+			}
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("node %d log:\n%s", p.id, p.tail())
+			}
+		}
+	}()
+	waitLeader(t, addrs)
+	for {
+		r := call(t, "PUT", "http://"+addrs[0]+"/keyspaces/ks", nil)
+		if r.code == 204 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var acked []string
+	var maxReplayed, maxLog uint64
+	for round := range rounds {
+		load := startLoad(addrs, fmt.Sprintf("r%d", round), 8)
+		time.Sleep(time.Duration(200+rand.IntN(500)) * time.Millisecond)
+		// Alternate: the leader, then a random node.
+		victim := procs[rand.IntN(3)]
+		if round%2 == 0 {
+			lead := waitLeader(t, addrs)
+			for _, p := range procs {
+				if addrs[p.id-1] == lead {
+					victim = p
+				}
+			}
+		}
+		victim.kill()
+		time.Sleep(time.Duration(100+rand.IntN(700)) * time.Millisecond)
+		victim.start(t)
+		// Writes go on while it restarts and catches up.
+		before := load.count()
+		deadline := time.Now().Add(30 * time.Second)
+		for load.count() < before+50 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		acked = append(acked, load.finish()...)
+
+		digest := converged(t, addrs, 60*time.Second)
+		st, err := getStatus(addrs[victim.id-1], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := st.Metrics
+		if m.Reapplied > m.RestartLastIndex-m.RestartWatermark {
+			t.Errorf("round %d: node %d re-applied %d entries, more than the %d appended after its watermark %d",
+				round, victim.id, m.Reapplied, m.RestartLastIndex-m.RestartWatermark, m.RestartWatermark)
+		}
+		maxReplayed = max(maxReplayed, m.Reapplied+m.Redelivered)
+		maxLog = max(maxLog, m.RestartLastIndex)
+		for _, a := range addrs {
+			got := keysOf(t, a)
+			for _, k := range acked {
+				if got[k] != k {
+					t.Fatalf("round %d: node at %s lost acknowledged key %s (has %q)", round, a, k, got[k])
+				}
+			}
+		}
+		t.Logf("round %d: killed node %d; %d writes acknowledged so far (%d failed this round); digest %s; the restart resumed at %d (watermark %d, log to %d): %d redelivered, %d re-applied",
+			round, victim.id, len(acked), load.errors.Load(), digest, m.RestartApplied, m.RestartWatermark, m.RestartLastIndex, m.Redelivered, m.Reapplied)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d kills; the most entries a restart replayed: %d (of logs up to %d entries)", rounds, maxReplayed, maxLog)
+
+	// A node wiped and re-added (under a new ID: IDs are never reused, at
+	// the same address) catches up by snapshot while writes go on.
+	load := startLoad(addrs, "rejoin", 8)
+	victim := procs[2]
+	if r := call(t, "DELETE", "http://"+addrs[0]+"/members/3", nil); r.code != 204 {
+		t.Fatalf("remove node 3: %+v", r)
+	}
+	select {
+	case <-victim.done: // a removed node stops by itself
+	case <-time.After(30 * time.Second):
+		t.Fatal("the removed node did not stop")
+	}
+	if code := victim.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(victim.tail(), "removed") {
+		t.Fatalf("removed node: exit %d\n%s", code, victim.tail())
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "3")); err != nil {
+		t.Fatal(err)
+	}
+	before := load.count()
+	for load.count() < before+300 {
+		time.Sleep(20 * time.Millisecond) // enough for the log to be compacted past the start
+	}
+	if r := call(t, "POST", "http://"+addrs[1]+"/members/4?addr="+addrs[2], nil); r.code != 204 {
+		t.Fatalf("add node 4: %+v", r)
+	}
+	victim.id = 4
+	victim.args = []string{"--id", "4", "--peers", peerFlag(addrs[:2]), "--http", addrs[2], "--join",
+		"--data", filepath.Join(dir, "4"), "--tick", "20ms", "--log-retain", "200", "--log-level", "warn"}
+	victim.start(t)
+	before = load.count()
+	for load.count() < before+100 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	acked = append(acked, load.finish()...)
+	converged(t, addrs, 60*time.Second)
+	for _, a := range addrs {
+		got := keysOf(t, a)
+		for _, k := range acked {
+			if got[k] != k {
+				t.Fatalf("after the re-add: node at %s lost acknowledged key %s", a, k)
+			}
+		}
+	}
+	st, err := getStatus(addrs[2], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != 4 || st.Metrics.SnapshotsInstalled == 0 || len(st.Members) != 3 {
+		t.Fatalf("the re-added node: %+v", st)
+	}
+}

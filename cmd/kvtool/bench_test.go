@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runMainEnv makes the test binary run kvtool's main instead of the tests
+// (TestBenchSIGTERM runs it as a child process to signal it).
+const runMainEnv = "KVTOOL_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+	}
+}
+
+// cancelOn is a progress writer that cancels the context once the
+// progress line names a workload: the workloads before it have finished.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Write(p)
+	if strings.Contains(c.buf.String(), c.marker) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestBenchInterrupted: a bench interrupted once W4/flush-g1 is done
+// prints the table of the rows it finished, removes its temporary
+// directory and exits 1 with one line on stderr.
+func TestBenchInterrupted(t *testing.T) {
+	tmp := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress := &cancelOn{marker: "W4/flush-g4/", cancel: cancel}
+	var stdout bytes.Buffer
+	code := runContext(ctx, []string{"bench", "--workload", "W4", "--scale", "0.0005", "--per-goroutine", "2",
+		"--rounds", "2", "--dir", tmp, "--progress"}, &stdout, progress)
+	out := stdout.String()
+	if code != exitError {
+		t.Errorf("exit %d, want %d", code, exitError)
+	}
+	errOut := progress.buf.String() // the progress bar (redrawn after \r), then the error line
+	last := errOut[strings.LastIndexAny(strings.TrimSuffix(errOut, "\n"), "\r\n")+1:]
+	if !strings.HasPrefix(last, "kvtool bench: interrupted") || strings.Count(last, "\n") != 1 || strings.Contains(errOut, "100%") {
+		t.Errorf("stderr ends with %q, want one 'interrupted' line (and no 100%%)", last)
+	}
+	if !strings.Contains(out, "W4/flush-g1 ") || !strings.Contains(out, "careful-group-commit") || strings.Contains(out, "W4/flush-g64") {
+		t.Errorf("table of finished rows:\n%s", out)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("interrupted bench left %v in %s", left, tmp)
+	}
+}
+
+// TestBenchSIGTERM runs kvtool bench --json as a child process, sends it
+// SIGTERM once it printed its first row, and checks that it prints no more
+// than the rows it finished, removes its temporary directory and exits 1.
+func TestBenchSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "bench", "--json", "--workload", "W4", "--scale", "0.0005", "--per-goroutine", "20",
+		"--rounds", "3", "--dir", tmp)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var rows []map[string]any
+	signalled := false
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		rows = append(rows, r)
+		if !signalled {
+			signalled = true
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("bench did not stop within 2 minutes of SIGTERM; stderr %q", stderr.String())
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitError {
+		t.Errorf("exit: %v, want status %d; stderr %q", err, exitError, stderr.String())
+	}
+	if !strings.HasPrefix(stderr.String(), "kvtool bench: interrupted") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("stderr %q, want one 'interrupted' line", stderr.String())
+	}
+	if len(rows) == 0 || len(rows) >= 5*4 {
+		t.Errorf("%d rows printed, want those of the workloads finished before SIGTERM", len(rows))
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("bench left %v in %s after SIGTERM", left, tmp)
+	}
+}
+
+// TestREADMECommands checks the README's command table against the
+// commands and their flag sets: every command has a row, and a row lists
+// exactly the flags the command's -h lists.
+func TestREADMECommands(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "\n## Commands\n")
+	if start < 0 {
+		t.Fatal("README has no Commands section")
+	}
+	section := readme[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	rowRe := regexp.MustCompile("(?m)^\\| `([a-z]+)[^|]*\\|[^|]*\\|([^\\n]*)\\|$")
+	flagRe := regexp.MustCompile("`-{1,2}([a-z][a-z0-9-]*)")
+	rows := map[string][]string{}
+	for _, m := range rowRe.FindAllStringSubmatch(section, -1) {
+		var flags []string
+		for _, f := range flagRe.FindAllStringSubmatch(m[2], -1) {
+			flags = append(flags, f[1])
+		}
+		slices.Sort(flags)
+		rows[m[1]] = flags
+	}
+	for _, c := range commands() {
+		var out bytes.Buffer
+		if code := run([]string{c.name, "-h"}, &out, io.Discard); code != exitOK {
+			t.Fatalf("%s -h: exit %d", c.name, code)
+		}
+		_, flagsPart, ok := strings.Cut(out.String(), "\nFlags:\n")
+		if !ok {
+			t.Fatalf("%s -h lists no flags", c.name)
+		}
+		var want []string
+		for _, line := range strings.Split(flagsPart, "\n") {
+			if f, ok := strings.CutPrefix(line, "  --"); ok {
+				want = append(want, strings.Fields(f)[0])
+			}
+		}
+		slices.Sort(want)
+		got, ok := rows[c.name]
+		if !ok {
+			t.Errorf("README's command table has no row for %s", c.name)
+			continue
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("README lists %s's flags as %v; kvtool %s -h lists %v", c.name, got, c.name, want)
+		}
+		delete(rows, c.name)
+	}
+	for name := range rows {
+		t.Errorf("README's command table has a row for %s, which is not a command", name)
+	}
+}

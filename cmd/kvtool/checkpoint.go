@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+func checkpointHelp(w io.Writer) {
+	fmt.Fprintln(w, "Usage: kvtool checkpoint [--json] DIR DEST")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Opens the kvbuf engine in DIR and writes a consistent copy of it into DEST")
+	fmt.Fprintln(w, "(DB.Checkpoint): the store (pebble's checkpoint, hard links where DEST is on")
+	fmt.Fprintln(w, "the same file system) and every bitslice as of the same instant, after a")
+	fmt.Fprintln(w, "flush. DEST becomes an engine directory of its own, with its own engine id")
+	fmt.Fprintln(w, "and the watermark printed: a host restores it by opening it and replaying")
+	fmt.Fprintln(w, "its log from that watermark + 1. DIR is left as it was (it is opened and")
+	fmt.Fprintln(w, "closed, which flushes what pebble recovered from its log).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "DEST must not exist or be an empty directory. DIR must be an existing engine")
+	fmt.Fprintln(w, "directory that no running engine holds (a running engine checkpoints")
+	fmt.Fprintln(w, "itself: DB.Checkpoint). An interrupt stops it and removes DEST.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Flags:")
+	fmt.Fprintln(w, "  --json   print JSON instead of text")
+}
+
+// checkpointJSON is checkpoint's --json output.
+type checkpointJSON struct {
+	Path       string   `json:"path"`
+	Checkpoint string   `json:"checkpoint"`
+	Watermark  uint64   `json:"watermark"`
+	Keyspaces  []string `json:"keyspaces"`
+	Bitslices  []string `json:"bitslices"`
+	Size       int64    `json:"size"`
+}
+
+// runCheckpoint implements "kvtool checkpoint [--json] DIR DEST".
+func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	dirs, code, done := parseFlags(fs, args, checkpointHelp, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(dirs) != 2 {
+		return usageError(stderr, "checkpoint", fmt.Sprintf("want DIR and DEST, got %d arguments", len(dirs)))
+	}
+	out, err := checkpoint(ctx, dirs[0], dirs[1])
+	if err != nil {
+		return fail(stderr, "checkpoint", err)
+	}
+	if *asJSON {
+		return writeJSON(stdout, stderr, "checkpoint", out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(tw, "checkpoint:\t%s\n", out.Checkpoint)
+	fmt.Fprintf(tw, "of:\t%s\n", out.Path)
+	fmt.Fprintf(tw, "watermark:\t%d (replay the host's log from op %d)\n", out.Watermark, out.Watermark+1)
+	fmt.Fprintf(tw, "keyspaces:\t%s\n", nameList(out.Keyspaces))
+	fmt.Fprintf(tw, "bitslices:\t%s\n", nameList(out.Bitslices))
+	fmt.Fprintf(tw, "size:\t%d bytes (store files hard-linked where possible)\n", out.Size)
+	if err := tw.Flush(); err != nil {
+		return fail(stderr, "checkpoint", err)
+	}
+	return exitOK
+}
+
+func checkpoint(ctx context.Context, dir, dest string) (out checkpointJSON, err error) {
+	out = checkpointJSON{Path: dir, Checkpoint: dest}
+	// A missing or foreign DIR must not be created or written into:
+	// only an existing engine is opened.
+	if _, err := readManifest(dir); err != nil {
+		return out, err
+	}
+	db, err := kvbuf.Open(dir, nil)
+	if errors.Is(err, kvbuf.ErrLocked) {
+		return out, lockedError(dir, "a running engine checkpoints itself: DB.Checkpoint")
+	}
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	out.Keyspaces, out.Bitslices = db.Keyspaces(), db.Bitslices()
+	if out.Watermark, err = db.Checkpoint(ctx, dest); err != nil {
+		return out, err
+	}
+	if out.Size, err = dirSize(dest); err != nil {
+		return out, err
+	}
+	return out, nil
+}

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvbuf/kvbuf/bench"
+	"github.com/kvbuf/kvbuf/bench/ycsb"
+	"github.com/magiconair/properties"
+)
+
+func ycsbHelp(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "Usage: kvtool ycsb [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Runs YCSB's core workloads against kvbuf and the engines a user would pick")
+	fmt.Fprintln(w, "instead, through the go-ycsb bindings of package bench/ycsb, in temporary")
+	fmt.Fprintln(w, "databases that are removed afterwards. Each engine is loaded once with")
+	fmt.Fprintln(w, "--records records (batches of 256, all --threads' largest count of threads);")
+	fmt.Fprintln(w, "then every workload runs at every thread count for --rounds rounds, each")
+	fmt.Fprintln(w, "round running every engine once in rotating order (round r starts with")
+	fmt.Fprintln(w, "engine r mod n). A run opens the engine, does --warmup operations")
+	fmt.Fprintln(w, "unmeasured (in at most --max-time/5), then --ops measured ones (in at most")
+	fmt.Fprintln(w, "--max-time), and closes it.")
+	fmt.Fprintln(w, "For each engine it prints the median throughput over rounds, the min-max,")
+	fmt.Fprintln(w, "the kvbuf speedup (kvbuf median / this engine's median; above 1: kvbuf is")
+	fmt.Fprintln(w, "faster) and, per operation type, p50/p99/p999 latencies over all rounds.")
+	fmt.Fprintln(w, "READ@FLUSH are the reads that started or ended while the engine was")
+	fmt.Fprintln(w, "flushing (kvbuf: a generation in flight; pebble: a memtable flush).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Workloads: a (50% read, 50% update, zipfian), b (95/5), c (read only),")
+	fmt.Fprintln(w, "d (95% read, 5% insert, latest), e (95% scans of up to 100, 5% insert),")
+	fmt.Fprintln(w, "f (50% read, 50% read-modify-write), or the path of a YCSB properties file.")
+	fmt.Fprintln(w, "Records are 10 fields of 100 bytes unless a file or -p says otherwise.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Engines (see doc/workloads.md for what each promises on a crash):")
+	fmt.Fprintln(w, "  kvbuf   default Options, writes with op 0 (-p kvbuf.ops=true numbers them)")
+	fmt.Fprintln(w, "  pebble  v2, opened as kvbuf's store (format, memtable, cache), NoSync writes")
+	fmt.Fprintln(w, "  badger  v4, default options, SyncWrites off")
+	fmt.Fprintln(w, "  bbolt   default options (fsync per commit), DB.Batch with several threads")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "-p key=value sets a property over every workload's: engine options")
+	fmt.Fprintln(w, "(kvbuf.max_pending_bytes, kvbuf.flush_interval, kvbuf.cache_size,")
+	fmt.Fprintln(w, "kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, pebble.cache_size,")
+	fmt.Fprintln(w, "badger.block_cache_size, badger.sync_writes, bbolt.nosync) or any core")
+	fmt.Fprintln(w, "workload property (requestdistribution, fieldlength, batch.size, ...).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "--json writes one JSON object per engine row to stdout: workload, threads,")
+	fmt.Fprintln(w, "db, records, rounds, ops_per_round, ops_per_sec, ops_per_sec_min,")
+	fmt.Fprintln(w, "ops_per_sec_max, kvbuf_speedup (other engines), ops (operation ->")
+	fmt.Fprintln(w, "count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes the table of")
+	fmt.Fprintln(w, "the README and doc/workloads.md to a file. A progress line is drawn on")
+	fmt.Fprintln(w, "stderr when it is a terminal or with --progress.")
+	fmt.Fprintln(w)
+	printFlags(w, fs, "dir", "seed")
+}
+
+// ycsbOpJSON is one operation type's latencies in --json.
+type ycsbOpJSON struct {
+	Count  int64 `json:"count"`
+	P50Ns  int64 `json:"p50_ns"`
+	P99Ns  int64 `json:"p99_ns"`
+	P999Ns int64 `json:"p999_ns"`
+	MaxNs  int64 `json:"max_ns"`
+}
+
+// ycsbRowJSON is one --json line.
+type ycsbRowJSON struct {
+	Workload     string                `json:"workload"`
+	Threads      int                   `json:"threads"`
+	DB           string                `json:"db"`
+	Records      int64                 `json:"records"`
+	Rounds       int                   `json:"rounds"`
+	OpsPerRound  int64                 `json:"ops_per_round"`
+	OpsPerSec    float64               `json:"ops_per_sec"`
+	OpsPerSecMin float64               `json:"ops_per_sec_min"`
+	OpsPerSecMax float64               `json:"ops_per_sec_max"`
+	KvbufSpeedup float64               `json:"kvbuf_speedup,omitempty"`
+	Ops          map[string]ycsbOpJSON `json:"ops"`
+}
+
+func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
+	j := ycsbRowJSON{
+		Workload: r.Workload, Threads: r.Threads, DB: r.Engine, Records: r.Records,
+		Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
+		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec,
+		KvbufSpeedup: r.KvbufSpeedup, Ops: map[string]ycsbOpJSON{},
+	}
+	for op, s := range r.Ops {
+		j.Ops[op] = ycsbOpJSON{Count: s.Count, P50Ns: int64(s.P50), P99Ns: int64(s.P99), P999Ns: int64(s.P999), MaxNs: int64(s.Max)}
+	}
+	return j
+}
+
+// listFlag is a comma-separated list.
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// propFlag collects -p key=value.
+type propFlag struct{ p *properties.Properties }
+
+func (f *propFlag) String() string { return "" }
+
+func (f *propFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	if f.p == nil {
+		f.p = properties.NewProperties()
+	}
+	f.p.MustSet(strings.TrimSpace(k), strings.TrimSpace(v))
+	return nil
+}
+
+// runYCSB implements "kvtool ycsb".
+func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
+	workloads := fs.String("workload", strings.Join(ycsb.StandardOrder, ","), "comma-separated `workloads`: a-f or properties files")
+	dbs := fs.String("db", strings.Join(ycsb.Engines, ","), "comma-separated `engines` to compare")
+	threads := fs.String("threads", "1", "comma-separated client thread `counts`")
+	records := fs.Int64("records", 1_000_000, "records to load")
+	ops := fs.Int64("ops", 1_000_000, "measured operations per run")
+	warmup := fs.Int64("warmup", 0, "unmeasured operations at the start of each run (default ops/10; -1 none)")
+	rounds := fs.Int("rounds", 3, "rounds of each workload and thread count")
+	maxTime := fs.Duration("max-time", 30*time.Second, "cap on each measured run (0: none)")
+	quick := fs.Bool("quick", false, "smoke run in seconds: 2000 records, 2000 ops, 1 round, max 1s per run")
+	asJSON := fs.Bool("json", false, "write one JSON object per engine row to stdout instead of the table")
+	markdown := fs.String("markdown", "", "also write the results as a Markdown table to `file`")
+	force := fs.Bool("progress", false, "draw the progress line even when stderr is not a terminal")
+	var props propFlag
+	fs.Var(&props, "p", "set a workload or engine `key=value` property (repeatable)")
+	// Hidden: for tests and experiments.
+	dir := fs.String("dir", "", "parent directory of the temporary databases (default $TMPDIR)")
+	seed := fs.Int64("seed", 1, "random seed")
+	pos, code, done := parseFlags(fs, args, func(w io.Writer) { ycsbHelp(w, fs) }, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(pos) != 0 {
+		return usageError(stderr, "ycsb", fmt.Sprintf("unexpected argument %q", pos[0]))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg := ycsb.Config{
+		Engines: splitList(*dbs), Workloads: splitList(*workloads),
+		Records: *records, Ops: *ops, Warmup: *warmup, Rounds: *rounds, MaxTime: *maxTime,
+		Dir: *dir, Seed: *seed, Props: props.p,
+	}
+	if *quick {
+		// Explicit flags win over --quick's sizes.
+		if !set["records"] {
+			cfg.Records = 2000
+		}
+		if !set["ops"] {
+			cfg.Ops = 2000
+		}
+		if !set["rounds"] {
+			cfg.Rounds = 1
+		}
+		if !set["max-time"] {
+			cfg.MaxTime = time.Second
+		}
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = cfg.Ops / 10
+	}
+	for _, t := range splitList(*threads) {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 1 || n > 1024 {
+			return usageError(stderr, "ycsb", fmt.Sprintf("--threads %q: want a comma-separated list of counts from 1 to 1024", *threads))
+		}
+		if !slices.Contains(cfg.Threads, n) {
+			cfg.Threads = append(cfg.Threads, n)
+		}
+	}
+	switch {
+	case len(cfg.Threads) == 0:
+		return usageError(stderr, "ycsb", "--threads: want at least one count")
+	case len(cfg.Engines) == 0:
+		return usageError(stderr, "ycsb", "--db: want at least one engine")
+	case len(cfg.Workloads) == 0:
+		return usageError(stderr, "ycsb", "--workload: want at least one workload")
+	case cfg.Records < 1:
+		return usageError(stderr, "ycsb", fmt.Sprintf("--records %d: want at least 1", cfg.Records))
+	case cfg.Ops < 1:
+		return usageError(stderr, "ycsb", fmt.Sprintf("--ops %d: want at least 1", cfg.Ops))
+	case cfg.Rounds < 1:
+		return usageError(stderr, "ycsb", fmt.Sprintf("--rounds %d: want at least 1", cfg.Rounds))
+	case cfg.MaxTime < 0:
+		return usageError(stderr, "ycsb", fmt.Sprintf("--max-time %v: want 0 (none) or more", cfg.MaxTime))
+	}
+	for _, e := range cfg.Engines {
+		if !slices.Contains(ycsb.Engines, e) {
+			return usageError(stderr, "ycsb", fmt.Sprintf("--db: unknown engine %q (want some of %s)", e, strings.Join(ycsb.Engines, ",")))
+		}
+	}
+	p := newProgress(stderr, *force, 1)
+	last := 0.0
+	cfg.Progress = func(frac float64, label string) {
+		p.add(frac-last, label)
+		last = frac
+	}
+	var encErr error
+	if *asJSON {
+		// Each group of rows as soon as it is done: a long run streams.
+		// Bench never calls this and the progress callback at once.
+		enc := json.NewEncoder(stdout)
+		cfg.OnRows = func(rows []ycsb.Row) {
+			p.finish()
+			for _, r := range rows {
+				if err := enc.Encode(ycsbRowToJSON(r)); err != nil && encErr == nil {
+					encErr = err
+				}
+			}
+		}
+	}
+	rows, err := ycsb.Bench(ctx, cfg)
+	p.finish()
+	if err == nil {
+		err = encErr
+	}
+	if err != nil {
+		if errors.Is(err, ycsb.ErrBadProperty) {
+			return usageError(stderr, "ycsb", err.Error())
+		}
+		return fail(stderr, "ycsb", err)
+	}
+	if !*asJSON {
+		printYCSBTable(stdout, rows, cfg)
+	}
+	if *markdown != "" {
+		if err := os.WriteFile(*markdown, []byte(ycsbMarkdown(rows, cfg)), 0o644); err != nil {
+			return fail(stderr, "ycsb", err)
+		}
+	}
+	return exitOK
+}
+
+func ycsbHeader(cfg ycsb.Config) string {
+	limit := "no time cap"
+	if cfg.MaxTime > 0 {
+		limit = fmt.Sprintf("at most %v per run", cfg.MaxTime)
+	}
+	return fmt.Sprintf("%d records, %d ops per run after %d warm-up ops, %s, %d rounds, GOMAXPROCS %d, %s %s/%s",
+		cfg.Records, cfg.Ops, max(cfg.Warmup, 0), limit, cfg.Rounds, runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// ycsbOpOrder is the order operation rows are printed in.
+var ycsbOpOrder = []string{ycsb.OpRead, ycsb.OpReadInFlush, ycsb.OpUpdate, ycsb.OpInsert, ycsb.OpScan, ycsb.OpReadModifyWrite,
+	ycsb.OpBatchRead, ycsb.OpBatchUpdate, ycsb.OpBatchInsert}
+
+func sortedOps(m map[string]ycsb.OpStats) []string {
+	var out []string
+	for _, op := range ycsbOpOrder {
+		if _, ok := m[op]; ok {
+			out = append(out, op)
+		}
+	}
+	for op := range m {
+		if !slices.Contains(out, op) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
+	fmt.Fprintf(w, "kvtool ycsb: %s\n\n", ycsbHeader(cfg))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKLOAD\tTHREADS\tDB\tOPS/S\tMIN-MAX\tKVBUF SPEEDUP\tOP\tCOUNT\tP50\tP99\tP999")
+	for _, r := range rows {
+		speed := "-"
+		if r.KvbufSpeedup > 0 {
+			speed = fmt.Sprintf("%.2fx", r.KvbufSpeedup)
+		}
+		for i, op := range sortedOps(r.Ops) {
+			s := r.Ops[op]
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s-%s\t%s", r.Workload, r.Threads, r.Engine, fmtRate(r.OpsPerSec), fmtRate(r.MinOpsPerSec), fmtRate(r.MaxOpsPerSec), speed)
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t\t")
+			}
+			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s\t%s\n", op, s.Count, bench.FormatNs(float64(s.P50)), bench.FormatNs(float64(s.P99)), bench.FormatNs(float64(s.P999)))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "KVBUF SPEEDUP = kvbuf's median ops/s / this engine's (above 1: kvbuf is faster); latencies over all rounds.")
+	fmt.Fprintln(w, "load: one round, records/s through BatchInsert; READ@FLUSH: reads while the engine was flushing (kvbuf, pebble).")
+}
+
+// ycsbMarkdown renders rows as the README table: throughput per engine,
+// kvbuf's speedups, and read p99s of kvbuf and pebble, overall and during
+// flushes.
+func ycsbMarkdown(rows []ycsb.Row, cfg ycsb.Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!-- kvtool ycsb: %s -->\n", ycsbHeader(cfg))
+	has := func(e string) bool { return slices.Contains(cfg.Engines, e) }
+	head := "| workload | threads |"
+	sep := "| --- | --: |"
+	for _, e := range cfg.Engines {
+		head += " " + e + " ops/s |"
+		sep += " --: |"
+	}
+	for _, e := range cfg.Engines {
+		if e != "kvbuf" && has("kvbuf") {
+			head += " kvbuf ÷ " + e + " |"
+			sep += " --: |"
+		}
+	}
+	if has("kvbuf") && has("pebble") {
+		head += " read p99 kvbuf / pebble | read p99 in flushes kvbuf / pebble |"
+		sep += " --: | --: |"
+	}
+	fmt.Fprintf(&b, "%s\n%s\n", head, sep)
+	type key struct {
+		w string
+		t int
+	}
+	var order []key
+	by := map[key]map[string]ycsb.Row{}
+	for _, r := range rows {
+		k := key{r.Workload, r.Threads}
+		if by[k] == nil {
+			by[k] = map[string]ycsb.Row{}
+			order = append(order, k)
+		}
+		by[k][r.Engine] = r
+	}
+	p99 := func(r ycsb.Row, op string) string {
+		s, ok := r.Ops[op]
+		if !ok || s.Count == 0 {
+			return "–"
+		}
+		return bench.FormatNs(float64(s.P99))
+	}
+	for _, k := range order {
+		name := strings.ToUpper(k.w)
+		if len(k.w) > 1 {
+			name = k.w
+		}
+		line := fmt.Sprintf("| %s | %d |", name, k.t)
+		for _, e := range cfg.Engines {
+			line += " " + fmtRate(by[k][e].OpsPerSec) + " |"
+		}
+		for _, e := range cfg.Engines {
+			if e != "kvbuf" && has("kvbuf") {
+				line += fmt.Sprintf(" %.2f× |", by[k][e].KvbufSpeedup)
+			}
+		}
+		if has("kvbuf") && has("pebble") {
+			kv, pb := by[k]["kvbuf"], by[k]["pebble"]
+			line += fmt.Sprintf(" %s / %s | %s / %s |", p99(kv, ycsb.OpRead), p99(pb, ycsb.OpRead), p99(kv, ycsb.OpReadInFlush), p99(pb, ycsb.OpReadInFlush))
+		}
+		fmt.Fprintln(&b, line)
+	}
+	return b.String()
+}

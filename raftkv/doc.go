@@ -1,0 +1,113 @@
+// Package raftkv replicates a kvbuf engine with raft (go.etcd.io/raft/v3,
+// etcd's raft library): each Node is one raft peer whose state machine is a
+// kvbuf engine, and kvbuf's op watermark is the replica's durable applied
+// index.
+//
+// # Log, applied index and durable watermark
+//
+// A node keeps its raft log, HardState and membership in its own pebble
+// database (Dir/log), separate from the engine (Dir/engine). Each Ready is
+// persisted before its messages go out (the leader sends its appends while
+// it writes them, raft thesis 10.2.1), with a sync whenever raft says the
+// Ready needs one (new entries, a new term or vote).
+//
+// Each committed entry is applied as one kvbuf batch whose op is the
+// entry's index; empty entries, configuration changes and commands refused
+// alike on every node (an unknown keyspace, a value over the limit) are an
+// empty batch of their op (the op is recorded, nothing is written).
+// Nothing is synced per entry: the engine's flusher makes applied entries
+// durable in coalesced, synced flushes (every 100ms by default,
+// Options.Engine) and its watermark says up to which index they are. That is the durable applied index etcd keeps as its "consistent
+// index", CockroachDB as RangeAppliedState and dragonboat's on-disk state
+// machines return from Open.
+//
+// After a crash the node restarts raft with Config.Applied =
+// min(engine watermark, HardState.Commit): raft panics if Applied is above
+// the commit index it restored, and a HardState whose only change is the
+// commit index is not synced (etcd-io/etcd#10217). Raft then redelivers the
+// entries after Applied; those at or below the watermark are no-ops of the
+// engine (a write whose op is at or below the persisted watermark changes
+// nothing), the others are applied again. Metrics reports both counts:
+// a restart re-applies at most the entries appended after the watermark,
+// never the whole log.
+//
+// # Log compaction and snapshots
+//
+// The engine tells the node when its durable watermark advances
+// (DB.WatermarkNotify); the node then truncates its log below
+// min(watermark, applied) - Options.LogRetain, never above what the engine
+// made durable (dragonboat#62, cockroachdb#76215): a crash never needs a
+// compacted entry.
+//
+// A follower that needs a compacted entry gets a snapshot. No snapshot is
+// ever materialized: the log store's raft snapshot is metadata only, and
+// when raft asks to send one the leader takes a kvbuf snapshot of its
+// engine at its applied index (the Ready loop is between two entries, so
+// the snapshot holds exactly the entries up to it) and streams it with
+// kvbuf's Snapshot.Export to the follower's /raft/snapshot. The follower
+// installs the stream into a new engine directory with kvbuf.Install (its
+// watermark is the snapshot's index), and only then hands the message to
+// raft; when raft accepts it, one synced write of the log store switches
+// the node to the new engine (Dir/engine-<index>), drops the log below the
+// snapshot and records the snapshot's membership. A crash before the switch
+// leaves the old engine live (the received one is removed at the next
+// Open), after it the new one. The watermark never goes backwards: raft
+// installs only snapshots above the commit index.
+//
+// # Writes and reads
+//
+// Writes (Put, Delete, DeleteRange, SetBit, CreateKeyspace,
+// CreateBitslice) are proposed on the leader and return once applied
+// there; a follower refuses them with a *NotLeaderError naming the leader
+// (cmd/kvraft forwards them). Keyspaces and bitslices are created
+// explicitly and never dropped, so reads and writes never create one by a
+// typo. Reads are linearizable through raft's ReadIndex, batched: readers
+// that arrive together share one round, on the leader or a follower; the
+// node then waits until it has applied up to the read index. ReadOptions
+// Stale reads a node's own applied state without a round.
+//
+// # Membership
+//
+// AddNode proposes a configuration change carrying the new node's address;
+// the new node starts with Options.Join and catches up from the leader's
+// log, or by a snapshot if the log was compacted past what it needs, while
+// writes go on. RemoveNode removes a node, which stops (ErrRemoved) when it
+// applies its removal, or when a peer answers it 410 Gone. IDs are never
+// reused: a wiped node rejoins under a new ID.
+//
+// # Data directory
+//
+//	IDENTITY          cluster ID, node ID and cluster token: a node refuses
+//	                  another cluster's or node's directory before opening
+//	                  anything in it for writing
+//	LOCK              flocked by the node that has the directory open
+//	log/              the raft log store (pebble)
+//	engine/           the kvbuf engine, or engine-<index>/ after a snapshot install
+//	engine-<index>.staging/  a snapshot being received
+//
+// # Transport
+//
+// HTTP on the node's address: POST /raft/message carries batches of
+// messages, one request at a time per peer so that a peer's messages keep
+// their order, and POST /raft/snapshot one snapshot stream. Each request
+// names the sender's cluster ID and the sender and receiver node IDs; a
+// node answers 409 to another cluster's requests and 410 to a removed
+// node's. Serve Node.Handler on the node's address.
+//
+// # Caveats
+//
+//   - No TLS or authentication: run on loopback or a trusted network.
+//   - Every node must use the same engine limits (MaxKeySize, MaxValueSize,
+//     MaxBits): a command is validated again when applied, alike on every
+//     node only if the limits are alike.
+//   - A write whose context ends after it was proposed returns
+//     ErrOutcomeUnknown: it may be applied later (a retry may apply it
+//     twice; make writes idempotent or read before retrying).
+//   - Scans read a kvbuf snapshot; a long scan holds the engine against a
+//     snapshot install (which waits for it).
+//   - One raft group per node: no multi-raft, no leases (reads always pay
+//     a ReadIndex round unless Stale).
+//   - Conf changes are one at a time (raft's simple changes, no joint
+//     consensus); raft turns a second concurrent one into an empty entry,
+//     and its caller's context ends with ErrOutcomeUnknown.
+package raftkv

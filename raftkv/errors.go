@@ -1,0 +1,87 @@
+package raftkv
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors. Each is a sentinel to test with errors.Is; the errors a Node
+// returns wrap them with the node, keyspace or path involved. Errors of the
+// kvbuf engine (kvbuf.ErrNotFound, kvbuf.ErrValueTooLarge, ...) are
+// returned wrapped as they are.
+var (
+	// ErrBadOptions is returned by Open for a missing or out-of-range
+	// option.
+	ErrBadOptions = errors.New("raftkv: bad options")
+
+	// ErrNotLeader is returned by a write to a node that is not the
+	// leader: nothing was proposed. The error is a *NotLeaderError that
+	// names the leader this node knows of, if any.
+	ErrNotLeader = errors.New("raftkv: not the leader")
+
+	// ErrDropped is returned by a write that raft refused to append (the
+	// node lost its leadership, a leadership transfer is under way, or
+	// too many entries are uncommitted): nothing was written; retry.
+	ErrDropped = errors.New("raftkv: proposal dropped by raft")
+
+	// ErrOutcomeUnknown is returned by a write whose context ended, or
+	// whose node stopped, after it was proposed and before it was applied
+	// here: it may or may not be committed (and later applied). The
+	// error also wraps the cause (ctx.Err() or ErrStopped).
+	ErrOutcomeUnknown = errors.New("raftkv: outcome unknown")
+
+	// ErrStopped is returned by every call after Close began, and by a
+	// node that stopped after a fatal error (see Node.Err).
+	ErrStopped = errors.New("raftkv: node stopped")
+
+	// ErrRemoved is returned by a node removed from the cluster (by
+	// Node.RemoveNode on a member), and by Open for its data directory.
+	ErrRemoved = errors.New("raftkv: node removed from the cluster")
+
+	// ErrUnknownKeyspace and ErrUnknownBitslice are returned for a
+	// keyspace or bitslice that has not been created (CreateKeyspace,
+	// CreateBitslice). Reads and writes never create them, so a typo
+	// cannot create a replicated keyspace.
+	ErrUnknownKeyspace = errors.New("raftkv: unknown keyspace")
+	ErrUnknownBitslice = errors.New("raftkv: unknown bitslice")
+
+	// ErrClusterMismatch is returned by Open for a data directory that
+	// belongs to another cluster or another node, and by the transport
+	// for a message from another cluster (the sender logs it).
+	ErrClusterMismatch = errors.New("raftkv: data directory or message of another cluster")
+
+	// ErrDataDir is returned by Open for a data directory whose parts do
+	// not fit together: an engine with data but no raft log, an engine
+	// whose watermark is below the log's compacted index, a log that
+	// names a missing engine directory.
+	ErrDataDir = errors.New("raftkv: inconsistent data directory")
+
+	// ErrCorrupt marks a damaged raft log store record or command entry.
+	ErrCorrupt = errors.New("raftkv: corrupt")
+
+	// ErrUnsupported is returned by operations that need the kvbuf state
+	// machine on a node built with another (the W9 baselines).
+	ErrUnsupported = errors.New("raftkv: not supported by this state machine")
+)
+
+// NotLeaderError is the error of a write to a follower. It matches
+// ErrNotLeader.
+type NotLeaderError struct {
+	// Node is the node that refused the write.
+	Node uint64
+	// Leader is the leader it knows of (0: none), and Addr its address
+	// (empty if unknown).
+	Leader uint64
+	Addr   string
+}
+
+// Error says which node refused and which leads.
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return fmt.Sprintf("raftkv: node %d is not the leader and knows of none", e.Node)
+	}
+	return fmt.Sprintf("raftkv: node %d is not the leader; the leader is node %d at %s", e.Node, e.Leader, e.Addr)
+}
+
+// Is makes a *NotLeaderError match ErrNotLeader.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }

@@ -1,0 +1,31 @@
+package raftkv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+// lockDir takes an exclusive lock on dir (the file dir/LOCK, flocked), so
+// that a second node cannot open the same data directory. The lock is
+// released when the returned file is closed, or the process dies.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("raftkv: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("raftkv: %s is open in another node: %w", dir, kvbuf.ErrLocked)
+		}
+		return nil, fmt.Errorf("raftkv: lock %s: %w", path, err)
+	}
+	return f, nil
+}

@@ -1,0 +1,915 @@
+package raftkv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+// Node is one raft peer whose state machine is a kvbuf engine. Open starts
+// it; serve Handler on the node's address so that its peers reach it; Close
+// stops it. All methods are safe for concurrent use.
+//
+// See the package documentation for the applied index, the durable
+// watermark, log compaction and snapshots.
+type Node struct {
+	opts *Options
+	id   uint64
+	dir  string
+	log  *slog.Logger
+	lock *os.File // the data directory's lock
+	ls   *logStore
+	rn   raft.Node
+	tr   *transport
+
+	cluster atomic.Uint64 // 0 while a joining node has not heard from its cluster
+	identMu sync.Mutex    // serializes adopting the cluster ID
+
+	// engMu guards swapping the state machine (snapshot install, Close):
+	// readers hold it shared while they read the engine. The Ready loop is
+	// the only writer of the state machine and the only swapper.
+	engMu   sync.RWMutex
+	sm      stateMachine
+	eng     *engineSM // sm if it is the kvbuf engine, else nil
+	engName string    // the live engine's directory name under dir
+
+	// Owned by the Ready loop.
+	applied uint64
+	conf    *raftpb.ConfState
+	peers   map[uint64]string
+	gone    []uint64 // removed IDs, sorted
+
+	appliedMu  sync.Mutex
+	appliedNow atomic.Uint64
+	appliedCh  chan struct{} // closed and replaced when applied advances
+
+	lead     atomic.Uint64
+	leader   atomic.Bool
+	raftTerm atomic.Uint64
+	removed  atomic.Bool
+	members  atomic.Pointer[map[uint64]string]
+	goneIDs  atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
+
+	waitMu  sync.Mutex
+	waiters map[uint64]chan error
+	reqBase uint64
+	reqSeq  atomic.Uint64
+
+	readMu     sync.Mutex
+	readNext   *readRound
+	readKick   chan struct{}
+	readStates chan raft.ReadState
+
+	snapReqs chan chan snapReply
+	snapBusy sync.Mutex // one snapshot received at a time
+	switchMu sync.Mutex // orders a received engine's rename against the switch to it
+
+	ctx      context.Context // cancelled by Close and by a fatal error
+	cancel   context.CancelFunc
+	stopc    chan struct{} // closed once the loops must stop
+	stopOnce sync.Once
+	loops    sync.WaitGroup
+	inflight sync.WaitGroup // snapshot receives in progress
+	closing  sync.RWMutex   // held shared by inflight.Add, exclusively by Close
+
+	errMu sync.Mutex
+	err   error // the fatal error that stopped the node
+
+	closeOnce sync.Once
+	closeErr  error
+
+	handlerOnce sync.Once
+	handler     http.Handler
+
+	m metrics
+}
+
+// metrics are the node's counters (see Metrics).
+type metrics struct {
+	restartWatermark, restartLast, restartApplied uint64 // at Open
+	redelivered, reapplied                        atomic.Uint64
+	applied                                       atomic.Uint64
+	snapshotsSent, snapshotsFailed                atomic.Uint64
+	snapshotsReceived, snapshotsInstalled         atomic.Uint64
+	compactions                                   atomic.Uint64
+	proposalsDropped                              atomic.Uint64
+	readRounds, readRetries                       atomic.Uint64
+}
+
+type readRound struct {
+	done    chan struct{}
+	index   uint64
+	err     error
+	waiters atomic.Int64
+}
+
+type snapReply struct {
+	snap  *kvbuf.Snapshot
+	index uint64
+	err   error
+}
+
+// clusterID derives the cluster ID from the token and the initial members,
+// so that every node bootstrapped with the same flags computes the same.
+func clusterID(token string, peers map[uint64]string) uint64 {
+	var b strings.Builder
+	b.WriteString(token)
+	for _, id := range slices.Sorted(maps.Keys(peers)) {
+		fmt.Fprintf(&b, "\x00%d=%s", id, peers[id])
+	}
+	if h := xxh3.HashString(b.String()); h != 0 {
+		return h
+	}
+	return 1
+}
+
+// engineDirName is the directory of the engine installed from the snapshot
+// at index (the first engine is initialEngine).
+func engineDirName(index uint64) string { return fmt.Sprintf("engine-%020d", index) }
+
+const (
+	initialEngine = "engine"
+	stagingSuffix = ".staging"
+	logDir        = "log"
+)
+
+// Open opens (creating if needed) the data directory opts.Dir and starts
+// the node: it restarts raft from min(engine watermark, HardState.Commit),
+// so that entries the engine already made durable are redelivered at most
+// as cheap no-ops and none the engine lost is skipped (etcd-io/etcd#10217).
+// A directory with no raft state bootstraps a new cluster of opts.Peers
+// (or, with opts.Join, waits to be contacted by the cluster that added it).
+// The node needs its Handler served on its address to hear its peers.
+//
+// Errors: ErrBadOptions; kvbuf.ErrLocked if another node has the directory
+// open; ErrClusterMismatch for a directory of another
+// cluster, token or node ID; ErrRemoved for a node removed from its
+// cluster; ErrDataDir for a directory whose engine and log do not fit;
+// ErrCorrupt for a damaged log store record; the engine's and pebble's open
+// errors (kvbuf.ErrCorrupt, ...).
+func Open(opts *Options) (*Node, error) {
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftkv: %w", err)
+	}
+	n := &Node{
+		opts:       o,
+		id:         o.ID,
+		dir:        o.Dir,
+		log:        o.Logger.With("node", o.ID),
+		waiters:    map[uint64]chan error{},
+		appliedCh:  make(chan struct{}),
+		readNext:   &readRound{done: make(chan struct{})},
+		readKick:   make(chan struct{}, 1),
+		readStates: make(chan raft.ReadState, 64),
+		snapReqs:   make(chan chan snapReply),
+		stopc:      make(chan struct{}),
+	}
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	n.reqBase = binary.LittleEndian.Uint64(rb[:])
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if err := n.open(); err != nil {
+		n.cancel()
+		if n.sm != nil {
+			_ = n.sm.close()
+		}
+		if n.ls != nil {
+			_ = n.ls.close()
+		}
+		if n.lock != nil {
+			_ = n.lock.Close()
+		}
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) open() error {
+	o := n.opts
+	lock, err := lockDir(n.dir)
+	if err != nil {
+		return err
+	}
+	n.lock = lock
+	id, haveID, err := readIdentity(n.dir)
+	if err != nil {
+		return err
+	}
+	if haveID {
+		if err := n.checkIdentity(id); err != nil {
+			return err
+		}
+	}
+	ls, err := openLogStore(filepath.Join(n.dir, logDir))
+	if err != nil {
+		return err
+	}
+	n.ls = ls
+	fresh := ls.empty()
+	if !haveID {
+		if err := n.newIdentity(fresh); err != nil {
+			return err
+		}
+	}
+	if removed, err := ls.removed(); err != nil {
+		return err
+	} else if removed {
+		return fmt.Errorf("raftkv: %s: node %d: %w", n.dir, n.id, ErrRemoved)
+	}
+	if err := n.openEngine(); err != nil {
+		return err
+	}
+	trunc, last := ls.bounds()
+	hs := ls.hardState()
+	wm := n.sm.durable()
+	if fresh && wm > 0 {
+		return fmt.Errorf("raftkv: %s: the engine has data up to op %d but there is no raft log: %w", n.dir, wm, ErrDataDir)
+	}
+	applied := min(wm, hs.GetCommit())
+	if applied < trunc {
+		return fmt.Errorf("raftkv: %s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
+	}
+	mem, ok, err := ls.membershipAt(applied)
+	if err != nil {
+		return fmt.Errorf("raftkv: %s: %w", n.dir, err)
+	}
+	if !ok {
+		mem = membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
+	}
+	ls.setInitConf(mem.conf)
+	n.applied, n.conf, n.gone = applied, mem.conf, mem.removed
+	n.peers = maps.Clone(mem.peers)
+	for id, addr := range o.Peers {
+		if _, known := n.peers[id]; !known {
+			n.peers[id] = addr
+		}
+	}
+	n.publishMembers()
+	n.appliedNow.Store(applied)
+	n.m.restartWatermark, n.m.restartLast, n.m.restartApplied = wm, last, applied
+
+	cfg := &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              o.ElectionTicks,
+		HeartbeatTick:             o.HeartbeatTicks,
+		Storage:                   ls,
+		Applied:                   applied,
+		MaxSizePerMsg:             o.MaxSizePerMsg,
+		MaxInflightMsgs:           o.MaxInflightMsgs,
+		MaxUncommittedEntriesSize: o.MaxUncommittedBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    &raftLogger{l: n.log},
+	}
+	n.tr = newTransport(n)
+	for id, addr := range n.peers {
+		if id != n.id {
+			n.tr.addPeer(id, addr)
+		}
+	}
+	if fresh && !o.Join {
+		peers := make([]raft.Peer, 0, len(o.Peers))
+		for _, id := range slices.Sorted(maps.Keys(o.Peers)) {
+			peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+		}
+		n.rn = raft.StartNode(cfg, peers)
+	} else {
+		n.rn = raft.RestartNode(cfg)
+	}
+	n.log.Info("raftkv: node started", "dir", n.dir, "applied", applied, "watermark", wm,
+		"commit", hs.GetCommit(), "log", fmt.Sprintf("(%d, %d]", trunc, last), "bootstrap", fresh && !o.Join)
+	n.loops.Add(2)
+	go n.run()
+	go n.readLoop()
+	return nil
+}
+
+// checkIdentity refuses a data directory of another cluster or node.
+func (n *Node) checkIdentity(id identity) error {
+	switch {
+	case id.node != n.id:
+		return fmt.Errorf("raftkv: %s belongs to node %d of cluster %016x, not node %d: %w", n.dir, id.node, id.cluster, n.id, ErrClusterMismatch)
+	case id.token != n.opts.ClusterToken:
+		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
+	}
+	n.cluster.Store(id.cluster)
+	return nil
+}
+
+// newIdentity records the identity of a data directory that has none.
+func (n *Node) newIdentity(fresh bool) error {
+	o := n.opts
+	if !fresh {
+		return fmt.Errorf("raftkv: %s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
+	}
+	id := identity{node: n.id, token: o.ClusterToken}
+	if !o.Join {
+		if _, in := o.Peers[n.id]; !in {
+			return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
+		}
+		id.cluster = clusterID(o.ClusterToken, o.Peers)
+	}
+	if err := writeIdentity(n.dir, id); err != nil {
+		return err
+	}
+	n.cluster.Store(id.cluster)
+	return nil
+}
+
+// adoptCluster records the cluster ID a joining node learns from its first
+// message. It reports whether cluster is (now) this node's.
+func (n *Node) adoptCluster(cluster uint64) (bool, error) {
+	if cur := n.cluster.Load(); cur != 0 || cluster == 0 {
+		return cur == cluster, nil
+	}
+	n.identMu.Lock()
+	defer n.identMu.Unlock()
+	if cur := n.cluster.Load(); cur != 0 {
+		return cur == cluster, nil
+	}
+	if err := writeIdentity(n.dir, identity{cluster: cluster, node: n.id, token: n.opts.ClusterToken}); err != nil {
+		return false, err
+	}
+	n.cluster.Store(cluster)
+	n.log.Info("raftkv: joined cluster", "cluster", fmt.Sprintf("%016x", cluster))
+	return true, nil
+}
+
+// openEngine opens the state machine the log store points to and removes
+// leftovers of snapshot installs (received but never switched to, or
+// switched away from).
+func (n *Node) openEngine() error {
+	name, err := n.ls.engineName()
+	if err != nil {
+		return fmt.Errorf("raftkv: %s: %w", n.dir, err)
+	}
+	if name == "" {
+		name = initialEngine
+	} else if _, err := os.Stat(filepath.Join(n.dir, name)); err != nil {
+		return fmt.Errorf("raftkv: %s: the log names engine %s: %w: %w", n.dir, name, ErrDataDir, err)
+	}
+	if err := n.removeStaleEngines(name); err != nil {
+		return err
+	}
+	n.engName = name
+	path := filepath.Join(n.dir, name)
+	if n.opts.newSM != nil {
+		n.sm, err = n.opts.newSM(path)
+	} else {
+		n.eng, err = openEngineSM(path, n.opts.Engine)
+		if n.eng != nil {
+			n.sm = n.eng
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("raftkv: open engine %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeStaleEngines removes every engine directory under dir but live.
+func (n *Node) removeStaleEngines(live string) error {
+	ents, err := os.ReadDir(n.dir)
+	if err != nil {
+		return fmt.Errorf("raftkv: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if name == live || !e.IsDir() || !(name == initialEngine || strings.HasPrefix(name, "engine-")) {
+			continue
+		}
+		n.log.Info("raftkv: removing a stale engine directory", "dir", name)
+		if err := os.RemoveAll(filepath.Join(n.dir, name)); err != nil {
+			return fmt.Errorf("raftkv: %w", err)
+		}
+	}
+	return nil
+}
+
+// run is the Ready loop: the one goroutine that persists, sends, applies
+// and advances, ticks raft, compacts the log when the engine's durable
+// watermark advances, and serves snapshot requests.
+func (n *Node) run() {
+	defer n.loops.Done()
+	ticker := time.NewTicker(n.opts.TickInterval)
+	defer ticker.Stop()
+	// The engine says when its durable watermark advances (the log may be
+	// compacted up to it); a replaced engine's channel closes with it, and
+	// the loop then listens to the new one.
+	var wmAdvanced <-chan struct{}
+	listen := func() {
+		if n.eng != nil {
+			_, wmAdvanced = n.eng.db.WatermarkNotify()
+		}
+	}
+	listen()
+	for {
+		select {
+		case <-ticker.C:
+			n.rn.Tick()
+		case <-wmAdvanced:
+			listen()
+			n.maybeCompact()
+		case rd := <-n.rn.Ready():
+			if err := n.handleReady(rd); err != nil {
+				select {
+				case <-n.stopc: // Close cancelled the apply: not a failure
+				default:
+					n.fail(err)
+				}
+				return
+			}
+			if n.removed.Load() {
+				n.log.Warn("raftkv: this node was removed from the cluster; stopping")
+				n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
+				return
+			}
+		case reply := <-n.snapReqs:
+			reply <- n.snapshotNow()
+		case <-n.stopc:
+			return
+		}
+	}
+}
+
+// fail stops the node after a fatal error: every call then returns
+// ErrStopped wrapping it (ErrRemoved as is).
+func (n *Node) fail(err error) {
+	n.errMu.Lock()
+	if n.err == nil {
+		n.err = err
+	}
+	n.errMu.Unlock()
+	if !errors.Is(err, ErrRemoved) {
+		n.log.Error("raftkv: node failed; stopping", "err", err)
+	}
+	n.stop()
+}
+
+func (n *Node) stop() {
+	n.stopOnce.Do(func() {
+		n.cancel()
+		close(n.stopc)
+	})
+}
+
+// Done returns a channel that is closed once the node stops: Close began,
+// or a fatal error or its removal from the cluster stopped it (see Err).
+func (n *Node) Done() <-chan struct{} { return n.stopc }
+
+// Err returns the error that stopped the node (nil while it runs or if
+// Close stopped it).
+func (n *Node) Err() error {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.err
+}
+
+// stopped returns the error of a call on a stopped node.
+func (n *Node) stopped() error {
+	if err := n.Err(); errors.Is(err, ErrRemoved) {
+		return err
+	} else if err != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	return ErrStopped
+}
+
+func (n *Node) handleReady(rd raft.Ready) error {
+	if ss := rd.SoftState; ss != nil {
+		n.lead.Store(ss.Lead)
+		n.leader.Store(ss.RaftState == raft.StateLeader)
+	}
+	if hs := rd.HardState; hs != nil {
+		n.raftTerm.Store(hs.GetTerm())
+	}
+	leader := n.leader.Load()
+	if leader {
+		// Raft thesis 10.2.1: the leader sends its appends while it writes
+		// them itself (etcd does the same); its term and vote are durable
+		// since it campaigned.
+		n.sendMessages(rd.Messages)
+	}
+	committed := rd.CommittedEntries
+	if raft.IsEmptySnap(rd.Snapshot) {
+		// Committed entries that an earlier Ready made durable here are
+		// applied (and their writers acknowledged) before this Ready's
+		// entries are synced: a write's acknowledgement does not wait for
+		// the sync of the writes proposed after it. Committed entries are
+		// never overwritten, so the ones at or below the log's last index
+		// are the durable ones.
+		_, last := n.ls.bounds()
+		k := 0
+		for k < len(committed) && committed[k].GetIndex() <= last && !n.opts.ackAfterSync {
+			k++
+		}
+		if err := n.applyEntries(committed[:k]); err != nil {
+			return err
+		}
+		committed = committed[k:]
+		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+			return fmt.Errorf("raftkv: persist ready: %w", err)
+		}
+	} else if err := n.installSnapshot(rd); err != nil {
+		return err
+	}
+	if !leader {
+		n.sendMessages(rd.Messages)
+	}
+	if err := n.applyEntries(committed); err != nil {
+		return err
+	}
+	for _, rs := range rd.ReadStates {
+		select {
+		case n.readStates <- rs:
+		default: // the read loop asks again
+		}
+	}
+	n.rn.Advance()
+	return nil
+}
+
+// sendMessages hands messages to the transport; a snapshot message is
+// turned into a stream of the engine as of the applied index.
+func (n *Node) sendMessages(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			n.sendSnapshot(m)
+			continue
+		}
+		n.tr.send(m)
+	}
+}
+
+// sendSnapshot replaces the snapshot raft chose (the log's base, which is
+// only metadata: see logStore.Snapshot) with the engine as of the applied
+// index, which the Ready loop is between entries of: the kvbuf snapshot
+// holds exactly the entries up to n.applied. The stream is sent in the
+// background; the snapshot is pinned until then.
+func (n *Node) sendSnapshot(m *raftpb.Message) {
+	fail := func(err error) {
+		n.m.snapshotsFailed.Add(1)
+		n.log.Warn("raftkv: cannot send a snapshot", "to", m.GetTo(), "err", err)
+		n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
+	}
+	if n.eng == nil {
+		fail(ErrUnsupported)
+		return
+	}
+	term, err := n.ls.Term(n.applied)
+	if err != nil {
+		fail(fmt.Errorf("term of applied index %d: %w", n.applied, err))
+		return
+	}
+	snap, err := n.eng.db.NewSnapshot()
+	if err != nil {
+		fail(err)
+		return
+	}
+	m.Snapshot = &raftpb.Snapshot{
+		Data: n.membership().encode(),
+		Metadata: &raftpb.SnapshotMetadata{
+			Index:     proto.Uint64(n.applied),
+			Term:      proto.Uint64(term),
+			ConfState: proto.CloneOf(n.conf),
+		},
+	}
+	n.tr.sendSnapshot(m, snap)
+}
+
+// applyEntries applies committed entries in order.
+func (n *Node) applyEntries(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	for _, e := range ents {
+		idx := e.GetIndex()
+		if idx <= n.applied {
+			continue // raft never redelivers below Config.Applied; kept for a snapshot race
+		}
+		if idx != n.applied+1 {
+			return fmt.Errorf("raftkv: committed entry %d after applied index %d: a gap", idx, n.applied)
+		}
+		var err error
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			err = n.applyNormal(idx, e.GetData())
+		case raftpb.EntryConfChange:
+			cc := &raftpb.ConfChange{}
+			if uerr := proto.Unmarshal(e.GetData(), cc); uerr != nil {
+				return fmt.Errorf("%w: conf change entry %d: %v", ErrCorrupt, idx, uerr)
+			}
+			err = n.applyConfChange(idx, cc)
+		default:
+			return fmt.Errorf("raftkv: entry %d of unsupported type %v", idx, e.GetType())
+		}
+		if err != nil {
+			return err
+		}
+		n.applied = idx
+		n.m.applied.Add(1)
+		switch {
+		case idx <= n.m.restartWatermark:
+			n.m.redelivered.Add(1)
+		case idx <= n.m.restartLast:
+			n.m.reapplied.Add(1)
+		}
+	}
+	n.publishApplied(n.applied)
+	return nil
+}
+
+func (n *Node) applyNormal(idx uint64, data []byte) error {
+	if len(data) == 0 {
+		// A new leader's empty entry: it changes nothing but the op.
+		return n.sm.skip(n.ctx, idx)
+	}
+	c, err := decodeCommand(data)
+	if err != nil {
+		// Every node holds the same bytes and skips them alike.
+		n.log.Error("raftkv: skipping an entry that does not decode", "index", idx, "err", err)
+		return n.sm.skip(n.ctx, idx)
+	}
+	result, fatal := n.sm.apply(n.ctx, idx, c)
+	if fatal != nil {
+		return fatal
+	}
+	n.complete(c.id, result)
+	return nil
+}
+
+func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
+	cs := n.rn.ApplyConfChange(cc)
+	n.conf = cs
+	id := cc.GetNodeId()
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+		if addr := string(cc.GetContext()); addr != "" {
+			n.peers[id] = addr
+			if id != n.id {
+				n.tr.addPeer(id, addr)
+			}
+		}
+	case raftpb.ConfChangeRemoveNode:
+		delete(n.peers, id)
+		if i, found := slices.BinarySearch(n.gone, id); !found {
+			n.gone = slices.Insert(slices.Clone(n.gone), i, id)
+		}
+		if id == n.id {
+			if err := n.ls.setRemoved(); err != nil {
+				return fmt.Errorf("raftkv: record removal: %w", err)
+			}
+			n.removed.Store(true)
+		} else {
+			n.tr.removePeer(id)
+		}
+	}
+	// Durable before the engine's watermark can cover idx: a restart at or
+	// above idx starts from this membership.
+	if err := n.ls.saveMembership(idx, n.membership()); err != nil {
+		return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
+	}
+	n.publishMembers()
+	n.log.Info("raftkv: membership changed", "index", idx, "change", cc.GetType().String(), "node", id, "voters", cs.GetVoters())
+	if err := n.sm.skip(n.ctx, idx); err != nil {
+		return err
+	}
+	n.complete(cc.GetId(), nil)
+	return nil
+}
+
+// membership returns the current membership. Ready loop only.
+func (n *Node) membership() membership {
+	return membership{conf: n.conf, peers: n.peers, removed: n.gone}
+}
+
+func (n *Node) publishMembers() {
+	m := maps.Clone(n.peers)
+	n.members.Store(&m)
+	g := n.gone
+	n.goneIDs.Store(&g)
+}
+
+// wasRemoved reports whether node id was removed from the cluster.
+func (n *Node) wasRemoved(id uint64) bool {
+	_, found := slices.BinarySearch(*n.goneIDs.Load(), id)
+	return found
+}
+
+// removedByPeer stops a node that a peer says was removed: it missed the
+// commit of its own removal (the leader stops sending to a removed node).
+func (n *Node) removedByPeer(peer uint64) {
+	if n.removed.Swap(true) {
+		return
+	}
+	n.log.Warn("raftkv: a peer says this node was removed from the cluster; stopping", "peer", peer)
+	if err := n.ls.setRemoved(); err != nil {
+		n.log.Error("raftkv: record removal", "err", err)
+	}
+	n.fail(fmt.Errorf("raftkv: node %d (as node %d says): %w", n.id, peer, ErrRemoved))
+}
+
+func (n *Node) publishApplied(idx uint64) {
+	n.appliedMu.Lock()
+	n.appliedNow.Store(idx)
+	close(n.appliedCh)
+	n.appliedCh = make(chan struct{})
+	n.appliedMu.Unlock()
+}
+
+// waitApplied returns once the applied index reaches idx.
+func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+	for {
+		n.appliedMu.Lock()
+		ch, cur := n.appliedCh, n.appliedNow.Load()
+		n.appliedMu.Unlock()
+		if cur >= idx {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stopc:
+			return n.stopped()
+		}
+	}
+}
+
+// WaitApplied blocks until this node has applied every entry up to index,
+// or ctx ends (ctx.Err()), or the node stops (ErrStopped).
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	return n.waitApplied(ctx, index)
+}
+
+// maybeCompact truncates the log below the engine's durable watermark,
+// keeping LogRetain entries, once enough have accumulated.
+func (n *Node) maybeCompact() {
+	if n.eng == nil {
+		return
+	}
+	wm := min(n.eng.durable(), n.applied)
+	if wm <= n.opts.LogRetain {
+		return
+	}
+	target := wm - n.opts.LogRetain
+	trunc, _ := n.ls.bounds()
+	if target <= trunc || target-trunc < max(n.opts.LogRetain/4, 1) {
+		return
+	}
+	if err := n.ls.compact(target); err != nil {
+		n.log.Error("raftkv: log compaction failed", "to", target, "err", err)
+		return
+	}
+	n.m.compactions.Add(1)
+}
+
+// snapshotNow takes an engine snapshot at the applied index (the Ready
+// loop is between entries).
+func (n *Node) snapshotNow() snapReply {
+	if n.eng == nil {
+		return snapReply{err: ErrUnsupported}
+	}
+	s, err := n.eng.db.NewSnapshot()
+	return snapReply{snap: s, index: n.applied, err: err}
+}
+
+// snapshotAt returns an engine snapshot holding exactly the entries up to
+// the returned index.
+func (n *Node) snapshotAt(ctx context.Context) (*kvbuf.Snapshot, uint64, error) {
+	reply := make(chan snapReply, 1)
+	select {
+	case n.snapReqs <- reply:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-n.stopc:
+		return nil, 0, n.stopped()
+	}
+	r := <-reply
+	return r.snap, r.index, r.err
+}
+
+// Digest returns the content digest of this node's engine (kvbuf's
+// Snapshot.Digest, which kvtool inspect --digest prints for a closed
+// engine) and the applied index it was taken at: two nodes at the same
+// index must have the same digest.
+func (n *Node) Digest(ctx context.Context) (index uint64, digest string, err error) {
+	s, idx, err := n.snapshotAt(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer s.Close()
+	d, err := s.Digest(ctx)
+	return idx, d, err
+}
+
+// complete hands a proposal's result to the client waiting for it here.
+func (n *Node) complete(id uint64, result error) {
+	if id == 0 {
+		return
+	}
+	n.waitMu.Lock()
+	ch := n.waiters[id]
+	delete(n.waiters, id)
+	n.waitMu.Unlock()
+	if ch != nil {
+		ch <- result
+	}
+}
+
+// Close stops the node: the Ready loop, raft, the transport (waiting for
+// snapshot transfers and receives in progress), then closes the engine
+// (its final flush) and the log store. Calls waiting for a proposal return
+// ErrOutcomeUnknown; later calls ErrStopped. It is idempotent; every call
+// returns the first one's result.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.closing.Lock()
+		n.stop()
+		n.closing.Unlock()
+		n.loops.Wait()
+		n.rn.Stop()
+		n.tr.stop()
+		n.inflight.Wait()
+		n.engMu.Lock()
+		err := n.sm.close()
+		n.engMu.Unlock()
+		if cerr := n.ls.close(); err == nil {
+			err = cerr
+		}
+		if cerr := n.lock.Close(); err == nil {
+			err = cerr
+		}
+		n.closeErr = err
+	})
+	return n.closeErr
+}
+
+// ID returns the node's raft ID.
+func (n *Node) ID() uint64 { return n.id }
+
+// Leader returns the leader this node knows of (0: none) and its address.
+func (n *Node) Leader() (uint64, string) {
+	l := n.lead.Load()
+	return l, (*n.members.Load())[l]
+}
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.leader.Load() }
+
+// raftLogger sends raft's log lines to the node's logger: raft's info lines
+// (elections, appends) as debug lines.
+type raftLogger struct{ l *slog.Logger }
+
+func (r *raftLogger) Debug(v ...any)                 { r.l.Debug(fmt.Sprint(v...)) }
+func (r *raftLogger) Debugf(format string, v ...any) { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r *raftLogger) Info(v ...any)                  { r.l.Debug(fmt.Sprint(v...)) }
+func (r *raftLogger) Infof(format string, v ...any)  { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r *raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...)) }
+func (r *raftLogger) Warningf(format string, v ...any) {
+	r.l.Warn(fmt.Sprintf(format, v...))
+}
+func (r *raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...)) }
+func (r *raftLogger) Errorf(format string, v ...any) { r.l.Error(fmt.Sprintf(format, v...)) }
+
+// Fatal and Panic must not return (raft's own logger exits or panics):
+// both panic, after logging.
+func (r *raftLogger) Fatal(v ...any) { r.Panic(v...) }
+func (r *raftLogger) Fatalf(format string, v ...any) {
+	r.Panicf(format, v...)
+}
+func (r *raftLogger) Panic(v ...any) {
+	s := fmt.Sprint(v...)
+	r.l.Error(s)
+	panic(s)
+}
+func (r *raftLogger) Panicf(format string, v ...any) {
+	s := fmt.Sprintf(format, v...)
+	r.l.Error(s)
+	panic(s)
+}

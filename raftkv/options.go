@@ -1,0 +1,250 @@
+package raftkv
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+// Defaults of Options (each field's comment says what it bounds).
+const (
+	// DefaultClusterToken is Options.ClusterToken's default.
+	DefaultClusterToken = "kvraft"
+	// DefaultTickInterval is Options.TickInterval's default.
+	DefaultTickInterval = 100 * time.Millisecond
+	// DefaultElectionTicks is Options.ElectionTicks' default.
+	DefaultElectionTicks = 10
+	// DefaultHeartbeatTicks is Options.HeartbeatTicks' default.
+	DefaultHeartbeatTicks = 1
+	// DefaultLogRetain is Options.LogRetain's default.
+	DefaultLogRetain = 10000
+	// DefaultMaxSizePerMsg is Options.MaxSizePerMsg's default.
+	DefaultMaxSizePerMsg = 1 << 20
+	// DefaultMaxInflightMsgs is Options.MaxInflightMsgs' default.
+	DefaultMaxInflightMsgs = 256
+	// DefaultMaxUncommittedBytes is Options.MaxUncommittedBytes' default.
+	DefaultMaxUncommittedBytes = 64 << 20
+	// DefaultSendTimeout is Options.SendTimeout's default.
+	DefaultSendTimeout = 5 * time.Second
+	// DefaultSnapshotTimeout is Options.SnapshotTimeout's default.
+	DefaultSnapshotTimeout = 10 * time.Minute
+	// DefaultEngineFlushInterval is the engine's FlushInterval unless
+	// Options.Engine sets one.
+	DefaultEngineFlushInterval = 100 * time.Millisecond
+	// DefaultMaxPendingMessages is Options.MaxPendingMessages' default.
+	DefaultMaxPendingMessages = 4096
+	// DefaultReadIndexRetry is Options.ReadIndexRetry's default.
+	DefaultReadIndexRetry = 500 * time.Millisecond
+
+	defaultMaxMessageBatchBytes = 8 << 20
+)
+
+// Options configures a Node. Open takes a pointer; a zero field means that
+// field's default.
+type Options struct {
+	// ID is this node's raft ID: non-zero, unique in the cluster for all
+	// time (a removed node's ID is never reused). Required.
+	ID uint64
+
+	// Peers maps the raft ID of every node of the initial cluster to its
+	// address ("host:port" of its HTTP server, which serves the transport
+	// under /raft/). When the node bootstraps a new cluster it must
+	// include ID. When the node restarts, the addresses it learned from
+	// the log (membership changes carry them) win over these; Peers fills
+	// in the others. A node that joins (Join) lists the members it must
+	// answer before it learns the membership from the leader (the leader
+	// at least: list them all). Required.
+	Peers map[uint64]string
+
+	// Dir is the node's data directory: the raft log store (log/), the
+	// engine (engine, or engine-<index> after a snapshot install), and
+	// snapshots being received (*.staging). Created if missing. Required.
+	Dir string
+
+	// Join makes a node with an empty data directory wait for the
+	// cluster's leader instead of bootstrapping a new cluster: the node
+	// was added with Node.AddNode on a member, and learns the cluster ID
+	// from the first message it receives. Ignored for a data directory
+	// that already holds a log. Default: false.
+	Join bool
+
+	// ClusterToken names the cluster: with the initial Peers it makes the
+	// cluster ID, which is stored in the data directory and sent with
+	// every message, so that a node started with another cluster's data
+	// directory, or a message from another cluster, is refused. Default:
+	// DefaultClusterToken ("kvraft").
+	ClusterToken string
+
+	// TickInterval is the length of one raft tick. Default:
+	// DefaultTickInterval (100ms).
+	TickInterval time.Duration
+
+	// ElectionTicks is raft's election timeout in ticks (randomized
+	// between it and twice it). Default: DefaultElectionTicks (10).
+	ElectionTicks int
+
+	// HeartbeatTicks is the leader's heartbeat interval in ticks; below
+	// ElectionTicks. Default: DefaultHeartbeatTicks (1).
+	HeartbeatTicks int
+
+	// LogRetain is how many applied entries below the engine's durable
+	// watermark the log keeps when it is compacted, so that a follower a
+	// little behind catches up from the log rather than a snapshot. The
+	// log is never compacted above the durable watermark. Default:
+	// DefaultLogRetain (10000).
+	LogRetain uint64
+
+	// MaxSizePerMsg bounds the entries of one append message in bytes
+	// (raft.Config.MaxSizePerMsg). Default: DefaultMaxSizePerMsg (1 MiB).
+	MaxSizePerMsg uint64
+
+	// MaxInflightMsgs bounds the append messages in flight to one
+	// follower. Default: DefaultMaxInflightMsgs (256).
+	MaxInflightMsgs int
+
+	// MaxUncommittedBytes bounds the entries a leader holds uncommitted;
+	// proposals beyond it fail with ErrDropped (nothing written).
+	// Default: DefaultMaxUncommittedBytes (64 MiB).
+	MaxUncommittedBytes uint64
+
+	// MaxPendingMessages bounds the messages queued for one peer; beyond
+	// it messages are dropped (raft retransmits). Default:
+	// DefaultMaxPendingMessages (4096).
+	MaxPendingMessages int
+
+	// SendTimeout bounds one transport request carrying messages. Default:
+	// DefaultSendTimeout (5s).
+	SendTimeout time.Duration
+
+	// SnapshotTimeout bounds sending or receiving one snapshot. Default:
+	// DefaultSnapshotTimeout (10 minutes).
+	SnapshotTimeout time.Duration
+
+	// ReadIndexRetry is how long a linearizable read waits for raft's
+	// answer before asking again (a read index request is lost while
+	// there is no leader). Default: DefaultReadIndexRetry (500ms).
+	ReadIndexRetry time.Duration
+
+	// Engine are the options of the node's kvbuf engine (and of engines
+	// installed from snapshots). nil means kvbuf's defaults except
+	// FlushInterval, which defaults to DefaultEngineFlushInterval (100ms):
+	// the durable watermark, hence what a restart replays and how far the
+	// log can be compacted, trails the applied index by about that much.
+	Engine *kvbuf.Options
+
+	// Client sends the transport's requests. Default: a client with
+	// keep-alive connections and no overall timeout (SendTimeout and
+	// SnapshotTimeout bound each request). Tests pass one whose
+	// RoundTripper drops, delays or partitions requests.
+	Client *http.Client
+
+	// Logger receives the node's and raft's log lines. Default: a logger
+	// that discards them.
+	Logger *slog.Logger
+
+	// newSM replaces the kvbuf state machine (the W9 baselines); nil: the
+	// engine.
+	newSM func(dir string) (stateMachine, error)
+
+	// ackAfterSync applies every committed entry after the Ready's own
+	// entries are synced (the rejected design W9's kvbuf-ack-after-sync
+	// rows measure; see doc/design.md).
+	ackAfterSync bool
+}
+
+// resolve returns a copy of o with defaults filled in, or an error for a
+// bad value.
+func (o *Options) resolve() (*Options, error) {
+	if o == nil {
+		return nil, fmt.Errorf("%w: nil Options", ErrBadOptions)
+	}
+	r := *o
+	r.Peers = maps.Clone(o.Peers)
+	if r.ClusterToken == "" {
+		r.ClusterToken = DefaultClusterToken
+	}
+	if r.TickInterval == 0 {
+		r.TickInterval = DefaultTickInterval
+	}
+	if r.ElectionTicks == 0 {
+		r.ElectionTicks = DefaultElectionTicks
+	}
+	if r.HeartbeatTicks == 0 {
+		r.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if r.LogRetain == 0 {
+		r.LogRetain = DefaultLogRetain
+	}
+	if r.MaxSizePerMsg == 0 {
+		r.MaxSizePerMsg = DefaultMaxSizePerMsg
+	}
+	if r.MaxInflightMsgs == 0 {
+		r.MaxInflightMsgs = DefaultMaxInflightMsgs
+	}
+	if r.MaxUncommittedBytes == 0 {
+		r.MaxUncommittedBytes = DefaultMaxUncommittedBytes
+	}
+	if r.MaxPendingMessages == 0 {
+		r.MaxPendingMessages = DefaultMaxPendingMessages
+	}
+	if r.SendTimeout == 0 {
+		r.SendTimeout = DefaultSendTimeout
+	}
+	if r.SnapshotTimeout == 0 {
+		r.SnapshotTimeout = DefaultSnapshotTimeout
+	}
+	if r.ReadIndexRetry == 0 {
+		r.ReadIndexRetry = DefaultReadIndexRetry
+	}
+	var eng kvbuf.Options
+	if o.Engine != nil {
+		eng = *o.Engine
+	}
+	if eng.FlushInterval == 0 {
+		eng.FlushInterval = DefaultEngineFlushInterval
+	}
+	r.Engine = &eng
+	if r.Client == nil {
+		r.Client = &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // loopback peers: never through a proxy
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case r.ID == 0:
+		return nil, fmt.Errorf("%w: ID 0 (node IDs are non-zero)", ErrBadOptions)
+	case r.Dir == "":
+		return nil, fmt.Errorf("%w: no Dir", ErrBadOptions)
+	case len(r.Peers) == 0:
+		return nil, fmt.Errorf("%w: no Peers", ErrBadOptions)
+	case r.TickInterval < 0 || r.ElectionTicks < 0 || r.HeartbeatTicks < 0:
+		return nil, fmt.Errorf("%w: negative tick setting", ErrBadOptions)
+	case r.HeartbeatTicks >= r.ElectionTicks:
+		return nil, fmt.Errorf("%w: HeartbeatTicks %d not below ElectionTicks %d", ErrBadOptions, r.HeartbeatTicks, r.ElectionTicks)
+	case r.MaxInflightMsgs < 0 || r.MaxPendingMessages < 0:
+		return nil, fmt.Errorf("%w: negative message limit", ErrBadOptions)
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.Peers)) {
+		if id == 0 {
+			return nil, fmt.Errorf("%w: peer ID 0", ErrBadOptions)
+		}
+		if _, _, err := net.SplitHostPort(r.Peers[id]); err != nil {
+			return nil, fmt.Errorf("%w: peer %d address %q: %v", ErrBadOptions, id, r.Peers[id], err)
+		}
+	}
+	if err := r.Engine.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Engine: %w", ErrBadOptions, err)
+	}
+	return &r, nil
+}

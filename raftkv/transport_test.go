@@ -1,0 +1,191 @@
+package raftkv
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvbuf/kvbuf"
+)
+
+// post sends body to a node's transport path with the given headers and
+// returns the status and body.
+func post(t *testing.T, addr, path string, hdr map[string]string, body io.Reader) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func batch(msgs ...*raftpb.Message) []byte {
+	var out []byte
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			panic(err)
+		}
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// The transport refuses malformed, misaddressed and foreign requests with
+// 4xx statuses, and the node goes on.
+func TestTransportBadInput(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	n1 := c.tn(1)
+	cluster := strconv.FormatUint(n1.node().cluster.Load(), 16)
+	good := map[string]string{headerCluster: cluster, headerFrom: "2", headerTo: "1"}
+	with := func(k, v string) map[string]string {
+		h := map[string]string{}
+		for kk, vv := range good {
+			h[kk] = vv
+		}
+		if v == "" {
+			delete(h, k)
+		} else {
+			h[k] = v
+		}
+		return h
+	}
+	heartbeat := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(1), From: proto.Uint64(2), Term: proto.Uint64(0)}
+	cases := []struct {
+		name string
+		path string
+		hdr  map[string]string
+		body []byte
+		want int
+	}{
+		{"no headers", pathMessage, nil, batch(heartbeat), 400},
+		{"bad cluster header", pathMessage, with(headerCluster, "zz"), batch(heartbeat), 400},
+		{"no from header", pathMessage, with(headerFrom, ""), batch(heartbeat), 400},
+		{"other cluster", pathMessage, with(headerCluster, "1234"), batch(heartbeat), 409},
+		{"other node", pathMessage, with(headerTo, "7"), batch(heartbeat), 409},
+		{"bad length", pathMessage, good, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 400},
+		{"length past the end", pathMessage, good, []byte{40, 1, 2}, 400},
+		{"not protobuf", pathMessage, good, append([]byte{3}, 0xff, 0xff, 0xff), 400},
+		{"message for another node", pathMessage, good, batch(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(3)}), 400},
+		{"snapshot in a batch", pathMessage, good, batch(&raftpb.Message{Type: raftpb.MsgSnap.Enum(), To: proto.Uint64(1)}), 400},
+		{"snapshot: no header", pathSnapshot, good, nil, 400},
+		{"snapshot: garbage header", pathSnapshot, good, []byte{5, 1, 2, 3, 4, 5}, 400},
+		{"snapshot: not a snapshot", pathSnapshot, good, batch(heartbeat), 400},
+		{"snapshot: other cluster", pathSnapshot, with(headerCluster, "1234"), batch(heartbeat), 409},
+	}
+	for _, tc := range cases {
+		code, body := post(t, n1.addr, tc.path, tc.hdr, bytes.NewReader(tc.body))
+		if code != tc.want {
+			t.Errorf("%s: HTTP %d (%s), want %d", tc.name, code, strings.TrimSpace(body), tc.want)
+		}
+	}
+	// A corrupt engine stream after a valid snapshot header: refused,
+	// nothing installed, nothing left behind.
+	snap := &raftpb.Message{
+		Type: raftpb.MsgSnap.Enum(), To: proto.Uint64(1), From: proto.Uint64(2), Term: proto.Uint64(1),
+		Snapshot: &raftpb.Snapshot{
+			Data: membership{conf: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}, peers: map[uint64]string{}}.encode(),
+			Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(1 << 40), Term: proto.Uint64(1),
+				ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}},
+		},
+	}
+	for name, stream := range map[string][]byte{
+		"empty":   nil,
+		"garbage": bytes.Repeat([]byte("kvbuf"), 1000),
+	} {
+		code, body := post(t, n1.addr, pathSnapshot, good, bytes.NewReader(append(batch(snap), stream...)))
+		if code != 400 {
+			t.Errorf("snapshot with a %s stream: HTTP %d (%s), want 400", name, code, body)
+		}
+	}
+	ents, err := os.ReadDir(n1.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "engine-") {
+			t.Errorf("a refused snapshot left %s", e.Name())
+		}
+	}
+	if n := n1.node().Metrics().SnapshotsReceived; n != 0 {
+		t.Errorf("%d snapshots received", n)
+	}
+	// GET is not a transport method.
+	resp, err := http.Get("http://" + n1.addr + pathMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET %s: HTTP %d", pathMessage, resp.StatusCode)
+	}
+	// The cluster still works.
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
+	c.converge(10 * time.Second)
+}
+
+// A message body larger than the transport accepts is refused.
+func TestTransportOversizeBody(t *testing.T) {
+	c := newCluster(t, 1, func(o *Options) {
+		o.MaxSizePerMsg = 1 << 10
+		o.Engine = &kvbuf.Options{MaxValueSize: 1 << 10}
+	})
+	n := c.leader(5 * time.Second)
+	cluster := strconv.FormatUint(n.cluster.Load(), 16)
+	hdr := map[string]string{headerCluster: cluster, headerFrom: "2", headerTo: "1"}
+	size := n.maxMessageBody() + 1
+	code, _ := post(t, c.tn(1).addr, pathMessage, hdr, io.LimitReader(zeros{}, size))
+	if code != 400 {
+		t.Fatalf("a body of %d bytes: HTTP %d, want 400", size, code)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// Two clusters that share a token but not their members refuse each
+// other's messages, and each sender counts the refusals.
+func TestTransportOtherCluster(t *testing.T) {
+	a := newCluster(t, 1, nil)
+	b := newCluster(t, 1, nil)
+	la, lb := a.leader(5*time.Second), b.leader(5*time.Second)
+	if la.cluster.Load() == lb.cluster.Load() {
+		t.Fatal("two clusters with different members have the same ID")
+	}
+	// A message of b's cluster to a's node.
+	hdr := map[string]string{headerCluster: strconv.FormatUint(lb.cluster.Load(), 16), headerFrom: "2", headerTo: "1"}
+	code, body := post(t, a.tn(1).addr, pathMessage, hdr, bytes.NewReader(nil))
+	if code != http.StatusConflict || !strings.Contains(body, "cluster") {
+		t.Fatalf("a message of another cluster: HTTP %d %s", code, body)
+	}
+	// A node's own transport: add a's address as a peer of b and send.
+	lb.tr.addPeer(2, a.tn(1).addr)
+	defer lb.tr.removePeer(2)
+	lb.tr.send(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)})
+	waitFor(t, 5*time.Second, "the refusal to be counted", func() bool { return lb.Metrics().Rejected > 0 })
+	if m := lb.Metrics(); !strings.Contains(m.LastSendError, "cluster") {
+		t.Fatalf("last send error %q", m.LastSendError)
+	}
+}

@@ -1,0 +1,141 @@
+// Command doccheck fails when a doc comment does not start with the name of
+// the declaration it documents, the usual sign of a comment left behind by a
+// rename (a comment that still says fold64 above foldTables64).
+//
+// Usage:
+//
+//	go run ./scripts/doccheck [dir ...]
+//
+// With no argument it walks the current directory. It checks every
+// function, method and type with a doc comment, exported or not, and every
+// exported constant or variable declared alone with a doc comment (a
+// grouped declaration's comment describes the group). A comment may start
+// with "A", "An" or "The" before the name, as Go's own doc comments do, and
+// a comment that starts with "Deprecated:" is accepted; init and main are
+// not checked. Test files, testdata
+// and hidden directories are skipped. It prints one line per finding
+// (file:line: name: first words) and exits 1 if there was any, 2 on a
+// parse error.
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func main() {
+	roots := os.Args[1:]
+	if len(roots) == 0 {
+		roots = []string{"."}
+	}
+	var findings []string
+	for _, root := range roots {
+		f, err := walk(root)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "doccheck:", err)
+			os.Exit(2)
+		}
+		findings = append(findings, f...)
+	}
+	for _, f := range findings {
+		fmt.Println(f)
+	}
+	if len(findings) > 0 {
+		fmt.Fprintf(os.Stderr, "doccheck: %d doc comments do not start with the name they document\n", len(findings))
+		os.Exit(1)
+	}
+}
+
+// walk checks every non-test Go file under root.
+func walk(root string) ([]string, error) {
+	var out []string
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		file, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		out = append(out, checkFile(fset, file)...)
+		return nil
+	})
+	return out, err
+}
+
+// checkFile returns the findings of one parsed file.
+func checkFile(fset *token.FileSet, file *ast.File) []string {
+	var out []string
+	report := func(doc *ast.CommentGroup, name string) {
+		if doc == nil || startsWithName(doc.Text(), name) {
+			return
+		}
+		first := strings.Join(strings.Fields(doc.Text())[:min(4, len(strings.Fields(doc.Text())))], " ")
+		out = append(out, fmt.Sprintf("%s: %s: %q", fset.Position(doc.Pos()), name, first))
+	}
+	for _, decl := range file.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			// init and main are never called by name, so their comments
+			// say what they do instead.
+			if d.Recv == nil && (d.Name.Name == "init" || d.Name.Name == "main") {
+				continue
+			}
+			report(d.Doc, d.Name.Name)
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.TypeSpec:
+					doc := s.Doc
+					if doc == nil && len(d.Specs) == 1 {
+						doc = d.Doc
+					}
+					report(doc, s.Name.Name)
+				case *ast.ValueSpec:
+					// A grouped declaration's comment describes the group,
+					// and unexported values are often documented by the
+					// group; check only exported values declared alone.
+					if len(d.Specs) != 1 || len(s.Names) != 1 || !s.Names[0].IsExported() {
+						continue
+					}
+					report(d.Doc, s.Names[0].Name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// startsWithName reports whether text starts with name, optionally after an
+// article, or is a deprecation notice.
+func startsWithName(text, name string) bool {
+	words := strings.Fields(text)
+	if len(words) == 0 {
+		return true
+	}
+	if words[0] == "Deprecated:" {
+		return true
+	}
+	if (words[0] == "A" || words[0] == "An" || words[0] == "The") && len(words) > 1 {
+		words = words[1:]
+	}
+	w := strings.TrimRight(words[0], ".,:;'")
+	return w == name || strings.TrimSuffix(w, "'s") == name
+}
