@@ -486,3 +486,178 @@ func TestKVReadersRacingRecycle(t *testing.T) {
 	}
 	t.Logf("%d releases, %d reads", releases.Load(), reads.Load())
 }
+
+// TestKVIteratorsRacingFlushes: iterators racing writes, growth, sealing
+// and flushes keep the documented semantics (an iterator reads its
+// keyspace as of NewIter, across the pending tables and the store). A
+// writer applies batches (one sequence range each) that add 1-64 new keys
+// k.<i> (in an order unrelated to key order, so that the active table's
+// order is extended and rebuilt) and set key "last" to the highest i
+// written (then, past a limit, a batch deletes every k.* key with a range
+// tombstone and starts again from k.<0>); a flush loop freezes, writes and releases generations (pausing
+// now and then, so that some tables grow large); iterators pause halfway
+// through their scan, so that flushes release the tables they pinned.
+// Every scan, forward or backward, must be strictly ordered and hold
+// exactly k.<0> .. k.<last>: a key more or less is a scan that is not one
+// instant.
+func TestKVIteratorsRacingFlushes(t *testing.T) {
+	raceProcs(t, 16)
+	r := newKVRig(t, &Options{Shards: 2})
+	key := func(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte("k."), i*2654435761%(1<<32)) }
+	limit := uint64(100_000) // keys k.* of an epoch: each scan reads all of them twice
+	if raceEnabled {
+		limit = 10_000
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failure atomic.Pointer[string]
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failure.CompareAndSwap(nil, &msg)
+	}
+	var written, flushes, scans atomic.Uint64
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		var cs []Change
+		var epoch, next uint64
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cs = cs[:0]
+			if next >= limit {
+				// A new epoch: the same batch deletes every k.* key and
+				// starts again from k.<0>.
+				cs = append(cs, Change{Kind: ChangeDeleteRange, Key: []byte("k."), Value: []byte("k/")})
+				epoch, next = epoch+1, 0
+			}
+			for range 1 + n%64 {
+				cs = append(cs, Change{Kind: ChangePut, Key: key(next), Value: binary.BigEndian.AppendUint64(nil, next)})
+				next++
+			}
+			cs = append(cs, Change{Kind: ChangePut, Key: []byte("last"), Value: binary.BigEndian.AppendUint64(nil, epoch<<32|(next-1))})
+			r.bar.RLock()
+			seqs := r.kv.Seq().Reserve(len(cs))
+			err := r.kv.ApplyAt(seqs.Take(len(cs)), cs)
+			seqs.Publish()
+			r.bar.RUnlock()
+			if err != nil {
+				panic(err)
+			}
+			written.Store(epoch<<32 | next)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n%8 == 0 {
+				time.Sleep(time.Millisecond) // let the active table grow
+			}
+			if !r.freeze() {
+				continue
+			}
+			r.write(false)
+			r.release()
+			flushes.Add(1)
+		}
+	}()
+	for p := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			type kv struct{ k, v []byte }
+			var fwd, bwd []kv
+			for n := p; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				before := written.Load()
+				it, err := r.kv.NewIter(nil, nil)
+				if err != nil {
+					fail("NewIter: %v", err)
+					return
+				}
+				after := written.Load()
+				fwd, bwd = fwd[:0], bwd[:0]
+				i := 0
+				for ok := it.First(); ok; ok = it.Next() {
+					fwd = append(fwd, kv{bytes.Clone(it.Key()), bytes.Clone(it.Value())})
+					if i++; i == 200 {
+						runtime.Gosched() // a flush may release what this iterator pinned
+					}
+				}
+				for ok := it.Last(); ok; ok = it.Prev() {
+					bwd = append(bwd, kv{bytes.Clone(it.Key()), bytes.Clone(it.Value())})
+				}
+				if err := it.Close(); err != nil {
+					fail("Close: %v", err)
+					return
+				}
+				if len(fwd) != len(bwd) {
+					fail("forward scan %d keys, backward %d", len(fwd), len(bwd))
+					return
+				}
+				var last uint64
+				found := false
+				for j, e := range fwd {
+					if b := bwd[len(bwd)-1-j]; !bytes.Equal(e.k, b.k) || !bytes.Equal(e.v, b.v) {
+						fail("forward scan's key %d is %q=%q, backward scan's %q=%q", j, e.k, e.v, b.k, b.v)
+						return
+					}
+					if j > 0 && bytes.Compare(fwd[j-1].k, e.k) >= 0 {
+						fail("scan out of order: %q after %q", e.k, fwd[j-1].k)
+						return
+					}
+					if string(e.k) == "last" {
+						last, found = binary.BigEndian.Uint64(e.v), true
+					}
+				}
+				if !found {
+					if before > 0 || len(fwd) > 0 {
+						fail("scan without key last holds %d keys; %d were written before NewIter", len(fwd), before)
+						return
+					}
+					continue
+				}
+				// The scan holds last+1 keys k.* and key last, no more, no
+				// fewer; and last is between what was written before and
+				// after NewIter.
+				if uint64(len(fwd)) != last%(1<<32)+2 || last+1 < before || last+1 > after {
+					fail("scan holds %d keys, last = %#x; %#x written before NewIter, %#x after", len(fwd), last, before, after)
+					return
+				}
+				last %= 1 << 32
+				for _, e := range fwd {
+					if e.k[0] != 'k' {
+						continue
+					}
+					if i := binary.BigEndian.Uint64(e.v); i > last || !bytes.Equal(e.k, key(i)) {
+						fail("scan holds %q = %d, last = %d", e.k, i, last)
+						return
+					}
+				}
+				scans.Add(1)
+			}
+		}()
+	}
+	runFor(raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 20 || failure.Load() != nil })
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+	if flushes.Load() == 0 || scans.Load() == 0 {
+		t.Fatalf("%d flushes, %d scans: nothing raced", flushes.Load(), scans.Load())
+	}
+	t.Logf("%d epochs, %d flushes, %d scans", written.Load()>>32+1, flushes.Load(), scans.Load())
+}

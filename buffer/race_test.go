@@ -3,6 +3,7 @@ package buffer
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -20,7 +21,14 @@ import (
 // bug of an earlier design (see doc/design.md, "The read path: views");
 // reintroducing either bug makes them fail within a normal `go test -race`.
 
-const raceDuration = 400 * time.Millisecond
+// raceDuration is how long each race test's workload runs at least:
+// 400ms, or KVBUF_STRESS (a time.ParseDuration string) for a long run.
+var raceDuration = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("KVBUF_STRESS")); err == nil && d > 0 {
+		return d
+	}
+	return 400 * time.Millisecond
+}()
 
 // runFor lets a race test's goroutines run for d, then on until enough
 // reports true (checked every 10ms), for at most 50 times d: on a machine
