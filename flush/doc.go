@@ -83,7 +83,7 @@
 //
 // Background generations (interval, FlushBytes, backpressure) freeze and
 // write eagerly, pipelined behind generations in flight.
-
+//
 // # Background flushes and backpressure
 //
 // The writer also flushes Options.Interval after the previous freeze when
