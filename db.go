@@ -25,13 +25,12 @@ import (
 //
 // # Caveats
 //
-//   - The watermark is a receipt for whole ops only if the host finishes op
-//     n before it starts op n+1, writes each op as one Batch, or begins its
-//     ops in log order with BeginOp. A late write that breaks that order
-//     gets ErrStaleOp rather than a watermark that lies, unless the
-//     watermark has passed its op already: then it is skipped as a
-//     redelivered op (nil). A host with concurrent writers that skips
-//     BeginOp can lose such a write silently: begin ops under the log lock.
+//   - The watermark is a receipt for whole ops only if the host keeps the
+//     rules of "Ops and the watermark" in the package documentation. A
+//     late write that arrives after the watermark passed its op is skipped
+//     as a redelivered op (nil), so a host with concurrent writers that
+//     skips BeginOp can lose such a write silently: begin ops under the
+//     log lock.
 //   - After a crash the store and the bitslices may hold writes of ops
 //     above the watermark: of ops that had ended after an op still open,
 //     and the first writes of an op a flush caught open (a flush persists

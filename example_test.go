@@ -341,3 +341,32 @@ func ExampleBits_Ones() {
 	// from 101: [101 103 104]
 	// count: 5
 }
+
+// ExampleKVReader writes a read path once and runs it on the live
+// keyspace and on a snapshot of it.
+func ExampleKVReader() {
+	ctx := context.Background()
+	db, done := exampleDB()
+	defer done()
+
+	stock, _ := db.KV("stock")
+	_ = stock.Put(ctx, []byte("apples"), []byte("10"), 1)
+	snap, err := db.NewSnapshot()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer snap.Close()
+	_ = stock.Put(ctx, []byte("pears"), []byte("4"), 2)
+
+	count := func(r kvbuf.KVReader) int {
+		n := 0
+		for range r.All(nil) {
+			n++
+		}
+		return n
+	}
+	then, _ := snap.KV("stock")
+	fmt.Println("live:", count(stock), "snapshot:", count(then))
+	// Output:
+	// live: 2 snapshot: 1
+}

@@ -301,7 +301,53 @@ func storeDump(t testing.TB, dir string) string {
 // copyDir copies the directory tree src to dst as a kill -9 of the engine
 // holding src would leave it: every file as it is now (page cache
 // included), LOCK files too (a dead process holds no flock).
+//
+// pebble goes on compacting while the engine is open, so a file listed
+// by the walk may be deleted before it is read, or a new one appear that a
+// MANIFEST copied later names. A copy is kept only when no file vanished
+// and the set of names is the same after it as before; otherwise dst is
+// wiped and the copy retried. A file that only grew (the write-ahead log)
+// is a crash's state too and does not force a retry.
 func copyDir(src, dst string) error {
+	var err error
+	for range 50 {
+		var before, after []string
+		if before, err = treeNames(src); err != nil {
+			return err
+		}
+		err = copyTree(src, dst)
+		if err == nil {
+			if after, err = treeNames(src); err != nil {
+				return err
+			}
+			if slices.Equal(before, after) {
+				return nil
+			}
+			err = fmt.Errorf("copy %s: files changed during the copy", src)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if rerr := os.RemoveAll(dst); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+// treeNames lists the paths under dir, sorted.
+func treeNames(dir string) ([]string, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		names = append(names, path)
+		return nil
+	})
+	return names, err
+}
+
+func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -22,7 +22,8 @@ type KV struct {
 }
 
 // KV returns the keyspace called name, creating it on first use (it is
-// persisted with the next flush). Names are 1–128 bytes of [A-Za-z0-9._-],
+// persisted with the next flush): it opens or creates, there is no separate
+// create (DB.Keyspaces lists the keyspaces without creating one). Names are 1–128 bytes of [A-Za-z0-9._-],
 // not "." or ".." (ErrBadName otherwise). It returns ErrClosed after Close
 // has begun.
 func (db *DB) KV(name string) (*KV, error) {

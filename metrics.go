@@ -7,9 +7,33 @@ import (
 )
 
 // LatencyHistogram is a distribution of durations in fixed logarithmic
-// buckets (see flush.Histogram): Quantile gives percentiles, and the buckets
-// map onto Prometheus histogram buckets.
-type LatencyHistogram = flush.Histogram
+// buckets: four per power of two from 1.024µs to about 68.7s, one below
+// (under 1.024µs) and one above. Quantile gives percentiles; the buckets
+// map onto Prometheus histogram buckets (package kvbufprom).
+type LatencyHistogram struct {
+	// Counts holds the number of observations per bucket (not
+	// cumulative); bucket i holds durations below LatencyBucketBound(i)
+	// and at or above the bound of bucket i-1.
+	Counts [LatencyBuckets]int64
+	// Count is the number of observations and Sum their total.
+	Count int64
+	Sum   time.Duration
+}
+
+// LatencyBuckets is the number of LatencyHistogram buckets.
+const LatencyBuckets = flush.HistogramBuckets
+
+// LatencyBucketBound returns the exclusive upper bound of bucket i of a
+// LatencyHistogram; the last bucket's is math.MaxInt64.
+func LatencyBucketBound(i int) time.Duration { return flush.BucketBound(i) }
+
+// Quantile returns an upper estimate of the q-quantile (0 <= q <= 1): the
+// upper bound of the bucket holding the observation of that rank, or 0 with
+// no observations.
+func (h *LatencyHistogram) Quantile(q float64) time.Duration {
+	fh := flush.Histogram(*h) // the same layout: the flusher records it
+	return fh.Quantile(q)
+}
 
 // Metrics is a snapshot of an engine's counters and gauges. Fields are read
 // at slightly different times, so they need not be consistent with each
@@ -84,7 +108,7 @@ func (db *DB) Metrics() Metrics {
 		LastError:        st.LastErr,
 		Stalls:           st.Stalls,
 		StallTime:        st.StallTime,
-		FlushLatency:     st.Latency,
+		FlushLatency:     LatencyHistogram(st.Latency),
 		InFlight:         st.InFlight,
 		MaxInFlight:      st.MaxInFlight,
 		Watermark:        st.Watermark,

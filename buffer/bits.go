@@ -82,7 +82,7 @@ func (v *bitsView) fold(w uint64) (m, val uint64) {
 	return m, val
 }
 
-// fold64 is fold for a 64-bit bitslice word of the sealed tables only
+// foldTables64 is fold for a 64-bit bitslice word of the sealed tables only
 // (everything beneath the active table) or of all of them.
 func foldTables64(ts []*bitsTable, w uint64, m, val uint64) (uint64, uint64) {
 	for _, t := range ts {
@@ -585,7 +585,7 @@ func (b *Bits) recordUndo(g uint64, words []bitslice.WordChange) {
 	b.vmu.Unlock()
 }
 
-// trimUndo drops the layers no open snapshot needs. vmu held.
+// trimUndoLocked drops the layers no open snapshot needs. vmu held.
 func (b *Bits) trimUndoLocked() {
 	p := b.undo.Load()
 	if p == nil {

@@ -29,6 +29,9 @@
 //
 // # Ops and the watermark
 //
+// This section is the flusher's mechanism; the rules a host keeps are
+// stated in package kvbuf's documentation, "Ops and the watermark".
+//
 // Writes carry the host's op number (0: untracked). The flusher tracks,
 // under the shared barrier, which ops are open (begun and not ended): an
 // op is begun by BeginOp (explicitly: open until EndOp or a batch of it), by
@@ -83,7 +86,7 @@
 //
 // Background generations (interval, FlushBytes, backpressure) freeze and
 // write eagerly, pipelined behind generations in flight.
-
+//
 // # Background flushes and backpressure
 //
 // The writer also flushes Options.Interval after the previous freeze when

@@ -43,7 +43,7 @@
 //
 //	kvbuf_flush_duration_seconds     durations of Flush calls (FlushLatency)
 //
-// The histogram's buckets are the engine's own (see flush.Histogram), made
+// The histogram's buckets are the engine's own (kvbuf.LatencyHistogram), made
 // cumulative, so no observation is re-bucketed: by default one bucket per
 // power of two from 1.024µs to about 68.7s (27 buckets plus +Inf), or all 105
 // of the engine's buckets (four per power of two) with
@@ -65,7 +65,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvbuf/kvbuf"
-	"github.com/kvbuf/kvbuf/flush"
 )
 
 // Options configures a collector. A nil *Options means the zero value.
@@ -149,7 +148,7 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		bitslices: desc("bitslices", "Bitslices of the engine."),
 		snapshots: desc("snapshots", "Open snapshots."),
 	}
-	for i := range flush.HistogramBuckets - 1 { // the last bucket is +Inf
+	for i := range kvbuf.LatencyBuckets - 1 { // the last bucket is +Inf
 		if o.AllLatencyBuckets || i%4 == 0 {
 			c.bounds = append(c.bounds, i)
 		}
@@ -226,7 +225,7 @@ func (c *collector) histogram(h *kvbuf.LatencyHistogram) prometheus.Metric {
 		for ; next <= i; next++ {
 			cum += h.Counts[next]
 		}
-		buckets[flush.BucketBound(i).Seconds()] = uint64(cum)
+		buckets[kvbuf.LatencyBucketBound(i).Seconds()] = uint64(cum)
 	}
 	return prometheus.MustNewConstHistogram(c.latency, uint64(h.Count), h.Sum.Seconds(), buckets)
 }

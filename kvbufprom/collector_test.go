@@ -17,7 +17,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvbuf/kvbuf"
-	"github.com/kvbuf/kvbuf/flush"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -76,10 +75,10 @@ func fabricated() kvbuf.Metrics {
 		Snapshots:        1,
 	}
 	h := &m.FlushLatency
-	h.Counts[0] = 1                        // under 1.024µs
-	h.Counts[5] = 2                        // [2.048µs, 2.56µs)
-	h.Counts[41] = 4                       // [1.048576ms, 1.31072ms)
-	h.Counts[flush.HistogramBuckets-1] = 1 // 68.7s and more
+	h.Counts[0] = 1                      // under 1.024µs
+	h.Counts[5] = 2                      // [2.048µs, 2.56µs)
+	h.Counts[41] = 4                     // [1.048576ms, 1.31072ms)
+	h.Counts[kvbuf.LatencyBuckets-1] = 1 // 68.7s and more
 	h.Count = 8
 	h.Sum = 80 * time.Second
 	return m
@@ -87,7 +86,7 @@ func fabricated() kvbuf.Metrics {
 
 // octaveBuckets writes the bucket lines of kvbuf_flush_duration_seconds for
 // the default buckets, one per power of two from 2^10 ns to 2^36 ns,
-// computed independently of flush.BucketBound. count returns the
+// computed independently of kvbuf.LatencyBucketBound. count returns the
 // cumulative count at 2^e ns.
 func octaveBuckets(b *strings.Builder, labels string, count func(e int) int) {
 	for e := 10; e <= 36; e++ {
@@ -225,15 +224,15 @@ kvbuf_flush_last_error 0
 func TestAllLatencyBuckets(t *testing.T) {
 	ph := family(t, newCollector(fabricated, &Options{AllLatencyBuckets: true}), "kvbuf_flush_duration_seconds").GetMetric()[0].GetHistogram()
 	bs := ph.GetBucket()
-	if len(bs) != flush.HistogramBuckets-1 {
-		t.Fatalf("%d buckets, want %d", len(bs), flush.HistogramBuckets-1)
+	if len(bs) != kvbuf.LatencyBuckets-1 {
+		t.Fatalf("%d buckets, want %d", len(bs), kvbuf.LatencyBuckets-1)
 	}
 	src := fabricated().FlushLatency
 	var cum uint64
 	for i, b := range bs {
 		cum += uint64(src.Counts[i])
-		if b.GetUpperBound() != flush.BucketBound(i).Seconds() || b.GetCumulativeCount() != cum {
-			t.Errorf("bucket %d: le %g count %d; want le %g count %d", i, b.GetUpperBound(), b.GetCumulativeCount(), flush.BucketBound(i).Seconds(), cum)
+		if b.GetUpperBound() != kvbuf.LatencyBucketBound(i).Seconds() || b.GetCumulativeCount() != cum {
+			t.Errorf("bucket %d: le %g count %d; want le %g count %d", i, b.GetUpperBound(), b.GetCumulativeCount(), kvbuf.LatencyBucketBound(i).Seconds(), cum)
 		}
 	}
 	if ph.GetSampleCount() != 8 || cum != 7 {

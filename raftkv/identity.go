@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // identity is what a data directory belongs to, kept in the file IDENTITY
@@ -102,7 +104,7 @@ func writeIdentity(dir string, id identity) error {
 		err = os.Rename(tmp, filepath.Join(dir, identityFile))
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = fsutil.SyncDir(dir)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)

@@ -2,6 +2,7 @@ package raftkv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -96,6 +97,25 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// waitFor is the package's waitFor that, on a timeout, logs every running
+// node's status first: a catch-up that stalls on a loaded machine must say
+// where (raft state, applied index, snapshot counters, the last send
+// error).
+func (c *cluster) waitFor(timeout time.Duration, what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, n := range c.running() {
+				b, _ := json.Marshal(n.Status())
+				c.t.Logf("node %d: %s", n.ID(), b)
+			}
+			c.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A node added to a running cluster whose log was compacted catches up by
 // a snapshot while writes go on, and ends with the same content.
 func TestAddNodeCatchesUpBySnapshot(t *testing.T) {
@@ -112,7 +132,7 @@ func TestAddNodeCatchesUpBySnapshot(t *testing.T) {
 	tn := c.listen(4)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddNode(ctx, 4, tn.addr) })
 	n4 := c.start(4, true)
-	waitFor(t, 30*time.Second, "node 4 to install a snapshot", func() bool { return n4.Metrics().SnapshotsInstalled > 0 })
+	c.waitFor(90*time.Second, "node 4 to install a snapshot", func() bool { return n4.Metrics().SnapshotsInstalled > 0 })
 	before := w.count()
 	waitFor(t, 20*time.Second, "more writes after the install", func() bool { return w.count() > before+20 })
 	acked := w.finish()
@@ -172,7 +192,7 @@ func TestRemoveAndReaddWiped(t *testing.T) {
 	addr := c.rename(victim, 4).addr // its server and address serve node 4 now
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddNode(ctx, 4, addr) })
 	n4 := c.start(4, true)
-	waitFor(t, 30*time.Second, "node 4 to catch up by snapshot", func() bool { return n4.Metrics().SnapshotsInstalled > 0 })
+	c.waitFor(90*time.Second, "node 4 to catch up by snapshot", func() bool { return n4.Metrics().SnapshotsInstalled > 0 })
 	before = w.count()
 	waitFor(t, 20*time.Second, "writes after the re-add", func() bool { return w.count() > before+20 })
 	acked := w.finish()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
 
 // Snapshots travel as one HTTP request to /raft/snapshot: the snapshot
@@ -207,25 +207,9 @@ func (n *Node) receiveEngine(r io.Reader, idx uint64) (int, error) {
 		_ = os.RemoveAll(staging)
 		return http.StatusInternalServerError, err
 	}
-	if err := syncDir(n.dir); err != nil {
+	if err := fsutil.SyncDir(n.dir); err != nil {
 		return http.StatusInternalServerError, err
 	}
 	n.m.snapshotsReceived.Add(1)
 	return 0, nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, fs.ErrInvalid) {
-		return nil // a file system that cannot sync directories
-	}
-	return err
 }

@@ -102,7 +102,7 @@ func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
 	return j
 }
 
-// listFlag is a comma-separated list.
+// splitList splits a comma-separated list, dropping empty items.
 func splitList(s string) []string {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {

@@ -140,7 +140,7 @@ func openLog(path string, valid int64, last uint64, onDurable func(uint64)) (*op
 	return l, nil
 }
 
-// append writes r (whose op is above every op written). l.mu held.
+// appendLocked writes r (whose op is above every op written). l.mu held.
 func (l *oplog) appendLocked(r record) error {
 	if l.err != nil {
 		return l.err

@@ -1,0 +1,126 @@
+// Command apisurface counts the exported names of each package: what a
+// user of the package can name, and so what its documentation must cover.
+//
+// Usage:
+//
+//	go run ./scripts/apisurface [dir]
+//
+// With no argument it walks the current directory. For every directory
+// holding a non-main package it prints the directory and the number of
+// exported top-level constants, variables, types and functions plus the
+// exported methods of exported types, then a total. Test files, testdata,
+// hidden directories and package main (commands, scripts) are skipped;
+// internal packages are counted (they are an API to the module).
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+func main() {
+	root := "."
+	if len(os.Args) > 1 {
+		root = os.Args[1]
+	}
+	counts, err := count(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apisurface:", err)
+		os.Exit(2)
+	}
+	total := 0
+	for _, dir := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("%-24s %4d\n", dir, counts[dir])
+		total += counts[dir]
+	}
+	fmt.Printf("%-24s %4d\n", "total", total)
+}
+
+// count returns the exported names per package directory under root.
+func count(root string) (map[string]int, error) {
+	counts := map[string]int{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		if file.Name.Name == "main" {
+			return nil
+		}
+		dir, _ := filepath.Rel(root, filepath.Dir(path))
+		counts[dir] += exported(file)
+		return nil
+	})
+	return counts, err
+}
+
+// exported counts the exported names one file declares.
+func exported(file *ast.File) int {
+	n := 0
+	for _, decl := range file.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil || receiverExported(d.Recv) {
+				n++
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.TypeSpec:
+					if s.Name.IsExported() {
+						n++
+					}
+				case *ast.ValueSpec:
+					for _, id := range s.Names {
+						if id.IsExported() {
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// receiverExported reports whether a method's receiver type is exported
+// (a method of an unexported type cannot be named from outside).
+func receiverExported(recv *ast.FieldList) bool {
+	t := recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	id, ok := t.(*ast.Ident)
+	return ok && id.IsExported()
+}
