@@ -345,16 +345,27 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 			}
 			sh.mu.Unlock()
 		}
-		if kv.dropped.Load() {
-			return ErrDropped
-		}
-		if invariants.Enabled {
-			invariants.Check(spins < 1<<20, "buffer: write spun %d times on a sealed table", spins)
-		}
-		if spins > 16 {
-			runtime.Gosched()
+		if err := kv.sealedRetry(spins); err != nil {
+			return err
 		}
 	}
+}
+
+// sealedRetry is what a writer that found the active table sealed does
+// before it loads the view again: ErrDropped if the keyspace is dropped
+// (no new table will come), else yield now and then (a freeze is
+// publishing the next table).
+func (kv *KV) sealedRetry(spins int) error {
+	if kv.dropped.Load() {
+		return ErrDropped
+	}
+	if invariants.Enabled {
+		invariants.Check(spins < 1<<20, "buffer: a write spun %d times on a sealed table", spins)
+	}
+	if spins > 16 {
+		runtime.Gosched()
+	}
+	return nil
 }
 
 // write stores change seq in the active table, retrying on the table that
@@ -368,16 +379,10 @@ func (kv *KV) write(seq uint64, key, value []byte, del bool) error {
 			kv.acct.add(added)
 			return nil
 		}
-		if kv.dropped.Load() {
-			return ErrDropped
-		}
 		// A sealed active table: a recycled one not yet unsealed, or
 		// one Drop sealed (it publishes its table before unlocking).
-		if invariants.Enabled {
-			invariants.Check(spins < 1<<20, "buffer: write spun %d times on a sealed table", spins)
-		}
-		if spins > 16 {
-			runtime.Gosched()
+		if err := kv.sealedRetry(spins); err != nil {
+			return err
 		}
 	}
 }
@@ -419,14 +424,8 @@ func (kv *KV) deleteRange(seq uint64, lower, upper []byte) error {
 			return nil
 		}
 		t.mu.Unlock()
-		if kv.dropped.Load() {
-			return ErrDropped
-		}
-		if invariants.Enabled {
-			invariants.Check(spins < 1<<20, "buffer: range delete spun %d times on a sealed table", spins)
-		}
-		if spins > 16 {
-			runtime.Gosched()
+		if err := kv.sealedRetry(spins); err != nil {
+			return err
 		}
 	}
 }

@@ -32,11 +32,8 @@ func TestKVReadersRacingGrowth(t *testing.T) {
 	r := newKVRig(t, &Options{Shards: 1})
 	key := func(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte("g"), i) }
 	var done atomic.Uint64 // keys [0, done) are written
-	var failure atomic.Pointer[string]
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		failure.CompareAndSwap(nil, &msg)
-	}
+	var failure firstFailure
+	fail := failure.fail
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reads, growths atomic.Int64
@@ -106,12 +103,7 @@ func TestKVReadersRacingGrowth(t *testing.T) {
 	if raceEnabled {
 		want = 20_000
 	}
-	runFor(raceDuration, func() bool { return done.Load() > want })
-	close(stop)
-	wg.Wait()
-	if msg := failure.Load(); msg != nil {
-		t.Fatal(*msg)
-	}
+	finishRace(t, stop, &wg, &failure, raceDuration, func() bool { return done.Load() > want })
 	t.Logf("%d keys written, %d reads", done.Load(), reads.Load())
 }
 
@@ -132,7 +124,7 @@ func TestKVIteratorsRacingSort(t *testing.T) {
 			total, every = 12_000, 1_200
 		}
 		var done atomic.Uint64
-		var failure atomic.Pointer[string]
+		var failure firstFailure
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var scans, frozen atomic.Int64
@@ -224,11 +216,8 @@ func TestKVBatchesAtomic(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failure atomic.Pointer[string]
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		failure.CompareAndSwap(nil, &msg)
-	}
+	var failure firstFailure
+	fail := failure.fail
 	var flushes, reads, scans atomic.Int64
 	wg.Add(1)
 	go kvFlushLoop(r, stop, &wg, &flushes)
@@ -315,12 +304,7 @@ func TestKVBatchesAtomic(t *testing.T) {
 			}
 		}()
 	}
-	runFor(raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 10 })
-	close(stop)
-	wg.Wait()
-	if msg := failure.Load(); msg != nil {
-		t.Fatal(*msg)
-	}
+	finishRace(t, stop, &wg, &failure, raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 10 })
 	t.Logf("%d flushes, %d reads, %d scans", flushes.Load(), reads.Load(), scans.Load())
 }
 
@@ -390,11 +374,8 @@ func TestKVReadersRacingRecycle(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failure atomic.Pointer[string]
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		failure.CompareAndSwap(nil, &msg)
-	}
+	var failure firstFailure
+	fail := failure.fail
 	var releases, reads atomic.Int64
 	wg.Add(1)
 	go func() {
@@ -478,12 +459,7 @@ func TestKVReadersRacingRecycle(t *testing.T) {
 			}
 		}()
 	}
-	runFor(2*raceDuration, func() bool { return releases.Load() >= 300 })
-	close(stop)
-	wg.Wait()
-	if msg := failure.Load(); msg != nil {
-		t.Fatal(*msg)
-	}
+	finishRace(t, stop, &wg, &failure, 2*raceDuration, func() bool { return releases.Load() >= 300 })
 	t.Logf("%d releases, %d reads", releases.Load(), reads.Load())
 }
 
@@ -510,11 +486,8 @@ func TestKVIteratorsRacingFlushes(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failure atomic.Pointer[string]
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		failure.CompareAndSwap(nil, &msg)
-	}
+	var failure firstFailure
+	fail := failure.fail
 	var written, flushes, scans atomic.Uint64
 	wg.Add(2)
 	go func() {
@@ -650,12 +623,7 @@ func TestKVIteratorsRacingFlushes(t *testing.T) {
 			}
 		}()
 	}
-	runFor(raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 20 || failure.Load() != nil })
-	close(stop)
-	wg.Wait()
-	if msg := failure.Load(); msg != nil {
-		t.Fatal(*msg)
-	}
+	finishRace(t, stop, &wg, &failure, raceDuration, func() bool { return flushes.Load() >= 10 && scans.Load() >= 20 || failure.Load() != nil })
 	if flushes.Load() == 0 || scans.Load() == 0 {
 		t.Fatalf("%d flushes, %d scans: nothing raced", flushes.Load(), scans.Load())
 	}

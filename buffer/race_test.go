@@ -42,6 +42,27 @@ func runFor(d time.Duration, enough func() bool) {
 	}
 }
 
+// firstFailure keeps the first failure a race test's goroutines report.
+type firstFailure struct{ atomic.Pointer[string] }
+
+func (f *firstFailure) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	f.CompareAndSwap(nil, &msg)
+}
+
+// finishRace lets a race test's goroutines run (runFor d and enough),
+// stops them (closes stop, waits for wg) and fails t with the first
+// failure they reported.
+func finishRace(t *testing.T, stop chan struct{}, wg *sync.WaitGroup, failure *firstFailure, d time.Duration, enough func() bool) {
+	t.Helper()
+	runFor(d, enough)
+	close(stop)
+	wg.Wait()
+	if msg := failure.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+}
+
 func raceProcs(t *testing.T, n int) {
 	old := runtime.GOMAXPROCS(n)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
@@ -90,7 +111,7 @@ func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var flushes, reads atomic.Int64
-	var failure atomic.Pointer[string]
+	var failure firstFailure
 	wg.Add(1)
 	go kvFlushLoop(r, stop, &wg, &flushes)
 	for p := range 4 {
@@ -215,7 +236,7 @@ func TestBitsNoStaleReadDuringFlush(t *testing.T) {
 	var published atomic.Int64
 	published.Store(-1)
 	var flushes, reads atomic.Int64
-	var failure atomic.Pointer[string]
+	var failure firstFailure
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
