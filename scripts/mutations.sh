@@ -32,6 +32,7 @@
 #   RUN      go test -run pattern for every run, baseline included (default:
 #            every test; e.g. RUN='^Test(KV|Protocol)' for a quick check of
 #            the KV patches on a busy machine)
+#   SKIP     go test -skip pattern for every run, baseline included
 #   TIMEOUT  go test -timeout (default 5m: a mutation that makes a writer
 #            spin forever hangs some packages' tests until then)
 #   KEEP=1   keep the temporary directory (logs of every run)
@@ -46,6 +47,7 @@ exclude="${EXCLUDE:-}"
 module="$(cd "$repo" && go list -m)"
 timeout="${TIMEOUT:-5m}"
 run="${RUN:-}"
+skip="${SKIP:-}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-mutations.XXXXXX")"
 if [[ "${KEEP:-}" != 1 ]]; then
 	trap 'rm -rf "$work"' EXIT
@@ -135,10 +137,10 @@ concerned() {
 run_tests() {
 	local log="$1"
 	shift
-	(cd "$src" && go test -race -count=1 -timeout "$timeout" ${run:+-run "$run"} "$@") >"$log" 2>&1 || true
+	(cd "$src" && go test -race -count=1 -timeout "$timeout" ${run:+-run "$run"} ${skip:+-skip "$skip"} "$@") >"$log" 2>&1 || true
 }
 
-echo "mutation check of $repo (go test -race -count=1 -timeout $timeout${run:+ -run $run}); logs in $work" >&2
+echo "mutation check of $repo (go test -race -count=1 -timeout $timeout${run:+ -run $run}${skip:+ -skip $skip}); logs in $work" >&2
 fresh_copy
 if [[ -n "$pkgs" ]]; then
 	base_pkgs=($pkgs)
@@ -184,7 +186,7 @@ for p in "${patches[@]}"; do
 	echo "  ($(($(date +%s) - start))s)" >&2
 done
 echo
-echo "Mutation check: go test -race -count=1 -timeout $timeout${run:+ -run $run}, on ${pkgs:-the packages concerned by each patch}${exclude:+ (never: $exclude)}"
+echo "Mutation check: go test -race -count=1 -timeout $timeout${run:+ -run $run}${skip:+ -skip $skip}, on ${pkgs:-the packages concerned by each patch}${exclude:+ (never: $exclude)}"
 if [[ -s "$work/baseline.fail" ]]; then
 	echo "baseline failures: $(paste -sd, "$work/baseline.fail" | sed 's/,/, /g')"
 else
