@@ -7,9 +7,10 @@ import (
 	"github.com/kvbuf/kvbuf/internal/invariants"
 )
 
-// The arena of a shard holds what does not fit in a slot: version records
-// (every value of a key after its first, and first values too long to be
-// inline) and keys longer than a slot's 24 inline bytes. It is a list of
+// chunkDir is the directory of a shard's arena, which holds what does not
+// fit in a slot: version records (every value of a key after its first,
+// and first values too long to be inline) and keys longer than a slot's 24
+// inline bytes. It is a list of
 // chunks of 8-byte words (no pointers, so the garbage collector never scans
 // them), appended to under the shard mutex and never modified afterwards,
 // except for a record's prev link (see rec0). Records are addressed by a

@@ -9,7 +9,7 @@ import (
 	"github.com/kvbuf/kvbuf/internal/invariants"
 )
 
-// Key order is produced off the write path. Writers only append each new
+// order is a table's key order, produced off the write path. Writers only append each new
 // key's slot to its slot array's log; an order sorts the keys of the logs
 // when a reader needs it (an iterator, or the flush of a sealed table) and
 // is cached in the table, immutable, for every later reader:

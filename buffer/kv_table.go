@@ -130,7 +130,7 @@ func (a *slotArray) lockedCount(sh *shard) int64 {
 	return int64(n)
 }
 
-// Slot words. w0, the head, is the only word that changes after the slot is
+// slotWords are the four words of a slot. w0, the head, is the only word that changes after the slot is
 // published (an overwrite stores a new head):
 //
 //	mode inline (bits 63-62 = 0): the key and its only value are in w1..w3
