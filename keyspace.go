@@ -2,8 +2,7 @@ package kvbuf
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -45,7 +44,7 @@ func (db *DB) KV(name string) (*KV, error) {
 		_, err = next.Encode() // refuse now what could not be written later
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kvbuf: create keyspace %q: %w", name, err)
+		return nil, kverr.Errorf("create keyspace %q: %w", name, err)
 	}
 	k, err := db.newKV(name, storage.KeyspaceID(id))
 	if err != nil {
@@ -101,9 +100,8 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 // Name returns the keyspace's name.
 func (k *KV) Name() string { return k.name }
 
-func (k *KV) wrap(err error) error {
-	return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
-}
+// wrap adds the keyspace to err (see "Texts" in errors.go).
+func (k *KV) wrap(err error) error { return kverr.Errorf("keyspace %q: %w", k.name, err) }
 
 // Put sets key to value (both copied), as a write of op (see "Ops and the
 // watermark"; 0 if the host does not track ops). It may wait for a flush to
@@ -207,8 +205,8 @@ func (k *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
 }
 
 // readErr turns a read's result into the engine's: ErrClosed once Close has
-// begun (whatever was read), ErrDropped for a dropped keyspace, the
-// sentinel ErrNotFound as is, anything else wrapped with the keyspace.
+// begun (whatever was read), ErrDropped for a dropped keyspace, else as
+// mapErr.
 func (k *KV) readErr(err error) error {
 	if cerr := k.db.closed(); cerr != nil {
 		return cerr
@@ -216,15 +214,7 @@ func (k *KV) readErr(err error) error {
 	if k.ov.Dropped() {
 		return k.wrap(ErrDropped)
 	}
-	switch {
-	case err == nil, err == ErrNotFound:
-		return err
-	case errors.Is(err, storage.ErrClosed):
-		return ErrClosed
-	case errors.Is(err, storage.ErrCorrupt):
-		return k.wrap(fmt.Errorf("%w: %w", ErrCorrupt, err))
-	}
-	return k.wrap(err)
+	return mapErr(err, "keyspace", k.name)
 }
 
 // IterOptions bounds an iterator. The zero value (or nil) iterates the whole
@@ -289,8 +279,4 @@ func (k *KV) NewIter(o *IterOptions) (*Iter, error) {
 		return nil, err
 	}
 	return &Iter{db: k.db, k: k, it: it}, nil
-}
-
-func isClosedErr(err error) bool {
-	return errors.Is(err, storage.ErrClosed) || errors.Is(err, ErrClosed)
 }

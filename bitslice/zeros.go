@@ -1,7 +1,7 @@
 package bitslice
 
 import (
-	"fmt"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"os"
 )
 
@@ -12,7 +12,7 @@ func writeZeros(f *os.File, off, n int64) error {
 	for n > 0 {
 		c := min(n, int64(len(zero)))
 		if _, err := f.WriteAt(zero[:c], off); err != nil {
-			return fmt.Errorf("write zeros at %d: %w", off, err)
+			return kverr.Errorf("write zeros at %d: %w", off, err)
 		}
 		off += c
 		n -= c

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"fmt"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -242,7 +243,7 @@ func (it *Iter) closeByStore() error {
 	}
 	it.closed = true
 	if it.err == nil {
-		it.err = fmt.Errorf("storage: iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
+		it.err = kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
 	}
 	if it.it != nil {
 		if cerr := it.it.Close(); cerr != nil {

@@ -2,7 +2,7 @@ package storage
 
 import (
 	"encoding/binary"
-	"fmt"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"math"
 )
 
@@ -63,5 +63,5 @@ func appendMetaKey(dst []byte, name string) []byte {
 
 // errKeyspace is the error for keyspace ID 0.
 func errKeyspace(op string) error {
-	return fmt.Errorf("storage: %s: keyspace 0: %w", op, ErrInvalidKeyspace)
+	return kverr.Errorf("%s: keyspace 0: %w", op, ErrInvalidKeyspace)
 }

@@ -1,7 +1,7 @@
 package storage
 
 import (
-	"fmt"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -130,7 +130,7 @@ func (sn *Snapshot) closeByStore() error {
 		return nil
 	}
 	sn.closed = true
-	sn.err = fmt.Errorf("storage: snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
+	sn.err = kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
 	err := sn.snap.Close()
 	sn.snap = nil
 	if err != nil {
