@@ -257,22 +257,7 @@ func (b *Bits) wrap(err error) error {
 // pending memory is over its bound. Errors: ErrOutOfRange (i at or past
 // Options.MaxBits), ErrStaleOp, ErrClosed, ctx.Err().
 func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
-	if err := b.ov.CheckSet(i); err != nil {
-		return b.wrap(err)
-	}
-	t, err := b.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = b.ov.Set(i, v)
-	t.End()
-	if err != nil {
-		return b.wrap(err)
-	}
-	return nil
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckSet(i), func() error { return b.ov.Set(i, v) })
 }
 
 // SetRange sets every bit i with lo <= i < hi to v, as one write of op. A
@@ -280,22 +265,7 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 // a pointer per run. Errors: ErrBadRange (lo > hi), ErrOutOfRange (hi past
 // Options.MaxBits), and as Set.
 func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) error {
-	if err := b.ov.CheckRange(lo, hi); err != nil {
-		return b.wrap(err)
-	}
-	t, err := b.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = b.ov.SetRange(lo, hi, v)
-	t.End()
-	if err != nil {
-		return b.wrap(err)
-	}
-	return nil
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckRange(lo, hi), func() error { return b.ov.SetRange(lo, hi, v) })
 }
 
 // Get returns bit i: the pending value if there is one, else the stored

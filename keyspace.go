@@ -110,43 +110,13 @@ func (k *KV) wrap(err error) error { return kverr.Errorf("keyspace %q: %w", k.na
 // one). Errors: ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrStaleOp,
 // ErrDropped, ErrClosed.
 func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
-	if err := k.ov.CheckPut(key, value); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.Put(key, value)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckPut(key, value), func() error { return k.ov.Put(key, value) })
 }
 
 // Delete removes key, as a write of op. Deleting an absent key is not an
 // error. Errors as Put.
 func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
-	if err := k.ov.CheckKey(key); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.Delete(key)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckKey(key), func() error { return k.ov.Delete(key) })
 }
 
 // DeleteRange removes every key k with lower <= k < upper (nil = open on
@@ -155,22 +125,7 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 // in the store at the next flush. Errors: ErrBadRange (lower > upper), and
 // as Put.
 func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) error {
-	if err := buffer.CheckRange(lower, upper); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.DeleteRange(lower, upper)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, buffer.CheckRange(lower, upper), func() error { return k.ov.DeleteRange(lower, upper) })
 }
 
 // Get returns a copy of key's value: the newest pending change, else the
