@@ -3,7 +3,6 @@ package kvbuf
 import (
 	"context"
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io/fs"
 	"iter"
 	"maps"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

@@ -3,7 +3,6 @@ package kvbuf
 import (
 	"context"
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io"
 	"io/fs"
 	mbits "math/bits"
@@ -15,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvbuf/kvbuf/internal/digest"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Snapshot streams: Snapshot.Export writes one, Install reads one into a new

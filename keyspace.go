@@ -2,10 +2,10 @@ package kvbuf
 
 import (
 	"context"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

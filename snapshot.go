@@ -2,13 +2,13 @@ package kvbuf
 
 import (
 	"context"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"iter"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io/fs"
 	"math"
 	"math/bits"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // minMapping is the smallest mapping reserved for the data area. Mappings

@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"hash/crc32"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (

@@ -2,9 +2,10 @@ package bitslice
 
 import (
 	"encoding/binary"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"math/bits"
 	"os"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Info describes a bitslice file, for kvtool inspect and for logs.

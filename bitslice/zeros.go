@@ -1,8 +1,9 @@
 package bitslice
 
 import (
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"os"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // writeZeros writes n zero bytes at off, in 64 KiB chunks. It is only used

@@ -1,12 +1,12 @@
 package flush
 
 import (
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // MaxOp is the largest op number: the tracker packs an op and two state

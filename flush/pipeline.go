@@ -3,12 +3,12 @@ package flush
 import (
 	"context"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"runtime"
 	"runtime/debug"
 	"time"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // maxGroupSpins bounds the spinning phase of a sibling wait. The wait

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // maxBatchBytes is pebble's limit on a batch's encoded size; growing a

@@ -1,9 +1,9 @@
 package storage
 
 import (
-	"github.com/kvbuf/kvbuf/internal/kverr"
-
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Commit is a batch committed by Store.Commit: ordered after every earlier

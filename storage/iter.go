@@ -3,10 +3,11 @@ package storage
 import (
 	"bytes"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Iter iterates over the user keys of one keyspace in [lower, upper), in

@@ -2,8 +2,9 @@ package storage
 
 import (
 	"encoding/binary"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"math"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // KeyspaceID names one keyspace of user keys. Keyspaces share the store but

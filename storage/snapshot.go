@@ -1,10 +1,11 @@
 package storage
 
 import (
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Snapshot is a consistent, read-only view of the store's user keys as of

@@ -2,11 +2,12 @@ package enginedir
 
 import (
 	"encoding/binary"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (

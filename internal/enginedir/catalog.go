@@ -3,12 +3,13 @@ package enginedir
 import (
 	"errors"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (

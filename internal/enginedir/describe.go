@@ -2,8 +2,9 @@ package enginedir
 
 import (
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io/fs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Info describes an engine directory (see Describe).

@@ -2,7 +2,6 @@ package enginedir
 
 import (
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Options configures Open. A nil *Options means defaults.

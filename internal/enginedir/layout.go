@@ -3,7 +3,6 @@ package enginedir
 import (
 	"bytes"
 	"errors"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io"
 	"io/fs"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (

@@ -3,7 +3,6 @@ package enginedir
 import (
 	"errors"
 	"fmt"
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // flock locks belong to the open file description, so a second Open in the

@@ -1,11 +1,12 @@
 package enginedir
 
 import (
-	"github.com/kvbuf/kvbuf/internal/kverr"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Layout of an engine directory.
