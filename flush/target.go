@@ -3,6 +3,8 @@ package flush
 import (
 	"context"
 	"fmt"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Target is what a Flusher makes durable (the engine).
@@ -67,9 +69,9 @@ type PanicError struct {
 // Error implements error.
 func (e *PanicError) Error() string {
 	if e.Goexit {
-		return "flush: target called runtime.Goexit"
+		return kverr.Prefix + "flush target called runtime.Goexit"
 	}
-	return fmt.Sprintf("flush: target panicked: %v", e.Value)
+	return fmt.Sprintf("%sflush panicked: %v", kverr.Prefix, e.Value)
 }
 
 // Unwrap returns ErrPanicked and, if the panic value is an error, that error.

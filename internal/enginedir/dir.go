@@ -36,7 +36,7 @@ type Dir struct {
 }
 
 // errClosed is returned by MarkReady after Close.
-var errClosed = errors.New("kvbuf: engine directory closed")
+var errClosed = kverr.Errorf("engine directory: %w", kverr.ErrClosed)
 
 // maxAttempts bounds Open's classify-and-lock rounds. A round is repeated
 // only when LOCK appeared or vanished meanwhile (a racing opener published
