@@ -32,7 +32,7 @@ type Bits struct {
 // Bits returns the bitslice called name, creating an empty one (its file,
 // durably, before it returns) on first use: the only way a bitslice is
 // made (a missing file of one the engine recorded fails Open with
-// ErrCorrupt instead). It is recorded in the engine's bitslice catalog with
+// ErrCorruptDir instead). It is recorded in the engine's bitslice catalog with
 // the next flush. Names follow the keyspace rules (ErrBadName otherwise).
 // It returns ErrClosed after Close has begun.
 func (db *DB) Bits(name string) (*Bits, error) {
@@ -60,7 +60,7 @@ func (db *DB) Bits(name string) (*Bits, error) {
 // never below the catalog's. Open checks every file against the catalog:
 // a catalogued file that is missing, an older copy (lower generation), a
 // shorter one, another engine's file or a format-1 file the engine never
-// had fail Open with ErrCorrupt, and only DB.Bits creates a bitslice. A
+// had fail Open with ErrCorruptDir, and only DB.Bits creates a bitslice. A
 // file the engine made and no flush recorded yet (a crash right after
 // DB.Bits) is adopted: no write of it can be covered by the watermark, as
 // the flush that would have written it records it in the same batch.

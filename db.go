@@ -126,8 +126,10 @@ type targetSet struct {
 //
 // Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
 // non-empty directory kvbuf did not create (nothing is written to it);
-// ErrCorrupt for damaged files; ErrBadOptions. On error every file Open
-// opened is closed again.
+// ErrCorrupt for damaged files, through one of its finer kinds
+// (ErrCorruptDir for the manifest, catalogs or layout, ErrCorruptBits for a
+// bitslice file, ErrCorruptBlock for what the pebble store reports);
+// ErrBadOptions. On error every file Open opened is closed again.
 func Open(dir string, opts *Options) (*DB, error) {
 	o := opts.EnsureDefaults()
 	if err := o.Validate(); err != nil {

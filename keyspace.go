@@ -130,7 +130,8 @@ func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) er
 
 // Get returns a copy of key's value: the newest pending change, else the
 // stored value. Errors: ErrNotFound (absent or deleted), ErrEmptyKey,
-// ErrKeyTooLarge, ErrDropped, ErrClosed, and storage errors (ErrCorrupt).
+// ErrKeyTooLarge, ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock
+// for a block pebble finds damaged).
 func (k *KV) Get(key []byte) ([]byte, error) {
 	v, err := k.ov.Get(key)
 	return v, k.readErr(err)

@@ -56,7 +56,8 @@ type Settler interface{ Settle() }
 
 // PanicError describes a panic or runtime.Goexit inside the Target during a
 // flush stage. It matches ErrPanicked with errors.Is, and also the panic
-// value when that value is an error.
+// value when that value is an error. Its text is "kvbuf: flush panicked: "
+// and the value, or "kvbuf: flush target called runtime.Goexit".
 type PanicError struct {
 	// Value is the value passed to panic; nil for runtime.Goexit.
 	Value any
