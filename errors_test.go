@@ -90,6 +90,21 @@ func closedDB(t *testing.T, dir string) (*DB, *KV, *Bits) {
 	return db, k, b
 }
 
+// snapshotGet reads key of keyspace name from a new snapshot of db.
+func snapshotGet(db *DB, name, key string) error {
+	s, err := db.NewSnapshot()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	sk, err := s.KV(name)
+	if err != nil {
+		return err
+	}
+	_, err = sk.Get([]byte(key))
+	return err
+}
+
 // withEngine makes an engine in dir with a keyspace "users" holding
 // key "a" and a bitslice "seen", durable, and closes it.
 func withEngine(t *testing.T, dir string) {
@@ -145,17 +160,7 @@ func TestErrorTexts(t *testing.T) {
 		{"not found/snapshot", func(t *testing.T, dir string) error {
 			db := errDB(t, dir, nil)
 			mustKV(t, db, "users")
-			s, err := db.NewSnapshot()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			sk, err := s.KV("users")
-			if err != nil {
-				return err
-			}
-			_, err = sk.Get([]byte("nope"))
-			return err
+			return snapshotGet(db, "users", "nope")
 		}, []error{ErrNotFound}, "kvbuf: not found", false},
 
 		// ErrLocked.
@@ -272,18 +277,7 @@ func TestErrorTexts(t *testing.T) {
 			return mustKV(t, errDB(t, dir, &Options{MaxKeySize: 4}), "users").Put(ctx, []byte("abcde"), nil, 0)
 		}, []error{ErrKeyTooLarge}, `kvbuf: keyspace "users": key of 5 bytes (max 4): key too large`, false},
 		{"key too large/snapshot of a keyspace made later", func(t *testing.T, dir string) error {
-			db := errDB(t, dir, &Options{MaxKeySize: 4})
-			s, err := db.NewSnapshot()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			sk, err := s.KV("users")
-			if err != nil {
-				return err
-			}
-			_, err = sk.Get([]byte("abcde"))
-			return err
+			return snapshotGet(errDB(t, dir, &Options{MaxKeySize: 4}), "users", "abcde")
 		}, []error{ErrKeyTooLarge}, `kvbuf: snapshot of keyspace "users": key of 5 bytes (max 4): key too large`, false},
 		{"value too large", func(t *testing.T, dir string) error {
 			return mustKV(t, errDB(t, dir, &Options{MaxValueSize: 4}), "users").Put(ctx, []byte("a"), []byte("abcde"), 0)
