@@ -1,10 +1,7 @@
 package kvbuf
 
 import (
-	"errors"
-
 	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Iter iterates over a keyspace in key order, forwards and backwards,
@@ -43,15 +40,7 @@ func (it *Iter) step(ok bool) bool {
 	return ok
 }
 
-func (it *Iter) mapErr(err error) error {
-	switch {
-	case errors.Is(err, storage.ErrClosed):
-		return ErrClosed
-	case errors.Is(err, storage.ErrCorrupt):
-		return it.k.wrap(errors.Join(ErrCorrupt, err))
-	}
-	return it.k.wrap(err)
-}
+func (it *Iter) mapErr(err error) error { return mapErr(err, "keyspace", it.k.name) }
 
 // First moves to the first key and reports whether there is one.
 func (it *Iter) First() bool { return it.err == nil && it.it != nil && it.step(it.it.First()) }

@@ -1,13 +1,13 @@
 package kvbuf
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -126,9 +126,9 @@ func (o *Options) Validate() error {
 	r := o.EnsureDefaults()
 	switch {
 	case r.PipelineDepth < 1 || r.PipelineDepth > flush.MaxPipelineDepth:
-		return fmt.Errorf("%w: PipelineDepth %d (want 1..%d)", ErrBadOptions, r.PipelineDepth, flush.MaxPipelineDepth)
+		return kverr.Errorf("%w: PipelineDepth %d (want 1..%d)", ErrBadOptions, r.PipelineDepth, flush.MaxPipelineDepth)
 	case r.CacheSize < 0:
-		return fmt.Errorf("%w: CacheSize %d", ErrBadOptions, r.CacheSize)
+		return kverr.Errorf("%w: CacheSize %d", ErrBadOptions, r.CacheSize)
 	}
 	return r.bufferOptions().Validate()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // bitsFile is the write side of a *bitslice.File the flush uses. It is an
@@ -186,7 +187,7 @@ func (b *Bits) Count() uint64 { return uint64(max(b.ones.Load(), 0)) }
 
 func (b *Bits) checkIndex(i uint64) error {
 	if i >= b.max {
-		return fmt.Errorf("bit %d (max %d): %w", i, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bit %d (max %d): %w", i, b.max, bitslice.ErrOutOfRange)
 	}
 	return nil
 }
@@ -197,10 +198,10 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 // CheckRange reports the error SetRange would return for [lo, hi).
 func (b *Bits) CheckRange(lo, hi uint64) error {
 	if lo > hi {
-		return fmt.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
+		return kverr.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
 	}
 	if hi > b.max {
-		return fmt.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)
 	}
 	return nil
 }

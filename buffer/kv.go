@@ -3,13 +3,13 @@ package buffer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -105,7 +105,7 @@ func (kv *KV) checkKey(key []byte) error {
 	case len(key) == 0:
 		return ErrEmptyKey
 	case len(key) > kv.opt.maxKey:
-		return fmt.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
+		return kverr.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
 	}
 	return nil
 }
@@ -117,7 +117,7 @@ func (kv *KV) CheckPut(key, value []byte) error {
 		return err
 	}
 	if len(value) > kv.opt.maxVal {
-		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
+		return kverr.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
 	}
 	return nil
 }
@@ -129,7 +129,7 @@ func (kv *KV) CheckKey(key []byte) error { return kv.checkKey(key) }
 // bounds (nil = open).
 func CheckRange(lower, upper []byte) error {
 	if lower != nil && upper != nil && string(lower) > string(upper) {
-		return fmt.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
+		return kverr.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
 	}
 	return nil
 }
@@ -391,7 +391,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 // snapshot's fixed one) and the reader st.
 func getMany(keys [][]byte, vals [][]byte, buf []byte, check func([]byte) error, load func() *kvView, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
 	if len(vals) < len(keys) {
-		return buf, fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+		return buf, kverr.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
 	}
 	for _, k := range keys {
 		if err := check(k); err != nil {
