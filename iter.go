@@ -17,10 +17,10 @@ import (
 // Once the engine has closed, positioning calls return false, Valid is
 // false and Error (and Close) return an error matching ErrClosed.
 type Iter struct {
-	db  *DB
-	k   *KV
-	it  *buffer.Iter // nil: an empty keyspace (a snapshot's, that did not exist then)
-	err error
+	db   *DB
+	name string       // the keyspace's, for errors
+	it   *buffer.Iter // nil: an empty keyspace (a snapshot's, that did not exist then)
+	err  error
 }
 
 // step checks, after a positioning call, that the engine is still open.
@@ -40,7 +40,7 @@ func (it *Iter) step(ok bool) bool {
 	return ok
 }
 
-func (it *Iter) mapErr(err error) error { return mapErr(err, "keyspace", it.k.name) }
+func (it *Iter) mapErr(err error) error { return mapErr(err, "keyspace", it.name) }
 
 // First moves to the first key and reports whether there is one.
 func (it *Iter) First() bool { return it.err == nil && it.it != nil && it.step(it.it.First()) }

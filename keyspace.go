@@ -235,5 +235,5 @@ func (k *KV) NewIter(o *IterOptions) (*Iter, error) {
 		}
 		return nil, err
 	}
-	return &Iter{db: k.db, k: k, it: it}, nil
+	return &Iter{db: k.db, name: k.name, it: it}, nil
 }

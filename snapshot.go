@@ -202,7 +202,7 @@ func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
 		if err := r.err(nil); err != nil {
 			return nil, err
 		}
-		return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}}, nil
+		return &Iter{db: r.s.db, name: r.name}, nil
 	}
 	it, err := r.ks.NewIter(lower, upper)
 	if err = r.err(err); err != nil {
@@ -211,7 +211,7 @@ func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
 		}
 		return nil, err
 	}
-	return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}, it: it}, nil
+	return &Iter{db: r.s.db, name: r.name, it: it}, nil
 }
 
 // checkKey is the key check of a keyspace that does not exist: ok is

@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"math/bits"
 	"slices"
@@ -446,7 +445,7 @@ func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
 	}
 	if hi > b.fio.Len() {
 		if err := b.fio.Grow(hi); err != nil {
-			return fmt.Errorf("grow to %d bits: %w", hi, err)
+			return kverr.Errorf("grow to %d bits: %w", hi, err)
 		}
 	}
 	undo := b.needUndo(g.g)
@@ -466,13 +465,13 @@ func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
 				b.recordUndo(g.g, words)
 			}
 			if err := b.fio.ApplyWords(words); err != nil {
-				return fmt.Errorf("apply %d words: %w", len(words), err)
+				return kverr.Errorf("apply %d words: %w", len(words), err)
 			}
 		}
 	}
 	b.fio.SetWatermark(wm)
 	if err := b.fio.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
+		return kverr.Errorf("sync: %w", err)
 	}
 	return nil
 }
