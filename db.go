@@ -157,11 +157,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 
 func (db *DB) open() error {
 	fresh := db.dir.Fresh()
-	st, err := storage.Open(db.dir.StorePath(), &storage.Options{
-		CacheSize:        db.opts.CacheSize,
-		FS:               db.opts.storeFS,
-		ErrorIfNotExists: !fresh, // a ready manifest without a store means lost data
-	})
+	so := db.opts.storageOptions()
+	so.FS = db.opts.storeFS
+	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
+	st, err := storage.Open(db.dir.StorePath(), so)
 	if !fresh && errors.Is(err, fs.ErrNotExist) {
 		// A ready manifest is written only once the store is durable.
 		return kverr.Errorf("%s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorruptDir, err)
@@ -194,8 +193,8 @@ func (db *DB) open() error {
 	if err != nil {
 		return err
 	}
-	db.flusher = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
-	return nil
+	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
+	return err
 }
 
 // loadHighestOp reads the highest op seen as of the latest flush (0 if the

@@ -263,7 +263,7 @@ func TestErrorTexts(t *testing.T) {
 		{"bad options", func(t *testing.T, dir string) error {
 			_, err := Open(dir, &Options{PipelineDepth: -1})
 			return err
-		}, []error{ErrBadOptions}, fmt.Sprintf("kvbuf: bad options: PipelineDepth -1 (want 1..%d)", flush.MaxPipelineDepth), false},
+		}, []error{ErrBadOptions}, fmt.Sprintf("kvbuf: PipelineDepth -1 (want 1..%d, 0 for the default): bad options", flush.MaxPipelineDepth), false},
 
 		// Keys, values, ranges.
 		{"empty key", func(t *testing.T, dir string) error {

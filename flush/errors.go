@@ -7,6 +7,9 @@ import "github.com/kvbuf/kvbuf/internal/kverr"
 // "kvbuf: ".
 
 var (
+	// ErrBadOptions is returned by New (and Options.Validate) for an option
+	// out of range.
+	ErrBadOptions = kverr.ErrBadOptions
 	// ErrClosed is returned by operations that start after Close (or
 	// Gate.Shut) has begun.
 	ErrClosed = kverr.ErrClosed

@@ -7,6 +7,9 @@ import "github.com/kvbuf/kvbuf/internal/kverr"
 // either name matches. Texts start with "kvbuf: ".
 
 var (
+	// ErrBadOptions is returned by Open (and Options.Validate) for an
+	// option out of range.
+	ErrBadOptions = kverr.ErrBadOptions
 	// ErrNotFound is returned by Get, GetAppend and GetMeta (of a Store or
 	// a Snapshot) when the key is absent.
 	ErrNotFound = kverr.ErrNotFound

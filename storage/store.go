@@ -81,8 +81,12 @@ type Store struct {
 // Errors: ErrLocked if dir is open by another Store (this process or
 // another); ErrCorrupt if pebble finds on-disk corruption; fs.ErrNotExist
 // for a missing store with ReadOnly or ErrorIfNotExists (dir is then left
-// exactly as it was); fs.ErrExist for an existing one with ErrorIfExists.
+// exactly as it was); fs.ErrExist for an existing one with ErrorIfExists;
+// ErrBadOptions for an option out of range (Options.Validate).
 func Open(dir string, opts *Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	po := PebbleOptions(opts)
 	fsys := po.FS
 
