@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Batch collects changes to any keyspaces and bitslices of one engine, to be
@@ -62,7 +63,7 @@ func (b *Batch) fail(err error) {
 
 func (b *Batch) checkKV(k *KV) bool {
 	if k == nil || k.db != b.db {
-		b.fail(fmt.Errorf("kvbuf: batch: keyspace handle: %w", ErrForeign))
+		b.fail(kverr.Errorf("batch: keyspace handle: %w", ErrForeign))
 		return false
 	}
 	return true
@@ -70,7 +71,7 @@ func (b *Batch) checkKV(k *KV) bool {
 
 func (b *Batch) checkBits(s *Bits) bool {
 	if s == nil || s.db != b.db {
-		b.fail(fmt.Errorf("kvbuf: batch: bitslice handle: %w", ErrForeign))
+		b.fail(kverr.Errorf("batch: bitslice handle: %w", ErrForeign))
 		return false
 	}
 	return true
@@ -110,7 +111,7 @@ func (b *Batch) DeleteRange(k *KV, lower, upper []byte) {
 		return
 	}
 	if lower != nil && upper != nil && string(lower) > string(upper) {
-		b.fail(k.wrap(fmt.Errorf("[%q, %q): %w", lower, upper, ErrBadRange)))
+		b.fail(k.wrap(kverr.Errorf("[%q, %q): %w", lower, upper, ErrBadRange)))
 		return
 	}
 	op := batchOp{kind: opDeleteRange, k: k, a0: -1, b0: -1}
@@ -179,7 +180,7 @@ func (b *Batch) Reset() {
 // call, ErrStaleOp, ErrClosed, ctx.Err().
 func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	if b.db != db {
-		return fmt.Errorf("kvbuf: apply: batch: %w", ErrForeign)
+		return kverr.Errorf("apply: batch: %w", ErrForeign)
 	}
 	if b.err != nil {
 		return b.err

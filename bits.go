@@ -3,7 +3,6 @@ package kvbuf
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"iter"
 	"maps"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -32,7 +32,7 @@ type Bits struct {
 // Bits returns the bitslice called name, creating an empty one (its file,
 // durably, before it returns) on first use: the only way a bitslice is
 // made (a missing file of one the engine recorded fails Open with
-// ErrCorrupt instead). It is recorded in the engine's bitslice catalog with
+// ErrCorruptDir instead). It is recorded in the engine's bitslice catalog with
 // the next flush. Names follow the keyspace rules (ErrBadName otherwise).
 // It returns ErrClosed after Close has begun.
 func (db *DB) Bits(name string) (*Bits, error) {
@@ -60,7 +60,7 @@ func (db *DB) Bits(name string) (*Bits, error) {
 // never below the catalog's. Open checks every file against the catalog:
 // a catalogued file that is missing, an older copy (lower generation), a
 // shorter one, another engine's file or a format-1 file the engine never
-// had fail Open with ErrCorrupt, and only DB.Bits creates a bitslice. A
+// had fail Open with ErrCorruptDir, and only DB.Bits creates a bitslice. A
 // file the engine made and no flush recorded yet (a crash right after
 // DB.Bits) is adopted: no write of it can be covered by the watermark, as
 // the flush that would have written it records it in the same batch.
@@ -88,12 +88,12 @@ func (db *DB) openAllBits() error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(cat)) {
 		if !onDisk[name] {
-			return fmt.Errorf("kvbuf: bitslice %q is in the engine's catalog (written at generation %d, %d bits) but %s is missing: %w",
-				name, cat[name].Gen, cat[name].Len, db.dir.BitsPath(name), ErrCorrupt)
+			return kverr.Errorf("bitslice %q is in the engine's catalog (written at generation %d, %d bits) but %s is missing: %w",
+				name, cat[name].Gen, cat[name].Len, db.dir.BitsPath(name), ErrCorruptDir)
 		}
 	}
 	if fresh && db.dir.Fresh() && len(names) > 0 {
-		return fmt.Errorf("kvbuf: %s: bitslice files %v in an engine being initialised (kvbuf makes none there): %w", db.dir.BitsDirPath(), names, ErrCorrupt)
+		return kverr.Errorf("%s: bitslice files %v in an engine being initialised (kvbuf makes none there): %w", db.dir.BitsDirPath(), names, ErrCorruptDir)
 	}
 	files := make([]*bitslice.File, len(names))
 	for i, name := range names {
@@ -109,7 +109,7 @@ func (db *DB) openAllBits() error {
 		for i, name := range names {
 			f := files[i]
 			if f.Version() != 1 {
-				return fmt.Errorf("kvbuf: bitslice %q: a format-%d file (owner %016x) in an engine of format 1 (%s): %w", name, f.Version(), f.Owner(), f.Path(), ErrCorrupt)
+				return kverr.Errorf("bitslice %q: a format-%d file (owner %016x) in an engine of format 1 (%s): %w", name, f.Version(), f.Owner(), f.Path(), ErrCorruptDir)
 			}
 			cat[name] = enginedir.BitsEntry{Len: f.Len(), V1: true}
 		}
@@ -121,7 +121,7 @@ func (db *DB) openAllBits() error {
 		e, ok := cat[name]
 		h := enginedir.BitsHeader{Version: f.Version(), Owner: f.Owner(), Gen: f.Gen(), Len: f.Len()}
 		if err := enginedir.CheckBitsFile(name, h, e, ok, id); err != nil {
-			return fmt.Errorf("%w (%s)", err, f.Path())
+			return kverr.Errorf("%w (%s)", err, f.Path())
 		}
 		db.genBase = max(db.genBase, e.Gen, h.Gen)
 		if !ok {
@@ -140,7 +140,7 @@ func (db *DB) openAllBits() error {
 			// Stamp the engine's id: from now on the file is version 2.
 			files[i].SetOwner(id)
 			if err := files[i].Sync(); err != nil {
-				return fmt.Errorf("kvbuf: bitslice %q: record the engine id: %w", name, err)
+				return kverr.Errorf("bitslice %q: record the engine id: %w", name, err)
 			}
 			cat[name] = enginedir.BitsEntry{Gen: e.Gen, Len: e.Len}
 			upgraded = true
@@ -164,20 +164,20 @@ func (db *DB) loadIdentity() (id uint64, cat enginedir.BitsCatalog, fresh bool, 
 		}
 		return id, enginedir.BitsCatalog{}, true, nil
 	case err != nil:
-		return 0, nil, false, wrapOpenErr(err)
+		return 0, nil, false, err
 	}
 	if id, err = enginedir.ParseEngineID(b); err != nil {
-		return 0, nil, false, fmt.Errorf("kvbuf: %s: %w", db.Dir(), err)
+		return 0, nil, false, kverr.Errorf("%s: %w", db.Dir(), err)
 	}
 	b, err = db.store.GetMeta(enginedir.BitsCatalogMeta)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return id, enginedir.BitsCatalog{}, false, nil
 	case err != nil:
-		return 0, nil, false, wrapOpenErr(err)
+		return 0, nil, false, err
 	}
 	if cat, err = enginedir.ParseBitsCatalog(b); err != nil {
-		return 0, nil, false, fmt.Errorf("kvbuf: %s: %w", db.Dir(), err)
+		return 0, nil, false, kverr.Errorf("%s: %w", db.Dir(), err)
 	}
 	return id, cat, false, nil
 }
@@ -196,7 +196,7 @@ func (db *DB) putIdentity(id uint64, cat enginedir.BitsCatalog) error {
 		err = db.store.Flush()
 	}
 	if err != nil {
-		return fmt.Errorf("kvbuf: %s: record the engine id and bitslice catalog: %w", db.Dir(), wrapOpenErr(err))
+		return kverr.Errorf("%s: record the engine id and bitslice catalog: %w", db.Dir(), err)
 	}
 	return nil
 }
@@ -212,7 +212,7 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 		if err == nil {
 			if serr := db.dir.SyncBitsDir(); serr != nil {
 				_ = f.Close()
-				err = fmt.Errorf("kvbuf: bitslice %q: %w", name, serr)
+				err = kverr.Errorf("bitslice %q: %w", name, serr)
 			}
 		}
 		if errors.Is(err, fs.ErrExist) {
@@ -221,15 +221,15 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 			// the engine's back.
 			if f, err = bitslice.Open(path); err == nil {
 				_ = f.Close()
-				err = fmt.Errorf("kvbuf: bitslice %q: %s appeared while the engine was open (reopen the engine to check it): %w", name, path, ErrCorrupt)
+				err = kverr.Errorf("bitslice %q: %s appeared while the engine was open (reopen the engine to check it): %w", name, path, ErrCorruptDir)
 			}
-			return nil, wrapOpenErr(err)
+			return nil, err
 		}
 	} else {
 		f, err = bitslice.Open(path)
 	}
 	if err != nil {
-		return nil, wrapOpenErr(err)
+		return nil, err
 	}
 	ov, err := buffer.NewBits(f, &db.acct, db.bopts)
 	if err != nil {
@@ -249,7 +249,7 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 func (b *Bits) Name() string { return b.name }
 
 func (b *Bits) wrap(err error) error {
-	return fmt.Errorf("kvbuf: bitslice %q: %w", b.name, err)
+	return kverr.Errorf("bitslice %q: %w", b.name, err)
 }
 
 // Set sets bit i to v, as a write of op (see "Ops and the watermark"; 0 if
@@ -257,22 +257,7 @@ func (b *Bits) wrap(err error) error {
 // pending memory is over its bound. Errors: ErrOutOfRange (i at or past
 // Options.MaxBits), ErrStaleOp, ErrClosed, ctx.Err().
 func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
-	if err := b.ov.CheckSet(i); err != nil {
-		return b.wrap(err)
-	}
-	t, err := b.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = b.ov.Set(i, v)
-	t.End()
-	if err != nil {
-		return b.wrap(err)
-	}
-	return nil
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckSet(i), func() error { return b.ov.Set(i, v) })
 }
 
 // SetRange sets every bit i with lo <= i < hi to v, as one write of op. A
@@ -280,22 +265,7 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 // a pointer per run. Errors: ErrBadRange (lo > hi), ErrOutOfRange (hi past
 // Options.MaxBits), and as Set.
 func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) error {
-	if err := b.ov.CheckRange(lo, hi); err != nil {
-		return b.wrap(err)
-	}
-	t, err := b.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = b.ov.SetRange(lo, hi, v)
-	t.End()
-	if err != nil {
-		return b.wrap(err)
-	}
-	return nil
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckRange(lo, hi), func() error { return b.ov.SetRange(lo, hi, v) })
 }
 
 // Get returns bit i: the pending value if there is one, else the stored
@@ -316,7 +286,7 @@ func (b *Bits) Get(i uint64) (v bool, err error) {
 // It allocates nothing. It returns ErrClosed once Close has begun.
 func (b *Bits) GetMany(idx []uint64, out []bool) error {
 	if len(out) < len(idx) {
-		return b.wrap(fmt.Errorf("GetMany: %d indexes but room for %d: %w", len(idx), len(out), ErrBadRange))
+		return b.wrap(kverr.Errorf("GetMany: %d indexes but room for %d: %w", len(idx), len(out), ErrBadRange))
 	}
 	b.ov.GetMany(idx, out)
 	return b.db.closed()

@@ -3,7 +3,6 @@ package kvbuf
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -60,11 +60,11 @@ func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
 	}
 	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: db.opts.storeFS})
 	if err != nil {
-		return 0, fmt.Errorf("kvbuf: checkpoint to %s: %w", dir, err)
+		return 0, kverr.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	if !d.Fresh() {
 		_ = d.Close()
-		return 0, fmt.Errorf("kvbuf: checkpoint to %s: it is an engine directory already: %w", dir, fs.ErrExist)
+		return 0, kverr.Errorf("checkpoint to %s: it is an engine directory already: %w", dir, fs.ErrExist)
 	}
 	wm, err := db.checkpointInto(ctx, d)
 	if err == nil {
@@ -81,7 +81,7 @@ func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
 		} else {
 			removeContents(dir)
 		}
-		return 0, fmt.Errorf("kvbuf: checkpoint to %s: %w", dir, err)
+		return 0, kverr.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	return wm, nil
 }
@@ -116,7 +116,7 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 				return err
 			}
 			if err := copyFile(b.file.Path(), d.BitsPath(b.name)); err != nil {
-				return fmt.Errorf("bitslice %q: %w", b.name, err)
+				return kverr.Errorf("bitslice %q: %w", b.name, err)
 			}
 		}
 		return db.store.Checkpoint(d.StorePath())

@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io/fs"
 	"slices"
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -127,8 +126,10 @@ type targetSet struct {
 //
 // Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
 // non-empty directory kvbuf did not create (nothing is written to it);
-// ErrCorrupt for damaged files; ErrBadOptions. On error every file Open
-// opened is closed again.
+// ErrCorrupt for damaged files, through one of its finer kinds
+// (ErrCorruptDir for the manifest, catalogs or layout, ErrCorruptBits for a
+// bitslice file, ErrCorruptBlock for what the pebble store reports);
+// ErrBadOptions. On error every file Open opened is closed again.
 func Open(dir string, opts *Options) (*DB, error) {
 	o := opts.EnsureDefaults()
 	if err := o.Validate(); err != nil {
@@ -157,17 +158,16 @@ func Open(dir string, opts *Options) (*DB, error) {
 
 func (db *DB) open() error {
 	fresh := db.dir.Fresh()
-	st, err := storage.Open(db.dir.StorePath(), &storage.Options{
-		CacheSize:        db.opts.CacheSize,
-		FS:               db.opts.storeFS,
-		ErrorIfNotExists: !fresh, // a ready manifest without a store means lost data
-	})
+	so := db.opts.storageOptions()
+	so.FS = db.opts.storeFS
+	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
+	st, err := storage.Open(db.dir.StorePath(), so)
 	if !fresh && errors.Is(err, fs.ErrNotExist) {
 		// A ready manifest is written only once the store is durable.
-		return fmt.Errorf("kvbuf: %s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorrupt, err)
+		return kverr.Errorf("%s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorruptDir, err)
 	}
 	if err != nil {
-		return wrapOpenErr(err)
+		return err
 	}
 	db.store = st
 	if err := db.loadCatalog(); err != nil {
@@ -188,14 +188,14 @@ func (db *DB) open() error {
 	}
 	wm, err := st.Watermark()
 	if err != nil {
-		return wrapOpenErr(err)
+		return err
 	}
 	highest, err := db.loadHighestOp()
 	if err != nil {
 		return err
 	}
-	db.flusher = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
-	return nil
+	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
+	return err
 }
 
 // loadHighestOp reads the highest op seen as of the latest flush (0 if the
@@ -206,9 +206,9 @@ func (db *DB) loadHighestOp() (uint64, error) {
 	case errors.Is(err, storage.ErrNotFound):
 		return 0, nil
 	case err != nil:
-		return 0, wrapOpenErr(err)
+		return 0, err
 	case len(b) != 8:
-		return 0, fmt.Errorf("kvbuf: %s: highest op record of %d bytes: %w", db.Dir(), len(b), ErrCorrupt)
+		return 0, kverr.Errorf("%s: highest op record of %d bytes: %w", db.Dir(), len(b), ErrCorruptBlock)
 	}
 	return binary.BigEndian.Uint64(b), nil
 }
@@ -221,11 +221,11 @@ func (db *DB) loadCatalog() error {
 		db.catalog = enginedir.NewCatalog()
 		return nil
 	case err != nil:
-		return wrapOpenErr(err)
+		return err
 	}
 	c, err := enginedir.ParseCatalog(b)
 	if err != nil {
-		return fmt.Errorf("kvbuf: %s: keyspace catalog: %w", db.dir.Path(), err)
+		return kverr.Errorf("%s: keyspace catalog: %w", db.dir.Path(), err)
 	}
 	db.catalog = c
 	if len(c.Dropped) > 0 {
@@ -239,20 +239,6 @@ func (db *DB) loadCatalog() error {
 		}
 	}
 	return nil
-}
-
-// wrapOpenErr adds ErrCorrupt and ErrLocked to the lower packages' errors so
-// that callers need only the kvbuf sentinels.
-func wrapOpenErr(err error) error {
-	switch {
-	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrLocked):
-		return err
-	case errors.Is(err, storage.ErrCorrupt), errors.Is(err, bitslice.ErrCorrupt):
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
-	case errors.Is(err, storage.ErrLocked), errors.Is(err, bitslice.ErrLocked):
-		return fmt.Errorf("%w: %w", ErrLocked, err)
-	}
-	return err
 }
 
 // closeFiles releases whatever Open acquired, for a failed Open.
@@ -301,7 +287,7 @@ func (db *DB) FlushMemtables(ctx context.Context) error {
 	}
 	defer t.End()
 	if err := db.store.Flush(); err != nil {
-		return fmt.Errorf("kvbuf: flush memtables of %s: %w", db.Dir(), err)
+		return kverr.Errorf("flush memtables of %s: %w", db.Dir(), err)
 	}
 	return nil
 }
@@ -357,15 +343,15 @@ func (db *DB) Close() error {
 		db.mu.Lock()
 		for _, b := range db.bits {
 			if cerr := b.file.Close(); err == nil && cerr != nil {
-				err = fmt.Errorf("kvbuf: close bitslice %q: %w", b.name, cerr)
+				err = kverr.Errorf("close bitslice %q: %w", b.name, cerr)
 			}
 		}
 		db.mu.Unlock()
 		if cerr := db.store.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("kvbuf: close store: %w", cerr)
+			err = kverr.Errorf("close store: %w", cerr)
 		}
 		if cerr := db.dir.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("kvbuf: close %s: %w", db.Dir(), cerr)
+			err = kverr.Errorf("close %s: %w", db.Dir(), cerr)
 		}
 		db.closeErr = err
 	})

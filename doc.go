@@ -29,13 +29,14 @@
 //     a final flush and closes storage; no goroutine outlives it.
 //  6. Bad input is an error, never a crash: corrupt files, bad indexes and
 //     names, oversize keys and locked directories return typed errors that
-//     work with errors.Is.
+//     work with errors.Is, whose text starts with "kvbuf: " once and names
+//     the keyspace, bitslice or path involved (see the Errors in errors.go).
 //  7. Nothing silently lost: every bitslice is recorded in the engine's
 //     catalog with the engine's id, its length and the generation of its
 //     last flush, so that a missing, older or foreign bitslice file fails
-//     Open with ErrCorrupt; only DB.Bits creates a bitslice. A directory
-//     with the engine's store/ and bits/ but a damaged or missing manifest
-//     is ErrCorrupt too, not ErrNotEngine.
+//     Open with ErrCorruptDir (which matches ErrCorrupt); only DB.Bits
+//     creates a bitslice. A directory with the engine's store/ and bits/ but
+//     a damaged or missing manifest is ErrCorruptDir too, not ErrNotEngine.
 //
 // # Ops and the watermark
 //

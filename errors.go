@@ -3,90 +3,170 @@ package kvbuf
 import (
 	"errors"
 
-	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/flush"
-	"github.com/kvbuf/kvbuf/internal/enginedir"
-	"github.com/kvbuf/kvbuf/storage"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// Errors. Each is a sentinel to test with errors.Is; the errors the engine
-// returns wrap them with the keyspace, bitslice, key or path involved. Errors
-// from lower packages that mean the same thing match both (for example a
-// corrupt bitslice header matches ErrCorrupt and bitslice.ErrCorrupt).
+// Errors. Each is a sentinel to test with errors.Is. The engine's packages
+// (buffer, flush, storage, bitslice) share these values, so an error from
+// any layer matches the engine's name for it (storage.ErrNotFound is
+// ErrNotFound) and the engine passes lower errors on without translating
+// them, adding only context.
+//
+// # Texts
+//
+// Every error text starts with "kvbuf: " exactly once, then the context,
+// from the outermost in (the keyspace or bitslice, the path, the op, the
+// key), then the sentinel's own text without the prefix:
+//
+//	kvbuf: keyspace "users": empty key
+//	kvbuf: keyspace "users": key of 300 bytes (max 256): key too large
+//	kvbuf: open /data/e1: locked by another engine
+//
+// A sentinel returned as it is reads "kvbuf: closed". ErrNotFound (from
+// the Get family) and ErrClosed are returned as they are, without
+// context, so that a miss costs no allocation and a closed engine reads
+// the same from every call; errors.Is is still the way to test them.
+// Errors of the context (ctx.Err()) are returned as they are too.
+//
+// # Corruption
+//
+// ErrCorrupt matches every corruption; three finer sentinels say what is
+// damaged, and the text names it: ErrCorruptBlock (data the pebble store
+// reports as corrupt while reading or opening), ErrCorruptDir (the engine
+// directory's own files: manifest, catalogs, layout) and ErrCorruptBits (a
+// bitslice file). ErrBadStream (Install) matches ErrCorrupt too. A path
+// that is not an engine directory at all is ErrNotEngine, which is not
+// corruption.
 var (
 	// ErrClosed is returned by every write, flush and snapshot that starts
 	// after Close has begun, and by reads that finish after it began.
-	ErrClosed = flush.ErrClosed
+	// Text: "kvbuf: closed".
+	ErrClosed = kverr.ErrClosed
 
 	// ErrNotFound is returned by KV.Get for a key that is absent or deleted.
-	ErrNotFound = storage.ErrNotFound
+	// Text: "kvbuf: not found".
+	ErrNotFound = kverr.ErrNotFound
 
 	// ErrLocked is returned by Open when another engine (in this process or
-	// another one) has the directory open.
-	ErrLocked = enginedir.ErrLocked
+	// another one) has the directory open. Text: "kvbuf: locked by another
+	// engine".
+	ErrLocked = kverr.ErrLocked
 
-	// ErrCorrupt marks on-disk corruption found by Open or while reading: a
-	// damaged manifest, catalog, bitslice file or pebble store.
-	ErrCorrupt = enginedir.ErrCorrupt
+	// ErrCorrupt is matched by every error that reports on-disk (or
+	// in-stream) corruption: ErrCorruptBlock, ErrCorruptDir,
+	// ErrCorruptBits and ErrBadStream. It is never returned alone; its own
+	// text is "kvbuf: corruption".
+	ErrCorrupt = kverr.ErrCorrupt
+
+	// ErrCorruptBlock is wrapped by the errors of Open and of reads (Get,
+	// iterators, snapshots) when the pebble store reports corruption (a
+	// block or record failing its checksum or format check), and when a
+	// value the engine keeps in the store (the watermark, the highest op)
+	// does not parse. Restore from a checkpoint. Text: "kvbuf: corrupt
+	// store block".
+	ErrCorruptBlock = kverr.ErrCorruptBlock
+
+	// ErrCorruptDir is wrapped by Open's error for a damaged engine
+	// directory: a damaged or newer manifest, a ready manifest without its
+	// store or bits directory, a malformed keyspace or bitslice catalog, a
+	// bitslice the catalog records but whose file is missing or belongs to
+	// another engine. Text: "kvbuf: corrupt engine directory".
+	ErrCorruptDir = kverr.ErrCorruptDir
+
+	// ErrCorruptBits is wrapped by Open's (and DB.Bits') error for a
+	// bitslice file that is not a valid bitslice: bad magic or version,
+	// bad checksums in both header slots, truncated, absurd sizes. Text:
+	// "kvbuf: corrupt bitslice file".
+	ErrCorruptBits = kverr.ErrCorruptBits
 
 	// ErrNotEngine is returned by Open for a path that is not a kvbuf engine
 	// directory and not empty, so the engine never writes into foreign data.
-	ErrNotEngine = enginedir.ErrNotEngine
+	// Text: "kvbuf: not a kvbuf directory".
+	ErrNotEngine = kverr.ErrNotEngine
 
 	// ErrBadName is returned by DB.KV, DB.Bits and DB.DropKV for a name that
 	// is empty, longer than 128 bytes, "." or "..", or has a byte outside
-	// [A-Za-z0-9._-].
-	ErrBadName = enginedir.ErrBadName
+	// [A-Za-z0-9._-]. Text: "kvbuf: bad keyspace or bitslice name".
+	ErrBadName = kverr.ErrBadName
 
 	// ErrBadOptions is returned by Open (and Options.Validate) for an option
-	// out of range.
-	ErrBadOptions = buffer.ErrBadOptions
+	// out of range. Text: "kvbuf: bad options".
+	ErrBadOptions = kverr.ErrBadOptions
 
 	// ErrOutOfRange is returned for a bit index at or past the bitslice's
-	// maximum length (Options.MaxBits).
-	ErrOutOfRange = bitslice.ErrOutOfRange
+	// maximum length (Options.MaxBits). Text: "kvbuf: bit index out of
+	// range".
+	ErrOutOfRange = kverr.ErrOutOfRange
 
 	// ErrKeyTooLarge, ErrValueTooLarge and ErrEmptyKey reject bad keys and
-	// values before anything is written.
-	ErrKeyTooLarge   = buffer.ErrKeyTooLarge
-	ErrValueTooLarge = buffer.ErrValueTooLarge
-	ErrEmptyKey      = buffer.ErrEmptyKey
+	// values before anything is written. Texts: "kvbuf: key too large",
+	// "kvbuf: value too large", "kvbuf: empty key".
+	ErrKeyTooLarge   = kverr.ErrKeyTooLarge
+	ErrValueTooLarge = kverr.ErrValueTooLarge
+	ErrEmptyKey      = kverr.ErrEmptyKey
 
 	// ErrBadRange is returned for a range whose lower bound is above its
-	// upper bound (KV.DeleteRange, KV.NewIter, Bits.SetRange).
-	ErrBadRange = buffer.ErrBadRange
+	// upper bound (KV.DeleteRange, KV.NewIter, Bits.SetRange), and for a
+	// GetMany whose output is shorter than its input. Text: "kvbuf: lower
+	// bound above upper bound".
+	ErrBadRange = kverr.ErrBadRange
 
 	// ErrStaleOp is returned by a write whose op number is above the
 	// persisted watermark but at or below an op the engine has already
 	// declared complete (see "Ops and the watermark"): writing it would
 	// make the watermark lie. It is a host bug. (A write of an op at or
 	// below the persisted watermark is a redelivered op: skipped, nil.)
-	ErrStaleOp = flush.ErrStaleOp
+	// Text: "kvbuf: op already claimed by the watermark".
+	ErrStaleOp = kverr.ErrStaleOp
 
 	// ErrBadOp is returned for an op number the host cannot mean: EndOp of
 	// an op above every op the engine has seen (a typo that would tell the
 	// host to skip replaying ops it never applied), BeginOp of an op at or
 	// below one already begun (ops are begun in log order), an op above
-	// MaxOp. Nothing is changed.
-	ErrBadOp = flush.ErrBadOp
+	// MaxOp. Nothing is changed. Text: "kvbuf: bad op number".
+	ErrBadOp = kverr.ErrBadOp
 
 	// ErrDropped is returned by operations on a keyspace handle after
-	// DB.DropKV dropped it.
-	ErrDropped = buffer.ErrDropped
+	// DB.DropKV dropped it. Text: "kvbuf: keyspace dropped".
+	ErrDropped = kverr.ErrDropped
 
 	// ErrSyncFailed is wrapped by the error of every flush after a write or
 	// sync of the store's write-ahead log failed: pebble cannot write its
 	// log again, so the engine keeps serving reads and refuses to make
 	// anything more durable. Close, then reopen (after fixing the disk) to
-	// recover; nothing acknowledged is lost.
-	ErrSyncFailed = storage.ErrSyncFailed
+	// recover; nothing acknowledged is lost. Text: "kvbuf: write-ahead log
+	// write or sync failed".
+	ErrSyncFailed = kverr.ErrSyncFailed
 
 	// ErrPanicked is wrapped by the error a Flush returns when the flush it
-	// waited for panicked (a bug); see flush.PanicError.
-	ErrPanicked = flush.ErrPanicked
+	// waited for panicked (a bug); see flush.PanicError. Text: "kvbuf:
+	// flush panicked".
+	ErrPanicked = kverr.ErrPanicked
 
 	// ErrForeign is returned for a keyspace or bitslice handle that belongs
 	// to another engine (in a Batch, or a handle kept across a reopen).
-	ErrForeign = errors.New("kvbuf: handle of another engine")
+	// Text: "kvbuf: handle of another engine".
+	ErrForeign = kverr.ErrForeign
+
+	// ErrBadStream is wrapped, with ErrCorrupt, by Install's errors for a
+	// stream that is not a valid snapshot stream: a bad magic, checksum,
+	// record or order, a stream cut short (also io.ErrUnexpectedEOF),
+	// trailing bytes, counts or a digest that do not match the content.
+	// Text: "kvbuf: bad snapshot stream".
+	ErrBadStream = kverr.ErrBadStream
 )
+
+// mapErr is the engine's one translation of an error from a lower layer
+// (buffer, storage, bitslice) into what a caller sees: nil and ErrNotFound
+// as they are, ErrClosed bare whichever layer reported it, anything else
+// with the context: kind ("keyspace", "snapshot of keyspace", ...) and name.
+// The layers share the sentinels, so nothing else needs mapping.
+func mapErr(err error, kind, name string) error {
+	switch {
+	case err == nil, err == ErrNotFound:
+		return err
+	case errors.Is(err, ErrClosed):
+		return ErrClosed
+	}
+	return kverr.Errorf("%s %q: %w", kind, name, err)
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	mbits "math/bits"
@@ -15,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvbuf/kvbuf/internal/digest"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Snapshot streams: Snapshot.Export writes one, Install reads one into a new
@@ -116,7 +116,7 @@ func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, e
 	fw.buf = binary.LittleEndian.AppendUint32(fw.buf, streamVersion)
 	fw.buf = binary.LittleEndian.AppendUint64(fw.buf, op)
 	if err := fw.frame(); err != nil {
-		return fw.n, fmt.Errorf("kvbuf: export: %w", err)
+		return fw.n, kverr.Errorf("export: %w", err)
 	}
 	if err := s.exportKVs(ctx, fw, d); err != nil {
 		return fw.n, err
@@ -126,12 +126,12 @@ func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, e
 	}
 	if len(fw.buf) > 0 {
 		if err := fw.frame(); err != nil {
-			return fw.n, fmt.Errorf("kvbuf: export: %w", err)
+			return fw.n, kverr.Errorf("export: %w", err)
 		}
 	}
 	sum, err := d.Sum()
 	if err != nil {
-		return fw.n, fmt.Errorf("kvbuf: export: %w", err) // a bug: the snapshot read out of order
+		return fw.n, kverr.Errorf("export: %w", err) // a bug: the snapshot read out of order
 	}
 	fw.buf = append(fw.buf, recTrailer)
 	ks, pairs, bs, ones := d.Counts()
@@ -140,7 +140,7 @@ func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, e
 	}
 	fw.buf = append(fw.buf, sum[:]...)
 	if err := fw.frame(); err != nil {
-		return fw.n, fmt.Errorf("kvbuf: export: %w", err)
+		return fw.n, kverr.Errorf("export: %w", err)
 	}
 	return fw.n, nil
 }
@@ -178,7 +178,7 @@ func (s *Snapshot) eachKV(ctx context.Context, d *digest.Hasher, ks func(string)
 		d.Keyspace(name)
 		if ks != nil {
 			if err := ks(name); err != nil {
-				return fmt.Errorf("kvbuf: export: %w", err)
+				return kverr.Errorf("export: %w", err)
 			}
 		}
 		r, err := s.KV(name)
@@ -195,7 +195,7 @@ func (s *Snapshot) eachKV(ctx context.Context, d *digest.Hasher, ks func(string)
 			if pair != nil {
 				if err := pair(it.Key(), it.Value()); err != nil {
 					_ = it.Close()
-					return fmt.Errorf("kvbuf: export keyspace %q: %w", name, err)
+					return kverr.Errorf("export keyspace %q: %w", name, err)
 				}
 			}
 			if n++; n%1024 == 0 {
@@ -263,7 +263,7 @@ func (s *Snapshot) eachBits(ctx context.Context, d *digest.Hasher, bs func(name 
 		d.Bitslice(name)
 		if bs != nil {
 			if err := bs(name, n); err != nil {
-				return fmt.Errorf("kvbuf: export: %w", err)
+				return kverr.Errorf("export: %w", err)
 			}
 		}
 		var cur, bits uint64
@@ -282,7 +282,7 @@ func (s *Snapshot) eachBits(ctx context.Context, d *digest.Hasher, bs func(name 
 		for i := range r.Ones(0) {
 			if w := i / 64; !have || w != cur {
 				if err := emit(); err != nil {
-					return fmt.Errorf("kvbuf: export bitslice %q: %w", name, err)
+					return kverr.Errorf("export bitslice %q: %w", name, err)
 				}
 				have, cur, bits = true, w, 0
 			}
@@ -297,11 +297,11 @@ func (s *Snapshot) eachBits(ctx context.Context, d *digest.Hasher, bs func(name 
 			return err // Ones ends early, without an error, on close
 		}
 		if err := emit(); err != nil {
-			return fmt.Errorf("kvbuf: export bitslice %q: %w", name, err)
+			return kverr.Errorf("export bitslice %q: %w", name, err)
 		}
 		if end != nil {
 			if err := end(); err != nil {
-				return fmt.Errorf("kvbuf: export bitslice %q: %w", name, err)
+				return kverr.Errorf("export bitslice %q: %w", name, err)
 			}
 		}
 	}
@@ -327,20 +327,14 @@ func (s *Snapshot) Digest(ctx context.Context) (string, error) {
 	}
 	sum, err := d.Sum()
 	if err != nil {
-		return "", fmt.Errorf("kvbuf: digest: %w", err)
+		return "", kverr.Errorf("digest: %w", err)
 	}
 	return sum.String(), nil
 }
 
-// ErrBadStream is wrapped, together with ErrCorrupt, by Install's errors
-// for a stream that is not a valid snapshot stream: a bad magic, checksum,
-// record or order, a stream cut short (also io.ErrUnexpectedEOF), trailing
-// bytes, counts or a digest that do not match the content.
-var ErrBadStream = errors.New("kvbuf: bad snapshot stream")
-
 // badStream returns an error matching ErrBadStream and ErrCorrupt.
 func badStream(format string, args ...any) error {
-	return fmt.Errorf("%w (%w): "+format, append([]any{ErrBadStream, ErrCorrupt}, args...)...)
+	return kverr.Errorf("%w: "+format, append([]any{ErrBadStream}, args...)...)
 }
 
 // Install creates a new engine in dir from a stream written by
@@ -370,11 +364,11 @@ func Install(ctx context.Context, dir string, r io.Reader, opts *Options) (op ui
 	db, err := Open(dir, opts)
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
+		return 0, kverr.Errorf("install into %s: %w", dir, err)
 	}
 	defer func() {
 		if cerr := db.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("kvbuf: install into %s: %w", dir, cerr)
+			err = kverr.Errorf("install into %s: %w", dir, cerr)
 		}
 		if err != nil {
 			op = 0
@@ -385,18 +379,18 @@ func Install(ctx context.Context, dir string, r io.Reader, opts *Options) (op ui
 	in.maxFrame = db.opts.MaxKeySize + db.opts.MaxValueSize + 2*exportFrameSize
 	op, err = in.run(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
+		return 0, kverr.Errorf("install into %s: %w", dir, err)
 	}
 	// The stream's op, as an empty batch: it begins and ends the op, so the
 	// next flush claims it (the content's writes are of no op).
 	if err := db.Apply(ctx, db.NewBatch(), op); err != nil {
-		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
+		return 0, kverr.Errorf("install into %s: %w", dir, err)
 	}
 	if err := db.Flush(ctx); err != nil {
-		return 0, fmt.Errorf("kvbuf: install into %s: %w", dir, err)
+		return 0, kverr.Errorf("install into %s: %w", dir, err)
 	}
 	if wm := db.Watermark(); wm != op {
-		return 0, fmt.Errorf("kvbuf: install into %s: watermark %d after the flush, want the stream's op %d", dir, wm, op)
+		return 0, kverr.Errorf("install into %s: watermark %d after the flush, want the stream's op %d", dir, wm, op)
 	}
 	return op, nil
 }
@@ -408,9 +402,9 @@ func checkInstallDir(dir string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("kvbuf: install into %s: %w", dir, err)
+		return kverr.Errorf("install into %s: %w", dir, err)
 	case len(ents) > 0:
-		return fmt.Errorf("kvbuf: install into %s: not empty: %w", dir, fs.ErrExist)
+		return kverr.Errorf("install into %s: not empty: %w", dir, fs.ErrExist)
 	}
 	return nil
 }
@@ -505,9 +499,9 @@ func (in *installer) readFrame() ([]byte, error) {
 // truncated stream.
 func (in *installer) readErr(err error, what string) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %w", badStream("truncated in the %s of frame %d", what, in.frames), io.ErrUnexpectedEOF)
+		return kverr.Errorf("%w: %w", badStream("truncated in the %s of frame %d", what, in.frames), io.ErrUnexpectedEOF)
 	}
-	return fmt.Errorf("read frame %d: %w", in.frames, err)
+	return kverr.Errorf("read frame %d: %w", in.frames, err)
 }
 
 // uvarint decodes a uvarint from p.
@@ -721,7 +715,7 @@ func (in *installer) trailer(ctx context.Context, p []byte) error {
 		if err == nil {
 			return badStream("bytes after the trailer")
 		}
-		return fmt.Errorf("read after the trailer: %w", err)
+		return kverr.Errorf("read after the trailer: %w", err)
 	}
 	return nil
 }

@@ -323,17 +323,21 @@ func TestDigestContent(t *testing.T) {
 	if da, db := liveDigest(t, a), liveDigest(t, b); da != db {
 		t.Fatalf("same content, different digests %s %s", da, db)
 	}
-	for name, change := range map[string]func(){
-		"value":   func() { mustPut(t, kb, "x", "2", 10) },
-		"key":     func() { mustPut(t, kb, "y", "1", 11) },
-		"bit":     func() { mustSet(t, mustBits(t, b, "s"), 71, true, 12) },
-		"bitname": func() { mustBits(t, b, "t") },
-		"ksname":  func() { mustKV(t, b, "k2") },
+	// In op order (a map's random order made a later op stale).
+	for _, c := range []struct {
+		name   string
+		change func()
+	}{
+		{"value", func() { mustPut(t, kb, "x", "2", 10) }},
+		{"key", func() { mustPut(t, kb, "y", "1", 11) }},
+		{"bit", func() { mustSet(t, mustBits(t, b, "s"), 71, true, 12) }},
+		{"bitname", func() { mustBits(t, b, "t") }},
+		{"ksname", func() { mustKV(t, b, "k2") }},
 	} {
 		before := liveDigest(t, b)
-		change()
+		c.change()
 		if liveDigest(t, b) == before {
-			t.Fatalf("change %s kept the digest", name)
+			t.Fatalf("change %s kept the digest", c.name)
 		}
 	}
 	// Offline: the digest of a closed engine's files is its live digest.

@@ -1,10 +1,7 @@
 package kvbuf
 
 import (
-	"errors"
-
 	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Iter iterates over a keyspace in key order, forwards and backwards,
@@ -21,10 +18,10 @@ import (
 // Once the engine has closed, positioning calls return false, Valid is
 // false and Error (and Close) return an error matching ErrClosed.
 type Iter struct {
-	db  *DB
-	k   *KV
-	it  *buffer.Iter // nil: an empty keyspace (a snapshot's, that did not exist then)
-	err error
+	db   *DB
+	name string       // the keyspace's, for errors
+	it   *buffer.Iter // nil: an empty keyspace (a snapshot's, that did not exist then)
+	err  error
 }
 
 // step checks, after a positioning call, that the engine is still open.
@@ -44,15 +41,7 @@ func (it *Iter) step(ok bool) bool {
 	return ok
 }
 
-func (it *Iter) mapErr(err error) error {
-	switch {
-	case errors.Is(err, storage.ErrClosed):
-		return ErrClosed
-	case errors.Is(err, storage.ErrCorrupt):
-		return it.k.wrap(errors.Join(ErrCorrupt, err))
-	}
-	return it.k.wrap(err)
-}
+func (it *Iter) mapErr(err error) error { return mapErr(err, "keyspace", it.name) }
 
 // First moves to the first key and reports whether there is one.
 func (it *Iter) First() bool { return it.err == nil && it.it != nil && it.step(it.it.First()) }

@@ -2,11 +2,10 @@ package kvbuf
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -46,7 +45,7 @@ func (db *DB) KV(name string) (*KV, error) {
 		_, err = next.Encode() // refuse now what could not be written later
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kvbuf: create keyspace %q: %w", name, err)
+		return nil, kverr.Errorf("create keyspace %q: %w", name, err)
 	}
 	k, err := db.newKV(name, storage.KeyspaceID(id))
 	if err != nil {
@@ -102,9 +101,8 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 // Name returns the keyspace's name.
 func (k *KV) Name() string { return k.name }
 
-func (k *KV) wrap(err error) error {
-	return fmt.Errorf("kvbuf: keyspace %q: %w", k.name, err)
-}
+// wrap adds the keyspace to err (see "Texts" in errors.go).
+func (k *KV) wrap(err error) error { return kverr.Errorf("keyspace %q: %w", k.name, err) }
 
 // Put sets key to value (both copied), as a write of op (see "Ops and the
 // watermark"; 0 if the host does not track ops). It may wait for a flush to
@@ -113,43 +111,13 @@ func (k *KV) wrap(err error) error {
 // one). Errors: ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrStaleOp,
 // ErrDropped, ErrClosed.
 func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
-	if err := k.ov.CheckPut(key, value); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.Put(key, value)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckPut(key, value), func() error { return k.ov.Put(key, value) })
 }
 
 // Delete removes key, as a write of op. Deleting an absent key is not an
 // error. Errors as Put.
 func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
-	if err := k.ov.CheckKey(key); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.Delete(key)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckKey(key), func() error { return k.ov.Delete(key) })
 }
 
 // DeleteRange removes every key k with lower <= k < upper (nil = open on
@@ -158,27 +126,13 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 // in the store at the next flush. Errors: ErrBadRange (lower > upper), and
 // as Put.
 func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) error {
-	if err := buffer.CheckRange(lower, upper); err != nil {
-		return k.wrap(err)
-	}
-	t, err := k.db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil
-	}
-	err = k.ov.DeleteRange(lower, upper)
-	t.End()
-	if err != nil {
-		return k.wrap(err)
-	}
-	return nil
+	return k.db.write(ctx, op, "keyspace", k.name, buffer.CheckRange(lower, upper), func() error { return k.ov.DeleteRange(lower, upper) })
 }
 
 // Get returns a copy of key's value: the newest pending change, else the
 // stored value. Errors: ErrNotFound (absent or deleted), ErrEmptyKey,
-// ErrKeyTooLarge, ErrDropped, ErrClosed, and storage errors (ErrCorrupt).
+// ErrKeyTooLarge, ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock
+// for a block pebble finds damaged).
 func (k *KV) Get(key []byte) ([]byte, error) {
 	v, err := k.ov.Get(key)
 	return v, k.readErr(err)
@@ -209,8 +163,8 @@ func (k *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
 }
 
 // readErr turns a read's result into the engine's: ErrClosed once Close has
-// begun (whatever was read), ErrDropped for a dropped keyspace, the
-// sentinel ErrNotFound as is, anything else wrapped with the keyspace.
+// begun (whatever was read), ErrDropped for a dropped keyspace, else as
+// mapErr.
 func (k *KV) readErr(err error) error {
 	if cerr := k.db.closed(); cerr != nil {
 		return cerr
@@ -218,15 +172,7 @@ func (k *KV) readErr(err error) error {
 	if k.ov.Dropped() {
 		return k.wrap(ErrDropped)
 	}
-	switch {
-	case err == nil, err == ErrNotFound:
-		return err
-	case errors.Is(err, storage.ErrClosed):
-		return ErrClosed
-	case errors.Is(err, storage.ErrCorrupt):
-		return k.wrap(fmt.Errorf("%w: %w", ErrCorrupt, err))
-	}
-	return k.wrap(err)
+	return mapErr(err, "keyspace", k.name)
 }
 
 // IterOptions bounds an iterator. The zero value (or nil) iterates the whole
@@ -290,9 +236,5 @@ func (k *KV) NewIter(o *IterOptions) (*Iter, error) {
 		}
 		return nil, err
 	}
-	return &Iter{db: k.db, k: k, it: it}, nil
-}
-
-func isClosedErr(err error) bool {
-	return errors.Is(err, storage.ErrClosed) || errors.Is(err, ErrClosed)
+	return &Iter{db: k.db, name: k.name, it: it}, nil
 }

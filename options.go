@@ -1,7 +1,6 @@
 package kvbuf
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -31,7 +30,8 @@ type Options struct {
 	// PipelineDepth bounds the flush generations frozen but not yet durable:
 	// generation N+1 may freeze and be written while N's sync is in flight.
 	// Default: flush.DefaultPipelineDepth (4). 1 flushes one generation at a
-	// time.
+	// time; negative values and values above flush.MaxPipelineDepth (64)
+	// are ErrBadOptions.
 	PipelineDepth int
 
 	// GroupWait bounds how long a flush waits, when no sync is in flight,
@@ -55,7 +55,7 @@ type Options struct {
 	MaxBits uint64
 
 	// CacheSize is pebble's block cache in bytes. Default:
-	// storage.DefaultCacheSize (8 MiB).
+	// storage.DefaultCacheSize (8 MiB). Negative values are ErrBadOptions.
 	CacheSize int64
 
 	// PoolBytes bounds the memory of flushed tables kept for reuse by later
@@ -123,14 +123,22 @@ func (o *Options) EnsureDefaults() *Options {
 
 // Validate reports an error wrapping ErrBadOptions for a value out of range.
 func (o *Options) Validate() error {
+	// Each layer validates its own options, so a range is stated once,
+	// where the value is used; the root only adds what is its own.
 	r := o.EnsureDefaults()
-	switch {
-	case r.PipelineDepth < 1 || r.PipelineDepth > flush.MaxPipelineDepth:
-		return fmt.Errorf("%w: PipelineDepth %d (want 1..%d)", ErrBadOptions, r.PipelineDepth, flush.MaxPipelineDepth)
-	case r.CacheSize < 0:
-		return fmt.Errorf("%w: CacheSize %d", ErrBadOptions, r.CacheSize)
+	if err := r.bufferOptions().Validate(); err != nil {
+		return err
 	}
-	return r.bufferOptions().Validate()
+	if err := r.flushOptions(0, 0).Validate(); err != nil {
+		return err
+	}
+	return r.storageOptions().Validate()
+}
+
+// storageOptions are the store options the engine opens its store with
+// (the file system and the existence checks are set by open).
+func (o *Options) storageOptions() *storage.Options {
+	return &storage.Options{CacheSize: o.CacheSize}
 }
 
 func (o *Options) bufferOptions() *buffer.Options {

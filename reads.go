@@ -4,7 +4,7 @@ import "iter"
 
 // Has reports whether key is present (the newest pending change, else the
 // store) without copying its value. Errors: ErrEmptyKey, ErrKeyTooLarge,
-// ErrDropped, ErrClosed, and storage errors (ErrCorrupt).
+// ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock).
 func (k *KV) Has(key []byte) (bool, error) {
 	ok, err := k.ov.Has(key)
 	if err = k.readErr(err); err != nil {

@@ -2,13 +2,13 @@ package kvbuf
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -76,7 +76,7 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 		return nil, xerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kvbuf: snapshot: %w", err)
+		return nil, kverr.Errorf("snapshot: %w", err)
 	}
 	return s, nil
 }
@@ -149,13 +149,7 @@ func (r *SnapshotKV) err(err error) error {
 	if cerr := r.s.isClosed(); cerr != nil {
 		return cerr
 	}
-	switch {
-	case err == nil, err == ErrNotFound:
-		return err
-	case isClosedErr(err):
-		return ErrClosed
-	}
-	return fmt.Errorf("kvbuf: snapshot of keyspace %q: %w", r.name, err)
+	return mapErr(err, "snapshot of keyspace", r.name)
 }
 
 // Get is KV.Get as of the snapshot.
@@ -183,7 +177,7 @@ func (r *SnapshotKV) GetAppend(dst, key []byte) ([]byte, error) {
 func (r *SnapshotKV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
 	if r.ks == nil {
 		if len(vals) < len(keys) {
-			return buf, r.err(fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange))
+			return buf, r.err(kverr.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange))
 		}
 		for i, k := range keys {
 			if err := checkKey(k, r.s.db.opts.MaxKeySize, nil); err != nil {
@@ -208,7 +202,7 @@ func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
 		if err := r.err(nil); err != nil {
 			return nil, err
 		}
-		return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}}, nil
+		return &Iter{db: r.s.db, name: r.name}, nil
 	}
 	it, err := r.ks.NewIter(lower, upper)
 	if err = r.err(err); err != nil {
@@ -217,7 +211,7 @@ func (r *SnapshotKV) NewIter(o *IterOptions) (*Iter, error) {
 		}
 		return nil, err
 	}
-	return &Iter{db: r.s.db, k: &KV{db: r.s.db, name: r.name}, it: it}, nil
+	return &Iter{db: r.s.db, name: r.name, it: it}, nil
 }
 
 // checkKey is the key check of a keyspace that does not exist: ok is
@@ -227,7 +221,7 @@ func checkKey(key []byte, maxKey int, ok error) error {
 	case len(key) == 0:
 		return ErrEmptyKey
 	case len(key) > maxKey:
-		return fmt.Errorf("key of %d bytes (max %d): %w", len(key), maxKey, ErrKeyTooLarge)
+		return kverr.Errorf("key of %d bytes (max %d): %w", len(key), maxKey, ErrKeyTooLarge)
 	}
 	return ok
 }
@@ -257,7 +251,7 @@ func (r *SnapshotBits) Get(i uint64) (bool, error) {
 // GetMany is Bits.GetMany as of the snapshot.
 func (r *SnapshotBits) GetMany(idx []uint64, out []bool) error {
 	if len(out) < len(idx) {
-		return fmt.Errorf("kvbuf: snapshot of bitslice %q: GetMany: %d indexes but room for %d: %w", r.name, len(idx), len(out), ErrBadRange)
+		return kverr.Errorf("snapshot of bitslice %q: GetMany: %d indexes but room for %d: %w", r.name, len(idx), len(out), ErrBadRange)
 	}
 	if r.bs == nil {
 		clear(out[:len(idx)])

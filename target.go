@@ -9,6 +9,7 @@ import (
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -121,7 +122,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		// file's is never below the catalog's.
 		p.b.file.SetGen(wgen)
 		if err := p.gen.Write(ctx, wm); err != nil {
-			return nil, fmt.Errorf("kvbuf: flush bitslice %q: %w", p.b.name, err)
+			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
 		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
 	}
@@ -139,7 +140,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	}
 	for _, k := range gen.kvs {
 		if err := k.AddTo(ctx, batch); err != nil {
-			return nil, fmt.Errorf("kvbuf: flush keyspace %d: %w", k.Keyspace(), err)
+			return nil, kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
 		}
 	}
 	if gen.catalog != nil {
@@ -151,7 +152,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	batch.SetWatermark(wm)
 	c, err := gen.db.store.Commit(batch)
 	if err != nil {
-		return nil, fmt.Errorf("kvbuf: flush: commit: %w", err)
+		return nil, kverr.Errorf("flush: commit: %w", err)
 	}
 	return c.Wait, nil
 }

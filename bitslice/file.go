@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // minMapping is the smallest mapping reserved for the data area. Mappings
@@ -89,10 +90,10 @@ func Create(path string, nbits uint64) (*File, error) { return CreateOwned(path,
 // another engine is never taken for its own.
 func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	if nbits > MaxBits {
-		return nil, fmt.Errorf("bitslice: create %s: length %d bits: %w (maximum %d)", path, nbits, ErrOutOfRange, uint64(MaxBits))
+		return nil, kverr.Errorf("create %s: length %d bits: %w (maximum %d)", path, nbits, ErrOutOfRange, uint64(MaxBits))
 	}
 	if _, err := os.Lstat(path); err == nil {
-		return nil, fmt.Errorf("bitslice: create %s: %w", path, fs.ErrExist)
+		return nil, kverr.Errorf("create %s: %w", path, fs.ErrExist)
 	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -100,7 +101,7 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	}
 	tmp, err := os.CreateTemp(dir, "."+base+".creating-*")
 	if err != nil {
-		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+		return nil, kverr.Errorf("create %s: %w", path, err)
 	}
 	tmpName := tmp.Name()
 	linked := false
@@ -115,21 +116,21 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		// Untested: nobody else can hold a lock on a file just made under a
 		// random name; flock then fails only with ENOLCK or EINTR.
-		return nil, fmt.Errorf("bitslice: create %s: lock: %w", path, err)
+		return nil, kverr.Errorf("create %s: lock: %w", path, err)
 	}
 	size := dataSize(nbits)
 	if err := allocate(tmp, 0, size); err != nil {
-		return nil, fmt.Errorf("bitslice: create %s: allocate %d bytes: %w", path, size, err)
+		return nil, kverr.Errorf("create %s: allocate %d bytes: %w", path, size, err)
 	}
 	h := header{seq: 1, nbits: nbits, owner: owner, version: Version}
 	slot := encodeSlot(h)
 	if _, err := tmp.WriteAt(slot[:], int64(slotFor(h.seq))*slotStride); err != nil {
 		// Untested: the blocks are allocated, so only an I/O error.
-		return nil, fmt.Errorf("bitslice: create %s: write header: %w", path, err)
+		return nil, kverr.Errorf("create %s: write header: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		// Untested: fsync fails only on an I/O error.
-		return nil, fmt.Errorf("bitslice: create %s: sync: %w", path, err)
+		return nil, kverr.Errorf("create %s: sync: %w", path, err)
 	}
 	if err := fsutil.Publish(tmpName, path); err != nil {
 		// Untested here: path was absent at the Lstat above, so ErrExist
@@ -137,16 +138,16 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 		// TestPublishDoesNotReplace), and other errors need an I/O error or
 		// the directory changing meanwhile.
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("bitslice: create %s: %w", path, fs.ErrExist)
+			return nil, kverr.Errorf("create %s: %w", path, fs.ErrExist)
 		}
-		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+		return nil, kverr.Errorf("create %s: %w", path, err)
 	}
 	linked = true
 	if err := syncDir(dir); err != nil {
 		// Untested here: the directory held the temporary file a moment
 		// ago, so only an I/O error or its removal meanwhile (syncDir's
 		// open error has TestSyncDirMissing).
-		return nil, fmt.Errorf("bitslice: create %s: %w", path, err)
+		return nil, kverr.Errorf("create %s: %w", path, err)
 	}
 	f, err := newFile(path, tmp, parsed{header: h, slot: 0, valid: 1}, size)
 	if err != nil {
@@ -165,10 +166,10 @@ func Open(path string) (_ *File, err error) {
 	fd, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, unix.EISDIR) {
 		// O_RDWR fails on a directory before readHeader could say so.
-		return nil, fmt.Errorf("bitslice: %s: %w: is a directory", path, ErrCorrupt)
+		return nil, kverr.Errorf("%s: %w: is a directory", path, ErrCorrupt)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bitslice: %w", err) // a *PathError naming path
+		return nil, kverr.Errorf("%w", err) // a *PathError naming path
 	}
 	defer func() {
 		if err != nil {
@@ -177,19 +178,19 @@ func Open(path string) (_ *File, err error) {
 	}()
 	if err := unix.Flock(int(fd.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("bitslice: open %s: %w", path, ErrLocked)
+			return nil, kverr.Errorf("open %s: %w", path, ErrLocked)
 		}
 		// Untested: besides EWOULDBLOCK, flock fails only with ENOLCK or EINTR.
-		return nil, fmt.Errorf("bitslice: open %s: lock: %w", path, err)
+		return nil, kverr.Errorf("open %s: lock: %w", path, err)
 	}
 	p, size, err := readHeader(fd)
 	if err != nil {
-		return nil, fmt.Errorf("bitslice: %s: %w", path, err)
+		return nil, kverr.Errorf("%s: %w", path, err)
 	}
 	if err := fillHoles(fd, size); err != nil {
 		// Untested: needs a sparse file on a full disk (RLIMIT_FSIZE does
 		// not apply to fallocate with FALLOC_FL_KEEP_SIZE).
-		return nil, fmt.Errorf("bitslice: open %s: allocate: %w", path, err)
+		return nil, kverr.Errorf("open %s: allocate: %w", path, err)
 	}
 	return newFile(path, fd, p, size)
 }
@@ -202,17 +203,17 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 		return parsed{}, 0, err
 	}
 	if st.IsDir() {
-		return parsed{}, 0, fmt.Errorf("%w: is a directory", ErrCorrupt)
+		return parsed{}, 0, kverr.Errorf("%w: is a directory", ErrCorrupt)
 	}
 	if !st.Mode().IsRegular() {
-		return parsed{}, 0, fmt.Errorf("%w: not a regular file (%v)", ErrCorrupt, st.Mode().Type())
+		return parsed{}, 0, kverr.Errorf("%w: not a regular file (%v)", ErrCorrupt, st.Mode().Type())
 	}
 	size := st.Size()
 	buf := make([]byte, min(size, DataOffset))
 	if _, err := fd.ReadAt(buf, 0); err != nil {
 		// Untested: buf is no longer than the file just measured, so only an
 		// I/O error or a file shrinking meanwhile.
-		return parsed{}, 0, fmt.Errorf("read header: %w", err)
+		return parsed{}, 0, kverr.Errorf("read header: %w", err)
 	}
 	p, err := parseHeader(buf, size)
 	return p, size, err
@@ -223,14 +224,14 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		// Untested: only reachable on a big-endian host.
-		return nil, fmt.Errorf("bitslice: open %s: data words are little-endian and this host is not", path)
+		return nil, kverr.Errorf("open %s: data words are little-endian and this host is not", path)
 	}
 	f := &File{path: path, fd: fd, seq: p.seq, version: p.version, valid: p.valid, size: size, live: new(atomic.Int64)}
 	need := int64(words(p.nbits)) * 8
 	reg, err := f.mapRegion(need)
 	if err != nil {
 		// Untested: see mapRegion.
-		return nil, fmt.Errorf("bitslice: open %s: %w", path, err)
+		return nil, kverr.Errorf("open %s: %w", path, err)
 	}
 	f.reg = reg
 	f.regions = []*region{reg}
@@ -276,7 +277,7 @@ func (f *File) mapRegion(need int64) (*region, error) {
 		// Untested: the descriptor is a locked, validated regular file open
 		// read-write, so mmap fails only for want of memory or address space
 		// (ENOMEM) or on a file system that cannot map files.
-		return nil, fmt.Errorf("mmap %d bytes: %w", n, err)
+		return nil, kverr.Errorf("mmap %d bytes: %w", n, err)
 	}
 	r := &region{m: m, full: unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), len(m)/8)}
 	live := f.live
@@ -359,7 +360,7 @@ func (f *File) Set(i uint64, v bool) error {
 		return f.errClosed()
 	}
 	if i >= vw.nbits {
-		return fmt.Errorf("bitslice: %s: set bit %d: %w (length %d)", f.path, i, ErrOutOfRange, vw.nbits)
+		return kverr.Errorf("%s: set bit %d: %w (length %d)", f.path, i, ErrOutOfRange, vw.nbits)
 	}
 	bit := uint64(1) << (i & 63)
 	if v {
@@ -386,14 +387,14 @@ func (f *File) ApplyWords(changes []WordChange) error {
 	n := uint64(len(vw.words))
 	for k, c := range changes {
 		if c.Word >= n {
-			return fmt.Errorf("bitslice: %s: apply word change %d: word %d: %w (%d words)", f.path, k, c.Word, ErrOutOfRange, n)
+			return kverr.Errorf("%s: apply word change %d: word %d: %w (%d words)", f.path, k, c.Word, ErrOutOfRange, n)
 		}
 		if c.Mask&^tailMask(vw.nbits, c.Word) != 0 {
-			return fmt.Errorf("bitslice: %s: apply word change %d: mask %#x selects bits past length %d: %w",
+			return kverr.Errorf("%s: apply word change %d: mask %#x selects bits past length %d: %w",
 				f.path, k, c.Mask, vw.nbits, ErrOutOfRange)
 		}
 		if k > 0 && c.Word < changes[k-1].Word {
-			return fmt.Errorf("bitslice: %s: apply word change %d: word %d after word %d: %w: changes not sorted by word",
+			return kverr.Errorf("%s: apply word change %d: word %d after word %d: %w: changes not sorted by word",
 				f.path, k, c.Word, changes[k-1].Word, ErrOutOfRange)
 		}
 	}
@@ -449,7 +450,7 @@ func (f *File) Grow(nbits uint64) error {
 		return nil
 	}
 	if nbits > MaxBits {
-		return fmt.Errorf("bitslice: %s: grow to %d bits: %w (maximum %d)", f.path, nbits, ErrOutOfRange, uint64(MaxBits))
+		return kverr.Errorf("%s: grow to %d bits: %w (maximum %d)", f.path, nbits, ErrOutOfRange, uint64(MaxBits))
 	}
 	need := dataSize(nbits)
 	if need > f.size {
@@ -458,11 +459,11 @@ func (f *File) Grow(nbits uint64) error {
 			err = allocate(f.fd, f.size, need-f.size)
 		}
 		if err != nil {
-			return fmt.Errorf("bitslice: %s: grow to %d bits: allocate: %w", f.path, nbits, err)
+			return kverr.Errorf("%s: grow to %d bits: allocate: %w", f.path, nbits, err)
 		}
 		if err := f.fd.Sync(); err != nil {
 			// Untested: fsync fails only on an I/O error.
-			return fmt.Errorf("bitslice: %s: grow to %d bits: sync: %w", f.path, nbits, err)
+			return kverr.Errorf("%s: grow to %d bits: sync: %w", f.path, nbits, err)
 		}
 		f.size = need
 	}
@@ -471,7 +472,7 @@ func (f *File) Grow(nbits uint64) error {
 		r, err := f.mapRegion(need - DataOffset)
 		if err != nil {
 			// Untested: see mapRegion.
-			return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
+			return kverr.Errorf("%s: grow to %d bits: %w", f.path, nbits, err)
 		}
 		f.regions = append(f.regions, r)
 		reg = r
@@ -493,17 +494,17 @@ func (f *File) Grow(nbits uint64) error {
 		// Untested: msync of a mapped, allocated range fails only on an I/O
 		// error. The failpoint just below fails Grow at the next step
 		// (TestFaultGrow, -tags kvbuf_failpoints).
-		return fmt.Errorf("bitslice: %s: grow to %d bits: msync: %w", f.path, nbits, err)
+		return kverr.Errorf("%s: grow to %d bits: msync: %w", f.path, nbits, err)
 	}
 	if err := failpoint.Hit(failpoint.BitsliceGrowHeader); err != nil {
 		// Tested by TestFaultGrow under -tags kvbuf_failpoints.
-		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
+		return kverr.Errorf("%s: grow to %d bits: %w", f.path, nbits, err)
 	}
 	h := header{seq: f.seq + 1, nbits: nbits, watermark: f.persisted.Load(), owner: f.owner.Load(), gen: f.gen.Load()}
 	if err := f.writeHeader(h); err != nil {
 		// Untested: see writeHeader; the failpoint above covers a failure
 		// at this step (TestFaultGrow, -tags kvbuf_failpoints).
-		return fmt.Errorf("bitslice: %s: grow to %d bits: %w", f.path, nbits, err)
+		return kverr.Errorf("%s: grow to %d bits: %w", f.path, nbits, err)
 	}
 	f.seq, f.valid, f.version = h.seq, 2, Version
 	f.reg = reg
@@ -530,10 +531,10 @@ func (f *File) writeHeader(h header) error {
 	// Untested errors: the header page always exists and is allocated, so
 	// the write and the fdatasync fail only on an I/O error.
 	if _, err := f.fd.WriteAt(b[:], int64(slotFor(h.seq))*slotStride); err != nil {
-		return fmt.Errorf("write header slot %d: %w", slotFor(h.seq), err)
+		return kverr.Errorf("write header slot %d: %w", slotFor(h.seq), err)
 	}
 	if err := unix.Fdatasync(int(f.fd.Fd())); err != nil {
-		return fmt.Errorf("fdatasync header: %w", err)
+		return kverr.Errorf("fdatasync header: %w", err)
 	}
 	return nil
 }
@@ -612,7 +613,7 @@ func (f *File) Sync() error {
 		if err != nil {
 			// Tested through the failpoint by TestFaultSync under -tags
 			// kvbuf_failpoints; a real msync fails only on an I/O error.
-			return fmt.Errorf("bitslice: %s: sync: msync: %w", f.path, err)
+			return kverr.Errorf("%s: sync: msync: %w", f.path, err)
 		}
 	}
 	if !newWM && !newID {
@@ -620,13 +621,13 @@ func (f *File) Sync() error {
 	}
 	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
 		// Tested by TestFaultSync under -tags kvbuf_failpoints.
-		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
+		return kverr.Errorf("%s: sync: %w", f.path, err)
 	}
 	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm, owner: owner, gen: gen}
 	if err := f.writeHeader(h); err != nil {
 		// Untested: see writeHeader; the failpoint above covers a failure
 		// at this step (TestFaultSync, -tags kvbuf_failpoints).
-		return fmt.Errorf("bitslice: %s: sync: %w", f.path, err)
+		return kverr.Errorf("%s: sync: %w", f.path, err)
 	}
 	f.seq, f.valid, f.version = h.seq, 2, Version
 	f.persisted.Store(wm)
@@ -655,7 +656,7 @@ func (f *File) Close() error {
 	var errs []error
 	for _, r := range f.regions {
 		if err := r.retire(); err != nil {
-			errs = append(errs, fmt.Errorf("replace mapping: %w", err))
+			errs = append(errs, kverr.Errorf("replace mapping: %w", err))
 		}
 	}
 	f.regions, f.reg = nil, nil
@@ -663,7 +664,7 @@ func (f *File) Close() error {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("bitslice: close %s: %w", f.path, err)
+		return kverr.Errorf("close %s: %w", f.path, err)
 	}
 	return nil
 }
@@ -671,9 +672,9 @@ func (f *File) Close() error {
 // syncDir fsyncs a directory so a new entry in it is durable.
 func syncDir(dir string) error {
 	if err := fsutil.SyncDir(dir); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
+		return kverr.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }
 
-func (f *File) errClosed() error { return fmt.Errorf("bitslice: %s: %w", f.path, ErrClosed) }
+func (f *File) errClosed() error { return kverr.Errorf("%s: %w", f.path, ErrClosed) }

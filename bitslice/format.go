@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (
@@ -93,7 +95,7 @@ func decodeSlot(b []byte, idx int) (header, error) {
 	}
 	v := binary.LittleEndian.Uint32(b[8:12])
 	if v != 1 && v != Version {
-		return header{}, fmt.Errorf("%w %d (this build reads versions 1 and %d)", errVersion, v, Version)
+		return header{}, kverr.Errorf("%w %d (this build reads versions 1 and %d)", errVersion, v, Version)
 	}
 	if off := binary.LittleEndian.Uint32(b[12:16]); off != DataOffset {
 		return header{}, fmt.Errorf("data offset %d, want %d", off, DataOffset)
@@ -141,7 +143,7 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 		if len(buf) >= len(magic) && [8]byte(buf[:8]) != magic {
 			hint = fmt.Sprintf(" and starts %q (not a kvbuf bitslice file)", buf[:8])
 		}
-		return parsed{}, fmt.Errorf("%w: file is %d bytes, shorter than the %d-byte header%s", ErrCorrupt, fileSize, DataOffset, hint)
+		return parsed{}, kverr.Errorf("%w: file is %d bytes, shorter than the %d-byte header%s", ErrCorrupt, fileSize, DataOffset, hint)
 	}
 	var (
 		p       parsed
@@ -151,7 +153,7 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 	for i := range 2 {
 		h, err := decodeSlot(buf[i*slotStride:i*slotStride+slotSize], i)
 		if errors.Is(err, errVersion) {
-			return parsed{}, fmt.Errorf("%w: header slot %d: %v", ErrCorrupt, i, err)
+			return parsed{}, kverr.Errorf("%w: header slot %d: %v", ErrCorrupt, i, err)
 		}
 		if err != nil {
 			reasons[i] = err
@@ -163,14 +165,14 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 		}
 	}
 	if !found {
-		return parsed{}, fmt.Errorf("%w: no valid header slot (slot 0: %v; slot 1: %v)", ErrCorrupt, reasons[0], reasons[1])
+		return parsed{}, kverr.Errorf("%w: no valid header slot (slot 0: %v; slot 1: %v)", ErrCorrupt, reasons[0], reasons[1])
 	}
 	if need := dataSize(p.nbits); fileSize < need {
-		return parsed{}, fmt.Errorf("%w: truncated: file is %d bytes, header (seq %d) says %d bits, which needs %d bytes",
+		return parsed{}, kverr.Errorf("%w: truncated: file is %d bytes, header (seq %d) says %d bits, which needs %d bytes",
 			ErrCorrupt, fileSize, p.seq, p.nbits, need)
 	}
 	if (fileSize-DataOffset)%8 != 0 {
-		return parsed{}, fmt.Errorf("%w: data area is %d bytes, not a whole number of 8-byte words", ErrCorrupt, fileSize-DataOffset)
+		return parsed{}, kverr.Errorf("%w: data area is %d bytes, not a whole number of 8-byte words", ErrCorrupt, fileSize-DataOffset)
 	}
 	return p, nil
 }

@@ -2,9 +2,10 @@ package bitslice
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math/bits"
 	"os"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Info describes a bitslice file, for kvtool inspect and for logs.
@@ -48,18 +49,18 @@ func (f *File) Info() Info {
 func ReadInfo(path string) (Info, error) {
 	fd, err := os.Open(path)
 	if err != nil {
-		return Info{}, fmt.Errorf("bitslice: %w", err) // a *PathError naming path
+		return Info{}, kverr.Errorf("%w", err) // a *PathError naming path
 	}
 	defer fd.Close()
 	p, size, err := readHeader(fd)
 	if err != nil {
-		return Info{}, fmt.Errorf("bitslice: %s: %w", path, err)
+		return Info{}, kverr.Errorf("%s: %w", path, err)
 	}
 	ones, err := countOnes(fd, p.nbits)
 	if err != nil {
 		// Untested here: readHeader checked the size, so only an I/O error
 		// or a file shrinking meanwhile; countOnes has TestCountOnesShortFile.
-		return Info{}, fmt.Errorf("bitslice: %s: %w", path, err)
+		return Info{}, kverr.Errorf("%s: %w", path, err)
 	}
 	return Info{
 		Path:       path,
@@ -85,7 +86,7 @@ func countOnes(fd *os.File, nbits uint64) (uint64, error) {
 		c := min(n-w, uint64(len(buf)/8))
 		b := buf[:c*8]
 		if _, err := fd.ReadAt(b, DataOffset+int64(w)*8); err != nil {
-			return 0, fmt.Errorf("read data words %d..%d: %w", w, w+c, err)
+			return 0, kverr.Errorf("read data words %d..%d: %w", w, w+c, err)
 		}
 		for k := range c {
 			ones += bits.OnesCount64(binary.LittleEndian.Uint64(b[k*8:]) & tailMask(nbits, w+k))

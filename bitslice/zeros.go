@@ -1,8 +1,9 @@
 package bitslice
 
 import (
-	"fmt"
 	"os"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // writeZeros writes n zero bytes at off, in 64 KiB chunks. It is only used
@@ -12,7 +13,7 @@ func writeZeros(f *os.File, off, n int64) error {
 	for n > 0 {
 		c := min(n, int64(len(zero)))
 		if _, err := f.WriteAt(zero[:c], off); err != nil {
-			return fmt.Errorf("write zeros at %d: %w", off, err)
+			return kverr.Errorf("write zeros at %d: %w", off, err)
 		}
 		off += c
 		n -= c

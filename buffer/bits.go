@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"math/bits"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // bitsFile is the write side of a *bitslice.File the flush uses. It is an
@@ -186,7 +186,7 @@ func (b *Bits) Count() uint64 { return uint64(max(b.ones.Load(), 0)) }
 
 func (b *Bits) checkIndex(i uint64) error {
 	if i >= b.max {
-		return fmt.Errorf("bit %d (max %d): %w", i, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bit %d (max %d): %w", i, b.max, bitslice.ErrOutOfRange)
 	}
 	return nil
 }
@@ -197,10 +197,10 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 // CheckRange reports the error SetRange would return for [lo, hi).
 func (b *Bits) CheckRange(lo, hi uint64) error {
 	if lo > hi {
-		return fmt.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
+		return kverr.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
 	}
 	if hi > b.max {
-		return fmt.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)
 	}
 	return nil
 }
@@ -445,7 +445,7 @@ func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
 	}
 	if hi > b.fio.Len() {
 		if err := b.fio.Grow(hi); err != nil {
-			return fmt.Errorf("grow to %d bits: %w", hi, err)
+			return kverr.Errorf("grow to %d bits: %w", hi, err)
 		}
 	}
 	undo := b.needUndo(g.g)
@@ -465,13 +465,13 @@ func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
 				b.recordUndo(g.g, words)
 			}
 			if err := b.fio.ApplyWords(words); err != nil {
-				return fmt.Errorf("apply %d words: %w", len(words), err)
+				return kverr.Errorf("apply %d words: %w", len(words), err)
 			}
 		}
 	}
 	b.fio.SetWatermark(wm)
 	if err := b.fio.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
+		return kverr.Errorf("sync: %w", err)
 	}
 	return nil
 }

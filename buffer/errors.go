@@ -1,19 +1,22 @@
 package buffer
 
-import "errors"
+import "github.com/kvbuf/kvbuf/internal/kverr"
 
+// The package's errors are the module's sentinels (see the root package's
+// errors.go for the texts), so errors.Is against buffer's names and the
+// root's match the same errors.
 var (
 	// ErrKeyTooLarge is returned for a key longer than Options.MaxKeySize.
-	ErrKeyTooLarge = errors.New("kvbuf: key too large")
+	ErrKeyTooLarge = kverr.ErrKeyTooLarge
 	// ErrValueTooLarge is returned for a value longer than Options.MaxValueSize.
-	ErrValueTooLarge = errors.New("kvbuf: value too large")
+	ErrValueTooLarge = kverr.ErrValueTooLarge
 	// ErrEmptyKey is returned for a zero-length key.
-	ErrEmptyKey = errors.New("kvbuf: empty key")
+	ErrEmptyKey = kverr.ErrEmptyKey
 	// ErrBadRange is returned for a range whose lower bound is above its
 	// upper bound.
-	ErrBadRange = errors.New("kvbuf: lower bound above upper bound")
+	ErrBadRange = kverr.ErrBadRange
 	// ErrBadOptions is returned by Options.Validate for a value out of range.
-	ErrBadOptions = errors.New("kvbuf: bad options")
+	ErrBadOptions = kverr.ErrBadOptions
 	// ErrDropped is returned by writes to a keyspace after KV.Drop.
-	ErrDropped = errors.New("kvbuf: keyspace dropped")
+	ErrDropped = kverr.ErrDropped
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -149,7 +149,7 @@ func (kv *KV) checkKey(key []byte) error {
 	case len(key) == 0:
 		return ErrEmptyKey
 	case len(key) > kv.opt.maxKey:
-		return fmt.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
+		return kverr.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
 	}
 	return nil
 }
@@ -161,7 +161,7 @@ func (kv *KV) CheckPut(key, value []byte) error {
 		return err
 	}
 	if len(value) > kv.opt.maxVal {
-		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
+		return kverr.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func (kv *KV) CheckKey(key []byte) error { return kv.checkKey(key) }
 // bounds (nil = open).
 func CheckRange(lower, upper []byte) error {
 	if lower != nil && upper != nil && string(lower) > string(upper) {
-		return fmt.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
+		return kverr.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
 	}
 	return nil
 }
@@ -270,7 +270,7 @@ func (kv *KV) ApplyAt(first uint64, cs []Change) error {
 		case ChangeDeleteRange:
 			err = CheckRange(c.Key, c.Value)
 		default:
-			err = fmt.Errorf("change kind %d: %w", c.Kind, ErrBadRange)
+			err = kverr.Errorf("change kind %d: %w", c.Kind, ErrBadRange)
 		}
 		if err != nil {
 			return err
@@ -610,7 +610,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 // checkMany checks GetMany's arguments.
 func (kv *KV) checkMany(keys, vals [][]byte) error {
 	if len(vals) < len(keys) {
-		return fmt.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+		return kverr.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
 	}
 	for _, k := range keys {
 		if len(k) == 0 || len(k) > kv.opt.maxKey {

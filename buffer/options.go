@@ -1,10 +1,10 @@
 package buffer
 
 import (
-	"fmt"
 	"math/bits"
 
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Defaults of Options. The engine (package kvbuf) documents them to users and
@@ -93,13 +93,13 @@ func (o *Options) resolve() (resolved, error) {
 	}
 	switch {
 	case v.Shards < 0 || v.Shards > MaxShards:
-		return r, fmt.Errorf("%w: Shards %d (want 0..%d)", ErrBadOptions, v.Shards, MaxShards)
+		return r, kverr.Errorf("%w: Shards %d (want 0..%d)", ErrBadOptions, v.Shards, MaxShards)
 	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
-		return r, fmt.Errorf("%w: MaxKeySize %d (want 0..%d)", ErrBadOptions, v.MaxKeySize, MaxKeySizeLimit)
+		return r, kverr.Errorf("%w: MaxKeySize %d (want 0..%d)", ErrBadOptions, v.MaxKeySize, MaxKeySizeLimit)
 	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
-		return r, fmt.Errorf("%w: MaxValueSize %d (want 0..%d)", ErrBadOptions, v.MaxValueSize, MaxValueSizeLimit)
+		return r, kverr.Errorf("%w: MaxValueSize %d (want 0..%d)", ErrBadOptions, v.MaxValueSize, MaxValueSizeLimit)
 	case v.MaxBits > bitslice.MaxBits:
-		return r, fmt.Errorf("%w: MaxBits %d (want at most %d)", ErrBadOptions, v.MaxBits, uint64(bitslice.MaxBits))
+		return r, kverr.Errorf("%w: MaxBits %d (want at most %d)", ErrBadOptions, v.MaxBits, uint64(bitslice.MaxBits))
 	}
 	if v.Shards > 0 {
 		r.shards = 1 << bits.Len(uint(v.Shards-1))

@@ -205,7 +205,7 @@ func w4Flusher(gw time.Duration) func(b *testing.B, ft *fileTarget) (func(contex
 
 func w4FlusherMode(gw time.Duration, eagerMode bool) func(b *testing.B, ft *fileTarget) (func(context.Context) error, func(uint32) error) {
 	return func(b *testing.B, ft *fileTarget) (func(context.Context) error, func(uint32) error) {
-		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: gw})
+		f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: gw})
 		if eagerMode {
 			eager(f)
 		}
@@ -634,7 +634,7 @@ func BenchmarkW5(b *testing.B) {
 			})
 		})
 		b.Run("flusher-write", func(b *testing.B) {
-			f := New(nopTarget{}, &Options{Interval: -1, MaxPendingBytes: -1})
+			f := mustNew(nopTarget{}, &Options{Interval: -1, MaxPendingBytes: -1})
 			defer f.Close()
 			var op atomic.Uint64
 			b.ReportAllocs()
@@ -676,7 +676,7 @@ func BenchmarkW5(b *testing.B) {
 	})
 
 	b.Run("flush-idle", func(b *testing.B) {
-		f := New(nopTarget{}, &Options{Interval: -1, MaxPendingBytes: -1})
+		f := mustNew(nopTarget{}, &Options{Interval: -1, MaxPendingBytes: -1})
 		defer f.Close()
 		b.ReportAllocs()
 		for b.Loop() {

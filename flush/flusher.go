@@ -200,8 +200,12 @@ type waitItem struct {
 
 // New returns a Flusher for t and starts its two goroutines (the writer,
 // which freezes and writes generations, and the waiter, which waits for
-// them and releases them); Close stops them.
-func New(t Target, opts *Options) *Flusher {
+// them and releases them); Close stops them. It returns an error wrapping
+// ErrBadOptions, and starts nothing, for options out of range.
+func New(t Target, opts *Options) (*Flusher, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	n := stripe.Count()
 	f := &Flusher{
 		t:          t,
@@ -230,7 +234,7 @@ func New(t Target, opts *Options) *Flusher {
 	f.armTick(0)
 	go f.writeLoop()
 	go f.waitLoop()
-	return f
+	return f, nil
 }
 
 // Ticket is one admitted operation (a write, or an Enter); call End exactly

@@ -82,7 +82,7 @@ func (s *opSeq) put(ctx context.Context, f *Flusher, ft *fakeTarget, key string)
 // write is in a released generation. Runs with the default sibling wait.
 func TestFlushCoverage(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1})
 	defer closeOK(t, f)
 	var ops opSeq
 	var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func TestPipelineOverlaps(t *testing.T) {
 				ft := newFake(t)
 				waits := newBlocker()
 				ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-				f := New(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, GroupWait: -1})
+				f := mustNew(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, GroupWait: -1})
 				if mode == "eager" {
 					eager(f)
 				}
@@ -193,7 +193,7 @@ func TestPipelineDepth(t *testing.T) {
 		ft := newFake(t)
 		waits := newBlocker()
 		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 2}))
+		f := eager(mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 2}))
 		defer closeOK(t, f)
 		var results []<-chan error
 		for i := range 5 {
@@ -238,7 +238,7 @@ func TestPipelineOrder(t *testing.T) {
 			time.Sleep(time.Duration(7-g%7) * time.Millisecond)
 			return nil
 		}
-		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 3}))
+		f := eager(mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 3}))
 		defer closeOK(t, f)
 		var wg sync.WaitGroup
 		for i := range 30 {
@@ -293,7 +293,7 @@ func TestWaitFailureFailsLaterGenerations(t *testing.T) {
 			}
 			return nil
 		}
-		f := eager(New(ft, manual))
+		f := eager(mustNew(ft, manual))
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		first := flushAsync(t.Context(), f)
@@ -363,7 +363,7 @@ func TestBackgroundFailureFailsCallerBehindIt(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, RetryMin: time.Hour})
+		f := mustNew(ft, &Options{Interval: time.Second, MaxPendingBytes: -1, RetryMin: time.Hour})
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		time.Sleep(time.Second) // the interval freezes generation 1
@@ -408,7 +408,7 @@ func TestWriteFailure(t *testing.T) {
 			}
 			return nil
 		}
-		f := eager(New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, RetryMin: time.Hour}))
+		f := eager(mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, RetryMin: time.Hour}))
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		first := flushAsync(t.Context(), f)
@@ -502,7 +502,7 @@ func TestPanicsInEveryStage(t *testing.T) {
 						}
 						return nil
 					}
-					f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 1})
+					f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, PipelineDepth: 1})
 					defer closeOK(t, f)
 					put(t.Context(), f, ft, "a", 1)
 					r1 := flushAsync(t.Context(), f)
@@ -556,7 +556,7 @@ func TestPanicsInEveryStage(t *testing.T) {
 // not be covered); a later op 2 write lets the next flush claim 1.
 func TestClaimRuleAndStaleOp(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	if err := put(ctx, f, ft, "put-1", 1); err != nil {
@@ -621,7 +621,7 @@ func TestClaimRuleAndStaleOp(t *testing.T) {
 // and ended without writes) freezes a watermark-only generation.
 func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	put(ctx, f, ft, "a", 7)
@@ -671,7 +671,7 @@ func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
 // generation carries a lower watermark.
 func TestInitialWatermark(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, Watermark: 100})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, Watermark: 100})
 	defer closeOK(t, f)
 	if f.Watermark() != 100 {
 		t.Fatalf("Watermark %d", f.Watermark())
@@ -690,7 +690,7 @@ func TestInitialWatermark(t *testing.T) {
 
 func TestEmptyFlushIsSkipped(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	for range 3 {
 		if err := f.Flush(t.Context()); err != nil {
@@ -718,7 +718,7 @@ func TestFlushWithNothingNewWaitsForInFlight(t *testing.T) {
 		ft := newFake(t)
 		waits := newBlocker()
 		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-		f := New(ft, manual)
+		f := mustNew(ft, manual)
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 0)
 		first := flushAsync(t.Context(), f)
@@ -749,7 +749,7 @@ func TestFlushJoinerWaitsForNextGeneration(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, manual)
+		f := mustNew(ft, manual)
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		first := flushAsync(t.Context(), f)
@@ -776,7 +776,7 @@ func TestFlushCancelledCallerReturnsPromptly(t *testing.T) {
 		ft := newFake(t)
 		waits := newBlocker()
 		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-		f := New(ft, manual)
+		f := mustNew(ft, manual)
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -814,7 +814,7 @@ func TestGroupWait(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: gw})
+		f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: gw})
 		put(t.Context(), f, ft, "0", 0)
 		r := []<-chan error{flushAsync(t.Context(), f)}
 		synctest.Wait()
@@ -1046,7 +1046,7 @@ func TestCloseDuringPipeline(t *testing.T) {
 		ft := newFake(t)
 		waits := newBlocker()
 		ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-		f := eager(New(ft, manual))
+		f := eager(mustNew(ft, manual))
 		put(t.Context(), f, ft, "a", 1)
 		first := flushAsync(t.Context(), f)
 		synctest.Wait()
@@ -1094,7 +1094,7 @@ func TestCloseFinalFlushRetries(t *testing.T) {
 		}
 		return nil
 	}
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, RetryMin: time.Hour})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, RetryMin: time.Hour})
 	put(t.Context(), f, ft, "a", 7)
 	if err := f.Flush(t.Context()); !errors.Is(err, errInjected) {
 		t.Fatal(err)
@@ -1108,7 +1108,7 @@ func TestCloseFinalFlushRetries(t *testing.T) {
 func TestCloseReturnsFinalFlushError(t *testing.T) {
 	ft := newFake(t)
 	ft.onWait = func(uint64, int) error { return errInjected }
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	put(t.Context(), f, ft, "a", 1)
 	if err := f.Close(); !errors.Is(err, errInjected) {
 		t.Fatalf("Close = %v, want the injected error", err)
@@ -1123,7 +1123,7 @@ func TestCloseReturnsFinalFlushError(t *testing.T) {
 
 func TestOperationsAfterClose(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, nil)
+	f := mustNew(ft, nil)
 	closeOK(t, f)
 	ctx := t.Context()
 	if err := f.Flush(ctx); !errors.Is(err, ErrClosed) {
@@ -1153,7 +1153,7 @@ func TestOperationsAfterClose(t *testing.T) {
 
 func TestCloseConcurrent(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, nil)
+	f := mustNew(ft, nil)
 	put(t.Context(), f, ft, "a", 1)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -1178,7 +1178,7 @@ func TestCloseConcurrent(t *testing.T) {
 func TestCloseWaitsForTickets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ft := newFake(t)
-		f := New(ft, manual)
+		f := mustNew(ft, manual)
 		e, err := f.Enter()
 		if err != nil {
 			t.Fatal(err)
@@ -1211,7 +1211,7 @@ func TestCloseWaitsForTickets(t *testing.T) {
 // not durably blocked.)
 func TestExclusive(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	var writing atomic.Int32
 	var exclusive atomic.Bool
@@ -1292,7 +1292,7 @@ func TestSettle(t *testing.T) {
 			}
 			return nil
 		}
-		f := eager(New(st, manual))
+		f := eager(mustNew(st, manual))
 		defer closeOK(t, f)
 		put(t.Context(), f, st.fakeTarget, "a", 0)
 		first := flushAsync(t.Context(), f)
@@ -1320,7 +1320,7 @@ func TestBackpressure(t *testing.T) {
 			waits := newBlocker()
 			ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
 			// 16 bytes per key: the bound admits 4 keys.
-			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 64})
+			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 64})
 			defer closeOK(t, f)
 			for i := range 5 {
 				if err := put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1)); err != nil {
@@ -1351,7 +1351,7 @@ func TestBackpressure(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFake(t)
 			ft.onWrite = func(uint64, int) error { return errInjected }
-			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 16})
+			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 16})
 			put(t.Context(), f, ft, "a", 1)
 			put(t.Context(), f, ft, "b", 2)
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -1375,7 +1375,7 @@ func TestBackpressure(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFake(t)
 			ft.onWrite = func(uint64, int) error { return errInjected }
-			f := New(ft, &Options{Interval: -1, MaxPendingBytes: 16})
+			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 16})
 			put(t.Context(), f, ft, "a", 1)
 			put(t.Context(), f, ft, "b", 2)
 			errs := make(chan error, 8)
@@ -1409,7 +1409,7 @@ func TestWatermarkMonotonic(t *testing.T) {
 		}
 		return nil
 	}
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	var last uint64
 	failures := 0
@@ -1445,7 +1445,7 @@ func TestWatermarkMonotonic(t *testing.T) {
 func TestIntervalFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ft := newFake(t)
-		f := New(ft, &Options{Interval: time.Second})
+		f := mustNew(ft, &Options{Interval: time.Second})
 		defer closeOK(t, f)
 		time.Sleep(3 * time.Second) // idle: nothing pending, no freeze
 		synctest.Wait()
@@ -1491,7 +1491,7 @@ func TestRetryBackoff(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, &Options{Interval: time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond})
+		f := mustNew(ft, &Options{Interval: time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond})
 		defer closeOK(t, f)
 		put(t.Context(), f, ft, "a", 1)
 		time.Sleep(5 * time.Second)
@@ -1520,7 +1520,7 @@ func TestRetryBackoff(t *testing.T) {
 func TestFlushBytesTriggersBackgroundFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ft := newFake(t)
-		f := New(ft, &Options{Interval: -1, MaxPendingBytes: 1 << 20, FlushBytes: 32})
+		f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 1 << 20, FlushBytes: 32})
 		defer closeOK(t, f)
 		for i := range 3 { // 48 bytes after the third; the fourth BeginWrite sees > 32
 			put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1))
@@ -1541,7 +1541,7 @@ func TestStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ft := newFake(t)
 		ft.onWait = func(uint64, int) error { time.Sleep(3 * time.Millisecond); return nil }
-		f := New(ft, manual)
+		f := mustNew(ft, manual)
 		defer closeOK(t, f)
 		var wg sync.WaitGroup
 		for i := range 4 {
@@ -1600,7 +1600,7 @@ func TestTicketEndedTwiceDetected(t *testing.T) {
 		t.Skip("needs -tags invariants")
 	}
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	w, _ := f.BeginWrite(t.Context(), 0, false)
 	w.End()
@@ -1617,7 +1617,7 @@ func TestTicketEndedTwiceDetected(t *testing.T) {
 func TestCloseRaceStress(t *testing.T) {
 	for round := range 20 {
 		ft := newFake(t)
-		f := New(ft, &Options{Interval: time.Millisecond, MaxPendingBytes: 4096, PipelineDepth: 2})
+		f := mustNew(ft, &Options{Interval: time.Millisecond, MaxPendingBytes: 4096, PipelineDepth: 2})
 		var mu sync.Mutex
 		var done []string
 		var wg sync.WaitGroup
@@ -1678,7 +1678,7 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10})
+		f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10})
 		defer func() { waits.open(2); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		for op := uint64(1); op <= 10; op++ {
@@ -1759,7 +1759,7 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 // context already done is refused even when it would not wait.
 func TestBeginWriteCancelledContext(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -1787,7 +1787,7 @@ func TestWatermarkNotify(t *testing.T) {
 			}
 			return nil
 		}
-		f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 3})
+		f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 3})
 		defer func() { waits.open(1); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		wm, ch := f.WatermarkNotify()
@@ -1868,5 +1868,39 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// mustNew is New for options a test knows are valid.
+func mustNew(t Target, opts *Options) *Flusher {
+	f, err := New(t, opts)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+// TestNewBadOptions: New refuses options out of range and starts nothing
+// (goleak in TestMain checks the goroutines).
+func TestNewBadOptions(t *testing.T) {
+	for _, o := range []*Options{
+		{PipelineDepth: -1},
+		{PipelineDepth: MaxPipelineDepth + 1},
+		{RetryMin: -time.Second},
+		{RetryMax: -time.Second},
+	} {
+		f, err := New(newFake(t), o)
+		if !errors.Is(err, ErrBadOptions) || f != nil {
+			t.Errorf("New(%+v) = %v, %v; want nil, ErrBadOptions", *o, f, err)
+		}
+	}
+	for _, o := range []*Options{nil, {}, {PipelineDepth: MaxPipelineDepth}, {PipelineDepth: 1}} {
+		f, err := New(newFake(t), o)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", o, err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -27,7 +27,7 @@ func flushWM(t *testing.T, f *Flusher) uint64 {
 // already in the host's log and no way to recover).
 func TestOutOfOrderCompletion(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	for op := uint64(1); op <= 5; op++ {
@@ -105,7 +105,7 @@ func (ft *fakeTarget) isOpenIn(f *Flusher, op uint64) bool {
 // ErrStaleOp.
 func TestBatchEndsBegunOp(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	for op := uint64(1); op <= 3; op++ {
@@ -158,7 +158,7 @@ func TestBatchEndsBegunOp(t *testing.T) {
 // watermark back until it ends.
 func TestSequentialHostNeedsNoCalls(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	for _, op := range []uint64{1, 1, 2, 5, 5} {
@@ -216,7 +216,7 @@ func TestSequentialHostNeedsNoCalls(t *testing.T) {
 // numbers above MaxOp; nothing changes.
 func TestBadOpsRefused(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, manual)
+	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	ctx := t.Context()
 	if err := put(ctx, f, ft, "a", 7); err != nil {
@@ -271,7 +271,7 @@ func TestBadOpsRefused(t *testing.T) {
 // after a reopen; CompletedOp and OpenOps follow the ops.
 func TestHighestOpEveryMode(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10, HighestOp: 14})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 10, HighestOp: 14})
 	defer closeOK(t, f)
 	ctx := t.Context()
 	st := f.Stats()
@@ -308,7 +308,7 @@ func TestLogBeforeDataCap(t *testing.T) {
 	for _, capped := range []bool{true, false} {
 		t.Run(fmt.Sprint("LogBeforeData=", capped), func(t *testing.T) {
 			ft := newFake(t)
-			f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 2, LogBeforeData: capped})
+			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 2, LogBeforeData: capped})
 			defer closeOK(t, f)
 			ctx := t.Context()
 			batch := func(op uint64) {
@@ -358,7 +358,7 @@ func TestLogBeforeDataCap(t *testing.T) {
 func TestConcurrentWritersOutOfOrder(t *testing.T) {
 	const writers, opsPer = 8, 300
 	ft := newFake(t)
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, LogBeforeData: true})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, LogBeforeData: true})
 	ctx := t.Context()
 	var (
 		logMu   sync.Mutex
@@ -462,7 +462,7 @@ func TestConcurrentWritersOutOfOrder(t *testing.T) {
 // EndOp that follow it.
 func TestRedeliveredBeginOp(t *testing.T) {
 	ft := newFake(t)
-	f := New(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 9})
+	f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: -1, GroupWait: -1, Watermark: 9})
 	defer closeOK(t, f)
 	ctx := t.Context()
 	if err := f.BeginOp(ctx, 9); err != nil {
@@ -501,7 +501,7 @@ func TestRedeliveredBeginOp(t *testing.T) {
 func BenchmarkOpTracking(b *testing.B) {
 	ctx := context.Background()
 	newF := func(b *testing.B) *Flusher {
-		f := New(newFake(b), manual)
+		f := mustNew(newFake(b), manual)
 		b.Cleanup(func() { f.Close() })
 		return f
 	}

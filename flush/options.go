@@ -1,6 +1,10 @@
 package flush
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
+)
 
 // Options configures a Flusher. A nil *Options means defaults; a zero field
 // means that field's default.
@@ -26,11 +30,12 @@ type Options struct {
 	// RetryMin is the delay before the background goroutine retries after a
 	// failure; it doubles after each further failure up to RetryMax and
 	// resets once a generation is released. Explicit Flush calls (and
-	// Close's final flush) retry at once. Default: 100ms.
+	// Close's final flush) retry at once. Default: 100ms. Negative values
+	// are ErrBadOptions.
 	RetryMin time.Duration
 
 	// RetryMax caps the retry delay. Default: 10s (raised to RetryMin if
-	// smaller).
+	// smaller). Negative values are ErrBadOptions.
 	RetryMax time.Duration
 
 	// Watermark is the persisted watermark at start (the one storage
@@ -59,8 +64,8 @@ type Options struct {
 	// release, and Flush callers accumulate in the open generation, which
 	// makes it larger. Default: 4 (enough for a writer to keep a few
 	// generations in the WAL while one sync is in flight; deeper pipelines
-	// only add memory held by frozen tables). Values below 1 mean the
-	// default.
+	// only add memory held by frozen tables). Negative values and values
+	// above MaxPipelineDepth are ErrBadOptions.
 	PipelineDepth int
 
 	// GroupWait bounds the sibling wait of group commit: when no sync is in
@@ -101,6 +106,23 @@ const (
 	defaultRetryMax = 10 * time.Second
 )
 
+// Validate reports an error wrapping ErrBadOptions for a value out of range
+// (a nil *Options is valid). New calls it.
+func (o *Options) Validate() error {
+	if o == nil {
+		return nil
+	}
+	switch {
+	case o.PipelineDepth < 0 || o.PipelineDepth > MaxPipelineDepth:
+		return kverr.Errorf("PipelineDepth %d (want 1..%d, 0 for the default): %w", o.PipelineDepth, MaxPipelineDepth, ErrBadOptions)
+	case o.RetryMin < 0:
+		return kverr.Errorf("RetryMin %v: %w", o.RetryMin, ErrBadOptions)
+	case o.RetryMax < 0:
+		return kverr.Errorf("RetryMax %v: %w", o.RetryMax, ErrBadOptions)
+	}
+	return nil
+}
+
 func (o *Options) withDefaults() Options {
 	var r Options
 	if o != nil {
@@ -118,17 +140,16 @@ func (o *Options) withDefaults() Options {
 		}
 		r.FlushBytes = min(r.FlushBytes, r.MaxPendingBytes)
 	}
-	if r.RetryMin <= 0 {
+	if r.RetryMin == 0 {
 		r.RetryMin = defaultRetryMin
 	}
-	if r.RetryMax <= 0 {
+	if r.RetryMax == 0 {
 		r.RetryMax = defaultRetryMax
 	}
 	r.RetryMax = max(r.RetryMax, r.RetryMin)
-	if r.PipelineDepth < 1 {
+	if r.PipelineDepth == 0 {
 		r.PipelineDepth = DefaultPipelineDepth
 	}
-	r.PipelineDepth = min(r.PipelineDepth, MaxPipelineDepth)
 	if r.GroupWait == 0 {
 		r.GroupWait = DefaultGroupWait
 	}

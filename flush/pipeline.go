@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // maxGroupSpins bounds the spinning phase of a sibling wait. The wait
@@ -217,7 +218,7 @@ func call(fn func(), resume func(error)) (err error) {
 }
 
 func stageErr(seq uint64, stage string, err error) error {
-	return fmt.Errorf("flush: generation %d %s: %w", seq, stage, err)
+	return kverr.Errorf("flush generation %d %s: %w", seq, stage, err)
 }
 
 // freeze freezes a generation for grp (nil for a background flush) and
@@ -526,6 +527,6 @@ func (f *Flusher) afterSettle(err error) {
 	}
 	f.mu.Lock()
 	f.st.failures++
-	f.st.lastErr = fmt.Errorf("flush: settle: %w", err)
+	f.st.lastErr = kverr.Errorf("flush settle: %w", err)
 	f.mu.Unlock()
 }

@@ -3,6 +3,8 @@ package flush
 import (
 	"context"
 	"fmt"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Target is what a Flusher makes durable (the engine).
@@ -54,7 +56,8 @@ type Settler interface{ Settle() }
 
 // PanicError describes a panic or runtime.Goexit inside the Target during a
 // flush stage. It matches ErrPanicked with errors.Is, and also the panic
-// value when that value is an error.
+// value when that value is an error. Its text is "kvbuf: flush panicked: "
+// and the value, or "kvbuf: flush target called runtime.Goexit".
 type PanicError struct {
 	// Value is the value passed to panic; nil for runtime.Goexit.
 	Value any
@@ -67,9 +70,9 @@ type PanicError struct {
 // Error implements error.
 func (e *PanicError) Error() string {
 	if e.Goexit {
-		return "flush: target called runtime.Goexit"
+		return kverr.Prefix + "flush target called runtime.Goexit"
 	}
-	return fmt.Sprintf("flush: target panicked: %v", e.Value)
+	return fmt.Sprintf("%sflush panicked: %v", kverr.Prefix, e.Value)
 }
 
 // Unwrap returns ErrPanicked and, if the panic value is an error, that error.

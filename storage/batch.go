@@ -7,6 +7,8 @@ import (
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // maxBatchBytes is pebble's limit on a batch's encoded size; growing a
@@ -59,9 +61,9 @@ func (b *Batch) fits(keyLen, valueLen int) bool {
 // key (string(key)) so that their key slices do not escape.
 func (b *Batch) fail(what string, badKeyspace bool, valueLen int) {
 	if badKeyspace {
-		b.err = fmt.Errorf("storage: batch: %s: keyspace 0: %w", what, ErrInvalidKeyspace)
+		b.err = kverr.Errorf("batch: %s: keyspace 0: %w", what, ErrInvalidKeyspace)
 	} else {
-		b.err = fmt.Errorf("storage: batch of %d bytes adding %s with a %d-byte value: %w",
+		b.err = kverr.Errorf("batch of %d bytes adding %s with a %d-byte value: %w",
 			b.pb.Len(), what, valueLen, ErrBatchTooLarge)
 	}
 }

@@ -1,9 +1,9 @@
 package storage
 
 import (
-	"fmt"
-
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Commit is a batch committed by Store.Commit: ordered after every earlier
@@ -62,7 +62,7 @@ func (g *group) settle(err error) {
 func (s *Store) Commit(b *Batch) (*Commit, error) {
 	if b.s != s {
 		b.Reset()
-		return nil, fmt.Errorf("storage: commit to %q: %w", s.dir, ErrForeignBatch)
+		return nil, kverr.Errorf("commit to %q: %w", s.dir, ErrForeignBatch)
 	}
 	if b.err != nil {
 		err := b.err
@@ -77,7 +77,7 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 	}
 	if s.readOnly {
 		b.Reset()
-		return nil, fmt.Errorf("storage: commit to %q: %w", s.dir, ErrReadOnly)
+		return nil, kverr.Errorf("commit to %q: %w", s.dir, ErrReadOnly)
 	}
 
 	s.commitMu.Lock()
@@ -194,7 +194,7 @@ func (s *Store) syncLoop() {
 		err := g.pb.SyncWait()
 		_ = g.pb.Close()
 		if err != nil {
-			failed := fmt.Errorf("storage: commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
+			failed := kverr.Errorf("commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
 			s.syncErr.CompareAndSwap(nil, &failed)
 		}
 		// After a failure no later commit is reported durable, whatever

@@ -28,6 +28,8 @@
 //     ErrorIfNotExists / ErrorIfExists / ReadOnly open modes. All work with
 //     errors.Is and carry the directory or key involved, except ErrNotFound
 //     from a user-key Get, returned bare so that a miss does not allocate.
+//     They are the module's sentinels (the engine's ErrNotFound is this
+//     package's), and their texts start with "kvbuf: " once.
 //
 // # Key layout
 //

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Iter iterates over the user keys of one keyspace in [lower, upper), in
@@ -242,7 +244,7 @@ func (it *Iter) closeByStore() error {
 	}
 	it.closed = true
 	if it.err == nil {
-		it.err = fmt.Errorf("storage: iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
+		it.err = kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
 	}
 	if it.it != nil {
 		if cerr := it.it.Close(); cerr != nil {

@@ -2,8 +2,9 @@ package storage
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // KeyspaceID names one keyspace of user keys. Keyspaces share the store but
@@ -63,5 +64,5 @@ func appendMetaKey(dst []byte, name string) []byte {
 
 // errKeyspace is the error for keyspace ID 0.
 func errKeyspace(op string) error {
-	return fmt.Errorf("storage: %s: keyspace 0: %w", op, ErrInvalidKeyspace)
+	return kverr.Errorf("%s: keyspace 0: %w", op, ErrInvalidKeyspace)
 }

@@ -546,11 +546,14 @@ func TestPebbleOptions(t *testing.T) {
 		t.Fatal("PebbleOptions returned the same value twice")
 	}
 	mem := vfs.NewMem()
-	po = PebbleOptions(&Options{FS: mem, CacheSize: -1, MemTableSize: 1 << 20,
+	po = PebbleOptions(&Options{FS: mem, MemTableSize: 1 << 20,
 		FormatMajorVersion: pebble.FormatNewest - 1, ErrorIfExists: true})
 	if po.FS != mem || po.CacheSize != 8<<20 || po.MemTableSize != 1<<20 ||
 		po.FormatMajorVersion != pebble.FormatNewest-1 || !po.ErrorIfExists {
 		t.Fatalf("PebbleOptions(custom) = %+v", po)
+	}
+	if _, err := Open(t.TempDir(), &Options{CacheSize: -1}); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("Open with CacheSize -1: %v, want ErrBadOptions", err)
 	}
 	po = PebbleOptions(&Options{ReadOnly: true, FormatMajorVersion: pebble.FormatNewest})
 	if !po.ReadOnly || po.FormatMajorVersion != 0 {

@@ -3,6 +3,7 @@ package storage
 import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Defaults of Options fields, documented on the fields.
@@ -26,7 +27,7 @@ type Options struct {
 	Logger pebble.Logger
 
 	// CacheSize is the block cache size in bytes. Default: 8 MiB (pebble's
-	// default too). Negative values are treated as the default.
+	// default too). Negative values are ErrBadOptions.
 	CacheSize int64
 
 	// MemTableSize is the size of one pebble memtable in bytes; batches
@@ -69,7 +70,7 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 // PebbleOptions returns the pebble options Open uses for opts (nil means
-// defaults), as a new value on each call: benchmarks open their raw pebble
+// defaults; opts must pass Validate), as a new value on each call: benchmarks open their raw pebble
 // baseline with it to be configured exactly like the store. Besides the
 // Options fields it installs a DataCorruption event handler that logs to
 // Logger.Errorf, replacing pebble's default, which calls Logger.Fatalf and
@@ -103,7 +104,7 @@ func PebbleOptions(opts *Options) *pebble.Options {
 			logger.Errorf("storage: on-disk corruption: %s", info)
 		},
 	}
-	if po.CacheSize <= 0 {
+	if po.CacheSize == 0 {
 		po.CacheSize = DefaultCacheSize
 	}
 	if po.MemTableSize == 0 {
@@ -115,4 +116,13 @@ func PebbleOptions(opts *Options) *pebble.Options {
 		po.FormatMajorVersion = pebble.FormatNewest
 	}
 	return po
+}
+
+// Validate reports an error wrapping ErrBadOptions for a value out of range
+// (a nil *Options is valid). Open calls it; PebbleOptions trusts its input.
+func (o *Options) Validate() error {
+	if o != nil && o.CacheSize < 0 {
+		return kverr.Errorf("CacheSize %d: %w", o.CacheSize, ErrBadOptions)
+	}
+	return nil
 }

@@ -1,10 +1,11 @@
 package storage
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Snapshot is a consistent, read-only view of the store's user keys as of
@@ -130,7 +131,7 @@ func (sn *Snapshot) closeByStore() error {
 		return nil
 	}
 	sn.closed = true
-	sn.err = fmt.Errorf("storage: snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
+	sn.err = kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
 	err := sn.snap.Close()
 	sn.snap = nil
 	if err != nil {

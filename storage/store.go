@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Store is a pebble database with keyspaced user keys, meta entries, a
@@ -80,31 +81,35 @@ type Store struct {
 // Errors: ErrLocked if dir is open by another Store (this process or
 // another); ErrCorrupt if pebble finds on-disk corruption; fs.ErrNotExist
 // for a missing store with ReadOnly or ErrorIfNotExists (dir is then left
-// exactly as it was); fs.ErrExist for an existing one with ErrorIfExists.
+// exactly as it was); fs.ErrExist for an existing one with ErrorIfExists;
+// ErrBadOptions for an option out of range (Options.Validate).
 func Open(dir string, opts *Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	po := PebbleOptions(opts)
 	fsys := po.FS
 
 	if po.ReadOnly || po.ErrorIfNotExists {
 		fi, err := fsys.Stat(dir)
 		if err != nil {
-			return nil, fmt.Errorf("storage: open %q: %w", dir, err)
+			return nil, kverr.Errorf("open %q: %w", dir, err)
 		}
 		if !fi.IsDir() {
-			return nil, fmt.Errorf("storage: open %q: not a directory: %w", dir, syscall.ENOTDIR)
+			return nil, kverr.Errorf("open %q: not a directory: %w", dir, syscall.ENOTDIR)
 		}
 		// pebble.Open would say so too, but only after LockDirectory
 		// created a LOCK file in dir.
 		if noStore(fsys, dir) {
-			return nil, fmt.Errorf("storage: open %q: %w: %w", dir, fs.ErrNotExist, pebble.ErrDBDoesNotExist)
+			return nil, kverr.Errorf("open %q: %w: %w", dir, fs.ErrNotExist, pebble.ErrDBDoesNotExist)
 		}
 	} else if err := fsys.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("storage: open %q: %w", dir, err)
+		return nil, kverr.Errorf("open %q: %w", dir, err)
 	} else if err := fsutil.SyncDirWith(fsys.OpenDir, fsys.PathDir(dir)); err != nil {
 		// pebble syncs dir itself, never dir's entry in its parent: without
 		// this a power cut can lose a new store whole, acknowledged
 		// flushes and all (kvbuf's TestCrashableMemStore).
-		return nil, fmt.Errorf("storage: open %q: sync parent directory: %w", dir, err)
+		return nil, kverr.Errorf("open %q: sync parent directory: %w", dir, err)
 	}
 
 	// Take the directory lock ourselves so that a lock failure is told apart
@@ -166,13 +171,13 @@ func noStore(fsys vfs.FS, dir string) bool {
 func mapLockErr(dir string, err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return fmt.Errorf("storage: open %q: %w", dir, err)
+		return kverr.Errorf("open %q: %w", dir, err)
 	}
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
 		strings.Contains(err.Error(), "lock held by current process") {
-		return fmt.Errorf("storage: open %q: %w: %w", dir, ErrLocked, err)
+		return kverr.Errorf("open %q: %w: %w", dir, ErrLocked, err)
 	}
-	return fmt.Errorf("storage: open %q: lock: %w", dir, err)
+	return kverr.Errorf("open %q: lock: %w", dir, err)
 }
 
 // isOpenCorruption reports whether a pebble.Open failure means the store's
@@ -205,13 +210,13 @@ func isOpenCorruption(err error) bool {
 func mapOpenErr(dir string, err error) error {
 	switch {
 	case isOpenCorruption(err):
-		return fmt.Errorf("storage: open %q: %w: %w", dir, ErrCorrupt, err)
+		return kverr.Errorf("open %q: %w: %w", dir, ErrCorrupt, err)
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
-		return fmt.Errorf("storage: open %q: %w: %w", dir, fs.ErrNotExist, err)
+		return kverr.Errorf("open %q: %w: %w", dir, fs.ErrNotExist, err)
 	case errors.Is(err, pebble.ErrDBAlreadyExists):
-		return fmt.Errorf("storage: open %q: %w: %w", dir, fs.ErrExist, err)
+		return kverr.Errorf("open %q: %w: %w", dir, fs.ErrExist, err)
 	}
-	return fmt.Errorf("storage: open %q: %w", dir, err)
+	return kverr.Errorf("open %q: %w", dir, err)
 }
 
 // wrapErr adds the operation and directory to a pebble error and maps
@@ -219,11 +224,11 @@ func mapOpenErr(dir string, err error) error {
 func (s *Store) wrapErr(op string, err error) error {
 	switch {
 	case pebble.IsCorruptionError(err):
-		return fmt.Errorf("storage: %s in %q: %w: %w", op, s.dir, ErrCorrupt, err)
+		return kverr.Errorf("%s in %q: %w: %w", op, s.dir, ErrCorrupt, err)
 	case errors.Is(err, pebble.ErrReadOnly):
-		return fmt.Errorf("storage: %s in %q: %w", op, s.dir, ErrReadOnly)
+		return kverr.Errorf("%s in %q: %w", op, s.dir, ErrReadOnly)
 	}
-	return fmt.Errorf("storage: %s in %q: %w", op, s.dir, err)
+	return kverr.Errorf("%s in %q: %w", op, s.dir, err)
 }
 
 func (s *Store) loadWatermark() (uint64, error) {
@@ -236,7 +241,7 @@ func (s *Store) loadWatermark() (uint64, error) {
 	}
 	defer c.Close()
 	if len(v) != 8 {
-		return 0, fmt.Errorf("storage: watermark in %q has %d bytes, want 8: %w", s.dir, len(v), ErrCorrupt)
+		return 0, kverr.Errorf("watermark in %q has %d bytes, want 8: %w", s.dir, len(v), ErrCorrupt)
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
@@ -307,7 +312,7 @@ func (s *Store) GetMeta(name string) ([]byte, error) {
 	v, err := readValue(s.db, nil, k, false)
 	s.mu.RUnlock()
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("storage: meta %q: %w", name, ErrNotFound)
+		return nil, kverr.Errorf("meta %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return nil, s.wrapErr(fmt.Sprintf("get meta %q", name), err)
@@ -368,7 +373,7 @@ func (s *Store) Flush() error {
 		return ErrClosed
 	}
 	if s.readOnly {
-		return fmt.Errorf("storage: flush %q: %w", s.dir, ErrReadOnly)
+		return kverr.Errorf("flush %q: %w", s.dir, ErrReadOnly)
 	}
 	// A flush rotates the WAL, which pebble cannot do after a log failure
 	// (it panics).
@@ -495,7 +500,7 @@ func (s *Store) close() error {
 		err = errors.Join(err, lerr)
 	}
 	if err != nil {
-		return fmt.Errorf("storage: close %q: %w", s.dir, err)
+		return kverr.Errorf("close %q: %w", s.dir, err)
 	}
 	return nil
 }

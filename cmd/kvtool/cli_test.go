@@ -328,7 +328,7 @@ func TestCorruptEngine(t *testing.T) {
 			// Next to store/ and bits/: a damaged engine, not a foreign
 			// directory (issue 20).
 			write(t, filepath.Join(dir, enginedir.ManifestName), "hello\n")
-		}, "but its KVBUF manifest is damaged (6 bytes: \"hello\\n\"): kvbuf: corrupt engine directory"},
+		}, "but its KVBUF manifest is damaged (6 bytes: \"hello\\n\"): corrupt engine directory"},
 		{"interrupted-init", func(t *testing.T, dir string) {
 			write(t, filepath.Join(dir, enginedir.ManifestName), "kvbuf engine directory\nformat 1\ninitialising\n")
 		}, "engine initialisation was interrupted"},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -382,7 +383,7 @@ func describeEngine(dir string) (e engineJSON, problems []string, err error) {
 			}
 			h := enginedir.BitsHeader{Version: info.Version, Owner: info.Owner, Gen: info.Gen, Len: info.Len}
 			if err := enginedir.CheckBitsFile(name, h, ent, ok, si.engineID); err != nil {
-				problems = append(problems, strings.TrimSuffix(strings.TrimPrefix(err.Error(), "kvbuf: "), ": "+enginedir.ErrCorrupt.Error()))
+				problems = append(problems, strings.TrimSuffix(kverr.Trim(err.Error()), ": "+kverr.Trim(enginedir.ErrCorrupt.Error())))
 			}
 		}
 		e.Bitslices = append(e.Bitslices, j)
@@ -521,8 +522,8 @@ func notBitsliceError(path string, err error) error {
 		return err
 	case bytes.HasPrefix(head, bitsMagic):
 		// Its own reason, without the package's path prefix.
-		msg := strings.TrimPrefix(err.Error(), "bitslice: "+path+": ")
-		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimPrefix(msg, bitslice.ErrCorrupt.Error()+": "))
+		msg := strings.TrimPrefix(err.Error(), kverr.Prefix+path+": ")
+		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimPrefix(msg, kverr.Trim(bitslice.ErrCorrupt.Error())+": "))
 	case base == enginedir.ManifestName && bytes.HasPrefix(head, []byte("kvbuf engine directory\n")):
 		return fmt.Errorf("%s is the manifest of the kvbuf engine directory %s, not a bitslice file (inspect the directory: kvtool inspect %s)", path, dir, dir)
 	case base == enginedir.LockName:

@@ -3,11 +3,11 @@ package digest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -27,7 +27,7 @@ import (
 func Dir(ctx context.Context, dir string) (Sum, error) {
 	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), &storage.Options{ReadOnly: true})
 	if err != nil {
-		return Sum{}, fmt.Errorf("digest of %s: %w", dir, err)
+		return Sum{}, kverr.Errorf("digest of %s: %w", dir, err)
 	}
 	d := New()
 	err = hashStore(ctx, d, st)
@@ -35,15 +35,15 @@ func Dir(ctx context.Context, dir string) (Sum, error) {
 		err = cerr
 	}
 	if err != nil {
-		return Sum{}, fmt.Errorf("digest of %s: %w", dir, err)
+		return Sum{}, kverr.Errorf("digest of %s: %w", dir, err)
 	}
 	names, err := enginedir.BitsNames(dir)
 	if err != nil {
-		return Sum{}, fmt.Errorf("digest of %s: %w", dir, err)
+		return Sum{}, kverr.Errorf("digest of %s: %w", dir, err)
 	}
 	for _, name := range names {
 		if err := hashBitsFile(ctx, d, name, filepath.Join(dir, enginedir.BitsDir, name+enginedir.BitsExt)); err != nil {
-			return Sum{}, fmt.Errorf("digest of %s: bitslice %q: %w", dir, name, err)
+			return Sum{}, kverr.Errorf("digest of %s: bitslice %q: %w", dir, name, err)
 		}
 	}
 	return d.Sum()
@@ -60,13 +60,13 @@ func hashStore(ctx context.Context, d *Hasher, st *storage.Store) error {
 	}
 	cat, err := enginedir.ParseCatalog(b)
 	if err != nil {
-		return fmt.Errorf("keyspace catalog: %w", err)
+		return kverr.Errorf("keyspace catalog: %w", err)
 	}
 	for _, name := range cat.Names() {
 		d.Keyspace(name)
 		it, err := st.NewIter(storage.KeyspaceID(cat.Keyspaces[name]), nil, nil)
 		if err != nil {
-			return fmt.Errorf("keyspace %q: %w", name, err)
+			return kverr.Errorf("keyspace %q: %w", name, err)
 		}
 		n := 0
 		for ok := it.First(); ok; ok = it.Next() {
@@ -79,7 +79,7 @@ func hashStore(ctx context.Context, d *Hasher, st *storage.Store) error {
 			d.Pair(it.Key(), it.Value())
 		}
 		if err := it.Close(); err != nil {
-			return fmt.Errorf("keyspace %q: %w", name, err)
+			return kverr.Errorf("keyspace %q: %w", name, err)
 		}
 	}
 	return nil

@@ -2,11 +2,12 @@ package enginedir
 
 import (
 	"encoding/binary"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (
@@ -28,7 +29,7 @@ func EncodeEngineID(id uint64) []byte { return binary.BigEndian.AppendUint64(nil
 // holding a nonzero id wraps ErrCorrupt.
 func ParseEngineID(b []byte) (uint64, error) {
 	if len(b) != 8 || binary.BigEndian.Uint64(b) == 0 {
-		return 0, fmt.Errorf("kvbuf: engine id record %x: %w", b, ErrCorrupt)
+		return 0, kverr.Errorf("engine id record %x: %w", b, ErrCorrupt)
 	}
 	return binary.BigEndian.Uint64(b), nil
 }
@@ -86,7 +87,7 @@ func ParseBitsCatalog(b []byte) (BitsCatalog, error) {
 	}
 	for i, line := range strings.Split(s, "\n") {
 		bad := func(why string) (BitsCatalog, error) {
-			return nil, fmt.Errorf("kvbuf: bitslice catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
+			return nil, kverr.Errorf("bitslice catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
 		}
 		f := strings.Split(line, " ")
 		if len(f) != 3 && (len(f) != 4 || f[3] != "v1") {
@@ -130,7 +131,7 @@ type BitsHeader struct {
 // generation), a shorter file.
 func CheckBitsFile(name string, h BitsHeader, e BitsEntry, ok bool, engineID uint64) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("kvbuf: bitslice %q: "+format+": %w", append([]any{name}, append(args, ErrCorrupt)...)...)
+		return kverr.Errorf("bitslice %q: "+format+": %w", append([]any{name}, append(args, ErrCorrupt)...)...)
 	}
 	switch {
 	case h.Version == 1 && !(ok && e.V1):

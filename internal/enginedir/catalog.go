@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (
@@ -71,7 +73,7 @@ func ParseCatalog(b []byte) (Catalog, error) {
 			continue
 		}
 		bad := func(why string) (Catalog, error) {
-			return Catalog{}, fmt.Errorf("kvbuf: keyspace catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
+			return Catalog{}, kverr.Errorf("keyspace catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
 		}
 		key, arg, ok := strings.Cut(line, " ")
 		if !ok {
@@ -118,7 +120,7 @@ func ParseCatalog(b []byte) (Catalog, error) {
 	c.NextID = maxID + 1 // no overflow: maxID <= MaxKeyspaceID
 	if haveNext {
 		if next <= maxID {
-			return Catalog{}, fmt.Errorf("kvbuf: keyspace catalog: %s %d is not above id %d: %w", directiveNext, next, maxID, ErrCorrupt)
+			return Catalog{}, kverr.Errorf("keyspace catalog: %s %d is not above id %d: %w", directiveNext, next, maxID, ErrCorrupt)
 		}
 		c.NextID = next
 	}
@@ -168,7 +170,7 @@ func (c Catalog) Validate() error {
 // fails Validate, whose encoding would make the engine unopenable.
 func (c Catalog) Encode() ([]byte, error) {
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("kvbuf: encode keyspace catalog: %w", err)
+		return nil, kverr.Errorf("encode keyspace catalog: %w", err)
 	}
 	names := c.Names()
 	var maxID uint32
@@ -225,10 +227,10 @@ func (c *Catalog) Add(name string) (uint32, error) {
 		return 0, err
 	}
 	if _, ok := c.Keyspaces[name]; ok {
-		return 0, fmt.Errorf("kvbuf: keyspace %q is in the catalog already", name)
+		return 0, kverr.Errorf("keyspace %q is in the catalog already", name)
 	}
 	if c.NextID == 0 || c.NextID > MaxKeyspaceID {
-		return 0, fmt.Errorf("kvbuf: add keyspace %q: %w", name, errIDsExhausted)
+		return 0, kverr.Errorf("add keyspace %q: %w", name, errIDsExhausted)
 	}
 	if c.Keyspaces == nil {
 		c.Keyspaces = map[string]uint32{}

@@ -2,8 +2,9 @@ package enginedir
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Info describes an engine directory (see Describe).
@@ -38,7 +39,7 @@ func Describe(path string) (Info, error) {
 		return Info{}, err
 	}
 	if l.state == 0 && !l.lock && len(l.leftovers) == 0 {
-		return Info{}, fmt.Errorf("kvbuf: %s has no %s manifest: %w", path, ManifestName, ErrNotEngine)
+		return Info{}, kverr.Errorf("%s has no %s manifest: %w", path, ManifestName, ErrNotEngine)
 	}
 	info := Info{Path: path, State: l.state, FormatVersion: l.version}
 	if info.State == 0 {

@@ -2,7 +2,6 @@ package enginedir
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Options configures Open. A nil *Options means defaults.
@@ -36,7 +36,7 @@ type Dir struct {
 }
 
 // errClosed is returned by MarkReady after Close.
-var errClosed = errors.New("kvbuf: engine directory closed")
+var errClosed = kverr.Errorf("engine directory: %w", kverr.ErrClosed)
 
 // maxAttempts bounds Open's classify-and-lock rounds. A round is repeated
 // only when LOCK appeared or vanished meanwhile (a racing opener published
@@ -95,7 +95,7 @@ func Open(path string, opts *Options) (*Dir, error) {
 		}
 		return d, nil
 	}
-	return nil, fmt.Errorf("kvbuf: lock %s: the lock file kept changing (%d attempts)", filepath.Join(path, LockName), maxAttempts)
+	return nil, kverr.Errorf("lock %s: the lock file kept changing (%d attempts)", filepath.Join(path, LockName), maxAttempts)
 }
 
 // ensureDir creates path (and syncs its parent) if it does not exist.
@@ -104,16 +104,16 @@ func ensureDir(path string) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(path, 0o755); err != nil {
-			return fmt.Errorf("kvbuf: create %s: %w", path, err)
+			return kverr.Errorf("create %s: %w", path, err)
 		}
 		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
-			return fmt.Errorf("kvbuf: create %s: sync parent: %w", path, err)
+			return kverr.Errorf("create %s: sync parent: %w", path, err)
 		}
 		return nil
 	case err != nil:
-		return fmt.Errorf("kvbuf: open %s: %w", path, err)
+		return kverr.Errorf("open %s: %w", path, err)
 	case !st.IsDir():
-		return fmt.Errorf("kvbuf: open %s: not a directory: %w", path, ErrNotEngine)
+		return kverr.Errorf("open %s: not a directory: %w", path, ErrNotEngine)
 	}
 	return nil
 }
@@ -157,14 +157,14 @@ func (d *Dir) setUp() error {
 // one means lost data, never a new engine.
 func (d *Dir) checkDirs() error {
 	if err := d.checkStore(); err != nil {
-		return fmt.Errorf("kvbuf: %s has a manifest but %w", d.path, err)
+		return kverr.Errorf("%s has a manifest but %w", d.path, err)
 	}
 	st, err := os.Stat(d.BitsDirPath())
 	if err == nil && !st.IsDir() {
 		err = syscall.ENOTDIR
 	}
 	if err != nil {
-		return fmt.Errorf("kvbuf: %s has a manifest but no usable %s directory: %w: %w", d.path, BitsDir, ErrCorrupt, err)
+		return kverr.Errorf("%s has a manifest but no usable %s directory: %w: %w", d.path, BitsDir, ErrCorrupt, err)
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (d *Dir) checkStore() error {
 		err = syscall.ENOTDIR
 	}
 	if err != nil {
-		return fmt.Errorf("no usable %s directory: %w: %w", StoreDir, ErrCorrupt, err)
+		return kverr.Errorf("no usable %s directory: %w: %w", StoreDir, ErrCorrupt, err)
 	}
 	return nil
 }
@@ -201,14 +201,14 @@ func (d *Dir) makeBitsDir() error {
 		case st.IsDir():
 			err = nil
 		default:
-			err = fmt.Errorf("%w: %w", ErrCorrupt, syscall.ENOTDIR)
+			err = kverr.Errorf("%w: %w", ErrCorrupt, syscall.ENOTDIR)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("kvbuf: create %s: %w", bits, err)
+		return kverr.Errorf("create %s: %w", bits, err)
 	}
 	if err := fsutil.SyncDir(d.path); err != nil {
-		return fmt.Errorf("kvbuf: sync %s: %w", d.path, err)
+		return kverr.Errorf("sync %s: %w", d.path, err)
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func writeManifest(dir, text string) (err error) {
 	mpath := filepath.Join(dir, ManifestName)
 	f, err := createTemp(dir, manifestTempPrefix)
 	if err != nil {
-		return fmt.Errorf("kvbuf: write %s: %w", mpath, err)
+		return kverr.Errorf("write %s: %w", mpath, err)
 	}
 	tmp := f.Name()
 	_, err = f.WriteString(text)
@@ -236,10 +236,10 @@ func writeManifest(dir, text string) (err error) {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("kvbuf: write %s: %w", mpath, err)
+		return kverr.Errorf("write %s: %w", mpath, err)
 	}
 	if err := fsutil.SyncDir(dir); err != nil {
-		return fmt.Errorf("kvbuf: write %s: sync %s: %w", mpath, dir, err)
+		return kverr.Errorf("write %s: sync %s: %w", mpath, dir, err)
 	}
 	return nil
 }
@@ -272,7 +272,7 @@ func (d *Dir) BitsPath(name string) string {
 // written to it.
 func (d *Dir) SyncBitsDir() error {
 	if err := fsutil.SyncDir(d.BitsDirPath()); err != nil {
-		return fmt.Errorf("kvbuf: sync %s: %w", d.BitsDirPath(), err)
+		return kverr.Errorf("sync %s: %w", d.BitsDirPath(), err)
 	}
 	return nil
 }
@@ -292,13 +292,13 @@ func (d *Dir) MarkReady() error {
 		return nil
 	}
 	if err := d.checkStore(); err != nil {
-		return fmt.Errorf("kvbuf: mark %s ready: %w", d.path, err)
+		return kverr.Errorf("mark %s ready: %w", d.path, err)
 	}
 	// The store's and bits' entries must be durable before a manifest
 	// that says they exist (storage syncs the store's on its own file
 	// system; this covers the OS's).
 	if err := fsutil.SyncDir(d.path); err != nil {
-		return fmt.Errorf("kvbuf: mark %s ready: sync: %w", d.path, err)
+		return kverr.Errorf("mark %s ready: sync: %w", d.path, err)
 	}
 	if err := writeManifest(d.path, manifestReady); err != nil {
 		return err
@@ -367,7 +367,7 @@ func (d *Dir) closeLocked(removeLock bool) error {
 	err := d.lock.Close()
 	d.lock = nil
 	if err != nil {
-		return fmt.Errorf("kvbuf: unlock %s: %w", d.path, err)
+		return kverr.Errorf("unlock %s: %w", d.path, err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package enginedir
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const (
@@ -92,7 +93,7 @@ func readLayout(path string) (layout, error) {
 			continue
 		}
 		if errors.Is(err, errAgain) {
-			return layout{}, fmt.Errorf("kvbuf: %s keeps changing while it is read", path)
+			return layout{}, kverr.Errorf("%s keeps changing while it is read", path)
 		}
 		return l, err
 	}
@@ -101,10 +102,10 @@ func readLayout(path string) (layout, error) {
 func readLayoutOnce(path string) (layout, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return layout{}, fmt.Errorf("kvbuf: %w", err) // a *PathError naming path
+		return layout{}, kverr.Errorf("%w", err) // a *PathError naming path
 	}
 	if !st.IsDir() {
-		return layout{}, fmt.Errorf("kvbuf: %s is not a directory: %w", path, ErrNotEngine)
+		return layout{}, kverr.Errorf("%s is not a directory: %w", path, ErrNotEngine)
 	}
 	mpath := filepath.Join(path, ManifestName)
 	var l layout
@@ -114,7 +115,7 @@ func readLayoutOnce(path string) (layout, error) {
 		// kvbuf's own directory whose manifest was damaged, so that a
 		// host's "restore on corrupt" branch runs.
 		b, _ := readSmallFile(mpath)
-		return layout{}, fmt.Errorf("kvbuf: %s has %s/ and %s/ but its %s manifest is damaged (%d bytes: %.40q): %w",
+		return layout{}, kverr.Errorf("%s has %s/ and %s/ but its %s manifest is damaged (%d bytes: %.40q): %w",
 			path, StoreDir, BitsDir, ManifestName, len(b), b, ErrCorrupt)
 	}
 	if err != nil {
@@ -122,7 +123,7 @@ func readLayoutOnce(path string) (layout, error) {
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
-		return layout{}, fmt.Errorf("kvbuf: list %s: %w", path, err)
+		return layout{}, kverr.Errorf("list %s: %w", path, err)
 	}
 	hook("listed", path)
 	var foreign string
@@ -161,12 +162,12 @@ func readLayoutOnce(path string) (layout, error) {
 	if hasEngineDirs(path) {
 		// kvbuf creates store/ and bits/ only after the manifest, which is
 		// never removed: an engine whose manifest was lost.
-		return layout{}, fmt.Errorf("kvbuf: %s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, ErrCorrupt)
+		return layout{}, kverr.Errorf("%s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, ErrCorrupt)
 	}
 	if lockErr != nil {
 		return layout{}, lockErr
 	}
-	return layout{}, fmt.Errorf("kvbuf: %s has %q but no %s: %w", path, foreign, ManifestName, ErrNotEngine)
+	return layout{}, kverr.Errorf("%s has %q but no %s: %w", path, foreign, ManifestName, ErrNotEngine)
 }
 
 // hasEngineDirs reports whether path holds both a store and a bits
@@ -190,9 +191,9 @@ func readManifest(mpath string) (State, int, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return 0, 0, nil
 	case errors.Is(err, errNotRegular):
-		return 0, 0, fmt.Errorf("kvbuf: %s is not a regular file (kvbuf never makes one): %w", mpath, ErrNotEngine)
+		return 0, 0, kverr.Errorf("%s is not a regular file (kvbuf never makes one): %w", mpath, ErrNotEngine)
 	case err != nil:
-		return 0, 0, fmt.Errorf("kvbuf: read %s: %w", mpath, err)
+		return 0, 0, kverr.Errorf("read %s: %w", mpath, err)
 	}
 	switch string(b) {
 	case manifestReady:
@@ -205,9 +206,9 @@ func readManifest(mpath string) (State, int, error) {
 		return Initialising, 1, nil
 	}
 	if !bytes.HasPrefix(b, []byte(manifestHeader)) {
-		return 0, 0, fmt.Errorf("kvbuf: %s: foreign manifest %.40q: %w", mpath, b, ErrNotEngine)
+		return 0, 0, kverr.Errorf("%s: foreign manifest %.40q: %w", mpath, b, ErrNotEngine)
 	}
-	return 0, 0, fmt.Errorf("kvbuf: %s: unsupported or damaged manifest %.80q (this kvbuf reads formats 1 and %d): %w", mpath, b, FormatVersion, ErrCorrupt)
+	return 0, 0, kverr.Errorf("%s: unsupported or damaged manifest %.80q (this kvbuf reads formats 1 and %d): %w", mpath, b, FormatVersion, ErrCorrupt)
 }
 
 // checkLoneLock checks the LOCK file of a directory without a manifest: it
@@ -220,12 +221,12 @@ func checkLoneLock(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return errAgain // removed since the listing by a refusing opener
 	case errors.Is(err, errNotRegular):
-		return fmt.Errorf("kvbuf: %s has a %s that is not a regular file and no %s manifest: %w", path, LockName, ManifestName, ErrNotEngine)
+		return kverr.Errorf("%s has a %s that is not a regular file and no %s manifest: %w", path, LockName, ManifestName, ErrNotEngine)
 	case err != nil:
-		return fmt.Errorf("kvbuf: read %s: %w", lpath, err)
+		return kverr.Errorf("read %s: %w", lpath, err)
 	}
 	if string(b) != lockText {
-		return fmt.Errorf("kvbuf: %s has a %s file kvbuf did not write (%.40q) and no %s manifest: %w", path, LockName, b, ManifestName, ErrNotEngine)
+		return kverr.Errorf("%s has a %s file kvbuf did not write (%.40q) and no %s manifest: %w", path, LockName, b, ManifestName, ErrNotEngine)
 	}
 	return nil
 }

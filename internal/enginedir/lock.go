@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // flock locks belong to the open file description, so a second Open in the
@@ -29,9 +30,9 @@ func acquire(path string) (f *os.File, created bool, err error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return publishLock(path)
 	case errors.Is(err, syscall.EISDIR):
-		return nil, false, fmt.Errorf("kvbuf: lock %s: not a regular file: %w", lpath, ErrCorrupt)
+		return nil, false, kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt)
 	case err != nil:
-		return nil, false, fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 	}
 	hook("opened", path)
 	if err := lockFile(f, lpath, unix.LOCK_EX); err != nil {
@@ -55,11 +56,11 @@ func lockFile(f *os.File, lpath string, how int) error {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK):
-			return fmt.Errorf("kvbuf: lock %s: %w", lpath, ErrLocked)
+			return kverr.Errorf("lock %s: %w", lpath, ErrLocked)
 		}
 		// Untested: besides EWOULDBLOCK and EINTR, flock fails only with
 		// ENOLCK.
-		return fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return kverr.Errorf("lock %s: %w", lpath, err)
 	}
 }
 
@@ -71,10 +72,10 @@ func sameFile(f *os.File, lpath string) error {
 	fst, err := f.Stat()
 	if err != nil {
 		// Untested: fstat of an open descriptor fails only on an I/O error.
-		return fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return kverr.Errorf("lock %s: %w", lpath, err)
 	}
 	if !fst.Mode().IsRegular() {
-		return fmt.Errorf("kvbuf: lock %s: not a regular file: %w", lpath, ErrCorrupt)
+		return kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt)
 	}
 	pst, err := os.Lstat(lpath)
 	switch {
@@ -82,9 +83,9 @@ func sameFile(f *os.File, lpath string) error {
 		return errAgain
 	case err != nil:
 		// Untested: the directory was just read.
-		return fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return kverr.Errorf("lock %s: %w", lpath, err)
 	case !pst.Mode().IsRegular():
-		return fmt.Errorf("kvbuf: lock %s: not a regular file: %w", lpath, ErrCorrupt) // a symbolic link, say
+		return kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt) // a symbolic link, say
 	case !os.SameFile(fst, pst):
 		return errAgain
 	}
@@ -98,7 +99,7 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 	lpath := filepath.Join(path, LockName)
 	f, err := createTemp(path, lockTempPrefix)
 	if err != nil {
-		return nil, false, fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 	}
 	tmp := f.Name()
 	published := false
@@ -113,11 +114,11 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 		return nil, false, err
 	}
 	if _, err := f.WriteString(lockText); err != nil {
-		return nil, false, fmt.Errorf("kvbuf: lock %s: write %s: %w", lpath, tmp, err)
+		return nil, false, kverr.Errorf("lock %s: write %s: %w", lpath, tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		// Untested: fsync fails only on an I/O error.
-		return nil, false, fmt.Errorf("kvbuf: lock %s: sync %s: %w", lpath, tmp, err)
+		return nil, false, kverr.Errorf("lock %s: sync %s: %w", lpath, tmp, err)
 	}
 	switch err := fsutil.Publish(tmp, lpath); {
 	case errors.Is(err, fs.ErrExist):
@@ -125,7 +126,7 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, false, errAgain // the lock holder removed tmp as a leftover
 	case err != nil:
-		return nil, false, fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+		return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 	}
 	published = true
 	// The directory entry is made durable with the manifest that follows
@@ -146,7 +147,7 @@ func createTemp(dir, prefix string) (*os.File, error) {
 		}
 		return f, err
 	}
-	return nil, fmt.Errorf("create a temporary file %s* in %s: %w", prefix, dir, fs.ErrExist)
+	return nil, kverr.Errorf("create a temporary file %s* in %s: %w", prefix, dir, fs.ErrExist)
 }
 
 // ReadLock takes a shared lock on the engine directory at path for a tool
@@ -163,7 +164,7 @@ func ReadLock(path string) (release func(), locked bool, err error) {
 			return func() {}, false, nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("kvbuf: lock %s: %w", lpath, err)
+			return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 		}
 		err = lockFile(f, lpath, unix.LOCK_SH)
 		if errors.Is(err, ErrLocked) {
@@ -181,7 +182,7 @@ func ReadLock(path string) (release func(), locked bool, err error) {
 			return nil, false, err
 		}
 	}
-	return nil, false, fmt.Errorf("kvbuf: lock %s: the lock file keeps changing", lpath)
+	return nil, false, kverr.Errorf("lock %s: the lock file keeps changing", lpath)
 }
 
 // probeLocked reports whether an engine holds the lock of the directory at

@@ -1,12 +1,12 @@
 package enginedir
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Layout of an engine directory.
@@ -38,20 +38,20 @@ var (
 	// ErrNotEngine: the path is not a kvbuf engine directory (a file, or a
 	// non-empty directory kvbuf did not create), so the engine refuses to
 	// write into it.
-	ErrNotEngine = errors.New("kvbuf: not a kvbuf directory")
+	ErrNotEngine = kverr.ErrNotEngine
 
 	// ErrCorrupt: the directory is a kvbuf engine but damaged: a damaged or
 	// newer manifest, a ready manifest without its store or bits
 	// directory, a malformed keyspace catalog.
-	ErrCorrupt = errors.New("kvbuf: corrupt engine directory")
+	ErrCorrupt = kverr.ErrCorruptDir
 
 	// ErrLocked: another engine, in this process or another one, has the
 	// directory open.
-	ErrLocked = errors.New("kvbuf: directory locked by another engine")
+	ErrLocked = kverr.ErrLocked
 
 	// ErrBadName: a keyspace or bitslice name that is empty, longer than
 	// MaxNameLen bytes, "." or "..", or has a byte outside [A-Za-z0-9._-].
-	ErrBadName = errors.New("kvbuf: bad keyspace or bitslice name")
+	ErrBadName = kverr.ErrBadName
 )
 
 // CheckName enforces the keyspace and bitslice name rule: 1 to MaxNameLen
@@ -59,11 +59,11 @@ var (
 // goes into the error, which wraps ErrBadName.
 func CheckName(kind, name string) error {
 	if name == "" || len(name) > MaxNameLen || name == "." || name == ".." {
-		return fmt.Errorf("kvbuf: %s name %q: %w", kind, name, ErrBadName)
+		return kverr.Errorf("%s name %q: %w", kind, name, ErrBadName)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameByte(name[i]) {
-			return fmt.Errorf("kvbuf: %s name %q: byte %#x: %w", kind, name, name[i], ErrBadName)
+			return kverr.Errorf("%s name %q: byte %#x: %w", kind, name, name[i], ErrBadName)
 		}
 	}
 	return nil
@@ -81,7 +81,7 @@ func nameByte(c byte) bool {
 func BitsNames(path string) ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(path, BitsDir))
 	if err != nil {
-		return nil, fmt.Errorf("kvbuf: list bitslices in %s: %w", path, err)
+		return nil, kverr.Errorf("list bitslices in %s: %w", path, err)
 	}
 	var names []string
 	for _, e := range ents {
