@@ -92,6 +92,19 @@ func TestKVBasics(t *testing.T) {
 	if err := it.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A closed iterator is not positioned, even if it was when closed.
+	if it, err = kv.NewIter(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !it.First() {
+		t.Fatal("iterator over a non-empty keyspace is empty")
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if it.Valid() || it.Key() != nil || it.Value() != nil {
+		t.Fatalf("closed iterator is positioned at %q", it.Key())
+	}
 }
 
 // TestKVModel runs random writes, range deletes, freezes, failed and
