@@ -112,13 +112,18 @@ func TestBatchesSerialOrder(t *testing.T) {
 				vals := make([][]byte, nkeys)
 				for !wk.stopped() {
 					var err error
+					how := "GetMany"
 					if wk.rng.IntN(2) == 0 {
 						_, err = k.GetMany(keys, vals, nil)
 					} else {
+						how = "scan"
 						err = scanShared(k, vals)
 					}
 					if err == nil {
 						err = same(vals)
+					}
+					if err != nil {
+						err = fmt.Errorf("%s: %w", how, err)
 					}
 					if err != nil {
 						r.failf("reader %d: %v", id, err)

@@ -589,8 +589,18 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 			// beneath it, stay as they are until we are done.
 			kv.vmu.Lock()
 		}
-		vis := kv.seq.Visible()
+		// The view first, then the visible number. Every table sealed in
+		// v was frozen before v was published, with no write in flight
+		// and every change published: its numbers are all at or below
+		// vis, and so is everything a flush may write into the store
+		// while we read. (In the other order a freeze between the two
+		// loads sealed changes numbered above vis into a table of v;
+		// its flush could then commit them to the store under a key
+		// whose pending versions we skip as too new, and the store
+		// answered with part of a later batch: TestBatchesSerialOrder
+		// caught it.)
 		v := kv.view.Load()
+		vis := kv.seq.Visible()
 		var err error
 		buf, err = getMany(keys, vals, buf[:start], kv.seed, v, vis, kv.st, kv.ks)
 		if hold {
@@ -598,9 +608,9 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 			return buf, err
 		}
 		// Unchanged view: no table was released (so none recycled under
-		// the probes) and none frozen (so the store holds no change
-		// numbered above vis: a frozen table is sealed, and sealing
-		// publishes a new view).
+		// the probes) and none frozen (so the active table of v holds
+		// every change numbered above vis, and the store none: a frozen
+		// table is sealed, and sealing publishes a new view).
 		if kv.view.Load() == v {
 			return buf, err
 		}
