@@ -303,15 +303,19 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 		}
 		switch {
 		case strings.HasPrefix(w.Name, "W2/get-") && !strings.Contains(w.Name, "snapshot"):
+			// Measured or not, not its sign: at this test's tiny scale
+			// the live-heap difference is noise-dominated (pebble's and
+			// the runtime's own allocations move it by more than the
+			// entries hold), and was seen negative one run in five.
 			wantMem := r.Impl != ImplPebbleGet && r.Impl != ImplKvbufDefault
-			if (r.BytesPerEntry > 0) != wantMem {
+			if (r.BytesPerEntry != 0) != wantMem {
 				t.Errorf("%s/%s: %v bytes per entry", r.Workload, r.Impl, r.BytesPerEntry)
 			}
 			if wantMem && IsOwn(r.Impl) && r.AccountedBytesPerEntry <= 0 {
 				t.Errorf("%s/%s: accounted bytes per entry %v", r.Workload, r.Impl, r.AccountedBytesPerEntry)
 			}
 		case w.Name == "W2/gc-1m":
-			if r.BytesPerEntry <= 0 || (r.Impl == ImplKvbuf) != (r.AccountedBytesPerEntry > 0) {
+			if r.BytesPerEntry == 0 || (r.Impl == ImplKvbuf) != (r.AccountedBytesPerEntry > 0) {
 				t.Errorf("%s/%s: %v bytes per entry, %v accounted", r.Workload, r.Impl, r.BytesPerEntry, r.AccountedBytesPerEntry)
 			}
 		case w.Name == "W3/construct":
