@@ -18,12 +18,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
+
+	"github.com/kvbuf/kvbuf/scripts/internal/gofiles"
 )
 
 func main() {
@@ -47,30 +47,12 @@ func main() {
 // count returns the exported names per package directory under root.
 func count(root string) (map[string]int, error) {
 	counts := map[string]int{}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		if file.Name.Name == "main" {
+	err := gofiles.Walk(root, parser.SkipObjectResolution, func(path string, _ *token.FileSet, f *ast.File) error {
+		if f.Name.Name == "main" {
 			return nil
 		}
 		dir, _ := filepath.Rel(root, filepath.Dir(path))
-		counts[dir] += exported(file)
+		counts[dir] += exported(f)
 		return nil
 	})
 	return counts, err

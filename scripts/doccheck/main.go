@@ -23,10 +23,10 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/scripts/internal/gofiles"
 )
 
 func main() {
@@ -55,26 +55,8 @@ func main() {
 // walk checks every non-test Go file under root.
 func walk(root string) ([]string, error) {
 	var out []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		file, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-		if err != nil {
-			return err
-		}
-		out = append(out, checkFile(fset, file)...)
+	err := gofiles.Walk(root, parser.ParseComments, func(_ string, fset *token.FileSet, f *ast.File) error {
+		out = append(out, checkFile(fset, f)...)
 		return nil
 	})
 	return out, err
