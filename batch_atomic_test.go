@@ -46,7 +46,7 @@ func TestBatchesSerialOrder(t *testing.T) {
 	same := func(vals [][]byte) error {
 		for i := range vals {
 			if !bytes.Equal(vals[i], vals[0]) {
-				return fmt.Errorf("key %s = %q but key %s = %q", keys[i], vals[i], keys[0], vals[0])
+				return fmt.Errorf("key %s = %q but key %s = %q (all: %q)", keys[i], vals[i], keys[0], vals[0], vals)
 			}
 		}
 		return nil

@@ -57,10 +57,6 @@ import (
 //     Snapshot never sees part of a batch.
 //   - A KV iterator reads its keyspace as of NewIter; for one instant across
 //     keyspaces and bitslices, use a Snapshot.
-//   - Known issue, under investigation: under heavy load, live readers
-//     (GetMany, iterators) have been seen to observe a KV batch in part, in
-//     a stress test of concurrent batches over shared keys (doc/design.md,
-//     "Atomic batches"). A Snapshot has always read whole batches.
 //   - Bits.Count is exact for writes that have returned; a write in progress
 //     may or may not be counted yet.
 //   - If Close's final flush fails, Close still closes every file and

@@ -308,10 +308,35 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) 
 		}
 		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: off, n: vlen}, true
 	}
-	d := sh.dir.Load()
+	return chainVersionAt(sh, sh.dir.Load(), sw.w0&refMask, vis)
+}
+
+// chainVersionAt is versionAt for the record chain from ref, with d a
+// directory of sh's arena loaded after the head ref was.
+//
+// Publication order: a record's chunk is published in the shard's
+// directory (addChunk's store of sh.dir) before any reference to the record
+// is stored (a slot head or a prev link), so a directory loaded after a
+// reference resolves it. The head was loaded before d, but the prev links
+// are loaded during the walk, after d: a change of a batch numbered below
+// the head (applied out of order by a concurrent batch) is linked in below
+// it, and its record may sit in a chunk added after d was loaded. Such a
+// link is reloaded against a fresh directory instead of being taken for
+// garbage; taken for garbage, the key had no visible change in this table
+// and an older table or the store answered with a value of an earlier
+// batch while the reader's other keys came from this table (a live
+// GetMany or scan saw part of a batch: TestBatchesSerialOrder).
+func chainVersionAt(sh *shard, d *chunkDir, ref, vis uint64) (version, bool) {
 	above := ^uint64(0)
-	for ref := sw.w0 & refMask; ref != 0; {
+	for ref != 0 {
 		w := d.resolve(ref)
+		if w == nil {
+			// Within the table's life the directory only grows; a
+			// reference outside the reloaded one is a reader racing
+			// a recycle (its re-validation discards the result).
+			d = sh.dir.Load()
+			w = d.resolve(ref)
+		}
 		h, seq, ok := recHead(w)
 		if !ok || seq >= above {
 			return version{}, false // garbage: chains strictly decrease

@@ -417,3 +417,46 @@ func TestProbeKeyWords(t *testing.T) {
 		}
 	}
 }
+
+// TestKVChainLinkInNewChunk: a reader walking a key's versions loads the
+// arena directory after the slot's head, then follows prev links. A change
+// numbered below the head (a concurrent batch applied out of order) is
+// linked in below it meanwhile, its record in a chunk added after the
+// reader loaded the directory: the reader must still resolve it and reach
+// the visible version beneath, not take the chain for garbage (the key
+// then looked absent from the table and an older table answered: a live
+// reader saw part of a batch).
+func TestKVChainLinkInNewChunk(t *testing.T) {
+	tb := newTable(1, 7)
+	tb.base.Store(1)
+	pk := makeProbeKey("shared-00", tb.seed)
+	sh := tb.shardFor(pk.h)
+	write := func(v string, seq uint64) {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		sh.setLocked(tb, &pk, []byte(v), false, seq)
+	}
+	write("v10", 10)
+	write("v30", 30) // a chain: 30 -> 10
+	// The reader: slot words (the head), then the directory.
+	_, sw := sh.arr.Load().find(&pk, sh)
+	d := sh.dir.Load()
+	// The writer: the current chunk is full, so the record of change 20
+	// goes to a new chunk, linked below the head.
+	sh.mu.Lock()
+	sh.aw.fill = len(sh.aw.cur)
+	sh.mu.Unlock()
+	write("v20", 20)
+	if sh.dir.Load() == d {
+		t.Fatal("no chunk was added: the test does not test the race")
+	}
+	for _, c := range []struct {
+		vis  uint64
+		want string
+	}{{25, "v20"}, {15, "v10"}, {30, "v30"}} {
+		v, ok := chainVersionAt(sh, d, sw.w0&refMask, c.vis)
+		if !ok || string(v.ext) != c.want {
+			t.Errorf("at visible %d with the directory loaded before the link: %q, %v; want %q", c.vis, v.ext, ok, c.want)
+		}
+	}
+}
