@@ -47,6 +47,19 @@ func lockChild() int {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 4
 	}
+	// pebble flushes what it replayed from its log in the background
+	// after Open (a new sstable, MANIFEST and OPTIONS, then the obsolete
+	// files' removal): let it finish before saying so, or the parent's
+	// before/after comparison of the store's files sees this process's
+	// writes (seen in CI under load).
+	if err := db.FlushMemtables(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "flush:", err)
+		return 4
+	}
+	if err := waitQuiet(os.Getenv(childDirEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
 	fmt.Println("locked")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	if err := db.Close(); err != nil {
@@ -436,6 +449,9 @@ func TestBadOpenInputs(t *testing.T) {
 			// background after Open: let it finish, so that the files
 			// compared are the refused Open's business only.
 			if err := db.FlushMemtables(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitQuiet(d); err != nil {
 				t.Fatal(err)
 			}
 			return d

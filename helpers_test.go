@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/storage"
@@ -194,6 +195,37 @@ func writeFile(t testing.TB, path string, b []byte) {
 // removed or changed. A root that does not exist hashes as "missing".
 func hashTree(t testing.TB, root string, skip ...string) string {
 	t.Helper()
+	sum, err := treeHash(root, skip...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// waitQuiet waits until the files under dir stop changing (the same hash
+// over several polls), at most 30 s: an engine that is open goes on
+// writing after Open and FlushMemtables return (pebble replaces its
+// OPTIONS file and deletes obsolete logs and manifests in the
+// background), and a test comparing the files before and after something
+// else must not see those writes.
+func waitQuiet(dir string) error {
+	var last string
+	stable := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		sum, err := treeHash(dir)
+		if err != nil || sum != last {
+			last, stable = sum, 0
+			continue
+		}
+		if stable++; stable == 5 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s still changing after 30 s", dir)
+}
+
+// treeHash is hashTree returning its error.
+func treeHash(root string, skip ...string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -236,9 +268,9 @@ func hashTree(t testing.TB, root string, skip ...string) string {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // listTree returns the relative paths under root, for failure messages.
