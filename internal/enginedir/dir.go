@@ -45,7 +45,9 @@ const maxAttempts = 100
 
 // testHook, nil outside tests, is called at these points of Open so tests
 // can change the directory there: "listed" (readLayout has listed the
-// directory), "opened" (acquire has opened an existing LOCK, not locked
+// directory), "probed" (readLayout has looked for store/ and bits/ in a
+// directory without a manifest, and not yet for the manifest again),
+// "opened" (acquire has opened an existing LOCK, not locked
 // it yet), "locked" (the lock is held, the directory not checked again).
 var testHook func(point, path string)
 

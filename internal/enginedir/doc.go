@@ -70,7 +70,9 @@
 //     So a manifest-less directory holding anything else is foreign, and an
 //     unlocked reader that sees store/ or bits/ but no manifest looks again
 //     (the manifest came first and is never removed, only atomically
-//     replaced).
+//     replaced). Such a reader looks for store/ and bits/ before it looks
+//     for the manifest once more: only directories seen before a look
+//     that finds no manifest prove the manifest lost.
 //   - LOCK is removed only by the process holding its flock (a refused or
 //     discarded Open that published it). Everyone who locks an existing
 //     LOCK checks afterwards that the name still refers to the locked file.

@@ -156,10 +156,17 @@ func readLayoutOnce(path string) (layout, error) {
 	}
 	// kvbuf makes nothing but LOCK and temporary files before the
 	// manifest, so an entry like store/ means the manifest exists now.
+	// The engine directories are looked at before the manifest, never
+	// after: an opener racing this one writes the manifest, then bits/,
+	// then store/, so directories seen before a look that finds no
+	// manifest really lack one, while directories seen after it may have
+	// been made since (with their manifest).
+	engineDirs := hasEngineDirs(path)
+	hook("probed", path)
 	if _, err := os.Lstat(mpath); err == nil {
 		return layout{}, errAgain
 	}
-	if hasEngineDirs(path) {
+	if engineDirs {
 		// kvbuf creates store/ and bits/ only after the manifest, which is
 		// never removed: an engine whose manifest was lost.
 		return layout{}, kverr.Errorf("%s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, ErrCorrupt)

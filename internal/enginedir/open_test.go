@@ -466,6 +466,35 @@ func TestManifestAppearsDuringListing(t *testing.T) {
 	}
 }
 
+// TestEngineMadeDuringProbe: an unlocked look finds a foreign file and no
+// manifest, and a racing opener then initialises the directory (manifest,
+// bits/, store/) before the look checks for store/ and bits/. The look
+// must find the manifest it missed and look again, never report an engine
+// without a manifest: CI saw that report from TestOpenRaceWithFailures
+// when the probes ran in the other order.
+func TestEngineMadeDuringProbe(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "precious.txt"), "x")
+	var once sync.Once
+	testHook = func(point, path string) {
+		if point == "probed" {
+			once.Do(func() {
+				writeFile(t, filepath.Join(path, ManifestName), manifestInit)
+				mkdir(t, filepath.Join(path, BitsDir))
+				mkdir(t, filepath.Join(path, StoreDir))
+			})
+		}
+	}
+	defer func() { testHook = nil }()
+	l, err := readLayout(dir)
+	if err != nil {
+		t.Fatalf("readLayout while an engine is made: %v", err)
+	}
+	if l.state != Initialising {
+		t.Fatalf("state %v, want %v", l.state, Initialising)
+	}
+}
+
 func TestLockedAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	cmd := reexec(t, "hold", dir)
