@@ -332,11 +332,12 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 		t := kv.view.Load().active
 		sh := t.shardFor(pks[idx[0]].h)
 		if sh != nil {
+			vis := kv.seq.visible.Load() // before the table's pins: see shard.reuse
 			sh.mu.Lock()
 			if !sh.sealed {
 				before := sh.bytes.Load()
 				for _, i := range idx {
-					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i))
+					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i), vis)
 				}
 				added := sh.bytes.Load() - before
 				sh.mu.Unlock()
@@ -374,7 +375,8 @@ func (kv *KV) write(seq uint64, key, value []byte, del bool) error {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	pk := makeProbeKey(k, kv.seed)
 	for spins := 0; ; spins++ {
-		ok, added := kv.view.Load().active.set(&pk, value, del, seq)
+		vis := kv.seq.visible.Load() // before the table's pins: see shard.reuse
+		ok, added := kv.view.Load().active.set(&pk, value, del, seq, vis)
 		if ok {
 			kv.acct.add(added)
 			return nil
@@ -536,9 +538,14 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
 			out, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
 		}
-		if kv.view.Load() != v {
+		if kv.view.Load() != v || kind == probeRetry {
+			// A released table (the view changed), or a record
+			// rewritten under the read (see shard.reuse).
 			if invariants.Enabled {
 				invariants.Check(spins < 1<<20, "buffer: lookup retried %d times", spins)
+			}
+			if spins > 16 {
+				runtime.Gosched()
 			}
 			continue
 		}
@@ -605,7 +612,13 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 		buf, err = getMany(keys, vals, buf[:start], kv.seed, v, vis, kv.st, kv.ks)
 		if hold {
 			kv.vmu.Unlock()
+			if err == errReadAgain {
+				continue // a record rewritten under the read: no flush is to blame
+			}
 			return buf, err
+		}
+		if err == errReadAgain {
+			continue
 		}
 		// Unchanged view: no table was released (so none recycled under
 		// the probes) and none frozen (so the active table of v holds
@@ -629,6 +642,10 @@ func (kv *KV) checkMany(keys, vals [][]byte) error {
 	}
 	return nil
 }
+
+// errReadAgain is getMany's answer when a key's record was rewritten while
+// it read it (see shard.reuse): GetMany reads every key again.
+var errReadAgain = errors.New("buffer: read again")
 
 // getMany is GetMany over view v at visible number vis and the reader st.
 func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, vis uint64, st kvReader, ks storage.KeyspaceID) ([]byte, error) {
@@ -670,11 +687,16 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 					binary.LittleEndian.PutUint64(b[16:], r.w[2])
 					buf = append(buf, b[r.off:r.off+r.n]...)
 				default:
-					buf = append(buf, r.ext...)
+					var ok bool
+					if buf, ok = appendRecValue(buf, r.rec, r.h); !ok || !recValid(r.rec, r.seq) {
+						return buf, errReadAgain
+					}
 				}
 				vals[j] = present(buf[start:len(buf):len(buf)])
 			case probeDeleted:
 				vals[j] = nil
+			case probeRetry:
+				return buf, errReadAgain
 			default:
 				vals[j] = nil
 				if st == nil {
@@ -722,7 +744,11 @@ type manyRes struct {
 	inline bool      // the value is bytes [off, off+n) of the slot words w
 	off, n int       //
 	w      [3]uint64 //
-	ext    []byte    // the value, when not inline
+	// rec, h and seq are the value's record, its word 0 and number, when
+	// not inline: copied with appendRecValue, checked with recValid.
+	rec []uint64
+	h   uint64
+	seq uint64
 }
 
 // Per-key outcomes of resolve's first two loops.
@@ -823,7 +849,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 					r.inline, r.off, r.n = true, pr.v.off, pr.v.n
 					r.w = [3]uint64{pr.sw.w1, pr.sw.w2, pr.sw.w3}
 				} else {
-					r.ext = pr.v.ext
+					r.rec, r.h, r.seq = pr.v.rec, pr.v.h, pr.v.seq
 				}
 			}
 			continue
@@ -907,9 +933,9 @@ func (g *KVGen) AddTo(ctx context.Context, b *storage.Batch) error {
 				}
 			}
 			sw, sh := x.words(e.ref)
-			v, ok := t.versionAt(sh, &sw, ^uint64(0))
-			invariants.Check(ok, "buffer: a sealed table's key has no version")
-			if !ok {
+			v, st := t.versionAt(sh, &sw, ^uint64(0))
+			invariants.Check(st == verFound, "buffer: a sealed table's key has no version (%d)", st)
+			if st != verFound {
 				continue
 			}
 			k := x.key(e.ref)
@@ -1051,7 +1077,7 @@ func (kv *KV) pendingPresence(key []byte) (has, known bool) {
 		vis := kv.seq.visible.Load()
 		v := kv.view.Load()
 		kind := v.presence(&pk, vis)
-		if kv.view.Load() == v {
+		if kv.view.Load() == v && kind != probeRetry {
 			return kind == probeValue, kind != probeAbsent
 		}
 	}

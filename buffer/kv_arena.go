@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"unsafe"
 
@@ -13,7 +14,8 @@ import (
 // inline bytes. It is a list of
 // chunks of 8-byte words (no pointers, so the garbage collector never scans
 // them), appended to under the shard mutex and never modified afterwards,
-// except for a record's prev link (see rec0). Records are addressed by a
+// except for a record's word 0 and the rewrite of a small record that left
+// its key's chain (see the version record's layout below). Records are addressed by a
 // 40-bit reference: chunk index (24 bits) << 16 | word offset in the chunk
 // (16 bits, so a shared chunk is at most 512 KiB). A record too large for a
 // shared chunk gets a chunk of its own at offset 0.
@@ -131,22 +133,48 @@ func (sh *shard) resetArena() {
 
 // A version record is one value (or tombstone) of a key, in the arena:
 //
-//	word 0 (rec0): prev reference (bits 0-39) | value length (bits 40-62,
-//	               recLenEscape: the length is in word 2) | tombstone (bit 63)
+//	word 0 (rec0): prev reference (bits 0-39) | room (bits 40-42: value
+//	               words the record has room for, if it may be rewritten;
+//	               see recRoom) | value length (bits 43-62, recLenEscape:
+//	               the length is in word 2) | tombstone (bit 63)
 //	word 1:        sequence number
 //	[word 2:       value length, if escaped]
 //	value bytes, padded to a word
 //
 // A key's records form a chain from the newest (the slot's head) by prev
-// links, in strictly decreasing sequence numbers. Word 0 is the only word
-// that changes after publication: a change arriving with a lower sequence
-// number than the head is linked in below it (its predecessor's prev is
-// stored atomically, with the rest of word 0 unchanged).
+// links, in strictly decreasing sequence numbers. Word 0 changes after
+// publication in two ways: a change arriving with a lower sequence number
+// than the head is linked in below it (its predecessor's prev is stored
+// atomically, with the rest of word 0 unchanged), and a chain is cut below
+// a visible head (prev set to refCut) when the record below it is rewritten
+// (see shard.reuse).
+//
+// A small record (at most reuseMaxWords words) may be rewritten in place
+// once it left its key's chain that way: the writer stores its new
+// sequence number first, then the value words, then word 0, all
+// atomically. A reader that may race a rewrite (a lock-free point read; an
+// iterator or snapshot pins its tables, and a pinned table's records are
+// never rewritten) loads word 1, then word 0 and the value words, then
+// word 1 again: equal numbers mean it read one record's content (a
+// rewrite always stores a number never stored there before), different
+// ones that it must read again (seqlock; see recValid).
 const (
-	recLenShift  = refBits
-	recLenEscape = 1<<23 - 1
+	recRoomShift = refBits
+	recRoomMask  = 7
+	recLenShift  = refBits + 3
+	recLenEscape = 1<<20 - 1
 	recDel       = 1 << 63
 	recHdrWords  = 2
+	// refCut is the prev link of a record whose chain was cut below it:
+	// a reader that needs an older change of the key read a visible
+	// number from before the cut and must read again with a newer one.
+	// (Chunk index 0 is never used, so refCut never resolves.)
+	refCut = 1
+	// reuseMaxWords bounds the records that are rewritten in place: their
+	// values (at most 32 bytes) are copied by readers one atomic word at
+	// a time; longer values are copied with memmove, as they are never
+	// rewritten.
+	reuseMaxWords = recHdrWords + 4
 )
 
 // recWords is the number of words a record of a value of n bytes takes.
@@ -162,10 +190,21 @@ func recWords(n int, del bool) int {
 }
 
 // newRec appends a record of v (a tombstone if del) with sequence number
-// seq and prev link prev; it returns its reference.
-func (sh *shard) newRec(v []byte, del bool, seq, prev uint64) uint64 {
-	ref, w := sh.alloc(recWords(len(v), del))
+// seq and prev link prev; it returns its reference. A record made by an
+// overwrite (roomy: the key is written again, and likely again) gets room
+// for any value a rewrite may store if its own fits (reuseMaxWords words),
+// so that a key whose values change size keeps rewriting the same two
+// records; any other record has room for its own value only.
+func (sh *shard) newRec(v []byte, del bool, seq, prev uint64, roomy bool) uint64 {
+	words := recWords(len(v), del)
+	if roomy && words <= reuseMaxWords {
+		words = reuseMaxWords
+	}
+	ref, w := sh.alloc(words)
 	h := prev
+	if room := words - recHdrWords; room <= reuseMaxWords-recHdrWords {
+		h |= uint64(room) << recRoomShift
+	}
 	switch {
 	case del:
 		h |= recDel
@@ -179,10 +218,73 @@ func (sh *shard) newRec(v []byte, del bool, seq, prev uint64) uint64 {
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(&w[2])), len(v)), v)
 		}
 	}
-	// Arena words are never reused: the store that publishes the
+	// Fresh words, unseen by any reader: the store that publishes the
 	// reference (a slot head, a prev link) orders these.
 	w[1], w[0] = seq, h
 	return ref
+}
+
+// rewriteRec rewrites the record at w (reuseMaxWords words at most, with
+// room for v) as change seq of v (a tombstone if del) with prev link prev.
+// The number is stored first: see the seqlock above. Writers only, under
+// the shard mutex.
+func rewriteRec(w []uint64, v []byte, del bool, seq, prev uint64) {
+	room := atomic.LoadUint64(&w[0]) >> recRoomShift & recRoomMask
+	atomic.StoreUint64(&w[1], seq)
+	h := prev | room<<recRoomShift
+	if del {
+		h |= recDel
+	} else {
+		h |= uint64(len(v)) << recLenShift
+		var b [8 * (reuseMaxWords - recHdrWords)]byte
+		copy(b[:], v)
+		for i := range (len(v) + 7) / 8 {
+			atomic.StoreUint64(&w[recHdrWords+i], binary.LittleEndian.Uint64(b[8*i:]))
+		}
+	}
+	atomic.StoreUint64(&w[0], h)
+}
+
+// recRoom is the number of words of a record with word 0 h that a rewrite
+// may use: 0 for a record that is never rewritten (room for more than
+// reuseMaxWords).
+func recRoom(h uint64) int {
+	if room := h >> recRoomShift & recRoomMask; room != 0 || h&recDel != 0 {
+		return recHdrWords + int(room)
+	}
+	return 0 // a record of an empty value made with no room: not worth it
+}
+
+// recValid reports whether the record at w still holds change seq: a
+// reader that loaded seq from w before reading its content checks this
+// after (see the seqlock above).
+func recValid(w []uint64, seq uint64) bool {
+	return len(w) >= recHdrWords && atomic.LoadUint64(&w[1]) == seq
+}
+
+// appendRecValue appends the value of the record at w with word 0 h to
+// dst: one atomic load per word for a value a rewrite may change under a
+// lock-free reader, memmove for a longer one (never rewritten). The caller
+// checks recValid afterwards. ok is false if the record does not fit in w
+// (a reader racing a recycle).
+func appendRecValue(dst []byte, w []uint64, h uint64) ([]byte, bool) {
+	if h&recDel != 0 {
+		return dst, true
+	}
+	n := int(h >> recLenShift & recLenEscape)
+	if n == recLenEscape || n > 8*(reuseMaxWords-recHdrWords) {
+		v, ok := recValue(w, h)
+		return append(dst, v...), ok
+	}
+	nw := (n + 7) / 8
+	if nw > len(w)-recHdrWords {
+		return dst, false
+	}
+	var b [8 * (reuseMaxWords - recHdrWords)]byte
+	for i := range nw {
+		binary.LittleEndian.PutUint64(b[8*i:], atomic.LoadUint64(&w[recHdrWords+i]))
+	}
+	return append(dst, b[:n]...), true
 }
 
 // recHead returns word 0 and the sequence number of the record at w.

@@ -190,7 +190,7 @@ func (kv *KV) lookup(dst, key []byte) ([]byte, uint8) {
 		// A table of v may have been released and cleared while we
 		// probed it: only if the view is unchanged did the probe precede
 		// every clear (a release publishes the new view first).
-		if kv.view.Load() == v {
+		if kv.view.Load() == v && kind != probeRetry {
 			return out, kind
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -141,14 +142,20 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	// holds every change of a table released before the pin, and none
 	// numbered above vis (a table is sealed, so frozen and written,
 	// only after its changes were published).
+	//
+	// The pins come before the visible number: a writer rewrites a
+	// record in place only in an unpinned table and only below a change
+	// visible before it checked the pins (see shard.reuse), so a number
+	// loaded after the pin is never older than a change the iterator
+	// would have to skip.
 	kv.vmu.Lock()
-	vis := kv.seq.Visible()
 	v := kv.view.Load()
 	ts := make([]*table, 0, len(v.sealed)+1)
 	ts = append(append(ts, v.active), v.sealed...)
 	for _, t := range ts {
 		t.pins.Add(1)
 	}
+	vis := kv.seq.Visible()
 	st, err := kv.st.NewIter(kv.ks, lower, upper)
 	kv.vmu.Unlock()
 	if err != nil {
@@ -309,8 +316,12 @@ func (it *Iter) settle() bool {
 		if c.x != nil {
 			t := it.tables[c.prio]
 			sw, sh := c.x.words(c.run[c.i].ref)
-			v, ok := t.versionAt(sh, &sw, it.vis)
-			if !ok {
+			// Pinned tables: no record is rewritten under the
+			// iterator, and its visible number was loaded after the
+			// pin, above every cut (verRetry does not happen).
+			v, st := t.versionAt(sh, &sw, it.vis)
+			invariants.Check(st != verRetry, "buffer: an iterator raced a record rewrite")
+			if st != verFound {
 				// No change of this table the iterator may see
 				// (written after NewIter): older sources decide.
 				it.step()

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -84,7 +85,10 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	h, kw := keyHash(k, s.kv.seed)
+	// The snapshot's tables are sealed and pinned: nothing is rewritten
+	// under it (probeRetry does not happen; see shard.reuse).
 	out, kind := s.v.getAppend(dst, k, h, kw, s.vis)
+	invariants.Check(kind != probeRetry, "buffer: a snapshot read raced a rewrite")
 	switch kind {
 	case probeValue:
 		return out, nil
@@ -103,7 +107,14 @@ func (s *KVSnapshot) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, 
 	if err := s.kv.checkMany(keys, vals); err != nil {
 		return buf, err
 	}
-	return getMany(keys, vals, buf, s.kv.seed, s.v, s.vis, st, s.kv.ks)
+	start := len(buf)
+	for {
+		out, err := getMany(keys, vals, buf[:start], s.kv.seed, s.v, s.vis, st, s.kv.ks)
+		if err != errReadAgain { // sealed, pinned tables: as GetAppend
+			return out, err
+		}
+		invariants.Check(false, "buffer: a snapshot GetMany raced a rewrite")
+	}
 }
 
 // NewIter is KV.NewIter as of the snapshot: it sees exactly the snapshot.
@@ -143,5 +154,6 @@ func (s *KVSnapshot) pendingPresence(key []byte) (has, known bool) {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	pk := makeProbeKey(k, s.kv.seed)
 	kind := s.v.presence(&pk, s.vis)
+	invariants.Check(kind != probeRetry, "buffer: a snapshot presence check raced a rewrite")
 	return kind == probeValue, kind != probeAbsent
 }

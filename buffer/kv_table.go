@@ -289,24 +289,40 @@ type version struct {
 	del    bool
 	inline bool   // the value is bytes [off, off+n) of the slot's w1..w3
 	off, n int    //
-	ext    []byte // the value, in the arena
+	ext    []byte // the value, in the arena (for readers of pinned tables)
+	// rec and h are the version's record and its word 0 (nil, 0 for an
+	// inline version): a lock-free reader copies the value with
+	// appendRecValue and checks recValid(rec, seq) afterwards, since the
+	// record may be rewritten under it (see shard.reuse).
+	rec []uint64
+	h   uint64
 }
 
+// Outcomes of versionAt.
+const (
+	verNone  = iota // no change of the key at or below vis in the table
+	verFound        // the newest such change
+	// verRetry: the reader raced a chain cut or a record rewrite (its
+	// visible number is older than a change it needs to skip), or a
+	// recycle; it must read again with a fresh visible number (and view).
+	verRetry
+)
+
 // versionAt returns the newest change of the slot with words sw whose
-// sequence number is <= vis; false if there is none (or, for a reader racing
-// a recycle, if the words do not decode: the reader's re-validation
-// discards the result).
-func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) {
+// sequence number is <= vis (verFound), verNone if there is none, verRetry
+// if the reader must read again (see the constants; an iterator or the
+// flush, which read pinned or sealed tables, never get it).
+func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, uint8) {
 	if sw.w0>>modeShift == modeInline {
 		seq := t.base.Load() + sw.w0&relSeqMask
 		if seq > vis {
-			return version{}, false
+			return version{}, verNone
 		}
 		off, vlen := inlineValueAt(sw.w0)
 		if off+vlen > inlineBytes {
-			return version{}, false
+			return version{}, verRetry
 		}
-		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: off, n: vlen}, true
+		return version{seq: seq, del: sw.w0&inlDel != 0, inline: true, off: off, n: vlen}, verFound
 	}
 	return chainVersionAt(sh, sh.dir.Load(), sw.w0&refMask, vis)
 }
@@ -326,32 +342,50 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, bool) 
 // and an older table or the store answered with a value of an earlier
 // batch while the reader's other keys came from this table (a live
 // GetMany or scan saw part of a batch: TestBatchesSerialOrder).
-func chainVersionAt(sh *shard, d *chunkDir, ref, vis uint64) (version, bool) {
+//
+// Each record is read as the seqlock of the record layout says (number,
+// word 0, number again before its prev link is followed); the caller
+// checks the number of the record it returns after reading its content.
+// A walk that reaches a cut (refCut) or a record numbered at or above the
+// one it came from (rewritten since, or garbage in a recycle race) returns
+// verRetry: a cut is made only below a change visible at the time, so a
+// reader that reloads its visible number stops above it.
+func chainVersionAt(sh *shard, d *chunkDir, ref, vis uint64) (version, uint8) {
 	above := ^uint64(0)
 	for ref != 0 {
+		if ref == refCut {
+			return version{}, verRetry
+		}
 		w := d.resolve(ref)
 		if w == nil {
 			// Within the table's life the directory only grows; a
 			// reference outside the reloaded one is a reader racing
-			// a recycle (its re-validation discards the result).
+			// a recycle.
 			d = sh.dir.Load()
 			w = d.resolve(ref)
 		}
-		h, seq, ok := recHead(w)
-		if !ok || seq >= above {
-			return version{}, false // garbage: chains strictly decrease
+		if len(w) < recHdrWords {
+			return version{}, verRetry
+		}
+		seq := atomic.LoadUint64(&w[1])
+		h := atomic.LoadUint64(&w[0])
+		if seq >= above {
+			return version{}, verRetry // chains strictly decrease
 		}
 		if seq <= vis {
 			v, ok := recValue(w, h)
 			if !ok {
-				return version{}, false
+				return version{}, verRetry
 			}
-			return version{seq: seq, del: h&recDel != 0, ext: v}, true
+			return version{seq: seq, del: h&recDel != 0, ext: v, rec: w, h: h}, verFound
+		}
+		if atomic.LoadUint64(&w[1]) != seq {
+			return version{}, verRetry // rewritten while read
 		}
 		above = seq
 		ref = h & refMask
 	}
-	return version{}, false
+	return version{}, verNone
 }
 
 // inlineValueAt returns where an inline value starts in the slot's w1..w3
@@ -374,6 +408,7 @@ const (
 	probeAbsent  = iota // the table knows nothing of the key: ask older ones
 	probeValue          // a value
 	probeDeleted        // a tombstone or a range tombstone
+	probeRetry          // read again with a fresh visible number (verRetry)
 )
 
 // probeResult is what a table knows of a key at a visible sequence number.
@@ -394,7 +429,15 @@ func (t *table) get(pk *probeKey, vis uint64) probeResult {
 		sh := ss.s[pk.h>>shardShift&t.smask]
 		if arr := sh.arr.Load(); arr != nil {
 			if i, sw := arr.find(pk, sh); i >= 0 {
-				if v, ok := t.versionAt(sh, &sw, vis); ok {
+				v, st := t.versionAt(sh, &sw, vis)
+				if st == verFound && v.rec != nil && !recValid(v.rec, v.seq) {
+					st = verRetry // v.del may be another change's
+				}
+				switch st {
+				case verRetry:
+					r.kind = probeRetry
+					return r
+				case verFound:
 					r.sw, r.v, above = sw, v, v.seq
 					r.kind = probeValue
 					if v.del {
@@ -562,14 +605,21 @@ func (t *table) slotAppend(dst []byte, sh *shard, sw *slotWords, pk *probeKey, b
 		}
 		return t.hiddenAppend(dst, start, pk.k, seq, vis, probeDeleted)
 	}
-	v, ok := t.versionAt(sh, sw, vis)
-	switch {
-	case !ok:
+	v, st := t.versionAt(sh, sw, vis)
+	switch st {
+	case verRetry:
+		return dst, probeRetry
+	case verNone:
 		return t.hiddenAppend(dst, start, pk.k, 0, vis, probeAbsent)
-	case v.del:
+	}
+	out, ok := appendRecValue(dst, v.rec, v.h)
+	if !ok || !recValid(v.rec, v.seq) {
+		return dst, probeRetry // rewritten while copied
+	}
+	if v.del {
 		return t.hiddenAppend(dst, start, pk.k, v.seq, vis, probeDeleted)
 	}
-	return t.hiddenAppend(append(dst, v.ext...), start, pk.k, v.seq, vis, probeValue)
+	return t.hiddenAppend(out, start, pk.k, v.seq, vis, probeValue)
 }
 
 // hiddenAppend returns the outcome of a point read of t (dst, kind; the
@@ -611,7 +661,7 @@ func (t *table) allocShardsLocked() *shardSet {
 // set records key pk = v, a tombstone if del, as change seq. It returns
 // false, storing nothing, once the table is sealed. added is the change in
 // bytes held.
-func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64) (ok bool, added int64) {
+func (t *table) set(pk *probeKey, v []byte, del bool, seq, vis uint64) (ok bool, added int64) {
 	sh := t.shardFor(pk.h)
 	if sh == nil {
 		return false, 0
@@ -622,12 +672,14 @@ func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64) (ok bool, adde
 		return false, 0
 	}
 	before := sh.bytes.Load()
-	sh.setLocked(t, pk, v, del, seq)
+	sh.setLocked(t, pk, v, del, seq, vis)
 	return true, sh.bytes.Load() - before
 }
 
-// setLocked is set with sh.mu held and sh not sealed.
-func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint64) {
+// setLocked is set with sh.mu held and sh not sealed. vis is a visible
+// sequence number loaded before the call (0: none), which lets an
+// overwrite rewrite a record in place (see reuse).
+func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq, vis uint64) {
 	base := t.base.Load()
 	if invariants.Enabled {
 		invariants.Check(seq >= base, "buffer: change %d written to a table based at %d", seq, base)
@@ -639,7 +691,7 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 		sh.bytes.Add(arr.bytes())
 	}
 	if i, sw := arr.find(pk, sh); i >= 0 {
-		sh.overwrite(arr.slot(i), sw, v, del, seq, base)
+		sh.overwrite(t, arr.slot(i), sw, v, del, seq, base, vis)
 		return
 	}
 	var sw slotWords
@@ -658,12 +710,12 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 			sw.w0 |= inlDel
 		}
 	case pk.nw > 0:
-		ref := sh.newRec(v, del, seq, 0)
+		ref := sh.newRec(v, del, seq, 0, false)
 		sw = slotWords{w0: modeChain<<modeShift | uint64(klen)<<klenShift | ref, w1: pk.w[0], w2: pk.w[1], w3: pk.w[2]}
 	default:
 		kb := unsafe.Slice(unsafe.StringData(pk.k), klen)
 		kref := sh.newKeyRec(kb)
-		ref := sh.newRec(v, del, seq, 0)
+		ref := sh.newRec(v, del, seq, 0, false)
 		sw = slotWords{w0: modeLong<<modeShift | ref, w1: kref | uint64(klen)<<longKeyLen, w2: keyPrefix(pk.k), w3: pk.h}
 	}
 	if int(arr.n) >= arr.maxKeys {
@@ -675,7 +727,7 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint6
 // overwrite adds change seq to the key of slot p (words sw). A change with a
 // lower sequence number than the key's newest is linked in below it: a
 // write never replaces a change with a higher number.
-func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, base uint64) {
+func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del bool, seq, base, vis uint64) {
 	if sw.w0>>modeShift == modeInline {
 		// Move the inline version to a record, then chain the new one
 		// above or below it.
@@ -687,9 +739,9 @@ func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, ba
 		oval := inlineValue(&b, &sw, &version{off: off, n: vlen})
 		var head uint64
 		if seq >= oseq {
-			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0))
+			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0, true), true)
 		} else {
-			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0))
+			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0, true), true)
 		}
 		// The key's bytes stay in w1..w3; only the head changes.
 		atomic.StoreUint64(&p[0], modeChain<<modeShift|uint64(klen)<<klenShift|head)
@@ -697,8 +749,13 @@ func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, ba
 	}
 	d := sh.dir.Load()
 	head := sw.w0 & refMask
-	if _, hseq, _ := recHead(d.resolve(head)); seq >= hseq {
-		atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|sh.newRec(v, del, seq, head))
+	hw := d.resolve(head)
+	if hh, hseq, _ := recHead(hw); seq >= hseq {
+		if seq > hseq && hseq <= vis && sh.reuse(t, d, hw, hh, v, del, seq, head) {
+			atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|hh&refMask)
+			return
+		}
+		atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|sh.newRec(v, del, seq, head, true))
 		return
 	}
 	// Below the head: after the last record numbered above seq.
@@ -706,16 +763,57 @@ func (sh *shard) overwrite(p []uint64, sw slotWords, v []byte, del bool, seq, ba
 	for {
 		xh := atomic.LoadUint64(&x[0])
 		next := xh & refMask
+		// A cut (refCut) is made only below a visible change, and every
+		// change numbered below a visible one was applied: a change
+		// linked in below the head never meets one.
+		invariants.Check(next != refCut, "buffer: change %d linked in below a cut", seq)
 		if next != 0 {
 			if _, nseq, _ := recHead(d.resolve(next)); nseq > seq {
 				x = d.resolve(next)
 				continue
 			}
 		}
-		ref := sh.newRec(v, del, seq, next)
+		ref := sh.newRec(v, del, seq, next, true)
 		atomic.StoreUint64(&x[0], xh&^uint64(refMask)|ref)
 		return
 	}
+}
+
+// reuse makes the record below the head (hw, word 0 hh, reference head)
+// the key's new head, rewritten as change seq, and reports whether it
+// could: with no iterator or snapshot pinning t, a head visible at vis (so
+// that only a reader holding an older visible number can need what lies
+// below it), and a small record below it with room for the change. An
+// overwrite then costs no memory, and a key written again and again
+// between flushes keeps two records instead of a chain of them. The caller
+// stores the record's reference as the slot's head.
+//
+// Publication order (readers load without locks):
+//  1. The head's prev link is cut (refCut): a reader that reaches the cut
+//     read its visible number before the head became visible, and reads
+//     again with a newer one, which stops at the head.
+//  2. The record is rewritten (number first; see rewriteRec), its prev
+//     link pointing at the old head: a reader that loaded the record's
+//     reference before the cut sees its old content whole or a number
+//     that tells it to read again (the seqlock of the record layout).
+//  3. The caller stores the slot's head.
+//
+// The pin check comes after vis was loaded: an iterator that pins t after
+// it loads its visible number afterwards (NewIter pins first), at or
+// above the head's number, and never reads below the head.
+func (sh *shard) reuse(t *table, d *chunkDir, hw []uint64, hh uint64, v []byte, del bool, seq, head uint64) bool {
+	prev := hh & refMask
+	if prev == 0 || prev == refCut || t.pins.Load() != 0 {
+		return false
+	}
+	rw := d.resolve(prev)
+	need := recWords(len(v), del)
+	if len(rw) < recHdrWords || need > recRoom(atomic.LoadUint64(&rw[0])) {
+		return false
+	}
+	atomic.StoreUint64(&hw[0], hh&^uint64(refMask)|refCut)
+	rewriteRec(rw, v, del, seq, head)
+	return true
 }
 
 // keyPrefix returns the first 8 bytes of k as a big-endian number (zero

@@ -855,9 +855,9 @@ func kvTableEntries(t *table) (ranges, points []string) {
 	for _, e := range ents {
 		k := x.key(e.ref)
 		sw, sh := x.words(e.ref)
-		v, ok := t.versionAt(sh, &sw, ^uint64(0))
+		v, st := t.versionAt(sh, &sw, ^uint64(0))
 		switch {
-		case !ok:
+		case st != verFound:
 			points = append(points, "(no version) "+k)
 		case sp.hides(k, v.seq, ^uint64(0)):
 			points = append(points, "(range deleted) "+k)

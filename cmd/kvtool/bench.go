@@ -11,6 +11,7 @@ import (
 	"path"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,7 @@ type benchArgs struct {
 	asJSON   bool
 	svg      string
 	progress bool
+	cpuProf  string
 }
 
 // parseBench parses kvtool bench's arguments; done is set when the caller
@@ -191,6 +193,7 @@ func parseBench(args []string, stdout, stderr io.Writer) (a benchArgs, code int,
 	dir := fs.String("dir", "", "parent `directory` of the temporary engines and stores (default $TMPDIR)")
 	perG := fs.Int("per-goroutine", bench.DefaultFlushesPerGoroutine, "W4 {write, Flush} iterations per goroutine per round (20 with --quick)")
 	writeRate := fs.Int("write-rate", bench.DefaultWriteRate, "W7 writes per second")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the whole run (set-up, warm-up and every implementation) to `file`, for go tool pprof")
 	pos, code, done := parseFlags(fs, args, func(w io.Writer) { benchHelp(w, fs) }, stdout, stderr)
 	if done {
 		return a, code, true
@@ -200,7 +203,7 @@ func parseBench(args []string, stdout, stderr io.Writer) (a benchArgs, code int,
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	a = benchArgs{asJSON: *asJSON, svg: *svg, progress: *force, rounds: *rounds,
+	a = benchArgs{asJSON: *asJSON, svg: *svg, progress: *force, rounds: *rounds, cpuProf: *cpuProf,
 		cfg: bench.Config{Dir: *dir, Scale: *scale, Seed: *seed, FlushesPerGoroutine: *perG, WriteRate: *writeRate}}
 	if *quick { // explicit flags win over --quick's values
 		for name, p := range map[string]func(){
@@ -262,6 +265,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			suites = append(suites, s.Name)
 			units++
 		}
+	}
+	if a.cpuProf != "" {
+		stop, err := startCPUProfile(a.cpuProf)
+		if err != nil {
+			return fail(stderr, "bench", err)
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintf(stderr, "kvtool bench: %v\n", err)
+			}
+		}()
 	}
 	p := newProgress(stderr, a.progress, units)
 	enc := json.NewEncoder(stdout)
@@ -471,4 +485,24 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// startCPUProfile starts writing a CPU profile to path; stop ends it and
+// closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
