@@ -253,9 +253,15 @@ func (db *DB) closeFiles() {
 }
 
 // addTarget adds an overlay to the flush target list. db.mu held.
+//
+// It appends to the current set's slices instead of copying them (a copy
+// made creating n keyspaces cost O(n^2)): an append may write past their
+// length into a shared backing array, which no reader of the current set
+// reads, and a slice is only ever extended this way (removal builds new
+// ones), so nothing a reader can see changes.
 func (db *DB) addTarget(k *KV, b *Bits) {
 	cur := db.targets.Load()
-	ts := &targetSet{kvs: slices.Clone(cur.kvs), bits: slices.Clone(cur.bits)}
+	ts := &targetSet{kvs: cur.kvs, bits: cur.bits}
 	if k != nil {
 		ts.kvs = append(ts.kvs, k)
 	}

@@ -39,19 +39,21 @@ func (db *DB) KV(name string) (*KV, error) {
 	if k, ok := db.keyspaces[name]; ok {
 		return k, nil
 	}
-	next := db.catalog.Clone()
-	id, err := next.Add(name)
-	if err == nil {
-		_, err = next.Encode() // refuse now what could not be written later
-	}
+	// Add refuses what would make the catalog invalid (a bad name, no id
+	// left) and changes nothing then; it keeps a valid catalog valid, so
+	// the flush can always encode it. (Cloning and encoding the catalog
+	// here made creating n keyspaces cost O(n^2): W3/construct.)
+	id, err := db.catalog.Add(name)
 	if err != nil {
 		return nil, kverr.Errorf("create keyspace %q: %w", name, err)
 	}
 	k, err := db.newKV(name, storage.KeyspaceID(id))
 	if err != nil {
+		// Untested: the overlay's options were checked by Open.
+		delete(db.catalog.Keyspaces, name)
+		db.catalog.NextID--
 		return nil, err
 	}
-	db.catalog = next
 	db.catDirty = true
 	return k, nil
 }

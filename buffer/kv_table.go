@@ -29,9 +29,11 @@ import (
 //     numbered above its visible number) or sees zeroes. A version record
 //     is written before the slot head or prev link that publishes it (an
 //     atomic store: readers follow heads whatever their visible number).
-//  3. Nothing is removed while the table is live: an overwrite or delete
-//     adds a version (sequence-numbered) to the key; a range delete adds a
-//     sequence-numbered range tombstone. Slot arrays grow (readers of the
+//  3. Keys are never removed while the table is live: an overwrite or
+//     delete adds a version (sequence-numbered) to the key, or rewrites
+//     the record below a visible head in place when no reader can need it
+//     (see shard.reuse; lock-free readers then read again); a range delete
+//     adds a sequence-numbered range tombstone. Slot arrays grow (readers of the
 //     old array see every key it held; keys inserted later are concurrent
 //     writes or were published after the reader's visible sequence number)
 //     but never shrink.
