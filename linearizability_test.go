@@ -17,19 +17,24 @@ package kvbuf
 //   - Flush runs in a tight loop (shown on the visualization), with
 //     pinners holding old tables and snapshots sealing and pinning tables.
 //
-// What the model allows is what the engine documents, no more:
+// What the model allows is at least what the engine documents; where the
+// documentation promises more, another test checks it:
 //
 //   - A read of one key (or bit) takes effect at one instant within its
-//     call; so does each key of a GetMany, of a scan (the store side is
-//     fixed at NewIter, pending changes are read live: a scan is not a
-//     snapshot), of Ones. Each is split into one sub-operation per key with
-//     the call's interval.
+//     call; so does each key of a GetMany, of a scan, of Ones. Each is
+//     split into one sub-operation per key with the call's interval. (The
+//     engine promises more for KV reads: a GetMany and a scan read one
+//     instant, and a batch's KV changes become visible at once. Those are
+//     checked directly, with invariants across keys, by
+//     TestBatchesNeverPartlyVisible and TestBatchesSerialOrder in
+//     batch_atomic_test.go.)
 //   - Scans and point reads of a key are in one partition: together they
 //     must be linearizable (they were not, until commit 939f5d6: see
 //     TestLinearizabilityScanThenGet).
-//   - A batch may be seen in part by a concurrent reader: each of its
-//     changes is a write with the batch's interval. A DeleteRange is a
-//     write of "absent" to each key in its range.
+//   - Each change of a batch is a write with the batch's interval (bit
+//     changes of a batch may indeed be seen one by one; KV changes may not,
+//     see above). A DeleteRange is a write of "absent" to each key in its
+//     range.
 //   - Count is exact for writes that returned; a write in progress may or
 //     may not be counted, and a range write in part. Count is modelled in a
 //     partition of its own whose writes are the count changes of each write

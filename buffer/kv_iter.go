@@ -152,6 +152,9 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	v := kv.view.Load()
 	ts := make([]*table, 0, len(v.sealed)+1)
 	ts = append(append(ts, v.active), v.sealed...)
+	if testHook != nil {
+		testHook("iter-pin")
+	}
 	for _, t := range ts {
 		t.pins.Add(1)
 	}

@@ -292,3 +292,65 @@ func TestKVReadersRacingRewrites(t *testing.T) {
 	})
 	t.Logf("%d write rounds, %d read rounds, %d flushes", writes.Load(), reads.Load(), flushes.Load())
 }
+
+// TestKVRewriteDuringPointRead: a Get finds a key's head record, and
+// before it copies the value two more overwrites rewrite that very record
+// in place (the hook): the Get must notice (the record's number changed)
+// and read again, returning the newest value, never the new bytes cut to
+// the old value's length.
+func TestKVRewriteDuringPointRead(t *testing.T) {
+	r := newKVRig(t, &Options{Shards: 1})
+	k := "key"
+	r.put(k, "first value, 24 bytes ..") // inline in the slot
+	r.put(k, "2nd")                      // two records: 2nd -> first
+	var once sync.Once
+	testHook = func(point string) {
+		if point == "read-copy" {
+			once.Do(func() {
+				r.put(k, "third value of 30 bytes ......") // rewrites "first"'s record
+				r.put(k, "4th value, 19 bytes")            // rewrites "2nd"'s record
+			})
+		}
+	}
+	defer func() { testHook = nil }()
+	got, err := r.kv.Get([]byte(k))
+	if err != nil || string(got) != "4th value, 19 bytes" {
+		t.Fatalf("Get = %q, %v; want the newest value", got, err)
+	}
+}
+
+// TestKVRewriteBeforeIteratorPins: two overwrites rewrite a key's records
+// in place just before NewIter pins its tables (the hook). The iterator
+// loads its visible number after the pins, so it reads the newest value;
+// one loaded before them would be older than the rewritten records and
+// find the key's chain cut.
+func TestKVRewriteBeforeIteratorPins(t *testing.T) {
+	r := newKVRig(t, &Options{Shards: 1})
+	k := "key"
+	r.put(k, "v1")
+	r.put(k, "v2")
+	var once sync.Once
+	testHook = func(point string) {
+		if point == "iter-pin" {
+			once.Do(func() {
+				r.put(k, "v3")
+				r.put(k, "v4")
+			})
+		}
+	}
+	defer func() { testHook = nil }()
+	it, err := r.kv.NewIter(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for ok := it.First(); ok; ok = it.Next() {
+		got = append(got, string(it.Key())+"="+string(it.Value()))
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != k+"=v4" {
+		t.Fatalf("scan = %q, want [key=v4]", got)
+	}
+}

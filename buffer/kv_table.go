@@ -614,6 +614,9 @@ func (t *table) slotAppend(dst []byte, sh *shard, sw *slotWords, pk *probeKey, b
 	case verNone:
 		return t.hiddenAppend(dst, start, pk.k, 0, vis, probeAbsent)
 	}
+	if testHook != nil {
+		testHook("read-copy")
+	}
 	out, ok := appendRecValue(dst, v.rec, v.h)
 	if !ok || !recValid(v.rec, v.seq) {
 		return dst, probeRetry // rewritten while copied

@@ -1,0 +1,9 @@
+package buffer
+
+// testHook, nil outside tests, is called at these points so that a test
+// can make a writer act exactly there: "iter-pin" (NewIter has loaded the
+// view and not yet pinned its tables or loaded its visible number) and
+// "read-copy" (a point read found a change in a version record and has
+// not copied it yet). Tests set it before the readers start and clear it
+// after they stop.
+var testHook func(point string)
