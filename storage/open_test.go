@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -558,5 +559,55 @@ func TestPebbleOptions(t *testing.T) {
 	po = PebbleOptions(&Options{ReadOnly: true, FormatMajorVersion: pebble.FormatNewest})
 	if !po.ReadOnly || po.FormatMajorVersion != 0 {
 		t.Fatalf("read-only PebbleOptions = %+v", po)
+	}
+}
+
+// TestBloomFilters: every level's sstables get a Bloom filter of
+// BloomBitsPerKey bits (10 by default), none when it is negative; more
+// than 64 is ErrBadOptions; and a store written with filters answers
+// point reads (present and absent keys) after its memtables went to L0.
+func TestBloomFilters(t *testing.T) {
+	for _, c := range []struct {
+		opts *Options
+		want pebble.FilterPolicy
+	}{
+		{nil, bloom.FilterPolicy(10)},
+		{&Options{BloomBitsPerKey: 16}, bloom.FilterPolicy(16)},
+		{&Options{BloomBitsPerKey: -1}, nil},
+	} {
+		po := PebbleOptions(c.opts)
+		for i, l := range po.Levels {
+			if l.FilterPolicy != c.want {
+				t.Fatalf("PebbleOptions(%+v): level %d filter %v, want %v", c.opts, i, l.FilterPolicy, c.want)
+			}
+		}
+	}
+	if _, err := Open(t.TempDir(), &Options{BloomBitsPerKey: 65}); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("Open with BloomBitsPerKey 65: %v, want ErrBadOptions", err)
+	}
+	st, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b := st.NewBatch()
+	for i := range 1000 {
+		b.Put(1, fmt.Appendf(nil, "key-%04d", 2*i), []byte("v"))
+	}
+	c, err := st.Commit(b)
+	if err == nil {
+		err = c.Wait()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		_, err := st.Get(1, fmt.Appendf(nil, "key-%04d", i))
+		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get(key-%04d) after the flush: %v", i, err)
+		}
 	}
 }

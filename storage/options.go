@@ -2,6 +2,7 @@ package storage
 
 import (
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -11,6 +12,11 @@ const (
 	// DefaultCacheSize is the default Options.CacheSize.
 	DefaultCacheSize    = 8 << 20
 	defaultMemTableSize = 4 << 20
+	// DefaultBloomBitsPerKey is the default Options.BloomBitsPerKey.
+	DefaultBloomBitsPerKey = 10
+	// maxBloomBitsPerKey bounds Options.BloomBitsPerKey: past it a filter
+	// only costs space (its false-positive rate is below one in a million).
+	maxBloomBitsPerKey = 64
 )
 
 // Options configures a Store. A nil *Options means defaults; a zero field
@@ -34,6 +40,17 @@ type Options struct {
 	// larger than about half of it bypass the memtable. Default: 4 MiB
 	// (pebble's default too).
 	MemTableSize uint64
+
+	// BloomBitsPerKey sizes the Bloom filter written into every sstable
+	// (every level, L0 included), in bits per key: a point read skips a
+	// table whose filter rules the key out instead of searching its index
+	// and data blocks. A flush in generations leaves several overlapping
+	// L0 tables until pebble compacts them, and a read of a key that is
+	// not pending otherwise searches each of them. Default: 10 (about 1%
+	// false positives, 1.25 bytes per key). Negative: no filters (pebble's
+	// own default). At most 64, else ErrBadOptions. Tables written earlier
+	// keep what they were written with.
+	BloomBitsPerKey int
 
 	// FormatMajorVersion is the pebble on-disk format a new store is created
 	// at, and the one an older store is upgraded to on a writable open.
@@ -110,6 +127,15 @@ func PebbleOptions(opts *Options) *pebble.Options {
 	if po.MemTableSize == 0 {
 		po.MemTableSize = defaultMemTableSize
 	}
+	bitsPerKey := o.BloomBitsPerKey
+	if bitsPerKey == 0 {
+		bitsPerKey = DefaultBloomBitsPerKey
+	}
+	if bitsPerKey > 0 {
+		for i := range po.Levels {
+			po.Levels[i].FilterPolicy = bloom.FilterPolicy(bitsPerKey)
+		}
+	}
 	if po.ReadOnly {
 		po.FormatMajorVersion = 0 // keep the store's own version
 	} else if po.FormatMajorVersion == 0 {
@@ -123,6 +149,9 @@ func PebbleOptions(opts *Options) *pebble.Options {
 func (o *Options) Validate() error {
 	if o != nil && o.CacheSize < 0 {
 		return kverr.Errorf("CacheSize %d: %w", o.CacheSize, ErrBadOptions)
+	}
+	if o != nil && o.BloomBitsPerKey > maxBloomBitsPerKey {
+		return kverr.Errorf("BloomBitsPerKey %d (at most %d): %w", o.BloomBitsPerKey, maxBloomBitsPerKey, ErrBadOptions)
 	}
 	return nil
 }
