@@ -478,7 +478,7 @@ func TestMetricsMoveAsDocumented(t *testing.T) {
 	_ = s2
 	closeT(t, db) // closes s2
 	after := db.Metrics()
-	if after.Snapshots != 0 || after.PendingBytes != 0 || after.Watermark != 7 {
+	if after.Snapshots != 0 || after.PendingBytes != 0 || after.Watermark != 7 || after.StoreJobs != 0 {
 		t.Fatalf("after Close: %+v", after)
 	}
 	if again := db.Metrics(); fmt.Sprint(again) != fmt.Sprint(after) {

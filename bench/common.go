@@ -253,31 +253,46 @@ func cancelled(ctx context.Context, i int) error {
 	return ctx.Err()
 }
 
-// quiesceWait bounds how long quiescePebble waits for background work.
+// quiesceWait bounds how long a quiesce step waits for one store's
+// background work.
 const quiesceWait = 30 * time.Second
 
-// quiescePebble flushes pdb's memtables and waits until no flush or
-// compaction is running (at most quiesceWait).
-func quiescePebble(pdb *pebble.DB) error {
-	if err := pdb.Flush(); err != nil {
-		return err
-	}
+// waitIdle polls busy until it reports false, at most quiesceWait.
+func waitIdle(busy func() bool) {
 	deadline := time.Now().Add(quiesceWait)
-	for time.Now().Before(deadline) {
-		m := pdb.Metrics()
-		if m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0 {
-			return nil
-		}
+	for busy() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	return nil
+}
+
+// pebbleBusy reports whether pdb has a flush or compaction in progress.
+func pebbleBusy(pdb *pebble.DB) bool {
+	m := pdb.Metrics()
+	return m.Compact.NumInProgress > 0 || m.Flush.NumInProgress > 0
+}
+
+// settleAll returns a quiesce step that waits (at most quiesceWait per
+// store) until no engine's store and no raw pebble database has a flush or
+// compaction in progress, without flushing anything: pending changes stay
+// pending.
+func settleAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, db := range dbs {
+			waitIdle(func() bool { return db.Metrics().StoreJobs > 0 })
+		}
+		for _, pdb := range pdbs {
+			waitIdle(func() bool { return pebbleBusy(pdb) })
+		}
+		return ctx.Err()
+	}
 }
 
 // quiesceAll returns a quiesce step for a suite's engines and raw pebble
-// databases: the engines' memtables are flushed to sstables (the engine
-// does not expose its store's compactions), pebble's too, and pebble's
-// compactions are waited for.
+// databases: the memtables of both are flushed to sstables, then settleAll
+// waits for their flushes and compactions, so that no side's reads are
+// timed while its store compacts.
 func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
+	settle := settleAll(dbs, pdbs...)
 	return func(ctx context.Context) error {
 		for _, db := range dbs {
 			if err := db.FlushMemtables(ctx); err != nil {
@@ -285,11 +300,11 @@ func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error
 			}
 		}
 		for _, pdb := range pdbs {
-			if err := quiescePebble(pdb); err != nil {
+			if err := pdb.Flush(); err != nil {
 				return err
 			}
 		}
-		return nil
+		return settle(ctx)
 	}
 }
 

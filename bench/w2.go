@@ -138,6 +138,13 @@ func setupW2(ctx context.Context, s *Suite, c Config) error {
 	if err != nil {
 		return err
 	}
+	// The stores compact what preload and pend flushed (pend flushes the
+	// default-Options engine): no side's gets are timed while its store
+	// compacts. Nothing is flushed here: A and B keep their changes
+	// pending.
+	for _, w := range gets {
+		w.quiesce = settleAll(st.dbs, st.pdb)
+	}
 	s.add(gets...)
 	s.add(st.scanWorkload(rng, c, space))
 	s.add(st.snapshotWorkloads(s, gets[0])...)

@@ -38,6 +38,7 @@
 //	kvbuf_keyspaces                  keyspaces of the engine (Keyspaces)
 //	kvbuf_bitslices                  bitslices of the engine (Bitslices)
 //	kvbuf_snapshots                  open snapshots (Snapshots)
+//	kvbuf_store_jobs                 the store's flushes and compactions in progress (StoreJobs)
 //
 // Histogram:
 //
@@ -95,6 +96,7 @@ type collector struct {
 	watermark, highestOp, receiptLag                *prometheus.Desc
 	completedOp, openOps, redelivered               *prometheus.Desc
 	keyspaces, bitslices, snapshots                 *prometheus.Desc
+	storeJobs                                       *prometheus.Desc
 }
 
 // NewCollector returns a collector of db's metrics (see the package
@@ -147,6 +149,7 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		keyspaces: desc("keyspaces", "Keyspaces of the engine."),
 		bitslices: desc("bitslices", "Bitslices of the engine."),
 		snapshots: desc("snapshots", "Open snapshots."),
+		storeJobs: desc("store_jobs", "Flushes and compactions of the store (pebble) in progress."),
 	}
 	for i := range kvbuf.LatencyBuckets - 1 { // the last bucket is +Inf
 		if o.AllLatencyBuckets || i%4 == 0 {
@@ -167,6 +170,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.watermark, c.highestOp, c.receiptLag,
 		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
+		c.storeJobs,
 	}
 }
 
@@ -212,6 +216,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.keyspaces, float64(m.Keyspaces))
 	gauge(c.bitslices, float64(m.Bitslices))
 	gauge(c.snapshots, float64(m.Snapshots))
+	gauge(c.storeJobs, float64(m.StoreJobs))
 }
 
 // histogram turns the engine's latency histogram into a Prometheus one:

@@ -47,6 +47,7 @@ var fieldMetric = map[string]string{
 	"Keyspaces":        "kvbuf_keyspaces",
 	"Bitslices":        "kvbuf_bitslices",
 	"Snapshots":        "kvbuf_snapshots",
+	"StoreJobs":        "kvbuf_store_jobs",
 }
 
 // fabricated returns Metrics with every field set to a distinct value.
@@ -73,6 +74,7 @@ func fabricated() kvbuf.Metrics {
 		Keyspaces:        2,
 		Bitslices:        3,
 		Snapshots:        1,
+		StoreJobs:        6,
 	}
 	h := &m.FlushLatency
 	h.Counts[0] = 1                      // under 1.024µs
@@ -166,6 +168,9 @@ kvbuf_redelivered_total{shard="7"} 5
 # HELP kvbuf_snapshots Open snapshots.
 # TYPE kvbuf_snapshots gauge
 kvbuf_snapshots{shard="7"} 1
+# HELP kvbuf_store_jobs Flushes and compactions of the store (pebble) in progress.
+# TYPE kvbuf_store_jobs gauge
+kvbuf_store_jobs{shard="7"} 6
 # HELP kvbuf_watermark The persisted watermark: every write of every op up to it is durable.
 # TYPE kvbuf_watermark gauge
 kvbuf_watermark{shard="7"} 1000

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -609,5 +610,44 @@ func TestBloomFilters(t *testing.T) {
 		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Get(key-%04d) after the flush: %v", i, err)
 		}
+	}
+}
+
+// TestBackgroundJobs: the count of pebble's flushes and compactions in
+// progress drops back to 0 once a flush is done and its compactions end,
+// and is 0 after Close.
+func TestBackgroundJobs(t *testing.T) {
+	st, err := Open(t.TempDir(), &Options{MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 8 { // enough L0 files for a compaction to start
+		b := st.NewBatch()
+		for i := range 5000 {
+			b.Put(1, fmt.Appendf(nil, "key-%d-%06d", round, i), make([]byte, 64))
+		}
+		c, err := st.Commit(b)
+		if err == nil {
+			err = c.Wait()
+		}
+		if err == nil {
+			err = st.Flush()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for st.BackgroundJobs() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("BackgroundJobs still %d a minute after the last flush", st.BackgroundJobs())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.BackgroundJobs(); n != 0 {
+		t.Fatalf("BackgroundJobs after Close = %d", n)
 	}
 }

@@ -413,6 +413,19 @@ type Metrics struct {
 	Watermark uint64
 }
 
+// BackgroundJobs returns the number of pebble flushes and compactions in
+// progress: reads timed while it is above 0 also pay for them. 0 after
+// Close.
+func (s *Store) BackgroundJobs() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0
+	}
+	pm := s.db.Metrics()
+	return pm.Compact.NumInProgress + pm.Flush.NumInProgress
+}
+
 // Metrics returns a description of the store. It reads the properties of
 // every sstable, so its cost grows with the number of files.
 func (s *Store) Metrics() (Metrics, error) {
