@@ -190,11 +190,14 @@ func recWords(n int, del bool) int {
 }
 
 // newRec appends a record of v (a tombstone if del) with sequence number
-// seq and prev link prev; it returns its reference. A record made by an
-// overwrite (roomy: the key is written again, and likely again) gets room
-// for any value a rewrite may store if its own fits (reuseMaxWords words),
-// so that a key whose values change size keeps rewriting the same two
-// records; any other record has room for its own value only.
+// seq and prev link prev; it returns its reference. A record added above
+// the head of a key that already has a chain of records (roomy: its third
+// change or later, and a rewrite in place was not possible, often because
+// the record below had no room for a longer value) gets room for any value
+// a rewrite may store if its own fits (reuseMaxWords words), so that a key
+// whose values change size soon keeps rewriting the same two records. Any
+// other record has room for its own value only: a key written twice
+// between flushes, the common case, pays nothing for rewrites.
 func (sh *shard) newRec(v []byte, del bool, seq, prev uint64, roomy bool) uint64 {
 	words := recWords(len(v), del)
 	if roomy && words <= reuseMaxWords {

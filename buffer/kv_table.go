@@ -744,9 +744,9 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 		oval := inlineValue(&b, &sw, &version{off: off, n: vlen})
 		var head uint64
 		if seq >= oseq {
-			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0, true), true)
+			head = sh.newRec(v, del, seq, sh.newRec(oval, odel, oseq, 0, false), false)
 		} else {
-			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0, true), true)
+			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0, false), false)
 		}
 		// The key's bytes stay in w1..w3; only the head changes.
 		atomic.StoreUint64(&p[0], modeChain<<modeShift|uint64(klen)<<klenShift|head)
@@ -778,7 +778,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 				continue
 			}
 		}
-		ref := sh.newRec(v, del, seq, next, true)
+		ref := sh.newRec(v, del, seq, next, false)
 		atomic.StoreUint64(&x[0], xh&^uint64(refMask)|ref)
 		return
 	}
