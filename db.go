@@ -298,6 +298,24 @@ func (db *DB) FlushMemtables(ctx context.Context) error {
 	return nil
 }
 
+// Compact compacts the store (every key, pending changes excepted: Flush
+// first to include them) down to pebble's last level and waits for it, or
+// for ctx to end. Reads and writes go on meanwhile. An operator's tool
+// after a bulk load or a large drop; benchmarks use it so that the stores
+// they compare have the same shape (see doc/workloads.md, W2). Errors:
+// ErrClosed, ctx's error, the store's errors.
+func (db *DB) Compact(ctx context.Context) error {
+	t, err := db.flusher.Enter()
+	if err != nil {
+		return err
+	}
+	defer t.End()
+	if err := db.store.Compact(ctx); err != nil {
+		return kverr.Errorf("compact %s: %w", db.Dir(), err)
+	}
+	return nil
+}
+
 // Watermark returns the persisted watermark: every write of every op up to
 // it is durable. After a crash, reopen and replay the host's log from the
 // op after it.

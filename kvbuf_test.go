@@ -804,3 +804,33 @@ func TestNewKeyspaceCostIsFlat(t *testing.T) {
 		t.Fatalf("a new keyspace after %d costs %.0f allocations, the first ones %.0f", n, later, first)
 	}
 }
+
+// TestCompactKeepsData: DB.Compact leaves every flushed key readable (and
+// pending ones pending), and is refused with ErrClosed after Close.
+func TestCompactKeepsData(t *testing.T) {
+	ctx := t.Context()
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	k := mustKV(t, db, "k")
+	mustPut(t, k, "flushed", "1", 1)
+	if err := db.FlushMemtables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, k, "pending", "2", 2)
+	if err := db.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"flushed": "1", "pending": "2"} {
+		if got, err := k.Get([]byte(key)); err != nil || string(got) != want {
+			t.Fatalf("Get(%q) after Compact = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	if m := db.Metrics(); m.PendingKeys != 1 {
+		t.Fatalf("PendingKeys after Compact = %d, want 1 (Compact does not flush)", m.PendingKeys)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Compact(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Compact after Close: %v, want ErrClosed", err)
+	}
+}

@@ -651,3 +651,66 @@ func TestBackgroundJobs(t *testing.T) {
 		t.Fatalf("BackgroundJobs after Close = %d", n)
 	}
 }
+
+// TestCompact: Compact moves every table to the last level and keeps every
+// key readable; it is refused after Close and on a read-only store, and
+// does nothing to an empty store.
+func TestCompact(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Compact(ctx); err != nil {
+		t.Fatalf("Compact of an empty store: %v", err)
+	}
+	for round := range 3 {
+		b := st.NewBatch()
+		for i := range 100 {
+			b.Put(1, fmt.Appendf(nil, "key-%d-%03d", round, i), []byte("v"))
+		}
+		c, err := st.Commit(b)
+		if err == nil {
+			err = c.Wait()
+		}
+		if err == nil {
+			err = st.Flush()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range m.Levels[:6] {
+		if l.Files != 0 {
+			t.Fatalf("after Compact L%d holds %d files: %+v", i, l.Files, m.Levels)
+		}
+	}
+	if m.Levels[6].Files == 0 {
+		t.Fatalf("after Compact the last level is empty: %+v", m.Levels)
+	}
+	if _, err := st.Get(1, []byte("key-1-050")); err != nil {
+		t.Fatalf("Get after Compact: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Compact(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Compact after Close: %v, want ErrClosed", err)
+	}
+	ro, err := Open(dir, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if err := ro.Compact(ctx); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Compact of a read-only store: %v, want ErrReadOnly", err)
+	}
+}

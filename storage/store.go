@@ -1,10 +1,12 @@
 package storage
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,6 +384,45 @@ func (s *Store) Flush() error {
 	}
 	if err := s.db.Flush(); err != nil {
 		return s.wrapErr("flush", err)
+	}
+	return nil
+}
+
+// Compact compacts every key of the store down to pebble's last level and
+// waits for it (ctx ends the wait early, with ctx's error). Reads and
+// writes go on meanwhile. Point reads of the last level do not consult
+// Bloom filters (pebble's default: most keys read there exist), so after
+// Compact a read of an absent key reads a data block.
+func (s *Store) Compact(ctx context.Context) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.readOnly {
+		return kverr.Errorf("compact %q: %w", s.dir, ErrReadOnly)
+	}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return s.wrapErr("compact", err)
+	}
+	var lo, hi []byte
+	if it.First() {
+		lo = slices.Clone(it.Key())
+		it.Last()
+		hi = append(slices.Clone(it.Key()), 0) // past the last key
+	}
+	if err := it.Close(); err != nil {
+		return s.wrapErr("compact", err)
+	}
+	if lo == nil {
+		return nil // empty
+	}
+	if err := s.db.Compact(ctx, lo, hi, true); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return s.wrapErr("compact", err)
 	}
 	return nil
 }
