@@ -191,3 +191,33 @@ func TestREADMECommands(t *testing.T) {
 		t.Errorf("README's command table has a row for %s, which is not a command", name)
 	}
 }
+
+// TestBenchCPUProfile: --cpuprofile writes a profile pprof can read (a
+// gzipped protocol buffer) covering the run; a path that cannot be created
+// fails the run before anything is measured.
+func TestBenchCPUProfile(t *testing.T) {
+	tmp := t.TempDir()
+	prof := filepath.Join(tmp, "cpu.prof")
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--workload", "W4/flush-g1", "--scale", "0.0005", "--per-goroutine", "2",
+		"--rounds", "1", "--dir", tmp, "--cpuprofile", prof}
+	if code := runContext(t.Context(), args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes is not gzipped", len(b))
+	}
+	stdout.Reset()
+	stderr.Reset()
+	args[len(args)-1] = filepath.Join(tmp, "missing", "cpu.prof")
+	if code := runContext(t.Context(), args, &stdout, &stderr); code != exitError || !strings.Contains(stderr.String(), "cpu profile") {
+		t.Fatalf("unwritable profile path: exit %d, stderr %q", code, stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("a refused run printed:\n%s", stdout.String())
+	}
+}
