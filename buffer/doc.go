@@ -48,8 +48,12 @@
 //
 // # Caveats
 //
-//   - A KV table never shrinks: overwritten values stay until the table is
-//     flushed and released (PendingBytes counts them).
+//   - A KV table never shrinks. An overwrite of a value of up to 32 bytes
+//     rewrites the key's older record in place while no iterator or
+//     snapshot pins the table (a key written again and again holds two
+//     records); otherwise, and while one is open, every overwrite adds a
+//     record until the table is flushed and released (PendingBytes counts
+//     them).
 //   - A KV table's key order is built by readers: the first iterator over a
 //     table nobody sorted yet (or its flush) sorts it, and an iterator over
 //     an active table written since the last one sorts the new keys.
