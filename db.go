@@ -71,10 +71,10 @@ import (
 //     snapshot is closed.
 //   - A new keyspace is persisted with the next flush, together with its
 //     first data.
-//   - While an Iter or a Snapshot is open, every overwrite of a pending key
-//     adds to PendingBytes (the reader may need the older value). With none
-//     open, an overwrite of a value of up to 32 bytes reuses the memory of
-//     the key's older value.
+//   - While an Iter of a keyspace (not of a Snapshot) is open, every
+//     overwrite of a key pending in that keyspace adds to PendingBytes (the
+//     iterator may need the older value). With none open, an overwrite of a
+//     value of up to 32 bytes reuses the memory of the key's older value.
 type DB struct {
 	closing atomic.Bool // set when Close begins; reads check it after reading
 

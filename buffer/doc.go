@@ -49,11 +49,11 @@
 // # Caveats
 //
 //   - A KV table never shrinks. An overwrite of a value of up to 32 bytes
-//     rewrites the key's older record in place while no iterator or
-//     snapshot pins the table (a key written again and again holds two
-//     records); otherwise, and while one is open, every overwrite adds a
-//     record until the table is flushed and released (PendingBytes counts
-//     them).
+//     rewrites the key's older record in place while no iterator pins the
+//     table (a key written again and again holds two records); while one
+//     does, and for longer values, every overwrite adds a record until the
+//     table is flushed and released (PendingBytes counts them). A snapshot
+//     pins only tables it sealed, which take no more writes.
 //   - A KV table's key order is built by readers: the first iterator over a
 //     table nobody sorted yet (or its flush) sorts it, and an iterator over
 //     an active table written since the last one sorts the new keys.
