@@ -72,9 +72,10 @@ import (
 //   - A new keyspace is persisted with the next flush, together with its
 //     first data.
 //   - While an Iter of a keyspace (not of a Snapshot) is open, every
-//     overwrite of a key pending in that keyspace adds to PendingBytes (the
-//     iterator may need the older value). With none open, an overwrite of a
-//     value of up to 32 bytes reuses the memory of the key's older value.
+//     overwrite of a key pending in that keyspace takes new memory, counted
+//     in PendingBytes (the iterator may need the older value). With none
+//     open, an overwrite of a value of up to 32 bytes reuses the memory of
+//     the key's older value.
 type DB struct {
 	closing atomic.Bool // set when Close begins; reads check it after reading
 
