@@ -74,8 +74,9 @@ import (
 //   - While an Iter of a keyspace (not of a Snapshot) is open, every
 //     overwrite of a key pending in that keyspace takes new memory, counted
 //     in PendingBytes (the iterator may need the older value). With none
-//     open, an overwrite of a value of up to 32 bytes reuses the memory of
-//     the key's older value.
+//     open, a key overwritten again and again with values of up to 32
+//     bytes keeps two records: its overwrites after the first two reuse
+//     them.
 type DB struct {
 	closing atomic.Bool // set when Close begins; reads check it after reading
 
