@@ -75,7 +75,7 @@ import (
 //     overwrite of a key pending in that keyspace takes new memory, counted
 //     in PendingBytes (the iterator may need the older value). With none
 //     open, a key overwritten again and again with values of up to 32
-//     bytes keeps two or three records of them, reused in place.
+//     bytes keeps two or three records, rewritten in place.
 type DB struct {
 	closing atomic.Bool // set when Close begins; reads check it after reading
 
