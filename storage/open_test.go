@@ -622,20 +622,7 @@ func TestBackgroundJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 8 { // enough L0 files for a compaction to start
-		b := st.NewBatch()
-		for i := range 5000 {
-			b.Put(1, fmt.Appendf(nil, "key-%d-%06d", round, i), make([]byte, 64))
-		}
-		c, err := st.Commit(b)
-		if err == nil {
-			err = c.Wait()
-		}
-		if err == nil {
-			err = st.Flush()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		putAndFlush(t, st, round, 5000, make([]byte, 64))
 	}
 	deadline := time.Now().Add(time.Minute)
 	for st.BackgroundJobs() != 0 {
@@ -666,20 +653,7 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("Compact of an empty store: %v", err)
 	}
 	for round := range 3 {
-		b := st.NewBatch()
-		for i := range 100 {
-			b.Put(1, fmt.Appendf(nil, "key-%d-%03d", round, i), []byte("v"))
-		}
-		c, err := st.Commit(b)
-		if err == nil {
-			err = c.Wait()
-		}
-		if err == nil {
-			err = st.Flush()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		putAndFlush(t, st, round, 100, []byte("v"))
 	}
 	if err := st.Compact(ctx); err != nil {
 		t.Fatal(err)
@@ -696,7 +670,7 @@ func TestCompact(t *testing.T) {
 	if m.Levels[6].Files == 0 {
 		t.Fatalf("after Compact the last level is empty: %+v", m.Levels)
 	}
-	if _, err := st.Get(1, []byte("key-1-050")); err != nil {
+	if _, err := st.Get(1, []byte("key-1-000050")); err != nil {
 		t.Fatalf("Get after Compact: %v", err)
 	}
 	if err := st.Close(); err != nil {
@@ -712,5 +686,26 @@ func TestCompact(t *testing.T) {
 	defer ro.Close()
 	if err := ro.Compact(ctx); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Compact of a read-only store: %v, want ErrReadOnly", err)
+	}
+}
+
+// putAndFlush commits n puts of keys "key-<round>-<i>" (i zero-padded to 6
+// digits) with value v in keyspace 1 as one batch, waits for it, then
+// flushes the memtable: one more L0 table.
+func putAndFlush(t *testing.T, st *Store, round, n int, v []byte) {
+	t.Helper()
+	b := st.NewBatch()
+	for i := range n {
+		b.Put(1, fmt.Appendf(nil, "key-%d-%06d", round, i), v)
+	}
+	c, err := st.Commit(b)
+	if err == nil {
+		err = c.Wait()
+	}
+	if err == nil {
+		err = st.Flush()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
