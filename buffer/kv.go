@@ -332,12 +332,11 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 		t := kv.view.Load().active
 		sh := t.shardFor(pks[idx[0]].h)
 		if sh != nil {
-			vis := kv.seq.visible.Load() // before the table's pins: see shard.reuse
 			sh.mu.Lock()
 			if !sh.sealed {
 				before := sh.bytes.Load()
 				for _, i := range idx {
-					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i), vis)
+					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i), kv.seq)
 				}
 				added := sh.bytes.Load() - before
 				sh.mu.Unlock()
@@ -375,8 +374,7 @@ func (kv *KV) write(seq uint64, key, value []byte, del bool) error {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	pk := makeProbeKey(k, kv.seed)
 	for spins := 0; ; spins++ {
-		vis := kv.seq.visible.Load() // before the table's pins: see shard.reuse
-		ok, added := kv.view.Load().active.set(&pk, value, del, seq, vis)
+		ok, added := kv.view.Load().active.set(&pk, value, del, seq, kv.seq)
 		if ok {
 			kv.acct.add(added)
 			return nil

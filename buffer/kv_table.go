@@ -666,7 +666,7 @@ func (t *table) allocShardsLocked() *shardSet {
 // set records key pk = v, a tombstone if del, as change seq. It returns
 // false, storing nothing, once the table is sealed. added is the change in
 // bytes held.
-func (t *table) set(pk *probeKey, v []byte, del bool, seq, vis uint64) (ok bool, added int64) {
+func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64, q *Seq) (ok bool, added int64) {
 	sh := t.shardFor(pk.h)
 	if sh == nil {
 		return false, 0
@@ -677,14 +677,14 @@ func (t *table) set(pk *probeKey, v []byte, del bool, seq, vis uint64) (ok bool,
 		return false, 0
 	}
 	before := sh.bytes.Load()
-	sh.setLocked(t, pk, v, del, seq, vis)
+	sh.setLocked(t, pk, v, del, seq, q)
 	return true, sh.bytes.Load() - before
 }
 
-// setLocked is set with sh.mu held and sh not sealed. vis is a visible
-// sequence number loaded before the call (0: none), which lets an
+// setLocked is set with sh.mu held and sh not sealed. q is the sequencer
+// the changes are numbered by (nil: none), whose visible number lets an
 // overwrite rewrite a record in place (see reuse).
-func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq, vis uint64) {
+func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq uint64, q *Seq) {
 	base := t.base.Load()
 	if invariants.Enabled {
 		invariants.Check(seq >= base, "buffer: change %d written to a table based at %d", seq, base)
@@ -696,7 +696,7 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq, vis 
 		sh.bytes.Add(arr.bytes())
 	}
 	if i, sw := arr.find(pk, sh); i >= 0 {
-		sh.overwrite(t, arr.slot(i), sw, v, del, seq, base, vis)
+		sh.overwrite(t, arr.slot(i), sw, v, del, seq, base, q)
 		return
 	}
 	var sw slotWords
@@ -732,7 +732,7 @@ func (sh *shard) setLocked(t *table, pk *probeKey, v []byte, del bool, seq, vis 
 // overwrite adds change seq to the key of slot p (words sw). A change with a
 // lower sequence number than the key's newest is linked in below it: a
 // write never replaces a change with a higher number.
-func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del bool, seq, base, vis uint64) {
+func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del bool, seq, base uint64, q *Seq) {
 	if sw.w0>>modeShift == modeInline {
 		// Move the inline version to a record, then chain the new one
 		// above or below it.
@@ -756,7 +756,9 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 	head := sw.w0 & refMask
 	hw := d.resolve(head)
 	if hh, hseq, _ := recHead(hw); seq >= hseq {
-		if seq > hseq && hseq <= vis && sh.reuse(t, d, hw, hh, v, del, seq, head) {
+		// The visible number is loaded here, before reuse loads the
+		// table's pins, and only for an overwrite that may rewrite.
+		if seq > hseq && q != nil && hseq <= q.visible.Load() && sh.reuse(t, d, hw, hh, v, del, seq, head) {
 			atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|hh&refMask)
 			return
 		}
@@ -786,9 +788,10 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 
 // reuse makes the record below the head (hw, word 0 hh, reference head)
 // the key's new head, rewritten as change seq, and reports whether it
-// could: with no iterator or snapshot pinning t, a head visible at vis (so
-// that only a reader holding an older visible number can need what lies
-// below it), and a small record below it with room for the change. An
+// could: with no iterator or snapshot pinning t, a head the caller found
+// visible (so that only a reader holding an older visible number can need
+// what lies below it), and a small record below it with room for the
+// change. An
 // overwrite then costs no memory, and a key written again and again
 // between flushes keeps two records instead of a chain of them. The caller
 // stores the record's reference as the slot's head.
@@ -803,9 +806,10 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 //     that tells it to read again (the seqlock of the record layout).
 //  3. The caller stores the slot's head.
 //
-// The pin check comes after vis was loaded: an iterator that pins t after
-// it loads its visible number afterwards (NewIter pins first), at or
-// above the head's number, and never reads below the head.
+// The pin check comes after the caller loaded the visible number: an
+// iterator that pins t after it loads its visible number afterwards
+// (NewIter pins first), at or above the head's number, and never reads
+// below the head.
 func (sh *shard) reuse(t *table, d *chunkDir, hw []uint64, hh uint64, v []byte, del bool, seq, head uint64) bool {
 	prev := hh & refMask
 	if prev == 0 || prev == refCut || t.pins.Load() != 0 {

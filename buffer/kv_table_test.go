@@ -476,7 +476,7 @@ func TestKVChainLinkInNewChunk(t *testing.T) {
 	write := func(v string, seq uint64) {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		sh.setLocked(tb, &pk, []byte(v), false, seq, 0)
+		sh.setLocked(tb, &pk, []byte(v), false, seq, nil)
 	}
 	write("v10", 10)
 	write("v30", 30) // a chain: 30 -> 10
