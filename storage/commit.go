@@ -71,13 +71,9 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
+	if err := s.writable("commit to"); err != nil {
 		b.Reset()
-		return nil, ErrClosed
-	}
-	if s.readOnly {
-		b.Reset()
-		return nil, kverr.Errorf("commit to %q: %w", s.dir, ErrReadOnly)
+		return nil, err
 	}
 
 	s.commitMu.Lock()

@@ -371,11 +371,8 @@ func (s *Store) Watermark() (uint64, error) {
 func (s *Store) Flush() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.readOnly {
-		return kverr.Errorf("flush %q: %w", s.dir, ErrReadOnly)
+	if err := s.writable("flush"); err != nil {
+		return err
 	}
 	// A flush rotates the WAL, which pebble cannot do after a log failure
 	// (it panics).
@@ -396,11 +393,8 @@ func (s *Store) Flush() error {
 func (s *Store) Compact(ctx context.Context) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.readOnly {
-		return kverr.Errorf("compact %q: %w", s.dir, ErrReadOnly)
+	if err := s.writable("compact"); err != nil {
+		return err
 	}
 	it, err := s.db.NewIter(nil)
 	if err != nil {
@@ -423,6 +417,18 @@ func (s *Store) Compact(ctx context.Context) error {
 			return ctx.Err()
 		}
 		return s.wrapErr("compact", err)
+	}
+	return nil
+}
+
+// writable returns ErrClosed after Close and, wrapped as `op "dir": ...`,
+// ErrReadOnly for a read-only store. s.mu must be held (read side).
+func (s *Store) writable(op string) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.readOnly {
+		return kverr.Errorf("%s %q: %w", op, s.dir, ErrReadOnly)
 	}
 	return nil
 }
