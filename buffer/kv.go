@@ -789,7 +789,7 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 			slow++
 			continue
 		}
-		g := h >> 7 & a.gmask
+		g := a.home(h)
 		// The preferred slot's load only brings its line in.
 		spec := atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
 		c := atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8))) | spec&0

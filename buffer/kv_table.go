@@ -91,8 +91,8 @@ type shard struct {
 
 // slotArray is a Swiss-style open-addressing table: groups of 8 slots, each
 // group with a word of 8 control bytes (0: empty; 0x80 | 7 bits of the
-// key's hash: full), probed group by group in triangular order from the
-// group the hash selects, filled to at most 7/8. A probe matches the 7 hash
+// key's hash: full), probed group by group in order (wrapping around) from
+// the group the hash selects (see home), filled to at most 7/8. A probe matches the 7 hash
 // bits of all 8 slots of a group with a few arithmetic operations on the
 // control word and looks at a slot only on a match (1 in 128 for a key
 // that is not there), so the control words double as the filter that keeps
@@ -110,7 +110,7 @@ type shard struct {
 // which iterators read under the shard mutex): the keys a cached order
 // does not cover yet are the log's tail.
 type slotArray struct {
-	gmask   uint64         // groups - 1
+	groups  uint64         // number of groups: any size, so that growth can be by half (see growGroups)
 	ctrl    []uint64       // one word per group
 	s       []uint64       // slots, 4 words each
 	cp, sp  unsafe.Pointer // &ctrl[0], &s[0]: the read path's unchecked indexing
@@ -175,21 +175,27 @@ func newTable(nshards int, seed uint64) *table {
 	return &table{nshards: nshards, seed: seed, smask: uint64(nshards - 1), groups: minGroups}
 }
 
-// groupsFor returns the slot array size (in groups, a power of two) that
-// holds n keys at most 7/8 full.
+// groupsFor returns the smallest slot array size (in groups) that holds n
+// keys at most 7/8 full.
 func groupsFor(n int) int {
-	g := minGroups
-	for g*groupSlots*7/8 < n {
-		g *= 2
-	}
-	return g
+	return max(minGroups, (n+6)/7) // 7 keys per group of 8 slots
+}
+
+// growGroups returns the size a full array of g groups grows to: half as
+// large again. Doubling would leave a grown array under half full: with
+// keys held in the slots, the slot arrays are most of a table's memory, and
+// a step of 1.5 keeps every array at least 58% full (7/8 / 1.5) for twice
+// the copying (each key is copied about twice over the table's growth,
+// instead of once).
+func growGroups(g uint64) int {
+	return int(g + max(g/2, 1))
 }
 
 func newSlotArray(groups int) *slotArray {
 	slots := groups * groupSlots
 	maxKeys := slots * 7 / 8
 	a := &slotArray{
-		gmask:   uint64(groups - 1),
+		groups:  uint64(groups),
 		ctrl:    make([]uint64, groups),
 		s:       make([]uint64, slots*slotWordsN),
 		log:     make([]uint32, maxKeys),
@@ -202,6 +208,19 @@ func newSlotArray(groups int) *slotArray {
 // bytes is the memory the array holds.
 func (a *slotArray) bytes() int64 {
 	return int64(len(a.ctrl))*8 + int64(len(a.s))*8 + int64(len(a.log))*4
+}
+
+// home returns the group where the probe for a key with hash h starts:
+// bits 7-38 of h scaled to the number of groups by a multiplication (a
+// fast range reduction; no division, and any number of groups).
+func (a *slotArray) home(h uint64) uint64 { return (h >> 7 & (1<<32 - 1)) * a.groups >> 32 }
+
+// next returns the group a probe visits after g.
+func (a *slotArray) next(g uint64) uint64 {
+	if g++; g == a.groups {
+		return 0
+	}
+	return g
 }
 
 // tag is the control byte of a key with hash h.
@@ -230,7 +249,7 @@ func (a *slotArray) load(i int) slotWords {
 // find returns the slot of pk's key in a and its words, or -1.
 func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
 	tg := tag(pk.h)
-	g := pk.h >> 7 & a.gmask
+	g := a.home(pk.h)
 	ctrl, s := a.ctrl, a.s
 	for step := uint64(1); ; step++ {
 		c := atomic.LoadUint64(&ctrl[g])
@@ -242,10 +261,10 @@ func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
 				return i, sw
 			}
 		}
-		if matchEmpty(c) != 0 || step > a.gmask {
+		if matchEmpty(c) != 0 || step >= a.groups {
 			return -1, slotWords{}
 		}
-		g = (g + step) & a.gmask
+		g = a.next(g)
 	}
 }
 
@@ -255,14 +274,14 @@ func (a *slotArray) find(pk *probeKey, sh *shard) (int, slotWords) {
 // read can load that slot speculatively, in parallel with the control word
 // (see prefSlot).
 func (a *slotArray) freeSlot(h uint64) int {
-	g := h >> 7 & a.gmask
+	g := a.home(h)
 	pref := prefSlot(h)
-	for step := uint64(1); ; step++ {
+	for {
 		if m := matchEmpty(a.ctrl[g]); m != 0 {
 			j := bits.TrailingZeros64(bits.RotateLeft64(m, -8*pref)) >> 3
 			return int(g)*groupSlots + (pref+j)&(groupSlots-1)
 		}
-		g = (g + step) & a.gmask
+		g = a.next(g)
 	}
 }
 
@@ -471,7 +490,7 @@ func (t *table) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uint
 	if a == nil {
 		return t.getAppendSlow(dst, k, h, vis)
 	}
-	g := h >> 7 & a.gmask // < len(ctrl): the index is checked by construction
+	g := a.home(h) // < len(ctrl): the index is checked by construction
 	// Load the key's preferred slot now: its cache miss overlaps the
 	// control word's, and most keys are in it (see freeSlot).
 	spec := atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
@@ -545,7 +564,7 @@ func (t *table) probeAppend(dst []byte, pk *probeKey, vis uint64) ([]byte, uint8
 		return t.hiddenAppend(dst, len(dst), pk.k, 0, vis, probeAbsent)
 	}
 	tg := tag(pk.h)
-	g := pk.h >> 7 & a.gmask
+	g := a.home(pk.h)
 	for step := uint64(1); ; step++ {
 		c := atomic.LoadUint64(&a.ctrl[g])
 		for m := matchTag(c, tg); m != 0; m &= m - 1 {
@@ -583,10 +602,10 @@ func (t *table) probeAppend(dst []byte, pk *probeKey, vis uint64) ([]byte, uint8
 			}
 			return t.slotAppend(dst, sh, &sw, pk, base, vis)
 		}
-		if matchEmpty(c) != 0 || step > a.gmask {
+		if matchEmpty(c) != 0 || step >= a.groups {
 			return t.hiddenAppend(dst, len(dst), pk.k, 0, vis, probeAbsent)
 		}
-		g = (g + step) & a.gmask
+		g = a.next(g)
 	}
 }
 
@@ -836,13 +855,13 @@ func keyPrefix(k string) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// grow publishes a slot array twice the size. Readers still probing the old
+// grow publishes a slot array half as large again (growGroups). Readers still probing the old
 // one see every key it held, each with the head it had when the new array
 // was published; every later change goes to the new one (and was published
 // after any reader of the old array loaded its visible sequence number,
 // since that reader loaded the array after it).
 func (sh *shard) grow(t *table, old *slotArray) *slotArray {
-	arr := newSlotArray(2 * int(old.gmask+1))
+	arr := newSlotArray(growGroups(old.groups))
 	for g, c := range old.ctrl {
 		for m := ^matchEmpty(c) & ctrlMSB; m != 0; m &= m - 1 {
 			sw := old.load(g*groupSlots + bits.TrailingZeros64(m)/8)
