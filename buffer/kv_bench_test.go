@@ -298,6 +298,45 @@ func BenchmarkW2(b *testing.B) {
 	b.Run("get-pending-hit/kvbuf-overlay", func(b *testing.B) { get(b, f.hits, true) })
 	b.Run("get-pending-hit/kvbuf-no-visible-seq", func(b *testing.B) { getNoSeq(b, f.hits) })
 	b.Run("get-pending-hit/kvbuf-getmany", func(b *testing.B) { getMany(b, f.hits) })
+	b.Run("get-pending-hit/kvbuf-getmany-per-get", func(b *testing.B) {
+		// GetMany's time per key over a loop of Get's, each op one
+		// pass of each over the same keys, in alternating order: a
+		// ratio within each op, so that the machine's load moves both
+		// sides (the rows above run minutes apart). Reports the median.
+		b.ReportAllocs()
+		buf := make([]byte, 0, 64*w2ValueLen)
+		vals := make([][]byte, 64)
+		pass := func(many bool) time.Duration {
+			start := time.Now()
+			var err error
+			for j := 0; j < len(f.hits); j += 64 {
+				if many {
+					buf, err = kv.GetMany(f.hits[j:j+64], vals, buf[:0])
+					continue
+				}
+				for _, k := range f.hits[j : j+64] {
+					if buf, err = kv.GetAppend(buf[:0], k); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		var ratios []float64
+		for b.Loop() {
+			first := len(ratios)%2 == 0
+			d1, d2 := pass(first), pass(!first)
+			if !first {
+				d1, d2 = d2, d1
+			}
+			ratios = append(ratios, float64(d1)/float64(d2))
+		}
+		slices.Sort(ratios)
+		b.ReportMetric(ratios[len(ratios)/2], "getmany/get")
+	})
 	b.Run("get-pending-hit/rwmutex+map", func(b *testing.B) { mapGet(b, f.hits) })
 	b.Run("get-pending-tombstone/kvbuf-overlay", func(b *testing.B) { get(b, f.tombs, false) })
 	b.Run("get-pending-tombstone/rwmutex+map", func(b *testing.B) { mapGet(b, f.tombs) })

@@ -502,3 +502,73 @@ func TestKVChainLinkInNewChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotArraySizes checks the sizing of slot arrays of any number of
+// groups: groupsFor holds n keys at most 7/8 full and no more groups than
+// that needs; growGroups grows by half (at least one group); home stays in
+// range for every hash.
+func TestSlotArraySizes(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 14, 15, 1000, 114688, 114689, 1 << 20} {
+		g := groupsFor(n)
+		if g < minGroups || g*groupSlots*7/8 < n {
+			t.Errorf("groupsFor(%d) = %d: holds %d keys", n, g, g*groupSlots*7/8)
+		}
+		if g > minGroups && (g-1)*groupSlots*7/8 >= n {
+			t.Errorf("groupsFor(%d) = %d: %d groups would do", n, g, g-1)
+		}
+	}
+	for _, g := range []uint64{1, 2, 3, 4, 5, 1000, 18207} {
+		ng := uint64(growGroups(g))
+		if ng <= g || ng < g+g/2 || ng > g+g/2+1 {
+			t.Errorf("growGroups(%d) = %d, want %d (at least %d)", g, ng, g+g/2, g+1)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, g := range []int{1, 3, 5, 7, 1000, 18207} {
+		a := newSlotArray(g)
+		for _, h := range []uint64{0, ^uint64(0), 1<<39 - 1, 1 << 38} {
+			if hg := a.home(h); hg >= uint64(g) {
+				t.Fatalf("%d groups: home(%#x) = %d", g, h, hg)
+			}
+		}
+		for range 1000 {
+			if h := rng.Uint64(); a.home(h) >= uint64(g) {
+				t.Fatalf("%d groups: home(%#x) = %d", g, h, a.home(h))
+			}
+		}
+	}
+}
+
+// TestSlotArrayProbeWraps fills arrays of a few sizes (not powers of two)
+// with keys that all start their probe in the last group, so that every
+// key after the first group's seven wraps around to group 0 and on: each
+// must be found, and a key not placed must not be.
+func TestSlotArrayProbeWraps(t *testing.T) {
+	for _, groups := range []int{1, 3, 5, 6} {
+		a := newSlotArray(groups)
+		// A hash whose home is the last group: the largest 32-bit value
+		// of bits 7-38 maps to groups-1.
+		h := uint64(1<<32-1) << 7
+		if a.home(h) != uint64(groups-1) {
+			t.Fatalf("%d groups: home %d, want the last group", groups, a.home(h))
+		}
+		keys := make([]string, a.maxKeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%04d", i)
+			hi := h | uint64(i)<<55 | uint64(i)&0x7f // preferred slots and tags vary
+			pk := probeKeyOf(keys[i], hi)
+			a.place(hi, slotWords{w0: uint64(len(keys[i])) << klenShift, w1: pk.w[0]})
+		}
+		for i, k := range keys {
+			hi := h | uint64(i)<<55 | uint64(i)&0x7f
+			pk := probeKeyOf(k, hi)
+			if j, _ := a.find(&pk, nil); j < 0 {
+				t.Fatalf("%d groups: key %d of %d not found", groups, i, len(keys))
+			}
+		}
+		pk := probeKeyOf("absent", h|3)
+		if j, _ := a.find(&pk, nil); j >= 0 {
+			t.Fatalf("%d groups: an absent key found in slot %d", groups, j)
+		}
+	}
+}
