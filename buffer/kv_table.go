@@ -92,11 +92,11 @@ type shard struct {
 // slotArray is a Swiss-style open-addressing table: groups of 8 slots, each
 // group with a word of 8 control bytes (0: empty; 0x80 | 7 bits of the
 // key's hash: full), probed group by group in order (wrapping around) from
-// the group the hash selects (see home), filled to at most 7/8. A probe matches the 7 hash
-// bits of all 8 slots of a group with a few arithmetic operations on the
-// control word and looks at a slot only on a match (1 in 128 for a key
-// that is not there), so the control words double as the filter that keeps
-// a miss from touching slots.
+// the group the hash selects (see home), filled to at most 7/8. A probe
+// matches the 7 hash bits of all 8 slots of a group with a few arithmetic
+// operations on the control word and looks at a slot only on a match (1 in
+// 128 for a key that is not there), so the control words double as the
+// filter that keeps a miss from touching slots.
 //
 // A slot is 4 words (32 bytes; see slotWords). A key of up to 24 bytes is
 // stored in the slot; so is its first value if the key's words and the
@@ -212,7 +212,8 @@ func (a *slotArray) bytes() int64 {
 
 // home returns the group where the probe for a key with hash h starts:
 // bits 7-38 of h scaled to the number of groups by a multiplication (a
-// fast range reduction; no division, and any number of groups).
+// fast range reduction; no division, and any number of groups below 2^32,
+// a terabyte of slots).
 func (a *slotArray) home(h uint64) uint64 { return (h >> 7 & (1<<32 - 1)) * a.groups >> 32 }
 
 // next returns the group a probe visits after g.
