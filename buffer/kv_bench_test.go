@@ -309,7 +309,7 @@ func BenchmarkW2(b *testing.B) {
 		pass := func(many bool) time.Duration {
 			start := time.Now()
 			var err error
-			for j := 0; j < len(f.hits); j += 64 {
+			for j := 0; j < len(f.hits) && err == nil; j += 64 {
 				if many {
 					buf, err = kv.GetMany(f.hits[j:j+64], vals, buf[:0])
 					continue

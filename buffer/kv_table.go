@@ -856,9 +856,9 @@ func keyPrefix(k string) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// grow publishes a slot array half as large again (growGroups). Readers still probing the old
-// one see every key it held, each with the head it had when the new array
-// was published; every later change goes to the new one (and was published
+// grow publishes a slot array half as large again (growGroups). Readers
+// still probing the old one see every key it held, each with the head it
+// had when the new array was published; every later change goes to the new one (and was published
 // after any reader of the old array loaded its visible sequence number,
 // since that reader loaded the array after it).
 func (sh *shard) grow(t *table, old *slotArray) *slotArray {

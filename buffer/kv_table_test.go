@@ -552,16 +552,15 @@ func TestSlotArrayProbeWraps(t *testing.T) {
 		if a.home(h) != uint64(groups-1) {
 			t.Fatalf("%d groups: home %d, want the last group", groups, a.home(h))
 		}
+		hashOf := func(i int) uint64 { return h | uint64(i)<<55 | uint64(i)&0x7f } // preferred slots and tags vary
 		keys := make([]string, a.maxKeys)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("k%04d", i)
-			hi := h | uint64(i)<<55 | uint64(i)&0x7f // preferred slots and tags vary
-			pk := probeKeyOf(keys[i], hi)
-			a.place(hi, slotWords{w0: uint64(len(keys[i])) << klenShift, w1: pk.w[0]})
+			pk := probeKeyOf(keys[i], hashOf(i))
+			a.place(pk.h, slotWords{w0: uint64(len(keys[i])) << klenShift, w1: pk.w[0]})
 		}
 		for i, k := range keys {
-			hi := h | uint64(i)<<55 | uint64(i)&0x7f
-			pk := probeKeyOf(k, hi)
+			pk := probeKeyOf(k, hashOf(i))
 			if j, _ := a.find(&pk, nil); j < 0 {
 				t.Fatalf("%d groups: key %d of %d not found", groups, i, len(keys))
 			}
