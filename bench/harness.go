@@ -42,16 +42,31 @@ const (
 	ImplPerCallerSync    = "per-caller-sync"
 	ImplSingleflight     = "singleflight"         // x/sync/singleflight: incorrect by design
 	ImplGroupCommit      = "careful-group-commit" // waits out a flush frozen before the caller's write
-	ImplPebbleBatchSync  = "pebble-batch-sync"
+	ImplPebbleBatchSync  = "pebble-batch-sync"    // one synced batch per round, memtable = the engine's pending budget
 	ImplPebbleSortedSync = "pebble-batch-sync-sorted-input"
 	ImplFileSetLoop      = "file-set-loop+msync"        // W6: one bitslice.File.Set per change
 	ImplApplyWords       = "apply-words+msync"          // W6: File.ApplyWords of words coalesced untimed
 	ImplCoalesceApply    = "coalesce+apply-words+msync" // W6: coalescing into words timed too
 	ImplPebbleNoSync     = "pebble-batch-nosync"
-	ImplPebbleNoSyncSync = "pebble-nosync-batches+sync" // W8 end-to-end: no-sync batches, the last one synced
-	ImplGetLoop          = "get-loop"                   // W1 count/ones: a loop of Bits.Get
-	ImplDeleteLoop       = "delete-loop"                // W8 delete-1m: a loop of KV.Delete
-	ImplWithoutSnapshots = "without-snapshots"          // the same reads on a twin engine with no snapshot
+	ImplGetLoop          = "get-loop"          // W1 count/ones: a loop of Bits.Get
+	ImplDeleteLoop       = "delete-loop"       // W8 delete-1m: a loop of KV.Delete, then Flush
+	ImplWithoutSnapshots = "without-snapshots" // the same reads on a twin engine with no snapshot
+
+	// The pebble baselines of the write workloads (doc/workloads.md,
+	// "Fairness"; pebble_baselines.go). Without a suffix a baseline's
+	// memtable is the pending budget of the engine it races;
+	// "…-store-memtable" rows use the engine store's own memtable. The
+	// block cache is the engine's in both.
+	ImplPebbleBatchSyncStoreMT  = "pebble-batch-sync-store-memtable"     // one synced batch per round
+	ImplPebbleLogSync           = "pebble-nosync+logsync"                // NoSync writes, a synced LogData every FlushInterval and at the end
+	ImplPebbleLogSyncStoreMT    = "pebble-nosync+logsync-store-memtable" // the same, the store's memtable
+	ImplPebbleNoWALFlush        = "pebble-nowal+flush"                   // DisableWAL, DB.Flush every FlushInterval and at the end
+	ImplPebbleNoWALFlushStoreMT = "pebble-nowal+flush-store-memtable"    // the same, the store's memtable
+	ImplPebbleDeleteRangeSync   = "pebble-deleterange+sync"              // W8 delete-1m: one DB.DeleteRange committed with sync
+	ImplMapArena                = "mutex+map+arena"                      // W8: a map sized once, cleared each round, keys and values in an arena
+	ImplBTreeArena              = "rwmutex+btree+arena"                  // W8: a B-tree cleared each round, keys and values in an arena
+	ImplMapPebbleBatchSync      = "mutex+map+pebble-batch-sync"          // W8: an arena map coalescing the puts, then one synced pebble batch
+	ImplKvbufOneBatch           = "kvbuf-one-batch"                      // W6: every put in one Batch (one DB.Apply), then Flush
 )
 
 // DefaultRounds is the number of measured rounds kvtool bench runs per
@@ -72,6 +87,13 @@ var ErrBadConfig = errors.New("bench: bad configuration")
 // meaningless.
 var ErrMismatch = errors.New("bench: implementations disagree")
 
+// ErrReadBack is returned by Workload.Run when a write row reads back,
+// after its round, a value other than the one it wrote (or finds a key it
+// wrote missing, or a deleted key present): an implementation that
+// dropped or mangled writes would otherwise be timed as if it had done the
+// work.
+var ErrReadBack = errors.New("bench: a write row read back something other than what it wrote")
+
 // Looper is an implementation of a lookup-style workload. Loop runs
 // operations [lo, hi) of a round in one plain loop, as goroutine g of the
 // round (0 when the round runs in one goroutine), and returns its check sum
@@ -81,6 +103,17 @@ var ErrMismatch = errors.New("bench: implementations disagree")
 // measured.
 type Looper interface {
 	Loop(g, lo, hi int) (checks int64, err error)
+}
+
+// ReadBacker is implemented by a Looper that writes (W3's churn): after
+// each round the harness calls ReadBack, not timed, and the Looper reads
+// back what the round left (a sample of it, or all of it: Config.ReadBack)
+// and returns how many values it checked, or an error wrapping ErrReadBack
+// for one that differs from what it wrote. A Rounder that writes reads
+// back inside its round instead, after its timed part, and reports the
+// count in RoundResult.ReadBack.
+type ReadBacker interface {
+	ReadBack(ctx context.Context) (checked int64, err error)
 }
 
 // Rounder is an implementation that runs whole rounds itself (flushes,
@@ -118,7 +151,26 @@ type Impl struct {
 	// the row: live heap bytes per pending entry (W2). AccountedBytes is
 	// the engine's own figure (Metrics.PendingBytes / PendingKeys).
 	BytesPerEntry, AccountedBytes float64
+
+	// Label, if not empty, says why the row does not meet the fairness
+	// rule of doc/workloads.md (LabelWriteOnly, LabelComponent): its
+	// ratios are not headlines, and every output prints it beside them.
+	// Workload.Label labels every row of a workload at once.
+	Label string
 }
+
+// Labels of rows that do not meet the fairness rule (doc/workloads.md,
+// "Fairness"): what they leave out. A row with a label is never a
+// headline; scripts/benchtable prints it apart, with the label.
+const (
+	// LabelWriteOnly: the writes are timed, what makes them durable is
+	// not (kvbuf's flush, pebble's sync).
+	LabelWriteOnly = "write only, durability not included"
+	// LabelComponent: one part of the work is timed and another part,
+	// different on each side, is not (W6's Flush with the writes before
+	// it off the clock, against a synced batch of presorted keys).
+	LabelComponent = "component: part of the work off the clock"
+)
 
 // RoundResult describes one round of an implementation.
 type RoundResult struct {
@@ -153,18 +205,38 @@ type RoundResult struct {
 	// whole Round.
 	Mallocs, AllocBytes uint64
 	MallocsMeasured     bool
+
+	// CPU, if CPUMeasured, is the user+system CPU time the whole process
+	// used during the timed part (Timed sets both): every goroutine's,
+	// background flushes and pebble's own goroutines included. Otherwise
+	// the harness measures the whole Round.
+	CPU         time.Duration
+	CPUMeasured bool
+
+	// ReadBack is the number of written values the round read back, after
+	// its timed part, and found as written (a Rounder of a Writes workload
+	// must report at least one; a mismatch is an error wrapping
+	// ErrReadBack instead).
+	ReadBack int64
 }
 
 // Timed runs f as a timed part of a round: it adds f's wall time to
-// res.Elapsed and the allocations made meanwhile to res.Mallocs, so that
-// untimed preparation (making a million changes pending before timing
-// their flush) is left out of both. A round may call it several times.
+// res.Elapsed, the process's CPU time meanwhile to res.CPU and the
+// allocations made meanwhile to res.Mallocs, so that untimed preparation
+// (making a million changes pending before timing their flush) and the
+// read-back after it are left out of all three. A round may call it
+// several times.
 func Timed(res *RoundResult, f func() error) error {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	c0, cok := processCPU()
 	start := time.Now()
 	err := f()
 	res.Elapsed += time.Since(start)
+	if c1, ok := processCPU(); ok && cok {
+		res.CPU += c1 - c0
+		res.CPUMeasured = true
+	}
 	runtime.ReadMemStats(&m1)
 	res.Mallocs += m1.Mallocs - m0.Mallocs
 	res.AllocBytes += m1.TotalAlloc - m0.TotalAlloc
@@ -186,6 +258,13 @@ type Workload struct {
 	// NoCheck skips the answer cross-check (W7: what a reader finds
 	// depends on how far the writer got).
 	NoCheck bool
+	// Writes marks a workload whose rows write: every non-floor row must
+	// read back what each round wrote (RoundResult.ReadBack, or a Looper's
+	// ReadBacker) or Run fails.
+	Writes bool
+	// Label, if not empty, labels every row of the workload (see
+	// Impl.Label).
+	Label string
 	// Impls are the rows, the project's own first.
 	Impls []Impl
 
@@ -244,6 +323,9 @@ type Row struct {
 	Workload string
 	Impl     string
 	Floor    bool
+	// Label, if not empty, says why the row is not a headline (Impl.Label
+	// or Workload.Label).
+	Label string
 	// Unit is what one operation is; Goroutines how many ran the round.
 	Unit       string
 	Goroutines int
@@ -258,11 +340,22 @@ type Row struct {
 	// Noisy is set when Max > NoisyRatio × Min: the rounds disagree by more
 	// than the difference a ratio of medians can be trusted for.
 	Noisy bool
+	// CPUNsPerOp holds each round's user+system CPU nanoseconds per
+	// operation (getrusage over the timed part: the whole process, every
+	// goroutine and core), in round order; CPUPerOp is their median. Both
+	// are empty or 0 where getrusage does not exist.
+	CPUNsPerOp []float64
+	CPUPerOp   float64
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
-	// RatioVs (own rows only) maps each other row to its median ÷ this
-	// row's median: above 1 means this row is faster.
+	// Ratios (own rows only) maps each other row of the workload to its
+	// time over this row's, per round (see Ratio): above 1 means this row
+	// is faster. RatioVs holds the same medians alone.
+	Ratios  map[string]Ratio
 	RatioVs map[string]float64
+	// ReadBack is the number of written values read back and found as
+	// written over every measured round (write workloads).
+	ReadBack int64
 
 	// BytesPerEntry: live heap bytes per pending entry (W2) or per
 	// instance (W3 construct); AccountedBytesPerEntry: the engine's
@@ -279,6 +372,20 @@ type Row struct {
 	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
 }
 
+// Ratio compares a baseline row with an own row of the same run round by
+// round: in every measured round both ran (in the order the rotation
+// gave them), and PerRound holds the baseline's time per operation ÷ the
+// own row's in that round, so that a load that slowed one round slows
+// both sides of its ratio. Median, Min and Max summarise PerRound; Noisy
+// is set when Max > NoisyRatio × Min. CPU is the median of the per-round
+// ratios of CPU time per operation (0 when CPU time is not measured).
+type Ratio struct {
+	PerRound         []float64
+	Median, Min, Max float64
+	Noisy            bool
+	CPU              float64
+}
+
 // SyncsPerFlush is Syncs ÷ Flushes, or 0 when there were no flushes.
 func (r Row) SyncsPerFlush() float64 {
 	if r.Flushes == 0 {
@@ -287,9 +394,46 @@ func (r Row) SyncsPerFlush() float64 {
 	return float64(r.Syncs) / float64(r.Flushes)
 }
 
+// RoundOrder returns the order in which round r (from 0) runs n
+// implementations, as indexes into Workload.Impls: row r mod m of a
+// Williams design (m = n for an even n, 2n for an odd one). Its first n
+// rows form a Latin square, so that in any n consecutive rounds from a
+// multiple of n every implementation runs once at every position; over m
+// rounds every implementation also runs right after every other one
+// equally often, so that neither a position nor a predecessor (its
+// garbage, its store's leftover work, a warm cache) favours one row.
+func RoundOrder(n, r int) []int {
+	if n <= 0 {
+		return nil
+	}
+	first := make([]int, n) // 0, 1, n-1, 2, n-2, ...
+	lo, hi := 1, n-1
+	for j := 1; j < n; j++ {
+		if j%2 == 1 {
+			first[j], lo = lo, lo+1
+		} else {
+			first[j], hi = hi, hi-1
+		}
+	}
+	m := n
+	if n%2 == 1 {
+		m = 2 * n
+	}
+	k := r % m
+	out := make([]int, n)
+	for j := range n {
+		out[j] = (first[j] + k) % n
+	}
+	if k >= n { // odd n: the second square is the first one reversed
+		slices.Reverse(out)
+	}
+	return out
+}
+
 // Run prepares w, runs one warm-up round of every implementation (in Impls
-// order, not measured), then rounds measured rounds; in round r the
-// implementations run in rotating order starting at index r mod len(Impls).
+// order, not measured), then rounds measured rounds; round r runs the
+// implementations in the order RoundOrder(len(Impls), r) gives, so that
+// with rounds >= len(Impls) every implementation runs at every position.
 // A parallel workload runs each round in goroutines goroutines (at least
 // 1; others ignore it). step, if not nil, is called after each
 // implementation's round, with round -1 for the warm-up. ctx is checked
@@ -312,7 +456,11 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 	rows := make([]Row, n)
 	samples := make([]rowSamples, n)
 	for k, im := range w.Impls {
-		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
+		label := im.Label
+		if label == "" {
+			label = w.Label
+		}
+		rows[k] = Row{Workload: name, Impl: im.Name, Floor: im.Floor, Label: label, Unit: w.Unit, Goroutines: goroutines, Rounds: rounds,
 			BytesPerEntry: im.BytesPerEntry, AccountedBytesPerEntry: im.AccountedBytes}
 	}
 	// Warm-up: every implementation runs one round first, in order.
@@ -329,11 +477,10 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 		var checkImpl string
 		var check int64
 		checked := false
-		for j := range n {
+		for _, k := range RoundOrder(n, r) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			k := (r + j) % n
 			im := w.Impls[k]
 			res, allocs, err := w.measure(ctx, im, goroutines)
 			if err != nil {
@@ -386,6 +533,10 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
 	ops := max(res.Ops, 1)
 	row.OpsPerRound = res.Ops
 	row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
+	if res.CPUMeasured {
+		row.CPUNsPerOp = append(row.CPUNsPerOp, float64(res.CPU.Nanoseconds())/float64(ops))
+	}
+	row.ReadBack += res.ReadBack
 	row.Flushes += res.Flushes
 	row.Syncs += res.Syncs
 	row.Violations += res.Violations
@@ -412,6 +563,7 @@ func (s *rowSamples) summarize(row *Row) {
 	row.Min = slices.Min(row.NsPerOp)
 	row.Max = slices.Max(row.NsPerOp)
 	row.Noisy = row.Max > NoisyRatio*row.Min
+	row.CPUPerOp = Median(row.CPUNsPerOp)
 	row.AllocsPerOp = Median(s.allocs)
 	if len(s.mem) > 0 {
 		row.BytesPerEntry = Median(s.mem)
@@ -436,9 +588,11 @@ func (s *rowSamples) summarize(row *Row) {
 
 // measure runs one round of im after quiescing the stores (if the workload
 // says how) and a GC (so that one implementation's garbage is not
-// collected on another's time) and returns it with the
-// number of allocations made during it (runtime.MemStats.Mallocs: every
-// goroutine of the process, pebble's background work included).
+// collected on another's time) and returns it with the number of
+// allocations made during it (runtime.MemStats.Mallocs: every goroutine of
+// the process, pebble's background work included). A Looper that writes
+// reads back after the timed loop; a write row that read nothing back is
+// an error.
 func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundResult, float64, error) {
 	if w.quiesce != nil {
 		if err := w.quiesce(ctx); err != nil {
@@ -450,6 +604,7 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 	runtime.ReadMemStats(&m0)
 	var res RoundResult
 	var err error
+	c0, cok := processCPU()
 	start := time.Now()
 	if im.Round != nil {
 		res, err = im.Round.Round(ctx, goroutines)
@@ -458,12 +613,24 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 		res.Ops = w.Ops
 	}
 	elapsed := time.Since(start)
+	c1, cok1 := processCPU()
 	runtime.ReadMemStats(&m1)
 	if err != nil {
 		return res, 0, err
 	}
 	if res.Elapsed <= 0 {
 		res.Elapsed = elapsed
+	}
+	if !res.CPUMeasured && cok && cok1 {
+		res.CPU, res.CPUMeasured = c1-c0, true
+	}
+	if rb, ok := im.Loop.(ReadBacker); ok {
+		if res.ReadBack, err = rb.ReadBack(ctx); err != nil {
+			return res, 0, err
+		}
+	}
+	if w.Writes && !im.Floor && res.ReadBack <= 0 {
+		return res, 0, fmt.Errorf("%w: write row %s of %s read nothing back", ErrBadConfig, im.Name, w.Name)
 	}
 	if res.MallocsMeasured {
 		return res, float64(res.Mallocs), nil
@@ -500,20 +667,52 @@ func RunLoop(l Looper, lo, hi, goroutines int) (int64, error) {
 // "kvbuf-…") rather than a baseline.
 func IsOwn(impl string) bool { return impl == ImplKvbuf || strings.HasPrefix(impl, ImplKvbuf+"-") }
 
-// AddRatios sets RatioVs on every own row: for each baseline row of the
-// same workload, that row's median ÷ the own row's median.
+// AddRatios sets Ratios and RatioVs on every own row: for each baseline
+// row of the same workload, the ratio of the baseline's time per operation
+// to the own row's in each round they both have (rows of one Run hold
+// their rounds in the same order), summarised (see Ratio).
 func AddRatios(rows []Row) {
 	for k := range rows {
-		if !IsOwn(rows[k].Impl) || rows[k].Median <= 0 {
+		own := &rows[k]
+		if !IsOwn(own.Impl) || own.Median <= 0 {
 			continue
 		}
-		rows[k].RatioVs = map[string]float64{}
+		own.Ratios, own.RatioVs = map[string]Ratio{}, map[string]float64{}
 		for _, o := range rows {
-			if o.Workload == rows[k].Workload && !IsOwn(o.Impl) {
-				rows[k].RatioVs[o.Impl] = o.Median / rows[k].Median
+			if o.Workload != own.Workload || IsOwn(o.Impl) {
+				continue
 			}
+			ra := pairRatio(o, *own)
+			if len(ra.PerRound) == 0 {
+				continue
+			}
+			own.Ratios[o.Impl] = ra
+			own.RatioVs[o.Impl] = ra.Median
 		}
 	}
+}
+
+// pairRatio returns base's ratios to own, round by round.
+func pairRatio(base, own Row) Ratio {
+	var ra Ratio
+	var cpu []float64
+	for r := range min(len(base.NsPerOp), len(own.NsPerOp)) {
+		if own.NsPerOp[r] <= 0 {
+			continue
+		}
+		ra.PerRound = append(ra.PerRound, base.NsPerOp[r]/own.NsPerOp[r])
+		if r < len(base.CPUNsPerOp) && r < len(own.CPUNsPerOp) && own.CPUNsPerOp[r] > 0 {
+			cpu = append(cpu, base.CPUNsPerOp[r]/own.CPUNsPerOp[r])
+		}
+	}
+	if len(ra.PerRound) == 0 {
+		return ra
+	}
+	ra.Median = Median(ra.PerRound)
+	ra.Min, ra.Max = slices.Min(ra.PerRound), slices.Max(ra.PerRound)
+	ra.Noisy = ra.Max > NoisyRatio*ra.Min
+	ra.CPU = Median(cpu)
+	return ra
 }
 
 // Median returns the median of xs (the mean of the middle two for an even

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/goleak"
 
 	"github.com/kvbuf/kvbuf/internal/workload"
@@ -111,11 +113,11 @@ func TestRunRotatesOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"kvbuf", "b", "c", // warm-up, in order
-		"kvbuf", "b", "c", "b", "c", "kvbuf", "c", "kvbuf", "b", "kvbuf", "b", "c"}
+		"kvbuf", "b", "c", "b", "c", "kvbuf", "c", "kvbuf", "b", "c", "b", "kvbuf"} // RoundOrder(3, 0..3)
 	if !slices.Equal(order, want) {
 		t.Errorf("run order %v, want %v", order, want)
 	}
-	if len(steps) != 15 || steps[0] != "kvbuf-1" || steps[3] != "kvbuf0" || steps[14] != "c3" {
+	if len(steps) != 15 || steps[0] != "kvbuf-1" || steps[3] != "kvbuf0" || steps[14] != "kvbuf3" {
 		t.Errorf("progress steps %v", steps)
 	}
 	if len(rows) != 3 || rows[0].Impl != "kvbuf" || rows[2].Impl != "c" {
@@ -249,7 +251,7 @@ func TestSuites(t *testing.T) {
 	ctx := context.Background()
 	for _, info := range Catalog() {
 		t.Run(info.Name, func(t *testing.T) {
-			s, err := Open(ctx, info.Name, &Config{Dir: t.TempDir(), Scale: 0.0005, FlushesPerGoroutine: 2, Scans: 2})
+			s, err := Open(ctx, info.Name, &Config{Dir: t.TempDir(), Scale: 0.0005, FlushesPerGoroutine: 2, Scans: 2, ReadBack: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,6 +342,15 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 			if r.ReadsPerSec <= 0 || r.P50ReadNs <= 0 || r.P99ReadNs < r.P50ReadNs {
 				t.Errorf("%s/%s: %v reads/s, p50 %v p99 %v", r.Workload, r.Impl, r.ReadsPerSec, r.P50ReadNs, r.P99ReadNs)
 			}
+		}
+		if _, ok := processCPU(); ok && (len(r.CPUNsPerOp) != r.Rounds || r.CPUPerOp < 0) {
+			t.Errorf("%s/%s: CPU per op %v over %d rounds", r.Workload, r.Impl, r.CPUNsPerOp, r.Rounds)
+		}
+		if w.Writes && !r.Floor && r.ReadBack <= 0 {
+			t.Errorf("%s/%s: a write row read back %d values", r.Workload, r.Impl, r.ReadBack)
+		}
+		if (w.Name == "W8/batch-64-puts") != (r.Label == LabelWriteOnly) {
+			t.Errorf("%s/%s: label %q", r.Workload, r.Impl, r.Label)
 		}
 		if r.Noisy != (r.Max > NoisyRatio*r.Min) {
 			t.Errorf("%s/%s: noisy %t with min %v max %v", r.Workload, r.Impl, r.Noisy, r.Min, r.Max)
@@ -565,5 +576,280 @@ func TestFormatNsAndJSON(t *testing.T) {
 	j := r.JSON()
 	if j.NsPerOp != 2 || !j.Noisy || j.Flushes == nil || *j.SyncsPerFlush != 0.5 || *j.Violations != 1 || j.BytesPerEntry != nil || j.ReadsPerSec != nil {
 		t.Errorf("JSON() = %+v", j)
+	}
+}
+
+// TestRoundOrder checks the rotation's two promises for every size: in
+// the first n rounds every implementation runs once at every position,
+// and over a whole design (n rounds, or 2n for an odd n) every
+// implementation runs right after every other one equally often.
+func TestRoundOrder(t *testing.T) {
+	for n := 1; n <= 12; n++ {
+		m := n
+		if n%2 == 1 {
+			m = 2 * n
+		}
+		pos := make([][]int, n) // pos[impl][position] in the first n rounds
+		for i := range pos {
+			pos[i] = make([]int, n)
+		}
+		after := map[[2]int]int{}
+		for r := range m {
+			o := RoundOrder(n, r)
+			seen := make([]bool, n)
+			for j, k := range o {
+				if k < 0 || k >= n || seen[k] {
+					t.Fatalf("RoundOrder(%d, %d) = %v: not a permutation", n, r, o)
+				}
+				seen[k] = true
+				if r < n {
+					pos[k][j]++
+				}
+				if j > 0 {
+					after[[2]int{o[j-1], k}]++
+				}
+			}
+			if !slices.Equal(o, RoundOrder(n, r+m)) {
+				t.Errorf("RoundOrder(%d, %d) differs from round %d", n, r+m, r)
+			}
+		}
+		for k := range n {
+			for j := range n {
+				if pos[k][j] != 1 {
+					t.Errorf("n=%d: implementation %d at position %d %d times in the first %d rounds", n, k, j, pos[k][j], n)
+				}
+			}
+		}
+		for a := range n {
+			for b := range n {
+				if a != b && after[[2]int{a, b}] != m/n {
+					t.Errorf("n=%d: %d right after %d in %d of %d rounds, want %d", n, b, a, after[[2]int{a, b}], m, m/n)
+				}
+			}
+		}
+	}
+	if RoundOrder(0, 3) != nil {
+		t.Error("RoundOrder(0, …) not nil")
+	}
+}
+
+// timesRounder reports per[k] as the time of its k-th round (the warm-up
+// is k = 0), without taking it.
+type timesRounder struct {
+	per []time.Duration
+	r   int
+}
+
+func (x *timesRounder) Round(context.Context, int) (RoundResult, error) {
+	d := x.per[x.r%len(x.per)]
+	x.r++
+	return RoundResult{Ops: 1, Checks: 1, Elapsed: d}, nil
+}
+
+// TestRatiosPerRound: a ratio is computed within each round (both rows of
+// a round share its load) and summarised with its spread; a round that
+// slowed both rows leaves the ratio alone, while the rows' own medians
+// and min–max move.
+func TestRatiosPerRound(t *testing.T) {
+	// Warm-up first, then rounds 0..3 (both rows run once per round).
+	own := &timesRounder{per: []time.Duration{time.Second, 10, 20, 100, 10}}
+	base := &timesRounder{per: []time.Duration{time.Second, 20, 40, 200, 30}}
+	w := &Workload{Name: "T/ratio", Impls: []Impl{{Name: "kvbuf", Round: own}, {Name: "base", Round: base}}}
+	rows, err := w.Run(context.Background(), 4, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := rows[0].Ratios["base"]
+	if !slices.Equal(ra.PerRound, []float64{2, 2, 2, 3}) || ra.Median != 2 || ra.Min != 2 || ra.Max != 3 || ra.Noisy {
+		t.Errorf("ratio %+v, want per round [2 2 2 3], median 2, min 2, max 3, not noisy", ra)
+	}
+	if rows[0].RatioVs["base"] != 2 || !rows[0].Noisy || !rows[1].Noisy {
+		t.Errorf("RatioVs %v; rows noisy %t %t (their rounds differ tenfold)", rows[0].RatioVs, rows[0].Noisy, rows[1].Noisy)
+	}
+	own.per = []time.Duration{time.Second, 10, 10, 10, 10}
+	base.per = []time.Duration{time.Second, 10, 20, 10, 10}
+	rows, err = w.Run(context.Background(), 4, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra := rows[0].Ratios["base"]; !ra.Noisy || ra.Min != 1 || ra.Max != 2 {
+		t.Errorf("ratio %+v: want noisy (1 to 2)", ra)
+	}
+	j := rows[0].JSON()
+	if j.RatioVsMin["base"] != 1 || j.RatioVsMax["base"] != 2 || !j.RatioVsNoisy["base"] {
+		t.Errorf("JSON ratios: min %v max %v noisy %v", j.RatioVsMin, j.RatioVsMax, j.RatioVsNoisy)
+	}
+}
+
+// TestCPUCountsOtherGoroutines: the CPU time of a timed part includes the
+// work it hands to another goroutine, which the wall clock alone would
+// not show as work.
+func TestCPUCountsOtherGoroutines(t *testing.T) {
+	if _, ok := processCPU(); !ok {
+		t.Skip("no getrusage on this platform")
+	}
+	const burn = 30 * time.Millisecond
+	var res RoundResult
+	err := Timed(&res, func() error {
+		var wg sync.WaitGroup
+		wg.Go(func() { // spins until the process has used burn more CPU
+			start, _ := processCPU()
+			x := 0
+			for {
+				for i := range 1 << 16 {
+					x += i
+				}
+				if now, _ := processCPU(); now-start >= burn {
+					break
+				}
+			}
+			_ = x
+		})
+		wg.Wait()
+		return nil
+	})
+	if err != nil || !res.CPUMeasured || res.CPU < burn {
+		t.Fatalf("Timed: err %v, CPU %v (measured %t), want at least %v", err, res.CPU, res.CPUMeasured, burn)
+	}
+	w := &Workload{Name: "T/cpu", Impls: []Impl{{Name: "kvbuf", Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
+		r := RoundResult{Ops: 2, Checks: 1}
+		return r, Timed(&r, func() error {
+			start, _ := processCPU()
+			for now := start; now-start < burn; now, _ = processCPU() {
+			}
+			return nil
+		})
+	})}}}
+	rows, err := w.Run(context.Background(), 2, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rows[0]; len(r.CPUNsPerOp) != 2 || r.CPUPerOp < float64(burn.Nanoseconds())/2 || r.JSON().CPUNsPerOp == nil {
+		t.Errorf("CPU per op %v (rounds %v), want at least %v", r.CPUPerOp, r.CPUNsPerOp, burn/2)
+	}
+}
+
+// TestReadBackRequired: a write workload's row that reads nothing back
+// fails the run, and a Looper's ReadBacker is called after each round.
+func TestReadBackRequired(t *testing.T) {
+	ctx := context.Background()
+	lazy := RoundFunc(func(context.Context, int) (RoundResult, error) { return RoundResult{Ops: 1, Checks: 1}, nil })
+	careful := RoundFunc(func(context.Context, int) (RoundResult, error) {
+		return RoundResult{Ops: 1, Checks: 1, ReadBack: 5}, nil
+	})
+	w := &Workload{Name: "T/writes", Writes: true, Impls: []Impl{{Name: "kvbuf", Round: careful}, {Name: "lazy", Round: lazy}}}
+	if _, err := w.Run(ctx, 1, 1, nil); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "lazy") {
+		t.Errorf("a write row that read nothing back: %v", err)
+	}
+	w.Impls[1] = Impl{Name: "floor", Floor: true, Round: lazy}
+	rows, err := w.Run(ctx, 2, 1, nil)
+	if err != nil {
+		t.Fatalf("a floor row need not read back: %v", err)
+	}
+	if rows[0].ReadBack != 10 || rows[0].JSON().ReadBack != 10 {
+		t.Errorf("read back %d over 2 rounds, want 10", rows[0].ReadBack)
+	}
+	rb := &countBack{}
+	w = &Workload{Name: "T/loop-writes", Ops: 3, Writes: true, Impls: []Impl{{Name: "kvbuf", Loop: rb}}}
+	if _, err := w.Run(ctx, 2, 1, nil); err != nil || rb.calls != 3 {
+		t.Errorf("ReadBacker: err %v, %d calls (want 3: warm-up and 2 rounds)", err, rb.calls)
+	}
+	rb.err = fmt.Errorf("%w: test", ErrReadBack)
+	if _, err := w.Run(ctx, 1, 1, nil); !errors.Is(err, ErrReadBack) {
+		t.Errorf("ReadBacker error: %v", err)
+	}
+}
+
+type countBack struct {
+	calls int
+	err   error
+}
+
+func (c *countBack) Loop(_, lo, hi int) (int64, error) { return int64(hi - lo), nil }
+
+func (c *countBack) ReadBack(context.Context) (int64, error) {
+	c.calls++
+	return 1, c.err
+}
+
+func TestReadBackSample(t *testing.T) {
+	if got := readBackSample(5, -1, 3); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Errorf("all: %v", got)
+	}
+	if got := readBackSample(5, 10, 3); len(got) != 5 {
+		t.Errorf("more than n: %v", got)
+	}
+	seen := map[int]bool{}
+	for r := range uint64(10) {
+		got := readBackSample(100, 10, r)
+		if len(got) != 10 || got[0] != int(r%10) {
+			t.Errorf("round %d: %v", r, got)
+		}
+		for _, i := range got {
+			if i < 0 || i >= 100 {
+				t.Fatalf("index %d out of range", i)
+			}
+			seen[i] = true
+		}
+	}
+	if len(seen) != 100 {
+		t.Errorf("10 rounds of 10 out of 100 checked %d distinct values, want all", len(seen))
+	}
+	if readBackSample(0, 10, 1) != nil {
+		t.Error("sample of nothing")
+	}
+}
+
+// TestBrokenBaselineFails runs W8's end-to-end workload, with every value
+// read back as kvtool bench --quick does, next to two deliberately broken
+// pebble baselines built from the real rows' parts: one drops one put of
+// the round, one writes one stale value. Each must fail the run with
+// ErrReadBack naming it; the real rows must pass.
+func TestBrokenBaselineFails(t *testing.T) {
+	ctx := context.Background()
+	c, err := (&Config{Dir: t.TempDir(), Scale: 0.001, ReadBack: -1}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Suite{Name: "W8", dir: t.TempDir()}
+	defer s.Close()
+	st, err := newW8State(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newW8Puts(distinct(rand.New(rand.NewPCG(1, 2)), 4*w8Batch, w6Space))
+	w := &Workload{Name: "W8/end-to-end-unique", Unit: "put", Writes: true, Impls: st.endToEnd(p)}
+	if _, err := w.Run(ctx, 1, 1, nil); err != nil {
+		t.Fatalf("the real rows: %v", err)
+	}
+	drop := p.len() / 2
+	broken := map[string]func(context.Context) error{
+		"pebble-drops-a-put": func(context.Context) error {
+			b := st.store.NewBatch()
+			defer b.Close()
+			for i := range p.len() {
+				if i != drop {
+					if err := b.Set(p.stored.at(i), p.val(i), nil); err != nil {
+						return err
+					}
+				}
+			}
+			return b.Commit(pebble.Sync)
+		},
+		"pebble-writes-a-stale-value": func(context.Context) error {
+			if err := pebbleOneBatch(st.store, p); err != nil {
+				return err
+			}
+			stale := append([]byte(nil), p.val(drop)...)
+			stale[len(stale)-1]--
+			return st.store.Set(p.stored.at(drop), stale, pebble.Sync)
+		},
+	}
+	for name, write := range broken {
+		w.Impls = append(st.endToEnd(p)[:2], Impl{Name: name, Round: st.writeRound(name, p, write, pebbleGetter(st.store), nil)})
+		_, err := w.Run(ctx, 1, 1, nil)
+		if !errors.Is(err, ErrReadBack) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v, want ErrReadBack naming it", name, err)
+		}
 	}
 }

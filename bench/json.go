@@ -5,6 +5,10 @@ import "fmt"
 // JSONRow is one row as kvtool bench --json prints it and
 // scripts/benchtable reads it; doc/workloads.md ("Output") describes the
 // fields. Optional figures are pointers, left out when the row has none.
+// The ratio maps are keyed by baseline: RatioVs holds the median of the
+// per-round ratios (Row.Ratios), RatioVsMin and RatioVsMax their extremes,
+// RatioVsNoisy the baselines whose ratio is noisy, CPURatioVs the median
+// per-round ratio of CPU time per operation.
 type JSONRow struct {
 	Workload               string             `json:"workload"`
 	Impl                   string             `json:"impl"`
@@ -18,7 +22,14 @@ type JSONRow struct {
 	Rounds                 int                `json:"rounds"`
 	OpsPerRound            int                `json:"ops_per_round"`
 	Floor                  bool               `json:"floor,omitempty"`
+	Label                  string             `json:"label,omitempty"`
+	CPUNsPerOp             *float64           `json:"cpu_ns_per_op,omitempty"`
+	ReadBack               int64              `json:"read_back,omitempty"`
 	RatioVs                map[string]float64 `json:"ratio_vs,omitempty"`
+	RatioVsMin             map[string]float64 `json:"ratio_vs_min,omitempty"`
+	RatioVsMax             map[string]float64 `json:"ratio_vs_max,omitempty"`
+	RatioVsNoisy           map[string]bool    `json:"ratio_vs_noisy,omitempty"`
+	CPURatioVs             map[string]float64 `json:"cpu_ratio_vs,omitempty"`
 	BytesPerEntry          *float64           `json:"bytes_per_entry,omitempty"`
 	AccountedBytesPerEntry *float64           `json:"accounted_bytes_per_entry,omitempty"`
 	Flushes                *int64             `json:"flushes,omitempty"`
@@ -41,7 +52,28 @@ func (r Row) JSON() JSONRow {
 		Workload: r.Workload, Impl: r.Impl, Unit: r.Unit, Goroutines: r.Goroutines,
 		NsPerOp: r.Median, NsPerOpMin: r.Min, NsPerOpMax: r.Max, Noisy: r.Noisy,
 		AllocsPerOp: r.AllocsPerOp, Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
-		Floor: r.Floor, RatioVs: r.RatioVs,
+		Floor: r.Floor, Label: r.Label, ReadBack: r.ReadBack, RatioVs: r.RatioVs,
+	}
+	if len(r.CPUNsPerOp) > 0 {
+		j.CPUNsPerOp = &r.CPUPerOp
+	}
+	for impl, ra := range r.Ratios {
+		if j.RatioVsMin == nil {
+			j.RatioVsMin, j.RatioVsMax, j.RatioVsNoisy = map[string]float64{}, map[string]float64{}, map[string]bool{}
+		}
+		j.RatioVsMin[impl], j.RatioVsMax[impl] = ra.Min, ra.Max
+		if ra.Noisy {
+			j.RatioVsNoisy[impl] = true
+		}
+		if ra.CPU > 0 {
+			if j.CPURatioVs == nil {
+				j.CPURatioVs = map[string]float64{}
+			}
+			j.CPURatioVs[impl] = ra.CPU
+		}
+	}
+	if len(j.RatioVsNoisy) == 0 {
+		j.RatioVsNoisy = nil
 	}
 	if r.BytesPerEntry != 0 {
 		j.BytesPerEntry = &r.BytesPerEntry

@@ -39,6 +39,13 @@ type Config struct {
 	// WriteRate is W7's writer rate in writes per second (each write is
 	// one KV put or delete, or one bit set, alternately). Default: 100,000.
 	WriteRate int
+
+	// ReadBack is how many of the values a write row wrote in a round it
+	// reads back afterwards (not timed) and compares with what it wrote,
+	// spread over the round's writes; a mismatch fails the run with
+	// ErrReadBack. Negative: every value (kvtool bench --quick). Default:
+	// DefaultReadBack.
+	ReadBack int
 }
 
 // DefaultFlushesPerGoroutine is the default Config.FlushesPerGoroutine.
@@ -81,6 +88,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if o.WriteRate < 0 {
 		return o, fmt.Errorf("%w: write rate %d", ErrBadConfig, o.WriteRate)
+	}
+	if o.ReadBack == 0 {
+		o.ReadBack = DefaultReadBack
 	}
 	return o, nil
 }

@@ -97,6 +97,9 @@ type w2State struct {
 	// Live heap per pending entry of each structure, and the engine's own
 	// figure (PendingBytes / PendingKeys).
 	kvbufHeap, kvbufAcct, mapHeap, ibHeap, treeHeap float64
+
+	// readBack is Config.ReadBack (the interleaved puts' read-back).
+	readBack int
 }
 
 // engines are the keyspaces of the three engines, which get every change.
@@ -128,6 +131,7 @@ func setupW2(ctx context.Context, s *Suite, c Config) error {
 	if err != nil {
 		return err
 	}
+	st.readBack = c.ReadBack
 	if err := st.preload(ctx, nStored); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidwall/btree"
@@ -28,6 +27,8 @@ const (
 type scanner interface {
 	put(ctx context.Context, key, val []byte) error
 	scan(start []byte, n int) (read, sum int64, err error)
+	// get reads one user key back (after a round that wrote).
+	get(dst, key []byte) ([]byte, bool, error)
 }
 
 // scanKvbuf scans an engine keyspace with KV.NewIter.
@@ -40,6 +41,8 @@ func (x scanKvbuf) put(ctx context.Context, key, val []byte) error {
 	x.st.op++ // only engine A gets these writes
 	return x.kv.Put(ctx, key, val, x.st.op)
 }
+
+func (x scanKvbuf) get(dst, key []byte) ([]byte, bool, error) { return kvbufGetter(x.kv)(dst, key) }
 
 func (x scanKvbuf) scan(start []byte, n int) (read, sum int64, err error) {
 	it, err := x.kv.NewIter(&kvbuf.IterOptions{LowerBound: start})
@@ -62,6 +65,10 @@ type scanBatch struct {
 
 func (x scanBatch) put(_ context.Context, key, val []byte) error {
 	return x.st.ib.Set(storedKey(nil, key), val, nil)
+}
+
+func (x scanBatch) get(dst, key []byte) ([]byte, bool, error) {
+	return pebbleGet(x.st.ib, dst, storedKey(nil, key))
 }
 
 func (x scanBatch) scan(start []byte, n int) (read, sum int64, err error) {
@@ -91,6 +98,19 @@ func (x scanBTree) put(_ context.Context, key, val []byte) error {
 	x.st.tree.Set(it)
 	x.st.tmu.Unlock()
 	return nil
+}
+
+func (x scanBTree) get(dst, key []byte) ([]byte, bool, error) {
+	x.st.tmu.RLock()
+	it, ok := x.st.tree.Get(w2Item{key: string(key)})
+	x.st.tmu.RUnlock()
+	if ok {
+		if it.val == nil {
+			return dst, false, nil
+		}
+		return append(dst, it.val...), true, nil
+	}
+	return pebbleGetter(x.st.pdb)(dst, key)
 }
 
 func (x scanBTree) scan(start []byte, n int) (read, sum int64, err error) {
@@ -216,9 +236,32 @@ func newW2Puts(rng *rand.Rand, n int, space uint64) *w2Puts {
 
 // putAt puts key number j of call r with its value.
 func (p *w2Puts) putAt(ctx context.Context, s scanner, r, j int, val []byte) error {
+	return s.put(ctx, p.keys.at(j%p.keys.len()), p.value(val, r, j))
+}
+
+// value sets val to the value of put j of call r and returns it.
+func (p *w2Puts) value(val []byte, r, j int) []byte {
 	binary.BigEndian.PutUint64(val, uint64(r))
 	binary.BigEndian.PutUint64(val[8:], uint64(j))
-	return s.put(ctx, p.keys.at(j%p.keys.len()), val)
+	return val
+}
+
+// readBack reads back, with s.get, a sample of the keys that puts [lo,
+// hi) of call r wrote (each with its last value of the call).
+func (p *w2Puts) readBack(row string, s scanner, r, lo, hi, want int) (int64, error) {
+	last := map[string]int{}
+	var order []string
+	for j := lo; j < hi; j++ {
+		k := string(p.keys.at(j % p.keys.len()))
+		if _, ok := last[k]; !ok {
+			order = append(order, k)
+		}
+		last[k] = j
+	}
+	val := make([]byte, w2ValueLen)
+	return readBackKV(row, readBackSample(len(order), want, uint64(r)),
+		func(i int) []byte { return []byte(order[i]) },
+		func(i int) []byte { return p.value(val, r, last[order[i]]) }, s.get)
 }
 
 // firstIterWorkload is W2/first-iter-1m: the first iterator over the
@@ -264,29 +307,35 @@ func (st *w2State) interleavedWorkload(rng *rand.Rand, c Config, space uint64) *
 	reps := c.scaled(w2Interleaved, 4)
 	puts := newW2Puts(rng, reps*w2InterleavedLen*8, space)
 	starts := scanStarts(rng, reps, space)
-	w := &Workload{Name: "W2/interleaved-puts-scans", Unit: "100 puts+scan"}
+	w := &Workload{Name: "W2/interleaved-puts-scans", Unit: "100 puts+scan", Writes: true}
 	for _, sc := range st.scanners() {
 		ws := &writeScanner{s: sc.s}
-		w.Impls = append(w.Impls, Impl{Name: sc.name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
+		name := sc.name
+		w.Impls = append(w.Impls, Impl{Name: name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
 			r := ws.calls
 			ws.calls++
 			res := RoundResult{Ops: reps}
 			val := make([]byte, w2ValueLen)
-			start := time.Now()
-			for i := range reps {
-				for j := range w2InterleavedLen {
-					if err := puts.putAt(ctx, ws.s, r, (r*reps+i)*w2InterleavedLen+j, val); err != nil {
-						return res, err
+			if err := Timed(&res, func() error {
+				for i := range reps {
+					for j := range w2InterleavedLen {
+						if err := puts.putAt(ctx, ws.s, r, (r*reps+i)*w2InterleavedLen+j, val); err != nil {
+							return err
+						}
 					}
+					read, sum, err := ws.s.scan(starts.at(i), w2InterleavedLen)
+					if err != nil {
+						return err
+					}
+					res.Checks += read<<8 + sum
 				}
-				read, sum, err := ws.s.scan(starts.at(i), w2InterleavedLen)
-				if err != nil {
-					return res, err
-				}
-				res.Checks += read<<8 + sum
+				return nil
+			}); err != nil {
+				return res, err
 			}
-			res.Elapsed = time.Since(start)
-			return res, nil
+			var err error
+			res.ReadBack, err = puts.readBack(name, ws.s, r, r*reps*w2InterleavedLen, (r+1)*reps*w2InterleavedLen, st.readBack)
+			return res, err
 		})})
 	}
 	return w

@@ -252,6 +252,52 @@ func (x w3XsyncMap) Loop(g, lo, hi int) (int64, error) {
 	return n, nil
 }
 
+// w3ReadBack is a W3 implementation that writes (the churn scenarios): a
+// Looper whose ReadBack checks, after a round, that every preloaded key
+// still holds its value and that the churn keys goroutine 0 put and
+// deleted (a sample of them; every goroutine count runs a goroutine 0, and
+// at most 4 goroutines leave it at least a quarter of the round) read as
+// deleted.
+type w3ReadBack struct {
+	Looper
+	name string
+	sc   *w3Scenario
+	k    *w3Keys
+	ops  int
+	want int // Config.ReadBack
+	get  kvGetter
+	r    uint64
+}
+
+func (x *w3ReadBack) ReadBack(context.Context) (int64, error) {
+	x.r++
+	n, err := readBackKV(x.name, readBackSample(len(x.k.b), x.want, x.r),
+		func(i int) []byte { return x.k.b[i] }, func(i int) []byte { return x.k.b[i] }, x.get)
+	if err != nil {
+		return 0, err
+	}
+	var churned [][]byte
+	for t := range min(x.ops/4, w3ChurnKeys) {
+		if hit, k := x.sc.op(0, t); !hit {
+			churned = append(churned, u64Key(nil, k))
+		}
+	}
+	m, err := readBackKV(x.name, readBackSample(len(churned), x.want, x.r),
+		func(i int) []byte { return churned[i] }, func(int) []byte { return nil }, x.get)
+	return n + m, err
+}
+
+// mapGetter reads a W3 map through get (nil value: a tombstone).
+func mapGetter(get func(key string) ([]byte, bool)) kvGetter {
+	return func(dst, key []byte) ([]byte, bool, error) {
+		v, ok := get(string(key))
+		if !ok || v == nil {
+			return dst, false, nil
+		}
+		return append(dst, v...), true, nil
+	}
+}
+
 // w3Need is the pending memory W3's engines are sized for: the preloaded
 // keys of every scenario plus the tombstones churn leaves (65,536 per
 // goroutine and scenario, up to 4 goroutines).
@@ -274,7 +320,7 @@ func setupW3(ctx context.Context, s *Suite, c Config) error {
 	check := pendingGuard(db)
 	ops := c.scaled(w3Ops, 64)
 	for i := range w3Scenarios {
-		w, err := w3Workload(ctx, db, def, &w3Scenarios[i], ops)
+		w, err := w3Workload(ctx, db, def, &w3Scenarios[i], ops, c.ReadBack)
 		if err != nil {
 			return err
 		}
@@ -289,7 +335,7 @@ func setupW3(ctx context.Context, s *Suite, c Config) error {
 
 // w3Workload builds one scenario: its keyspace (in def too for
 // hit_disjoint-64, its default-Options row) and maps, preloaded.
-func w3Workload(ctx context.Context, db, def *kvbuf.DB, sc *w3Scenario, ops int) (*Workload, error) {
+func w3Workload(ctx context.Context, db, def *kvbuf.DB, sc *w3Scenario, ops, readBack int) (*Workload, error) {
 	keys := newW3Keys(sc.n)
 	kv, err := db.KV("w3-" + sc.name)
 	if err != nil {
@@ -320,17 +366,40 @@ func w3Workload(ctx context.Context, db, def *kvbuf.DB, sc *w3Scenario, ops int)
 		sm.Store(keys.s[j], bytes.Clone(b))
 		xm.Store(keys.s[j], bytes.Clone(b))
 	}
-	im := []Impl{{Name: ImplKvbuf, Loop: w3Kvbuf{sc, keys, kv}}}
+	writes := sc.kind == w3Churn || sc.kind == w3Mixed
+	impl := func(name string, l Looper, get kvGetter) Impl {
+		if writes {
+			l = &w3ReadBack{Looper: l, name: name, sc: sc, k: keys, ops: ops, want: readBack, get: get}
+		}
+		return Impl{Name: name, Loop: l}
+	}
+	im := []Impl{impl(ImplKvbuf, w3Kvbuf{sc, keys, kv}, kvbufGetter(kv))}
 	if dkv != nil {
-		im = append(im, Impl{Name: ImplKvbufDefault, Loop: w3Kvbuf{sc, keys, dkv}})
+		im = append(im, impl(ImplKvbufDefault, w3Kvbuf{sc, keys, dkv}, kvbufGetter(dkv)))
 	}
 	im = append(im,
-		Impl{Name: ImplMutexMap, Loop: w3Mutex{sc, keys, &mu, mm}},
-		Impl{Name: ImplRWMutexMap, Loop: w3RWMutex{sc, keys, &rwmu, rwm}},
-		Impl{Name: ImplSyncMap, Loop: w3SyncMap{sc, keys, &sm}},
-		Impl{Name: ImplXsyncMap, Loop: w3XsyncMap{sc, keys, xm}},
+		impl(ImplMutexMap, w3Mutex{sc, keys, &mu, mm}, mapGetter(func(k string) ([]byte, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			v, ok := mm[k]
+			return v, ok
+		})),
+		impl(ImplRWMutexMap, w3RWMutex{sc, keys, &rwmu, rwm}, mapGetter(func(k string) ([]byte, bool) {
+			rwmu.RLock()
+			defer rwmu.RUnlock()
+			v, ok := rwm[k]
+			return v, ok
+		})),
+		impl(ImplSyncMap, w3SyncMap{sc, keys, &sm}, mapGetter(func(k string) ([]byte, bool) {
+			v, ok := sm.Load(k)
+			if !ok {
+				return nil, false
+			}
+			return v.([]byte), true
+		})),
+		impl(ImplXsyncMap, w3XsyncMap{sc, keys, xm}, mapGetter(xm.Load)),
 	)
-	return &Workload{Name: "W3/" + sc.name, Unit: "op", Ops: ops, Parallel: true, Impls: im}, nil
+	return &Workload{Name: "W3/" + sc.name, Unit: "op", Ops: ops, Parallel: true, Writes: writes, Impls: im}, nil
 }
 
 // w3Construct is W3/construct: one op builds an instance holding one key;

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -43,7 +44,10 @@ type w4Impl struct {
 	flush   func(ctx context.Context) error
 	durable func() uint64 // the durable watermark
 	syncs   func() int64
+	get     kvGetter      // reads a key back once its Flush returned
 	rounds  atomic.Uint64 // round ids, so that every round writes new keys
+	// readBack is Config.ReadBack: how many keys a round reads back.
+	readBack int
 }
 
 // w4Key is the key goroutine g writes in its i-th iteration of round r.
@@ -80,9 +84,22 @@ func (im *w4Impl) round(ctx context.Context, G, per int, think time.Duration) (R
 		Durable: func(_, _ int, op uint64) (bool, error) { return im.durable() >= op, nil },
 	}
 	s0 := im.syncs()
+	c0, cok := processCPU()
 	res, err := loop.Run(ctx)
+	c1, cok1 := processCPU()
 	out := RoundResult{Elapsed: res.Elapsed, Syncs: im.syncs() - s0, Flushes: res.Flushes, Violations: res.Violations,
-		FlushLatencies: res.Latencies, Ops: int(res.Flushes), Checks: res.Flushes}
+		FlushLatencies: res.Latencies, Ops: int(res.Flushes), Checks: res.Flushes, CPU: c1 - c0, CPUMeasured: cok && cok1}
+	if err != nil {
+		return out, err
+	}
+	// Every write was followed by its writer's Flush: all of them must be
+	// readable (and, the Flushes having returned, durable) now.
+	idx := readBackSample(G*per, im.readBack, r)
+	var kb []byte
+	out.ReadBack, err = readBackKV(im.name, idx, func(j int) []byte {
+		kb = w4Key(kb[:0], r, j/per, j%per)
+		return kb
+	}, func(int) []byte { return w4Value }, im.get)
 	return out, err
 }
 
@@ -104,9 +121,11 @@ func setupW4(_ context.Context, s *Suite, c Config) error {
 			}
 			return db.EndOp(ctx, op)
 		},
-		flush:   db.Flush,
-		durable: db.Watermark,
-		syncs:   func() int64 { return db.Metrics().Generations },
+		flush:    db.Flush,
+		durable:  db.Watermark,
+		syncs:    func() int64 { return db.Metrics().Generations },
+		get:      kvbufGetter(kv),
+		readBack: c.ReadBack,
 	}
 	impls := []*w4Impl{engine}
 	for _, b := range []struct {
@@ -121,11 +140,12 @@ func setupW4(_ context.Context, s *Suite, c Config) error {
 		if err != nil {
 			return err
 		}
+		im.readBack = c.ReadBack
 		impls = append(impls, im)
 	}
 	per := c.FlushesPerGoroutine
 	w4 := func(name string, G, per int, think time.Duration) *Workload {
-		w := &Workload{Name: name, Unit: "write+flush"}
+		w := &Workload{Name: name, Unit: "write+flush", Writes: true}
 		for _, im := range impls {
 			w.Impls = append(w.Impls, Impl{Name: im.name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
 				return im.round(ctx, G, per, think)
@@ -187,5 +207,22 @@ func w4Baseline(s *Suite, name string, discipline func(func(context.Context) err
 	im.flush = discipline(physical)
 	im.durable = durable.Load
 	im.syncs = syncs.Load
+	// A read sees the pending map first, then the store, as a reader of
+	// such a buffer would (and as kvbuf's KV.Get sees pending changes):
+	// whether a Flush covered its caller's write is what the violation
+	// count checks.
+	im.get = func(dst, key []byte) ([]byte, bool, error) {
+		im.mu.Lock()
+		v, ok := pending[string(key)]
+		im.mu.Unlock()
+		if ok {
+			return append(dst, v...), true, nil
+		}
+		v, err := st.GetAppend(dst, ks, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			return dst, false, nil
+		}
+		return v, err == nil, err
+	}
 	return im, nil
 }

@@ -32,7 +32,22 @@ type w6State struct {
 	vals    []byte   // 16 bytes per key
 	changes []w1Change
 	words   []bitslice.WordChange // scratch of the coalescing rows
-	round   atomic.Uint64         // rounds of every row, so each round's values differ
+	finals  []int                 // indexes of the changes that leave each bit's value (the last Set of it)
+	// readBack is Config.ReadBack: how many values each round reads back.
+	readBack int
+	round    atomic.Uint64 // rounds of every row, so each round's values differ
+}
+
+// readBackKV reads back a sample of the keys round r wrote, with get.
+func (w *w6State) readBackKV(row string, r uint64, get kvGetter) (int64, error) {
+	return readBackKV(row, readBackSample(w.n, w.readBack, r), w.keys.at, w.val, get)
+}
+
+// readBackBits reads back a sample of the bits a round with flip set.
+func (w *w6State) readBackBits(row string, r uint64, flip bool, get bitGetter) (int64, error) {
+	idx := readBackSample(len(w.finals), w.readBack, r)
+	return readBackBits(row, idx, func(j int) uint64 { return w.changes[w.finals[j]].i },
+		func(j int) bool { return w.flipped(w.finals[j], flip) }, get)
 }
 
 // fill sets the values of round r: the key's index and r.
@@ -94,15 +109,23 @@ func (w *w6State) coalesce(flip bool, nbits uint64) []bitslice.WordChange {
 	return out
 }
 
+// w6Sides are W6's raw pebble baselines besides mixedSides' pdb (the
+// store's memtable, WAL on): the configurations of pebble_baselines.go,
+// with the memory of the engine of the kvbuf row.
+type w6Sides struct {
+	budget, noWAL, noWALStore *pebble.DB
+}
+
 // setupW6 builds W6 (flush throughput): an engine with a keyspace and a
 // bitslice that keeps its changes pending until the round's Flush, one
-// with default Options, a raw pebble database opened like the engine's
-// store and a raw bitslice file.
+// with default Options, raw pebble databases (w6Sides and mixedSides' one,
+// opened like the engine's store) and a raw bitslice file.
 func setupW6(_ context.Context, s *Suite, c Config) error {
 	n := c.scaled(w6Changes, 64)
 	nbits := uint64(c.scaled(w1Bits, 64))
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed+6))
-	m, err := openMixedSides(s, "w6", nbits, pendingOptions(kvNeed(n)))
+	opts := pendingOptions(kvNeed(n))
+	m, err := openMixedSides(s, "w6", nbits, opts)
 	if err != nil {
 		return err
 	}
@@ -110,7 +133,18 @@ func setupW6(_ context.Context, s *Suite, c Config) error {
 	if err != nil {
 		return err
 	}
-	w := &w6State{n: n, keys: u64Keys(distinct(rng, n, uint64(c.scaled(w6Space, 256)))), vals: make([]byte, n*w2ValueLen)}
+	var ps w6Sides
+	cache := baselineCache(opts)
+	if ps.budget, err = openPebbleConfig(s, "pebble-budget-memtable", pebbleConfig{memtable: budgetMemtable(opts), cache: cache}); err != nil {
+		return err
+	}
+	if ps.noWAL, err = openPebbleConfig(s, "pebble-nowal", pebbleConfig{memtable: budgetMemtable(opts), cache: cache, noWAL: true}); err != nil {
+		return err
+	}
+	if ps.noWALStore, err = openPebbleConfig(s, "pebble-nowal-store-memtable", pebbleConfig{cache: cache, noWAL: true}); err != nil {
+		return err
+	}
+	w := &w6State{n: n, keys: u64Keys(distinct(rng, n, uint64(c.scaled(w6Space, 256)))), vals: make([]byte, n*w2ValueLen), readBack: c.ReadBack}
 	w.stored = w.keys.stored()
 	w.sorted = make([]int, n)
 	for i := range w.sorted {
@@ -118,75 +152,125 @@ func setupW6(_ context.Context, s *Suite, c Config) error {
 	}
 	slices.SortFunc(w.sorted, func(a, b int) int { return bytes.Compare(w.stored.at(a), w.stored.at(b)) })
 	w.changes = w1Changes(rng, n, nbits)
-	quiesce := quiesceAll([]*kvbuf.DB{m.db, def}, m.pdb)
+	last := make(map[uint64]int, n)
+	for k, ch := range w.changes {
+		last[ch.i] = k
+	}
+	for k, ch := range w.changes {
+		if last[ch.i] == k {
+			w.finals = append(w.finals, k)
+		}
+	}
+	quiesce := quiesceAll([]*kvbuf.DB{m.db, def}, m.pdb, ps.budget, ps.noWAL, ps.noWALStore)
 	s.add(
-		&Workload{Name: "W6/flush-kv-1m", Unit: "flush", quiesce: quiesce, Impls: w6KV(w, m, def, defKV)},
-		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", quiesce: quiesce, Impls: w6Bits(w, m, nbits)},
+		&Workload{Name: "W6/flush-kv-1m", Unit: "flush", Writes: true, quiesce: quiesce, Impls: w6KV(w, m, ps, def, defKV)},
+		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", Writes: true, quiesce: quiesce, Impls: w6Bits(w, m, nbits)},
 	)
 	return nil
 }
 
-// w6KV are the rows of W6/flush-kv-1m. kvbuf times the puts and the Flush
-// that makes them durable (whatever ordering the engine does, at write or
-// at flush time, is inside); kvbuf-flush-only times the Flush alone.
-// pebble-batch-sync times building one batch of the same puts in arrival
-// order and committing it with sync; the sorted-input row gets the keys
-// already sorted (the sort not timed).
-func w6KV(w *w6State, m mixedSides, def *kvbuf.DB, defKV *kvbuf.KV) []Impl {
-	putsAndFlush := func(db *kvbuf.DB, kv *kvbuf.KV) Rounder {
+// w6KV are the rows of W6/flush-kv-1m; each has made the round's 1M puts
+// durable when its clock stops. kvbuf times the puts (one KV.Put each) and
+// the Flush that makes them durable (whatever ordering the engine does, at
+// write or at flush time, is inside); kvbuf-one-batch puts them all in one
+// Batch, as the pebble rows do; kvbuf-flush-only times the Flush alone
+// (a component row, labelled). The pebble rows build one batch of the same
+// puts in arrival order and make it durable: committed with sync
+// (pebble-batch-sync…), or committed without a write-ahead log and
+// flushed to sstables (pebble-nowal+flush…); the sorted-input row gets the
+// keys already sorted (the sort not timed; a component row, labelled).
+// After the clock (not timed) every row reads back a sample of the keys.
+func w6KV(w *w6State, m mixedSides, ps w6Sides, def *kvbuf.DB, defKV *kvbuf.KV) []Impl {
+	interval := baselineInterval()
+	round := func(row string, get kvGetter, untimed, timed func(ctx context.Context) error) Rounder {
 		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			w.fill(w.round.Add(1))
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
-				if err := w.putAll(ctx, kv); err != nil {
-					return err
+			r := w.round.Add(1)
+			w.fill(r)
+			if untimed != nil {
+				if err := untimed(ctx); err != nil {
+					return RoundResult{}, err
 				}
-				return db.Flush(ctx)
-			})
-		})
-	}
-	pebbleBatch := func(order []int) Rounder {
-		return RoundFunc(func(context.Context, int) (RoundResult, error) {
-			w.fill(w.round.Add(1))
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
-				b := m.pdb.NewBatch()
-				for k := range w.n {
-					i := k
-					if order != nil {
-						i = order[k]
-					}
-					if err := b.Set(w.stored.at(i), w.val(i), nil); err != nil {
-						return err
-					}
-				}
-				if err := b.Commit(pebble.Sync); err != nil {
-					return err
-				}
-				return b.Close()
-			})
-		})
-	}
-	return []Impl{
-		{Name: ImplKvbuf, Round: putsAndFlush(m.db, m.kv)},
-		{Name: ImplKvbufFlushOnly, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			w.fill(w.round.Add(1))
-			if err := w.putAll(ctx, m.kv); err != nil {
-				return RoundResult{}, err
 			}
 			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error { return m.db.Flush(ctx) })
+			if err := Timed(&res, func() error { return timed(ctx) }); err != nil {
+				return res, err
+			}
+			var err error
+			res.ReadBack, err = w.readBackKV(row, r, get)
+			return res, err
+		})
+	}
+	putsAndFlush := func(db *kvbuf.DB, kv *kvbuf.KV) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			if err := w.putAll(ctx, kv); err != nil {
+				return err
+			}
+			return db.Flush(ctx)
+		}
+	}
+	kb := m.db.NewBatch()
+	// pebbleBatch builds one batch of the round's puts in order (nil:
+	// arrival order) and commits it with opt.
+	pebbleBatch := func(pdb *pebble.DB, order []int, opt *pebble.WriteOptions) error {
+		b := pdb.NewBatch()
+		for k := range w.n {
+			i := k
+			if order != nil {
+				i = order[k]
+			}
+			if err := b.Set(w.stored.at(i), w.val(i), nil); err != nil {
+				b.Close()
+				return err
+			}
+		}
+		if err := b.Commit(opt); err != nil {
+			b.Close()
+			return err
+		}
+		return b.Close()
+	}
+	syncBatch := func(name string, pdb *pebble.DB, order []int) Impl {
+		return Impl{Name: name, Round: round(name, pebbleGetter(pdb), nil, func(context.Context) error {
+			return pebbleBatch(pdb, order, pebble.Sync)
+		})}
+	}
+	noWAL := func(name string, pdb *pebble.DB) Impl {
+		return Impl{Name: name, Round: round(name, pebbleGetter(pdb), nil, func(context.Context) error {
+			return withDurableEvery(interval, flushMemtable(pdb), func() error { return pebbleBatch(pdb, nil, pebble.NoSync) })
+		})}
+	}
+	sorted := syncBatch(ImplPebbleSortedSync, m.pdb, w.sorted)
+	sorted.Label = LabelComponent
+	return []Impl{
+		{Name: ImplKvbuf, Round: round(ImplKvbuf, kvbufGetter(m.kv), nil, putsAndFlush(m.db, m.kv))},
+		{Name: ImplKvbufOneBatch, Round: round(ImplKvbufOneBatch, kvbufGetter(m.kv), nil, func(ctx context.Context) error {
+			kb.Reset()
+			for i := range w.n {
+				kb.Put(m.kv, w.keys.at(i), w.val(i))
+			}
+			if err := m.db.Apply(ctx, kb, 0); err != nil {
+				return err
+			}
+			return m.db.Flush(ctx)
 		})},
-		{Name: ImplKvbufDefault, Round: putsAndFlush(def, defKV)},
-		{Name: ImplPebbleBatchSync, Round: pebbleBatch(nil)},
-		{Name: ImplPebbleSortedSync, Round: pebbleBatch(w.sorted)},
+		{Name: ImplKvbufFlushOnly, Label: LabelComponent, Round: round(ImplKvbufFlushOnly, kvbufGetter(m.kv),
+			func(ctx context.Context) error { return w.putAll(ctx, m.kv) },
+			func(ctx context.Context) error { return m.db.Flush(ctx) })},
+		{Name: ImplKvbufDefault, Round: round(ImplKvbufDefault, kvbufGetter(defKV), nil, putsAndFlush(def, defKV))},
+		syncBatch(ImplPebbleBatchSync, ps.budget, nil),
+		syncBatch(ImplPebbleBatchSyncStoreMT, m.pdb, nil),
+		noWAL(ImplPebbleNoWALFlush, ps.noWAL),
+		noWAL(ImplPebbleNoWALFlushStoreMT, ps.noWALStore),
+		sorted,
 	}
 }
 
 // w6Bits are the rows of W6/flush-bits-1m: as W6/flush-kv-1m's, with the
 // raw file written by one File.Set per change, by ApplyWords of words
-// coalesced untimed (the input a user with pre-coalesced words has), or by
-// ApplyWords with the coalescing timed; each syncs the file.
+// coalesced untimed (the input a user with pre-coalesced words has; a
+// component row, labelled), or by ApplyWords with the coalescing timed;
+// each syncs the file. Every row reads back a sample of the bits after
+// the clock.
 func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 	flip := func() (uint64, bool) {
 		r := w.round.Add(1)
@@ -196,57 +280,58 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 		m.raw.SetWatermark(r)
 		return m.raw.Sync()
 	}
-	return []Impl{
-		{Name: ImplKvbuf, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			_, f := flip()
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
-				if err := w.setAll(ctx, m.bits, f); err != nil {
-					return err
+	// round runs one round of a row: untimed (if not nil) and timed get the
+	// round number and its flip; get reads the bits back.
+	round := func(row string, get bitGetter, untimed, timed func(ctx context.Context, r uint64, f bool) error) Rounder {
+		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
+			r, f := flip()
+			if untimed != nil {
+				if err := untimed(ctx, r, f); err != nil {
+					return RoundResult{}, err
 				}
-				return m.db.Flush(ctx)
-			})
-		})},
-		{Name: ImplKvbufFlushOnly, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			_, f := flip()
-			if err := w.setAll(ctx, m.bits, f); err != nil {
-				return RoundResult{}, err
 			}
 			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error { return m.db.Flush(ctx) })
+			if err := Timed(&res, func() error { return timed(ctx, r, f) }); err != nil {
+				return res, err
+			}
+			var err error
+			res.ReadBack, err = w.readBackBits(row, r, f, get)
+			return res, err
+		})
+	}
+	engine, raw := kvbufBitGetter(m.bits), rawBitGetter(m.raw)
+	var words []bitslice.WordChange
+	return []Impl{
+		{Name: ImplKvbuf, Round: round(ImplKvbuf, engine, nil, func(ctx context.Context, _ uint64, f bool) error {
+			if err := w.setAll(ctx, m.bits, f); err != nil {
+				return err
+			}
+			return m.db.Flush(ctx)
 		})},
-		{Name: ImplFileSetLoop, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-			r, f := flip()
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
-				for k, ch := range w.changes {
-					if err := m.raw.Set(ch.i, w.flipped(k, f)); err != nil {
-						return err
-					}
+		{Name: ImplKvbufFlushOnly, Label: LabelComponent, Round: round(ImplKvbufFlushOnly, engine,
+			func(ctx context.Context, _ uint64, f bool) error { return w.setAll(ctx, m.bits, f) },
+			func(ctx context.Context, _ uint64, _ bool) error { return m.db.Flush(ctx) })},
+		{Name: ImplFileSetLoop, Round: round(ImplFileSetLoop, raw, nil, func(_ context.Context, r uint64, f bool) error {
+			for k, ch := range w.changes {
+				if err := m.raw.Set(ch.i, w.flipped(k, f)); err != nil {
+					return err
 				}
-				return syncRaw(r)
-			})
+			}
+			return syncRaw(r)
 		})},
-		{Name: ImplApplyWords, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-			r, f := flip()
-			words := w.coalesce(f, nbits)
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
+		{Name: ImplApplyWords, Label: LabelComponent, Round: round(ImplApplyWords, raw,
+			func(_ context.Context, _ uint64, f bool) error { words = w.coalesce(f, nbits); return nil },
+			func(_ context.Context, r uint64, _ bool) error {
 				if err := m.raw.ApplyWords(words); err != nil {
 					return err
 				}
 				return syncRaw(r)
-			})
-		})},
-		{Name: ImplCoalesceApply, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-			r, f := flip()
-			res := RoundResult{Ops: 1, Checks: int64(w.n)}
-			return res, Timed(&res, func() error {
-				if err := m.raw.ApplyWords(w.coalesce(f, nbits)); err != nil {
-					return err
-				}
-				return syncRaw(r)
-			})
+			})},
+		{Name: ImplCoalesceApply, Round: round(ImplCoalesceApply, raw, nil, func(_ context.Context, r uint64, f bool) error {
+			if err := m.raw.ApplyWords(w.coalesce(f, nbits)); err != nil {
+				return err
+			}
+			return syncRaw(r)
 		})},
 	}
 }

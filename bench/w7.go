@@ -41,6 +41,10 @@ type w7Target interface {
 	readBits(rec *w7Rec) (int64, error)
 	write(ctx context.Context, n int) error
 	flush(ctx context.Context) error
+	// getKey and getBit read back what the writer wrote (after the final
+	// flush of a round).
+	getKey(dst, key []byte) ([]byte, bool, error)
+	getBit(i uint64) (bool, error)
 }
 
 // w7Input is what the reader reads and the writer writes, the same for
@@ -55,6 +59,44 @@ type w7Input struct {
 	wBits       []w1Change
 	rate        int
 	flushPeriod time.Duration
+	readBackN   int // Config.ReadBack
+}
+
+// readBack reads back, with t's getters, a sample of the keys and bits
+// the writer's first writes writes of a round left: each one's last write
+// of the round (a put's value, a delete's absence, a Set's value).
+func (in *w7Input) readBack(row string, t w7Target, writes int64) (int64, error) {
+	lastKV := map[string]int{} // key -> its last KV write (index into wKeys)
+	lastBit := map[uint64]int{}
+	var kvOrder []string
+	var bitOrder []uint64
+	for n := range int(writes) {
+		k := n / 2 % w7Writes
+		if n%2 == 0 {
+			key := string(in.wKeys.at(k))
+			if _, ok := lastKV[key]; !ok {
+				kvOrder = append(kvOrder, key)
+			}
+			lastKV[key] = k
+			continue
+		}
+		i := in.wBits[k].i
+		if _, ok := lastBit[i]; !ok {
+			bitOrder = append(bitOrder, i)
+		}
+		lastBit[i] = k
+	}
+	round := uint64(writes)
+	nk, err := readBackKV(row, readBackSample(len(kvOrder), in.readBackN, round),
+		func(j int) []byte { return []byte(kvOrder[j]) },
+		func(j int) []byte { return in.wVals[lastKV[kvOrder[j]]] }, t.getKey)
+	if err != nil {
+		return 0, err
+	}
+	nb, err := readBackBits(row, readBackSample(len(bitOrder), in.readBackN, round),
+		func(j int) uint64 { return bitOrder[j] },
+		func(j int) bool { return in.wBits[lastBit[bitOrder[j]]].v }, t.getBit)
+	return nk + nb, err
 }
 
 // w7Kvbuf is the engine: reads take no lock, the writer writes through the
@@ -136,6 +178,10 @@ func (x *w7Kvbuf) write(ctx context.Context, n int) error {
 }
 
 func (x *w7Kvbuf) flush(ctx context.Context) error { return x.db.Flush(ctx) }
+
+func (x *w7Kvbuf) getKey(dst, key []byte) ([]byte, bool, error) { return kvbufGetter(x.kv)(dst, key) }
+
+func (x *w7Kvbuf) getBit(i uint64) (bool, error) { return x.bits.Get(i) }
 
 // w7Base is a baseline: a pending map per structure behind one lock each
 // (sync.RWMutex, or sync.Mutex when rw is false) in front of raw pebble and
@@ -241,7 +287,26 @@ func (x *w7Base) getKV(buf []byte, i int) ([]byte, bool, error) {
 	return pebbleGet(x.pdb, buf, x.in.kvStored.at(i))
 }
 
-func (x *w7Base) getBit(i uint64) bool {
+// getKey reads a user key as a reader does: the maps, then storage.
+func (x *w7Base) getKey(dst, key []byte) ([]byte, bool, error) {
+	x.rlockKV()
+	v, ok := x.kvActive[string(key)]
+	if !ok && x.kvFlushing != nil {
+		v, ok = x.kvFlushing[string(key)]
+	}
+	x.runlockKV()
+	if ok {
+		if v == nil {
+			return dst, false, nil
+		}
+		return append(dst, v...), true, nil
+	}
+	return pebbleGetter(x.pdb)(dst, key)
+}
+
+func (x *w7Base) getBit(i uint64) (bool, error) { return x.getBitLocked(i), nil }
+
+func (x *w7Base) getBitLocked(i uint64) bool {
 	x.rlockBits()
 	v, ok := x.bActive[i]
 	if !ok && x.bFlushing != nil {
@@ -282,10 +347,10 @@ func (x *w7Base) readBits(rec *w7Rec) (int64, error) {
 			if j%w7Sample == 0 {
 				f := rec.flushing.Load()
 				t0 := time.Now()
-				v = x.getBit(i)
+				v = x.getBitLocked(i)
 				rec.add(time.Since(t0), f)
 			} else {
-				v = x.getBit(i)
+				v = x.getBitLocked(i)
 			}
 			set += b2i(v)
 			n++
@@ -377,7 +442,7 @@ func (r *w7Rec) add(d time.Duration, flushing bool) {
 // goroutine while one writer writes at in.rate writes per second and one
 // flusher flushes every in.flushPeriod; then the writer and the flusher
 // stop and a last flush (not timed) empties what is pending.
-func w7Round(ctx context.Context, in *w7Input, t w7Target, bits bool) (RoundResult, error) {
+func w7Round(ctx context.Context, row string, in *w7Input, t w7Target, bits bool) (RoundResult, error) {
 	var stop, flushing atomic.Bool
 	rec := &w7Rec{flushing: &flushing}
 	var wg sync.WaitGroup
@@ -421,6 +486,7 @@ func w7Round(ctx context.Context, in *w7Input, t w7Target, bits bool) (RoundResu
 			}
 		}
 	})
+	c0, cok := processCPU()
 	start := time.Now()
 	var reads int64
 	var err error
@@ -430,18 +496,30 @@ func w7Round(ctx context.Context, in *w7Input, t w7Target, bits bool) (RoundResu
 		reads, err = t.readKV(rec)
 	}
 	elapsed := time.Since(start)
+	c1, cok1 := processCPU()
+	cpu, cpuOK := c1-c0, cok && cok1
 	stop.Store(true)
 	wg.Wait()
 	if err = errors.Join(err, werr, ferr); err != nil {
 		return RoundResult{}, err
 	}
+	// A reader done before the writer started (tiny scales) leaves nothing
+	// to read back: the writer's first KV change and bit Set are made
+	// now, not timed.
+	for ; writes < 2; writes++ {
+		if err := t.write(ctx, int(writes)); err != nil {
+			return RoundResult{}, err
+		}
+	}
 	if err := t.flush(ctx); err != nil {
 		return RoundResult{}, fmt.Errorf("final flush: %w", err)
 	}
-	return RoundResult{
-		Ops: int(reads), Reads: reads, Writes: writes, Elapsed: elapsed,
+	res := RoundResult{
+		Ops: int(reads), Reads: reads, Writes: writes, Elapsed: elapsed, CPU: cpu, CPUMeasured: cpuOK,
 		ReadLatencies: rec.lat, ReadFlushLatencies: rec.flushLat, WriteLatencies: writeLat,
-	}, nil
+	}
+	res.ReadBack, err = in.readBack(row, t, writes)
+	return res, err
 }
 
 // setupW7 builds W7 (reads under write load): an engine opened with
@@ -464,28 +542,29 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 		return err
 	}
 	in := w7Inputs(rng, c, space, nbits)
+	in.readBackN = c.ReadBack
 	engine := &w7Kvbuf{in: in, db: m.db, kv: m.kv, bits: m.bits}
 	base := func(rw bool) *w7Base {
 		return &w7Base{in: in, rw: rw, pdb: m.pdb, raw: m.raw, wm: &wm,
 			kvActive: map[string][]byte{}, bActive: map[uint64]bool{}}
 	}
 	rwBase, muBase := base(true), base(false)
-	round := func(t w7Target, bits bool) Rounder {
-		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			return w7Round(ctx, in, t, bits)
-		})
+	impl := func(name string, t w7Target, bits bool) Impl {
+		return Impl{Name: name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
+			return w7Round(ctx, name, in, t, bits)
+		})}
 	}
 	quiesce := quiesceAll([]*kvbuf.DB{m.db}, m.pdb)
 	s.add(
-		&Workload{Name: "W7/get-mixed-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
-			{Name: ImplKvbuf, Round: round(engine, false)},
-			{Name: ImplMapPebble, Round: round(rwBase, false)},
-			{Name: ImplMutexMapPebble, Round: round(muBase, false)},
+		&Workload{Name: "W7/get-mixed-under-writes", Unit: "read", NoCheck: true, Writes: true, quiesce: quiesce, Impls: []Impl{
+			impl(ImplKvbuf, engine, false),
+			impl(ImplMapPebble, rwBase, false),
+			impl(ImplMutexMapPebble, muBase, false),
 		}},
-		&Workload{Name: "W7/lookup-under-writes", Unit: "read", NoCheck: true, quiesce: quiesce, Impls: []Impl{
-			{Name: ImplKvbuf, Round: round(engine, true)},
-			{Name: ImplRWMutexMap, Round: round(rwBase, true)},
-			{Name: ImplMutexMap, Round: round(muBase, true)},
+		&Workload{Name: "W7/lookup-under-writes", Unit: "read", NoCheck: true, Writes: true, quiesce: quiesce, Impls: []Impl{
+			impl(ImplKvbuf, engine, true),
+			impl(ImplRWMutexMap, rwBase, true),
+			impl(ImplMutexMap, muBase, true),
 		}},
 	)
 	return nil
