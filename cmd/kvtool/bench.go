@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,17 +31,22 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "flush), kvbuf side by side with every baseline in this process, through")
 	fmt.Fprintln(w, "kvbuf's public API, on real engines and stores in a temporary directory that")
 	fmt.Fprintln(w, "is removed afterwards. Every implementation runs one warm-up round, then")
-	fmt.Fprintln(w, "the rounds are interleaved in rotating order (round r starts with")
-	fmt.Fprintln(w, "implementation r mod n). For each row it prints the median time per")
-	fmt.Fprintln(w, "operation (OP says what one is) and the min-max over rounds (marked * when")
-	fmt.Fprintf(w, "the max exceeds %gx the min), allocations per operation", bench.NoisyRatio)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(runtime.MemStats.Mallocs over the timed part) and, on baseline rows, the")
-	fmt.Fprintln(w, "kvbuf speedup (baseline median / median of the workload's first kvbuf row;")
-	fmt.Fprintln(w, "above 1 means kvbuf is faster). Memory rows add the live heap per entry")
-	fmt.Fprintln(w, "(kvbuf rows also the engine's own count), W4 rows physical syncs per Flush,")
-	fmt.Fprintln(w, "Flush latency percentiles and coverage violations (a lower bound), W7 rows")
-	fmt.Fprintln(w, "reader and writer throughput and latency percentiles.")
+	fmt.Fprintln(w, "the measured rounds, each running every implementation once in an order")
+	fmt.Fprintln(w, "that gives each one every position (a Williams design). Rows that write")
+	fmt.Fprintln(w, "read back what they wrote after each round and the run fails on a")
+	fmt.Fprintln(w, "difference (a sample of 1000 values per round; every value with --quick).")
+	fmt.Fprintln(w, "For each row it prints the median time per operation (OP says what one")
+	fmt.Fprintf(w, "is) and the min-max over rounds (marked * when the max exceeds %gx the\n", bench.NoisyRatio)
+	fmt.Fprintln(w, "min), the user+system CPU time per operation of the whole process over the")
+	fmt.Fprintln(w, "timed part (so that work moved to other goroutines and cores counts),")
+	fmt.Fprintln(w, "allocations per operation (runtime.MemStats.Mallocs over the timed part)")
+	fmt.Fprintln(w, "and, on baseline rows, the kvbuf speedup: in each round the baseline's time")
+	fmt.Fprintln(w, "over the workload's first kvbuf row's, the median over rounds with its")
+	fmt.Fprintln(w, "min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row")
+	fmt.Fprintln(w, "is no headline (write only, a component). Memory rows add the live heap")
+	fmt.Fprintln(w, "per entry (kvbuf rows also the engine's own count), W4 rows physical syncs")
+	fmt.Fprintln(w, "per Flush, Flush latency percentiles and coverage violations (a lower")
+	fmt.Fprintln(w, "bound), W7 rows reader and writer throughput and latency percentiles.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "--cpu runs the parallel workloads (W1 and W2 lookups, W3) in each listed")
 	fmt.Fprintln(w, "number of goroutines; their names get -cpuN for N > 1 (default: 1 for W1")
@@ -64,12 +70,15 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "--json writes one JSON object per row to stdout: workload, impl, unit,")
-	fmt.Fprintln(w, "goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, allocs_per_op,")
-	fmt.Fprintln(w, "rounds, ops_per_round, floor; own rows add ratio_vs (baseline -> baseline")
-	fmt.Fprintln(w, "time / this row's time); memory rows bytes_per_entry (kvbuf rows also")
-	fmt.Fprintln(w, "accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush, violations,")
-	fmt.Fprintln(w, "p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows reads_per_sec,")
-	fmt.Fprintln(w, "writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns, p99_write_ns.")
+	fmt.Fprintln(w, "goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,")
+	fmt.Fprintln(w, "allocs_per_op, rounds, ops_per_round, floor, label, read_back; own rows add")
+	fmt.Fprintln(w, "ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and max over")
+	fmt.Fprintln(w, "rounds of the baseline's time / this row's in the same round),")
+	fmt.Fprintln(w, "ratio_vs_noisy and cpu_ratio_vs; memory rows bytes_per_entry (kvbuf rows")
+	fmt.Fprintln(w, "also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,")
+	fmt.Fprintln(w, "violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows")
+	fmt.Fprintln(w, "reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,")
+	fmt.Fprintln(w, "p99_write_ns.")
 	fmt.Fprintln(w, "go run ./scripts/benchtable turns that output into the README's tables.")
 	fmt.Fprintln(w, "A progress bar is drawn on stderr when it is a terminal or with --progress.")
 	fmt.Fprintln(w)
@@ -182,9 +191,9 @@ type benchArgs struct {
 func parseBench(args []string, stdout, stderr io.Writer) (a benchArgs, code int, done bool) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "write one JSON object per row to stdout instead of the table")
-	quick := fs.Bool("quick", false, "short run: sizes x0.1, 3 rounds, 20 flushes per W4 goroutine")
+	quick := fs.Bool("quick", false, "short run: sizes x0.1, 3 rounds, 20 flushes per W4 goroutine, every written value read back")
 	pattern := fs.String("workload", "", "run only the workloads matching `pattern` (glob or regexp)")
-	rounds := fs.Int("rounds", bench.DefaultRounds, "measured rounds per workload, after one warm-up round (3 with --quick)")
+	rounds := fs.Int("rounds", 0, fmt.Sprintf("measured rounds per workload, after one warm-up round (default %d, or the workload's number of implementations if larger, so that each runs at every position; 3 with --quick)", bench.DefaultRounds))
 	cpuList := fs.String("cpu", "", "run the parallel workloads in each of these goroutine `counts` (e.g. 1,2)")
 	svg := fs.String("svg", "", "write a chart of the kvbuf speedups to `file` (SVG)")
 	force := fs.Bool("progress", false, "draw the progress bar even when stderr is not a terminal")
@@ -215,10 +224,11 @@ func parseBench(args []string, stdout, stderr io.Writer) (a benchArgs, code int,
 				p()
 			}
 		}
+		a.cfg.ReadBack = -1 // every value a write row wrote is read back
 	}
 	var msg string
 	switch {
-	case a.rounds < 1:
+	case set["rounds"] && a.rounds < 1:
 		msg = fmt.Sprintf("--rounds %d: want at least 1", a.rounds)
 	case !(a.cfg.Scale > 0 && a.cfg.Scale <= 100):
 		msg = fmt.Sprintf("--scale %v: want 0 < scale <= 100", a.cfg.Scale)
@@ -248,8 +258,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if done {
 		return code
 	}
-	// One progress unit per round (warm-up included) of each run of a
-	// workload, plus one per suite setup.
+	// One progress unit per run of a workload (its rounds, warm-up
+	// included, share it), plus one per suite setup.
 	var suites []string
 	units := 0.0
 	for _, s := range bench.Catalog() {
@@ -259,7 +269,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				continue
 			}
 			sel = true
-			units += float64(len(cpuFor(w, slices.Contains(s.Parallel, w), a.cpus)) * (a.rounds + 1))
+			units += float64(len(cpuFor(w, slices.Contains(s.Parallel, w), a.cpus)))
 		}
 		if sel {
 			suites = append(suites, s.Name)
@@ -311,6 +321,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
+// openSuite sets up a suite: bench.Open, replaced by tests that need a
+// suite with a row of their own.
+var openSuite = bench.Open
+
 // runSuites sets up each suite in turn, runs its selected workloads
 // (passing each workload's rows to emit as they finish) and closes it,
 // which removes its directory. It returns the rows it finished, also when
@@ -319,7 +333,7 @@ func runSuites(ctx context.Context, a benchArgs, suites []string, p *progress, e
 	var rows []bench.Row
 	for _, name := range suites {
 		p.add(0, "setting up "+name)
-		s, err := bench.Open(ctx, name, &a.cfg)
+		s, err := openSuite(ctx, name, &a.cfg)
 		if err != nil {
 			return rows, err
 		}
@@ -335,14 +349,15 @@ func runSuites(ctx context.Context, a benchArgs, suites []string, p *progress, e
 				continue
 			}
 			for _, g := range cpuFor(w.Name, slices.Contains(info.Parallel, w.Name), a.cpus) {
-				n := float64(len(w.Impls))
+				rounds := roundsFor(a.rounds, len(w.Impls))
+				steps := float64(len(w.Impls) * (rounds + 1))
 				label := w.NameAt(g)
-				wrows, err := w.Run(ctx, a.rounds, g, func(impl string, r int) {
+				wrows, err := w.Run(ctx, rounds, g, func(impl string, r int) {
 					round := "warm-up"
 					if r >= 0 {
-						round = fmt.Sprintf("round %d/%d", r+1, a.rounds)
+						round = fmt.Sprintf("round %d/%d", r+1, rounds)
 					}
-					p.add(1/n, fmt.Sprintf("%s/%s %s", label, impl, round))
+					p.add(1/steps, fmt.Sprintf("%s/%s %s", label, impl, round))
 				})
 				if err == nil {
 					rows = append(rows, wrows...)
@@ -358,6 +373,25 @@ func runSuites(ctx context.Context, a benchArgs, suites []string, p *progress, e
 		}
 	}
 	return rows, nil
+}
+
+// roundsFor is the number of measured rounds of a workload of n
+// implementations: rounds (--rounds) if set, else bench.DefaultRounds or n
+// if larger, so that every implementation runs once at every position
+// (bench.RoundOrder).
+func roundsFor(rounds, n int) int {
+	if rounds > 0 {
+		return rounds
+	}
+	return max(bench.DefaultRounds, n)
+}
+
+// roundsText describes --rounds for the headers.
+func roundsText(rounds int) string {
+	if rounds > 0 {
+		return fmt.Sprintf("%d rounds", rounds)
+	}
+	return fmt.Sprintf("%d rounds or one per implementation", bench.DefaultRounds)
 }
 
 // fmtRate formats a rate per second with three significant digits.
@@ -376,8 +410,12 @@ func benchHeader(cfg bench.Config, rounds int) string {
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	return fmt.Sprintf("%d rounds after 1 warm-up, scale %g, W4 %d flushes/goroutine, W7 %d writes/s, GOMAXPROCS %d, %s %s/%s, %s on %s",
-		rounds, cfg.Scale, cfg.FlushesPerGoroutine, cfg.WriteRate, runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, dir, fsType(dir))
+	readBack := "every written value read back"
+	if cfg.ReadBack >= 0 {
+		readBack = fmt.Sprintf("%d written values read back per round", cmp.Or(cfg.ReadBack, bench.DefaultReadBack))
+	}
+	return fmt.Sprintf("%s after 1 warm-up, scale %g, %s, W4 %d flushes/goroutine, W7 %d writes/s, GOMAXPROCS %d, %s %s/%s, %s on %s",
+		roundsText(rounds), cfg.Scale, readBack, cfg.FlushesPerGoroutine, cfg.WriteRate, runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, dir, fsType(dir))
 }
 
 // printBenchTable prints one table per workload family, each with the
@@ -385,10 +423,10 @@ func benchHeader(cfg bench.Config, rounds int) string {
 func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int) {
 	fmt.Fprintf(w, "kvtool bench: %s\n", benchHeader(cfg, rounds))
 	// The reference of each workload's speedups: its first own row.
-	ref := map[string]float64{}
+	ref := map[string]bench.Row{}
 	for _, r := range rows {
 		if _, ok := ref[r.Workload]; !ok && bench.IsOwn(r.Impl) {
-			ref[r.Workload] = r.Median
+			ref[r.Workload] = r
 		}
 	}
 	var fams []string
@@ -407,9 +445,9 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 		printFamily(w, fr, ref)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "KVBUF SPEEDUP = baseline median / median of the workload's first kvbuf row (above 1: kvbuf is faster).")
-	fmt.Fprintf(w, "MIN-MAX marked * : the slowest round took more than %gx the fastest (noisy).\n", bench.NoisyRatio)
-	fmt.Fprintln(w, "Floor rows do less work (they read without the pending changes): lower bounds, not equivalents.")
+	fmt.Fprintln(w, "KVBUF SPEEDUP = baseline time / the workload's first kvbuf row's, per round: median (min-max over rounds); above 1: kvbuf is faster.")
+	fmt.Fprintf(w, "MIN-MAX and SPEEDUP marked * : the largest exceeds %gx the smallest (noisy). CPU/OP: user+system CPU of the process over the timed part.\n", bench.NoisyRatio)
+	fmt.Fprintln(w, "NOTE: why a row is not a headline (doc/workloads.md, \"Fairness\"). Floor rows do less work: lower bounds, not equivalents.")
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BytesPerEntry != 0 }) {
 		fmt.Fprintln(w, "BYTES/ENTRY = live heap per entry (W3/construct: per instance); (engine N) = Metrics.PendingBytes / PendingKeys.")
 	}
@@ -421,14 +459,28 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	}
 }
 
+// speedupText formats the ratio of a baseline row to own (per round:
+// median (min-max), * when noisy), or "-".
+func speedupText(own bench.Row, impl string) string {
+	ra, ok := own.Ratios[impl]
+	if !ok {
+		return "-"
+	}
+	s := fmt.Sprintf("%.2fx (%.2f-%.2f)", ra.Median, ra.Min, ra.Max)
+	if ra.Noisy {
+		s += " *"
+	}
+	return s
+}
+
 // printFamily prints one family's table.
-func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
+func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 	mem := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.BytesPerEntry != 0 })
 	flushes := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.Flushes > 0 })
 	reads := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.ReadsPerSec > 0 })
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "WORKLOAD\tIMPL\tOP\tTIME/OP\tMIN-MAX\tALLOCS/OP\tKVBUF SPEEDUP"
+	head := "WORKLOAD\tIMPL\tOP\tTIME/OP\tMIN-MAX\tCPU/OP\tALLOCS/OP\tKVBUF SPEEDUP"
 	if mem {
 		head += "\tBYTES/ENTRY"
 	}
@@ -438,11 +490,11 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 	if reads {
 		head += "\tREADS/S\tWRITES/S\tP50 READ\tP99 READ\tP99 READ@FLUSH\tP99 WRITE"
 	}
-	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, head+"\tNOTE")
 	for _, r := range fr {
 		speed := "-"
-		if k := ref[r.Workload]; !bench.IsOwn(r.Impl) && k > 0 {
-			speed = fmt.Sprintf("%.2fx", r.Median/k)
+		if own, ok := ref[r.Workload]; ok && !bench.IsOwn(r.Impl) {
+			speed = speedupText(own, r.Impl)
 		}
 		impl := r.Impl
 		if r.Floor {
@@ -452,7 +504,11 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 		if r.Noisy {
 			noisy = " *"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%.3g\t%s", r.Workload, impl, r.Unit, bench.FormatNs(r.Median), bench.FormatNs(r.Min), bench.FormatNs(r.Max), noisy, r.AllocsPerOp, speed)
+		cpu := "-"
+		if len(r.CPUNsPerOp) > 0 {
+			cpu = bench.FormatNs(r.CPUPerOp)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%s\t%.3g\t%s", r.Workload, impl, r.Unit, bench.FormatNs(r.Median), bench.FormatNs(r.Min), bench.FormatNs(r.Max), noisy, cpu, r.AllocsPerOp, speed)
 		if mem {
 			m := "-"
 			if r.BytesPerEntry != 0 {
@@ -482,7 +538,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]float64) {
 				fmt.Fprint(tw, "\t\t\t\t\t\t")
 			}
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "\t%s\n", r.Label)
 	}
 	tw.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvbuf/kvbuf/bench"
 )
 
 // runMainEnv makes the test binary run kvtool's main instead of the tests
@@ -219,5 +222,46 @@ func TestBenchCPUProfile(t *testing.T) {
 	}
 	if stdout.Len() != 0 {
 		t.Fatalf("a refused run printed:\n%s", stdout.String())
+	}
+}
+
+// TestBenchQuickReadsBackEverything: --quick makes every write row read
+// back every value it wrote (package bench's TestBrokenBaselineFails shows
+// that one dropped or stale value then fails the run); a run whose write
+// row read back something else exits 1 with one line naming the row, and
+// prints no table.
+func TestBenchQuickReadsBackEverything(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	a, _, done := parseBench([]string{"--quick"}, &stdout, &stderr)
+	if done || a.cfg.ReadBack >= 0 || a.rounds != 3 {
+		t.Fatalf("--quick: read back %d values per round, %d rounds (done %t); want every value, 3 rounds", a.cfg.ReadBack, a.rounds, done)
+	}
+	if a, _, _ = parseBench(nil, &stdout, &stderr); a.cfg.ReadBack != 0 || a.rounds != 0 || roundsFor(a.rounds, 3) != bench.DefaultRounds || roundsFor(a.rounds, 12) != 12 {
+		t.Fatalf("defaults: read back %d, rounds %d", a.cfg.ReadBack, a.rounds)
+	}
+	defer func(f func(context.Context, string, *bench.Config) (*bench.Suite, error)) { openSuite = f }(openSuite)
+	var cfgSeen bench.Config
+	openSuite = func(_ context.Context, name string, cfg *bench.Config) (*bench.Suite, error) {
+		cfgSeen = *cfg
+		ok := bench.RoundFunc(func(context.Context, int) (bench.RoundResult, error) {
+			return bench.RoundResult{Ops: 1, Checks: 1, ReadBack: 1}, nil
+		})
+		broken := bench.RoundFunc(func(context.Context, int) (bench.RoundResult, error) {
+			return bench.RoundResult{Ops: 1, Checks: 1}, fmt.Errorf("%w: broken-baseline: key 01 was written (02) but is missing", bench.ErrReadBack)
+		})
+		return &bench.Suite{Name: name, Workloads: []*bench.Workload{{Name: "W8/batch-64-puts", Unit: "put", Writes: true,
+			Impls: []bench.Impl{{Name: "kvbuf", Round: ok}, {Name: "broken-baseline", Round: broken}}}}}, nil
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code := runContext(t.Context(), []string{"bench", "--quick", "--workload", "W8/batch-64-puts"}, &stdout, &stderr)
+	if code != exitError || cfgSeen.ReadBack >= 0 {
+		t.Errorf("exit %d (want %d), suite opened with read back %d", code, exitError, cfgSeen.ReadBack)
+	}
+	if e := stderr.String(); !strings.Contains(e, "broken-baseline") || !strings.Contains(e, "read back something other") || strings.Count(e, "\n") != 1 {
+		t.Errorf("stderr %q, want one line naming the broken row", e)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a failed run printed a table:\n%s", stdout.String())
 	}
 }
