@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/kvbuf/kvbuf/bench"
@@ -21,7 +22,11 @@ type line struct {
 }
 
 // readmeLines is the README's headline table (doc/workloads.md says what
-// each row times). The -cpu2 rows need a run with --cpu 1,2.
+// each row times and, in its fairness table, what each side has made
+// durable, with what memory, and what is off the clock). A line whose own
+// row or baseline carries a label (write only, a component) is not a
+// headline: readmeTable prints it in a second table with the label. The
+// -cpu2 rows need a run with --cpu 1,2.
 var readmeLines = []line{
 	{label: "W1 bit lookup, nothing pending", workload: "W1/lookup-without-pending-changes", own: "kvbuf",
 		bases: []string{"raw", "atomic-words", "xsync.Map", "mutex+map"}},
@@ -71,8 +76,12 @@ var readmeLines = []line{
 		bases: []string{"careful-group-commit", "singleflight", "per-caller-sync"}},
 	{label: "W4 write + `Flush`, 64 goroutines", workload: "W4/flush-g64", own: "kvbuf",
 		bases: []string{"careful-group-commit", "singleflight", "per-caller-sync"}},
-	{label: "W6 1M KV puts + the `Flush` that makes them durable", workload: "W6/flush-kv-1m", own: "kvbuf",
-		bases: []string{"pebble-batch-sync"}},
+	{label: "W6 1M KV puts (one `Put` each) + the `Flush` that makes them durable", workload: "W6/flush-kv-1m", own: "kvbuf",
+		bases: w6Pebble},
+	{label: "same, the puts in one `Batch`", workload: "W6/flush-kv-1m", own: "kvbuf-one-batch",
+		bases: w6Pebble},
+	{label: "same, engine with default Options", workload: "W6/flush-kv-1m", own: "kvbuf-default-options",
+		bases: w6Pebble},
 	{label: "W6 the `Flush` of 1M pending KV puts alone", workload: "W6/flush-kv-1m", own: "kvbuf-flush-only",
 		bases: []string{"pebble-batch-sync-sorted-input"}},
 	{label: "W6 1M bit sets + `Flush`", workload: "W6/flush-bits-1m", own: "kvbuf",
@@ -83,19 +92,32 @@ var readmeLines = []line{
 		bases: []string{"rwmutex+map+pebble", "mutex+map+pebble"}},
 	{label: "W7 bit lookups under the same load", workload: "W7/lookup-under-writes", own: "kvbuf",
 		bases: []string{"rwmutex+map", "mutex+map"}},
-	{label: "W8 64 puts as one batch, write only (per put)", workload: "W8/batch-64-puts", own: "kvbuf",
-		bases: []string{"pebble-batch-nosync", "mutex+map", "rwmutex+btree"}},
-	{label: "same, engine with default Options", workload: "W8/batch-64-puts", own: "kvbuf-default-options",
-		bases: []string{"pebble-batch-nosync"}},
+	{label: "W8 64 puts as one batch (per put)", workload: "W8/batch-64-puts", own: "kvbuf",
+		bases: []string{"pebble-batch-nosync", "mutex+map+arena", "rwmutex+btree+arena"}},
 	{label: "W8 puts + durable, unique keys (per put)", workload: "W8/end-to-end-unique", own: "kvbuf",
-		bases: []string{"pebble-nosync-batches+sync"}},
+		bases: w8Durable},
+	{label: "same, engine with default Options", workload: "W8/end-to-end-unique", own: "kvbuf-default-options",
+		bases: w8Durable},
 	{label: "W8 puts + durable, each key 10× (per put)", workload: "W8/end-to-end-hot-keys-x10", own: "kvbuf",
-		bases: []string{"pebble-nosync-batches+sync"}},
-	{label: "W8 delete 1M keys", workload: "W8/delete-1m", own: "kvbuf",
-		bases: []string{"delete-loop"}},
+		bases: w8Durable},
+	{label: "same, engine with default Options", workload: "W8/end-to-end-hot-keys-x10", own: "kvbuf-default-options",
+		bases: w8Durable},
+	{label: "W8 delete 1M keys, durable", workload: "W8/delete-1m", own: "kvbuf",
+		bases: []string{"pebble-deleterange+sync", "delete-loop"}},
 }
 
-// readmeTable writes the headline table.
+// w6Pebble and w8Durable are the pebble baselines that make W6's and W8's
+// writes durable (bench/pebble_baselines.go), and W8's coalescing map.
+var (
+	w6Pebble = []string{"pebble-batch-sync", "pebble-batch-sync-store-memtable",
+		"pebble-nowal+flush", "pebble-nowal+flush-store-memtable"}
+	w8Durable = []string{"pebble-batch-sync", "pebble-nosync+logsync", "pebble-nowal+flush",
+		"pebble-batch-sync-store-memtable", "pebble-nosync+logsync-store-memtable", "pebble-nowal+flush-store-memtable",
+		"mutex+map+pebble-batch-sync"}
+)
+
+// readmeTable writes the headline table, then the lines that are not
+// headlines (a row with a label) in a table of their own.
 func readmeTable(w io.Writer, rows []row, partial bool) error {
 	byName := map[string]row{}
 	for _, r := range rows {
@@ -109,46 +131,98 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 		}
 		return r, ok
 	}
-	fmt.Fprintln(w, "| workload (1 goroutine unless noted) | kvbuf: median (min–max) | baselines: median (min–max) | baseline ÷ kvbuf |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	type rendered struct {
+		text   string
+		labels []string
+	}
+	var lines []rendered
 	for _, l := range readmeLines {
 		own, ok := get(l.workload, l.own)
-		ownCell := "–"
+		ownCell, ownCPU := "–", "–"
+		var labels []string
 		if ok {
-			ownCell = cell(l, own)
+			ownCell, ownCPU = cell(l, own), cpuCell(own)
+			if own.Label != "" {
+				labels = append(labels, own.Label)
+			}
 			if l.own != "kvbuf" {
 				ownCell = "`" + l.own + "` " + ownCell
 			}
 		}
-		var baseCells, ratios []string
+		var baseCells, ratios, cpus []string
 		for _, b := range l.bases {
 			base, bok := get(l.workload, b)
 			name := "`" + b + "`"
 			if bok && base.Floor {
 				name += " (floor)"
 			}
+			if bok && base.Label != "" && !slices.Contains(labels, base.Label) {
+				labels = append(labels, base.Label)
+			}
 			if !bok {
-				baseCells, ratios = append(baseCells, name+" –"), append(ratios, "–")
+				baseCells, ratios, cpus = append(baseCells, name+" –"), append(ratios, "–"), append(cpus, name+" –")
 				continue
 			}
 			baseCells = append(baseCells, name+" "+cell(l, base))
+			cpus = append(cpus, name+" "+cpuCell(base))
 			switch {
-			case !ok:
-				ratios = append(ratios, "–")
-			case l.memory:
+			case !ok, l.memory:
 				ratios = append(ratios, "–")
 			default:
-				ratios = append(ratios, fmtRatio(base.NsPerOp, own.NsPerOp))
+				ratios = append(ratios, fmtPairRatio(own, base))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", l.label, ownCell, strings.Join(baseCells, "; "), strings.Join(ratios, "; "))
+		text := fmt.Sprintf("| %s | %s | %s | %s | %s; %s |", l.label, ownCell, strings.Join(baseCells, "; "), strings.Join(ratios, "; "), ownCPU, strings.Join(cpus, "; "))
+		lines = append(lines, rendered{text, labels})
+	}
+	head := "| workload (1 goroutine unless noted) | kvbuf: median (min–max) | baselines: median (min–max) | baseline ÷ kvbuf per round: median (min–max) | CPU per op: kvbuf; baselines |"
+	rule := "| --- | --- | --- | --- | --- |"
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, rule)
+	for _, l := range lines {
+		if len(l.labels) == 0 {
+			fmt.Fprintln(w, l.text)
+		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "‡: the slowest round took more than 1.5× the fastest; W4 violations are a lower bound.")
+	fmt.Fprintln(w, "Not headlines: each of these rows leaves part of the work, or the durability, out of the clock (doc/workloads.md, \"Fairness\").")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, strings.TrimSuffix(head, " |")+" | not a headline because |")
+	fmt.Fprintln(w, rule+" --- |")
+	for _, l := range lines {
+		if len(l.labels) > 0 {
+			fmt.Fprintf(w, "%s %s |\n", l.text, strings.Join(l.labels, "; "))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest); W4 violations are a lower bound. CPU: user+system CPU time of the whole process over the timed part, per operation.")
 	if len(missing) > 0 && !partial {
 		return errors.New("rows missing from the run: " + strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// fmtPairRatio formats base's ratio to own: the median of the per-round
+// ratios and their min–max (own's ratio_vs), marked ‡ when noisy. A run
+// without per-round ratios (before they existed) gives median ÷ median,
+// marked "(medians)".
+func fmtPairRatio(own, base row) string {
+	if m, ok := own.RatioVs[base.Impl]; ok && own.RatioVsMin != nil {
+		s := fmt.Sprintf("%.3g× (%.3g–%.3g)", m, own.RatioVsMin[base.Impl], own.RatioVsMax[base.Impl])
+		if own.RatioVsNoisy[base.Impl] {
+			s += " ‡"
+		}
+		return s
+	}
+	return fmtRatio(base.NsPerOp, own.NsPerOp) + " (medians)"
+}
+
+// cpuCell formats a row's CPU time per operation, or "–".
+func cpuCell(r row) string {
+	if r.CPUNsPerOp == nil {
+		return "–"
+	}
+	return bench.FormatNs(*r.CPUNsPerOp)
 }
 
 // cell formats one row for the headline table.
