@@ -3,6 +3,7 @@ package ycsb
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/magiconair/properties"
@@ -10,31 +11,51 @@ import (
 
 // badgerEngine binds badger v4 with its default options except SyncWrites
 // off (badger's default too) and no logger (badger logs to stderr by
-// default). Writes are transactions (DB.Update); an update reads and writes
-// the record in one transaction, retried on ErrConflict as badger asks. A
-// record's key is table ":" key.
+// default); badger.sync_writes syncs every write, badger.sync_interval
+// calls DB.Sync every interval (the loss window of an engine flushing that
+// often), badger.memtable_size, badger.num_memtables and
+// badger.block_cache_size size its memory. Writes are transactions
+// (DB.Update); an update reads and writes the record in one transaction,
+// retried on ErrConflict as badger asks. A record's key is table ":" key.
 type badgerEngine struct {
-	db *badger.DB
+	db     *badger.DB
+	syncer *ticker
 }
+
+// badgerMinMemtable is the smallest memtable badger opens with its default
+// value threshold (1 MiB: a batch may be 15% of the memtable).
+const badgerMinMemtable = 8 << 20
 
 // badgerMaxRetries bounds the retries of a conflicting update.
 const badgerMaxRetries = 100
 
-func badgerOptions(dir string, p *properties.Properties) (badger.Options, error) {
+func badgerOptions(dir string, p *properties.Properties) (badger.Options, time.Duration, error) {
 	o := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false)
 	sync, err := getBool(p, "badger.sync_writes", false)
 	if err != nil {
-		return o, err
+		return o, 0, err
 	}
 	cache, err := getInt(p, "badger.block_cache_size", o.BlockCacheSize, 0, 1<<40)
 	if err != nil {
-		return o, err
+		return o, 0, err
 	}
-	return o.WithSyncWrites(sync).WithBlockCacheSize(cache), nil
+	memtable, err := getInt(p, "badger.memtable_size", o.MemTableSize, 1<<20, 1<<40)
+	if err != nil {
+		return o, 0, err
+	}
+	memtables, err := getInt(p, "badger.num_memtables", int64(o.NumMemtables), 1, 64)
+	if err != nil {
+		return o, 0, err
+	}
+	interval, err := getDuration(p, "badger.sync_interval", 0)
+	if err != nil {
+		return o, 0, err
+	}
+	return o.WithSyncWrites(sync).WithBlockCacheSize(cache).WithMemTableSize(memtable).WithNumMemtables(int(memtables)), interval, nil
 }
 
 func openBadger(dir string, p *properties.Properties) (engine, error) {
-	o, err := badgerOptions(dir, p)
+	o, interval, err := badgerOptions(dir, p)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +63,11 @@ func openBadger(dir string, p *properties.Properties) (engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &badgerEngine{db: db}, nil
+	e := &badgerEngine{db: db}
+	if interval > 0 && !o.SyncWrites {
+		e.syncer = startTicker(interval, db.Sync)
+	}
+	return e, nil
 }
 
 func (e *badgerEngine) get(t *thread, table string, key, dst []byte) ([]byte, bool, error) {
@@ -175,4 +200,14 @@ func (e *badgerEngine) scan(t *thread, table string, start []byte, count int, fn
 	})
 }
 
-func (e *badgerEngine) close() error { return e.db.Close() }
+// durable syncs badger's log: every write so far is durable.
+func (e *badgerEngine) durable(context.Context) error { return e.db.Sync() }
+
+// close stops the interval sync, syncs and closes the database.
+func (e *badgerEngine) close() error {
+	var err error
+	if e.syncer != nil {
+		err = e.syncer.stop()
+	}
+	return errors.Join(err, e.db.Sync(), e.db.Close())
+}

@@ -169,4 +169,13 @@ func (e *bboltEngine) scan(_ *thread, table string, start []byte, count int, fn 
 	})
 }
 
+// durable does nothing by default: every bbolt write transaction is synced
+// before it returns; with bbolt.nosync it syncs the file.
+func (e *bboltEngine) durable(context.Context) error {
+	if e.db.NoSync {
+		return e.db.Sync()
+	}
+	return nil
+}
+
 func (e *bboltEngine) close() error { return e.db.Close() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/magiconair/properties"
 	"github.com/pingcap/go-ycsb/pkg/prop"
@@ -54,7 +55,10 @@ type engine interface {
 	// scan calls fn for up to count records from start in key order, within
 	// table; fn's slices are valid during the call.
 	scan(t *thread, table string, start []byte, count int, fn func(key, row []byte) error) error
-	// close closes the engine.
+	// durable makes every write that returned so far durable (the end of
+	// a load, timed).
+	durable(ctx context.Context) error
+	// close makes every write durable and closes the engine.
 	close() error
 }
 
@@ -451,11 +455,13 @@ func checkProperties(name string, p *properties.Properties) error {
 	var err error
 	switch name {
 	case "kvbuf":
-		_, _, err = kvbufOptions(p)
+		if _, _, err = kvbufOptions(p); err == nil {
+			_, _, err = kvbufHostOptions(p)
+		}
 	case "pebble":
-		_, err = pebbleCache(p)
+		_, _, _, err = pebbleOptions(p)
 	case "badger":
-		_, err = badgerOptions("", p)
+		_, _, err = badgerOptions("", p)
 	case "bbolt":
 		_, err = getBool(p, "bbolt.nosync", false)
 	default:
@@ -491,3 +497,38 @@ var (
 	_ goycsb.DB      = (*DB)(nil)
 	_ goycsb.BatchDB = (*DB)(nil)
 )
+
+// ticker runs a function every interval in a goroutine (the interval
+// syncs of the loss-window bindings) until stop, which returns the
+// function's first error.
+type ticker struct {
+	quit chan struct{}
+	done chan struct{}
+	err  error
+}
+
+func startTicker(interval time.Duration, fn func() error) *ticker {
+	t := &ticker{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		tk := time.NewTicker(interval)
+		defer tk.Stop()
+		for {
+			select {
+			case <-t.quit:
+				return
+			case <-tk.C:
+				if err := fn(); err != nil && t.err == nil {
+					t.err = err
+				}
+			}
+		}
+	}()
+	return t
+}
+
+func (t *ticker) stop() error {
+	close(t.quit)
+	<-t.done
+	return t.err
+}

@@ -19,18 +19,28 @@
 //     BatchInsert and BatchDelete are one Batch applied as one op, Scan is a
 //     KV iterator. Writes carry op 0 (a host that does not track ops);
 //     kvbuf.ops=true numbers them instead, assigning and admitting each op
-//     in order under a lock, as a host replaying its log does. Properties:
-//     kvbuf.flush_interval, kvbuf.max_pending_bytes, kvbuf.cache_size,
-//     kvbuf.pool_bytes, kvbuf.pipeline_depth (Options' fields; unset:
-//     Options' defaults), kvbuf.ops (false).
+//     in order under a lock, as a host replaying its log does.
+//     kvbuf.host_log=true (implies kvbuf.ops) makes the binding a host with
+//     its own log: every write op is first appended to an append-only file
+//     beside the engine's directory (one write system call, the op's keys
+//     and rows), which a goroutine syncs every FlushInterval.
+//     kvbuf.flush_writes=true follows every write op with DB.Flush, so that
+//     it is durable when it returns (concurrent threads share flushes).
+//     Properties: kvbuf.flush_interval, kvbuf.max_pending_bytes,
+//     kvbuf.cache_size, kvbuf.pool_bytes, kvbuf.pipeline_depth (Options'
+//     fields; unset: Options' defaults), kvbuf.ops, kvbuf.host_log,
+//     kvbuf.flush_writes (false).
 //   - pebble: pebble v2 opened with storage.PebbleOptions, as kvbuf's store
-//     is (same format, memtable size and block cache; pebble.cache_size, by
-//     default storage.DefaultCacheSize), every write with pebble.NoSync. A
-//     record's key is table ":" key.
+//     is (same format and Bloom filters), with pebble.cache_size (default
+//     storage.DefaultCacheSize) and pebble.memtable_size (default the
+//     store's). Writes use pebble.NoSync, plus a synced LogData every
+//     pebble.sync_interval if set, or pebble.Sync with pebble.sync_writes.
+//     A record's key is table ":" key.
 //   - badger: badger v4 with its default options, SyncWrites off and no
-//     logger (badger.sync_writes, badger.block_cache_size). Writes are
-//     DB.Update transactions; an update reads and writes in one transaction,
-//     retried on ErrConflict.
+//     logger (badger.sync_writes, badger.sync_interval: DB.Sync every
+//     interval, badger.block_cache_size, badger.memtable_size,
+//     badger.num_memtables). Writes are DB.Update transactions; an update
+//     reads and writes in one transaction, retried on ErrConflict.
 //   - bbolt: bbolt with its default options (bbolt.nosync: false), a
 //     bucket per table. Writes use DB.Batch when the client runs more than
 //     one thread and DB.Update with one (Batch would wait 10 ms per call for
@@ -40,31 +50,36 @@
 // read with and without field lists, update merging fields, scan order and
 // count, delete, missing keys, batches, concurrent threads, reopen).
 //
-// # What each engine promises on a crash, as configured here
+// # What each engine promises on a crash
 //
-// YCSB compares throughput; these settings do not make the same promise, so
-// read the figures with them:
+// Bench compares the engines in durability modes that make them promise
+// the same thing (DurabilityWindow, DurabilityAcked), with the memory
+// kvbuf has (pebble's and badger's memtables are kvbuf's MaxPendingBytes,
+// their block caches its CacheSize), and times every run through Close, so
+// that what a run wrote is durable when its clock stops. Opened with Open
+// and no such properties, the bindings promise different things:
 //
 //   - kvbuf: a write is in memory when it returns and durable after the
 //     next flush (every FlushInterval, default 1 s; when pending memory
 //     passes half of MaxPendingBytes; on Flush and Close). A crash loses the
 //     writes since the last flush. The watermark (DB.Watermark) says which
-//     ops are durable: a host that numbers its ops (kvbuf.ops=true) replays
-//     its own log from Watermark()+1 and loses nothing; with op 0, as in
-//     these runs by default, the lost writes are simply gone.
+//     ops are durable: a host that numbers its ops and logs them
+//     (kvbuf.host_log) replays its own log from Watermark()+1 and loses no
+//     more than its log's sync interval; with op 0 the lost writes are
+//     simply gone.
 //   - pebble with NoSync: a write is in the write-ahead log's memory buffer
 //     when it returns; a background goroutine writes it to the log file soon
-//     after, and nothing fsyncs it until a synced write or a memtable flush.
-//     A process crash may lose the last writes not yet written out; a
-//     machine crash or power loss those not yet synced. Recovery replays the
+//     after, and nothing fsyncs it until a synced write, a LogData with
+//     Sync (pebble.sync_interval) or a memtable flush. Recovery replays the
 //     log, so what survives is a prefix of the writes.
 //   - badger with SyncWrites off: a write is in the memory-mapped log when
 //     it returns, which survives a process crash; a machine crash or power
-//     loss may lose what was not yet synced (badger syncs when it rotates
-//     its memtable and value-log files).
+//     loss may lose what was not yet synced (DB.Sync, badger.sync_interval;
+//     badger also syncs when it rotates files).
 //   - bbolt: every write transaction is fsynced before Update or Batch
 //     returns; nothing acknowledged is lost, at the price of a sync per
-//     transaction (per batch of concurrent calls with Batch).
+//     transaction (per batch of concurrent calls with Batch). It has no
+//     loss window to match, so it runs in DurabilityAcked only.
 //
 // # Driver
 //
@@ -72,9 +87,10 @@
 // Load inserts the records, Run runs the operations, both on any go-ycsb
 // DB with any number of threads, timing each operation into HDR histograms
 // (github.com/HdrHistogram/hdrhistogram-go, as go-ycsb's measurement
-// does). Bench loads every engine once and runs each workload at each
-// thread count in rounds that visit the engines in rotating order,
-// reopening an engine for each run.
+// does). Bench loads every engine once per durability mode and runs each
+// workload at each thread count in rounds that visit the engines in
+// rotating order, reopening an engine for each run and timing it through
+// its Close.
 //
 // # Caveats
 //

@@ -2,8 +2,11 @@ package ycsb
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,10 +28,100 @@ type kvbufEngine struct {
 	trackOps bool
 	opMu     sync.Mutex
 	lastOp   uint64
+	// log, if not nil, is the host's own log: every write op is appended
+	// to it (one write system call, under opMu, before the engine applies
+	// it) and it is synced every FlushInterval (kvbuf.host_log).
+	log *hostLog
+	// flushWrites: every write op is followed by DB.Flush, so that it is
+	// durable when the call returns (kvbuf.flush_writes); concurrent
+	// threads share the flushes (group commit).
+	flushWrites bool
 
 	inFlush atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
+}
+
+// hostLog is the log a host keeps in front of kvbuf (the host's write-ahead
+// log, which kvbuf's watermark tells it where to replay from): an
+// append-only file next to the engine's directory, written once per op
+// (op number, then each key and row) and synced by a background goroutine
+// every interval, so that the host loses at most that much of its log on a
+// power loss, the same window as the engine's flushes. It starts empty at
+// every open: the previous session's Close made every op durable in the
+// engine (its watermark covers them), and a host truncates its log up to
+// the watermark.
+type hostLog struct {
+	f    *os.File
+	buf  []byte // opMu held
+	mu   sync.Mutex
+	err  error // the first failed sync
+	stop chan struct{}
+	done chan struct{}
+}
+
+// hostLogSuffix names the host log of an engine in dir: dir + suffix.
+const hostLogSuffix = ".hostlog"
+
+func openHostLog(path string, interval time.Duration) (*hostLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	l := &hostLog{f: f, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		if interval <= 0 {
+			<-l.stop
+			return
+		}
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+				l.sync()
+			}
+		}
+	}()
+	return l, nil
+}
+
+// append writes one record: op, then each key and row with their lengths.
+func (l *hostLog) append(op uint64, keys, rows [][]byte) error {
+	b := binary.BigEndian.AppendUint64(l.buf[:0], op)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(keys)))
+	for i, k := range keys {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
+		b = append(b, k...)
+		var row []byte
+		if rows != nil {
+			row = rows[i]
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(row)))
+		b = append(b, row...)
+	}
+	l.buf = b
+	_, err := l.f.Write(b)
+	return err
+}
+
+// sync makes the log durable up to now; it returns the first sync error.
+func (l *hostLog) sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = l.f.Sync()
+	}
+	return l.err
+}
+
+func (l *hostLog) close() error {
+	close(l.stop)
+	<-l.done
+	return errors.Join(l.sync(), l.f.Close())
 }
 
 // kvbufFlushPoll is how often the flush watcher samples Metrics.InFlight.
@@ -64,8 +157,23 @@ func kvbufOptions(p *properties.Properties) (*kvbuf.Options, bool, error) {
 	return o, ops, nil
 }
 
+// kvbufHostOptions reads the properties that make the binding a host with
+// a log (kvbuf.host_log, which implies kvbuf.ops) or one that waits for
+// durability on every write (kvbuf.flush_writes).
+func kvbufHostOptions(p *properties.Properties) (hostLog, flushWrites bool, err error) {
+	if hostLog, err = getBool(p, "kvbuf.host_log", false); err != nil {
+		return false, false, err
+	}
+	flushWrites, err = getBool(p, "kvbuf.flush_writes", false)
+	return hostLog, flushWrites, err
+}
+
 func openKvbuf(dir string, p *properties.Properties) (engine, error) {
 	o, ops, err := kvbufOptions(p)
+	if err != nil {
+		return nil, err
+	}
+	withLog, flushWrites, err := kvbufHostOptions(p)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +181,13 @@ func openKvbuf(dir string, p *properties.Properties) (engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &kvbufEngine{db: db, trackOps: ops, lastOp: db.Watermark(), stop: make(chan struct{}), done: make(chan struct{})}
+	e := &kvbufEngine{db: db, trackOps: ops || withLog, flushWrites: flushWrites, lastOp: db.Watermark(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if withLog {
+		if e.log, err = openHostLog(filepath.Clean(dir)+hostLogSuffix, o.EnsureDefaults().FlushInterval); err != nil {
+			return nil, errors.Join(err, db.Close())
+		}
+	}
 	go e.watch()
 	return e, nil
 }
@@ -110,14 +224,31 @@ func (e *kvbufEngine) kv(table string) (*kvbuf.KV, error) {
 // write runs fn with the op number the write carries. A tracked op is
 // one whole YCSB operation: single calls end it with EndOp (a Batch ends
 // its op itself), so the next flush may cover it without waiting for a
-// later write.
-func (e *kvbufEngine) write(ctx context.Context, batch bool, fn func(op uint64) error) error {
+// later write. With a host log the op's keys and rows (nil rows: deletes)
+// are appended to it first, as a host logs an op before applying it; with
+// flushWrites the call returns once a Flush made the op durable.
+func (e *kvbufEngine) write(ctx context.Context, batch bool, keys, rows [][]byte, fn func(op uint64) error) error {
+	if err := e.writeOp(ctx, batch, keys, rows, fn); err != nil {
+		return err
+	}
+	if e.flushWrites {
+		return e.db.Flush(ctx)
+	}
+	return nil
+}
+
+func (e *kvbufEngine) writeOp(ctx context.Context, batch bool, keys, rows [][]byte, fn func(op uint64) error) error {
 	if !e.trackOps {
 		return fn(0)
 	}
 	e.opMu.Lock()
 	defer e.opMu.Unlock()
 	op := e.lastOp + 1
+	if e.log != nil {
+		if err := e.log.append(op, keys, rows); err != nil {
+			return fmt.Errorf("host log: %w", err)
+		}
+	}
 	if err := fn(op); err != nil {
 		return err
 	}
@@ -153,7 +284,7 @@ func (e *kvbufEngine) put(ctx context.Context, _ *thread, table string, key, row
 	if err != nil {
 		return err
 	}
-	return e.write(ctx, false, func(op uint64) error { return k.Put(ctx, key, row, op) })
+	return e.write(ctx, false, [][]byte{key}, [][]byte{row}, func(op uint64) error { return k.Put(ctx, key, row, op) })
 }
 
 // batch returns the thread's reusable Batch, empty.
@@ -176,7 +307,7 @@ func (e *kvbufEngine) putMany(ctx context.Context, t *thread, table string, keys
 	for i := range keys {
 		b.Put(k, keys[i], rows[i])
 	}
-	return e.write(ctx, true, func(op uint64) error { return e.db.Apply(ctx, b, op) })
+	return e.write(ctx, true, keys, rows, func(op uint64) error { return e.db.Apply(ctx, b, op) })
 }
 
 func (e *kvbufEngine) update(ctx context.Context, t *thread, table string, key []byte, merge mergeFunc) (bool, error) {
@@ -197,7 +328,7 @@ func (e *kvbufEngine) update(ctx context.Context, t *thread, table string, key [
 		return true, err
 	}
 	t.out = row
-	return true, e.write(ctx, false, func(op uint64) error { return k.Put(ctx, key, row, op) })
+	return true, e.write(ctx, false, [][]byte{key}, [][]byte{row}, func(op uint64) error { return k.Put(ctx, key, row, op) })
 }
 
 func (e *kvbufEngine) delete(ctx context.Context, t *thread, table string, keys [][]byte) error {
@@ -206,13 +337,13 @@ func (e *kvbufEngine) delete(ctx context.Context, t *thread, table string, keys 
 		return err
 	}
 	if len(keys) == 1 {
-		return e.write(ctx, false, func(op uint64) error { return k.Delete(ctx, keys[0], op) })
+		return e.write(ctx, false, keys, nil, func(op uint64) error { return k.Delete(ctx, keys[0], op) })
 	}
 	b := e.batch(t)
 	for _, key := range keys {
 		b.Delete(k, key)
 	}
-	return e.write(ctx, true, func(op uint64) error { return e.db.Apply(ctx, b, op) })
+	return e.write(ctx, true, keys, nil, func(op uint64) error { return e.db.Apply(ctx, b, op) })
 }
 
 func (e *kvbufEngine) scan(_ *thread, table string, start []byte, count int, fn func(key, row []byte) error) error {
@@ -235,10 +366,27 @@ func (e *kvbufEngine) scan(_ *thread, table string, start []byte, count int, fn 
 	return it.Close()
 }
 
+// durable makes every write acknowledged so far durable: the host log
+// synced, then a Flush.
+func (e *kvbufEngine) durable(ctx context.Context) error {
+	if e.log != nil {
+		if err := e.log.sync(); err != nil {
+			return fmt.Errorf("host log: %w", err)
+		}
+	}
+	return e.db.Flush(ctx)
+}
+
+// close syncs and closes the host log, then closes the engine (whose Close
+// makes what is pending durable).
 func (e *kvbufEngine) close() error {
 	close(e.stop)
 	<-e.done
-	return e.db.Close()
+	var err error
+	if e.log != nil {
+		err = e.log.close()
+	}
+	return errors.Join(err, e.db.Close())
 }
 
 // flushAll makes everything durable and writes the store's memtables to

@@ -4,36 +4,65 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvbuf/kvbuf/storage"
 	"github.com/magiconair/properties"
 )
 
-// pebbleEngine binds pebble v2 opened exactly like kvbuf's store
-// (storage.PebbleOptions: same format, memtable size and block cache),
-// writing with pebble.NoSync: a write is in the write-ahead log's buffer
-// when it returns, not on disk. A record's key is table ":" key.
+// pebbleEngine binds pebble v2 opened like kvbuf's store
+// (storage.PebbleOptions: the same format, Bloom filters and logger) with
+// the block cache and memtable its properties give (pebble.cache_size,
+// default storage.DefaultCacheSize; pebble.memtable_size, default the
+// store's). Writes use pebble.NoSync (a write is in the write-ahead log's
+// buffer when it returns), plus a synced LogData every
+// pebble.sync_interval if set (the loss window of an engine flushing that
+// often), or pebble.Sync with pebble.sync_writes (durable when it
+// returns; concurrent writers share the syncs). A record's key is table
+// ":" key.
 type pebbleEngine struct {
 	db      *pebble.DB
+	wo      *pebble.WriteOptions
 	flushes atomic.Int32 // memtable flushes in progress
+	syncer  *ticker      // the interval LogData, if any
 }
 
-func pebbleCache(p *properties.Properties) (int64, error) {
-	return getInt(p, "pebble.cache_size", storage.DefaultCacheSize, 1, 1<<40)
+// pebbleOptions reads the pebble binding's properties.
+func pebbleOptions(p *properties.Properties) (o *pebble.Options, syncWrites bool, interval time.Duration, err error) {
+	cache, err := getInt(p, "pebble.cache_size", storage.DefaultCacheSize, 1, 1<<40)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	memtable, err := getInt(p, "pebble.memtable_size", 0, 0, 4<<30-1)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	if syncWrites, err = getBool(p, "pebble.sync_writes", false); err != nil {
+		return nil, false, 0, err
+	}
+	if interval, err = getDuration(p, "pebble.sync_interval", 0); err != nil {
+		return nil, false, 0, err
+	}
+	return storage.PebbleOptions(&storage.Options{CacheSize: cache, MemTableSize: uint64(memtable)}), syncWrites, interval, nil
 }
 
 func openPebble(dir string, p *properties.Properties) (engine, error) {
-	cache, err := pebbleCache(p)
+	o, syncWrites, interval, err := pebbleOptions(p)
 	if err != nil {
 		return nil, err
 	}
-	e := &pebbleEngine{}
-	o := storage.PebbleOptions(&storage.Options{CacheSize: cache})
+	e := &pebbleEngine{wo: pebble.NoSync}
+	if syncWrites {
+		e.wo = pebble.Sync
+	}
 	o.EventListener.FlushBegin = func(pebble.FlushInfo) { e.flushes.Add(1) }
 	o.EventListener.FlushEnd = func(pebble.FlushInfo) { e.flushes.Add(-1) }
 	if e.db, err = pebble.Open(dir, o); err != nil {
 		return nil, err
+	}
+	if interval > 0 && !syncWrites {
+		e.syncer = startTicker(interval, func() error { return e.db.LogData(nil, pebble.Sync) })
 	}
 	return e, nil
 }
@@ -90,7 +119,7 @@ func recut(buf []byte, rows [][]byte) []byte {
 }
 
 func (e *pebbleEngine) put(_ context.Context, t *thread, table string, key, row []byte) error {
-	return e.db.Set(tableKey(t, table, key), row, pebble.NoSync)
+	return e.db.Set(tableKey(t, table, key), row, e.wo)
 }
 
 func (e *pebbleEngine) putMany(_ context.Context, t *thread, table string, keys, rows [][]byte) error {
@@ -101,7 +130,7 @@ func (e *pebbleEngine) putMany(_ context.Context, t *thread, table string, keys,
 			return err
 		}
 	}
-	return b.Commit(pebble.NoSync)
+	return b.Commit(e.wo)
 }
 
 func (e *pebbleEngine) update(_ context.Context, t *thread, table string, key []byte, merge mergeFunc) (bool, error) {
@@ -121,12 +150,12 @@ func (e *pebbleEngine) update(_ context.Context, t *thread, table string, key []
 		return true, err
 	}
 	t.out = row
-	return true, e.db.Set(k, row, pebble.NoSync)
+	return true, e.db.Set(k, row, e.wo)
 }
 
 func (e *pebbleEngine) delete(_ context.Context, t *thread, table string, keys [][]byte) error {
 	if len(keys) == 1 {
-		return e.db.Delete(tableKey(t, table, keys[0]), pebble.NoSync)
+		return e.db.Delete(tableKey(t, table, keys[0]), e.wo)
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
@@ -135,7 +164,7 @@ func (e *pebbleEngine) delete(_ context.Context, t *thread, table string, keys [
 			return err
 		}
 	}
-	return b.Commit(pebble.NoSync)
+	return b.Commit(e.wo)
 }
 
 func (e *pebbleEngine) scan(t *thread, table string, start []byte, count int, fn func(key, row []byte) error) error {
@@ -161,7 +190,17 @@ func (e *pebbleEngine) scan(t *thread, table string, start []byte, count int, fn
 	return it.Close()
 }
 
-func (e *pebbleEngine) close() error { return e.db.Close() }
+// durable syncs the write-ahead log: every write so far is durable.
+func (e *pebbleEngine) durable(context.Context) error { return e.db.LogData(nil, pebble.Sync) }
+
+// close stops the interval sync, syncs the log and closes the database.
+func (e *pebbleEngine) close() error {
+	var err error
+	if e.syncer != nil {
+		err = e.syncer.stop()
+	}
+	return errors.Join(err, e.durable(context.Background()), e.db.Close())
+}
 
 // flushAll writes the memtables to sstables (the suite's settle step).
 func (e *pebbleEngine) flushAll(context.Context) error { return e.db.Flush() }

@@ -37,6 +37,9 @@ type Result struct {
 	// Records is the number of records in the table afterwards (the key
 	// numbers the load and the runs inserted).
 	Records int64
+	// CPU is the process's user+system CPU time over the run (set by
+	// Bench, which measures through the engine's Close; 0 if unknown).
+	CPU time.Duration
 }
 
 // OpsPerSec is Ops / Elapsed.

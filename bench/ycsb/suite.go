@@ -16,6 +16,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/magiconair/properties"
 	"github.com/pingcap/go-ycsb/pkg/prop"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Config describes a comparison run (kvtool ycsb): every engine loaded
@@ -62,6 +64,107 @@ type Config struct {
 	// so that a long run's output streams; never at the same time as
 	// Progress.
 	OnRows func([]Row)
+	// Durability lists the durability modes to compare the engines in
+	// (DurabilityWindow, DurabilityAcked), each with its own load. Default:
+	// DurabilityModes.
+	Durability []string
+}
+
+// The durability modes of a comparison: what every engine has promised
+// when a write returns, the same for all of them within a mode. Each
+// engine is also given kvbuf's memory: the pebble and badger memtables
+// are kvbuf's MaxPendingBytes, their block caches its CacheSize.
+const (
+	// DurabilityWindow: the same loss window. Every engine may lose the
+	// writes of its last kvbuf FlushInterval I on a power loss, and no
+	// more: kvbuf flushes every I and is driven as a host with a log (every
+	// write op numbered and appended to an append-only file beside the
+	// engine, one write system call each, the file synced every I:
+	// kvbuf.host_log); pebble writes with NoSync and syncs its WAL with a
+	// LogData every I (pebble.sync_interval); badger calls DB.Sync every I
+	// (badger.sync_interval). bbolt, which syncs every commit, is left out.
+	DurabilityWindow = "window"
+	// DurabilityAcked: acknowledged after durable. A write returns once it
+	// is durable, and concurrent writers share the syncs: kvbuf writes and
+	// then calls DB.Flush (kvbuf.flush_writes), pebble commits with
+	// pebble.Sync (pebble.sync_writes), badger with SyncWrites
+	// (badger.sync_writes), bbolt commits (DB.Batch with several threads).
+	DurabilityAcked = "acked"
+)
+
+// DurabilityModes lists the durability modes, in the order Bench runs
+// them.
+var DurabilityModes = []string{DurabilityWindow, DurabilityAcked}
+
+// modeEngines returns the engines of engines that run in durability mode
+// mode.
+func modeEngines(mode string, engines []string) []string {
+	var out []string
+	for _, e := range engines {
+		if mode == DurabilityWindow && e == "bbolt" {
+			continue // every commit is synced: it has no loss window
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// modeProperties returns the engine properties durability mode mode sets,
+// sized from kvbuf's options in p (its FlushInterval, MaxPendingBytes and
+// CacheSize, defaults included). Bench sets each unless the run's own
+// properties (Config.Props) set it.
+func modeProperties(mode string, p *properties.Properties) (map[string]string, error) {
+	o, _, err := kvbufOptions(p)
+	if err != nil {
+		return nil, err
+	}
+	r := o.EnsureDefaults()
+	out := map[string]string{
+		"pebble.cache_size":       strconv.FormatInt(r.CacheSize+readTierBytes(r), 10),
+		"badger.block_cache_size": strconv.FormatInt(r.CacheSize+readTierBytes(r), 10),
+		"badger.num_memtables":    "2", // pebble's MemTableStopWritesThreshold
+	}
+	if r.MaxPendingBytes > 0 {
+		out["pebble.memtable_size"] = strconv.FormatInt(min(max(r.MaxPendingBytes, 1<<20), 4<<30-1), 10)
+		// badger refuses a memtable whose batch limit (15% of it) is below
+		// its value threshold (1 MiB): at least badgerMinMemtable.
+		out["badger.memtable_size"] = strconv.FormatInt(max(r.MaxPendingBytes, badgerMinMemtable), 10)
+	}
+	switch mode {
+	case DurabilityWindow:
+		out["kvbuf.host_log"] = "true"
+		if r.FlushInterval > 0 {
+			out["pebble.sync_interval"] = r.FlushInterval.String()
+			out["badger.sync_interval"] = r.FlushInterval.String()
+		}
+	case DurabilityAcked:
+		out["kvbuf.flush_writes"] = "true"
+		out["pebble.sync_writes"] = "true"
+		out["badger.sync_writes"] = "true"
+	default:
+		return nil, fmt.Errorf("%w: durability %q (want one of %s)", ErrBadProperty, mode, strings.Join(DurabilityModes, ", "))
+	}
+	return out, nil
+}
+
+// readTierBytes is the memory kvbuf keeps for reads of flushed data beyond
+// its store's block cache: the other engines' caches get it too. kvbuf has
+// no such tier yet; when Options gains one, return its budget here.
+func readTierBytes(*kvbuf.Options) int64 { return 0 }
+
+// withMode returns a copy of p with mode's properties set where the run's
+// own properties (explicit) do not set them.
+func withMode(p, explicit *properties.Properties, mode map[string]string) *properties.Properties {
+	q := p.FilterFunc(func(string, string) bool { return true })
+	for k, v := range mode {
+		if explicit != nil {
+			if _, ok := explicit.Get(k); ok {
+				continue
+			}
+		}
+		q.MustSet(k, v)
+	}
+	return q
 }
 
 // OpStats summarises one operation type's latencies.
@@ -90,10 +193,21 @@ type Row struct {
 	// Ops maps each operation name (OpRead, ...) to its latencies over all
 	// rounds.
 	Ops map[string]OpStats
-	// KvbufSpeedup is this row's median divided into kvbuf's (kvbuf ops/s
-	// / this engine's ops/s; above 1: kvbuf is faster); 0 on kvbuf rows
-	// and when kvbuf was not run.
-	KvbufSpeedup float64
+	// KvbufSpeedup is the median over rounds of kvbuf's ops/s ÷ this
+	// engine's in the same round (above 1: kvbuf is faster), and
+	// SpeedupMin, SpeedupMax its extremes; 0 on kvbuf rows and when kvbuf
+	// was not run.
+	KvbufSpeedup, SpeedupMin, SpeedupMax float64
+	// RoundOpsPerSec holds each round's ops/s, in round order.
+	RoundOpsPerSec []float64
+	// CPUPerOp is the median over rounds of the process's user+system CPU
+	// time per operation over the measured run and the Close (getrusage:
+	// every goroutine, background flushes and compactions included); 0
+	// where getrusage does not exist.
+	CPUPerOp time.Duration
+	// Durability is the durability mode the row ran in (DurabilityWindow,
+	// DurabilityAcked).
+	Durability string
 	// Records is the number of records the engine held after the runs.
 	Records int64
 }
@@ -106,8 +220,11 @@ type engineState struct {
 }
 
 // Bench runs the comparison described by cfg and returns one row per
-// engine for the load and for each workload and thread count, in run
-// order. It removes its databases before returning.
+// engine for the load and for each workload and thread count, in each
+// durability mode, in run order. Every run (and the load) is timed until
+// what it wrote is durable: a run's clock includes the engine's Close,
+// which makes its last writes durable. It removes its databases before
+// returning.
 func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 	cfg, loadProps, wls, err := cfg.resolve()
 	if err != nil {
@@ -129,22 +246,61 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 
 	p := newProgressor(cfg)
 	defer p.stop()
+	for _, mode := range cfg.Durability {
+		engines := modeEngines(mode, cfg.Engines)
+		if len(engines) == 0 {
+			continue
+		}
+		props, err := modeProperties(mode, loadProps)
+		if err != nil {
+			return nil, err
+		}
+		mwls := make([]*properties.Properties, len(wls))
+		for i, w := range wls {
+			mwls[i] = withMode(w, cfg.Props, props)
+		}
+		dir := filepath.Join(tmp, mode)
+		mrows, err := benchMode(ctx, cfg, mode, engines, dir, withMode(loadProps, cfg.Props, props), mwls, p)
+		rows = append(rows, mrows...)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
 
+// benchMode loads engines in dir and runs every workload in durability
+// mode mode.
+func benchMode(ctx context.Context, cfg Config, mode string, engines []string, dir string, loadProps *properties.Properties, wls []*properties.Properties, p *progressor) ([]Row, error) {
+	var rows []Row
 	loadW, err := NewWorkload(loadProps)
 	if err != nil {
 		return nil, err
 	}
-	engines := make([]*engineState, len(cfg.Engines))
+	states := make([]*engineState, len(engines))
 	maxThreads := slices.Max(cfg.Threads)
-	for i, name := range cfg.Engines {
-		es := &engineState{name: name, dir: filepath.Join(tmp, name)}
-		engines[i] = es
-		p.label(fmt.Sprintf("load %s (%d records, %d threads)", name, cfg.Records, maxThreads))
+	for i, name := range engines {
+		es := &engineState{name: name, dir: filepath.Join(dir, name)}
+		states[i] = es
+		p.label(fmt.Sprintf("%s: load %s (%d records, %d threads)", mode, name, cfg.Records, maxThreads))
 		db, err := Open(name, es.dir, loadProps)
 		if err != nil {
 			return nil, err
 		}
+		c0, cok := processCPU()
 		res, err := Load(ctx, db, loadW, cfg.LoadBatch, RunOptions{Threads: maxThreads, Seed: cfg.Seed, Done: &p.done})
+		if err == nil {
+			// The load is timed until it is durable.
+			start := time.Now()
+			err = db.e.durable(ctx)
+			res.Elapsed += time.Since(start)
+			if c1, ok := processCPU(); ok && cok {
+				res.CPU = c1 - c0
+			}
+		}
 		if err == nil {
 			err = settle(ctx, db)
 		}
@@ -152,33 +308,33 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 			err = cerr
 		}
 		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", name, err)
+			return nil, fmt.Errorf("%s: load %s: %w", mode, name, err)
 		}
 		es.records = res.Records
-		rows = append(rows, summarize("load", maxThreads, name, []*Result{res}))
+		rows = append(rows, summarize("load", maxThreads, name, mode, []*Result{res}))
 	}
 	speedups(rows)
 	p.emit(cfg.OnRows, rows)
 
 	for wi, wl := range cfg.Workloads {
 		for _, threads := range cfg.Threads {
-			results := make([][]*Result, len(engines))
+			results := make([][]*Result, len(states))
 			for r := range cfg.Rounds {
 				seed := runSeed(cfg.Seed, wl, threads, r)
-				for i := range engines {
-					es := engines[(r+i)%len(engines)]
-					p.label(fmt.Sprintf("%s at %d threads, round %d/%d: %s", wl, threads, r+1, cfg.Rounds, es.name))
+				for i := range states {
+					es := states[(r+i)%len(states)]
+					p.label(fmt.Sprintf("%s: %s at %d threads, round %d/%d: %s", mode, wl, threads, r+1, cfg.Rounds, es.name))
 					res, err := runOne(ctx, cfg, es, wls[wi], threads, seed, &p.done)
 					if err != nil {
-						return nil, fmt.Errorf("workload %s, %d threads, %s: %w", wl, threads, es.name, err)
+						return nil, fmt.Errorf("%s: workload %s, %d threads, %s: %w", mode, wl, threads, es.name, err)
 					}
-					idx := slices.Index(cfg.Engines, es.name)
+					idx := slices.Index(engines, es.name)
 					results[idx] = append(results[idx], res)
 				}
 			}
 			first := len(rows)
-			for i, es := range engines {
-				rows = append(rows, summarize(workloadName(wl), threads, es.name, results[i]))
+			for i, es := range states {
+				rows = append(rows, summarize(workloadName(wl), threads, es.name, mode, results[i]))
 				rows[len(rows)-1].Records = es.records
 			}
 			speedups(rows[first:])
@@ -189,12 +345,15 @@ func Bench(ctx context.Context, cfg Config) (rows []Row, err error) {
 }
 
 // runOne opens es, runs the warm-up and the measured operations of w, and
-// closes it.
+// closes it. The measured run's clock and CPU time go on through Close:
+// what the run wrote is durable when they stop.
 func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.Properties, threads int, seed int64, done *atomic.Int64) (*Result, error) {
 	db, err := Open(es.name, es.dir, props)
 	if err != nil {
 		return nil, err
 	}
+	var c0 time.Duration
+	var cok bool
 	res, err := func() (*Result, error) {
 		if cfg.Warmup > 0 {
 			wp := props.FilterFunc(func(string, string) bool { return true })
@@ -213,6 +372,7 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		if err != nil {
 			return nil, err
 		}
+		c0, cok = processCPU()
 		res, err := Run(ctx, db, w, es.records, RunOptions{Threads: threads, Seed: seed, MaxTime: cfg.MaxTime, Done: done})
 		if err != nil {
 			return nil, err
@@ -220,8 +380,15 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		es.records = res.Records
 		return res, nil
 	}()
+	start := time.Now()
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if res != nil {
+		res.Elapsed += time.Since(start)
+		if c1, ok := processCPU(); ok && cok {
+			res.CPU = c1 - c0
+		}
 	}
 	return res, err
 }
@@ -289,6 +456,21 @@ func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Prope
 	if cfg.Warmup == 0 {
 		cfg.Warmup = cfg.Ops / 10
 	}
+	if len(cfg.Durability) == 0 {
+		cfg.Durability = slices.Clone(DurabilityModes)
+	}
+	for i, d := range cfg.Durability {
+		if !slices.Contains(DurabilityModes, d) {
+			return cfg, nil, nil, fmt.Errorf("%w: durability %q (want some of %s)", ErrBadProperty, d, strings.Join(DurabilityModes, ","))
+		}
+		if slices.Contains(cfg.Durability[:i], d) {
+			return cfg, nil, nil, fmt.Errorf("%w: durability %q listed twice", ErrBadProperty, d)
+		}
+	}
+	if !slices.ContainsFunc(cfg.Durability, func(d string) bool { return len(modeEngines(d, cfg.Engines)) > 0 }) {
+		return cfg, nil, nil, fmt.Errorf("%w: no engine of %s runs in durability %s (bbolt runs in %s only)",
+			ErrBadProperty, strings.Join(cfg.Engines, ","), strings.Join(cfg.Durability, ","), DurabilityAcked)
+	}
 	switch {
 	case cfg.Records < 1:
 		return cfg, nil, nil, fmt.Errorf("%w: %d records: want at least 1", ErrBadProperty, cfg.Records)
@@ -333,19 +515,27 @@ func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Prope
 }
 
 // summarize makes the row of one engine's rounds.
-func summarize(workload string, threads int, engine string, rs []*Result) Row {
-	row := Row{Workload: workload, Threads: threads, Engine: engine, Rounds: len(rs), Ops: map[string]OpStats{}}
-	var rates []float64
+func summarize(workload string, threads int, engine, mode string, rs []*Result) Row {
+	row := Row{Workload: workload, Threads: threads, Engine: engine, Durability: mode, Rounds: len(rs), Ops: map[string]OpStats{}}
+	var rates, cpu []float64
 	all := &Result{}
 	for _, r := range rs {
 		rates = append(rates, r.OpsPerSec())
+		if r.CPU > 0 && r.Ops > 0 {
+			cpu = append(cpu, float64(r.CPU)/float64(r.Ops))
+		}
 		all.merge(r)
 		row.OpsPerRound = r.Ops
 		row.Records = r.Records
 	}
+	row.RoundOpsPerSec = slices.Clone(rates)
 	slices.Sort(rates)
 	row.OpsPerSec = median(rates)
 	row.MinOpsPerSec, row.MaxOpsPerSec = rates[0], rates[len(rates)-1]
+	if len(cpu) > 0 {
+		slices.Sort(cpu)
+		row.CPUPerOp = time.Duration(median(cpu))
+	}
 	for op, h := range all.Latency {
 		row.Ops[op] = opStats(h)
 	}
@@ -370,18 +560,32 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-// speedups sets KvbufSpeedup on the rows of one workload and thread count.
+// speedups sets KvbufSpeedup, SpeedupMin and SpeedupMax on the rows of one
+// workload and thread count: kvbuf's ops/s ÷ the engine's, round by round
+// (every round ran every engine, back to back).
 func speedups(rows []Row) {
-	var k float64
+	var k []float64
 	for _, r := range rows {
 		if r.Engine == "kvbuf" {
-			k = r.OpsPerSec
+			k = r.RoundOpsPerSec
 		}
 	}
 	for i := range rows {
-		if rows[i].Engine != "kvbuf" && k > 0 && rows[i].OpsPerSec > 0 {
-			rows[i].KvbufSpeedup = k / rows[i].OpsPerSec
+		r := &rows[i]
+		if r.Engine == "kvbuf" || len(k) == 0 {
+			continue
 		}
+		var per []float64
+		for j := range min(len(k), len(r.RoundOpsPerSec)) {
+			if r.RoundOpsPerSec[j] > 0 {
+				per = append(per, k[j]/r.RoundOpsPerSec[j])
+			}
+		}
+		if len(per) == 0 {
+			continue
+		}
+		slices.Sort(per)
+		r.KvbufSpeedup, r.SpeedupMin, r.SpeedupMax = median(per), per[0], per[len(per)-1]
 	}
 }
 
@@ -402,7 +606,10 @@ func newProgressor(cfg Config) *progressor {
 	if p.fn == nil {
 		return p
 	}
-	n := float64(len(cfg.Engines))
+	n := 0.0
+	for _, d := range cfg.Durability {
+		n += float64(len(modeEngines(d, cfg.Engines)))
+	}
 	p.total = n*float64(cfg.Records) + n*float64(len(cfg.Workloads)*len(cfg.Threads)*cfg.Rounds)*float64(cfg.Ops+max(cfg.Warmup, 0))
 	p.wg.Go(func() {
 		t := time.NewTicker(100 * time.Millisecond)

@@ -539,6 +539,7 @@ func TestYCSBSmoke(t *testing.T) {
 		Workload     string            `json:"workload"`
 		Threads      int               `json:"threads"`
 		DB           string            `json:"db"`
+		Durability   string            `json:"durability"`
 		Records      int64             `json:"records"`
 		Rounds       int               `json:"rounds"`
 		OpsPerRound  int64             `json:"ops_per_round"`
@@ -554,6 +555,9 @@ func TestYCSBSmoke(t *testing.T) {
 		}
 		id := r.Workload + "/" + r.DB
 		seen[id] = true
+		if (r.Durability != "window" && r.Durability != "acked") || (r.DB == "bbolt" && r.Durability != "acked") {
+			t.Errorf("%s: durability %q", id, r.Durability)
+		}
 		if r.OpsPerSec <= 0 || r.OpsPerRound <= 0 || r.Rounds != 1 || r.Threads != 1 || r.Records < 2000 || len(r.Ops) == 0 {
 			t.Errorf("%s: %+v", id, r)
 		}
@@ -584,7 +588,9 @@ func TestYCSBSmoke(t *testing.T) {
 		}
 	}
 	b, err := os.ReadFile(md)
-	if err != nil || !bytes.Contains(b, []byte("| workload | threads | kvbuf ops/s |")) || bytes.Count(b, []byte("\n| ")) != 9 {
+	// One table per durability mode, each a header, its rule and 7 lines.
+	if err != nil || !bytes.Contains(b, []byte("| workload | threads | kvbuf ops/s |")) || bytes.Count(b, []byte("\n| ")) != 18 ||
+		!bytes.Contains(b, []byte("Durability `window`")) || !bytes.Contains(b, []byte("kvbuf ÷ bbolt")) {
 		t.Errorf("markdown: %v\n%s", err, b)
 	}
 	left, _ := os.ReadDir(tmp)
@@ -595,7 +601,7 @@ func TestYCSBSmoke(t *testing.T) {
 	props := filepath.Join(tmp, "mine.properties")
 	write(t, props, "readproportion=0.5\nscanproportion=0.5\nrequestdistribution=uniform\nfieldcount=3\nfieldlength=10\n")
 	code, out, errOut = runCLI(t, "ycsb", "--quick", "--db", "pebble", "--workload", props, "--threads", "1,2", "--dir", tmp)
-	if code != 0 || errOut != "" || !strings.Contains(out, "mine      2        pebble") || !strings.Contains(out, "SCAN") {
+	if code != 0 || errOut != "" || !strings.Contains(out, "acked       mine      2        pebble") || !strings.Contains(out, "SCAN") {
 		t.Errorf("ycsb table: exit %d\n%s\nstderr %q", code, out, errOut)
 	}
 }

@@ -32,35 +32,57 @@ func ycsbHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "engine r mod n). A run opens the engine, does --warmup operations")
 	fmt.Fprintln(w, "unmeasured (in at most --max-time/5), then --ops measured ones (in at most")
 	fmt.Fprintln(w, "--max-time), and closes it.")
+	fmt.Fprintln(w, "A run's clock stops when what it wrote is durable: its Close is timed (and")
+	fmt.Fprintln(w, "the load until a final sync).")
 	fmt.Fprintln(w, "For each engine it prints the median throughput over rounds, the min-max,")
-	fmt.Fprintln(w, "the kvbuf speedup (kvbuf median / this engine's median; above 1: kvbuf is")
-	fmt.Fprintln(w, "faster) and, per operation type, p50/p99/p999 latencies over all rounds.")
-	fmt.Fprintln(w, "READ@FLUSH are the reads that started or ended while the engine was")
-	fmt.Fprintln(w, "flushing (kvbuf: a generation in flight; pebble: a memtable flush).")
+	fmt.Fprintln(w, "the kvbuf speedup (kvbuf's ops/s / this engine's in the same round: the")
+	fmt.Fprintln(w, "median over rounds and its min-max; above 1: kvbuf is faster), the CPU time")
+	fmt.Fprintln(w, "per operation (user+system, the whole process, through Close) and, per")
+	fmt.Fprintln(w, "operation type, p50/p99/p999 latencies over all rounds. READ@FLUSH are the")
+	fmt.Fprintln(w, "reads that started or ended while the engine was flushing (kvbuf: a")
+	fmt.Fprintln(w, "generation in flight; pebble: a memtable flush).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "--durability runs the comparison in each mode, with its own load:")
+	fmt.Fprintln(w, "  window  the same loss window: kvbuf flushes every FlushInterval and its")
+	fmt.Fprintln(w, "          writes go through a host log (an append-only file, one write")
+	fmt.Fprintln(w, "          per op, synced every FlushInterval); pebble writes NoSync and")
+	fmt.Fprintln(w, "          syncs its WAL (LogData) every FlushInterval, badger calls Sync")
+	fmt.Fprintln(w, "          every FlushInterval; bbolt does not run")
+	fmt.Fprintln(w, "  acked   acknowledged after durable: kvbuf writes then Flushes, pebble")
+	fmt.Fprintln(w, "          and badger sync every write, bbolt commits; concurrent writers")
+	fmt.Fprintln(w, "          share syncs (group commit)")
+	fmt.Fprintln(w, "In both, pebble's and badger's memtables are kvbuf's MaxPendingBytes and")
+	fmt.Fprintln(w, "their block caches kvbuf's CacheSize (-p overrides any of them).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Workloads: a (50% read, 50% update, zipfian), b (95/5), c (read only),")
 	fmt.Fprintln(w, "d (95% read, 5% insert, latest), e (95% scans of up to 100, 5% insert),")
 	fmt.Fprintln(w, "f (50% read, 50% read-modify-write), or the path of a YCSB properties file.")
 	fmt.Fprintln(w, "Records are 10 fields of 100 bytes unless a file or -p says otherwise.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Engines (see doc/workloads.md for what each promises on a crash):")
-	fmt.Fprintln(w, "  kvbuf   default Options, writes with op 0 (-p kvbuf.ops=true numbers them)")
-	fmt.Fprintln(w, "  pebble  v2, opened as kvbuf's store (format, memtable, cache), NoSync writes")
-	fmt.Fprintln(w, "  badger  v4, default options, SyncWrites off")
+	fmt.Fprintln(w, "Engines (doc/workloads.md says what each promises in each mode):")
+	fmt.Fprintln(w, "  kvbuf   default Options unless -p kvbuf.*")
+	fmt.Fprintln(w, "  pebble  v2, opened as kvbuf's store (format, Bloom filters)")
+	fmt.Fprintln(w, "  badger  v4, default options")
 	fmt.Fprintln(w, "  bbolt   default options (fsync per commit), DB.Batch with several threads")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "-p key=value sets a property over every workload's: engine options")
 	fmt.Fprintln(w, "(kvbuf.max_pending_bytes, kvbuf.flush_interval, kvbuf.cache_size,")
-	fmt.Fprintln(w, "kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, pebble.cache_size,")
-	fmt.Fprintln(w, "badger.block_cache_size, badger.sync_writes, bbolt.nosync) or any core")
-	fmt.Fprintln(w, "workload property (requestdistribution, fieldlength, batch.size, ...).")
+	fmt.Fprintln(w, "kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, kvbuf.host_log,")
+	fmt.Fprintln(w, "kvbuf.flush_writes, pebble.cache_size, pebble.memtable_size,")
+	fmt.Fprintln(w, "pebble.sync_writes, pebble.sync_interval, badger.block_cache_size,")
+	fmt.Fprintln(w, "badger.memtable_size, badger.num_memtables, badger.sync_writes,")
+	fmt.Fprintln(w, "badger.sync_interval, bbolt.nosync) or any core workload property")
+	fmt.Fprintln(w, "(requestdistribution, fieldlength, batch.size, ...); it wins over what a")
+	fmt.Fprintln(w, "durability mode sets.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "--json writes one JSON object per engine row to stdout: workload, threads,")
-	fmt.Fprintln(w, "db, records, rounds, ops_per_round, ops_per_sec, ops_per_sec_min,")
-	fmt.Fprintln(w, "ops_per_sec_max, kvbuf_speedup (other engines), ops (operation ->")
-	fmt.Fprintln(w, "count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes the table of")
-	fmt.Fprintln(w, "the README and doc/workloads.md to a file. A progress line is drawn on")
-	fmt.Fprintln(w, "stderr when it is a terminal or with --progress.")
+	fmt.Fprintln(w, "db, durability, records, rounds, ops_per_round, ops_per_sec,")
+	fmt.Fprintln(w, "ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,")
+	fmt.Fprintln(w, "kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops")
+	fmt.Fprintln(w, "(operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes")
+	fmt.Fprintln(w, "the tables of the README and doc/workloads.md (one per durability mode) to")
+	fmt.Fprintln(w, "a file. A progress line is drawn on stderr when it is a terminal or with")
+	fmt.Fprintln(w, "--progress.")
 	fmt.Fprintln(w)
 	printFlags(w, fs, "dir", "seed")
 }
@@ -76,25 +98,31 @@ type ycsbOpJSON struct {
 
 // ycsbRowJSON is one --json line.
 type ycsbRowJSON struct {
-	Workload     string                `json:"workload"`
-	Threads      int                   `json:"threads"`
-	DB           string                `json:"db"`
-	Records      int64                 `json:"records"`
-	Rounds       int                   `json:"rounds"`
-	OpsPerRound  int64                 `json:"ops_per_round"`
-	OpsPerSec    float64               `json:"ops_per_sec"`
-	OpsPerSecMin float64               `json:"ops_per_sec_min"`
-	OpsPerSecMax float64               `json:"ops_per_sec_max"`
-	KvbufSpeedup float64               `json:"kvbuf_speedup,omitempty"`
-	Ops          map[string]ycsbOpJSON `json:"ops"`
+	Workload        string                `json:"workload"`
+	Threads         int                   `json:"threads"`
+	DB              string                `json:"db"`
+	Durability      string                `json:"durability"`
+	Records         int64                 `json:"records"`
+	Rounds          int                   `json:"rounds"`
+	OpsPerRound     int64                 `json:"ops_per_round"`
+	OpsPerSec       float64               `json:"ops_per_sec"`
+	OpsPerSecMin    float64               `json:"ops_per_sec_min"`
+	OpsPerSecMax    float64               `json:"ops_per_sec_max"`
+	OpsPerSecRounds []float64             `json:"ops_per_sec_rounds"`
+	CPUNsPerOp      int64                 `json:"cpu_ns_per_op,omitempty"`
+	KvbufSpeedup    float64               `json:"kvbuf_speedup,omitempty"`
+	SpeedupMin      float64               `json:"kvbuf_speedup_min,omitempty"`
+	SpeedupMax      float64               `json:"kvbuf_speedup_max,omitempty"`
+	Ops             map[string]ycsbOpJSON `json:"ops"`
 }
 
 func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
 	j := ycsbRowJSON{
-		Workload: r.Workload, Threads: r.Threads, DB: r.Engine, Records: r.Records,
+		Workload: r.Workload, Threads: r.Threads, DB: r.Engine, Durability: r.Durability, Records: r.Records,
 		Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
-		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec,
-		KvbufSpeedup: r.KvbufSpeedup, Ops: map[string]ycsbOpJSON{},
+		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec, OpsPerSecRounds: r.RoundOpsPerSec,
+		CPUNsPerOp: int64(r.CPUPerOp), KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
+		Ops: map[string]ycsbOpJSON{},
 	}
 	for op, s := range r.Ops {
 		j.Ops[op] = ycsbOpJSON{Count: s.Count, P50Ns: int64(s.P50), P99Ns: int64(s.P99), P999Ns: int64(s.P999), MaxNs: int64(s.Max)}
@@ -135,6 +163,7 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
 	workloads := fs.String("workload", strings.Join(ycsb.StandardOrder, ","), "comma-separated `workloads`: a-f or properties files")
 	dbs := fs.String("db", strings.Join(ycsb.Engines, ","), "comma-separated `engines` to compare")
+	durability := fs.String("durability", strings.Join(ycsb.DurabilityModes, ","), "comma-separated durability `modes`: window (the same loss window), acked (acknowledged after durable)")
 	threads := fs.String("threads", "1", "comma-separated client thread `counts`")
 	records := fs.Int64("records", 1_000_000, "records to load")
 	ops := fs.Int64("ops", 1_000_000, "measured operations per run")
@@ -162,7 +191,7 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := ycsb.Config{
 		Engines: splitList(*dbs), Workloads: splitList(*workloads),
 		Records: *records, Ops: *ops, Warmup: *warmup, Rounds: *rounds, MaxTime: *maxTime,
-		Dir: *dir, Seed: *seed, Props: props.p,
+		Dir: *dir, Seed: *seed, Props: props.p, Durability: splitList(*durability),
 	}
 	if *quick {
 		// Explicit flags win over --quick's sizes.
@@ -198,6 +227,8 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "ycsb", "--db: want at least one engine")
 	case len(cfg.Workloads) == 0:
 		return usageError(stderr, "ycsb", "--workload: want at least one workload")
+	case len(cfg.Durability) == 0:
+		return usageError(stderr, "ycsb", "--durability: want at least one mode")
 	case cfg.Records < 1:
 		return usageError(stderr, "ycsb", fmt.Sprintf("--records %d: want at least 1", cfg.Records))
 	case cfg.Ops < 1:
@@ -210,6 +241,11 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, e := range cfg.Engines {
 		if !slices.Contains(ycsb.Engines, e) {
 			return usageError(stderr, "ycsb", fmt.Sprintf("--db: unknown engine %q (want some of %s)", e, strings.Join(ycsb.Engines, ",")))
+		}
+	}
+	for _, d := range cfg.Durability {
+		if !slices.Contains(ycsb.DurabilityModes, d) {
+			return usageError(stderr, "ycsb", fmt.Sprintf("--durability: unknown mode %q (want some of %s)", d, strings.Join(ycsb.DurabilityModes, ",")))
 		}
 	}
 	p := newProgress(stderr, *force, 1)
@@ -259,8 +295,12 @@ func ycsbHeader(cfg ycsb.Config) string {
 	if cfg.MaxTime > 0 {
 		limit = fmt.Sprintf("at most %v per run", cfg.MaxTime)
 	}
-	return fmt.Sprintf("%d records, %d ops per run after %d warm-up ops, %s, %d rounds, GOMAXPROCS %d, %s %s/%s",
-		cfg.Records, cfg.Ops, max(cfg.Warmup, 0), limit, cfg.Rounds, runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	modes := cfg.Durability
+	if len(modes) == 0 {
+		modes = ycsb.DurabilityModes
+	}
+	return fmt.Sprintf("%d records, %d ops per run after %d warm-up ops, %s (each timed through Close), %d rounds, durability %s, GOMAXPROCS %d, %s %s/%s",
+		cfg.Records, cfg.Ops, max(cfg.Warmup, 0), limit, cfg.Rounds, strings.Join(modes, ","), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // ycsbOpOrder is the order operation rows are printed in.
@@ -285,92 +325,123 @@ func sortedOps(m map[string]ycsb.OpStats) []string {
 func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 	fmt.Fprintf(w, "kvtool ycsb: %s\n\n", ycsbHeader(cfg))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tTHREADS\tDB\tOPS/S\tMIN-MAX\tKVBUF SPEEDUP\tOP\tCOUNT\tP50\tP99\tP999")
+	fmt.Fprintln(tw, "DURABILITY\tWORKLOAD\tTHREADS\tDB\tOPS/S\tMIN-MAX\tCPU/OP\tKVBUF SPEEDUP\tOP\tCOUNT\tP50\tP99\tP999")
 	for _, r := range rows {
 		speed := "-"
 		if r.KvbufSpeedup > 0 {
-			speed = fmt.Sprintf("%.2fx", r.KvbufSpeedup)
+			speed = fmt.Sprintf("%.2fx (%.2f-%.2f)", r.KvbufSpeedup, r.SpeedupMin, r.SpeedupMax)
+		}
+		cpu := "-"
+		if r.CPUPerOp > 0 {
+			cpu = bench.FormatNs(float64(r.CPUPerOp))
 		}
 		for i, op := range sortedOps(r.Ops) {
 			s := r.Ops[op]
 			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s-%s\t%s", r.Workload, r.Threads, r.Engine, fmtRate(r.OpsPerSec), fmtRate(r.MinOpsPerSec), fmtRate(r.MaxOpsPerSec), speed)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s-%s\t%s\t%s", r.Durability, r.Workload, r.Threads, r.Engine, fmtRate(r.OpsPerSec), fmtRate(r.MinOpsPerSec), fmtRate(r.MaxOpsPerSec), cpu, speed)
 			} else {
-				fmt.Fprint(tw, "\t\t\t\t\t")
+				fmt.Fprint(tw, "\t\t\t\t\t\t\t")
 			}
 			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s\t%s\n", op, s.Count, bench.FormatNs(float64(s.P50)), bench.FormatNs(float64(s.P99)), bench.FormatNs(float64(s.P999)))
 		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "KVBUF SPEEDUP = kvbuf's median ops/s / this engine's (above 1: kvbuf is faster); latencies over all rounds.")
-	fmt.Fprintln(w, "load: one round, records/s through BatchInsert; READ@FLUSH: reads while the engine was flushing (kvbuf, pebble).")
+	fmt.Fprintln(w, "KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.")
+	fmt.Fprintln(w, "Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.")
+	fmt.Fprintln(w, "READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.")
 }
 
-// ycsbMarkdown renders rows as the README table: throughput per engine,
-// kvbuf's speedups, and read p99s of kvbuf and pebble, overall and during
-// flushes.
+// ycsbMarkdown renders rows as the README tables, one per durability mode:
+// throughput per engine, kvbuf's speedups per round (median and min–max),
+// and each engine's read p99, overall and during its flushes.
 func ycsbMarkdown(rows []ycsb.Row, cfg ycsb.Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!-- kvtool ycsb: %s -->\n", ycsbHeader(cfg))
-	has := func(e string) bool { return slices.Contains(cfg.Engines, e) }
-	head := "| workload | threads |"
-	sep := "| --- | --: |"
-	for _, e := range cfg.Engines {
-		head += " " + e + " ops/s |"
-		sep += " --: |"
+	var modes []string
+	for _, r := range rows {
+		if !slices.Contains(modes, r.Durability) {
+			modes = append(modes, r.Durability)
+		}
 	}
-	for _, e := range cfg.Engines {
-		if e != "kvbuf" && has("kvbuf") {
-			head += " kvbuf ÷ " + e + " |"
+	for mi, mode := range modes {
+		var engines []string
+		type key struct {
+			w string
+			t int
+		}
+		var order []key
+		by := map[key]map[string]ycsb.Row{}
+		for _, r := range rows {
+			if r.Durability != mode {
+				continue
+			}
+			if !slices.Contains(engines, r.Engine) {
+				engines = append(engines, r.Engine)
+			}
+			k := key{r.Workload, r.Threads}
+			if by[k] == nil {
+				by[k] = map[string]ycsb.Row{}
+				order = append(order, k)
+			}
+			by[k][r.Engine] = r
+		}
+		if mi > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Durability `%s`:\n\n", mode)
+		hasKvbuf := slices.Contains(engines, "kvbuf")
+		head := "| workload | threads |"
+		sep := "| --- | --: |"
+		for _, e := range engines {
+			head += " " + e + " ops/s |"
 			sep += " --: |"
 		}
-	}
-	if has("kvbuf") && has("pebble") {
-		head += " read p99 kvbuf / pebble | read p99 in flushes kvbuf / pebble |"
-		sep += " --: | --: |"
-	}
-	fmt.Fprintf(&b, "%s\n%s\n", head, sep)
-	type key struct {
-		w string
-		t int
-	}
-	var order []key
-	by := map[key]map[string]ycsb.Row{}
-	for _, r := range rows {
-		k := key{r.Workload, r.Threads}
-		if by[k] == nil {
-			by[k] = map[string]ycsb.Row{}
-			order = append(order, k)
-		}
-		by[k][r.Engine] = r
-	}
-	p99 := func(r ycsb.Row, op string) string {
-		s, ok := r.Ops[op]
-		if !ok || s.Count == 0 {
-			return "–"
-		}
-		return bench.FormatNs(float64(s.P99))
-	}
-	for _, k := range order {
-		name := strings.ToUpper(k.w)
-		if len(k.w) > 1 {
-			name = k.w
-		}
-		line := fmt.Sprintf("| %s | %d |", name, k.t)
-		for _, e := range cfg.Engines {
-			line += " " + fmtRate(by[k][e].OpsPerSec) + " |"
-		}
-		for _, e := range cfg.Engines {
-			if e != "kvbuf" && has("kvbuf") {
-				line += fmt.Sprintf(" %.2f× |", by[k][e].KvbufSpeedup)
+		for _, e := range engines {
+			if e != "kvbuf" && hasKvbuf {
+				head += " kvbuf ÷ " + e + " |"
+				sep += " --: |"
 			}
 		}
-		if has("kvbuf") && has("pebble") {
-			kv, pb := by[k]["kvbuf"], by[k]["pebble"]
-			line += fmt.Sprintf(" %s / %s | %s / %s |", p99(kv, ycsb.OpRead), p99(pb, ycsb.OpRead), p99(kv, ycsb.OpReadInFlush), p99(pb, ycsb.OpReadInFlush))
+		head += " CPU/op " + strings.Join(engines, " / ") + " | read p99 " + strings.Join(engines, " / ") + " | read p99 in flushes " + strings.Join(engines, " / ") + " |"
+		sep += " --: | --: | --: |"
+		fmt.Fprintf(&b, "%s\n%s\n", head, sep)
+		p99 := func(r ycsb.Row, op string) string {
+			s, ok := r.Ops[op]
+			if !ok || s.Count == 0 {
+				return "–"
+			}
+			return bench.FormatNs(float64(s.P99))
 		}
-		fmt.Fprintln(&b, line)
+		for _, k := range order {
+			name := strings.ToUpper(k.w)
+			if len(k.w) > 1 {
+				name = k.w
+			}
+			line := fmt.Sprintf("| %s | %d |", name, k.t)
+			for _, e := range engines {
+				line += " " + fmtRate(by[k][e].OpsPerSec) + " |"
+			}
+			for _, e := range engines {
+				if e != "kvbuf" && hasKvbuf {
+					r := by[k][e]
+					line += fmt.Sprintf(" %.2f× (%.2f–%.2f) |", r.KvbufSpeedup, r.SpeedupMin, r.SpeedupMax)
+				}
+			}
+			var cpu, read, flush []string
+			for _, e := range engines {
+				r := by[k][e]
+				c := "–"
+				if r.CPUPerOp > 0 {
+					c = bench.FormatNs(float64(r.CPUPerOp))
+				}
+				cpu = append(cpu, c)
+				read = append(read, p99(r, ycsb.OpRead))
+				flush = append(flush, p99(r, ycsb.OpReadInFlush))
+			}
+			line += " " + strings.Join(cpu, " / ") + " | " + strings.Join(read, " / ") + " | " + strings.Join(flush, " / ") + " |"
+			fmt.Fprintln(&b, line)
+		}
 	}
 	return b.String()
 }
