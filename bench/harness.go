@@ -170,6 +170,10 @@ const (
 	// different on each side, is not (W6's Flush with the writes before
 	// it off the clock, against a synced batch of presorted keys).
 	LabelComponent = "component: part of the work off the clock"
+	// LabelBreaksDurability: a baseline that does less than the rule
+	// asks by design (W4's singleflight returns from Flush before the
+	// caller's write is durable: its violations).
+	LabelBreaksDurability = "breaks durability by design (violations)"
 )
 
 // RoundResult describes one round of an implementation.

@@ -349,8 +349,17 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 		if w.Writes && !r.Floor && r.ReadBack <= 0 {
 			t.Errorf("%s/%s: a write row read back %d values", r.Workload, r.Impl, r.ReadBack)
 		}
-		if (w.Name == "W8/batch-64-puts") != (r.Label == LabelWriteOnly) {
-			t.Errorf("%s/%s: label %q", r.Workload, r.Impl, r.Label)
+		wantLabel := ""
+		switch {
+		case w.Name == "W8/batch-64-puts":
+			wantLabel = LabelWriteOnly
+		case r.Impl == ImplSingleflight:
+			wantLabel = LabelBreaksDurability
+		case strings.HasPrefix(w.Name, "W6/") && (r.Impl == ImplKvbufFlushOnly || r.Impl == ImplPebbleSortedSync || r.Impl == ImplApplyWords):
+			wantLabel = LabelComponent
+		}
+		if r.Label != wantLabel {
+			t.Errorf("%s/%s: label %q, want %q", r.Workload, r.Impl, r.Label, wantLabel)
 		}
 		if r.Noisy != (r.Max > NoisyRatio*r.Min) {
 			t.Errorf("%s/%s: noisy %t with min %v max %v", r.Workload, r.Impl, r.Noisy, r.Min, r.Max)

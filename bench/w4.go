@@ -147,9 +147,13 @@ func setupW4(_ context.Context, s *Suite, c Config) error {
 	w4 := func(name string, G, per int, think time.Duration) *Workload {
 		w := &Workload{Name: name, Unit: "write+flush", Writes: true}
 		for _, im := range impls {
-			w.Impls = append(w.Impls, Impl{Name: im.name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
+			row := Impl{Name: im.name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
 				return im.round(ctx, G, per, think)
-			})})
+			})}
+			if im.name == ImplSingleflight {
+				row.Label = LabelBreaksDurability
+			}
+			w.Impls = append(w.Impls, row)
 		}
 		return w
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,8 @@ func fixture(t *testing.T, skip ...string) string {
 			return "write only, durability not included"
 		case impl == "kvbuf-flush-only" || impl == "pebble-batch-sync-sorted-input" || impl == "apply-words+msync":
 			return "component: part of the work off the clock"
+		case impl == "singleflight":
+			return "breaks durability by design (violations)"
 		}
 		return ""
 	}
@@ -81,7 +84,7 @@ func TestReadmeTable(t *testing.T) {
 	s := out.String()
 	labelled := 0
 	for _, l := range readmeLines {
-		if l.workload == "W8/batch-64-puts" || l.own == "kvbuf-flush-only" {
+		if l.workload == "W8/batch-64-puts" || l.own == "kvbuf-flush-only" || slices.Contains(l.bases, "singleflight") {
 			labelled++
 		}
 	}
