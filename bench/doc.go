@@ -30,15 +30,43 @@
 // batches, memory rows).
 //
 // Workload.Run runs one warm-up round of every implementation (in order,
-// not measured), then the measured rounds interleaved in rotating order
-// (round r starts at implementation r mod n), with a garbage collection
-// before every implementation's round. It returns one Row per
-// implementation with the median, minimum and maximum time per operation,
-// a Noisy flag when the maximum exceeds NoisyRatio times the minimum and,
-// on the project's own rows ("kvbuf", "kvbuf-…"), the ratio of every
-// baseline's median to theirs.
+// not measured), then the measured rounds, round r in the order of row r of
+// a Williams design (RoundOrder: in n rounds every implementation runs once
+// at every position, and each runs right after each other one equally
+// often), with a garbage collection before every implementation's round.
+// It returns one Row per implementation with the median, minimum and
+// maximum time per operation, a Noisy flag when the maximum exceeds
+// NoisyRatio times the minimum, the user+system CPU time per operation of
+// the whole process over the timed part (getrusage: work moved to other
+// goroutines and cores counts) and, on the project's own rows ("kvbuf",
+// "kvbuf-…"), a Ratio to every baseline computed round by round: in each
+// round, the baseline's time over the own row's, summarised by its median
+// and min–max (flagged noisy the same way) and the median ratio of CPU
+// times.
+//
+// # Adding a row
+//
+// A row is an Impl: a Name, a Loop or a Round, and a Label if it cannot
+// meet the fairness rule of doc/workloads.md (LabelWriteOnly,
+// LabelComponent, LabelBreaksDurability; Workload.Label labels a whole
+// workload). A Round times its work with Timed, which also counts the
+// CPU time and the allocations of that part; whatever it does outside
+// Timed (preparation, a flush that empties the engine, the read-back) is
+// off the clock. A workload whose rows write sets Workload.Writes: after
+// every round each row reads back what it wrote and compares it (a sample
+// of Config.ReadBack values, or all of them), reporting the count in
+// RoundResult.ReadBack or, for a Looper, through ReadBacker; readBackKV and
+// readBackBits do the comparison and return ErrReadBack on a difference.
+// Run computes the per-round ratios, the CPU figures and the noise flags
+// of every row it runs; nothing else is needed.
 //
 // # Fairness
+//
+// doc/workloads.md ("Fairness") states the rule (the same work at the same
+// durability with the same memory, all of kvbuf's work timed, the best
+// baseline, every write checked) and, row by row, what each side has made
+// durable when the clock stops, its memory and its work off the clock.
+// In code:
 //
 //   - Every baseline does the work kvbuf does: values found are copied
 //     into a buffer the caller reuses on every row (kvbuf's GetAppend,
@@ -48,6 +76,12 @@
 //   - Engines that must keep changes pending run without the interval
 //     flush and with a pending limit sized to the workload, never disabled;
 //     one row per family runs an engine with default Options.
+//   - The raw pebble baselines of the write workloads get the engine's
+//     memory: a memtable of its pending budget (or of its store's own,
+//     "…-store-memtable") and its block cache plus its read tier
+//     (pebble_baselines.go), and make the same writes durable by the best
+//     means pebble has (a synced batch, NoSync writes with a synced LogData
+//     every FlushInterval, no WAL and DB.Flush).
 //   - Every implementation gets the same warm-up round.
 //   - Every round of every implementation that does the same work must give
 //     the same check count (bits found set, keys found plus their last
@@ -55,11 +89,18 @@
 //     cannot silently compare different answers. Floor rows (the raw
 //     bitslice and pebble-get, which read without the pending changes) and
 //     W7 (whose reads depend on how far the writer got) are not compared.
+//   - Every write row reads back what it wrote (see Adding a row); a row
+//     that drops or mangles a write fails the run with ErrReadBack.
 //
 // # Caveats
 //
 //   - Figures are wall-clock times on whatever machine runs them. Compare
 //     rows of one run as ratios; absolute nanoseconds move from run to run.
+//   - CPU time is the whole process's (getrusage(RUSAGE_SELF)): a row's
+//     figure includes any other goroutine that runs during its timed part,
+//     pebble's compactions of an earlier round included when the quiesce
+//     step did not finish them. Where getrusage does not exist rows carry
+//     no CPU figure.
 //   - AllocsPerOp comes from runtime.MemStats.Mallocs deltas over the timed
 //     part: it counts allocations by every goroutine in the process,
 //     including pebble's background work.

@@ -27,8 +27,9 @@ var (
 	// go test repeats each sub-benchmark -count times in a row, so the
 	// implementations of a workload cannot interleave within one run;
 	// scripts/bench-all.sh runs the package several times with -rotate
-	// 0, 1, 2, … instead, so that the k-th run starts at implementation k.
-	benchRotate = flag.Int("rotate", 0, "start each workload's sub-benchmarks at implementation rotate mod n")
+	// 0, 1, 2, … instead, so that the k-th run orders them as round k of
+	// kvtool bench does (RoundOrder).
+	benchRotate = flag.Int("rotate", 0, "run each workload's sub-benchmarks in the order of round rotate (RoundOrder)")
 )
 
 // Suites opened by the Benchmark functions, kept for the whole process and
@@ -399,10 +400,10 @@ const loopChunk = 1 << 14
 // benchSuite runs the suite's workloads as sub-benchmarks named
 // workload/impl (BenchmarkW1/lookup-with-pending-changes/kvbuf, …) over
 // the same implementations kvtool bench times. A workload's
-// implementations run in order starting at implementation -rotate mod n
-// (go test runs each sub-benchmark's -count and -cpu repetitions back to
-// back, so interleaving needs several runs with different -rotate values:
-// see scripts/bench-all.sh). Loop workloads run loopChunk operations per
+// implementations run in the order of round -rotate (RoundOrder; go test
+// runs each sub-benchmark's -count and -cpu repetitions back to back, so
+// interleaving needs several runs with different -rotate values: see
+// scripts/bench-all.sh). Loop workloads run loopChunk operations per
 // b.Loop iteration, in
 // GOMAXPROCS goroutines for the parallel ones (go test -cpu 1,2 gives rows
 // at 1 and 2 goroutines); Round workloads run one round per iteration.
@@ -417,9 +418,8 @@ func benchSuite(b *testing.B, name string) {
 			b.Fatal(err)
 		}
 		sub := strings.TrimPrefix(w.Name, Family(w.Name)+"/")
-		n := len(w.Impls)
-		for j := range n {
-			im := w.Impls[(call+j)%n]
+		for _, k := range RoundOrder(len(w.Impls), call) {
+			im := w.Impls[k]
 			b.Run(sub+"/"+im.Name, func(b *testing.B) { benchImpl(b, w, im) })
 		}
 	}
@@ -450,7 +450,15 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 	var mem, acct []float64
 	var mallocs, allocBytes uint64
 	measured := false
+	var cpu time.Duration
+	cpuOK := false
 	if im.Loop != nil {
+		c0, ok0 := processCPU()
+		defer func() { // after the loop: the CPU of every goroutine of the process
+			if c1, ok1 := processCPU(); ok0 && ok1 {
+				b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(max(ops, 1)), "cpu-ns/op")
+			}
+		}()
 		chunk := min(w.Ops, loopChunk)
 		pos := 0
 		for b.Loop() {
@@ -503,6 +511,9 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 			if r.MallocsMeasured {
 				mallocs, allocBytes, measured = mallocs+r.Mallocs, allocBytes+r.AllocBytes, true
 			}
+			if r.CPUMeasured {
+				cpu, cpuOK = cpu+r.CPU, true
+			}
 		}
 	}
 	runtime.ReadMemStats(&m1)
@@ -513,6 +524,9 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 	b.ReportMetric(float64(timed.Nanoseconds())/float64(ops), "ns/op")
 	b.ReportMetric(float64(mallocs)/float64(ops), "allocs/op")
 	b.ReportMetric(float64(allocBytes)/float64(ops), "B/op")
+	if cpuOK {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(ops), "cpu-ns/op")
+	}
 	if im.BytesPerEntry != 0 {
 		b.ReportMetric(im.BytesPerEntry, "heap-B/entry")
 	}

@@ -20,12 +20,17 @@
 #   go run ./scripts/benchtable -w README.md OUT/kvtool-bench.json
 #
 # Order: the implementations of a workload run in rotating order. kvtool
-# bench interleaves them round by round (round r starts at implementation r
-# mod n), 7 measured rounds after a warm-up. go test runs a sub-benchmark's
-# -count repetitions back to back, so the bench package is run seven times
-# with -count 1 instead, the k-th with -rotate=k (it starts every workload
-# at implementation k mod n), which gives benchstat seven samples of each
-# row in one file. Compare figures as ratios within one run.
+# bench interleaves them round by round (round r in the order of row r of a
+# Williams design, bench.RoundOrder: every implementation at every
+# position), at least 7 measured rounds after a warm-up and one per
+# implementation when a workload has more; its ratios are computed per
+# round and reported with their min-max, and every row has its CPU time
+# per operation and reads back what it wrote. go test runs a
+# sub-benchmark's -count repetitions back to back, so the bench package is
+# run seven times with -count 1 instead, the k-th with -rotate=k (it orders
+# every workload's sub-benchmarks as round k), which gives benchstat seven
+# samples of each row in one file. Compare figures as ratios within one
+# run.
 #
 # Comparing two runs (for example before and after a change, each made
 # with this script on the same quiet machine):
