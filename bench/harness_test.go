@@ -472,6 +472,11 @@ func benchImplLabeled(ctx context.Context, b *testing.B, w *Workload, im Impl) {
 			}
 		}
 		timed = b.Elapsed()
+		if rb, ok := im.Loop.(ReadBacker); ok { // a Looper that writes checks what it wrote
+			if _, err := rb.ReadBack(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	} else {
 		for b.Loop() {
 			if w.quiesce != nil {
