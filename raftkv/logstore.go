@@ -32,9 +32,16 @@ import (
 // (raft's MustSync), which is why the host restarts raft at
 // min(engine watermark, HardState.Commit) (etcd-io/etcd#10217).
 //
-// raft's goroutine calls the raft.Storage methods while the host's Ready
-// loop appends, installs snapshots and compacts: mu guards the in-memory
-// state and orders those against each other.
+// raft calls the raft.Storage methods while the host's Ready loop appends,
+// installs snapshots and compacts: mu guards the in-memory state and orders
+// those against each other. A change that removes entries (a compaction, a
+// snapshot install) commits its batch and moves the log's base in one
+// critical section, as raft.MemoryStorage.Compact does: raft never sees the
+// entries gone while the base still says they are there (the gap that made
+// Entries report "entry N found where M was expected" to a leader, which
+// raft turns into a panic). An append (save) commits outside mu: it only
+// adds entries past the last index raft reads from this store, or replaces
+// a suffix raft holds in its own unstable log and does not read from here.
 type logStore struct {
 	db *pebble.DB
 
@@ -51,6 +58,11 @@ type logStore struct {
 	// index raft restarts from (set by the host before raft starts).
 	initConf *raftpb.ConfState
 	snapConf *raftpb.ConfState // the newest membership, for Snapshot
+
+	// testHook, if set, is called inside the critical sections of compact
+	// and installSnapshot, between their steps (the tests stop them there
+	// and call the raft.Storage methods).
+	testHook func(step string)
 }
 
 const maxCachedEntries = 8192
@@ -411,11 +423,15 @@ func (ls *logStore) installSnapshot(meta *raftpb.SnapshotMetadata, m membership,
 	if err := ls.stage(b, hs, ents, idx); err != nil {
 		return err
 	}
+	// One critical section: see logStore.
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	if ls.testHook != nil {
+		ls.testHook("install: committed")
+	}
 	ls.truncIndex, ls.truncTerm, ls.last = idx, term, idx
 	ls.cache, ls.cacheStart = nil, 0
 	ls.snapConf = m.conf
@@ -430,18 +446,21 @@ func (ls *logStore) installSnapshot(meta *raftpb.SnapshotMetadata, m membership,
 // and covered by the engine's durable watermark, keeping index's term as
 // the log's base. The write is synced, so that the HardState written before
 // it (whose commit index is at least index) is durable too, and a restart
-// never finds the log's base above its commit index.
+// never finds the log's base above its commit index. The deletion and the
+// move of the base are one critical section (see logStore): a reader sees
+// the log before or after, never entries gone below a base that says they
+// are there.
 func (ls *logStore) compact(index uint64) error {
 	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	trunc, last := ls.truncIndex, ls.last
-	ls.mu.Unlock()
 	if index <= trunc {
 		return nil
 	}
 	if index > last {
 		return fmt.Errorf("raftkv: compact to %d past the last entry %d", index, last)
 	}
-	term, err := ls.Term(index)
+	term, err := ls.termLocked(index)
 	if err != nil {
 		return err
 	}
@@ -458,8 +477,9 @@ func (ls *logStore) compact(index uint64) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	if ls.testHook != nil {
+		ls.testHook("compact: deleted")
+	}
 	ls.truncIndex, ls.truncTerm = index, term
 	ls.dropCacheLocked(index)
 	return nil
@@ -538,6 +558,11 @@ func (ls *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 func (ls *logStore) Term(i uint64) (uint64, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	return ls.termLocked(i)
+}
+
+// termLocked is Term with ls.mu held.
+func (ls *logStore) termLocked(i uint64) (uint64, error) {
 	switch {
 	case i == ls.truncIndex:
 		return ls.truncTerm, nil
