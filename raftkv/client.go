@@ -171,7 +171,8 @@ func (n *Node) unregister(id uint64) {
 func (n *Node) propose(ctx context.Context, c *command) error {
 	return n.proposeWith(ctx, func(id uint64) error {
 		c.id = id
-		return n.rn.Propose(ctx, c.encode())
+		data := c.encode()
+		return n.onLoop(ctx, func(rn *raft.RawNode) error { return rn.Propose(data) })
 	})
 }
 
@@ -194,11 +195,13 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 				return n.notLeader()
 			}
 			return fmt.Errorf("raftkv: node %d: %w", n.id, ErrDropped)
-		case errors.Is(err, raft.ErrStopped):
-			return n.stopped()
+		case errors.Is(err, errNotQueued):
+			// The context ended before the loop took it: nothing proposed.
+			return ctx.Err()
 		}
-		// The context ended while raft took the proposal: it may be in.
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		// ErrOutcomeUnknown (the context ended after the loop took the
+		// proposal: it may be in), ErrStopped, or a refusal.
+		return err
 	}
 	select {
 	case err := <-ch:
@@ -243,7 +246,7 @@ func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint6
 		if addr != "" {
 			cc.Context = []byte(addr)
 		}
-		return n.rn.ProposeConfChange(ctx, cc)
+		return n.onLoop(ctx, func(rn *raft.RawNode) error { return rn.ProposeConfChange(cc) })
 	})
 }
 
@@ -327,7 +330,7 @@ func (n *Node) readRound(r *readRound, seq *uint64) (uint64, error) {
 		}
 		*seq++
 		rctx := binary.LittleEndian.AppendUint64(nil, n.reqBase^*seq)
-		if err := n.rn.ReadIndex(n.ctx, rctx); err != nil {
+		if err := n.enqueue(n.ctx, func(rn *raft.RawNode) { rn.ReadIndex(rctx) }); err != nil {
 			return 0, n.stopped()
 		}
 		idx, ok, err := n.awaitReadState(rctx)

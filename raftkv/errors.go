@@ -56,6 +56,21 @@ var (
 	// names a missing engine directory.
 	ErrDataDir = errors.New("raftkv: inconsistent data directory")
 
+	// ErrLostState is returned by Open, and stops a running node (see
+	// Node.Err), when the node lacks raft state the cluster counts on: its
+	// commit index is past its log, or a leader says it holds entries its
+	// log does not have. Its data directory was wiped, restored from an
+	// old copy, or lost writes; its log and votes can no longer be
+	// trusted. The error says which node and index; the node must be
+	// removed and added back under a new ID with an empty directory.
+	ErrLostState = errors.New("raftkv: node lost raft state the cluster counts on")
+
+	// ErrRaftState stops a node whose state raft itself refused (raft
+	// reports a broken rule by panicking; the node recovers the panic
+	// and stops with this error, which carries raft's message and the
+	// node's indexes). As for ErrLostState, the node must be replaced.
+	ErrRaftState = errors.New("raftkv: raft refused the node's state")
+
 	// ErrCorrupt marks a damaged raft log store record or command entry.
 	ErrCorrupt = errors.New("raftkv: corrupt")
 

@@ -38,8 +38,10 @@ type Node struct {
 	log  *slog.Logger
 	lock *os.File // the data directory's lock
 	ls   *logStore
-	rn   raft.Node
+	rn   *raft.RawNode // the Ready loop's alone (see loop.go)
 	tr   *transport
+
+	calls chan loopCall // work for the Ready loop
 
 	cluster atomic.Uint64 // 0 while a joining node has not heard from its cluster
 	identMu sync.Mutex    // serializes adopting the cluster ID
@@ -62,12 +64,16 @@ type Node struct {
 	appliedNow atomic.Uint64
 	appliedCh  chan struct{} // closed and replaced when applied advances
 
-	lead     atomic.Uint64
-	leader   atomic.Bool
-	raftTerm atomic.Uint64
-	removed  atomic.Bool
-	members  atomic.Pointer[map[uint64]string]
-	goneIDs  atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
+	// What raft's last Ready said, for readers off the loop.
+	lead       atomic.Uint64
+	leader     atomic.Bool
+	raftTerm   atomic.Uint64
+	raftCommit atomic.Uint64
+	raftRole   atomic.Int32 // raft.StateType
+
+	removed atomic.Bool
+	members atomic.Pointer[map[uint64]string]
+	goneIDs atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
 
 	waitMu  sync.Mutex
 	waiters map[uint64]chan error
@@ -186,6 +192,7 @@ func Open(opts *Options) (*Node, error) {
 		readStates: make(chan raft.ReadState, 64),
 		snapReqs:   make(chan chan snapReply),
 		stopc:      make(chan struct{}),
+		calls:      make(chan loopCall, 4096),
 	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
@@ -248,6 +255,14 @@ func (n *Node) open() error {
 	if fresh && wm > 0 {
 		return fmt.Errorf("raftkv: %s: the engine has data up to op %d but there is no raft log: %w", n.dir, wm, ErrDataDir)
 	}
+	// raft panics on restart for a commit index outside the log; say what
+	// it means first.
+	if c := hs.GetCommit(); c > last {
+		return fmt.Errorf("%w: node %d: %s: its commit index %d is past the end of its log (%d); %s",
+			ErrLostState, n.id, n.dir, c, last, replaceAdvice(n.id))
+	} else if c < trunc {
+		return fmt.Errorf("raftkv: %s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
+	}
 	applied := min(wm, hs.GetCommit())
 	if applied < trunc {
 		return fmt.Errorf("raftkv: %s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
@@ -292,15 +307,30 @@ func (n *Node) open() error {
 			n.tr.addPeer(id, addr)
 		}
 	}
-	if fresh && !o.Join {
-		peers := make([]raft.Peer, 0, len(o.Peers))
-		for _, id := range slices.Sorted(maps.Keys(o.Peers)) {
-			peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+	// raft checks the restored state as it starts, by panicking.
+	if err := n.guard(func() error {
+		rn, err := raft.NewRawNode(cfg)
+		if err != nil {
+			return err
 		}
-		n.rn = raft.StartNode(cfg, peers)
-	} else {
-		n.rn = raft.RestartNode(cfg)
+		if fresh && !o.Join {
+			peers := make([]raft.Peer, 0, len(o.Peers))
+			for _, id := range slices.Sorted(maps.Keys(o.Peers)) {
+				peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+			}
+			if err := rn.Bootstrap(peers); err != nil {
+				return err
+			}
+		}
+		n.rn = rn
+		return nil
+	}); err != nil {
+		return fmt.Errorf("raftkv: start raft: %w", err)
 	}
+	bs := n.rn.BasicStatus()
+	n.raftTerm.Store(bs.HardState.GetTerm())
+	n.raftCommit.Store(bs.HardState.GetCommit())
+	n.raftRole.Store(int32(bs.RaftState))
 	n.log.Info("raftkv: node started", "dir", n.dir, "applied", applied, "watermark", wm,
 		"commit", hs.GetCommit(), "log", fmt.Sprintf("(%d, %d]", trunc, last), "bootstrap", fresh && !o.Join)
 	n.loops.Add(2)
@@ -411,9 +441,11 @@ func (n *Node) removeStaleEngines(live string) error {
 	return nil
 }
 
-// run is the Ready loop: the one goroutine that persists, sends, applies
-// and advances, ticks raft, compacts the log when the engine's durable
-// watermark advances, and serves snapshot requests.
+// run is the Ready loop: the one goroutine that drives raft (see loop.go).
+// It runs the calls queued for it (proposals, reads, messages from peers),
+// ticks raft, handles raft's Readies (persists, sends, applies and
+// advances), compacts the log when the engine's durable watermark
+// advances, and serves snapshot requests.
 func (n *Node) run() {
 	defer n.loops.Done()
 	ticker := time.NewTicker(n.opts.TickInterval)
@@ -429,32 +461,68 @@ func (n *Node) run() {
 	}
 	listen()
 	for {
+		var err error
 		select {
 		case <-ticker.C:
-			n.rn.Tick()
+			err = n.guard(func() error { n.rn.Tick(); return nil })
+		case c := <-n.calls:
+			err = n.guard(func() error { n.runCalls(c); return nil })
 		case <-wmAdvanced:
 			listen()
 			n.maybeCompact()
-		case rd := <-n.rn.Ready():
-			if err := n.handleReady(rd); err != nil {
-				select {
-				case <-n.stopc: // Close cancelled the apply: not a failure
-				default:
-					n.fail(err)
-				}
-				return
-			}
-			if n.removed.Load() {
-				n.log.Warn("raftkv: this node was removed from the cluster; stopping")
-				n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
-				return
-			}
 		case reply := <-n.snapReqs:
 			reply <- n.snapshotNow()
 		case <-n.stopc:
 			return
 		}
+		if err == nil {
+			err = n.guard(n.handleReadies)
+		}
+		if err != nil {
+			select {
+			case <-n.stopc: // Close cancelled the apply: not a failure
+			default:
+				n.fail(err)
+			}
+			return
+		}
+		if n.removed.Load() {
+			n.log.Warn("raftkv: this node was removed from the cluster; stopping")
+			n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
+			return
+		}
 	}
+}
+
+// runCalls runs c and the calls queued after it, up to maxCallsPerTurn.
+func (n *Node) runCalls(c loopCall) {
+	c(n.rn)
+	for range maxCallsPerTurn - 1 {
+		select {
+		case c = <-n.calls:
+			c(n.rn)
+		default:
+			return
+		}
+	}
+}
+
+// handleReadies handles raft's Readies until it has none, or the node
+// fails (a lost state detected while stepping stops it too).
+func (n *Node) handleReadies() error {
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if err := n.handleReady(rd); err != nil {
+			return err
+		}
+		n.rn.Advance(rd)
+	}
+	select {
+	case <-n.stopc:
+		return n.stopped()
+	default:
+	}
+	return nil
 }
 
 // fail stops the node after a fatal error: every call then returns
@@ -502,11 +570,11 @@ func (n *Node) stopped() error {
 
 func (n *Node) handleReady(rd raft.Ready) error {
 	if ss := rd.SoftState; ss != nil {
-		n.lead.Store(ss.Lead)
-		n.leader.Store(ss.RaftState == raft.StateLeader)
+		n.softState(ss)
 	}
 	if hs := rd.HardState; hs != nil {
 		n.raftTerm.Store(hs.GetTerm())
+		n.raftCommit.Store(hs.GetCommit())
 	}
 	leader := n.leader.Load()
 	if leader {
@@ -550,8 +618,14 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		default: // the read loop asks again
 		}
 	}
-	n.rn.Advance()
 	return nil
+}
+
+// softState records raft's new role and leader.
+func (n *Node) softState(ss *raft.SoftState) {
+	n.lead.Store(ss.Lead)
+	n.leader.Store(ss.RaftState == raft.StateLeader)
+	n.raftRole.Store(int32(ss.RaftState))
 }
 
 // sendMessages hands messages to the transport; a snapshot message is
@@ -853,7 +927,6 @@ func (n *Node) Close() error {
 		n.stop()
 		n.closing.Unlock()
 		n.loops.Wait()
-		n.rn.Stop()
 		n.tr.stop()
 		n.inflight.Wait()
 		n.engMu.Lock()
@@ -898,7 +971,8 @@ func (r *raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...
 func (r *raftLogger) Errorf(format string, v ...any) { r.l.Error(fmt.Sprintf(format, v...)) }
 
 // Fatal and Panic must not return (raft's own logger exits or panics):
-// both panic, after logging.
+// both panic with a raftPanic, after logging, which the Ready loop
+// recovers (see Node.guard).
 func (r *raftLogger) Fatal(v ...any) { r.Panic(v...) }
 func (r *raftLogger) Fatalf(format string, v ...any) {
 	r.Panicf(format, v...)
@@ -906,10 +980,10 @@ func (r *raftLogger) Fatalf(format string, v ...any) {
 func (r *raftLogger) Panic(v ...any) {
 	s := fmt.Sprint(v...)
 	r.l.Error(s)
-	panic(s)
+	panic(raftPanic(s))
 }
 func (r *raftLogger) Panicf(format string, v ...any) {
 	s := fmt.Sprintf(format, v...)
 	r.l.Error(s)
-	panic(s)
+	panic(raftPanic(s))
 }

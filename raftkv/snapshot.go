@@ -132,7 +132,7 @@ func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Otherwise this node has it all already: raft answers with its index.
-	if err := n.rn.Step(n.ctx, m); err != nil {
+	if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { _ = rn.Step(m) }); err != nil {
 		http.Error(w, "raftkv: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

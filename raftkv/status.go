@@ -3,6 +3,8 @@ package raftkv
 import (
 	"fmt"
 	"maps"
+
+	"go.etcd.io/raft/v3"
 )
 
 // Status describes a node. Fields are read at slightly different times.
@@ -125,9 +127,8 @@ func (n *Node) Status() Status {
 		return st
 	default:
 	}
-	rs := n.rn.Status()
-	st.State, st.Leader = stateName(rs.RaftState.String()), rs.Lead
-	st.Term, st.Commit = rs.HardState.GetTerm(), rs.HardState.GetCommit()
+	st.State, st.Leader = stateName(raft.StateType(n.raftRole.Load()).String()), n.lead.Load()
+	st.Term, st.Commit = n.raftTerm.Load(), n.raftCommit.Load()
 	return st
 }
 

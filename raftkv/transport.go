@@ -124,7 +124,7 @@ func (tr *transport) send(m *raftpb.Message) {
 	select {
 	case p.queue <- m:
 	default:
-		tr.n.rn.ReportUnreachable(m.GetTo())
+		tr.n.rn.ReportUnreachable(m.GetTo()) // on the loop: send is called there
 	}
 }
 
@@ -165,7 +165,7 @@ func (tr *transport) sendLoop(p *peer) {
 		}
 		if err := tr.post(p, buf); err != nil {
 			tr.failed(p.id, err)
-			tr.n.rn.ReportUnreachable(p.id)
+			tr.n.reportUnreachable(p.id)
 			if errors.Is(err, ErrRemoved) {
 				tr.n.removedByPeer(p.id)
 			}
@@ -220,7 +220,7 @@ func (tr *transport) sendSnapshot(m *raftpb.Message, snap *kvbuf.Snapshot) {
 	p := tr.peer(m.GetTo())
 	if p == nil {
 		snap.Close()
-		tr.n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
+		tr.n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure) // on the loop: sendSnapshot is called there
 		return
 	}
 	tr.wg.Add(1)
@@ -236,7 +236,7 @@ func (tr *transport) sendSnapshot(m *raftpb.Message, snap *kvbuf.Snapshot) {
 		} else {
 			tr.n.m.snapshotsSent.Add(1)
 		}
-		tr.n.rn.ReportSnapshot(p.id, status)
+		tr.n.reportSnapshot(p.id, status)
 	}()
 }
 
@@ -361,15 +361,55 @@ func (n *Node) handleMessages(w http.ResponseWriter, r *http.Request) {
 		msgs = append(msgs, m)
 		body = body[k+int(size):]
 	}
-	for _, m := range msgs {
-		if err := n.rn.Step(r.Context(), m); err != nil {
-			if errors.Is(err, raft.ErrStopped) {
-				http.Error(w, ErrStopped.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			// raft ignores messages it cannot use (a stale term, a local
-			// message type); the rest of the batch still counts.
-		}
+	if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { n.stepMessages(rn, msgs) }); err != nil {
+		http.Error(w, ErrStopped.Error(), http.StatusServiceUnavailable)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// stepMessages steps messages from a peer into raft, on the Ready loop.
+// raft ignores messages it cannot use (a stale term, a local message type);
+// the rest of the batch still counts. A message raft would panic on is
+// refused first (checkMessage), and stops the node.
+func (n *Node) stepMessages(rn *raft.RawNode, msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if err := n.checkMessage(rn, m); err != nil {
+			n.fail(err)
+			return
+		}
+		_ = rn.Step(m)
+	}
+}
+
+// checkMessage refuses a message that says this node lost state: a leader
+// of the current term (or a newer one) that says entries past this node's
+// log are committed here. A leader tells a follower it committed at most
+// what that follower acknowledged, and a follower acknowledges entries only
+// once they are in its log store; so the follower lost them (its directory
+// was wiped, or restored from an old copy). raft would panic
+// ("tocommit(N) is out of range [lastIndex(M)]").
+func (n *Node) checkMessage(rn *raft.RawNode, m *raftpb.Message) error {
+	if m.GetType() != raftpb.MsgHeartbeat {
+		return nil
+	}
+	_, last := n.ls.bounds()
+	if m.GetCommit() <= last || m.GetTerm() < rn.BasicStatus().GetTerm() {
+		return nil
+	}
+	return fmt.Errorf("%w: node %d: leader %d (term %d) says entries up to %d are committed here, but this node's log ends at %d; %s",
+		ErrLostState, n.id, m.GetFrom(), m.GetTerm(), m.GetCommit(), last, replaceAdvice(n.id))
+}
+
+// reportUnreachable tells raft that a message to peer id was lost.
+func (n *Node) reportUnreachable(id uint64) {
+	select {
+	case n.calls <- func(rn *raft.RawNode) { rn.ReportUnreachable(id) }:
+	default: // advisory: raft learns it again at the next failure
+	}
+}
+
+// reportSnapshot tells raft how sending a snapshot to peer id ended.
+func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
+	_ = n.enqueue(context.Background(), func(rn *raft.RawNode) { rn.ReportSnapshot(id, status) })
 }
