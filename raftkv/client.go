@@ -6,12 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -211,43 +208,6 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 	case <-n.stopc:
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
 	}
-}
-
-// AddNode adds node id, reachable at addr ("host:port"), to the cluster as
-// a voter, and returns once the change is applied here. Start the new node
-// with Join (and this cluster's token and members as Peers); it catches up
-// from the leader's log, or by a snapshot of the engine if the log was
-// compacted past what it needs. IDs are never reused: a removed node comes
-// back under a new ID with an empty directory. Errors: as writes, and
-// ErrBadOptions for a bad id or address.
-func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
-	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("%w: address %q: %v", ErrBadOptions, addr, err)
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeAddNode, id, addr)
-}
-
-// RemoveNode removes node id from the cluster and returns once the change
-// is applied here. The removed node stops (its calls return ErrRemoved) and
-// its data directory can no longer be opened.
-func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
-	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeRemoveNode, id, "")
-}
-
-func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint64, addr string) error {
-	return n.proposeWith(ctx, func(req uint64) error {
-		cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(id), Id: proto.Uint64(req)}
-		if addr != "" {
-			cc.Context = []byte(addr)
-		}
-		return n.onLoop(ctx, func(rn *raft.RawNode) error { return rn.ProposeConfChange(cc) })
-	})
 }
 
 // ReadOptions chooses how a read is served. nil means linearizable.

@@ -68,18 +68,50 @@
 //
 // # Membership
 //
-// AddNode proposes a configuration change carrying the new node's address;
-// the new node starts with Options.Join and catches up from the leader's
-// log, or by a snapshot if the log was compacted past what it needs, while
-// writes go on. RemoveNode removes a node, which stops (ErrRemoved) when it
-// applies its removal, or when a peer answers it 410 Gone. IDs are never
-// reused: a wiped node rejoins under a new ID.
+// AddLearner adds a node as a learner (it receives the log but does not
+// vote, so the quorum does not change whether or not it runs yet); the new
+// node starts with Options.Join and catches up from the leader's log, or by
+// a snapshot if the log was compacted past what it needs, while writes go
+// on; PromoteNode makes it a voter once its log is within PromoteMaxLag
+// entries of the leader's commit index. AddNode adds a voter at once.
+// UpdateNode changes a member's address. RemoveNode removes a node, which
+// stops (ErrRemoved) when it applies its removal, or when a peer answers it
+// 410 Gone. Each change is checked against the replicated membership, on
+// the leader and again when applied: a removed ID is never added again
+// (ErrRemovedID: IDs are never reused, a wiped node rejoins under a new
+// ID), an existing member is not added again (ErrMemberExists), only
+// members are removed, moved or promoted (ErrNotMember), the last voter
+// stays (ErrLastVoter), one change at a time (ErrConfChangePending).
+//
+// # Cluster ID and incarnations
+//
+// The first leader of a new cluster draws a random cluster ID and
+// replicates it; until a node has applied it, it knows its cluster by the
+// bootstrap hash (of ClusterToken and the initial Peers). Every data
+// directory has a random incarnation, and the leader replicates each
+// member's as it first hears from it. A request of another cluster is
+// refused, and so is a node whose directory is not the one the cluster
+// recorded for its ID (wiped, or replaced by another node's): it stops
+// with ErrLostState, which says to remove it and add it back under a new
+// ID. A node whose log lacks entries the leader says are committed there
+// (restored from an old copy) stops with ErrLostState too, and Open refuses
+// a commit index past the log.
+//
+// # Raft's panics
+//
+// raft reports a broken rule by panicking. The node drives a raft.RawNode
+// from its Ready loop, the one goroutine that calls raft: the conditions it
+// can name are detected before raft sees them (above), and a panic raised
+// by raft on the loop is recovered there and stops the node with
+// ErrRaftState (raft's message, the node's indexes, the remedy) instead of
+// killing the process. Node.Err returns the error; Node.Done is closed.
 //
 // # Data directory
 //
-//	IDENTITY          cluster ID, node ID and cluster token: a node refuses
-//	                  another cluster's or node's directory before opening
-//	                  anything in it for writing
+//	IDENTITY          cluster ID, bootstrap hash, node ID, incarnation and
+//	                  cluster token: a node refuses another cluster's or
+//	                  node's directory before opening anything in it for
+//	                  writing
 //	LOCK              flocked by the node that has the directory open
 //	log/              the raft log store (pebble)
 //	engine/           the kvbuf engine, or engine-<index>/ after a snapshot install
@@ -90,9 +122,10 @@
 // HTTP on the node's address: POST /raft/message carries batches of
 // messages, one request at a time per peer so that a peer's messages keep
 // their order, and POST /raft/snapshot one snapshot stream. Each request
-// names the sender's cluster ID and the sender and receiver node IDs; a
-// node answers 409 to another cluster's requests and 410 to a removed
-// node's. Serve Node.Handler on the node's address.
+// names the sender's cluster ID and bootstrap hash, the sender and receiver
+// node IDs and their incarnations; a node answers 409 to another cluster's
+// requests and to a replaced node's, and 410 to a removed node's. Serve
+// Node.Handler on the node's address.
 //
 // # Caveats
 //

@@ -50,6 +50,24 @@ var (
 	// for a message from another cluster (the sender logs it).
 	ErrClusterMismatch = errors.New("raftkv: data directory or message of another cluster")
 
+	// Refusals of the membership API (AddLearner, AddNode, PromoteNode,
+	// UpdateNode, RemoveNode): nothing was changed.
+	//
+	// ErrRemovedID: the ID was removed from the cluster; IDs are never
+	// reused. ErrMemberExists: the node is a member already (UpdateNode
+	// moves it), or a voter already (PromoteNode). ErrNotMember: the node
+	// is not a member (or not a learner, for PromoteNode). ErrLastVoter:
+	// removing the cluster's only voter. ErrNotCaughtUp: the learner's log
+	// trails the leader's by more than PromoteMaxLag; retry later.
+	// ErrConfChangePending: another membership change is not applied yet
+	// (raft takes one at a time); retry.
+	ErrRemovedID         = errors.New("raftkv: node ID removed from the cluster")
+	ErrMemberExists      = errors.New("raftkv: already a member")
+	ErrNotMember         = errors.New("raftkv: not a member")
+	ErrLastVoter         = errors.New("raftkv: the last voter")
+	ErrNotCaughtUp       = errors.New("raftkv: learner not caught up")
+	ErrConfChangePending = errors.New("raftkv: another membership change is pending")
+
 	// ErrDataDir is returned by Open for a data directory whose parts do
 	// not fit together: an engine with data but no raft log, an engine
 	// whose watermark is below the log's compacted index, a log that

@@ -89,17 +89,28 @@ func indexKey(prefix byte, i uint64) []byte {
 func entryKey(i uint64) []byte { return indexKey(prefixEntry, i) }
 
 // membership is the cluster configuration as of an index: raft's ConfState,
-// the address of every member (conf changes carry them) and the IDs removed
+// the address of every member (conf changes carry them), the IDs removed
 // so far (their messages are answered 410 Gone, which tells a removed node
-// that missed its own removal to stop).
+// that missed its own removal to stop), the cluster ID (0 until the first
+// leader assigns it) and the incarnation of each member's data directory
+// as the cluster first heard from it (see identity).
 type membership struct {
-	conf    *raftpb.ConfState
-	peers   map[uint64]string
-	removed []uint64 // sorted
+	conf         *raftpb.ConfState
+	peers        map[uint64]string
+	removed      []uint64 // sorted
+	cluster      uint64
+	incarnations map[uint64]uint64
+}
+
+// clone returns a copy of m whose maps and slices are its own.
+func (m membership) clone() membership {
+	return membership{conf: proto.CloneOf(m.conf), peers: maps.Clone(m.peers), removed: slices.Clone(m.removed),
+		cluster: m.cluster, incarnations: maps.Clone(m.incarnations)}
 }
 
 // encode: uvarint length | ConfState | uvarint count | (uvarint id | uvarint length | address)* |
-// uvarint count | (uvarint id)*
+// uvarint count | (uvarint id)* | uvarint cluster | uvarint count | (uvarint id | uvarint incarnation)*
+// (records of the first format end after the removed IDs).
 func (m membership) encode() []byte {
 	cs, err := proto.Marshal(m.conf)
 	if err != nil {
@@ -115,6 +126,12 @@ func (m membership) encode() []byte {
 	for _, id := range m.removed {
 		b = binary.AppendUvarint(b, id)
 	}
+	b = binary.AppendUvarint(b, m.cluster)
+	b = binary.AppendUvarint(b, uint64(len(m.incarnations)))
+	for _, id := range slices.Sorted(maps.Keys(m.incarnations)) {
+		b = binary.AppendUvarint(b, id)
+		b = binary.AppendUvarint(b, m.incarnations[id])
+	}
 	return b
 }
 
@@ -125,7 +142,7 @@ func decodeMembership(b []byte) (membership, error) {
 	if d.err == nil && n > uint64(len(d.p)) {
 		d.fail("peer count")
 	}
-	m := membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
+	m := membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}, incarnations: map[uint64]uint64{}}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		id := d.uvarint("peer id")
 		m.peers[id] = string(d.bytes("peer address"))
@@ -136,6 +153,17 @@ func decodeMembership(b []byte) (membership, error) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		m.removed = append(m.removed, d.uvarint("removed id"))
+	}
+	if d.err == nil && len(d.p) != 0 {
+		m.cluster = d.uvarint("cluster")
+		n = d.uvarint("incarnation count")
+		if d.err == nil && n > uint64(len(d.p)) {
+			d.fail("incarnation count")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			id := d.uvarint("incarnation id")
+			m.incarnations[id] = d.uvarint("incarnation")
+		}
 	}
 	if d.err == nil && len(d.p) != 0 {
 		d.fail("membership length")

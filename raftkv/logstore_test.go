@@ -37,6 +37,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{kind: cmdSetBit, name: "b", bit: 3},
 		{kind: cmdCreateKeyspace, name: "ks"},
 		{kind: cmdCreateBitslice, name: "bs"},
+		{kind: cmdMeta, cluster: 0xfeedface12345678},
+		{kind: cmdMeta, node: 3, incarnation: 1 << 63},
 	} {
 		b := c.encode()
 		got, err := decodeCommand(b)

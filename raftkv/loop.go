@@ -129,13 +129,12 @@ func (n *Node) raftRefused(r any) error {
 		cause = errors.New(fmt.Sprint(r))
 	}
 	trunc, last := n.ls.bounds()
-	return fmt.Errorf("%w: node %d: %w (log (%d, %d], commit %d, applied %d); %s",
+	return fmt.Errorf("%w: node %d: %w (log (%d, %d], commit %d, applied %d); if its data directory was wiped, restored from a copy or damaged, %s",
 		ErrRaftState, n.id, cause, trunc, last, n.ls.hardState().GetCommit(), n.applied, replaceAdvice(n.id))
 }
 
 // replaceAdvice says how to bring back a node whose raft state the cluster
 // cannot use.
 func replaceAdvice(id uint64) string {
-	return fmt.Sprintf("if its data directory was wiped, restored from a copy or damaged, remove node %d "+
-		"(DELETE /members/%d on a member) and add it back under a new ID with an empty data directory and --join", id, id)
+	return fmt.Sprintf("remove node %d (DELETE /members/%d on a member) and add it back under a new ID with an empty data directory and --join", id, id)
 }

@@ -51,7 +51,7 @@ func TestLostStateHeartbeat(t *testing.T) {
 	term := n.Status().Term
 	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1),
 		Term: proto.Uint64(term + 1), Commit: proto.Uint64(20024)}
-	hdr := map[string]string{headerCluster: strconv.FormatUint(n.cluster.Load(), 16), headerFrom: "2", headerTo: "1"}
+	hdr := c.peerHeaders(n, 2)
 	if code, body := post(t, c.tn(1).addr, pathMessage, hdr, bytes.NewReader(batch(hb))); code != 204 {
 		t.Fatalf("HTTP %d %s", code, body)
 	}

@@ -43,8 +43,13 @@ type Node struct {
 
 	calls chan loopCall // work for the Ready loop
 
-	cluster atomic.Uint64 // 0 while a joining node has not heard from its cluster
-	identMu sync.Mutex    // serializes adopting the cluster ID
+	// The identity (see identity): the cluster ID (0 until assigned), the
+	// bootstrap hash (0 while a joining node has not heard from its
+	// cluster) and this directory's incarnation.
+	cluster     atomic.Uint64
+	bootstrap   atomic.Uint64
+	incarnation uint64
+	identMu     sync.Mutex // serializes writes of the identity
 
 	// engMu guards swapping the state machine (snapshot install, Close):
 	// readers hold it shared while they read the engine. The Ready loop is
@@ -55,10 +60,20 @@ type Node struct {
 	engName string    // the live engine's directory name under dir
 
 	// Owned by the Ready loop.
-	applied uint64
-	conf    *raftpb.ConfState
-	peers   map[uint64]string
-	gone    []uint64 // removed IDs, sorted
+	applied    uint64
+	conf       *raftpb.ConfState
+	peers      map[uint64]string
+	gone       []uint64          // removed IDs, sorted
+	incs       map[uint64]uint64 // the members' incarnations (copied on write)
+	metaTerm   uint64            // the term metaSent is of
+	metaSent   map[uint64]bool   // meta commands proposed this term (0: the cluster ID)
+	ccProposed []uint64          // conf changes proposed since the last Ready
+
+	seenMu sync.Mutex
+	seen   map[uint64]uint64 // incarnations heard by the leader (noteIncarnation)
+
+	logMu  sync.Mutex
+	logged map[string]time.Time // see logEvery
 
 	appliedMu  sync.Mutex
 	appliedNow atomic.Uint64
@@ -72,8 +87,7 @@ type Node struct {
 	raftRole   atomic.Int32 // raft.StateType
 
 	removed atomic.Bool
-	members atomic.Pointer[map[uint64]string]
-	goneIDs atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
+	view    atomic.Pointer[memberView] // see publishMembers
 
 	waitMu  sync.Mutex
 	waiters map[uint64]chan error
@@ -134,9 +148,10 @@ type snapReply struct {
 	err   error
 }
 
-// clusterID derives the cluster ID from the token and the initial members,
-// so that every node bootstrapped with the same flags computes the same.
-func clusterID(token string, peers map[uint64]string) uint64 {
+// bootstrapHash derives the bootstrap hash from the token and the initial
+// members, so that every node bootstrapped with the same flags computes the
+// same: it names the cluster until its first leader assigns the cluster ID.
+func bootstrapHash(token string, peers map[uint64]string) uint64 {
 	var b strings.Builder
 	b.WriteString(token)
 	for _, id := range slices.Sorted(maps.Keys(peers)) {
@@ -193,6 +208,9 @@ func Open(opts *Options) (*Node, error) {
 		snapReqs:   make(chan chan snapReply),
 		stopc:      make(chan struct{}),
 		calls:      make(chan loopCall, 4096),
+		metaSent:   map[uint64]bool{},
+		seen:       map[uint64]uint64{},
+		logged:     map[string]time.Time{},
 	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
@@ -240,6 +258,12 @@ func (n *Node) open() error {
 		if err := n.newIdentity(fresh); err != nil {
 			return err
 		}
+	} else if id.incarnation == 0 {
+		// A directory of the first format: give it an incarnation.
+		n.incarnation = randomID()
+		if err := writeIdentity(n.dir, n.identity()); err != nil {
+			return err
+		}
 	}
 	if removed, err := ls.removed(); err != nil {
 		return err
@@ -274,8 +298,19 @@ func (n *Node) open() error {
 	if !ok {
 		mem = membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
 	}
+	if mem.cluster != 0 && n.cluster.Load() != mem.cluster {
+		if cur := n.cluster.Load(); cur != 0 {
+			return fmt.Errorf("raftkv: %s: the log says cluster %016x, %s says %016x: %w", n.dir, mem.cluster, identityFile, cur, ErrDataDir)
+		}
+		if err := n.assignCluster(mem.cluster); err != nil {
+			return err
+		}
+	}
 	ls.setInitConf(mem.conf)
-	n.applied, n.conf, n.gone = applied, mem.conf, mem.removed
+	n.applied, n.conf, n.gone, n.incs = applied, mem.conf, mem.removed, mem.incarnations
+	if n.incs == nil {
+		n.incs = map[uint64]uint64{}
+	}
 	n.peers = maps.Clone(mem.peers)
 	for id, addr := range o.Peers {
 		if _, known := n.peers[id]; !known {
@@ -339,7 +374,8 @@ func (n *Node) open() error {
 	return nil
 }
 
-// checkIdentity refuses a data directory of another cluster or node.
+// checkIdentity refuses a data directory of another cluster or node, and
+// takes its identity otherwise.
 func (n *Node) checkIdentity(id identity) error {
 	switch {
 	case id.node != n.id:
@@ -348,46 +384,46 @@ func (n *Node) checkIdentity(id identity) error {
 		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
 	}
 	n.cluster.Store(id.cluster)
+	n.bootstrap.Store(id.bootstrap)
+	n.incarnation = id.incarnation
 	return nil
 }
 
-// newIdentity records the identity of a data directory that has none.
+// newIdentity records the identity of a data directory that has none: a
+// new incarnation, and the bootstrap hash of the cluster it bootstraps (a
+// joining node learns it from its first message).
 func (n *Node) newIdentity(fresh bool) error {
 	o := n.opts
 	if !fresh {
 		return fmt.Errorf("raftkv: %s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
 	}
-	id := identity{node: n.id, token: o.ClusterToken}
+	n.incarnation = randomID()
 	if !o.Join {
 		if _, in := o.Peers[n.id]; !in {
 			return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
 		}
-		id.cluster = clusterID(o.ClusterToken, o.Peers)
+		n.bootstrap.Store(bootstrapHash(o.ClusterToken, o.Peers))
 	}
+	return writeIdentity(n.dir, n.identity())
+}
+
+// adoptCluster records the cluster (ID and bootstrap hash) a joining node
+// learns from its first message.
+func (n *Node) adoptCluster(cluster, bootstrap uint64) error {
+	n.identMu.Lock()
+	defer n.identMu.Unlock()
+	if n.bootstrap.Load() != 0 {
+		return nil
+	}
+	id := n.identity()
+	id.cluster, id.bootstrap = cluster, bootstrap
 	if err := writeIdentity(n.dir, id); err != nil {
 		return err
 	}
-	n.cluster.Store(id.cluster)
-	return nil
-}
-
-// adoptCluster records the cluster ID a joining node learns from its first
-// message. It reports whether cluster is (now) this node's.
-func (n *Node) adoptCluster(cluster uint64) (bool, error) {
-	if cur := n.cluster.Load(); cur != 0 || cluster == 0 {
-		return cur == cluster, nil
-	}
-	n.identMu.Lock()
-	defer n.identMu.Unlock()
-	if cur := n.cluster.Load(); cur != 0 {
-		return cur == cluster, nil
-	}
-	if err := writeIdentity(n.dir, identity{cluster: cluster, node: n.id, token: n.opts.ClusterToken}); err != nil {
-		return false, err
-	}
 	n.cluster.Store(cluster)
+	n.bootstrap.Store(bootstrap)
 	n.log.Info("raftkv: joined cluster", "cluster", fmt.Sprintf("%016x", cluster))
-	return true, nil
+	return nil
 }
 
 // openEngine opens the state machine the log store points to and removes
@@ -476,7 +512,14 @@ func (n *Node) run() {
 			return
 		}
 		if err == nil {
-			err = n.guard(n.handleReadies)
+			err = n.guard(func() error {
+				if err := n.handleReadies(); err != nil {
+					return err
+				}
+				// A new leader records what the cluster lacks at once.
+				n.proposeMeta()
+				return n.handleReadies()
+			})
 		}
 		if err != nil {
 			select {
@@ -577,6 +620,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.raftCommit.Store(hs.GetCommit())
 	}
 	leader := n.leader.Load()
+	n.checkProposedConfChanges(rd.Entries)
 	if leader {
 		// Raft thesis 10.2.1: the leader sends its appends while it writes
 		// them itself (etcd does the same); its term and vote are durable
@@ -729,6 +773,9 @@ func (n *Node) applyNormal(idx uint64, data []byte) error {
 		n.log.Error("raftkv: skipping an entry that does not decode", "index", idx, "err", err)
 		return n.sm.skip(n.ctx, idx)
 	}
+	if c.kind == cmdMeta {
+		return n.applyMeta(idx, c)
+	}
 	result, fatal := n.sm.apply(n.ctx, idx, c)
 	if fatal != nil {
 		return fatal
@@ -738,11 +785,22 @@ func (n *Node) applyNormal(idx uint64, data []byte) error {
 }
 
 func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
+	id := cc.GetNodeId()
+	if err := n.membership().check(cc); err != nil {
+		// Refused alike on every node (the membership is replicated):
+		// raft applies no change (node 0), as etcd does.
+		n.conf = n.rn.ApplyConfChange(&raftpb.ConfChange{Type: cc.GetType().Enum()})
+		n.log.Warn("raftkv: refused a membership change", "index", idx, "change", cc.GetType().String(), "node", id, "err", err)
+		if err := n.sm.skip(n.ctx, idx); err != nil {
+			return err
+		}
+		n.complete(cc.GetId(), err)
+		return nil
+	}
 	cs := n.rn.ApplyConfChange(cc)
 	n.conf = cs
-	id := cc.GetNodeId()
 	switch cc.GetType() {
-	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
 		if addr := string(cc.GetContext()); addr != "" {
 			n.peers[id] = addr
 			if id != n.id {
@@ -769,7 +827,8 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 		return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
 	}
 	n.publishMembers()
-	n.log.Info("raftkv: membership changed", "index", idx, "change", cc.GetType().String(), "node", id, "voters", cs.GetVoters())
+	n.log.Info("raftkv: membership changed", "index", idx, "change", changeName(cc), "node", id,
+		"addr", n.peers[id], "voters", cs.GetVoters(), "learners", cs.GetLearners())
 	if err := n.sm.skip(n.ctx, idx); err != nil {
 		return err
 	}
@@ -777,22 +836,21 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	return nil
 }
 
-// membership returns the current membership. Ready loop only.
-func (n *Node) membership() membership {
-	return membership{conf: n.conf, peers: n.peers, removed: n.gone}
-}
-
-func (n *Node) publishMembers() {
-	m := maps.Clone(n.peers)
-	n.members.Store(&m)
-	g := n.gone
-	n.goneIDs.Store(&g)
-}
-
-// wasRemoved reports whether node id was removed from the cluster.
-func (n *Node) wasRemoved(id uint64) bool {
-	_, found := slices.BinarySearch(*n.goneIDs.Load(), id)
-	return found
+// changeName names a conf change for the log.
+func changeName(cc *raftpb.ConfChange) string {
+	switch {
+	case isPromotion(cc):
+		return "promote"
+	case cc.GetType() == raftpb.ConfChangeAddNode:
+		return "add-voter"
+	case cc.GetType() == raftpb.ConfChangeAddLearnerNode:
+		return "add-learner"
+	case cc.GetType() == raftpb.ConfChangeRemoveNode:
+		return "remove"
+	case cc.GetType() == raftpb.ConfChangeUpdateNode:
+		return "update-address"
+	}
+	return cc.GetType().String()
 }
 
 // removedByPeer stops a node that a peer says was removed: it missed the
@@ -949,7 +1007,7 @@ func (n *Node) ID() uint64 { return n.id }
 // Leader returns the leader this node knows of (0: none) and its address.
 func (n *Node) Leader() (uint64, string) {
 	l := n.lead.Load()
-	return l, (*n.members.Load())[l]
+	return l, n.view.Load().peers[l]
 }
 
 // IsLeader reports whether this node is the leader.

@@ -3,14 +3,16 @@ package raftkv
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 )
 
 // Status describes a node. Fields are read at slightly different times.
 type Status struct {
-	// ID is the node's raft ID, Cluster its cluster ID (0 while a joining
-	// node has not heard from its cluster).
+	// ID is the node's raft ID, Cluster its cluster ID (0 until the
+	// cluster's first leader assigned it and this node applied it, or
+	// while a joining node has not heard from its cluster).
 	ID, Cluster uint64
 	// State is "leader", "follower", "candidate", "pre-candidate",
 	// "stopped" or "removed"; Leader the leader it knows of (0: none).
@@ -23,8 +25,10 @@ type Status struct {
 	// LogFirst and LogLast bound the entries in the log store; entries
 	// below LogFirst were compacted (LogFirst-1 <= Watermark always).
 	LogFirst, LogLast uint64
-	// Members maps the members' IDs to their addresses.
-	Members map[uint64]string
+	// Members maps the members' IDs to their addresses; Voters and
+	// Learners (sorted) say which vote.
+	Members          map[uint64]string
+	Voters, Learners []uint64
 	// Engine is the live engine's directory under the data directory.
 	Engine string
 	// Err is the error that stopped the node, if any.
@@ -106,9 +110,11 @@ func (n *Node) Status() Status {
 		ID:      n.id,
 		Cluster: n.cluster.Load(),
 		Applied: n.appliedNow.Load(),
-		Members: maps.Clone(*n.members.Load()),
+		Members: maps.Clone(n.view.Load().peers),
 		Metrics: n.Metrics(),
 	}
+	v := n.view.Load()
+	st.Voters, st.Learners = slices.Clone(v.voters), slices.Clone(v.learners)
 	st.LogFirst, st.LogLast = n.ls.bounds()
 	st.LogFirst++
 	n.engMu.RLock()

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -25,16 +26,39 @@ import (
 //	POST /raft/message   a batch of messages: (uvarint length, protobuf raftpb.Message)*
 //	POST /raft/snapshot  one snapshot (see snapshot.go)
 //
-// Every request carries the headers below; a node answers 409 Conflict to
-// a request of another cluster, or addressed to another node ID, and the
-// sender logs it. One goroutine per peer sends its queued messages, a batch
-// per request, so messages to a peer keep their order; a full queue or a
-// failed request drops messages (raft retransmits) and reports the peer
-// unreachable to raft.
+// Every request carries the headers below: the sender's cluster ID and
+// bootstrap hash, its ID and incarnation, the receiver's ID and the
+// receiver's incarnation as the sender's membership records it (0 if none
+// yet). The receiver refuses (see Node.checkPeerRequest), with 409 Conflict
+// and the kind of refusal in the X-Kvraft-Refusal header:
+//
+//	cluster   another cluster's request: the cluster IDs differ, or (while
+//	          either side has no cluster ID yet) the bootstrap hashes
+//	node      a request addressed to another node ID
+//	replaced  the sender's incarnation is not the one the cluster recorded
+//	          for its ID: its data directory was wiped or replaced, and it
+//	          stops (ErrLostState) when it reads the answer
+//	not-you   the receiver's incarnation is not the one the sender knows:
+//	          the receiver's directory was wiped or replaced, and it stops
+//
+// and answers 410 Gone to a removed node, which stops (ErrRemoved). One
+// goroutine per peer sends its queued messages, a batch per request, so
+// messages to a peer keep their order; a full queue or a failed request
+// drops messages (raft retransmits) and reports the peer unreachable to
+// raft.
 const (
-	headerCluster = "X-Kvraft-Cluster"
-	headerFrom    = "X-Kvraft-From"
-	headerTo      = "X-Kvraft-To"
+	headerCluster       = "X-Kvraft-Cluster"
+	headerBootstrap     = "X-Kvraft-Bootstrap"
+	headerFrom          = "X-Kvraft-From"
+	headerTo            = "X-Kvraft-To"
+	headerIncarnation   = "X-Kvraft-Incarnation"
+	headerToIncarnation = "X-Kvraft-To-Incarnation"
+	headerRefusal       = "X-Kvraft-Refusal"
+
+	refusedCluster  = "cluster"
+	refusedNode     = "node"
+	refusedReplaced = "replaced"
+	refusedNotYou   = "not-you"
 
 	pathMessage  = "/raft/message"
 	pathSnapshot = "/raft/snapshot"
@@ -56,10 +80,15 @@ type transport struct {
 }
 
 type peer struct {
-	id    uint64
-	addr  atomic.Pointer[string]
-	queue chan *raftpb.Message
-	stop  chan struct{}
+	id   uint64
+	addr atomic.Pointer[string]
+	// down is whether the last request to the peer failed (owned by its
+	// send loop), since when, and when a refusal was last logged.
+	down       bool
+	downSince  time.Time
+	lastLogged time.Time
+	queue      chan *raftpb.Message
+	stop       chan struct{}
 }
 
 func newTransport(n *Node) *transport {
@@ -129,9 +158,13 @@ func (tr *transport) send(m *raftpb.Message) {
 }
 
 func (tr *transport) setHeaders(req *http.Request, to uint64) {
-	req.Header.Set(headerCluster, strconv.FormatUint(tr.n.cluster.Load(), 16))
-	req.Header.Set(headerFrom, strconv.FormatUint(tr.n.id, 10))
+	n := tr.n
+	req.Header.Set(headerCluster, strconv.FormatUint(n.cluster.Load(), 16))
+	req.Header.Set(headerBootstrap, strconv.FormatUint(n.bootstrap.Load(), 16))
+	req.Header.Set(headerFrom, strconv.FormatUint(n.id, 10))
+	req.Header.Set(headerIncarnation, strconv.FormatUint(n.incarnation, 16))
 	req.Header.Set(headerTo, strconv.FormatUint(to, 10))
+	req.Header.Set(headerToIncarnation, strconv.FormatUint(n.view.Load().incarnations[to], 16))
 }
 
 func (tr *transport) sendLoop(p *peer) {
@@ -163,23 +196,53 @@ func (tr *transport) sendLoop(p *peer) {
 			}
 			break
 		}
-		if err := tr.post(p, buf); err != nil {
-			tr.failed(p.id, err)
+		err := tr.post(p, buf)
+		tr.outcome(p, err)
+		if err != nil {
 			tr.n.reportUnreachable(p.id)
-			if errors.Is(err, ErrRemoved) {
+			switch {
+			case errors.Is(err, ErrRemoved):
 				tr.n.removedByPeer(p.id)
+			case errors.As(err, new(*replacedError)):
+				tr.n.fail(fmt.Errorf("%w: node %d: %v; %s", ErrLostState, tr.n.id, err, replaceAdvice(tr.n.id)))
 			}
 		}
 	}
 }
 
+// refusalLogEvery bounds how often a peer's refusals are logged.
+const refusalLogEvery = 10 * time.Second
+
+// outcome records how a request of the send loop of p ended: it counts a
+// failure, and logs the peer becoming unreachable, reachable again, or
+// refusing our messages (at most every refusalLogEvery).
+func (tr *transport) outcome(p *peer, err error) {
+	n := tr.n
+	if err == nil {
+		if p.down {
+			p.down = false
+			n.log.Info("raftkv: peer reachable again", "peer", p.id, "addr", *p.addr.Load(), "after", time.Since(p.downSince).Round(time.Millisecond))
+		}
+		return
+	}
+	tr.failed(p.id, err)
+	if errors.Is(err, ErrClusterMismatch) && time.Since(p.lastLogged) >= refusalLogEvery {
+		p.lastLogged = time.Now()
+		n.log.Error("raftkv: a peer refused our messages", "peer", p.id, "addr", *p.addr.Load(), "err", err)
+	}
+	if !p.down && tr.ctx.Err() == nil {
+		p.down, p.downSince = true, time.Now()
+		n.log.Info("raftkv: peer unreachable", "peer", p.id, "addr", *p.addr.Load(), "err", err)
+	}
+}
+
+// failed counts a failed request to peer id.
 func (tr *transport) failed(id uint64, err error) {
 	tr.sendErrors.Add(1)
 	s := fmt.Sprintf("to node %d: %v", id, err)
 	tr.lastErr.Store(&s)
 	if errors.Is(err, ErrClusterMismatch) {
 		tr.rejected.Add(1)
-		tr.n.log.Error("raftkv: a peer refused our messages", "peer", id, "err", err)
 	}
 }
 
@@ -198,6 +261,13 @@ func (tr *transport) post(p *peer, body []byte) error {
 	return checkResponse(resp)
 }
 
+// replacedError is a peer's refusal of this node as replaced (its data
+// directory is not the one the cluster recorded for its ID): the peer's
+// reason.
+type replacedError struct{ msg string }
+
+func (e *replacedError) Error() string { return e.msg }
+
 // checkResponse consumes resp and returns an error for a refusal.
 func checkResponse(resp *http.Response) error {
 	defer resp.Body.Close()
@@ -206,6 +276,8 @@ func checkResponse(resp *http.Response) error {
 	switch {
 	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK:
 		return nil
+	case resp.StatusCode == http.StatusConflict && resp.Header.Get(headerRefusal) == refusedReplaced:
+		return &replacedError{msg: string(bytes.TrimSpace(msg))}
 	case resp.StatusCode == http.StatusConflict:
 		return fmt.Errorf("%w: %s", ErrClusterMismatch, bytes.TrimSpace(msg))
 	case resp.StatusCode == http.StatusGone:
@@ -293,35 +365,114 @@ func (n *Node) Handler() http.Handler {
 	return n.handler
 }
 
+// peerHeaders are the transport headers of a request.
+type peerHeaders struct {
+	cluster, bootstrap, from, to, incarnation, toIncarnation uint64
+}
+
+func parsePeerHeaders(r *http.Request) (peerHeaders, error) {
+	var h peerHeaders
+	for _, f := range []struct {
+		name string
+		base int
+		v    *uint64
+	}{
+		{headerCluster, 16, &h.cluster}, {headerBootstrap, 16, &h.bootstrap}, {headerFrom, 10, &h.from},
+		{headerTo, 10, &h.to}, {headerIncarnation, 16, &h.incarnation}, {headerToIncarnation, 16, &h.toIncarnation},
+	} {
+		v, err := strconv.ParseUint(r.Header.Get(f.name), f.base, 64)
+		if err != nil {
+			return h, fmt.Errorf("raftkv: bad %s header %q", f.name, r.Header.Get(f.name))
+		}
+		*f.v = v
+	}
+	return h, nil
+}
+
+// refusal is a refused peer request: the status, the kind (headerRefusal)
+// and why.
+type refusal struct {
+	code int
+	kind string
+	err  error
+}
+
+func (rf *refusal) write(w http.ResponseWriter) {
+	if rf.kind != "" {
+		w.Header().Set(headerRefusal, rf.kind)
+	}
+	http.Error(w, rf.err.Error(), rf.code)
+}
+
 // checkPeerRequest refuses a request of another cluster or for another
-// node, or from a removed node: the status code and the reason.
-func (n *Node) checkPeerRequest(r *http.Request) (int, error) {
-	cluster, err := strconv.ParseUint(r.Header.Get(headerCluster), 16, 64)
+// node, from a removed node or from a node whose directory was replaced
+// (see the transport's refusals), and stops this node if the sender knows
+// its ID by another directory. A joining node takes its cluster from the
+// first request it accepts; the leader notes the sender's incarnation for
+// the cluster to record if it has none.
+func (n *Node) checkPeerRequest(r *http.Request) *refusal {
+	h, err := parsePeerHeaders(r)
 	if err != nil {
-		return http.StatusBadRequest, fmt.Errorf("raftkv: bad %s header %q", headerCluster, r.Header.Get(headerCluster))
+		return &refusal{code: http.StatusBadRequest, err: err}
 	}
-	to, err := strconv.ParseUint(r.Header.Get(headerTo), 10, 64)
-	if err != nil {
-		return http.StatusBadRequest, fmt.Errorf("raftkv: bad %s header %q", headerTo, r.Header.Get(headerTo))
+	cluster, bootstrap := n.cluster.Load(), n.bootstrap.Load()
+	joining := bootstrap == 0
+	switch {
+	case joining:
+	case cluster != 0 && h.cluster != 0:
+		if h.cluster != cluster {
+			return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d is in cluster %016x, the request is from node %d of cluster %016x: %w",
+				n.id, cluster, h.from, h.cluster, ErrClusterMismatch)}
+		}
+	case h.bootstrap != bootstrap:
+		// One side has no cluster ID yet: the bootstrap hashes say.
+		return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d was bootstrapped as %016x, the request is from node %d bootstrapped as %016x (another cluster token or other initial members): %w",
+			n.id, bootstrap, h.from, h.bootstrap, ErrClusterMismatch)}
 	}
-	ok, err := n.adoptCluster(cluster)
-	if err != nil {
-		return http.StatusInternalServerError, err
+	if h.to != n.id {
+		return &refusal{http.StatusConflict, refusedNode, fmt.Errorf("raftkv: this is node %d, not node %d: %w", n.id, h.to, ErrClusterMismatch)}
 	}
-	if !ok {
-		return http.StatusConflict, fmt.Errorf("raftkv: node %d is in cluster %016x, the request is from cluster %016x: %w", n.id, n.cluster.Load(), cluster, ErrClusterMismatch)
+	if h.toIncarnation != 0 && h.toIncarnation != n.incarnation {
+		err := fmt.Errorf("%w: node %d: node %d knows node %d by another data directory (incarnation %016x, this one is %016x): this directory was wiped or replaced; %s",
+			ErrLostState, n.id, h.from, n.id, h.toIncarnation, n.incarnation, replaceAdvice(n.id))
+		n.fail(err)
+		return &refusal{http.StatusConflict, refusedNotYou, err}
 	}
-	if to != n.id {
-		return http.StatusConflict, fmt.Errorf("raftkv: this is node %d, not node %d", n.id, to)
+	if joining {
+		if h.bootstrap == 0 {
+			return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d is joining a cluster; node %d has none either: %w", n.id, h.from, ErrClusterMismatch)}
+		}
+		if err := n.adoptCluster(h.cluster, h.bootstrap); err != nil {
+			return &refusal{code: http.StatusInternalServerError, err: err}
+		}
 	}
-	from, err := strconv.ParseUint(r.Header.Get(headerFrom), 10, 64)
-	if err != nil {
-		return http.StatusBadRequest, fmt.Errorf("raftkv: bad %s header %q", headerFrom, r.Header.Get(headerFrom))
+	if n.wasRemoved(h.from) {
+		return &refusal{code: http.StatusGone, err: fmt.Errorf("raftkv: node %d was removed from the cluster", h.from)}
 	}
-	if n.wasRemoved(from) {
-		return http.StatusGone, fmt.Errorf("raftkv: node %d was removed from the cluster", from)
+	switch rec := n.view.Load().incarnations[h.from]; {
+	case rec != 0 && rec != h.incarnation:
+		if n.logEvery(fmt.Sprintf("replaced %d", h.from)) {
+			n.log.Warn("raftkv: refused a node whose data directory was replaced", "peer", h.from, "incarnation", fmt.Sprintf("%016x", h.incarnation),
+				"recorded", fmt.Sprintf("%016x", rec))
+		}
+		return &refusal{http.StatusConflict, refusedReplaced, fmt.Errorf("raftkv: node %d refuses node %d: the cluster knows node %d by another data directory (incarnation %016x, the request's is %016x)",
+			n.id, h.from, h.from, rec, h.incarnation)}
+	case rec == 0 && n.leader.Load():
+		n.noteIncarnation(h.from, h.incarnation)
 	}
-	return 0, nil
+	return nil
+}
+
+// logEvery reports whether a line about key may be logged now: at most one
+// every refusalLogEvery per key.
+func (n *Node) logEvery(key string) bool {
+	n.logMu.Lock()
+	defer n.logMu.Unlock()
+	if t, ok := n.logged[key]; ok && time.Since(t) < refusalLogEvery {
+		return false
+	}
+	n.logged[key] = time.Now()
+	return true
 }
 
 // maxMessageBody bounds a request of messages: a batch may exceed
@@ -333,8 +484,8 @@ func (n *Node) maxMessageBody() int64 {
 }
 
 func (n *Node) handleMessages(w http.ResponseWriter, r *http.Request) {
-	if code, err := n.checkPeerRequest(r); err != nil {
-		http.Error(w, err.Error(), code)
+	if rf := n.checkPeerRequest(r); rf != nil {
+		rf.write(w)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n.maxMessageBody()))

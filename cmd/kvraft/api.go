@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +79,7 @@ func (s *server) handler() http.Handler {
 		return s.n.SetBit(ctx, r.PathValue("name"), i, v)
 	}, maxSmallBody))
 	mux.HandleFunc("GET /bits/{name}/{index}", s.getBit)
+	mux.HandleFunc("GET /members", s.listMembers)
 	mux.HandleFunc("POST /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		id, err := memberID(r)
 		if err != nil {
@@ -86,8 +89,26 @@ func (s *server) handler() http.Handler {
 		if addr == "" {
 			return badRequest("?addr=HOST:PORT is required")
 		}
-		return s.n.AddNode(ctx, id, addr)
+		return s.n.AddLearner(ctx, id, addr)
 	}, 0))
+	mux.HandleFunc("POST /members/{id}/promote", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		return s.n.PromoteNode(ctx, id)
+	}, 0))
+	mux.HandleFunc("PUT /members/{id}/addr", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		addr := strings.TrimSpace(string(body))
+		if addr == "" {
+			return badRequest("the body is the new address, HOST:PORT")
+		}
+		return s.n.UpdateNode(ctx, id, addr)
+	}, maxSmallBody+256))
 	mux.HandleFunc("DELETE /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		id, err := memberID(r)
 		if err != nil {
@@ -306,6 +327,28 @@ func (s *server) getBit(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// memberJSON is one entry of GET /members.
+type memberJSON struct {
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	Role string `json:"role"` // "voter" or "learner"
+}
+
+func (s *server) listMembers(w http.ResponseWriter, r *http.Request) {
+	st := s.n.Status()
+	out := struct {
+		Members []memberJSON `json:"members"`
+	}{Members: []memberJSON{}}
+	for _, id := range st.Voters {
+		out.Members = append(out.Members, memberJSON{id, st.Members[id], "voter"})
+	}
+	for _, id := range st.Learners {
+		out.Members = append(out.Members, memberJSON{id, st.Members[id], "learner"})
+	}
+	slices.SortFunc(out.Members, func(a, b memberJSON) int { return cmp.Compare(a.ID, b.ID) })
+	writeJSON(w, out)
+}
+
 func (s *server) listNames(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Keyspaces []string `json:"keyspaces"`
@@ -376,13 +419,18 @@ func statusOf(err error) int {
 		errors.Is(err, kvbuf.ErrBadRange), errors.Is(err, kvbuf.ErrBadName), errors.Is(err, kvbuf.ErrOutOfRange),
 		errors.Is(err, raftkv.ErrBadOptions):
 		return http.StatusBadRequest
-	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice):
+	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice),
+		errors.Is(err, raftkv.ErrNotMember):
 		return http.StatusNotFound
+	case errors.Is(err, raftkv.ErrMemberExists), errors.Is(err, raftkv.ErrRemovedID), errors.Is(err, raftkv.ErrLastVoter),
+		errors.Is(err, raftkv.ErrNotCaughtUp):
+		return http.StatusConflict
 	case errors.Is(err, kvbuf.ErrValueTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, raftkv.ErrOutcomeUnknown):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrDropped), errors.Is(err, raftkv.ErrStopped),
+		errors.Is(err, raftkv.ErrConfChangePending),
 		errors.Is(err, raftkv.ErrRemoved), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	}

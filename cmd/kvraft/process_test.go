@@ -287,7 +287,7 @@ func TestProcessKills(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // enough for the log to be compacted past the start
 	}
 	if r := call(t, "POST", "http://"+addrs[1]+"/members/4?addr="+addrs[2], nil); r.code != 204 {
-		t.Fatalf("add node 4: %+v", r)
+		t.Fatalf("add node 4 (a learner): %+v", r)
 	}
 	victim.id = 4
 	victim.args = []string{"--id", "4", "--peers", peerFlag(addrs[:2]), "--http", addrs[2], "--join",
@@ -296,6 +296,18 @@ func TestProcessKills(t *testing.T) {
 	before = load.count()
 	for load.count() < before+100 {
 		time.Sleep(20 * time.Millisecond)
+	}
+	// Promoted once caught up (409 until then).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := call(t, "POST", "http://"+addrs[0]+"/members/4/promote", nil)
+		if r.code == 204 {
+			break
+		}
+		if r.code != 409 || time.Now().After(deadline) {
+			t.Fatalf("promote node 4: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	acked = append(acked, load.finish()...)
 	converged(t, addrs, 60*time.Second)
