@@ -378,8 +378,17 @@ type KeyValue struct {
 // Scan returns the pairs of keyspace whose keys start with prefix, in key
 // order, at most limit of them (limit <= 0: no limit), as of one instant
 // (a snapshot of the engine): linearizable unless o.Stale. more reports
-// that pairs were left out by limit.
+// that pairs were left out by limit: ScanAfter the last key returned reads
+// the next page.
 func (n *Node) Scan(ctx context.Context, keyspace string, prefix []byte, limit int, o *ReadOptions) (kvs []KeyValue, more bool, err error) {
+	return n.ScanAfter(ctx, keyspace, prefix, nil, limit, o)
+}
+
+// ScanAfter is Scan of the keys above after (nil: from the first): the
+// page of a scan that follows the one whose last key was after. Each page
+// is read at its own instant: a scan by pages sees each key once, and the
+// writes between pages to keys it has not reached yet.
+func (n *Node) ScanAfter(ctx context.Context, keyspace string, prefix, after []byte, limit int, o *ReadOptions) (kvs []KeyValue, more bool, err error) {
 	if err := n.linearize(ctx, o); err != nil {
 		return nil, false, err
 	}
@@ -400,7 +409,13 @@ func (n *Node) Scan(ctx context.Context, keyspace string, prefix []byte, limit i
 		if err != nil {
 			return err
 		}
-		for ok := it.First(); ok; ok = it.Next() {
+		var ok bool
+		if from := append(bytes.Clone(after), 0); after != nil && bytes.Compare(from, prefix) > 0 {
+			ok = it.SeekGE(from) // the first key above after
+		} else {
+			ok = it.First()
+		}
+		for ; ok; ok = it.Next() {
 			if limit > 0 && len(kvs) == limit {
 				more = true
 				break

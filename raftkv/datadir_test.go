@@ -142,7 +142,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("log names a missing engine", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir))
+		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("engine behind the compacted log", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir))
+		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 		for _, key := range [][]byte{keyHardState, keyTrunc} {
 			dir := filepath.Join(t.TempDir(), "node")
 			singleNode(t, dir, nil)
-			ls, err := openLogStore(filepath.Join(dir, logDir))
+			ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,6 +89,11 @@ var (
 	// node's indexes). As for ErrLostState, the node must be replaced.
 	ErrRaftState = errors.New("raftkv: raft refused the node's state")
 
+	// ErrUnauthenticated is the transport's refusal (403) of a request
+	// without a certificate of the cluster's CA, when Options.PeerTLS is
+	// set.
+	ErrUnauthenticated = errors.New("raftkv: unauthenticated peer")
+
 	// ErrCorrupt marks a damaged raft log store record or command entry.
 	ErrCorrupt = errors.New("raftkv: corrupt")
 

@@ -122,10 +122,15 @@ func readIdentity(dir string) (identity, bool, error) {
 	return id, err == nil, err
 }
 
-// writeIdentity records dir's identity durably.
-func writeIdentity(dir string, id identity) error {
+// writeIdentity records the identity of the node's directory durably.
+func (n *Node) writeIdentity(id identity) error {
+	return writeIdentity(n.dir, id, fileMode(n.opts.DirMode))
+}
+
+// writeIdentity records dir's identity durably, in a file of mode mode.
+func writeIdentity(dir string, id identity, mode os.FileMode) error {
 	tmp := filepath.Join(dir, identityFile+".tmp")
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return fmt.Errorf("raftkv: %w", err)
 	}

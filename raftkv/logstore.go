@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 
@@ -177,9 +178,10 @@ func decodeMembership(b []byte) (membership, error) {
 	return m, nil
 }
 
-// openLogStore opens (creating if needed) the log store in dir.
-func openLogStore(dir string) (*logStore, error) {
-	db, err := pebble.Open(dir, storage.PebbleOptions(nil))
+// openLogStore opens (creating if needed) the log store in dir, whose
+// directories and files get dirMode (see fsmode.go).
+func openLogStore(dir string, dirMode os.FileMode) (*logStore, error) {
+	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: newPrivateFS(dirMode)}))
 	if err != nil {
 		return nil, fmt.Errorf("raftkv: open raft log store %s: %w", dir, err)
 	}

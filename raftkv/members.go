@@ -337,7 +337,7 @@ func (n *Node) assignCluster(cluster uint64) error {
 	}
 	id := n.identity()
 	id.cluster = cluster
-	if err := writeIdentity(n.dir, id); err != nil {
+	if err := n.writeIdentity(id); err != nil {
 		return err
 	}
 	n.cluster.Store(cluster)

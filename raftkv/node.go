@@ -20,6 +20,7 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
@@ -132,6 +133,7 @@ type metrics struct {
 	snapshotsReceived, snapshotsInstalled         atomic.Uint64
 	compactions                                   atomic.Uint64
 	proposalsDropped                              atomic.Uint64
+	leaderChanges, elections                      atomic.Uint64
 	readRounds, readRetries                       atomic.Uint64
 }
 
@@ -192,7 +194,7 @@ func Open(opts *Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
 		return nil, fmt.Errorf("raftkv: %w", err)
 	}
 	n := &Node{
@@ -234,7 +236,8 @@ func Open(opts *Options) (*Node, error) {
 
 func (n *Node) open() error {
 	o := n.opts
-	lock, err := lockDir(n.dir)
+	n.checkDirMode(n.dir, o.DirMode)
+	lock, err := lockDir(n.dir, fileMode(o.DirMode))
 	if err != nil {
 		return err
 	}
@@ -248,7 +251,7 @@ func (n *Node) open() error {
 			return err
 		}
 	}
-	ls, err := openLogStore(filepath.Join(n.dir, logDir))
+	ls, err := openLogStore(filepath.Join(n.dir, logDir), o.DirMode)
 	if err != nil {
 		return err
 	}
@@ -261,7 +264,7 @@ func (n *Node) open() error {
 	} else if id.incarnation == 0 {
 		// A directory of the first format: give it an incarnation.
 		n.incarnation = randomID()
-		if err := writeIdentity(n.dir, n.identity()); err != nil {
+		if err := n.writeIdentity(n.identity()); err != nil {
 			return err
 		}
 	}
@@ -404,7 +407,7 @@ func (n *Node) newIdentity(fresh bool) error {
 		}
 		n.bootstrap.Store(bootstrapHash(o.ClusterToken, o.Peers))
 	}
-	return writeIdentity(n.dir, n.identity())
+	return n.writeIdentity(n.identity())
 }
 
 // adoptCluster records the cluster (ID and bootstrap hash) a joining node
@@ -417,7 +420,7 @@ func (n *Node) adoptCluster(cluster, bootstrap uint64) error {
 	}
 	id := n.identity()
 	id.cluster, id.bootstrap = cluster, bootstrap
-	if err := writeIdentity(n.dir, id); err != nil {
+	if err := n.writeIdentity(id); err != nil {
 		return err
 	}
 	n.cluster.Store(cluster)
@@ -612,12 +615,12 @@ func (n *Node) stopped() error {
 }
 
 func (n *Node) handleReady(rd raft.Ready) error {
-	if ss := rd.SoftState; ss != nil {
-		n.softState(ss)
-	}
 	if hs := rd.HardState; hs != nil {
 		n.raftTerm.Store(hs.GetTerm())
 		n.raftCommit.Store(hs.GetCommit())
+	}
+	if ss := rd.SoftState; ss != nil {
+		n.softState(ss)
 	}
 	leader := n.leader.Load()
 	n.checkProposedConfChanges(rd.Entries)
@@ -665,11 +668,31 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	return nil
 }
 
-// softState records raft's new role and leader.
+// softState records raft's new role and leader, and logs elections and
+// leader changes.
 func (n *Node) softState(ss *raft.SoftState) {
+	prevLead, prevRole := n.lead.Load(), raft.StateType(n.raftRole.Load())
 	n.lead.Store(ss.Lead)
 	n.leader.Store(ss.RaftState == raft.StateLeader)
 	n.raftRole.Store(int32(ss.RaftState))
+	term := n.rn.BasicStatus().GetTerm()
+	if ss.RaftState != prevRole {
+		switch ss.RaftState {
+		case raft.StateCandidate:
+			n.m.elections.Add(1)
+			n.log.Info("raftkv: starting an election", "term", term)
+		case raft.StateLeader:
+			n.log.Info("raftkv: became the leader", "term", term)
+		}
+	}
+	if ss.Lead != prevLead {
+		if ss.Lead != raft.None {
+			n.m.leaderChanges.Add(1)
+			n.log.Info("raftkv: leader changed", "leader", ss.Lead, "addr", n.view.Load().peers[ss.Lead], "previous", prevLead, "term", term)
+		} else {
+			n.log.Info("raftkv: no leader", "previous", prevLead, "term", term)
+		}
+	}
 }
 
 // sendMessages hands messages to the transport; a snapshot message is
@@ -900,7 +923,13 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 }
 
 // maybeCompact truncates the log below the engine's durable watermark,
-// keeping LogRetain entries, once enough have accumulated.
+// keeping LogRetain entries, once enough have accumulated. A leader also
+// keeps the entries its followers are catching up with (those after a
+// snapshot it is sending, and after a follower's match index), up to
+// followerHold entries below the watermark: a follower
+// that just installed a snapshot continues from the log rather than
+// needing another (under load it might never catch up), and one that
+// cannot keep up even so gets a snapshot, so the log stays bounded.
 func (n *Node) maybeCompact() {
 	if n.eng == nil {
 		return
@@ -910,6 +939,29 @@ func (n *Node) maybeCompact() {
 		return
 	}
 	target := wm - n.opts.LogRetain
+	if n.leader.Load() {
+		trunc, _ := n.ls.bounds()
+		floor := wm - min(wm, followerHold(n.opts.LogRetain))
+		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			switch {
+			case id == n.id:
+			case pr.State == tracker.StateSnapshot && pr.PendingSnapshot > 0:
+				target = min(target, max(pr.PendingSnapshot, floor))
+			default:
+				// Entries after Match may be sent again; a follower probed
+				// after a snapshot (Match not known yet) needs those from
+				// Next on. RecentActive is no guide: CheckQuorum clears it
+				// every election timeout, until the follower answers.
+				need := pr.Match
+				if pr.State == tracker.StateProbe {
+					need = max(need, pr.Next-1)
+				}
+				if need >= trunc {
+					target = min(target, max(need, floor))
+				}
+			}
+		})
+	}
 	trunc, _ := n.ls.bounds()
 	if target <= trunc || target-trunc < max(n.opts.LogRetain/4, 1) {
 		return
@@ -920,6 +972,10 @@ func (n *Node) maybeCompact() {
 	}
 	n.m.compactions.Add(1)
 }
+
+// followerHold is how many entries below the durable watermark a leader's
+// log may keep for its followers (see maybeCompact).
+func followerHold(logRetain uint64) uint64 { return 10 * max(logRetain, 1000) }
 
 // snapshotNow takes an engine snapshot at the applied index (the Ready
 // loop is between entries).

@@ -216,5 +216,6 @@ func (n *Node) receiveEngine(r io.Reader, idx uint64) (int, error) {
 		return http.StatusInternalServerError, err
 	}
 	n.m.snapshotsReceived.Add(1)
+	n.log.Info("raftkv: snapshot received", "index", idx, "dir", filepath.Base(final))
 	return 0, nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Status describes a node. Fields are read at slightly different times.
@@ -67,6 +69,11 @@ type Metrics struct {
 	Compactions uint64 `json:"compactions"`
 	// ProposalsDropped counts writes raft refused (ErrDropped).
 	ProposalsDropped uint64 `json:"proposals_dropped"`
+	// LeaderChanges counts the times this node saw a new leader, and
+	// Elections those it started an election (as a candidate; pre-vote
+	// rounds that found no quorum are not counted).
+	LeaderChanges uint64 `json:"leader_changes"`
+	Elections     uint64 `json:"elections"`
 	// ReadRounds counts ReadIndex rounds, ReadRetries the times one was
 	// asked again.
 	ReadRounds  uint64 `json:"read_rounds"`
@@ -93,6 +100,8 @@ func (n *Node) Metrics() Metrics {
 		SnapshotsInstalled: n.m.snapshotsInstalled.Load(),
 		Compactions:        n.m.compactions.Load(),
 		ProposalsDropped:   n.m.proposalsDropped.Load(),
+		LeaderChanges:      n.m.leaderChanges.Load(),
+		Elections:          n.m.elections.Load(),
 		ReadRounds:         n.m.readRounds.Load(),
 		ReadRetries:        n.m.readRetries.Load(),
 		SendErrors:         n.tr.sendErrors.Load(),
@@ -150,4 +159,16 @@ func stateName(s string) string {
 		return "pre-candidate"
 	}
 	return fmt.Sprintf("unknown (%s)", s)
+}
+
+// EngineMetrics returns the metrics of the node's kvbuf engine (the live
+// one: a snapshot install replaces the engine, and its counters restart at
+// zero), and false for a node built with another state machine.
+func (n *Node) EngineMetrics() (kvbuf.Metrics, bool) {
+	n.engMu.RLock()
+	defer n.engMu.RUnlock()
+	if n.eng == nil {
+		return kvbuf.Metrics{}, false
+	}
+	return n.eng.db.Metrics(), true
 }

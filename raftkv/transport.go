@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -226,7 +227,7 @@ func (tr *transport) outcome(p *peer, err error) {
 		return
 	}
 	tr.failed(p.id, err)
-	if errors.Is(err, ErrClusterMismatch) && time.Since(p.lastLogged) >= refusalLogEvery {
+	if (errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrUnauthenticated)) && time.Since(p.lastLogged) >= refusalLogEvery {
 		p.lastLogged = time.Now()
 		n.log.Error("raftkv: a peer refused our messages", "peer", p.id, "addr", *p.addr.Load(), "err", err)
 	}
@@ -241,7 +242,7 @@ func (tr *transport) failed(id uint64, err error) {
 	tr.sendErrors.Add(1)
 	s := fmt.Sprintf("to node %d: %v", id, err)
 	tr.lastErr.Store(&s)
-	if errors.Is(err, ErrClusterMismatch) {
+	if errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrUnauthenticated) {
 		tr.rejected.Add(1)
 	}
 }
@@ -249,7 +250,7 @@ func (tr *transport) failed(id uint64, err error) {
 func (tr *transport) post(p *peer, body []byte) error {
 	ctx, cancel := context.WithTimeout(tr.ctx, tr.n.opts.SendTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+*p.addr.Load()+pathMessage, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.url(p, pathMessage), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -259,6 +260,15 @@ func (tr *transport) post(p *peer, body []byte) error {
 		return err
 	}
 	return checkResponse(resp)
+}
+
+// url returns the URL of path on peer p.
+func (tr *transport) url(p *peer, path string) string {
+	scheme := "http://"
+	if tr.n.opts.PeerTLS != nil {
+		scheme = "https://"
+	}
+	return scheme + *p.addr.Load() + path
 }
 
 // replacedError is a peer's refusal of this node as replaced (its data
@@ -280,6 +290,8 @@ func checkResponse(resp *http.Response) error {
 		return &replacedError{msg: string(bytes.TrimSpace(msg))}
 	case resp.StatusCode == http.StatusConflict:
 		return fmt.Errorf("%w: %s", ErrClusterMismatch, bytes.TrimSpace(msg))
+	case resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%w: %s", ErrUnauthenticated, bytes.TrimSpace(msg))
 	case resp.StatusCode == http.StatusGone:
 		return fmt.Errorf("%w: %s", ErrRemoved, bytes.TrimSpace(msg))
 	}
@@ -298,25 +310,33 @@ func (tr *transport) sendSnapshot(m *raftpb.Message, snap *kvbuf.Snapshot) {
 	tr.wg.Add(1)
 	go func() {
 		defer tr.wg.Done()
-		err := tr.streamSnapshot(p, m, snap)
+		start := time.Now()
+		idx := m.GetSnapshot().GetMetadata().GetIndex()
+		tr.n.log.Info("raftkv: sending a snapshot", "to", p.id, "index", idx)
+		size, err := tr.streamSnapshot(p, m, snap)
 		snap.Close()
 		status := raft.SnapshotFinish
 		if err != nil {
 			status = raft.SnapshotFailure
-			tr.failed(p.id, fmt.Errorf("snapshot %d: %w", m.GetSnapshot().GetMetadata().GetIndex(), err))
+			tr.failed(p.id, fmt.Errorf("snapshot %d: %w", idx, err))
 			tr.n.m.snapshotsFailed.Add(1)
+			tr.n.log.Warn("raftkv: sending a snapshot failed", "to", p.id, "index", idx, "err", err)
 		} else {
 			tr.n.m.snapshotsSent.Add(1)
+			tr.n.log.Info("raftkv: snapshot sent", "to", p.id, "index", idx, "bytes", size, "took", time.Since(start).Round(time.Millisecond))
 		}
 		tr.n.reportSnapshot(p.id, status)
 	}()
 }
 
-func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snapshot) error {
+// streamSnapshot sends snap as the snapshot of message m to p, and returns
+// the engine stream's size.
+func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snapshot) (int64, error) {
 	hdr, err := proto.Marshal(m)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var size int64
 	ctx, cancel := context.WithTimeout(tr.ctx, tr.n.opts.SnapshotTimeout)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -328,7 +348,7 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 			_, err = bw.Write(hdr)
 		}
 		if err == nil {
-			_, err = snap.Export(ctx, bw, m.GetSnapshot().GetMetadata().GetIndex())
+			size, err = snap.Export(ctx, bw, m.GetSnapshot().GetMetadata().GetIndex())
 		}
 		if err == nil {
 			err = bw.Flush()
@@ -336,7 +356,7 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 		pw.CloseWithError(err)
 		written <- err
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+*p.addr.Load()+pathSnapshot, pr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.url(p, pathSnapshot), pr)
 	if err == nil {
 		tr.setHeaders(req, p.id)
 		var resp *http.Response
@@ -349,7 +369,7 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 	if werr := <-written; err == nil && werr != nil {
 		err = werr
 	}
-	return err
+	return size, err
 }
 
 // Handler returns the HTTP handler of the node's transport (the /raft/
@@ -361,8 +381,45 @@ func (n *Node) Handler() http.Handler {
 		mux.HandleFunc("POST "+pathMessage, n.handleMessages)
 		mux.HandleFunc("POST "+pathSnapshot, n.handleSnapshot)
 		n.handler = mux
+		if n.opts.PeerTLS != nil {
+			n.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := n.checkPeerCert(r); err != nil {
+					http.Error(w, err.Error(), http.StatusForbidden)
+					return
+				}
+				mux.ServeHTTP(w, r)
+			})
+		}
 	})
 	return n.handler
+}
+
+// checkPeerCert refuses a request that did not come over TLS with a client
+// certificate signed by the cluster's CA (PeerTLS.RootCAs).
+func (n *Node) checkPeerCert(r *http.Request) error {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return fmt.Errorf("raftkv: node %d: a peer must present a certificate of the cluster's CA: %w", n.id, ErrUnauthenticated)
+	}
+	if err := VerifyPeerCert(r.TLS.PeerCertificates, n.opts.PeerTLS.RootCAs); err != nil {
+		return fmt.Errorf("raftkv: node %d: the peer's certificate: %w: %w", n.id, ErrUnauthenticated, err)
+	}
+	return nil
+}
+
+// VerifyPeerCert verifies a TLS client's certificate chain (leaf first, as
+// tls.ConnectionState.PeerCertificates holds it) against roots, for client
+// authentication. Hosts use it to accept a peer's certificate (the
+// cluster's CA) where they accept other credentials.
+func VerifyPeerCert(chain []*x509.Certificate, roots *x509.CertPool) error {
+	if len(chain) == 0 {
+		return errors.New("no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err
 }
 
 // peerHeaders are the transport headers of a request.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ import (
 type server struct {
 	n       *raftkv.Node
 	timeout time.Duration
+	maxLag  uint64       // /health's bound on commit - applied
+	auth    *authorizer  // who may write and administer
+	scheme  string       // "http" or "https": of every node's API
 	client  *http.Client // forwards writes to the leader
 }
 
@@ -42,6 +46,9 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/raft/", s.n.Handler())
 	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /health", s.health)
+	mux.Handle("GET /metrics", metricsHandler(s.n))
+	mux.HandleFunc("GET /snapshot", s.snapshot)
 	mux.HandleFunc("GET /keyspaces", s.listNames)
 	mux.HandleFunc("PUT /keyspaces/{name}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		return s.n.CreateKeyspace(ctx, r.PathValue("name"))
@@ -165,6 +172,10 @@ func (s *server) deleteRange(ctx context.Context, r *http.Request) error {
 // leader if this node does not lead.
 func (s *server) write(fn func(ctx context.Context, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.auth.check(r); err != nil {
+			writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
 		var tooBig *http.MaxBytesError
 		switch {
@@ -202,12 +213,17 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, s.scheme+"://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	req.Header.Set(headerForwarded, strconv.FormatUint(s.n.ID(), 10))
+	// The client's credentials go along; over TLS the follower presents
+	// its peer certificate too, which the leader accepts for writes.
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// The leader may have applied it before the connection failed.
@@ -276,9 +292,23 @@ func (s *server) scan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	q := r.URL.Query()
+	var after []byte
+	switch {
+	case q.Has("after") && q.Has("after_b64"):
+		writeError(w, http.StatusBadRequest, badRequest("?after= and ?after_b64= are one cursor: give one"))
+		return
+	case q.Has("after"):
+		after = []byte(q.Get("after"))
+	case q.Has("after_b64"):
+		if after, err = base64.StdEncoding.DecodeString(q.Get("after_b64")); err != nil {
+			writeError(w, http.StatusBadRequest, badRequest("?after_b64=%q: not base64", q.Get("after_b64")))
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	kvs, more, err := s.n.Scan(ctx, r.PathValue("ks"), []byte(r.URL.Query().Get("prefix")), limit, ro)
+	kvs, more, err := s.n.ScanAfter(ctx, r.PathValue("ks"), []byte(q.Get("prefix")), after, limit, ro)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -286,7 +316,18 @@ func (s *server) scan(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Pairs []pairJSON `json:"pairs"`
 		More  bool       `json:"more"`
+		// Next is the cursor of the next page when More: the last key,
+		// for ?after= (NextB64 for ?after_b64= if it is not UTF-8).
+		Next    string `json:"next,omitempty"`
+		NextB64 []byte `json:"next_b64,omitempty"`
 	}{Pairs: []pairJSON{}, More: more}
+	if more && len(kvs) > 0 {
+		if last := kvs[len(kvs)-1].Key; utf8.Valid(last) {
+			out.Next = string(last)
+		} else {
+			out.NextB64 = last
+		}
+	}
 	for _, kv := range kvs {
 		var p pairJSON
 		if utf8.Valid(kv.Key) {
@@ -410,6 +451,43 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, out)
+}
+
+// healthJSON is GET /health.
+type healthJSON struct {
+	Healthy  bool     `json:"healthy"`
+	ID       uint64   `json:"id"`
+	State    string   `json:"state"`
+	Leader   uint64   `json:"leader"`
+	Term     uint64   `json:"term"`
+	Commit   uint64   `json:"commit"`
+	Applied  uint64   `json:"applied"`
+	Problems []string `json:"problems"`
+}
+
+// health answers 200 if the node runs, knows a leader and has applied up
+// to within --health-max-lag entries of its commit index, else 503 with
+// the problems.
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	st := s.n.Status()
+	out := healthJSON{ID: st.ID, State: st.State, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied, Problems: []string{}}
+	if st.Err != "" {
+		out.Problems = append(out.Problems, "stopped: "+st.Err)
+	}
+	if st.Leader == 0 {
+		out.Problems = append(out.Problems, "no leader known")
+	}
+	if lag := st.Commit - min(st.Applied, st.Commit); lag > s.maxLag {
+		out.Problems = append(out.Problems, fmt.Sprintf("applied index %d trails the commit index %d by %d entries (more than %d)", st.Applied, st.Commit, lag, s.maxLag))
+	}
+	out.Healthy = len(out.Problems) == 0
+	w.Header().Set("Content-Type", "application/json")
+	if !out.Healthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
 }
 
 // statusOf maps an error to its HTTP status.

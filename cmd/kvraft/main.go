@@ -50,6 +50,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,24 +78,46 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr, nil)
+	code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// config is the parsed command line.
+// dispatch runs the command args name: a client command, or a node.
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return runStatus(ctx, args[1:], stdout, stderr)
+		case "snapshot":
+			return runSnapshot(ctx, args[1:], stdout, stderr)
+		case "restore":
+			return runRestore(ctx, args[1:], stdout, stderr)
+		}
+	}
+	return run(ctx, args, stderr, nil)
+}
+
+// config is the parsed command line of a node.
 type config struct {
 	opts           raftkv.Options
 	listen         string
 	requestTimeout time.Duration
 	logLevel       slog.Level
+	maxLag         uint64
+	sec            security
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]")
+	fmt.Fprintln(w, "       kvraft status --endpoints HOST:PORT,... [flags]")
+	fmt.Fprintln(w, "       kvraft snapshot --endpoint HOST:PORT --out FILE [flags]")
+	fmt.Fprintln(w, "       kvraft restore --snapshot FILE --id N --peers ... --data DIR")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP")
-	fmt.Fprintln(w, "API (see 'go doc ./cmd/kvraft') on one address.")
+	fmt.Fprintln(w, "API (see 'go doc ./cmd/kvraft') on one address. The client commands print the")
+	fmt.Fprintln(w, "cluster's status, save a snapshot of a running node, and make the data")
+	fmt.Fprintln(w, "directory of a new cluster's node from one ('kvraft COMMAND -h' for their flags).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	fs.SetOutput(w)
@@ -116,6 +139,10 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 	retain := fs.Uint64("log-retain", raftkv.DefaultLogRetain, "entries kept below the durable watermark when the log is compacted")
 	timeout := fs.Duration("request-timeout", 10*time.Second, "how long a request may wait for raft")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	maxLag := fs.Uint64("health-max-lag", 1000, "/health fails while the applied index trails the commit index by more entries")
+	dirMode := fs.String("data-mode", "0700", "permissions of the directories the node creates (files get the same without execute bits: 0700 gives 0600)")
+	var sec security
+	sec.add(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(os.Stdout, fs)
@@ -153,6 +180,13 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 	if *tick <= 0 || *timeout <= 0 {
 		return bad("--tick and --request-timeout must be positive")
 	}
+	mode, err := strconv.ParseUint(*dirMode, 8, 32)
+	if err != nil || mode&^0o777 != 0 || mode&0o700 != 0o700 {
+		return bad("--data-mode %q: an octal mode with rwx for the owner (0700, 0750, 0755)", *dirMode)
+	}
+	if err := sec.check(*listen); err != nil {
+		return bad("%v", err)
+	}
 	cfg.opts = raftkv.Options{
 		ID:           *id,
 		Peers:        pm,
@@ -161,8 +195,9 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 		ClusterToken: *token,
 		TickInterval: *tick,
 		LogRetain:    *retain,
+		DirMode:      os.FileMode(mode),
 	}
-	cfg.listen, cfg.requestTimeout = *listen, *timeout
+	cfg.listen, cfg.requestTimeout, cfg.maxLag, cfg.sec = *listen, *timeout, *maxLag, sec
 	return cfg, exitOK, true
 }
 
@@ -201,6 +236,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		return code
 	}
 	cfg.opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	tlsCfg, err := cfg.sec.load(&cfg.opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvraft: %v\n", err)
+		return exitError
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvraft: %v\n", err)
@@ -212,12 +252,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		fmt.Fprintf(stderr, "kvraft: %v\n", err)
 		return exitError
 	}
-	s := &server{n: n, timeout: cfg.requestTimeout, client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	fwd := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, TLSClientConfig: cfg.opts.PeerTLS}
+	s := &server{n: n, timeout: cfg.requestTimeout, maxLag: cfg.maxLag, auth: cfg.sec.auth, scheme: "http",
+		client: &http.Client{Transport: fwd}}
+	if tlsCfg != nil {
+		s.scheme = "https"
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(cfg.opts.Logger.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	cfg.opts.Logger.Info("kvraft: serving", "id", cfg.opts.ID, "addr", ln.Addr().String(), "data", cfg.opts.Dir,
-		"peers", peersString(cfg.opts.Peers))
+	cfg.opts.Logger.Info("kvraft: serving", "id", cfg.opts.ID, "addr", ln.Addr().String(), "tls", tlsCfg != nil,
+		"data", cfg.opts.Dir, "peers", peersString(cfg.opts.Peers))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -234,7 +281,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = srv.Shutdown(sctx)
 	cancel()
-	s.client.CloseIdleConnections()
+	fwd.CloseIdleConnections()
 	if err := n.Close(); err != nil && code == exitOK {
 		fmt.Fprintf(stderr, "kvraft: close: %v\n", err)
 		code = exitError
