@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -181,7 +182,7 @@ func decodeMembership(b []byte) (membership, error) {
 // openLogStore opens (creating if needed) the log store in dir, whose
 // directories and files get dirMode (see fsmode.go).
 func openLogStore(dir string, dirMode os.FileMode) (*logStore, error) {
-	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: newPrivateFS(dirMode)}))
+	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsutil.ModeFS(dirMode, fileMode(dirMode))}))
 	if err != nil {
 		return nil, fmt.Errorf("raftkv: open raft log store %s: %w", dir, err)
 	}

@@ -271,6 +271,24 @@ func (tr *transport) url(p *peer, path string) string {
 	return scheme + *p.addr.Load() + path
 }
 
+// refusedError is a peer's refusal: its reason (the body of its answer),
+// matching the sentinel of the refusal.
+type refusedError struct {
+	msg  string
+	kind error
+}
+
+func (e *refusedError) Error() string { return e.msg }
+func (e *refusedError) Unwrap() error { return e.kind }
+
+func refused(kind error, body []byte) error {
+	msg := string(bytes.TrimSpace(body))
+	if msg == "" {
+		msg = kind.Error()
+	}
+	return &refusedError{msg: msg, kind: kind}
+}
+
 // replacedError is a peer's refusal of this node as replaced (its data
 // directory is not the one the cluster recorded for its ID): the peer's
 // reason.
@@ -289,11 +307,11 @@ func checkResponse(resp *http.Response) error {
 	case resp.StatusCode == http.StatusConflict && resp.Header.Get(headerRefusal) == refusedReplaced:
 		return &replacedError{msg: string(bytes.TrimSpace(msg))}
 	case resp.StatusCode == http.StatusConflict:
-		return fmt.Errorf("%w: %s", ErrClusterMismatch, bytes.TrimSpace(msg))
+		return refused(ErrClusterMismatch, msg)
 	case resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("%w: %s", ErrUnauthenticated, bytes.TrimSpace(msg))
+		return refused(ErrUnauthenticated, msg)
 	case resp.StatusCode == http.StatusGone:
-		return fmt.Errorf("%w: %s", ErrRemoved, bytes.TrimSpace(msg))
+		return refused(ErrRemoved, msg)
 	}
 	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 }
@@ -398,10 +416,10 @@ func (n *Node) Handler() http.Handler {
 // certificate signed by the cluster's CA (PeerTLS.RootCAs).
 func (n *Node) checkPeerCert(r *http.Request) error {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return fmt.Errorf("raftkv: node %d: a peer must present a certificate of the cluster's CA: %w", n.id, ErrUnauthenticated)
+		return fmt.Errorf("%w: node %d: a peer must present a certificate of the cluster's CA", ErrUnauthenticated, n.id)
 	}
 	if err := VerifyPeerCert(r.TLS.PeerCertificates, n.opts.PeerTLS.RootCAs); err != nil {
-		return fmt.Errorf("raftkv: node %d: the peer's certificate: %w: %w", n.id, ErrUnauthenticated, err)
+		return fmt.Errorf("%w: node %d: the peer's certificate is not of the cluster's CA: %w", ErrUnauthenticated, n.id, err)
 	}
 	return nil
 }

@@ -371,6 +371,17 @@ func TestFlags(t *testing.T) {
 		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tick", "0s"}, 2, "positive"},
 		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "extra"}, 2, "unexpected argument"},
 		{[]string{"--bogus"}, 2, "bogus"},
+		{[]string{"--id", "1", "--peers", "1=10.1.2.3:7001"}, 2, "refusing to serve plain HTTP on 10.1.2.3:7001"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--http", "0.0.0.0:7001"}, 2, "non-loopback"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem"}, 2, "--tls-cert and --tls-key go together"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, 2, "--peer-ca"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--peer-ca", "ca.pem"}, 2, "--client-ca or --token-file"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--peer-ca", "ca.pem"}, 2, "need --tls-cert"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--data-mode", "0600"}, 2, "--data-mode"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--data-mode", "x"}, 2, "--data-mode"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem",
+			"--peer-ca", "ca.pem", "--client-ca", "ca.pem"}, 1, "--tls-cert"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--token-file", "/nonexistent/token"}, 1, "--token-file"},
 	} {
 		var stderr syncBuffer
 		code := run(context.Background(), c.args, &stderr, nil)
