@@ -37,7 +37,12 @@
 // (DB.WatermarkNotify); the node then truncates its log below
 // min(watermark, applied) - Options.LogRetain, never above what the engine
 // made durable (dragonboat#62, cockroachdb#76215): a crash never needs a
-// compacted entry.
+// compacted entry. A leader also keeps the entries its followers are
+// catching up with (after a snapshot it sends, after a follower's match
+// index), up to 10 × max(LogRetain, 1000) entries below the watermark, so
+// that a follower that just installed a snapshot continues from the log
+// instead of needing another. The log store removes entries and moves its
+// first index in one critical section: raft never reads a gap.
 //
 // A follower that needs a compacted entry gets a snapshot. No snapshot is
 // ever materialized: the log store's raft snapshot is metadata only, and
@@ -117,6 +122,14 @@
 //	engine/           the kvbuf engine, or engine-<index>/ after a snapshot install
 //	engine-<index>.staging/  a snapshot being received
 //
+// # Backups
+//
+// Backup streams the engine of a running node as of one applied index, in
+// the stream format snapshots travel in (kvbuf's Snapshot.Export); Restore
+// makes the data directory of each node of a new cluster from it. The new
+// cluster's log starts at the backup's index, and it gets a cluster ID of
+// its own.
+//
 // # Transport
 //
 // HTTP on the node's address: POST /raft/message carries batches of
@@ -125,11 +138,24 @@
 // names the sender's cluster ID and bootstrap hash, the sender and receiver
 // node IDs and their incarnations; a node answers 409 to another cluster's
 // requests and to a replaced node's, and 410 to a removed node's. Serve
-// Node.Handler on the node's address.
+// Node.Handler on the node's address. With Options.PeerTLS the transport
+// is mutual TLS: requests go over HTTPS with this node's certificate, and
+// Handler refuses (403, ErrUnauthenticated) a request whose client
+// certificate the cluster's CA did not sign.
+//
+// # Operations
+//
+// At the info level a node logs its elections, leader changes, peers
+// becoming unreachable and reachable again, and snapshots sent, received
+// and installed; Status and Metrics report the rest (cmd/kvraft serves
+// them as /status, /health and /metrics). The data directory is private by
+// default: directories 0700, files 0600 (Options.DirMode).
 //
 // # Caveats
 //
-//   - No TLS or authentication: run on loopback or a trusted network.
+//   - Without Options.PeerTLS the transport has no authentication: run it
+//     on loopback or a trusted network. The client API is the host's
+//     (cmd/kvraft has TLS and credentials for it).
 //   - Every node must use the same engine limits (MaxKeySize, MaxValueSize,
 //     MaxBits): a command is validated again when applied, alike on every
 //     node only if the limits are alike.
@@ -141,6 +167,8 @@
 //   - One raft group per node: no multi-raft, no leases (reads always pay
 //     a ReadIndex round unless Stale).
 //   - Conf changes are one at a time (raft's simple changes, no joint
-//     consensus); raft turns a second concurrent one into an empty entry,
-//     and its caller's context ends with ErrOutcomeUnknown.
+//     consensus): one proposed while another is pending on the same leader
+//     fails with ErrConfChangePending; one pending on a leader that lost
+//     its leadership may still be applied (its caller gets
+//     ErrOutcomeUnknown).
 package raftkv

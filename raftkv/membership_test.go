@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -443,5 +444,82 @@ func TestWipedNodeRefused(t *testing.T) {
 			c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("after"), []byte("v")) })
 			c.converge(30 * time.Second)
 		})
+	}
+}
+
+// lineLog is a slog handler keeping the messages of the lines logged at
+// info level and above, with their node attribute.
+type lineLog struct {
+	mu    *sync.Mutex
+	lines *[]string
+	attrs string
+}
+
+func (h lineLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h lineLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.lines = append(*h.lines, h.attrs+r.Message)
+	return nil
+}
+func (h lineLog) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		h.attrs += a.String() + " "
+	}
+	return h
+}
+func (h lineLog) WithGroup(string) slog.Handler { return h }
+
+func (h lineLog) has(s string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range *h.lines {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// At the default level a node logs elections, leader changes, peers
+// becoming unreachable and reachable again, and snapshots sent and
+// installed.
+func TestInfoLogLines(t *testing.T) {
+	h := lineLog{mu: &sync.Mutex{}, lines: &[]string{}}
+	c := newCluster(t, 3, func(o *Options) {
+		o.Logger = slog.New(h)
+		o.LogRetain = 5
+	})
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	l := c.leader(5 * time.Second)
+	victim := c.follower(l).ID()
+	c.stop(victim)
+	for i := range 200 {
+		c.mustDo(func(ctx context.Context, n *Node) error {
+			return n.Put(ctx, "ks", fmt.Appendf(nil, "k%d", i), []byte("v"))
+		})
+	}
+	c.start(victim, false)
+	c.converge(30 * time.Second)
+	lead := fmt.Sprintf("node=%d ", l.ID())
+	for _, want := range []string{
+		lead + "raftkv: starting an election",
+		lead + "raftkv: became the leader",
+		fmt.Sprintf("node=%d raftkv: leader changed", victim),
+		lead + "raftkv: peer unreachable",
+		lead + "raftkv: peer reachable again",
+	} {
+		waitFor(t, 10*time.Second, want, func() bool { return h.has(want) })
+	}
+	// A learner added now needs a snapshot: the log was compacted.
+	waitFor(t, 10*time.Second, "a compaction", func() bool { return l.Status().LogFirst > 1 })
+	tn := c.listen(4)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddLearner(ctx, 4, tn.addr) })
+	c.start(4, true)
+	for _, want := range []string{lead + "raftkv: snapshot sent", "node=4 raftkv: snapshot received", "node=4 raftkv: installed a snapshot"} {
+		waitFor(t, 30*time.Second, want, func() bool { return h.has(want) })
+	}
+	if m := l.Metrics(); m.LeaderChanges == 0 || m.Elections == 0 {
+		t.Fatalf("leader's metrics: %+v", m)
 	}
 }

@@ -105,8 +105,9 @@ type Options struct {
 	// LogRetain is how many applied entries below the engine's durable
 	// watermark the log keeps when it is compacted, so that a follower a
 	// little behind catches up from the log rather than a snapshot. The
-	// log is never compacted above the durable watermark. Default:
-	// DefaultLogRetain (10000).
+	// log is never compacted above the durable watermark, and a leader
+	// keeps more for followers that are catching up (see the package
+	// documentation). Default: DefaultLogRetain (10000).
 	LogRetain uint64
 
 	// MaxSizePerMsg bounds the entries of one append message in bytes

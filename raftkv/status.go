@@ -79,7 +79,8 @@ type Metrics struct {
 	ReadRounds  uint64 `json:"read_rounds"`
 	ReadRetries uint64 `json:"read_retries"`
 	// SendErrors counts failed transport requests, Rejected those a peer
-	// refused as another cluster's; LastSendError is the newest.
+	// refused (another cluster's or node's, or unauthenticated);
+	// LastSendError is the newest.
 	SendErrors    uint64 `json:"send_errors"`
 	Rejected      uint64 `json:"rejected"`
 	LastSendError string `json:"last_send_error"`

@@ -1,15 +1,22 @@
 // Command kvraft runs one node of a replicated kvbuf cluster (package
 // raftkv): a raft peer whose state machine is a kvbuf engine, serving the
-// raft transport and a small HTTP API on one address.
+// raft transport and a small HTTP API on one address. Its client commands
+// print the cluster's status, save a backup of a running node, and make a
+// new cluster's data directories from one.
 //
 // Usage:
 //
 //	kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]
+//	kvraft status --endpoints HOST:PORT,... [--json] [client flags]
+//	kvraft snapshot --endpoint HOST:PORT --out FILE [client flags]
+//	kvraft restore --snapshot FILE --id N --peers ... --data DIR
 //
 // Start one process per node with the same --peers (and --cluster-token);
 // each serves on its own entry of --peers unless --http says otherwise. A
-// node added later to a running cluster (POST /members/ID?addr=HOST:PORT on
-// a member) starts with --join and the members in --peers.
+// node added later to a running cluster (POST /members/ID?addr=HOST:PORT
+// on a member adds it as a learner) starts with --join, its --id and
+// --data, and the members in --peers; once it has caught up, POST
+// /members/ID/promote makes it a voter.
 //
 // HTTP API (keys and names are path segments; escape "/" as %2F):
 //
@@ -20,28 +27,55 @@
 //	GET    /kv/KS/KEY                      the value (404 if absent)
 //	DELETE /kv/KS/KEY                      delete a key
 //	DELETE /kv/KS?start=A&end=B            delete [A, B) (either may be omitted; ?all=1 for everything)
-//	GET    /kv/KS?prefix=P&limit=N         scan by prefix (JSON, key order, default limit 1000)
+//	GET    /kv/KS?prefix=P&limit=N         scan by prefix (JSON, key order, default limit 1000, at most 100000);
+//	                                       "more": true means a next page: repeat with &after=NEXT ("next" of the
+//	                                       answer; &after_b64= with "next_b64" for a key that is not UTF-8)
 //	PUT    /bits/NAME/I                    set bit I to the body: 1 or 0
 //	GET    /bits/NAME/I                    bit I: 1 or 0
 //	GET    /status[?digest=1]              raft term, commit and applied index, kvbuf watermark, members, metrics[, content digest]
-//	POST   /members/ID?addr=HOST:PORT      add a node (it then starts with --join)
-//	DELETE /members/ID                     remove a node
+//	GET    /health                         200 if the node runs, knows a leader and has applied to within
+//	                                       --health-max-lag entries of its commit index, else 503 with the problems
+//	GET    /metrics                        Prometheus metrics: the engine's (kvbuf_*), raft's and the node's (kvraft_*)
+//	GET    /snapshot[?digest=1]            a backup: the engine as of one applied index (kvbuf's snapshot stream;
+//	                                       the index in the X-Kvraft-Snapshot-Index header, with ?digest=1 the
+//	                                       content digest in the X-Kvraft-Snapshot-Digest trailer)
+//	GET    /members                        the members: ID, address, role (voter or learner)
+//	POST   /members/ID?addr=HOST:PORT      add a node as a learner (no quorum change; then start it with --join)
+//	POST   /members/ID/promote             make a caught-up learner a voter (409 until it is caught up: retry)
+//	PUT    /members/ID/addr                move a member: the body is its new HOST:PORT
+//	DELETE /members/ID                     remove a node (its ID is never used again)
 //
 // Writes are acknowledged (204) once applied on the leader; a follower
 // forwards them to the leader. Reads are linearizable; add ?stale=1 to
 // read a follower's state without asking the leader. Errors are JSON
-// {"error": "..."} with 400 (bad request), 404 (unknown key, keyspace or
-// bitslice), 413 (value too large), 503 (no leader, node stopped: retry)
-// or 504 (the write's outcome is unknown: it may still be applied).
+// {"error": "..."} with 400 (bad request), 401 (a write or admin call
+// without credentials), 404 (unknown key, keyspace, bitslice or member),
+// 409 (a membership mistake: a removed ID, an existing member, the last
+// voter, a learner not caught up), 413 (value too large), 503 (no leader,
+// node stopped, another membership change pending: retry) or 504 (the
+// write's outcome is unknown: it may still be applied).
+//
+// # Security
+//
+// With --tls-cert, --tls-key and --peer-ca the node serves HTTPS, and
+// peers authenticate each other with certificates of the cluster's CA
+// (--peer-ca; each node's certificate allows server and client
+// authentication and names its host). Writes and admin calls (the PUT and
+// DELETE requests, the member API, GET /snapshot) then need a bearer token
+// (--token-file; "Authorization: Bearer TOKEN") or a client certificate of
+// --client-ca; reads, /status, /health and /metrics do not. Without TLS the
+// node serves plain HTTP, on a loopback address only unless --insecure.
+// The data directory is created 0700 and its files 0600 (--data-mode).
 //
 // Exit status: 0 after SIGINT or SIGTERM (a clean shutdown), 1 on an error
-// (one line on stderr: a bad data directory, a node that stopped), 2 on a
+// (one line on stderr: a bad data directory, a node that stopped, a node
+// whose data directory was wiped and that the cluster refuses), 2 on a
+// usage error. The client commands exit 0 on success, 1 on an error (for
+// status: an endpoint that did not answer, or a node that stopped), 2 on a
 // usage error.
 //
 // # Caveats
 //
-//   - HTTP only, no TLS or authentication: run it on loopback or a trusted
-//     network.
 //   - Node IDs are never reused: a wiped node rejoins under a new ID.
 //   - Every node must run with the same engine limits (the default ones:
 //     kvbuf's MaxKeySize and MaxValueSize), or an entry one node accepts

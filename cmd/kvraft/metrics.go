@@ -12,8 +12,8 @@ import (
 	"github.com/kvbuf/kvbuf/raftkv"
 )
 
-// GET /metrics: the Prometheus text format of the node's metrics, every
-// one with the label node="ID":
+// metricsHandler serves GET /metrics: the Prometheus text format of the
+// node's metrics, every one with the label node="ID":
 //
 //   - the engine's (package kvbufprom, kvbuf_*: the live engine's; a
 //     snapshot install replaces it, and its counters restart at zero);

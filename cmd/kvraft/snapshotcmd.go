@@ -81,7 +81,8 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// kvraft snapshot --endpoint HOST:PORT --out FILE saves a snapshot of the
+// runSnapshot implements kvraft snapshot --endpoint HOST:PORT --out FILE: it
+// saves a snapshot of the
 // node at HOST:PORT to FILE (written to FILE.part, synced, then renamed,
 // mode 0600), and prints its index, size and content digest.
 func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -189,7 +190,8 @@ func syncDir(dir string) error {
 	return err
 }
 
-// kvraft restore --snapshot FILE --id N --peers ... --data DIR makes DIR
+// runRestore implements kvraft restore --snapshot FILE --id N --peers ...
+// --data DIR: it makes DIR
 // the data directory of node N of a new cluster of --peers holding FILE's
 // content (raftkv.Restore). Run it for every node of the new cluster, with
 // the same FILE, --peers and --cluster-token; then start each node with

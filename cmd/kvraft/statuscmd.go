@@ -13,7 +13,8 @@ import (
 	"text/tabwriter"
 )
 
-// kvraft status --endpoints HOST:PORT,... prints every node's role, term,
+// runStatus implements kvraft status --endpoints HOST:PORT,...: it prints
+// every node's role, term,
 // commit index, applied index and lag (the highest commit index reported
 // minus the node's applied index), one line per endpoint, as etcdctl
 // endpoint status does. Exit 0 if every endpoint answered and runs, 1
