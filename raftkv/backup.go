@@ -48,7 +48,9 @@ type BackupOptions struct {
 // the applied index it holds exactly the entries up to, and the stream's
 // size. The engine is read from a kvbuf snapshot: writes go on meanwhile.
 // Errors: ErrUnsupported for another state machine, ctx.Err(), ErrStopped,
-// w's write errors.
+// w's write errors, and kvbuf.ErrClosed if this node replaced its engine
+// meanwhile (a follower that fell behind installed a snapshot: retry, or
+// back up another node).
 func (n *Node) Backup(ctx context.Context, w io.Writer, o *BackupOptions) (index uint64, size int64, err error) {
 	if o == nil {
 		o = &BackupOptions{}
