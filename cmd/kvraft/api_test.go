@@ -449,9 +449,18 @@ func TestMemberAPI(t *testing.T) {
 		{"DELETE", "/members/4", "", 204, ""},
 		{"DELETE", "/members/4", "", 404, ""},
 	} {
-		r := call(t, step.method, u(step.path), []byte(step.body))
-		if r.code != step.code || !strings.Contains(r.body, step.want) {
-			t.Fatalf("%s %s: HTTP %d %q, want %d with %q", step.method, step.path, r.code, r.body, step.code, step.want)
+		// GET /members is the node's own view: it may apply a change the
+		// leader acknowledged a moment later.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := call(t, step.method, u(step.path), []byte(step.body))
+			if r.code == step.code && strings.Contains(r.body, step.want) {
+				break
+			}
+			if step.method != "GET" || time.Now().After(deadline) {
+				t.Fatalf("%s %s: HTTP %d %q, want %d with %q", step.method, step.path, r.code, r.body, step.code, step.want)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
