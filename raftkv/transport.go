@@ -588,7 +588,7 @@ func (n *Node) handleMessages(w http.ResponseWriter, r *http.Request) {
 		body = body[k+int(size):]
 	}
 	if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { n.stepMessages(rn, msgs) }); err != nil {
-		http.Error(w, ErrStopped.Error(), http.StatusServiceUnavailable)
+		http.Error(w, err.Error(), http.StatusServiceUnavailable) // stopped, or the request ended
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

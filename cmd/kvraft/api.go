@@ -417,6 +417,8 @@ type statusJSON struct {
 	LogFirst    uint64            `json:"log_first"`
 	LogLast     uint64            `json:"log_last"`
 	Members     map[string]string `json:"members"`
+	Voters      []uint64          `json:"voters"`
+	Learners    []uint64          `json:"learners"`
 	Engine      string            `json:"engine"`
 	Error       string            `json:"error,omitempty"`
 	Digest      string            `json:"digest,omitempty"`
@@ -430,6 +432,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
 		Term: st.Term, Commit: st.Commit, Applied: st.Applied, Watermark: st.Watermark,
 		LogFirst: st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
+		Voters: append([]uint64{}, st.Voters...), Learners: append([]uint64{}, st.Learners...),
 		Engine: st.Engine, Error: st.Err, Metrics: st.Metrics,
 	}
 	for id, addr := range st.Members {
