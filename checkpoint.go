@@ -130,7 +130,7 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	for id == 0 || id == db.engineID {
 		id = rand.Uint64()
 	}
-	st, err := storage.Open(d.StorePath(), &storage.Options{FS: db.opts.storeFS, ErrorIfNotExists: true})
+	st, err := storage.Open(d.StorePath(), &storage.Options{FS: db.opts.storeFSOrOS(), ErrorIfNotExists: true})
 	if err != nil {
 		return 0, err
 	}

@@ -164,7 +164,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 func (db *DB) open() error {
 	fresh := db.dir.Fresh()
 	so := db.opts.storageOptions()
-	so.FS = db.opts.storeFS
+	so.FS = db.opts.storeFSOrOS()
 	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
 	st, err := storage.Open(db.dir.StorePath(), so)
 	if !fresh && errors.Is(err, fs.ErrNotExist) {

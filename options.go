@@ -7,6 +7,8 @@ import (
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -77,10 +79,21 @@ type Options struct {
 	LogBeforeData bool
 
 	// storeFS is the file system the pebble store lives on; nil means the
-	// OS's. It is a fault-injection seam for this package's tests
-	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
-	// manifest, lock and bitslices always use the OS file system.
+	// OS's, with the engine directory's modes (see storeFSOrOS). It is a
+	// fault-injection seam for this package's tests (vfs.NewCrashableMem,
+	// errorfs) and deliberately unexported: the manifest, lock and
+	// bitslices always use the OS file system.
 	storeFS vfs.FS
+}
+
+// storeFSOrOS returns the store's file system: storeFS, or the OS's
+// creating directories and files with the engine directory's private modes
+// (enginedir.DirMode, FileMode) where pebble would make them 0755 and 0644.
+func (o *Options) storeFSOrOS() vfs.FS {
+	if o.storeFS != nil {
+		return o.storeFS
+	}
+	return fsutil.ModeFS(enginedir.DirMode, enginedir.FileMode)
 }
 
 // EnsureDefaults returns a copy of o (nil = all defaults) with every zero

@@ -2,7 +2,8 @@
 // Prometheus.
 //
 // NewCollector returns a prometheus.Collector that reads DB.Metrics once per
-// scrape and reports every field of it. Register one per engine; a host with
+// scrape and reports every field of it (NewCollectorFunc: of any function
+// returning kvbuf.Metrics, for a host whose engine changes). Register one per engine; a host with
 // an engine per shard tells them apart with a constant label:
 //
 //	reg.MustRegister(kvbufprom.NewCollector(db, &kvbufprom.Options{
@@ -106,6 +107,14 @@ type collector struct {
 // name.
 func NewCollector(db *kvbuf.DB, opts *Options) prometheus.Collector {
 	return newCollector(db.Metrics, opts)
+}
+
+// NewCollectorFunc returns a collector of the metrics that metrics returns,
+// called once per scrape: for a host whose engine changes while the
+// collector is registered (a raftkv node installs a snapshot into a new
+// engine, whose counters restart at zero). Otherwise as NewCollector.
+func NewCollectorFunc(metrics func() kvbuf.Metrics, opts *Options) prometheus.Collector {
+	return newCollector(metrics, opts)
 }
 
 func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {

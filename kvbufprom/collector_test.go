@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,4 +484,35 @@ func checkLatency(t *testing.T, c prometheus.Collector, h kvbuf.LatencyHistogram
 			t.Errorf("bucket le=%g holds %d for one flush of %v", b.GetUpperBound(), got, h.Sum)
 		}
 	}
+}
+
+// NewCollectorFunc reads whatever its function returns at each scrape: a
+// host that replaces its engine keeps one collector.
+func TestCollectorFunc(t *testing.T) {
+	var cur atomic.Uint64
+	c := NewCollectorFunc(func() kvbuf.Metrics { return kvbuf.Metrics{Watermark: cur.Load()} }, nil)
+	for _, wm := range []uint64{7, 1 << 40} {
+		cur.Store(wm)
+		want := fmt.Sprintf("# HELP kvbuf_watermark %s\n# TYPE kvbuf_watermark gauge\nkvbuf_watermark %g\n", watermarkHelp(t, c), float64(wm))
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "kvbuf_watermark"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// watermarkHelp returns the help text of kvbuf_watermark.
+func watermarkHelp(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	ch := make(chan *prometheus.Desc, 64)
+	c.Describe(ch)
+	close(ch)
+	for d := range ch {
+		if s := d.String(); strings.Contains(s, `"kvbuf_watermark"`) {
+			_, h, _ := strings.Cut(s, `help: "`)
+			h, _, _ = strings.Cut(h, `"`)
+			return h
+		}
+	}
+	t.Fatal("no kvbuf_watermark")
+	return ""
 }

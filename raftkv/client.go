@@ -6,12 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -171,7 +168,8 @@ func (n *Node) unregister(id uint64) {
 func (n *Node) propose(ctx context.Context, c *command) error {
 	return n.proposeWith(ctx, func(id uint64) error {
 		c.id = id
-		return n.rn.Propose(ctx, c.encode())
+		data := c.encode()
+		return n.onLoop(ctx, func(rn *raft.RawNode) error { return rn.Propose(data) })
 	})
 }
 
@@ -194,11 +192,13 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 				return n.notLeader()
 			}
 			return fmt.Errorf("raftkv: node %d: %w", n.id, ErrDropped)
-		case errors.Is(err, raft.ErrStopped):
-			return n.stopped()
+		case errors.Is(err, errNotQueued):
+			// The context ended before the loop took it: nothing proposed.
+			return ctx.Err()
 		}
-		// The context ended while raft took the proposal: it may be in.
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		// ErrOutcomeUnknown (the context ended after the loop took the
+		// proposal: it may be in), ErrStopped, or a refusal.
+		return err
 	}
 	select {
 	case err := <-ch:
@@ -208,43 +208,6 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 	case <-n.stopc:
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
 	}
-}
-
-// AddNode adds node id, reachable at addr ("host:port"), to the cluster as
-// a voter, and returns once the change is applied here. Start the new node
-// with Join (and this cluster's token and members as Peers); it catches up
-// from the leader's log, or by a snapshot of the engine if the log was
-// compacted past what it needs. IDs are never reused: a removed node comes
-// back under a new ID with an empty directory. Errors: as writes, and
-// ErrBadOptions for a bad id or address.
-func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
-	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("%w: address %q: %v", ErrBadOptions, addr, err)
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeAddNode, id, addr)
-}
-
-// RemoveNode removes node id from the cluster and returns once the change
-// is applied here. The removed node stops (its calls return ErrRemoved) and
-// its data directory can no longer be opened.
-func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
-	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeRemoveNode, id, "")
-}
-
-func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint64, addr string) error {
-	return n.proposeWith(ctx, func(req uint64) error {
-		cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(id), Id: proto.Uint64(req)}
-		if addr != "" {
-			cc.Context = []byte(addr)
-		}
-		return n.rn.ProposeConfChange(ctx, cc)
-	})
 }
 
 // ReadOptions chooses how a read is served. nil means linearizable.
@@ -327,7 +290,7 @@ func (n *Node) readRound(r *readRound, seq *uint64) (uint64, error) {
 		}
 		*seq++
 		rctx := binary.LittleEndian.AppendUint64(nil, n.reqBase^*seq)
-		if err := n.rn.ReadIndex(n.ctx, rctx); err != nil {
+		if err := n.enqueue(n.ctx, func(rn *raft.RawNode) { rn.ReadIndex(rctx) }); err != nil {
 			return 0, n.stopped()
 		}
 		idx, ok, err := n.awaitReadState(rctx)
@@ -415,8 +378,17 @@ type KeyValue struct {
 // Scan returns the pairs of keyspace whose keys start with prefix, in key
 // order, at most limit of them (limit <= 0: no limit), as of one instant
 // (a snapshot of the engine): linearizable unless o.Stale. more reports
-// that pairs were left out by limit.
+// that pairs were left out by limit: ScanAfter the last key returned reads
+// the next page.
 func (n *Node) Scan(ctx context.Context, keyspace string, prefix []byte, limit int, o *ReadOptions) (kvs []KeyValue, more bool, err error) {
+	return n.ScanAfter(ctx, keyspace, prefix, nil, limit, o)
+}
+
+// ScanAfter is Scan of the keys above after (nil: from the first): the
+// page of a scan that follows the one whose last key was after. Each page
+// is read at its own instant: a scan by pages sees each key once, and the
+// writes between pages to keys it has not reached yet.
+func (n *Node) ScanAfter(ctx context.Context, keyspace string, prefix, after []byte, limit int, o *ReadOptions) (kvs []KeyValue, more bool, err error) {
 	if err := n.linearize(ctx, o); err != nil {
 		return nil, false, err
 	}
@@ -437,7 +409,13 @@ func (n *Node) Scan(ctx context.Context, keyspace string, prefix []byte, limit i
 		if err != nil {
 			return err
 		}
-		for ok := it.First(); ok; ok = it.Next() {
+		var ok bool
+		if from := append(bytes.Clone(after), 0); after != nil && bytes.Compare(from, prefix) > 0 {
+			ok = it.SeekGE(from) // the first key above after
+		} else {
+			ok = it.First()
+		}
+		for ; ok; ok = it.Next() {
 			if limit > 0 && len(kvs) == limit {
 				more = true
 				break

@@ -73,6 +73,7 @@ func TestWriteBadInput(t *testing.T) {
 	if err := l.CreateKeyspace(bg, "users"); err != nil {
 		t.Fatal(err)
 	}
+	c.settle(10 * time.Second)
 	before := l.Status().Commit
 	big := bytes.Repeat([]byte("v"), (1<<20)+1)
 	for name, c := range map[string]struct {

@@ -18,6 +18,12 @@ import (
 //	set-bit          name | uvarint index | value byte (0 or 1)
 //	create-keyspace  name
 //	create-bitslice  name
+//	meta             name (empty) | uvarint cluster ID | uvarint node | uvarint incarnation
+//
+// A meta command is the node's own, not the state machine's: the first
+// leader assigns the cluster ID with one (0: none), and a leader records
+// the incarnation of a member's data directory with one (node 0: none);
+// the first value applied wins (see identity).
 //
 // The request ID matches the applied entry to the client waiting for it on
 // the node that proposed it; it is random per node start plus a counter.
@@ -29,6 +35,8 @@ type command struct {
 	hasLo, hasHi bool   // delete-range: bounds present (nil = open)
 	bit          uint64
 	set          bool
+	// meta: the cluster ID, the node and its incarnation.
+	cluster, node, incarnation uint64
 }
 
 type cmdKind byte
@@ -40,6 +48,7 @@ const (
 	cmdSetBit
 	cmdCreateKeyspace
 	cmdCreateBitslice
+	cmdMeta
 )
 
 const cmdVersion = 1
@@ -59,6 +68,8 @@ func (k cmdKind) String() string {
 		return "create-keyspace"
 	case cmdCreateBitslice:
 		return "create-bitslice"
+	case cmdMeta:
+		return "meta"
 	}
 	return fmt.Sprintf("kind-%d", byte(k))
 }
@@ -98,6 +109,10 @@ func (c *command) encode() []byte {
 			v = 1
 		}
 		b = append(b, v)
+	case cmdMeta:
+		b = binary.AppendUvarint(b, c.cluster)
+		b = binary.AppendUvarint(b, c.node)
+		b = binary.AppendUvarint(b, c.incarnation)
 	}
 	return b
 }
@@ -188,6 +203,10 @@ func decodeCommand(p []byte) (*command, error) {
 			d.fail("bit value")
 		}
 	case cmdCreateKeyspace, cmdCreateBitslice:
+	case cmdMeta:
+		c.cluster = d.uvarint("cluster ID")
+		c.node = d.uvarint("node")
+		c.incarnation = d.uvarint("incarnation")
 	default:
 		d.fail("kind")
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +143,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("log names a missing engine", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir))
+		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +158,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("engine behind the compacted log", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir))
+		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +192,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 		for _, key := range [][]byte{keyHardState, keyTrunc} {
 			dir := filepath.Join(t.TempDir(), "node")
 			singleNode(t, dir, nil)
-			ls, err := openLogStore(filepath.Join(dir, logDir))
+			ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,4 +235,38 @@ func le64(v uint64) []byte {
 		b[8+i] = 1 // term
 	}
 	return b
+}
+
+// Restore refuses what cannot make a new cluster's node, and leaves no
+// directory behind.
+func TestRestoreBadInput(t *testing.T) {
+	peers := map[uint64]string{1: "127.0.0.1:1"}
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		o      *Options
+		stream string
+		want   error
+	}{
+		"join":           {&Options{ID: 1, Peers: peers, Join: true}, "", ErrBadOptions},
+		"not in peers":   {&Options{ID: 2, Peers: peers}, "", ErrBadOptions},
+		"not empty":      {&Options{ID: 1, Peers: peers, Dir: full}, "", fs.ErrExist},
+		"not a snapshot": {&Options{ID: 1, Peers: peers}, "not a snapshot stream", kvbuf.ErrBadStream},
+		"empty stream":   {&Options{ID: 1, Peers: peers}, "", kvbuf.ErrBadStream},
+	} {
+		if c.o.Dir == "" {
+			c.o.Dir = filepath.Join(t.TempDir(), "node")
+		}
+		_, err := Restore(bg, c.o, strings.NewReader(c.stream))
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+		if c.o.Dir != full {
+			if _, err := os.Stat(c.o.Dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s: the directory is left: %v", name, err)
+			}
+		}
+	}
 }

@@ -37,7 +37,12 @@
 // (DB.WatermarkNotify); the node then truncates its log below
 // min(watermark, applied) - Options.LogRetain, never above what the engine
 // made durable (dragonboat#62, cockroachdb#76215): a crash never needs a
-// compacted entry.
+// compacted entry. A leader also keeps the entries its followers are
+// catching up with (after a snapshot it sends, after a follower's match
+// index), up to 10 × max(LogRetain, 1000) entries below the watermark, so
+// that a follower that just installed a snapshot continues from the log
+// instead of needing another. The log store removes entries and moves its
+// first index in one critical section: raft never reads a gap.
 //
 // A follower that needs a compacted entry gets a snapshot. No snapshot is
 // ever materialized: the log store's raft snapshot is metadata only, and
@@ -68,35 +73,89 @@
 //
 // # Membership
 //
-// AddNode proposes a configuration change carrying the new node's address;
-// the new node starts with Options.Join and catches up from the leader's
-// log, or by a snapshot if the log was compacted past what it needs, while
-// writes go on. RemoveNode removes a node, which stops (ErrRemoved) when it
-// applies its removal, or when a peer answers it 410 Gone. IDs are never
-// reused: a wiped node rejoins under a new ID.
+// AddLearner adds a node as a learner (it receives the log but does not
+// vote, so the quorum does not change whether or not it runs yet); the new
+// node starts with Options.Join and catches up from the leader's log, or by
+// a snapshot if the log was compacted past what it needs, while writes go
+// on; PromoteNode makes it a voter once its log is within PromoteMaxLag
+// entries of the leader's commit index. AddNode adds a voter at once.
+// UpdateNode changes a member's address. RemoveNode removes a node, which
+// stops (ErrRemoved) when it applies its removal, or when a peer answers it
+// 410 Gone. Each change is checked against the replicated membership, on
+// the leader and again when applied: a removed ID is never added again
+// (ErrRemovedID: IDs are never reused, a wiped node rejoins under a new
+// ID), an existing member is not added again (ErrMemberExists), only
+// members are removed, moved or promoted (ErrNotMember), the last voter
+// stays (ErrLastVoter), one change at a time (ErrConfChangePending).
+//
+// # Cluster ID and incarnations
+//
+// The first leader of a new cluster draws a random cluster ID and
+// replicates it; until a node has applied it, it knows its cluster by the
+// bootstrap hash (of ClusterToken and the initial Peers). Every data
+// directory has a random incarnation, and the leader replicates each
+// member's as it first hears from it. A request of another cluster is
+// refused, and so is a node whose directory is not the one the cluster
+// recorded for its ID (wiped, or replaced by another node's): it stops
+// with ErrLostState, which says to remove it and add it back under a new
+// ID. A node whose log lacks entries the leader says are committed there
+// (restored from an old copy) stops with ErrLostState too, and Open refuses
+// a commit index past the log.
+//
+// # Raft's panics
+//
+// raft reports a broken rule by panicking. The node drives a raft.RawNode
+// from its Ready loop, the one goroutine that calls raft: the conditions it
+// can name are detected before raft sees them (above), and a panic raised
+// by raft on the loop is recovered there and stops the node with
+// ErrRaftState (raft's message, the node's indexes, the remedy) instead of
+// killing the process. Node.Err returns the error; Node.Done is closed.
 //
 // # Data directory
 //
-//	IDENTITY          cluster ID, node ID and cluster token: a node refuses
-//	                  another cluster's or node's directory before opening
-//	                  anything in it for writing
+//	IDENTITY          cluster ID, bootstrap hash, node ID, incarnation and
+//	                  cluster token: a node refuses another cluster's or
+//	                  node's directory before opening anything in it for
+//	                  writing
 //	LOCK              flocked by the node that has the directory open
 //	log/              the raft log store (pebble)
 //	engine/           the kvbuf engine, or engine-<index>/ after a snapshot install
 //	engine-<index>.staging/  a snapshot being received
+//
+// # Backups
+//
+// Backup streams the engine of a running node as of one applied index, in
+// the stream format snapshots travel in (kvbuf's Snapshot.Export); Restore
+// makes the data directory of each node of a new cluster from it. The new
+// cluster's log starts at the backup's index, and it gets a cluster ID of
+// its own.
 //
 // # Transport
 //
 // HTTP on the node's address: POST /raft/message carries batches of
 // messages, one request at a time per peer so that a peer's messages keep
 // their order, and POST /raft/snapshot one snapshot stream. Each request
-// names the sender's cluster ID and the sender and receiver node IDs; a
-// node answers 409 to another cluster's requests and 410 to a removed
-// node's. Serve Node.Handler on the node's address.
+// names the sender's cluster ID and bootstrap hash, the sender and receiver
+// node IDs and their incarnations; a node answers 409 to another cluster's
+// requests and to a replaced node's, and 410 to a removed node's. Serve
+// Node.Handler on the node's address. With Options.PeerTLS the transport
+// is mutual TLS: requests go over HTTPS with this node's certificate, and
+// Handler refuses (403, ErrUnauthenticated) a request whose client
+// certificate the cluster's CA did not sign.
+//
+// # Operations
+//
+// At the info level a node logs its elections, leader changes, peers
+// becoming unreachable and reachable again, and snapshots sent, received
+// and installed; Status and Metrics report the rest (cmd/kvraft serves
+// them as /status, /health and /metrics). The data directory is private by
+// default: directories 0700, files 0600 (Options.DirMode).
 //
 // # Caveats
 //
-//   - No TLS or authentication: run on loopback or a trusted network.
+//   - Without Options.PeerTLS the transport has no authentication: run it
+//     on loopback or a trusted network. The client API is the host's
+//     (cmd/kvraft has TLS and credentials for it).
 //   - Every node must use the same engine limits (MaxKeySize, MaxValueSize,
 //     MaxBits): a command is validated again when applied, alike on every
 //     node only if the limits are alike.
@@ -108,6 +167,8 @@
 //   - One raft group per node: no multi-raft, no leases (reads always pay
 //     a ReadIndex round unless Stale).
 //   - Conf changes are one at a time (raft's simple changes, no joint
-//     consensus); raft turns a second concurrent one into an empty entry,
-//     and its caller's context ends with ErrOutcomeUnknown.
+//     consensus): one proposed while another is pending on the same leader
+//     fails with ErrConfChangePending; one pending on a leader that lost
+//     its leadership may still be applied (its caller gets
+//     ErrOutcomeUnknown).
 package raftkv

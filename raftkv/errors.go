@@ -50,11 +50,49 @@ var (
 	// for a message from another cluster (the sender logs it).
 	ErrClusterMismatch = errors.New("raftkv: data directory or message of another cluster")
 
+	// Refusals of the membership API (AddLearner, AddNode, PromoteNode,
+	// UpdateNode, RemoveNode): nothing was changed.
+	//
+	// ErrRemovedID: the ID was removed from the cluster; IDs are never
+	// reused. ErrMemberExists: the node is a member already (UpdateNode
+	// moves it), or a voter already (PromoteNode). ErrNotMember: the node
+	// is not a member (or not a learner, for PromoteNode). ErrLastVoter:
+	// removing the cluster's only voter. ErrNotCaughtUp: the learner's log
+	// trails the leader's by more than PromoteMaxLag; retry later.
+	// ErrConfChangePending: another membership change is not applied yet
+	// (raft takes one at a time); retry.
+	ErrRemovedID         = errors.New("raftkv: node ID removed from the cluster")
+	ErrMemberExists      = errors.New("raftkv: already a member")
+	ErrNotMember         = errors.New("raftkv: not a member")
+	ErrLastVoter         = errors.New("raftkv: the last voter")
+	ErrNotCaughtUp       = errors.New("raftkv: learner not caught up")
+	ErrConfChangePending = errors.New("raftkv: another membership change is pending")
+
 	// ErrDataDir is returned by Open for a data directory whose parts do
 	// not fit together: an engine with data but no raft log, an engine
 	// whose watermark is below the log's compacted index, a log that
 	// names a missing engine directory.
 	ErrDataDir = errors.New("raftkv: inconsistent data directory")
+
+	// ErrLostState is returned by Open, and stops a running node (see
+	// Node.Err), when the node lacks raft state the cluster counts on: its
+	// commit index is past its log, or a leader says it holds entries its
+	// log does not have. Its data directory was wiped, restored from an
+	// old copy, or lost writes; its log and votes can no longer be
+	// trusted. The error says which node and index; the node must be
+	// removed and added back under a new ID with an empty directory.
+	ErrLostState = errors.New("raftkv: node lost raft state the cluster counts on")
+
+	// ErrRaftState stops a node whose state raft itself refused (raft
+	// reports a broken rule by panicking; the node recovers the panic
+	// and stops with this error, which carries raft's message and the
+	// node's indexes). As for ErrLostState, the node must be replaced.
+	ErrRaftState = errors.New("raftkv: raft refused the node's state")
+
+	// ErrUnauthenticated is the transport's refusal (403) of a request
+	// without a certificate of the cluster's CA, when Options.PeerTLS is
+	// set.
+	ErrUnauthenticated = errors.New("raftkv: unauthenticated peer")
 
 	// ErrCorrupt marks a damaged raft log store record or command entry.
 	ErrCorrupt = errors.New("raftkv: corrupt")

@@ -409,3 +409,41 @@ func (c *cluster) converge(timeout time.Duration) string {
 		return first.digest
 	}
 }
+
+// settle waits until the cluster has its ID and has recorded the
+// incarnation of every running member (the meta entries the leader
+// proposes after an election), so that a test counting entries counts
+// only its own.
+func (c *cluster) settle(timeout time.Duration) {
+	c.t.Helper()
+	c.waitFor(timeout, "the cluster ID and incarnations to be recorded", func() bool {
+		for _, n := range c.running() {
+			if n.cluster.Load() == 0 {
+				return false
+			}
+			for _, m := range c.running() {
+				if n.view.Load().incarnations[m.id] != m.incarnation {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// peerHeaders returns transport headers of a request from node from (its
+// incarnation if it runs in c, else 1) to node n.
+func (c *cluster) peerHeaders(n *Node, from uint64) map[string]string {
+	inc := uint64(1)
+	if tn := c.tn(from); tn != nil && tn.node() != nil {
+		inc = tn.node().incarnation
+	}
+	return map[string]string{
+		headerCluster:       strconv.FormatUint(n.cluster.Load(), 16),
+		headerBootstrap:     strconv.FormatUint(n.bootstrap.Load(), 16),
+		headerFrom:          strconv.FormatUint(from, 10),
+		headerTo:            strconv.FormatUint(n.id, 10),
+		headerIncarnation:   strconv.FormatUint(inc, 16),
+		headerToIncarnation: strconv.FormatUint(n.incarnation, 16),
+	}
+}

@@ -19,15 +19,31 @@ import (
 // directory is opened for writing (a refused Open changes nothing):
 //
 //	kvraft data directory
-//	cluster <16 hex digits: 0 while a joining node has not heard from its cluster>
+//	cluster <16 hex digits: the cluster ID; 0 until the cluster's first leader assigns it>
+//	bootstrap <16 hex digits: the bootstrap hash; 0 while a joining node has not heard from its cluster>
 //	node <decimal raft ID>
+//	incarnation <16 hex digits: random, made with the directory>
 //	token <cluster token>
 //
-// It is written whole to a temporary file, synced and renamed into place.
+// The cluster ID is random: the first leader of a new cluster proposes one
+// and every node records it when it applies the entry (a new cluster from
+// the same flags gets another). Until then nodes know their cluster by the
+// bootstrap hash, derived from the token and the initial members. The
+// incarnation tells this directory from another one for the same node ID:
+// the cluster records each node's (see membership), and refuses a node
+// whose directory was wiped or replaced, whose log and votes it can no
+// longer count on.
+//
+// The file is written whole to a temporary file, synced and renamed into
+// place. The first format (four lines: no bootstrap and incarnation lines,
+// a cluster ID derived like today's bootstrap hash) is read too, and
+// rewritten in this one at Open.
 type identity struct {
-	cluster uint64
-	node    uint64
-	token   string
+	cluster     uint64
+	bootstrap   uint64
+	node        uint64
+	incarnation uint64
+	token       string
 }
 
 const (
@@ -36,7 +52,8 @@ const (
 )
 
 func (id identity) encode() []byte {
-	return fmt.Appendf(nil, "%s\ncluster %016x\nnode %d\ntoken %s\n", identityTitle, id.cluster, id.node, id.token)
+	return fmt.Appendf(nil, "%s\ncluster %016x\nbootstrap %016x\nnode %d\nincarnation %016x\ntoken %s\n",
+		identityTitle, id.cluster, id.bootstrap, id.node, id.incarnation, id.token)
 }
 
 func decodeIdentity(b []byte) (identity, error) {
@@ -49,25 +66,44 @@ func decodeIdentity(b []byte) (identity, error) {
 	bad := func(why string) (identity, error) {
 		return identity{}, fmt.Errorf("%w: %s: %s", ErrCorrupt, identityFile, why)
 	}
-	if len(lines) != 4 || lines[0] != identityTitle {
+	if len(lines) == 0 || lines[0] != identityTitle {
 		return bad("not a kvraft identity")
 	}
-	c, ok := strings.CutPrefix(lines[1], "cluster ")
-	if !ok {
+	hex := func(line, key string) (uint64, bool) {
+		v, ok := strings.CutPrefix(line, key+" ")
+		if !ok {
+			return 0, false
+		}
+		u, err := strconv.ParseUint(v, 16, 64)
+		return u, err == nil
+	}
+	var ok bool
+	if id.cluster, ok = hex(lines[1%len(lines)], "cluster"); !ok {
 		return bad("no cluster line")
 	}
-	var err error
-	if id.cluster, err = strconv.ParseUint(c, 16, 64); err != nil {
-		return bad("bad cluster ID")
+	switch len(lines) {
+	case 4: // the first format
+		id.bootstrap = id.cluster
+		lines = []string{lines[0], lines[1], "", lines[2], "", lines[3]}
+	case 6:
+		if id.bootstrap, ok = hex(lines[2], "bootstrap"); !ok {
+			return bad("no bootstrap line")
+		}
+		if id.incarnation, ok = hex(lines[4], "incarnation"); !ok {
+			return bad("no incarnation line")
+		}
+	default:
+		return bad(fmt.Sprintf("%d lines", len(lines)))
 	}
-	nd, ok := strings.CutPrefix(lines[2], "node ")
+	nd, ok := strings.CutPrefix(lines[3], "node ")
 	if !ok {
 		return bad("no node line")
 	}
+	var err error
 	if id.node, err = strconv.ParseUint(nd, 10, 64); err != nil || id.node == 0 {
 		return bad("bad node ID")
 	}
-	if id.token, ok = strings.CutPrefix(lines[3], "token "); !ok {
+	if id.token, ok = strings.CutPrefix(lines[5], "token "); !ok {
 		return bad("no token line")
 	}
 	return id, nil
@@ -86,10 +122,15 @@ func readIdentity(dir string) (identity, bool, error) {
 	return id, err == nil, err
 }
 
-// writeIdentity records dir's identity durably.
-func writeIdentity(dir string, id identity) error {
+// writeIdentity records the identity of the node's directory durably.
+func (n *Node) writeIdentity(id identity) error {
+	return writeIdentity(n.dir, id, fileMode(n.opts.DirMode))
+}
+
+// writeIdentity records dir's identity durably, in a file of mode mode.
+func writeIdentity(dir string, id identity, mode os.FileMode) error {
 	tmp := filepath.Join(dir, identityFile+".tmp")
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return fmt.Errorf("raftkv: %w", err)
 	}

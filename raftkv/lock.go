@@ -13,10 +13,11 @@ import (
 
 // lockDir takes an exclusive lock on dir (the file dir/LOCK, flocked), so
 // that a second node cannot open the same data directory. The lock is
-// released when the returned file is closed, or the process dies.
-func lockDir(dir string) (*os.File, error) {
+// released when the returned file is closed, or the process dies. The file
+// is created with mode.
+func lockDir(dir string, mode os.FileMode) (*os.File, error) {
 	path := filepath.Join(dir, "LOCK")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, mode)
 	if err != nil {
 		return nil, fmt.Errorf("raftkv: %w", err)
 	}

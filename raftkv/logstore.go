@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 
@@ -13,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -32,9 +34,16 @@ import (
 // (raft's MustSync), which is why the host restarts raft at
 // min(engine watermark, HardState.Commit) (etcd-io/etcd#10217).
 //
-// raft's goroutine calls the raft.Storage methods while the host's Ready
-// loop appends, installs snapshots and compacts: mu guards the in-memory
-// state and orders those against each other.
+// raft calls the raft.Storage methods while the host's Ready loop appends,
+// installs snapshots and compacts: mu guards the in-memory state and orders
+// those against each other. A change that removes entries (a compaction, a
+// snapshot install) commits its batch and moves the log's base in one
+// critical section, as raft.MemoryStorage.Compact does: raft never sees the
+// entries gone while the base still says they are there (the gap that made
+// Entries report "entry N found where M was expected" to a leader, which
+// raft turns into a panic). An append (save) commits outside mu: it only
+// adds entries past the last index raft reads from this store, or replaces
+// a suffix raft holds in its own unstable log and does not read from here.
 type logStore struct {
 	db *pebble.DB
 
@@ -51,6 +60,11 @@ type logStore struct {
 	// index raft restarts from (set by the host before raft starts).
 	initConf *raftpb.ConfState
 	snapConf *raftpb.ConfState // the newest membership, for Snapshot
+
+	// testHook, if set, is called inside the critical sections of compact
+	// and installSnapshot, between their steps (the tests stop them there
+	// and call the raft.Storage methods).
+	testHook func(step string)
 }
 
 const maxCachedEntries = 8192
@@ -77,17 +91,28 @@ func indexKey(prefix byte, i uint64) []byte {
 func entryKey(i uint64) []byte { return indexKey(prefixEntry, i) }
 
 // membership is the cluster configuration as of an index: raft's ConfState,
-// the address of every member (conf changes carry them) and the IDs removed
+// the address of every member (conf changes carry them), the IDs removed
 // so far (their messages are answered 410 Gone, which tells a removed node
-// that missed its own removal to stop).
+// that missed its own removal to stop), the cluster ID (0 until the first
+// leader assigns it) and the incarnation of each member's data directory
+// as the cluster first heard from it (see identity).
 type membership struct {
-	conf    *raftpb.ConfState
-	peers   map[uint64]string
-	removed []uint64 // sorted
+	conf         *raftpb.ConfState
+	peers        map[uint64]string
+	removed      []uint64 // sorted
+	cluster      uint64
+	incarnations map[uint64]uint64
+}
+
+// clone returns a copy of m whose maps and slices are its own.
+func (m membership) clone() membership {
+	return membership{conf: proto.CloneOf(m.conf), peers: maps.Clone(m.peers), removed: slices.Clone(m.removed),
+		cluster: m.cluster, incarnations: maps.Clone(m.incarnations)}
 }
 
 // encode: uvarint length | ConfState | uvarint count | (uvarint id | uvarint length | address)* |
-// uvarint count | (uvarint id)*
+// uvarint count | (uvarint id)* | uvarint cluster | uvarint count | (uvarint id | uvarint incarnation)*
+// (records of the first format end after the removed IDs).
 func (m membership) encode() []byte {
 	cs, err := proto.Marshal(m.conf)
 	if err != nil {
@@ -103,6 +128,12 @@ func (m membership) encode() []byte {
 	for _, id := range m.removed {
 		b = binary.AppendUvarint(b, id)
 	}
+	b = binary.AppendUvarint(b, m.cluster)
+	b = binary.AppendUvarint(b, uint64(len(m.incarnations)))
+	for _, id := range slices.Sorted(maps.Keys(m.incarnations)) {
+		b = binary.AppendUvarint(b, id)
+		b = binary.AppendUvarint(b, m.incarnations[id])
+	}
 	return b
 }
 
@@ -113,7 +144,7 @@ func decodeMembership(b []byte) (membership, error) {
 	if d.err == nil && n > uint64(len(d.p)) {
 		d.fail("peer count")
 	}
-	m := membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
+	m := membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}, incarnations: map[uint64]uint64{}}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		id := d.uvarint("peer id")
 		m.peers[id] = string(d.bytes("peer address"))
@@ -124,6 +155,17 @@ func decodeMembership(b []byte) (membership, error) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		m.removed = append(m.removed, d.uvarint("removed id"))
+	}
+	if d.err == nil && len(d.p) != 0 {
+		m.cluster = d.uvarint("cluster")
+		n = d.uvarint("incarnation count")
+		if d.err == nil && n > uint64(len(d.p)) {
+			d.fail("incarnation count")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			id := d.uvarint("incarnation id")
+			m.incarnations[id] = d.uvarint("incarnation")
+		}
 	}
 	if d.err == nil && len(d.p) != 0 {
 		d.fail("membership length")
@@ -137,9 +179,10 @@ func decodeMembership(b []byte) (membership, error) {
 	return m, nil
 }
 
-// openLogStore opens (creating if needed) the log store in dir.
-func openLogStore(dir string) (*logStore, error) {
-	db, err := pebble.Open(dir, storage.PebbleOptions(nil))
+// openLogStore opens (creating if needed) the log store in dir, whose
+// directories and files get dirMode (see fsmode.go).
+func openLogStore(dir string, dirMode os.FileMode) (*logStore, error) {
+	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsutil.ModeFS(dirMode, fileMode(dirMode))}))
 	if err != nil {
 		return nil, fmt.Errorf("raftkv: open raft log store %s: %w", dir, err)
 	}
@@ -411,11 +454,15 @@ func (ls *logStore) installSnapshot(meta *raftpb.SnapshotMetadata, m membership,
 	if err := ls.stage(b, hs, ents, idx); err != nil {
 		return err
 	}
+	// One critical section: see logStore.
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	if ls.testHook != nil {
+		ls.testHook("install: committed")
+	}
 	ls.truncIndex, ls.truncTerm, ls.last = idx, term, idx
 	ls.cache, ls.cacheStart = nil, 0
 	ls.snapConf = m.conf
@@ -430,18 +477,21 @@ func (ls *logStore) installSnapshot(meta *raftpb.SnapshotMetadata, m membership,
 // and covered by the engine's durable watermark, keeping index's term as
 // the log's base. The write is synced, so that the HardState written before
 // it (whose commit index is at least index) is durable too, and a restart
-// never finds the log's base above its commit index.
+// never finds the log's base above its commit index. The deletion and the
+// move of the base are one critical section (see logStore): a reader sees
+// the log before or after, never entries gone below a base that says they
+// are there.
 func (ls *logStore) compact(index uint64) error {
 	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	trunc, last := ls.truncIndex, ls.last
-	ls.mu.Unlock()
 	if index <= trunc {
 		return nil
 	}
 	if index > last {
 		return fmt.Errorf("raftkv: compact to %d past the last entry %d", index, last)
 	}
-	term, err := ls.Term(index)
+	term, err := ls.termLocked(index)
 	if err != nil {
 		return err
 	}
@@ -458,8 +508,9 @@ func (ls *logStore) compact(index uint64) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	if ls.testHook != nil {
+		ls.testHook("compact: deleted")
+	}
 	ls.truncIndex, ls.truncTerm = index, term
 	ls.dropCacheLocked(index)
 	return nil
@@ -538,6 +589,11 @@ func (ls *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 func (ls *logStore) Term(i uint64) (uint64, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	return ls.termLocked(i)
+}
+
+// termLocked is Term with ls.mu held.
+func (ls *logStore) termLocked(i uint64) (uint64, error) {
 	switch {
 	case i == ls.truncIndex:
 		return ls.truncTerm, nil

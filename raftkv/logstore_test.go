@@ -2,6 +2,7 @@ package raftkv
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -36,6 +37,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{kind: cmdSetBit, name: "b", bit: 3},
 		{kind: cmdCreateKeyspace, name: "ks"},
 		{kind: cmdCreateBitslice, name: "bs"},
+		{kind: cmdMeta, cluster: 0xfeedface12345678},
+		{kind: cmdMeta, node: 3, incarnation: 1 << 63},
 	} {
 		b := c.encode()
 		got, err := decodeCommand(b)
@@ -79,7 +82,7 @@ func TestCommandRoundTrip(t *testing.T) {
 
 func TestLogStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
-	ls, err := openLogStore(dir)
+	ls, err := openLogStore(dir, DefaultDirMode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestLogStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything survives a reopen, read from pebble (no cache).
-	ls, err = openLogStore(dir)
+	ls, err = openLogStore(dir, DefaultDirMode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,5 +178,121 @@ func TestLogStore(t *testing.T) {
 	}
 	if _, err := decodeMembership(m.encode()[:5]); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a cut membership record: %v", err)
+	}
+}
+
+// readLog reads the whole log through raft.Storage as raft does (FirstIndex,
+// LastIndex, then Entries and Term over that range, and below it) and
+// returns an error for any answer that does not fit the others: a gap, an
+// entry at the wrong index, a term missing in range, an entry below the
+// base that is not ErrCompacted.
+func readLog(ls *logStore) error {
+	first, _ := ls.FirstIndex()
+	last, _ := ls.LastIndex()
+	for lo := uint64(1); lo < first; lo++ {
+		if _, err := ls.Entries(lo, last+1, 1<<30); !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("Entries(%d, %d) below the first index %d: %v, want ErrCompacted", lo, last+1, first, err)
+		}
+	}
+	for lo := first; lo <= last; lo++ {
+		got, err := ls.Entries(lo, last+1, 1<<30)
+		if err != nil {
+			return fmt.Errorf("Entries(%d, %d) with first index %d: %w", lo, last+1, first, err)
+		}
+		for k, e := range got {
+			if e.GetIndex() != lo+uint64(k) {
+				return fmt.Errorf("Entries(%d, %d)[%d] is entry %d", lo, last+1, k, e.GetIndex())
+			}
+		}
+		if uint64(len(got)) != last+1-lo {
+			return fmt.Errorf("Entries(%d, %d) returned %d entries", lo, last+1, len(got))
+		}
+	}
+	for i := first - 1; i <= last; i++ {
+		if _, err := ls.Term(i); err != nil {
+			return fmt.Errorf("Term(%d) with first index %d, last %d: %w", i, first, last, err)
+		}
+	}
+	return nil
+}
+
+// A compaction or a snapshot install stopped between its steps (after its
+// batch is committed, before the log's base moves in memory): the
+// raft.Storage methods called meanwhile either wait for it to finish or
+// answer consistently, never with a gap. (A compaction that committed its
+// deletion before taking the lock let a leader's Entries find "entry N
+// where M was expected", which raft turns into a panic.)
+func TestLogStoreNoGap(t *testing.T) {
+	for _, step := range []string{"compact", "install"} {
+		t.Run(step, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "log")
+			ls, err := openLogStore(dir, DefaultDirMode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ents []*raftpb.Entry
+			for i := uint64(1); i <= 20; i++ {
+				ents = append(ents, ent(i, 1, "x"))
+			}
+			if err := ls.save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(20)}, ents, true); err != nil {
+				t.Fatal(err)
+			}
+			// Reopened, so that reads go to pebble rather than the cache of
+			// recent entries.
+			if err := ls.close(); err != nil {
+				t.Fatal(err)
+			}
+			if ls, err = openLogStore(dir, DefaultDirMode); err != nil {
+				t.Fatal(err)
+			}
+			defer ls.close()
+			paused, resume := make(chan struct{}), make(chan struct{})
+			ls.testHook = func(string) {
+				close(paused)
+				<-resume
+			}
+			done := make(chan error, 1)
+			go func() {
+				if step == "compact" {
+					done <- ls.compact(10)
+					return
+				}
+				meta := &raftpb.SnapshotMetadata{Index: proto.Uint64(30), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}
+				m := membership{conf: meta.GetConfState(), peers: map[uint64]string{1: "127.0.0.1:1"}}
+				done <- ls.installSnapshot(meta, m, engineDirName(30), nil, []*raftpb.Entry{ent(31, 2, "y"), ent(32, 2, "y")})
+			}()
+			<-paused
+			if ls.mu.TryLock() {
+				// Readers are let in between the steps: what they see
+				// must hold together.
+				ls.mu.Unlock()
+				if err := readLog(ls); err != nil {
+					t.Errorf("%s stopped between its steps: %v", step, err)
+				}
+				close(resume)
+			} else {
+				// Readers wait for the step to finish (started while it
+				// holds the lock, they cannot see it half done).
+				read := make(chan error, 1)
+				go func() { read <- readLog(ls) }()
+				close(resume)
+				if err := <-read; err != nil {
+					t.Errorf("read across %s: %v", step, err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err := readLog(ls); err != nil {
+				t.Fatalf("after %s: %v", step, err)
+			}
+			want := uint64(11)
+			if step == "install" {
+				want = 31
+			}
+			if f, _ := ls.FirstIndex(); f != want {
+				t.Fatalf("first index %d after %s, want %d", f, step, want)
+			}
+		})
 	}
 }

@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,8 +121,9 @@ func (c *cluster) waitFor(timeout time.Duration, what string, cond func() bool) 
 	}
 }
 
-// A node added to a running cluster whose log was compacted catches up by
-// a snapshot while writes go on, and ends with the same content.
+// A node added (as a learner) to a running cluster whose log was compacted
+// catches up by a snapshot while writes go on, is promoted, and ends with
+// the same content.
 func TestAddNodeCatchesUpBySnapshot(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.LogRetain = 5 })
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
@@ -130,9 +136,12 @@ func TestAddNodeCatchesUpBySnapshot(t *testing.T) {
 	waitFor(t, 20*time.Second, "the leader's log to be compacted", func() bool { return l.Status().LogFirst > 50 })
 
 	tn := c.listen(4)
-	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddNode(ctx, 4, tn.addr) })
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddLearner(ctx, 4, tn.addr) })
 	n4 := c.start(4, true)
 	c.waitFor(90*time.Second, "node 4 to install a snapshot", func() bool { return n4.Metrics().SnapshotsInstalled > 0 })
+	c.waitFor(30*time.Second, "node 4 to be promoted", func() bool {
+		return c.do(5*time.Second, func(ctx context.Context, n *Node) error { return n.PromoteNode(ctx, 4) }) == nil
+	})
 	before := w.count()
 	waitFor(t, 20*time.Second, "more writes after the install", func() bool { return w.count() > before+20 })
 	acked := w.finish()
@@ -214,4 +223,303 @@ func TestRemoveLeader(t *testing.T) {
 	c.forget(id)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
 	c.converge(10 * time.Second)
+}
+
+// Each membership mistake is refused with its own error, on the leader
+// before anything is proposed, and changes nothing.
+func TestMembershipMistakes(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.LogRetain = 5 })
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	// Node 3 leaves: its ID is never used again.
+	l := c.leader(5 * time.Second)
+	if l.ID() == 3 {
+		c.mustDo(func(ctx context.Context, n *Node) error { return n.RemoveNode(ctx, 2) })
+		c.forget(2)
+	} else {
+		c.mustDo(func(ctx context.Context, n *Node) error { return n.RemoveNode(ctx, 3) })
+		c.forget(3)
+	}
+	gone := uint64(3)
+	if l.ID() == 3 {
+		gone = 2
+	}
+	c.settle(10 * time.Second)
+	l = c.leader(5 * time.Second)
+	before := l.Status()
+	member := l.ID()
+	addr := c.tn(member).addr
+	for name, tc := range map[string]struct {
+		err  error
+		want error
+		text string
+	}{
+		"re-add a removed ID":       {l.AddLearner(bg, gone, "127.0.0.1:1"), ErrRemovedID, "never reused"},
+		"re-add a removed voter":    {l.AddNode(bg, gone, "127.0.0.1:1"), ErrRemovedID, "never reused"},
+		"add an existing member":    {l.AddLearner(bg, member, "127.0.0.1:2"), ErrMemberExists, "PUT /members"},
+		"re-post a member":          {l.AddNode(bg, member, addr), ErrMemberExists, "already a member"},
+		"remove a non-member":       {l.RemoveNode(bg, 9), ErrNotMember, "node 9"},
+		"remove a removed node":     {l.RemoveNode(bg, gone), ErrNotMember, "removed already"},
+		"promote a non-member":      {l.PromoteNode(bg, 9), ErrNotMember, "not a learner"},
+		"promote a voter":           {l.PromoteNode(bg, member), ErrMemberExists, "already a voter"},
+		"move a non-member":         {l.UpdateNode(bg, 9, "127.0.0.1:3"), ErrNotMember, "node 9"},
+		"promote a removed node":    {l.PromoteNode(bg, gone), ErrRemovedID, ""},
+		"add with a bad address":    {l.AddLearner(bg, 7, "nowhere"), ErrBadOptions, ""},
+		"promote node 0":            {l.PromoteNode(bg, 0), ErrBadOptions, ""},
+		"add a learner on follower": {c.follower(l).AddLearner(bg, 7, "127.0.0.1:4"), ErrNotLeader, ""},
+	} {
+		if !errors.Is(tc.err, tc.want) || !strings.Contains(fmt.Sprint(tc.err), tc.text) {
+			t.Errorf("%s: %v, want %v with %q", name, tc.err, tc.want, tc.text)
+		}
+	}
+	// A learner that never ran is not promoted.
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddLearner(ctx, 7, "127.0.0.1:5") })
+	if err := c.leader(5*time.Second).PromoteNode(bg, 7); !errors.Is(err, ErrNotCaughtUp) {
+		t.Errorf("promote a learner that never ran: %v", err)
+	}
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.RemoveNode(ctx, 7) })
+	// The last voter stays.
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.RemoveNode(ctx, c.follower(n).ID()) })
+	l = c.leader(5 * time.Second)
+	if err := l.RemoveNode(bg, l.ID()); !errors.Is(err, ErrLastVoter) {
+		t.Errorf("remove the last voter: %v", err)
+	}
+	st := l.Status()
+	if len(st.Voters) != 1 || st.Voters[0] != l.ID() || len(st.Learners) != 0 {
+		t.Fatalf("members after the refusals: %+v (before %+v)", st, before)
+	}
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
+}
+
+// follower returns a running node other than n.
+func (c *cluster) follower(n *Node) *Node {
+	for _, m := range c.running() {
+		if m != n {
+			return m
+		}
+	}
+	c.t.Fatal("no other node")
+	return nil
+}
+
+// A change proposed while another is not applied yet is refused with
+// ErrConfChangePending (raft would turn it into an empty entry and its
+// caller would wait for nothing). The leader is cut off from the others so
+// that the first change stays uncommitted (a long election timeout keeps
+// it leading meanwhile).
+func TestConfChangePending(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.ElectionTicks = 100 })
+	c.settle(20 * time.Second)
+	l := c.leader(20 * time.Second)
+	var others []uint64
+	for _, id := range c.ids() {
+		if id != l.ID() {
+			others = append(others, id)
+		}
+	}
+	c.faults.partition([]uint64{l.ID()}, others)
+	last := l.Status().LogLast
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+		defer cancel()
+		first <- l.AddLearner(ctx, 8, "127.0.0.1:8")
+	}()
+	waitFor(t, 5*time.Second, "the first change to be appended", func() bool { return l.Status().LogLast > last })
+	if err := l.AddLearner(bg, 9, "127.0.0.1:9"); !errors.Is(err, ErrConfChangePending) {
+		t.Fatalf("a second change while the first is pending: %v", err)
+	}
+	c.faults.heal()
+	if err := <-first; err != nil {
+		t.Fatalf("the first change: %v", err)
+	}
+	if st := l.Status(); !slices.Equal(st.Learners, []uint64{8}) {
+		t.Fatalf("learners %v, want [8]", st.Learners)
+	}
+}
+
+// A node added as a learner does not change the quorum: the cluster keeps
+// committing while it is down; it catches up once it runs, and is
+// promoted to a voter once caught up.
+func TestLearnerPromotion(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	tn := c.listen(4)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddLearner(ctx, 4, tn.addr) })
+	// One voter down: 2 of 3 voters still commit (a voter added at once
+	// would have made it 2 of 4).
+	down := c.follower(c.leader(5 * time.Second)).ID()
+	c.stop(down)
+	for i := range 20 {
+		c.mustDo(func(ctx context.Context, n *Node) error {
+			return n.Put(ctx, "ks", fmt.Appendf(nil, "k%d", i), []byte("v"))
+		})
+	}
+	c.start(down, false)
+	c.start(4, true)
+	c.waitFor(30*time.Second, "the learner to catch up and be promoted", func() bool {
+		err := c.do(5*time.Second, func(ctx context.Context, n *Node) error { return n.PromoteNode(ctx, 4) })
+		return err == nil
+	})
+	c.converge(30 * time.Second)
+	for _, n := range c.running() {
+		if st := n.Status(); !slices.Contains(st.Voters, 4) || len(st.Learners) != 0 {
+			t.Fatalf("node %d after the promotion: voters %v, learners %v", n.ID(), st.Voters, st.Learners)
+		}
+	}
+}
+
+// UpdateNode moves a member to a new address: it restarts there with its
+// data directory and the cluster goes on with it.
+func TestUpdateNodeAddress(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	mover := c.follower(c.leader(5 * time.Second)).ID()
+	c.stop(mover)
+	tn := c.move(mover)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.UpdateNode(ctx, mover, tn.addr) })
+	c.start(mover, false)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
+	c.converge(30 * time.Second)
+	for _, n := range c.running() {
+		if got := n.Status().Members[mover]; got != tn.addr {
+			t.Fatalf("node %d has node %d at %s, want %s", n.ID(), mover, got, tn.addr)
+		}
+	}
+}
+
+// move serves node id's directory on a new address (a node moved to
+// another host); its old server keeps answering 503.
+func (c *cluster) move(id uint64) *testNode {
+	c.t.Helper()
+	old := c.tn(id)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tn := &testNode{id: id, dir: old.dir, addr: ln.Addr().String()}
+	tn.srv = &http.Server{Handler: tn, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = tn.srv.Serve(ln) }()
+	c.mu.Lock()
+	c.nodes[id] = tn
+	c.srvs = append(c.srvs, tn.srv)
+	c.mu.Unlock()
+	return tn
+}
+
+// A node whose data directory was wiped and that is started again as it
+// was (bootstrapping, or with Join) is refused by the cluster and stops
+// with ErrLostState, naming itself and the remedy: no panic, and the
+// others go on. (Before incarnations and the lost-state checks, raft
+// panicked: "tocommit(N) is out of range [lastIndex(M)]".)
+func TestWipedNodeRefused(t *testing.T) {
+	for _, join := range []bool{false, true} {
+		t.Run(fmt.Sprintf("join=%v", join), func(t *testing.T) {
+			c := newCluster(t, 3, nil)
+			c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+			for i := range 50 {
+				c.mustDo(func(ctx context.Context, n *Node) error {
+					return n.Put(ctx, "ks", fmt.Appendf(nil, "k%d", i), []byte("v"))
+				})
+			}
+			c.settle(10 * time.Second)
+			victim := c.follower(c.leader(5 * time.Second)).ID()
+			c.stop(victim)
+			if err := os.RemoveAll(c.tn(victim).dir); err != nil {
+				t.Fatal(err)
+			}
+			n := c.start(victim, join)
+			select {
+			case <-n.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the wiped node runs: %+v", n.Status())
+			}
+			err := n.Err()
+			if !errors.Is(err, ErrLostState) || !strings.Contains(err.Error(), fmt.Sprintf("node %d", victim)) ||
+				!strings.Contains(err.Error(), "new ID") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("the wiped node stopped with %v", err)
+			}
+			t.Log(err)
+			c.stop(victim)
+			c.forget(victim)
+			c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("after"), []byte("v")) })
+			c.converge(30 * time.Second)
+		})
+	}
+}
+
+// lineLog is a slog handler keeping the messages of the lines logged at
+// info level and above, with their node attribute.
+type lineLog struct {
+	mu    *sync.Mutex
+	lines *[]string
+	attrs string
+}
+
+func (h lineLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h lineLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.lines = append(*h.lines, h.attrs+r.Message)
+	return nil
+}
+func (h lineLog) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		h.attrs += a.String() + " "
+	}
+	return h
+}
+func (h lineLog) WithGroup(string) slog.Handler { return h }
+
+func (h lineLog) has(s string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range *h.lines {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// At the default level a node logs elections, leader changes, peers
+// becoming unreachable and reachable again, and snapshots sent and
+// installed.
+func TestInfoLogLines(t *testing.T) {
+	h := lineLog{mu: &sync.Mutex{}, lines: &[]string{}}
+	c := newCluster(t, 3, func(o *Options) {
+		o.Logger = slog.New(h)
+		o.LogRetain = 5
+	})
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	l := c.leader(5 * time.Second)
+	victim := c.follower(l).ID()
+	c.stop(victim)
+	for i := range 200 {
+		c.mustDo(func(ctx context.Context, n *Node) error {
+			return n.Put(ctx, "ks", fmt.Appendf(nil, "k%d", i), []byte("v"))
+		})
+	}
+	c.start(victim, false)
+	c.converge(30 * time.Second)
+	lead := fmt.Sprintf("node=%d ", l.ID())
+	for _, want := range []string{
+		lead + "raftkv: starting an election",
+		lead + "raftkv: became the leader",
+		fmt.Sprintf("node=%d raftkv: leader changed", victim),
+		lead + "raftkv: peer unreachable",
+		lead + "raftkv: peer reachable again",
+	} {
+		waitFor(t, 10*time.Second, want, func() bool { return h.has(want) })
+	}
+	// A learner added now needs a snapshot: the log was compacted.
+	waitFor(t, 10*time.Second, "a compaction", func() bool { return l.Status().LogFirst > 1 })
+	tn := c.listen(4)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.AddLearner(ctx, 4, tn.addr) })
+	c.start(4, true)
+	for _, want := range []string{lead + "raftkv: snapshot sent", "node=4 raftkv: snapshot received", "node=4 raftkv: installed a snapshot"} {
+		waitFor(t, 30*time.Second, want, func() bool { return h.has(want) })
+	}
+	if m := l.Metrics(); m.LeaderChanges == 0 || m.Elections == 0 {
+		t.Fatalf("leader's metrics: %+v", m)
+	}
 }

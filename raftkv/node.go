@@ -20,6 +20,7 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
@@ -38,11 +39,18 @@ type Node struct {
 	log  *slog.Logger
 	lock *os.File // the data directory's lock
 	ls   *logStore
-	rn   raft.Node
+	rn   *raft.RawNode // the Ready loop's alone (see loop.go)
 	tr   *transport
 
-	cluster atomic.Uint64 // 0 while a joining node has not heard from its cluster
-	identMu sync.Mutex    // serializes adopting the cluster ID
+	calls chan loopCall // work for the Ready loop
+
+	// The identity (see identity): the cluster ID (0 until assigned), the
+	// bootstrap hash (0 while a joining node has not heard from its
+	// cluster) and this directory's incarnation.
+	cluster     atomic.Uint64
+	bootstrap   atomic.Uint64
+	incarnation uint64
+	identMu     sync.Mutex // serializes writes of the identity
 
 	// engMu guards swapping the state machine (snapshot install, Close):
 	// readers hold it shared while they read the engine. The Ready loop is
@@ -53,21 +61,34 @@ type Node struct {
 	engName string    // the live engine's directory name under dir
 
 	// Owned by the Ready loop.
-	applied uint64
-	conf    *raftpb.ConfState
-	peers   map[uint64]string
-	gone    []uint64 // removed IDs, sorted
+	applied    uint64
+	conf       *raftpb.ConfState
+	peers      map[uint64]string
+	gone       []uint64          // removed IDs, sorted
+	incs       map[uint64]uint64 // the members' incarnations (copied on write)
+	metaTerm   uint64            // the term metaSent is of
+	metaSent   map[uint64]bool   // meta commands proposed this term (0: the cluster ID)
+	ccProposed []uint64          // conf changes proposed since the last Ready
+
+	seenMu sync.Mutex
+	seen   map[uint64]uint64 // incarnations heard by the leader (noteIncarnation)
+
+	logMu  sync.Mutex
+	logged map[string]time.Time // see logEvery
 
 	appliedMu  sync.Mutex
 	appliedNow atomic.Uint64
 	appliedCh  chan struct{} // closed and replaced when applied advances
 
-	lead     atomic.Uint64
-	leader   atomic.Bool
-	raftTerm atomic.Uint64
-	removed  atomic.Bool
-	members  atomic.Pointer[map[uint64]string]
-	goneIDs  atomic.Pointer[[]uint64] // n.gone, for the transport's handlers
+	// What raft's last Ready said, for readers off the loop.
+	lead       atomic.Uint64
+	leader     atomic.Bool
+	raftTerm   atomic.Uint64
+	raftCommit atomic.Uint64
+	raftRole   atomic.Int32 // raft.StateType
+
+	removed atomic.Bool
+	view    atomic.Pointer[memberView] // see publishMembers
 
 	waitMu  sync.Mutex
 	waiters map[uint64]chan error
@@ -112,6 +133,7 @@ type metrics struct {
 	snapshotsReceived, snapshotsInstalled         atomic.Uint64
 	compactions                                   atomic.Uint64
 	proposalsDropped                              atomic.Uint64
+	leaderChanges, elections                      atomic.Uint64
 	readRounds, readRetries                       atomic.Uint64
 }
 
@@ -128,9 +150,10 @@ type snapReply struct {
 	err   error
 }
 
-// clusterID derives the cluster ID from the token and the initial members,
-// so that every node bootstrapped with the same flags computes the same.
-func clusterID(token string, peers map[uint64]string) uint64 {
+// bootstrapHash derives the bootstrap hash from the token and the initial
+// members, so that every node bootstrapped with the same flags computes the
+// same: it names the cluster until its first leader assigns the cluster ID.
+func bootstrapHash(token string, peers map[uint64]string) uint64 {
 	var b strings.Builder
 	b.WriteString(token)
 	for _, id := range slices.Sorted(maps.Keys(peers)) {
@@ -171,7 +194,7 @@ func Open(opts *Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
 		return nil, fmt.Errorf("raftkv: %w", err)
 	}
 	n := &Node{
@@ -186,6 +209,10 @@ func Open(opts *Options) (*Node, error) {
 		readStates: make(chan raft.ReadState, 64),
 		snapReqs:   make(chan chan snapReply),
 		stopc:      make(chan struct{}),
+		calls:      make(chan loopCall, 4096),
+		metaSent:   map[uint64]bool{},
+		seen:       map[uint64]uint64{},
+		logged:     map[string]time.Time{},
 	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
@@ -209,7 +236,8 @@ func Open(opts *Options) (*Node, error) {
 
 func (n *Node) open() error {
 	o := n.opts
-	lock, err := lockDir(n.dir)
+	n.checkDirMode(n.dir, o.DirMode)
+	lock, err := lockDir(n.dir, fileMode(o.DirMode))
 	if err != nil {
 		return err
 	}
@@ -223,7 +251,7 @@ func (n *Node) open() error {
 			return err
 		}
 	}
-	ls, err := openLogStore(filepath.Join(n.dir, logDir))
+	ls, err := openLogStore(filepath.Join(n.dir, logDir), o.DirMode)
 	if err != nil {
 		return err
 	}
@@ -231,6 +259,12 @@ func (n *Node) open() error {
 	fresh := ls.empty()
 	if !haveID {
 		if err := n.newIdentity(fresh); err != nil {
+			return err
+		}
+	} else if id.incarnation == 0 {
+		// A directory of the first format: give it an incarnation.
+		n.incarnation = randomID()
+		if err := n.writeIdentity(n.identity()); err != nil {
 			return err
 		}
 	}
@@ -248,6 +282,14 @@ func (n *Node) open() error {
 	if fresh && wm > 0 {
 		return fmt.Errorf("raftkv: %s: the engine has data up to op %d but there is no raft log: %w", n.dir, wm, ErrDataDir)
 	}
+	// raft panics on restart for a commit index outside the log; say what
+	// it means first.
+	if c := hs.GetCommit(); c > last {
+		return fmt.Errorf("%w: node %d: %s: its commit index %d is past the end of its log (%d); %s",
+			ErrLostState, n.id, n.dir, c, last, replaceAdvice(n.id))
+	} else if c < trunc {
+		return fmt.Errorf("raftkv: %s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
+	}
 	applied := min(wm, hs.GetCommit())
 	if applied < trunc {
 		return fmt.Errorf("raftkv: %s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
@@ -259,8 +301,19 @@ func (n *Node) open() error {
 	if !ok {
 		mem = membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
 	}
+	if mem.cluster != 0 && n.cluster.Load() != mem.cluster {
+		if cur := n.cluster.Load(); cur != 0 {
+			return fmt.Errorf("raftkv: %s: the log says cluster %016x, %s says %016x: %w", n.dir, mem.cluster, identityFile, cur, ErrDataDir)
+		}
+		if err := n.assignCluster(mem.cluster); err != nil {
+			return err
+		}
+	}
 	ls.setInitConf(mem.conf)
-	n.applied, n.conf, n.gone = applied, mem.conf, mem.removed
+	n.applied, n.conf, n.gone, n.incs = applied, mem.conf, mem.removed, mem.incarnations
+	if n.incs == nil {
+		n.incs = map[uint64]uint64{}
+	}
 	n.peers = maps.Clone(mem.peers)
 	for id, addr := range o.Peers {
 		if _, known := n.peers[id]; !known {
@@ -292,15 +345,30 @@ func (n *Node) open() error {
 			n.tr.addPeer(id, addr)
 		}
 	}
-	if fresh && !o.Join {
-		peers := make([]raft.Peer, 0, len(o.Peers))
-		for _, id := range slices.Sorted(maps.Keys(o.Peers)) {
-			peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+	// raft checks the restored state as it starts, by panicking.
+	if err := n.guard(func() error {
+		rn, err := raft.NewRawNode(cfg)
+		if err != nil {
+			return err
 		}
-		n.rn = raft.StartNode(cfg, peers)
-	} else {
-		n.rn = raft.RestartNode(cfg)
+		if fresh && !o.Join {
+			peers := make([]raft.Peer, 0, len(o.Peers))
+			for _, id := range slices.Sorted(maps.Keys(o.Peers)) {
+				peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+			}
+			if err := rn.Bootstrap(peers); err != nil {
+				return err
+			}
+		}
+		n.rn = rn
+		return nil
+	}); err != nil {
+		return fmt.Errorf("raftkv: start raft: %w", err)
 	}
+	bs := n.rn.BasicStatus()
+	n.raftTerm.Store(bs.HardState.GetTerm())
+	n.raftCommit.Store(bs.HardState.GetCommit())
+	n.raftRole.Store(int32(bs.RaftState))
 	n.log.Info("raftkv: node started", "dir", n.dir, "applied", applied, "watermark", wm,
 		"commit", hs.GetCommit(), "log", fmt.Sprintf("(%d, %d]", trunc, last), "bootstrap", fresh && !o.Join)
 	n.loops.Add(2)
@@ -309,7 +377,8 @@ func (n *Node) open() error {
 	return nil
 }
 
-// checkIdentity refuses a data directory of another cluster or node.
+// checkIdentity refuses a data directory of another cluster or node, and
+// takes its identity otherwise.
 func (n *Node) checkIdentity(id identity) error {
 	switch {
 	case id.node != n.id:
@@ -318,46 +387,46 @@ func (n *Node) checkIdentity(id identity) error {
 		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
 	}
 	n.cluster.Store(id.cluster)
+	n.bootstrap.Store(id.bootstrap)
+	n.incarnation = id.incarnation
 	return nil
 }
 
-// newIdentity records the identity of a data directory that has none.
+// newIdentity records the identity of a data directory that has none: a
+// new incarnation, and the bootstrap hash of the cluster it bootstraps (a
+// joining node learns it from its first message).
 func (n *Node) newIdentity(fresh bool) error {
 	o := n.opts
 	if !fresh {
 		return fmt.Errorf("raftkv: %s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
 	}
-	id := identity{node: n.id, token: o.ClusterToken}
+	n.incarnation = randomID()
 	if !o.Join {
 		if _, in := o.Peers[n.id]; !in {
 			return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
 		}
-		id.cluster = clusterID(o.ClusterToken, o.Peers)
+		n.bootstrap.Store(bootstrapHash(o.ClusterToken, o.Peers))
 	}
-	if err := writeIdentity(n.dir, id); err != nil {
-		return err
-	}
-	n.cluster.Store(id.cluster)
-	return nil
+	return n.writeIdentity(n.identity())
 }
 
-// adoptCluster records the cluster ID a joining node learns from its first
-// message. It reports whether cluster is (now) this node's.
-func (n *Node) adoptCluster(cluster uint64) (bool, error) {
-	if cur := n.cluster.Load(); cur != 0 || cluster == 0 {
-		return cur == cluster, nil
-	}
+// adoptCluster records the cluster (ID and bootstrap hash) a joining node
+// learns from its first message.
+func (n *Node) adoptCluster(cluster, bootstrap uint64) error {
 	n.identMu.Lock()
 	defer n.identMu.Unlock()
-	if cur := n.cluster.Load(); cur != 0 {
-		return cur == cluster, nil
+	if n.bootstrap.Load() != 0 {
+		return nil
 	}
-	if err := writeIdentity(n.dir, identity{cluster: cluster, node: n.id, token: n.opts.ClusterToken}); err != nil {
-		return false, err
+	id := n.identity()
+	id.cluster, id.bootstrap = cluster, bootstrap
+	if err := n.writeIdentity(id); err != nil {
+		return err
 	}
 	n.cluster.Store(cluster)
+	n.bootstrap.Store(bootstrap)
 	n.log.Info("raftkv: joined cluster", "cluster", fmt.Sprintf("%016x", cluster))
-	return true, nil
+	return nil
 }
 
 // openEngine opens the state machine the log store points to and removes
@@ -411,9 +480,11 @@ func (n *Node) removeStaleEngines(live string) error {
 	return nil
 }
 
-// run is the Ready loop: the one goroutine that persists, sends, applies
-// and advances, ticks raft, compacts the log when the engine's durable
-// watermark advances, and serves snapshot requests.
+// run is the Ready loop: the one goroutine that drives raft (see loop.go).
+// It runs the calls queued for it (proposals, reads, messages from peers),
+// ticks raft, handles raft's Readies (persists, sends, applies and
+// advances), compacts the log when the engine's durable watermark
+// advances, and serves snapshot requests.
 func (n *Node) run() {
 	defer n.loops.Done()
 	ticker := time.NewTicker(n.opts.TickInterval)
@@ -429,32 +500,75 @@ func (n *Node) run() {
 	}
 	listen()
 	for {
+		var err error
 		select {
 		case <-ticker.C:
-			n.rn.Tick()
+			err = n.guard(func() error { n.rn.Tick(); return nil })
+		case c := <-n.calls:
+			err = n.guard(func() error { n.runCalls(c); return nil })
 		case <-wmAdvanced:
 			listen()
 			n.maybeCompact()
-		case rd := <-n.rn.Ready():
-			if err := n.handleReady(rd); err != nil {
-				select {
-				case <-n.stopc: // Close cancelled the apply: not a failure
-				default:
-					n.fail(err)
-				}
-				return
-			}
-			if n.removed.Load() {
-				n.log.Warn("raftkv: this node was removed from the cluster; stopping")
-				n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
-				return
-			}
 		case reply := <-n.snapReqs:
 			reply <- n.snapshotNow()
 		case <-n.stopc:
 			return
 		}
+		if err == nil {
+			err = n.guard(func() error {
+				if err := n.handleReadies(); err != nil {
+					return err
+				}
+				// A new leader records what the cluster lacks at once.
+				n.proposeMeta()
+				return n.handleReadies()
+			})
+		}
+		if err != nil {
+			select {
+			case <-n.stopc: // Close cancelled the apply: not a failure
+			default:
+				n.fail(err)
+			}
+			return
+		}
+		if n.removed.Load() {
+			n.log.Warn("raftkv: this node was removed from the cluster; stopping")
+			n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
+			return
+		}
 	}
+}
+
+// runCalls runs c and the calls queued after it, up to maxCallsPerTurn.
+func (n *Node) runCalls(c loopCall) {
+	c(n.rn)
+	for range maxCallsPerTurn - 1 {
+		select {
+		case c = <-n.calls:
+			c(n.rn)
+		default:
+			return
+		}
+	}
+}
+
+// handleReadies handles raft's Readies until it has none, or the node
+// fails (a lost state detected while stepping stops it too).
+func (n *Node) handleReadies() error {
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if err := n.handleReady(rd); err != nil {
+			return err
+		}
+		n.rn.Advance(rd)
+	}
+	select {
+	case <-n.stopc:
+		return n.stopped()
+	default:
+	}
+	return nil
 }
 
 // fail stops the node after a fatal error: every call then returns
@@ -501,14 +615,15 @@ func (n *Node) stopped() error {
 }
 
 func (n *Node) handleReady(rd raft.Ready) error {
-	if ss := rd.SoftState; ss != nil {
-		n.lead.Store(ss.Lead)
-		n.leader.Store(ss.RaftState == raft.StateLeader)
-	}
 	if hs := rd.HardState; hs != nil {
 		n.raftTerm.Store(hs.GetTerm())
+		n.raftCommit.Store(hs.GetCommit())
+	}
+	if ss := rd.SoftState; ss != nil {
+		n.softState(ss)
 	}
 	leader := n.leader.Load()
+	n.checkProposedConfChanges(rd.Entries)
 	if leader {
 		// Raft thesis 10.2.1: the leader sends its appends while it writes
 		// them itself (etcd does the same); its term and vote are durable
@@ -550,8 +665,34 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		default: // the read loop asks again
 		}
 	}
-	n.rn.Advance()
 	return nil
+}
+
+// softState records raft's new role and leader, and logs elections and
+// leader changes.
+func (n *Node) softState(ss *raft.SoftState) {
+	prevLead, prevRole := n.lead.Load(), raft.StateType(n.raftRole.Load())
+	n.lead.Store(ss.Lead)
+	n.leader.Store(ss.RaftState == raft.StateLeader)
+	n.raftRole.Store(int32(ss.RaftState))
+	term := n.rn.BasicStatus().GetTerm()
+	if ss.RaftState != prevRole {
+		switch ss.RaftState {
+		case raft.StateCandidate:
+			n.m.elections.Add(1)
+			n.log.Info("raftkv: starting an election", "term", term)
+		case raft.StateLeader:
+			n.log.Info("raftkv: became the leader", "term", term)
+		}
+	}
+	if ss.Lead != prevLead {
+		if ss.Lead != raft.None {
+			n.m.leaderChanges.Add(1)
+			n.log.Info("raftkv: leader changed", "leader", ss.Lead, "addr", n.view.Load().peers[ss.Lead], "previous", prevLead, "term", term)
+		} else {
+			n.log.Info("raftkv: no leader", "previous", prevLead, "term", term)
+		}
+	}
 }
 
 // sendMessages hands messages to the transport; a snapshot message is
@@ -655,6 +796,9 @@ func (n *Node) applyNormal(idx uint64, data []byte) error {
 		n.log.Error("raftkv: skipping an entry that does not decode", "index", idx, "err", err)
 		return n.sm.skip(n.ctx, idx)
 	}
+	if c.kind == cmdMeta {
+		return n.applyMeta(idx, c)
+	}
 	result, fatal := n.sm.apply(n.ctx, idx, c)
 	if fatal != nil {
 		return fatal
@@ -664,11 +808,22 @@ func (n *Node) applyNormal(idx uint64, data []byte) error {
 }
 
 func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
+	id := cc.GetNodeId()
+	if err := n.membership().check(cc); err != nil {
+		// Refused alike on every node (the membership is replicated):
+		// raft applies no change (node 0), as etcd does.
+		n.conf = n.rn.ApplyConfChange(&raftpb.ConfChange{Type: cc.GetType().Enum()})
+		n.log.Warn("raftkv: refused a membership change", "index", idx, "change", cc.GetType().String(), "node", id, "err", err)
+		if err := n.sm.skip(n.ctx, idx); err != nil {
+			return err
+		}
+		n.complete(cc.GetId(), err)
+		return nil
+	}
 	cs := n.rn.ApplyConfChange(cc)
 	n.conf = cs
-	id := cc.GetNodeId()
 	switch cc.GetType() {
-	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
 		if addr := string(cc.GetContext()); addr != "" {
 			n.peers[id] = addr
 			if id != n.id {
@@ -695,7 +850,8 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 		return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
 	}
 	n.publishMembers()
-	n.log.Info("raftkv: membership changed", "index", idx, "change", cc.GetType().String(), "node", id, "voters", cs.GetVoters())
+	n.log.Info("raftkv: membership changed", "index", idx, "change", changeName(cc), "node", id,
+		"addr", n.peers[id], "voters", cs.GetVoters(), "learners", cs.GetLearners())
 	if err := n.sm.skip(n.ctx, idx); err != nil {
 		return err
 	}
@@ -703,22 +859,21 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	return nil
 }
 
-// membership returns the current membership. Ready loop only.
-func (n *Node) membership() membership {
-	return membership{conf: n.conf, peers: n.peers, removed: n.gone}
-}
-
-func (n *Node) publishMembers() {
-	m := maps.Clone(n.peers)
-	n.members.Store(&m)
-	g := n.gone
-	n.goneIDs.Store(&g)
-}
-
-// wasRemoved reports whether node id was removed from the cluster.
-func (n *Node) wasRemoved(id uint64) bool {
-	_, found := slices.BinarySearch(*n.goneIDs.Load(), id)
-	return found
+// changeName names a conf change for the log.
+func changeName(cc *raftpb.ConfChange) string {
+	switch {
+	case isPromotion(cc):
+		return "promote"
+	case cc.GetType() == raftpb.ConfChangeAddNode:
+		return "add-voter"
+	case cc.GetType() == raftpb.ConfChangeAddLearnerNode:
+		return "add-learner"
+	case cc.GetType() == raftpb.ConfChangeRemoveNode:
+		return "remove"
+	case cc.GetType() == raftpb.ConfChangeUpdateNode:
+		return "update-address"
+	}
+	return cc.GetType().String()
 }
 
 // removedByPeer stops a node that a peer says was removed: it missed the
@@ -768,7 +923,13 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 }
 
 // maybeCompact truncates the log below the engine's durable watermark,
-// keeping LogRetain entries, once enough have accumulated.
+// keeping LogRetain entries, once enough have accumulated. A leader also
+// keeps the entries its followers are catching up with (those after a
+// snapshot it is sending, and after a follower's match index), up to
+// followerHold entries below the watermark: a follower
+// that just installed a snapshot continues from the log rather than
+// needing another (under load it might never catch up), and one that
+// cannot keep up even so gets a snapshot, so the log stays bounded.
 func (n *Node) maybeCompact() {
 	if n.eng == nil {
 		return
@@ -778,6 +939,29 @@ func (n *Node) maybeCompact() {
 		return
 	}
 	target := wm - n.opts.LogRetain
+	if n.leader.Load() {
+		trunc, _ := n.ls.bounds()
+		floor := wm - min(wm, followerHold(n.opts.LogRetain))
+		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			switch {
+			case id == n.id:
+			case pr.State == tracker.StateSnapshot && pr.PendingSnapshot > 0:
+				target = min(target, max(pr.PendingSnapshot, floor))
+			default:
+				// Entries after Match may be sent again; a follower probed
+				// after a snapshot (Match not known yet) needs those from
+				// Next on. RecentActive is no guide: CheckQuorum clears it
+				// every election timeout, until the follower answers.
+				need := pr.Match
+				if pr.State == tracker.StateProbe {
+					need = max(need, pr.Next-1)
+				}
+				if need >= trunc {
+					target = min(target, max(need, floor))
+				}
+			}
+		})
+	}
 	trunc, _ := n.ls.bounds()
 	if target <= trunc || target-trunc < max(n.opts.LogRetain/4, 1) {
 		return
@@ -788,6 +972,10 @@ func (n *Node) maybeCompact() {
 	}
 	n.m.compactions.Add(1)
 }
+
+// followerHold is how many entries below the durable watermark a leader's
+// log may keep for its followers (see maybeCompact).
+func followerHold(logRetain uint64) uint64 { return 10 * max(logRetain, 1000) }
 
 // snapshotNow takes an engine snapshot at the applied index (the Ready
 // loop is between entries).
@@ -853,7 +1041,6 @@ func (n *Node) Close() error {
 		n.stop()
 		n.closing.Unlock()
 		n.loops.Wait()
-		n.rn.Stop()
 		n.tr.stop()
 		n.inflight.Wait()
 		n.engMu.Lock()
@@ -876,7 +1063,7 @@ func (n *Node) ID() uint64 { return n.id }
 // Leader returns the leader this node knows of (0: none) and its address.
 func (n *Node) Leader() (uint64, string) {
 	l := n.lead.Load()
-	return l, (*n.members.Load())[l]
+	return l, n.view.Load().peers[l]
 }
 
 // IsLeader reports whether this node is the leader.
@@ -898,7 +1085,8 @@ func (r *raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...
 func (r *raftLogger) Errorf(format string, v ...any) { r.l.Error(fmt.Sprintf(format, v...)) }
 
 // Fatal and Panic must not return (raft's own logger exits or panics):
-// both panic, after logging.
+// both panic with a raftPanic, after logging, which the Ready loop
+// recovers (see Node.guard).
 func (r *raftLogger) Fatal(v ...any) { r.Panic(v...) }
 func (r *raftLogger) Fatalf(format string, v ...any) {
 	r.Panicf(format, v...)
@@ -906,10 +1094,10 @@ func (r *raftLogger) Fatalf(format string, v ...any) {
 func (r *raftLogger) Panic(v ...any) {
 	s := fmt.Sprint(v...)
 	r.l.Error(s)
-	panic(s)
+	panic(raftPanic(s))
 }
 func (r *raftLogger) Panicf(format string, v ...any) {
 	s := fmt.Sprintf(format, v...)
 	r.l.Error(s)
-	panic(s)
+	panic(raftPanic(s))
 }

@@ -1,11 +1,13 @@
 package raftkv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -67,6 +69,13 @@ type Options struct {
 	// snapshots being received (*.staging). Created if missing. Required.
 	Dir string
 
+	// DirMode is the permission bits of the directories the node creates
+	// in Dir (Dir itself, the log store); its files get the same less the
+	// execute bits (0700: 0600). The engine directories are the engine's,
+	// created 0700. Open warns about an existing Dir open to more.
+	// Default: DefaultDirMode (0700, as etcd's data directory).
+	DirMode os.FileMode
+
 	// Join makes a node with an empty data directory wait for the
 	// cluster's leader instead of bootstrapping a new cluster: the node
 	// was added with Node.AddNode on a member, and learns the cluster ID
@@ -96,8 +105,9 @@ type Options struct {
 	// LogRetain is how many applied entries below the engine's durable
 	// watermark the log keeps when it is compacted, so that a follower a
 	// little behind catches up from the log rather than a snapshot. The
-	// log is never compacted above the durable watermark. Default:
-	// DefaultLogRetain (10000).
+	// log is never compacted above the durable watermark, and a leader
+	// keeps more for followers that are catching up (see the package
+	// documentation). Default: DefaultLogRetain (10000).
 	LogRetain uint64
 
 	// MaxSizePerMsg bounds the entries of one append message in bytes
@@ -138,10 +148,22 @@ type Options struct {
 	// log can be compacted, trails the applied index by about that much.
 	Engine *kvbuf.Options
 
+	// PeerTLS, if set, secures the transport with mutual TLS: requests go
+	// to peers over HTTPS, presenting PeerTLS.Certificates (this node's
+	// certificate, which must allow both server and client
+	// authentication) and verifying the peer's certificate against
+	// PeerTLS.RootCAs (the cluster's CA); and Handler refuses (403) a
+	// request whose client certificate that CA did not sign. Serve
+	// Handler over TLS with a server configuration that asks for client
+	// certificates (tls.VerifyClientCertIfGiven or stricter) and presents
+	// the same certificate. Default: nil, plain HTTP (no authentication:
+	// loopback or a trusted network only).
+	PeerTLS *tls.Config
+
 	// Client sends the transport's requests. Default: a client with
 	// keep-alive connections and no overall timeout (SendTimeout and
-	// SnapshotTimeout bound each request). Tests pass one whose
-	// RoundTripper drops, delays or partitions requests.
+	// SnapshotTimeout bound each request), using PeerTLS. Tests pass one
+	// whose RoundTripper drops, delays or partitions requests.
 	Client *http.Client
 
 	// Logger receives the node's and raft's log lines. Default: a logger
@@ -166,6 +188,9 @@ func (o *Options) resolve() (*Options, error) {
 	}
 	r := *o
 	r.Peers = maps.Clone(o.Peers)
+	if r.DirMode == 0 {
+		r.DirMode = DefaultDirMode
+	}
 	if r.ClusterToken == "" {
 		r.ClusterToken = DefaultClusterToken
 	}
@@ -212,8 +237,9 @@ func (o *Options) resolve() (*Options, error) {
 	r.Engine = &eng
 	if r.Client == nil {
 		r.Client = &http.Client{Transport: &http.Transport{
-			Proxy:               nil, // loopback peers: never through a proxy
+			Proxy:               nil, // peers are reached directly, never through a proxy
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig:     r.PeerTLS,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,
 		}}
@@ -232,8 +258,12 @@ func (o *Options) resolve() (*Options, error) {
 		return nil, fmt.Errorf("%w: negative tick setting", ErrBadOptions)
 	case r.HeartbeatTicks >= r.ElectionTicks:
 		return nil, fmt.Errorf("%w: HeartbeatTicks %d not below ElectionTicks %d", ErrBadOptions, r.HeartbeatTicks, r.ElectionTicks)
+	case r.DirMode&^os.ModePerm != 0 || r.DirMode&0o700 != 0o700:
+		return nil, fmt.Errorf("%w: DirMode %#o (permission bits with rwx for the owner)", ErrBadOptions, uint32(r.DirMode))
 	case r.MaxInflightMsgs < 0 || r.MaxPendingMessages < 0:
 		return nil, fmt.Errorf("%w: negative message limit", ErrBadOptions)
+	case r.PeerTLS != nil && (r.PeerTLS.RootCAs == nil || len(r.PeerTLS.Certificates) == 0 && r.PeerTLS.GetClientCertificate == nil):
+		return nil, fmt.Errorf("%w: PeerTLS needs RootCAs (the cluster's CA) and this node's certificate", ErrBadOptions)
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.Peers)) {
 		if id == 0 {

@@ -79,7 +79,12 @@ func (n *Node) installSnapshot(rd raft.Ready) error {
 	if err := os.RemoveAll(filepath.Join(n.dir, oldName)); err != nil {
 		n.log.Warn("raftkv: removing the replaced engine", "dir", oldName, "err", err)
 	}
-	n.applied, n.conf, n.gone = idx, m.conf, m.removed
+	if m.cluster != 0 && n.cluster.Load() == 0 {
+		if err := n.assignCluster(m.cluster); err != nil {
+			return err
+		}
+	}
+	n.applied, n.conf, n.gone, n.incs = idx, m.conf, m.removed, m.incarnations
 	for id := range n.peers {
 		if _, ok := m.peers[id]; !ok && id != n.id {
 			n.tr.removePeer(id)
@@ -105,8 +110,8 @@ func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer n.inflight.Done()
-	if code, err := n.checkPeerRequest(r); err != nil {
-		http.Error(w, err.Error(), code)
+	if rf := n.checkPeerRequest(r); rf != nil {
+		rf.write(w)
 		return
 	}
 	br := bufio.NewReaderSize(r.Body, 64<<10)
@@ -132,7 +137,7 @@ func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Otherwise this node has it all already: raft answers with its index.
-	if err := n.rn.Step(n.ctx, m); err != nil {
+	if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { _ = rn.Step(m) }); err != nil {
 		http.Error(w, "raftkv: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -211,5 +216,6 @@ func (n *Node) receiveEngine(r io.Reader, idx uint64) (int, error) {
 		return http.StatusInternalServerError, err
 	}
 	n.m.snapshotsReceived.Add(1)
+	n.log.Info("raftkv: snapshot received", "index", idx, "dir", filepath.Base(final))
 	return 0, nil
 }

@@ -3,12 +3,18 @@ package raftkv
 import (
 	"fmt"
 	"maps"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Status describes a node. Fields are read at slightly different times.
 type Status struct {
-	// ID is the node's raft ID, Cluster its cluster ID (0 while a joining
-	// node has not heard from its cluster).
+	// ID is the node's raft ID, Cluster its cluster ID (0 until the
+	// cluster's first leader assigned it and this node applied it, or
+	// while a joining node has not heard from its cluster).
 	ID, Cluster uint64
 	// State is "leader", "follower", "candidate", "pre-candidate",
 	// "stopped" or "removed"; Leader the leader it knows of (0: none).
@@ -21,8 +27,10 @@ type Status struct {
 	// LogFirst and LogLast bound the entries in the log store; entries
 	// below LogFirst were compacted (LogFirst-1 <= Watermark always).
 	LogFirst, LogLast uint64
-	// Members maps the members' IDs to their addresses.
-	Members map[uint64]string
+	// Members maps the members' IDs to their addresses; Voters and
+	// Learners (sorted) say which vote.
+	Members          map[uint64]string
+	Voters, Learners []uint64
 	// Engine is the live engine's directory under the data directory.
 	Engine string
 	// Err is the error that stopped the node, if any.
@@ -61,12 +69,18 @@ type Metrics struct {
 	Compactions uint64 `json:"compactions"`
 	// ProposalsDropped counts writes raft refused (ErrDropped).
 	ProposalsDropped uint64 `json:"proposals_dropped"`
+	// LeaderChanges counts the times this node saw a new leader, and
+	// Elections those it started an election (as a candidate; pre-vote
+	// rounds that found no quorum are not counted).
+	LeaderChanges uint64 `json:"leader_changes"`
+	Elections     uint64 `json:"elections"`
 	// ReadRounds counts ReadIndex rounds, ReadRetries the times one was
 	// asked again.
 	ReadRounds  uint64 `json:"read_rounds"`
 	ReadRetries uint64 `json:"read_retries"`
 	// SendErrors counts failed transport requests, Rejected those a peer
-	// refused as another cluster's; LastSendError is the newest.
+	// refused (another cluster's or node's, or unauthenticated);
+	// LastSendError is the newest.
 	SendErrors    uint64 `json:"send_errors"`
 	Rejected      uint64 `json:"rejected"`
 	LastSendError string `json:"last_send_error"`
@@ -87,6 +101,8 @@ func (n *Node) Metrics() Metrics {
 		SnapshotsInstalled: n.m.snapshotsInstalled.Load(),
 		Compactions:        n.m.compactions.Load(),
 		ProposalsDropped:   n.m.proposalsDropped.Load(),
+		LeaderChanges:      n.m.leaderChanges.Load(),
+		Elections:          n.m.elections.Load(),
 		ReadRounds:         n.m.readRounds.Load(),
 		ReadRetries:        n.m.readRetries.Load(),
 		SendErrors:         n.tr.sendErrors.Load(),
@@ -104,9 +120,11 @@ func (n *Node) Status() Status {
 		ID:      n.id,
 		Cluster: n.cluster.Load(),
 		Applied: n.appliedNow.Load(),
-		Members: maps.Clone(*n.members.Load()),
+		Members: maps.Clone(n.view.Load().peers),
 		Metrics: n.Metrics(),
 	}
+	v := n.view.Load()
+	st.Voters, st.Learners = slices.Clone(v.voters), slices.Clone(v.learners)
 	st.LogFirst, st.LogLast = n.ls.bounds()
 	st.LogFirst++
 	n.engMu.RLock()
@@ -125,9 +143,8 @@ func (n *Node) Status() Status {
 		return st
 	default:
 	}
-	rs := n.rn.Status()
-	st.State, st.Leader = stateName(rs.RaftState.String()), rs.Lead
-	st.Term, st.Commit = rs.HardState.GetTerm(), rs.HardState.GetCommit()
+	st.State, st.Leader = stateName(raft.StateType(n.raftRole.Load()).String()), n.lead.Load()
+	st.Term, st.Commit = n.raftTerm.Load(), n.raftCommit.Load()
 	return st
 }
 
@@ -143,4 +160,16 @@ func stateName(s string) string {
 		return "pre-candidate"
 	}
 	return fmt.Sprintf("unknown (%s)", s)
+}
+
+// EngineMetrics returns the metrics of the node's kvbuf engine (the live
+// one: a snapshot install replaces the engine, and its counters restart at
+// zero), and false for a node built with another state machine.
+func (n *Node) EngineMetrics() (kvbuf.Metrics, bool) {
+	n.engMu.RLock()
+	defer n.engMu.RUnlock()
+	if n.eng == nil {
+		return kvbuf.Metrics{}, false
+	}
+	return n.eng.db.Metrics(), true
 }

@@ -7,11 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -57,8 +58,8 @@ func TestTransportBadInput(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
 	n1 := c.tn(1)
-	cluster := strconv.FormatUint(n1.node().cluster.Load(), 16)
-	good := map[string]string{headerCluster: cluster, headerFrom: "2", headerTo: "1"}
+	c.settle(10 * time.Second)
+	good := c.peerHeaders(n1.node(), 2)
 	with := func(k, v string) map[string]string {
 		h := map[string]string{}
 		for kk, vv := range good {
@@ -82,8 +83,11 @@ func TestTransportBadInput(t *testing.T) {
 		{"no headers", pathMessage, nil, batch(heartbeat), 400},
 		{"bad cluster header", pathMessage, with(headerCluster, "zz"), batch(heartbeat), 400},
 		{"no from header", pathMessage, with(headerFrom, ""), batch(heartbeat), 400},
+		{"no bootstrap header", pathMessage, with(headerBootstrap, ""), batch(heartbeat), 400},
+		{"no incarnation header", pathMessage, with(headerIncarnation, ""), batch(heartbeat), 400},
 		{"other cluster", pathMessage, with(headerCluster, "1234"), batch(heartbeat), 409},
 		{"other node", pathMessage, with(headerTo, "7"), batch(heartbeat), 409},
+		{"replaced sender", pathMessage, with(headerIncarnation, "1234"), batch(heartbeat), 409},
 		{"bad length", pathMessage, good, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 400},
 		{"length past the end", pathMessage, good, []byte{40, 1, 2}, 400},
 		{"not protobuf", pathMessage, good, append([]byte{3}, 0xff, 0xff, 0xff), 400},
@@ -152,8 +156,7 @@ func TestTransportOversizeBody(t *testing.T) {
 		o.Engine = &kvbuf.Options{MaxValueSize: 1 << 10}
 	})
 	n := c.leader(5 * time.Second)
-	cluster := strconv.FormatUint(n.cluster.Load(), 16)
-	hdr := map[string]string{headerCluster: cluster, headerFrom: "2", headerTo: "1"}
+	hdr := c.peerHeaders(n, 2)
 	size := n.maxMessageBody() + 1
 	code, _ := post(t, c.tn(1).addr, pathMessage, hdr, io.LimitReader(zeros{}, size))
 	if code != 400 {
@@ -165,27 +168,68 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-// Two clusters that share a token but not their members refuse each
-// other's messages, and each sender counts the refusals.
+// Two clusters refuse each other's messages, and each sender counts the
+// refusals: by cluster ID once the clusters have one, by bootstrap hash
+// before.
 func TestTransportOtherCluster(t *testing.T) {
 	a := newCluster(t, 1, nil)
 	b := newCluster(t, 1, nil)
+	a.settle(10 * time.Second)
+	b.settle(10 * time.Second)
 	la, lb := a.leader(5*time.Second), b.leader(5*time.Second)
 	if la.cluster.Load() == lb.cluster.Load() {
-		t.Fatal("two clusters with different members have the same ID")
+		t.Fatal("two clusters have the same ID")
 	}
-	// A message of b's cluster to a's node.
-	hdr := map[string]string{headerCluster: strconv.FormatUint(lb.cluster.Load(), 16), headerFrom: "2", headerTo: "1"}
-	code, body := post(t, a.tn(1).addr, pathMessage, hdr, bytes.NewReader(nil))
-	if code != http.StatusConflict || !strings.Contains(body, "cluster") {
-		t.Fatalf("a message of another cluster: HTTP %d %s", code, body)
+	// A message of b's cluster to a's node: by ID, and by bootstrap hash
+	// from a node of b that has no ID yet.
+	for name, tune := range map[string]func(h map[string]string){
+		"cluster ID":     func(map[string]string) {},
+		"bootstrap hash": func(h map[string]string) { h[headerCluster] = "0" },
+	} {
+		hdr := b.peerHeaders(lb, 2)
+		hdr[headerTo], hdr[headerToIncarnation] = "1", "0"
+		tune(hdr)
+		code, body := post(t, a.tn(1).addr, pathMessage, hdr, bytes.NewReader(nil))
+		if code != http.StatusConflict || !strings.Contains(body, "cluster") {
+			t.Fatalf("a message of another cluster (%s): HTTP %d %s", name, code, body)
+		}
 	}
 	// A node's own transport: add a's address as a peer of b and send.
-	lb.tr.addPeer(2, a.tn(1).addr)
+	send := func(rn *raft.RawNode) {
+		lb.tr.addPeer(2, a.tn(1).addr)
+		lb.tr.send(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)})
+	}
+	if err := lb.enqueue(bg, send); err != nil {
+		t.Fatal(err)
+	}
 	defer lb.tr.removePeer(2)
-	lb.tr.send(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)})
 	waitFor(t, 5*time.Second, "the refusal to be counted", func() bool { return lb.Metrics().Rejected > 0 })
 	if m := lb.Metrics(); !strings.Contains(m.LastSendError, "cluster") {
 		t.Fatalf("last send error %q", m.LastSendError)
+	}
+	if la.Err() != nil || lb.Err() != nil {
+		t.Fatalf("a refusal stopped a node: %v, %v", la.Err(), lb.Err())
+	}
+}
+
+// Two clusters bootstrapped with the same flags (token and initial
+// members) get different cluster IDs: a node of one is refused by the
+// other once both have their IDs.
+func TestClusterIDRandomPerBootstrap(t *testing.T) {
+	var ids []identity
+	for range 2 {
+		dir := filepath.Join(t.TempDir(), "node")
+		singleNode(t, dir, nil)
+		id, ok, err := readIdentity(dir)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		ids = append(ids, id)
+	}
+	if ids[0].bootstrap != ids[1].bootstrap {
+		t.Fatalf("the same flags gave bootstrap hashes %016x and %016x", ids[0].bootstrap, ids[1].bootstrap)
+	}
+	if ids[0].cluster == 0 || ids[0].cluster == ids[1].cluster || ids[0].incarnation == ids[1].incarnation {
+		t.Fatalf("two bootstraps: %+v and %+v", ids[0], ids[1])
 	}
 }

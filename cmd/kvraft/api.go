@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +24,9 @@ import (
 type server struct {
 	n       *raftkv.Node
 	timeout time.Duration
+	maxLag  uint64       // /health's bound on commit - applied
+	auth    *authorizer  // who may write and administer
+	scheme  string       // "http" or "https": of every node's API
 	client  *http.Client // forwards writes to the leader
 }
 
@@ -40,6 +46,9 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/raft/", s.n.Handler())
 	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /health", s.health)
+	mux.Handle("GET /metrics", metricsHandler(s.n))
+	mux.HandleFunc("GET /snapshot", s.snapshot)
 	mux.HandleFunc("GET /keyspaces", s.listNames)
 	mux.HandleFunc("PUT /keyspaces/{name}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		return s.n.CreateKeyspace(ctx, r.PathValue("name"))
@@ -77,6 +86,7 @@ func (s *server) handler() http.Handler {
 		return s.n.SetBit(ctx, r.PathValue("name"), i, v)
 	}, maxSmallBody))
 	mux.HandleFunc("GET /bits/{name}/{index}", s.getBit)
+	mux.HandleFunc("GET /members", s.listMembers)
 	mux.HandleFunc("POST /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		id, err := memberID(r)
 		if err != nil {
@@ -86,8 +96,26 @@ func (s *server) handler() http.Handler {
 		if addr == "" {
 			return badRequest("?addr=HOST:PORT is required")
 		}
-		return s.n.AddNode(ctx, id, addr)
+		return s.n.AddLearner(ctx, id, addr)
 	}, 0))
+	mux.HandleFunc("POST /members/{id}/promote", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		return s.n.PromoteNode(ctx, id)
+	}, 0))
+	mux.HandleFunc("PUT /members/{id}/addr", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		addr := strings.TrimSpace(string(body))
+		if addr == "" {
+			return badRequest("the body is the new address, HOST:PORT")
+		}
+		return s.n.UpdateNode(ctx, id, addr)
+	}, maxSmallBody+256))
 	mux.HandleFunc("DELETE /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		id, err := memberID(r)
 		if err != nil {
@@ -144,6 +172,10 @@ func (s *server) deleteRange(ctx context.Context, r *http.Request) error {
 // leader if this node does not lead.
 func (s *server) write(fn func(ctx context.Context, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.auth.check(r); err != nil {
+			writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
 		var tooBig *http.MaxBytesError
 		switch {
@@ -181,12 +213,17 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, s.scheme+"://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	req.Header.Set(headerForwarded, strconv.FormatUint(s.n.ID(), 10))
+	// The client's credentials go along; over TLS the follower presents
+	// its peer certificate too, which the leader accepts for writes.
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// The leader may have applied it before the connection failed.
@@ -255,9 +292,23 @@ func (s *server) scan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	q := r.URL.Query()
+	var after []byte
+	switch {
+	case q.Has("after") && q.Has("after_b64"):
+		writeError(w, http.StatusBadRequest, badRequest("?after= and ?after_b64= are one cursor: give one"))
+		return
+	case q.Has("after"):
+		after = []byte(q.Get("after"))
+	case q.Has("after_b64"):
+		if after, err = base64.StdEncoding.DecodeString(q.Get("after_b64")); err != nil {
+			writeError(w, http.StatusBadRequest, badRequest("?after_b64=%q: not base64", q.Get("after_b64")))
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	kvs, more, err := s.n.Scan(ctx, r.PathValue("ks"), []byte(r.URL.Query().Get("prefix")), limit, ro)
+	kvs, more, err := s.n.ScanAfter(ctx, r.PathValue("ks"), []byte(q.Get("prefix")), after, limit, ro)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -265,7 +316,18 @@ func (s *server) scan(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Pairs []pairJSON `json:"pairs"`
 		More  bool       `json:"more"`
+		// Next is the cursor of the next page when More: the last key,
+		// for ?after= (NextB64 for ?after_b64= if it is not UTF-8).
+		Next    string `json:"next,omitempty"`
+		NextB64 []byte `json:"next_b64,omitempty"`
 	}{Pairs: []pairJSON{}, More: more}
+	if more && len(kvs) > 0 {
+		if last := kvs[len(kvs)-1].Key; utf8.Valid(last) {
+			out.Next = string(last)
+		} else {
+			out.NextB64 = last
+		}
+	}
 	for _, kv := range kvs {
 		var p pairJSON
 		if utf8.Valid(kv.Key) {
@@ -306,6 +368,28 @@ func (s *server) getBit(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// memberJSON is one entry of GET /members.
+type memberJSON struct {
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	Role string `json:"role"` // "voter" or "learner"
+}
+
+func (s *server) listMembers(w http.ResponseWriter, r *http.Request) {
+	st := s.n.Status()
+	out := struct {
+		Members []memberJSON `json:"members"`
+	}{Members: []memberJSON{}}
+	for _, id := range st.Voters {
+		out.Members = append(out.Members, memberJSON{id, st.Members[id], "voter"})
+	}
+	for _, id := range st.Learners {
+		out.Members = append(out.Members, memberJSON{id, st.Members[id], "learner"})
+	}
+	slices.SortFunc(out.Members, func(a, b memberJSON) int { return cmp.Compare(a.ID, b.ID) })
+	writeJSON(w, out)
+}
+
 func (s *server) listNames(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Keyspaces []string `json:"keyspaces"`
@@ -333,6 +417,8 @@ type statusJSON struct {
 	LogFirst    uint64            `json:"log_first"`
 	LogLast     uint64            `json:"log_last"`
 	Members     map[string]string `json:"members"`
+	Voters      []uint64          `json:"voters"`
+	Learners    []uint64          `json:"learners"`
 	Engine      string            `json:"engine"`
 	Error       string            `json:"error,omitempty"`
 	Digest      string            `json:"digest,omitempty"`
@@ -346,6 +432,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
 		Term: st.Term, Commit: st.Commit, Applied: st.Applied, Watermark: st.Watermark,
 		LogFirst: st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
+		Voters: append([]uint64{}, st.Voters...), Learners: append([]uint64{}, st.Learners...),
 		Engine: st.Engine, Error: st.Err, Metrics: st.Metrics,
 	}
 	for id, addr := range st.Members {
@@ -369,6 +456,43 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// healthJSON is GET /health.
+type healthJSON struct {
+	Healthy  bool     `json:"healthy"`
+	ID       uint64   `json:"id"`
+	State    string   `json:"state"`
+	Leader   uint64   `json:"leader"`
+	Term     uint64   `json:"term"`
+	Commit   uint64   `json:"commit"`
+	Applied  uint64   `json:"applied"`
+	Problems []string `json:"problems"`
+}
+
+// health answers 200 if the node runs, knows a leader and has applied up
+// to within --health-max-lag entries of its commit index, else 503 with
+// the problems.
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	st := s.n.Status()
+	out := healthJSON{ID: st.ID, State: st.State, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied, Problems: []string{}}
+	if st.Err != "" {
+		out.Problems = append(out.Problems, "stopped: "+st.Err)
+	}
+	if st.Leader == 0 {
+		out.Problems = append(out.Problems, "no leader known")
+	}
+	if lag := st.Commit - min(st.Applied, st.Commit); lag > s.maxLag {
+		out.Problems = append(out.Problems, fmt.Sprintf("applied index %d trails the commit index %d by %d entries (more than %d)", st.Applied, st.Commit, lag, s.maxLag))
+	}
+	out.Healthy = len(out.Problems) == 0
+	w.Header().Set("Content-Type", "application/json")
+	if !out.Healthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
+}
+
 // statusOf maps an error to its HTTP status.
 func statusOf(err error) int {
 	switch {
@@ -376,13 +500,18 @@ func statusOf(err error) int {
 		errors.Is(err, kvbuf.ErrBadRange), errors.Is(err, kvbuf.ErrBadName), errors.Is(err, kvbuf.ErrOutOfRange),
 		errors.Is(err, raftkv.ErrBadOptions):
 		return http.StatusBadRequest
-	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice):
+	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice),
+		errors.Is(err, raftkv.ErrNotMember):
 		return http.StatusNotFound
+	case errors.Is(err, raftkv.ErrMemberExists), errors.Is(err, raftkv.ErrRemovedID), errors.Is(err, raftkv.ErrLastVoter),
+		errors.Is(err, raftkv.ErrNotCaughtUp):
+		return http.StatusConflict
 	case errors.Is(err, kvbuf.ErrValueTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, raftkv.ErrOutcomeUnknown):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrDropped), errors.Is(err, raftkv.ErrStopped),
+		errors.Is(err, raftkv.ErrConfChangePending),
 		errors.Is(err, raftkv.ErrRemoved), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -329,6 +330,13 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/members/5", nil, 400, "addr"},
 		{"POST", "/members/5?addr=nohost", nil, 400, "address"},
 		{"DELETE", "/members/x", nil, 400, "node ID"},
+		{"POST", "/members/1?addr=127.0.0.1:1", nil, 409, "already a member"},
+		{"DELETE", "/members/9", nil, 404, "not a member"},
+		{"POST", "/members/9/promote", nil, 404, "not a learner"},
+		{"POST", "/members/1/promote", nil, 409, "already a voter"},
+		{"PUT", "/members/9/addr", []byte("127.0.0.1:1"), 404, "not a member"},
+		{"PUT", "/members/1/addr", nil, 400, "new address"},
+		{"PUT", "/members/1/addr", []byte("nohost"), 400, "address"},
 		{"GET", "/status?digest=x", nil, 400, "digest"},
 		{"GET", "/nope", nil, 404, "no such endpoint"},
 		{"PATCH", "/kv/ks/k", nil, 404, "no such endpoint: PATCH"},
@@ -363,6 +371,17 @@ func TestFlags(t *testing.T) {
 		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tick", "0s"}, 2, "positive"},
 		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "extra"}, 2, "unexpected argument"},
 		{[]string{"--bogus"}, 2, "bogus"},
+		{[]string{"--id", "1", "--peers", "1=10.1.2.3:7001"}, 2, "refusing to serve plain HTTP on 10.1.2.3:7001"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--http", "0.0.0.0:7001"}, 2, "non-loopback"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem"}, 2, "--tls-cert and --tls-key go together"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, 2, "--peer-ca"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--peer-ca", "ca.pem"}, 2, "--client-ca or --token-file"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--peer-ca", "ca.pem"}, 2, "need --tls-cert"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--data-mode", "0600"}, 2, "--data-mode"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--data-mode", "x"}, 2, "--data-mode"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem",
+			"--peer-ca", "ca.pem", "--client-ca", "ca.pem"}, 1, "--tls-cert"},
+		{[]string{"--id", "1", "--peers", "1=127.0.0.1:1", "--token-file", "/nonexistent/token"}, 1, "--token-file"},
 	} {
 		var stderr syncBuffer
 		code := run(context.Background(), c.args, &stderr, nil)
@@ -404,5 +423,83 @@ func TestForeignDataDir(t *testing.T) {
 	startNode(t, "--id", "3", "--peers", peerFlag(addrs), "--data", nodes[2].dir, "--tick", "10ms")
 	if after := converged(t, addrs, 20*time.Second); after != before {
 		t.Fatalf("digest %s after the refused starts, was %s", after, before)
+	}
+}
+
+// The member API: a learner is added, listed, refused promotion until it
+// runs and catches up, and removed; a removed ID is never added again; a
+// member cannot be removed twice.
+func TestMemberAPI(t *testing.T) {
+	_, addrs := startCluster(t)
+	u := func(path string) string { return "http://" + addrs[0] + path }
+	for _, step := range []struct {
+		method, path, body string
+		code               int
+		want               string
+	}{
+		{"DELETE", "/members/3", "", 204, ""},
+		{"POST", "/members/3?addr=127.0.0.1:1", "", 409, "never reused"},
+		{"DELETE", "/members/3", "", 404, "removed already"},
+		{"POST", "/members/4?addr=127.0.0.1:1", "", 204, ""},
+		{"GET", "/members", "", 200, `"role": "learner"`},
+		{"POST", "/members/4?addr=127.0.0.1:1", "", 409, "already a member"},
+		{"POST", "/members/4/promote", "", 409, "not caught up"},
+		{"PUT", "/members/4/addr", "127.0.0.1:2", 204, ""},
+		{"GET", "/members", "", 200, `"addr": "127.0.0.1:2"`},
+		{"DELETE", "/members/4", "", 204, ""},
+		{"DELETE", "/members/4", "", 404, ""},
+	} {
+		// GET /members is the node's own view: it may apply a change the
+		// leader acknowledged a moment later.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := call(t, step.method, u(step.path), []byte(step.body))
+			if r.code == step.code && strings.Contains(r.body, step.want) {
+				break
+			}
+			if step.method != "GET" || time.Now().After(deadline) {
+				t.Fatalf("%s %s: HTTP %d %q, want %d with %q", step.method, step.path, r.code, r.body, step.code, step.want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// A node whose data directory was wiped, started again with its old
+// command (bootstrapping, or with --join), exits 1 with one line naming
+// the node and the remedy; the others go on.
+func TestWipedNodeExits(t *testing.T) {
+	nodes, addrs := startCluster(t)
+	if r := call(t, "PUT", "http://"+addrs[0]+"/keyspaces/ks", nil); r.code != 204 {
+		t.Fatal(r)
+	}
+	for i := range 20 {
+		if r := call(t, "PUT", fmt.Sprintf("http://%s/kv/ks/k%d", addrs[i%3], i), []byte("v")); r.code != 204 {
+			t.Fatal(r)
+		}
+	}
+	converged(t, addrs, 20*time.Second)
+	if code := nodes[2].stop(t); code != 0 {
+		t.Fatalf("clean stop: exit %d: %s", code, nodes[2].stderr)
+	}
+	for _, extra := range [][]string{nil, {"--join"}} {
+		if err := os.RemoveAll(nodes[2].dir); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"--id", "3", "--peers", peerFlag(addrs), "--data", nodes[2].dir, "--tick", "20ms", "--log-level", "error"}, extra...)
+		var stderr syncBuffer
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		code := run(ctx, args, &stderr, nil)
+		cancel()
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		last := lines[len(lines)-1]
+		if code != 1 || !strings.HasPrefix(last, "kvraft: node 3 stopped: ") || !strings.Contains(last, "new ID") ||
+			strings.Contains(stderr.String(), "goroutine ") {
+			t.Fatalf("kvraft %v: exit %d, stderr:\n%s", extra, code, stderr.String())
+		}
+		t.Logf("%v: %s", extra, last)
+	}
+	if r := call(t, "PUT", "http://"+addrs[0]+"/kv/ks/after", []byte("v")); r.code != 204 {
+		t.Fatalf("write after the refusals: %+v", r)
 	}
 }

@@ -95,9 +95,10 @@ type levelJSON struct {
 }
 
 func inspectHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool inspect [--json] PATH")
+	fmt.Fprintln(w, "Usage: kvtool inspect [--json] [--digest] PATH")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "PATH is a bitslice file or a kvbuf engine directory.")
+	fmt.Fprintln(w, "PATH is a bitslice file or a kvbuf engine directory (of a kvraft node: the")
+	fmt.Fprintln(w, "engine directory inside its data directory, the one its /status names).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "For a bitslice file: validates it and prints its format version, length in")
 	fmt.Fprintln(w, "bits, set bits, persisted watermark, owner (the engine it belongs to), write")
@@ -123,7 +124,7 @@ func inspectHelp(w io.Writer) {
 	fmt.Fprintln(w, "  --digest also print the engine's content digest (engine not running)")
 }
 
-// runInspect implements "kvtool inspect [--json] PATH". It only reads: a
+// runInspect implements "kvtool inspect [--json] [--digest] PATH". It only reads: a
 // bitslice file through its descriptor (no lock, no mapping), an engine's
 // store through a read-only pebble open.
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -143,6 +144,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	case err != nil:
 		return fail(stderr, "inspect", statError(path, err))
 	case st.IsDir():
+		if hint := kvraftDataDirHint(path); hint != "" {
+			return fail(stderr, "inspect", errors.New(hint))
+		}
 		return inspectEngine(path, *asJSON, *withDigest, stdout, stderr)
 	case !st.Mode().IsRegular():
 		return fail(stderr, "inspect", fmt.Errorf("%s is a %s, not a bitslice file or an engine directory", path, fileKind(st.Mode())))
@@ -169,6 +173,32 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "inspect", err)
 	}
 	return exitOK
+}
+
+// kvraftDataDirHint returns, for the data directory of a kvraft node (an
+// IDENTITY file that says so), which engine directory inside it to inspect;
+// "" for any other directory.
+func kvraftDataDirHint(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "IDENTITY"))
+	if err != nil || !strings.HasPrefix(string(b), "kvraft data directory\n") {
+		return ""
+	}
+	var engines []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if n := e.Name(); e.IsDir() && (n == "engine" || strings.HasPrefix(n, "engine-") && !strings.HasSuffix(n, ".staging")) {
+			engines = append(engines, filepath.Join(dir, n))
+		}
+	}
+	hint := "the engine directory inside it"
+	switch len(engines) {
+	case 0:
+	case 1:
+		hint = engines[0]
+	default:
+		hint = "the one of " + strings.Join(engines, ", ") + " that the node's /status names (\"engine\")"
+	}
+	return fmt.Sprintf("%s is a kvraft node's data directory, not an engine directory: inspect %s", dir, hint)
 }
 
 func bitsliceJSON(info bitslice.Info, name string) inspectJSON {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,4 +88,24 @@ func TestInspectUnfinishedInitialisation(t *testing.T) {
 	write(t, filepath.Join(dir, enginedir.LockName), "")
 	code, out, errOut = runCLI(t, "inspect", dir)
 	checkError(t, code, out, errOut, "not a kvbuf directory")
+}
+
+// inspect pointed at a kvraft node's data directory (instead of its engine
+// directory) says which directory to inspect.
+func TestInspectKvraftDataDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "IDENTITY"), []byte("kvraft data directory\ncluster 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"log", "engine-00000000000000000042", "engine-00000000000000000050.staging"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr strings.Builder
+	code := runInspect(context.Background(), []string{dir}, &stdout, &stderr)
+	want := "kvtool inspect: " + dir + " is a kvraft node's data directory, not an engine directory: inspect " + filepath.Join(dir, "engine-00000000000000000042") + "\n"
+	if code != 1 || stderr.String() != want {
+		t.Fatalf("inspect of a kvraft data directory: exit %d, %q; want 1, %q", code, stderr.String(), want)
+	}
 }

@@ -100,12 +100,20 @@ func Open(path string, opts *Options) (*Dir, error) {
 	return nil, kverr.Errorf("lock %s: the lock file kept changing (%d attempts)", filepath.Join(path, LockName), maxAttempts)
 }
 
+// Modes of what the engine creates: private to its owner, as etcd's data
+// directory (bitslice files are 0600 too; the store's files are pebble's,
+// inside DirMode directories). Existing directories keep their mode.
+const (
+	DirMode  os.FileMode = 0o700
+	FileMode os.FileMode = 0o600
+)
+
 // ensureDir creates path (and syncs its parent) if it does not exist.
 func ensureDir(path string) error {
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(path, 0o755); err != nil {
+		if err := os.MkdirAll(path, DirMode); err != nil {
 			return kverr.Errorf("create %s: %w", path, err)
 		}
 		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
@@ -194,7 +202,7 @@ func (d *Dir) checkStore() error {
 // makes its entry durable.
 func (d *Dir) makeBitsDir() error {
 	bits := d.BitsDirPath()
-	err := os.Mkdir(bits, 0o755)
+	err := os.Mkdir(bits, DirMode)
 	if errors.Is(err, fs.ErrExist) {
 		st, serr := os.Stat(bits)
 		switch {

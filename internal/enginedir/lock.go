@@ -136,12 +136,11 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 }
 
 // createTemp creates a new file prefix+<random> in dir with O_EXCL, mode
-// 0644 less the umask (as the files it becomes always were): the name is
-// this writer's alone.
+// FileMode less the umask: the name is this writer's alone.
 func createTemp(dir, prefix string) (*os.File, error) {
 	for range 100 {
 		name := filepath.Join(dir, fmt.Sprintf("%s%016x", prefix, rand.Uint64()))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
 		if errors.Is(err, fs.ErrExist) {
 			continue // untested: a 64-bit collision
 		}

@@ -899,3 +899,30 @@ func TestEngineDirsWithoutManifestAreCorrupt(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A new engine directory is private to its owner: the directories 0700,
+// the manifest and LOCK 0600, whatever the umask lets through of more (an
+// existing directory keeps its mode).
+func TestNewEngineModes(t *testing.T) {
+	old := syscall.Umask(0) // the widest case: nothing masked
+	defer syscall.Umask(old)
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "a", "engine")
+	d := openT(t, dir)
+	defer closeT(t, d)
+	for path, want := range map[string]os.FileMode{
+		filepath.Join(parent, "a"):       DirMode,
+		dir:                              DirMode,
+		d.BitsDirPath():                  DirMode,
+		filepath.Join(dir, ManifestName): FileMode,
+		filepath.Join(dir, LockName):     FileMode,
+	} {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %#o, want %#o", path, got, want)
+		}
+	}
+}

@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 func TestSyncDir(t *testing.T) {
@@ -99,4 +102,50 @@ func entries(t *testing.T, dir string) []string {
 		names = append(names, de.Name())
 	}
 	return names
+}
+
+// A pebble store on ModeFS has the modes asked for, its files and
+// directories included, whatever pebble asks and the umask lets through.
+func TestModeFS(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "store")
+	db, err := pebble.Open(dir, &pebble.Options{FS: ModeFS(0o700, 0o600)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %#o, want %#o", p, st.Mode().Perm(), want)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 4 {
+		t.Fatalf("only %d paths in the store", n)
+	}
 }

@@ -1,0 +1,112 @@
+package raftkv
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// raisedByRaft tells raft's panics from every other.
+func TestRaisedByRaft(t *testing.T) {
+	raised := func(f func()) (got bool) {
+		defer func() { got = raisedByRaft(recover()) }()
+		f()
+		return false
+	}
+	for name, c := range map[string]struct {
+		f    func()
+		want bool
+	}{
+		"raft's logger": {func() { (&raftLogger{l: discard()}).Panicf("tocommit(%d) is out of range", 9) }, true},
+		"raft's code":   {func() { _, _ = raft.NewRawNode(&raft.Config{}) }, true}, // ID 0: panic(err.Error())
+		"runtime error": {func() {
+			var p *raftpb.Message
+			_ = *p.Term
+		}, false},
+		"this package": {func() { panic("not raft's") }, false},
+	} {
+		if got := raised(c.f); got != c.want {
+			t.Errorf("%s: raisedByRaft = %v, want %v", name, got, c.want)
+		}
+	}
+}
+
+// A leader's heartbeat that says more is committed here than this node's
+// log holds (the node was wiped or restored from an old copy: raft panics
+// "tocommit(N) is out of range [lastIndex(M)]") stops the node with
+// ErrLostState, naming the node, the index and the remedy; the process
+// goes on.
+func TestLostStateHeartbeat(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.leader(5 * time.Second)
+	term := n.Status().Term
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1),
+		Term: proto.Uint64(term + 1), Commit: proto.Uint64(20024)}
+	hdr := c.peerHeaders(n, 2)
+	if code, body := post(t, c.tn(1).addr, pathMessage, hdr, bytes.NewReader(batch(hb))); code != 204 {
+		t.Fatalf("HTTP %d %s", code, body)
+	}
+	waitFor(t, 10*time.Second, "the node to stop", func() bool { return n.Err() != nil })
+	err := n.Err()
+	if !errors.Is(err, ErrLostState) || !strings.Contains(err.Error(), "20024") || !strings.Contains(err.Error(), "node 1") ||
+		!strings.Contains(err.Error(), "new ID") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("node error: %v", err)
+	}
+	if _, err := n.Get(bg, "ks", []byte("k"), nil); !errors.Is(err, ErrStopped) {
+		t.Fatalf("a read of the stopped node: %v", err)
+	}
+	t.Log(err)
+}
+
+// A panic of raft's on the Ready loop (here: the heartbeat above, stepped
+// without the node's check) stops the node with ErrRaftState carrying
+// raft's message and the node's indexes, instead of killing the process.
+func TestRaftPanicStopsNode(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.leader(5 * time.Second)
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1),
+		Term: proto.Uint64(n.Status().Term + 1), Commit: proto.Uint64(20024)}
+	if err := n.enqueue(bg, func(rn *raft.RawNode) { _ = rn.Step(hb) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the node to stop", func() bool { return n.Err() != nil })
+	err := n.Err()
+	if !errors.Is(err, ErrRaftState) || !strings.Contains(err.Error(), "tocommit(20024)") || !strings.Contains(err.Error(), "node 1") {
+		t.Fatalf("node error: %v", err)
+	}
+	t.Log(err)
+}
+
+// Open refuses a log whose commit index is past its last entry (raft would
+// panic on restart) with ErrLostState.
+func TestOpenCommitPastLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	singleNode(t, dir, nil)
+	ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, last := ls.bounds()
+	hs := ls.hardState()
+	hs.Commit = proto.Uint64(last + 100)
+	if err := ls.save(hs, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	ls.close()
+	_, err = Open(crashOptions(dir))
+	if !errors.Is(err, ErrLostState) || !strings.Contains(err.Error(), strconv.FormatUint(last+100, 10)) {
+		t.Fatalf("Open: %v, want ErrLostState naming the commit index", err)
+	}
+	t.Log(err)
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
