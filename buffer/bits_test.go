@@ -150,7 +150,7 @@ func TestBitsModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBits(f, ff, &acct, r)
-			universe := uint64(4 * chunkBits)
+			universe := uint64(4 * pageBits)
 			if round >= 2 {
 				universe = 600
 			}
@@ -180,10 +180,10 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 			m.set(i, v)
 		case p < 48:
 			lo := rng.Uint64N(universe)
-			hi := min(universe, lo+rng.Uint64N(3*chunkBits/2))
+			hi := min(universe, lo+rng.Uint64N(3*pageBits/2))
 			if rng.IntN(3) == 0 {
-				lo = lo / chunkBits * chunkBits
-				hi = min(universe, lo+chunkBits*uint64(1+rng.IntN(2)))
+				lo = lo / pageBits * pageBits
+				hi = min(universe, lo+pageBits*uint64(1+rng.IntN(2)))
 			}
 			v := rng.IntN(2) == 0
 			if err := b.SetRange(lo, hi, v); err != nil {
@@ -246,7 +246,7 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 		b.Release(gen)
 	}
 	b.Settle()
-	if !b.clean.Load() {
+	if !b.direct() {
 		t.Fatal("not back on the fast path after everything was flushed")
 	}
 	if n := acct.Bytes(); n != 0 {
@@ -303,7 +303,7 @@ func TestBitsHugeRangeIsCheap(t *testing.T) {
 	if r.b.Get(12345) || !r.b.Get(12346) || r.b.Count() != n-1 {
 		t.Fatal("copy on write of a shared chunk went wrong")
 	}
-	if fullChunks[1][0] != lowHalf<<32|lowHalf {
+	if fullPages[1][0] != lowHalf<<32|lowHalf {
 		t.Fatal("a shared chunk was written")
 	}
 }

@@ -1,0 +1,251 @@
+package buffer
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+)
+
+// The bits overlay benchmarks: W1 and W6 of doc/workloads.md for the
+// overlay alone (no engine, no admission), next to the baselines of the
+// same workloads built from the same changes in the same process. Every
+// benchmark is paired: each b.Loop iteration runs one block of every row,
+// in rotating order, and timing each block on its own, so that the ratios
+// it reports (row ÷ the first row, per block, then the median) come from
+// the same moments of a shared machine:
+//
+//	go test ./buffer -run '^$' -bench 'BenchmarkBits' -count 5
+//
+// Metrics: <row>-ns/op per lookup or set, and <row>/<first row> the median
+// of the per-block ratios.
+
+// W1 sizes (doc/workloads.md).
+const (
+	benchBits    = 4_194_304
+	benchSets    = 1_000_000
+	benchLookups = 1 << 20
+	benchBlock   = 1 << 14
+)
+
+// pairedRow is one row of a paired benchmark: run does operations
+// [lo, hi) of the row's input and returns a check value.
+type pairedRow struct {
+	name string
+	run  func(lo, hi int) int
+}
+
+// runPaired runs the rows block by block over n operations per pass and
+// reports each row's ns per op and its median ratio to the first row. The
+// rows must agree on their check values unless check is false.
+func runPaired(b *testing.B, n int, check bool, rows ...pairedRow) {
+	b.Helper()
+	spent := make([]time.Duration, len(rows))
+	ops := 0
+	ratios := make([][]float64, len(rows))
+	r := 0
+	for b.Loop() {
+		for lo := 0; lo < n; lo += benchBlock {
+			hi := min(lo+benchBlock, n)
+			var dt [16]time.Duration
+			var sums [16]int
+			for j := range rows {
+				k := (r + j) % len(rows)
+				t0 := time.Now()
+				sums[k] = rows[k].run(lo, hi)
+				dt[k] = time.Since(t0)
+				spent[k] += dt[k]
+			}
+			r++
+			for k := range rows {
+				if check && sums[k] != sums[0] {
+					b.Fatalf("%s counted %d, %s %d", rows[k].name, sums[k], rows[0].name, sums[0])
+				}
+				ratios[k] = append(ratios[k], float64(dt[k])/float64(max(dt[0], 1)))
+			}
+			ops += hi - lo
+		}
+	}
+	for k, row := range rows {
+		b.ReportMetric(float64(spent[k].Nanoseconds())/float64(max(ops, 1)), row.name+"-ns/op")
+		if k > 0 {
+			b.ReportMetric(medianOf(ratios[k]), row.name+"/"+rows[0].name)
+		}
+	}
+}
+
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
+
+// benchW1 is the W1 setup over the overlay: a flushed file of benchBits
+// bits with benchSets random sets, the raw twin file holding the same, and
+// the lookup indexes.
+type benchW1 struct {
+	b       *Bits
+	raw     *bitslice.File
+	lookups []uint64
+	pending []change
+	rng     *rand.Rand
+	// atomic-words: dense pending mask and value words, value first.
+	amask, aval []atomic.Uint64
+	gen         uint64
+}
+
+type change struct {
+	i uint64
+	v bool
+}
+
+func newBenchW1(b *testing.B) *benchW1 {
+	b.Helper()
+	dir := b.TempDir()
+	f, err := bitslice.Create(filepath.Join(dir, "kvbuf.bits"), benchBits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := bitslice.Create(filepath.Join(dir, "raw.bits"), benchBits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close(); raw.Close() })
+	ov, err := NewBits(f, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := &benchW1{b: ov, raw: raw, rng: rand.New(rand.NewPCG(1, 2)),
+		amask: make([]atomic.Uint64, benchBits/64), aval: make([]atomic.Uint64, benchBits/64)}
+	for range benchSets {
+		i, v := w.rng.Uint64N(benchBits), w.rng.IntN(2) == 1
+		if err := ov.Set(i, v); err != nil {
+			b.Fatal(err)
+		}
+		if err := raw.Set(i, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.flush(b)
+	w.lookups = make([]uint64, benchLookups)
+	for k := range w.lookups {
+		w.lookups[k] = w.rng.Uint64N(benchBits)
+	}
+	w.pending = make([]change, benchSets)
+	for k := range w.pending {
+		w.pending[k] = change{w.rng.Uint64N(benchBits), w.rng.IntN(2) == 1}
+	}
+	return w
+}
+
+func (w *benchW1) flush(b *testing.B) {
+	w.gen++
+	if g := w.b.Freeze(w.gen); g != nil {
+		if err := g.Write(context.Background(), w.gen); err != nil {
+			b.Fatal(err)
+		}
+		w.b.Release(w.gen)
+	}
+	w.b.Settle()
+}
+
+// pend makes the pending changes pending in the overlay and the dense words.
+func (w *benchW1) pend(b *testing.B) {
+	for _, c := range w.pending {
+		if err := w.b.Set(c.i, c.v); err != nil {
+			b.Fatal(err)
+		}
+		bit := uint64(1) << (c.i & 63)
+		if c.v {
+			w.aval[c.i>>6].Or(bit)
+		} else {
+			w.aval[c.i>>6].And(^bit)
+		}
+		w.amask[c.i>>6].Or(bit)
+	}
+}
+
+func (w *benchW1) rowRaw() pairedRow {
+	return pairedRow{"raw", func(lo, hi int) int {
+		n := 0
+		for _, i := range w.lookups[lo:hi] {
+			if w.raw.Get(i) {
+				n++
+			}
+		}
+		return n
+	}}
+}
+
+func (w *benchW1) rowGet() pairedRow {
+	return pairedRow{"kvbuf", func(lo, hi int) int {
+		n := 0
+		for _, i := range w.lookups[lo:hi] {
+			if w.b.Get(i) {
+				n++
+			}
+		}
+		return n
+	}}
+}
+
+func (w *benchW1) rowGetMany() pairedRow {
+	var out [64]bool
+	return pairedRow{"kvbuf-getmany", func(lo, hi int) int {
+		n := 0
+		for j := lo; j < hi; j += 64 {
+			e := min(j+64, hi)
+			w.b.GetMany(w.lookups[j:e], out[:])
+			for _, v := range out[:e-j] {
+				if v {
+					n++
+				}
+			}
+		}
+		return n
+	}}
+}
+
+func (w *benchW1) rowAtomicWords() pairedRow {
+	return pairedRow{"atomic-words", func(lo, hi int) int {
+		n := 0
+		for _, i := range w.lookups[lo:hi] {
+			bit := uint64(1) << (i & 63)
+			if w.amask[i>>6].Load()&bit != 0 {
+				if w.aval[i>>6].Load()&bit != 0 {
+					n++
+				}
+			} else if w.raw.Get(i) {
+				n++
+			}
+		}
+		return n
+	}}
+}
+
+// BenchmarkBitsW1 is W1 over the overlay: lookups with nothing pending
+// (against the raw file) and with 1M sets pending (against atomic words).
+func BenchmarkBitsW1(b *testing.B) {
+	w := newBenchW1(b)
+	b.Run("lookup-without-pending-changes", func(b *testing.B) {
+		if !w.b.direct() {
+			b.Fatal("not on the direct path")
+		}
+		runPaired(b, len(w.lookups), true, w.rowRaw(), w.rowGet(), w.rowGetMany(), w.rowAtomicWords())
+	})
+	w.pend(b)
+	b.Run("lookup-with-pending-changes", func(b *testing.B) {
+		runPaired(b, len(w.lookups), true, w.rowAtomicWords(), w.rowGet(), w.rowGetMany())
+	})
+}
