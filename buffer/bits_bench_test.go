@@ -249,3 +249,71 @@ func BenchmarkBitsW1(b *testing.B) {
 		runPaired(b, len(w.lookups), true, w.rowAtomicWords(), w.rowGet(), w.rowGetMany())
 	})
 }
+
+// BenchmarkBitsW6 is W6/flush-bits-1m over the overlay: 1M random sets
+// made durable, values flipped every iteration. Rows: kvbuf (SetMany,
+// then Freeze, Write, Release), kvbuf-flush-only (the sets untimed),
+// coalesce+apply-words+msync (a dense mask/value array, ApplyWords and
+// Sync of the raw file) and apply-words+msync (the coalescing untimed).
+func BenchmarkBitsW6(b *testing.B) {
+	w := newBenchW1(b)
+	idx := make([]uint64, len(w.pending))
+	vals := [2][]bool{make([]bool, len(idx)), make([]bool, len(idx))}
+	for k, c := range w.pending {
+		idx[k], vals[0][k], vals[1][k] = c.i, c.v, !c.v
+	}
+	coalesce := func(v []bool) []bitslice.WordChange {
+		dense := make([]bitslice.WordChange, benchBits/64)
+		for k, i := range idx {
+			wc := &dense[i>>6]
+			bit := uint64(1) << (i & 63)
+			wc.Mask |= bit
+			if v[k] {
+				wc.Bits |= bit
+			} else {
+				wc.Bits &^= bit
+			}
+		}
+		out := dense[:0]
+		for j, wc := range dense {
+			if wc.Mask != 0 {
+				wc.Word = uint64(j)
+				out = append(out, wc)
+			}
+		}
+		return out
+	}
+	var sets, flush, coal, apply time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		v := vals[round&1]
+		t0 := time.Now()
+		if err := w.b.SetMany(idx, v); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		w.flush(b)
+		t2 := time.Now()
+		words := coalesce(v)
+		t3 := time.Now()
+		if err := w.raw.ApplyWords(words); err != nil {
+			b.Fatal(err)
+		}
+		w.raw.SetWatermark(uint64(round))
+		if err := w.raw.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		sets += t1.Sub(t0)
+		flush += t2.Sub(t1)
+		coal += t3.Sub(t2)
+		apply += t4.Sub(t3)
+	}
+	n := float64(max(round, 1))
+	b.ReportMetric(float64((sets+flush).Nanoseconds())/n, "kvbuf-ns/op")
+	b.ReportMetric(float64(flush.Nanoseconds())/n, "kvbuf-flush-only-ns/op")
+	b.ReportMetric(float64(sets.Nanoseconds())/n/float64(len(idx)), "kvbuf-ns/set")
+	b.ReportMetric(float64((coal+apply).Nanoseconds())/n, "coalesce+apply-words+msync-ns/op")
+	b.ReportMetric(float64(apply.Nanoseconds())/n, "apply-words+msync-ns/op")
+}

@@ -1,0 +1,145 @@
+package buffer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestBitsReadersSeeReturnedSets races readers (Get, GetMany, Ones, on the
+// direct path and off it) against writers (Set, SetMany, each bit flipped
+// pass after pass) and a flush loop that freezes, writes, releases and
+// settles as fast as it can, with snapshots opened and closed meanwhile,
+// at GOMAXPROCS well above the core count. Each writer owns a region; it
+// announces the write it starts and the writes that returned. A reader
+// that picks a bit whose last write returned before the read began, and
+// whose next write had not started when the read ended, must see that
+// write's value. It checks rules B2, B3, B4, B7, B8 and B9 of bits_protocol.go.
+func TestBitsReadersSeeReturnedSets(t *testing.T) {
+	raceProcs(t, 16)
+	r := newBitsRig(t, nil)
+	const (
+		writers = 3
+		region  = 3 * pageBits / 2 // two pages each, so flushes grow the file
+	)
+	type progress struct{ started, done atomic.Int64 } // writes, in bit order, pass after pass
+	var prog [writers]progress
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failure firstFailure
+	var flushes, reads atomic.Int64
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.bar.Lock()
+			r.gen++
+			g := r.b.Freeze(r.gen)
+			var s *BitsSnapshot
+			if r.gen%7 == 0 {
+				s = r.b.Snapshot() // pins the tables the next release drops
+			}
+			r.bar.Unlock()
+			if g != nil {
+				if err := g.Write(context.Background(), r.gen); err != nil {
+					failure.fail("write: %v", err)
+					return
+				}
+				r.b.Release(r.gen)
+				flushes.Add(1)
+			}
+			if s != nil {
+				s.Close()
+			}
+			r.bar.Lock()
+			r.b.Settle()
+			r.bar.Unlock()
+		}
+	})
+	// Bit k of writer w's sequence is region bit k%region, value (k/region)%2.
+	bitOf := func(w int, k int64) uint64 { return uint64(w)*region + uint64(k%region) }
+	for w := range writers {
+		wg.Go(func() {
+			p := &prog[w]
+			for k := int64(0); ; {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := int64(1)
+				if k%5 == 0 {
+					n = 8 // a SetMany of the next 8 writes
+				}
+				p.started.Store(k + n)
+				idx := make([]uint64, n)
+				vals := make([]bool, n)
+				for j := range n {
+					idx[j], vals[j] = bitOf(w, k+j), (k+j)/region%2 == 1
+				}
+				r.bar.RLock()
+				var err error
+				if n == 1 {
+					err = r.b.Set(idx[0], vals[0])
+				} else {
+					err = r.b.SetMany(idx, vals)
+				}
+				r.bar.RUnlock()
+				if err != nil {
+					failure.fail("set: %v", err)
+					return
+				}
+				k += n
+				p.done.Store(k)
+			}
+		})
+	}
+	for g := range 12 {
+		wg.Go(func() {
+			var out [4]bool
+			for x := uint64(g); ; x++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w := int(x % writers)
+				p := &prog[w]
+				done := p.done.Load()
+				if done == 0 {
+					continue
+				}
+				k := done - 1 - int64(x*7919%uint64(min(done, region)))
+				i, want := bitOf(w, k), k/region%2 == 1
+				var got bool
+				switch x % 3 {
+				case 0:
+					got = r.b.Get(i)
+				case 1:
+					// The first set bit at or after i is i if it is set.
+					got = false
+					for j := range r.b.Ones(i) {
+						got = j == i
+						break
+					}
+				default:
+					idx := []uint64{i, i, i, i}
+					r.b.GetMany(idx, out[:])
+					got = out[x%4]
+				}
+				// The next write of bit i is write k+region.
+				if p.started.Load() <= k+region && got != want {
+					failure.fail("writer %d bit %d: read %v, the write that returned set %v (flush %d)", w, i, got, want, flushes.Load())
+					return
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	finishRace(t, stop, &wg, &failure, raceDuration, func() bool { return flushes.Load() >= 20 && reads.Load() >= 1000 })
+	t.Logf("%d flushes, %d reads", flushes.Load(), reads.Load())
+}
