@@ -321,14 +321,6 @@ func (b *Bits) Count() (uint64, error) {
 // Ones returns the indexes of the set bits at or after from, in increasing
 // order, pending changes included, read live (a write concurrent with the
 // iteration may or may not be seen). It ends early, without error, if the
-// engine closes; use a Snapshot for a point-in-time sequence.
-func (b *Bits) Ones(from uint64) iter.Seq[uint64] {
-	seq := b.ov.Ones(from)
-	return func(yield func(uint64) bool) {
-		for i := range seq {
-			if b.db.closing.Load() || !yield(i) {
-				return
-			}
-		}
-	}
-}
+// engine closes (checked every 32768 bits); use a Snapshot for a
+// point-in-time sequence.
+func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.ov.OnesUntil(from, b.closing) }

@@ -349,13 +349,24 @@ func (b *Bits) update(a *bitsTable, w, m uint64, v bool) {
 // (B9), so a sparse bitslice costs a summary word per 32768 bits and a
 // cache line per line holding a set bit.
 func (b *Bits) Ones(from uint64) iter.Seq[uint64] {
-	return func(yield func(uint64) bool) { b.iterOnes(from, yield) }
+	return func(yield func(uint64) bool) { b.iterOnes(from, nil, yield) }
 }
 
-// iterOnes yields the set bits at or after from and below Len.
-func (b *Bits) iterOnes(from uint64, yield func(uint64) bool) {
+// OnesUntil is Ones that ends early, without error, once *stop is set: it
+// checks it before each page (32768 bits), so that a caller that must end
+// iterations at Close pays a load per page instead of one per bit.
+func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
+	return func(yield func(uint64) bool) { b.iterOnes(from, stop, yield) }
+}
+
+// iterOnes yields the set bits at or after from and below Len, until stop
+// (if not nil) is set.
+func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool) {
 	n := b.Len()
 	for pi := from / pageBits; pi*pageBits < n; pi++ {
+		if stop != nil && stop.Load() {
+			return
+		}
 		v := b.view.Load()
 		if !v.direct && v.pendingPage(pi) {
 			if !b.onesPending(pi, from, n, yield) {

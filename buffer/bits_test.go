@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -293,8 +294,8 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 func checkSummary(t testing.TB, b *Bits) {
 	t.Helper()
 	s, v := b.sum.Load(), b.view.Load()
-	if got, want := uint64(len(s.lines)), summaryWords(v.nbits); got != want {
-		t.Fatalf("summary of %d words for %d bits, want %d", got, v.nbits, want)
+	if got, want := uint64(len(s.lines)), summaryPages(v.nbits); got != want || len(s.index) != len(s.lines) {
+		t.Fatalf("summary of %d pages (index %d) for %d bits, want %d", got, len(s.index), v.nbits, want)
 	}
 	for l := range uint64(len(s.lines)) * 64 {
 		var or uint64
@@ -303,6 +304,23 @@ func checkSummary(t testing.TB, b *Bits) {
 		}
 		if marked := s.lines[l>>6]>>(l&63)&1 != 0; marked != (or != 0) {
 			t.Fatalf("summary line %d marked %v, the file's line is %#x", l, marked, or)
+		}
+	}
+	for pi := range uint64(len(s.index)) {
+		var want []uint16
+		for w := pi * pageWords64; w < (pi+1)*pageWords64; w++ {
+			for x := v.fileWord(w); x != 0; x &= x - 1 {
+				want = append(want, uint16((w-pi*pageWords64)*64)+uint16(bits.TrailingZeros64(x)))
+			}
+		}
+		ix := s.index[pi].Load()
+		switch {
+		case len(want) > maxIndexed:
+			if ix != nil {
+				t.Fatalf("page %d: %d set bits, indexed", pi, len(want))
+			}
+		case ix == nil || !slices.Equal(ix.offs, want) && len(want)+len(ix.offs) > 0:
+			t.Fatalf("page %d: index %v, the file has %v", pi, ix, want)
 		}
 	}
 }
@@ -315,7 +333,13 @@ func TestBitsSummaryAtOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	want := []uint64{0, 511, 512, 4095, pageBits, 2*pageBits + 7, 3*pageBits + 99}
+	// Page 0 sparse (indexed), page 1 dense (read through lines), page 2
+	// empty, page 3 sparse and partial.
+	want := []uint64{0, 511, 512, 4095}
+	for i := uint64(pageBits); i < pageBits+4*maxIndexed; i += 3 {
+		want = append(want, i)
+	}
+	want = append(want, 3*pageBits+7, 3*pageBits+99)
 	for _, i := range want {
 		if err := f.Set(i, true); err != nil {
 			t.Fatal(err)
@@ -332,8 +356,14 @@ func TestBitsSummaryAtOpen(t *testing.T) {
 	if got := slices.Collect(b.Ones(0)); !slices.Equal(got, want) {
 		t.Fatalf("Ones(0) = %v, want %v", got, want)
 	}
-	if got := slices.Collect(b.Ones(513)); !slices.Equal(got, want[3:]) {
-		t.Fatalf("Ones(513) = %v, want %v", got, want[3:])
+	for _, from := range []uint64{1, 513, pageBits + 1, pageBits + 4*maxIndexed, 3*pageBits + 8} {
+		k, _ := slices.BinarySearch(want, from)
+		if got := slices.Collect(b.Ones(from)); !slices.Equal(got, want[k:]) {
+			t.Fatalf("Ones(%d) = %v, want %v", from, got, want[k:])
+		}
+	}
+	if s := b.sum.Load(); s.index[0].Load() == nil || s.index[1].Load() != nil || s.index[2].Load() != emptyIndex {
+		t.Fatal("pages 0 (sparse), 1 (dense), 2 (empty) not summarized as such")
 	}
 }
 
