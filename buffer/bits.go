@@ -244,11 +244,73 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 		return nil
 	}
 	a := b.writable()
-	for j, i := range idx {
-		b.set(a, i, vals[j])
+	// In chunks: first every slot, value beneath and table word of the
+	// chunk (independent loads, whose cache misses overlap), then the
+	// atomic ORs (each a full fence, so a miss taken there would not
+	// overlap with the next); the count and the ends once at the end.
+	var (
+		slots [setChunk]*uint64
+		under [setChunk]uint64
+		delta int64
+		top   uint64
+	)
+	for lo := 0; lo < len(idx); lo += setChunk {
+		chunk := idx[lo:min(lo+setChunk, len(idx))]
+		for k, i := range chunk {
+			slots[k] = a.slot(i >> 5)
+			top = max(top, i)
+		}
+		b.beneathMany(chunk, slots[:len(chunk)], under[:len(chunk)])
+		for k, i := range chunk {
+			u := under[k]>>(i&31)&1 != 0
+			delta += setPacked(slots[k], i&31, vals[lo+k], func() bool { return u })
+		}
+	}
+	if delta != 0 {
+		b.ones.Add(delta) // B6: before the write returns
+	}
+	if e := (top>>5 + 1) << 5; e > a.hi.Load() {
+		atomicMax(&a.hi, e)
+	}
+	if top >= b.hi.Load() {
+		atomicMax(&b.hi, top+1)
 	}
 	return nil
 }
+
+// setChunk is how many of SetMany's changes are prepared at once.
+const setChunk = 32
+
+// beneathMany sets under[k] to the mask-free values of the packed word of
+// bit idx[k] beneath the active table (as beneath), re-validated against
+// recycling, and loads each slot's table word on the way (so that the
+// atomic operations on it find it in cache).
+func (b *Bits) beneathMany(idx []uint64, slots []*uint64, under []uint64) {
+	var touch uint64
+	for {
+		v := b.view.Load()
+		for k, i := range idx {
+			w := i >> 5
+			var m, val uint64
+			for _, t := range v.sealed {
+				p := t.word(w)
+				tm := p >> 32 &^ m
+				val |= p & tm
+				m |= tm
+			}
+			fw := v.fileWord(w>>1) >> (32 * (w & 1)) & lowHalf
+			under[k] = val | fw&^m
+			touch += atomic.LoadUint64(slots[k])
+		}
+		if b.view.Load() == v {
+			benchSink.Store(touch)
+			return
+		}
+	}
+}
+
+// benchSink keeps beneathMany's loads of table words from being dropped.
+var benchSink atomic.Uint64
 
 // set records bit i = v in the active table a and keeps the count exact
 // (B4, B6).

@@ -317,3 +317,57 @@ func BenchmarkBitsW6(b *testing.B) {
 	b.ReportMetric(float64((coal+apply).Nanoseconds())/n, "coalesce+apply-words+msync-ns/op")
 	b.ReportMetric(float64(apply.Nanoseconds())/n, "apply-words+msync-ns/op")
 }
+
+// BenchmarkBitsSets compares two ways of recording W6's 1M sets: a loop of
+// Set (each change alone: its table word, the value beneath and the count,
+// one after the other) and SetMany (in chunks of setChunk: the loads of a
+// chunk first, overlapping their cache misses, then the atomic ORs; the
+// count once). Each b.Loop iteration times both on their own overlays over
+// the same file contents, in alternating order; the flush after each is
+// not timed. Metrics: ns per set of each, and setmany/set-loop.
+func BenchmarkBitsSets(b *testing.B) {
+	w1, w2 := newBenchW1(b), newBenchW1(b)
+	idx := make([]uint64, len(w1.pending))
+	vals := [2][]bool{make([]bool, len(idx)), make([]bool, len(idx))}
+	for k, c := range w1.pending {
+		idx[k], vals[0][k], vals[1][k] = c.i, c.v, !c.v
+	}
+	var loop, many time.Duration
+	var ratios []float64
+	round := 0
+	for b.Loop() {
+		round++
+		v := vals[round&1]
+		run := func(first bool) time.Duration {
+			t0 := time.Now()
+			if first {
+				for k, i := range idx {
+					if err := w1.b.Set(i, v[k]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else if err := w2.b.SetMany(idx, v); err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(t0)
+		}
+		var dl, dm time.Duration
+		if round&1 == 0 {
+			dl, dm = run(true), run(false)
+		} else {
+			dm, dl = run(false), run(true)
+		}
+		loop += dl
+		many += dm
+		ratios = append(ratios, float64(dm)/float64(dl))
+		if w1.b.Count() != w2.b.Count() {
+			b.Fatalf("counts differ: %d and %d", w1.b.Count(), w2.b.Count())
+		}
+		w1.flush(b)
+		w2.flush(b)
+	}
+	n := float64(max(round, 1)) * float64(len(idx))
+	b.ReportMetric(float64(loop.Nanoseconds())/n, "set-loop-ns/set")
+	b.ReportMetric(float64(many.Nanoseconds())/n, "setmany-ns/set")
+	b.ReportMetric(medianOf(ratios), "setmany/set-loop")
+}
