@@ -486,6 +486,7 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 			{Name: ImplKvbuf, Round: round(engine, true)},
 			{Name: ImplRWMutexMap, Round: round(rwBase, true)},
 			{Name: ImplMutexMap, Round: round(muBase, true)},
+			w7NoWriter(engine),
 		}},
 	)
 	return nil
