@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -76,7 +77,7 @@ func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}}
 	v := &bitsView{direct: true, active: newBitsTable(acct)}
 	v.setFile(f.View())
-	b.view.Store(v)
+	b.publish(v)
 	sum, ones := buildSummary(v.words, v.nbits)
 	b.sum.Store(sum)
 	b.ones.Store(int64(ones))
@@ -87,8 +88,9 @@ func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 // file's (false at or beyond the length).
 func (b *Bits) Get(i uint64) bool {
 	v := b.view.Load()
-	if v.direct && i < v.nbits {
-		x := atomic.LoadUint64(&v.words[i>>6])
+	if i < v.limit {
+		// i < nbits <= 64*len(words): no bounds check needed.
+		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
 		runtime.KeepAlive(v) // the mapping must outlive the load
 		return x>>(i&63)&1 != 0
 	}

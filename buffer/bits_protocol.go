@@ -5,11 +5,13 @@ package buffer
 // what a reader may observe between two stores and why it is enough; the
 // code cites them by number (B1 ... B11).
 //
-// B1. View. Everything a reader consults first (the direct-read flag, the
+// B1. View. Everything a reader consults first (the direct-read limit, the
 //     file's words and length, the active table, the sealed tables newest
 //     first) is one immutable bitsView published by one atomic pointer
-//     store, under vmu. Views are never reused, so a reader that loads the
-//     same pointer twice saw nothing change in between (no ABA).
+//     store (Bits.publish), under vmu. Views are never reused, so a reader
+//     that loads the same pointer twice saw nothing change in between (no
+//     ABA). The direct-read limit is the file's length in a direct view and
+//     0 otherwise, so the direct path is one comparison.
 //
 // B2. Leaving the direct path. A writer that finds the view direct
 //     publishes a view that is not (B1) before its first store to a table.

@@ -392,7 +392,7 @@ func TestBitsBadInput(t *testing.T) {
 	}
 }
 
-// TestBitsHugeRangeIsCheap sets 2^30 bits: whole chunks cost a pointer each,
+// TestBitsHugeRangeIsCheap sets 2^30 bits: whole pages cost a pointer each,
 // so the pending memory stays small, and the flush applies them.
 func TestBitsHugeRangeIsCheap(t *testing.T) {
 	r := newBitsRig(t, nil)
@@ -410,10 +410,10 @@ func TestBitsHugeRangeIsCheap(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.b.Get(12345) || !r.b.Get(12346) || r.b.Count() != n-1 {
-		t.Fatal("copy on write of a shared chunk went wrong")
+		t.Fatal("copy on write of a shared page went wrong")
 	}
 	if fullPages[1][0] != lowHalf<<32|lowHalf {
-		t.Fatal("a shared chunk was written")
+		t.Fatal("a shared page was written")
 	}
 }
 

@@ -17,12 +17,23 @@ import (
 // bitsView is what a reader loads first (B1): immutable once published.
 // The first fields are those of the direct path, on one cache line.
 type bitsView struct {
-	direct bool     // nothing pending in any table: read words (B2, B3)
-	nbits  uint64   // the file's length when the view was published
+	limit  uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
 	words  []uint64 // the file's mapped words (fv's)
+	direct bool     // nothing pending in any table: read words
+	nbits  uint64   // the file's length when the view was published
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
+}
+
+// publish stores v as the view (B1), its limit set from its other fields.
+// vmu held (or NewBits).
+func (b *Bits) publish(v *bitsView) {
+	v.limit = 0
+	if v.direct {
+		v.limit = v.nbits
+	}
+	b.view.Store(v)
 }
 
 // setFile makes v read the file through fv (nil after Close: no words).
@@ -102,7 +113,7 @@ func (b *Bits) writable() *bitsTable {
 		b.vmu.Lock()
 		if v = b.view.Load(); v.direct {
 			v = v.with(v.active, v.sealed)
-			b.view.Store(v)
+			b.publish(v)
 		}
 		b.vmu.Unlock()
 	}
@@ -117,7 +128,7 @@ func (b *Bits) refreshFile() {
 	v := b.view.Load()
 	n := *v
 	n.setFile(b.file.View())
-	b.view.Store(&n)
+	b.publish(&n)
 }
 
 // BitsGen is one bitslice's part of a frozen flush generation.
@@ -145,7 +156,7 @@ func (b *Bits) Freeze(g uint64) *BitsGen {
 	if a := v.active; !a.empty() {
 		a.gen = g
 		frozen = append(frozen, a)
-		b.view.Store(v.with(b.takeSpare(), prependBits(a, v.sealed))) // B1
+		b.publish(v.with(b.takeSpare(), prependBits(a, v.sealed))) // B1
 	}
 	if len(frozen) == 0 {
 		return nil
@@ -182,7 +193,7 @@ func (b *Bits) Release(g uint64) {
 	}
 	gone := v.sealed[cut:]
 	// B8: publish first, reset after.
-	b.view.Store(v.with(v.active, v.sealed[:cut:cut]))
+	b.publish(v.with(v.active, v.sealed[:cut:cut]))
 	var freed int64
 	for _, t := range gone {
 		freed += t.bytes()
@@ -219,7 +230,7 @@ func (b *Bits) Settle() {
 		n := *v
 		n.direct = true
 		n.setFile(b.file.View())
-		b.view.Store(&n)
+		b.publish(&n)
 	}
 }
 
@@ -329,7 +340,7 @@ func (b *Bits) Snapshot() *BitsSnapshot {
 	v := b.view.Load()
 	if a := v.active; !a.empty() {
 		v = v.with(b.takeSpare(), prependBits(a, v.sealed))
-		b.view.Store(v) // B1
+		b.publish(v) // B1
 	}
 	ts := append([]*bitsTable(nil), v.sealed...)
 	for _, t := range ts {

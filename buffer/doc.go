@@ -63,7 +63,7 @@
 //   - Bits.Count is exact for writes that returned; a write in progress may
 //     or may not be counted yet.
 //   - PendingBytes counts the memory the changes hold (a KV table's slot
-//     arrays and arena chunks, a bits table's chunks), not the key orders
+//     arrays and arena chunks, a bits table's pages), not the key orders
 //     iterators build; a reused table's slot arrays and directory are not
 //     counted again (Options.PoolBytes bounds them).
 package buffer
