@@ -371,3 +371,41 @@ func BenchmarkBitsSets(b *testing.B) {
 	b.ReportMetric(float64(many.Nanoseconds())/n, "setmany-ns/set")
 	b.ReportMetric(medianOf(ratios), "setmany/set-loop")
 }
+
+// BenchmarkBitsOpen measures what NewBits costs over a 100M-bit file with
+// 0.1% of its bits set at random (W10's): the scan that counts the set
+// bits (CountOnes, what NewBits did before the region summary) and
+// NewBits, which builds the summary in the same pass. Paired per
+// iteration; metrics: ns of each and newbits/count-ones.
+func BenchmarkBitsOpen(b *testing.B) {
+	const nbits = 100_000_000
+	f, err := bitslice.Create(filepath.Join(b.TempDir(), "open.bits"), nbits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range nbits / 1000 {
+		if err := f.Set(rng.Uint64N(nbits), true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var count, open time.Duration
+	var ratios []float64
+	for b.Loop() {
+		t0 := time.Now()
+		n := f.CountOnes()
+		t1 := time.Now()
+		ov, err := NewBits(f, nil, nil)
+		t2 := time.Now()
+		if err != nil || ov.Count() != n {
+			b.Fatalf("NewBits: %v, count %d, want %d", err, ov.Count(), n)
+		}
+		count += t1.Sub(t0)
+		open += t2.Sub(t1)
+		ratios = append(ratios, float64(t2.Sub(t1))/float64(t1.Sub(t0)))
+	}
+	b.ReportMetric(float64(count.Nanoseconds())/float64(len(ratios)), "count-ones-ns/op")
+	b.ReportMetric(float64(open.Nanoseconds())/float64(len(ratios)), "newbits-ns/op")
+	b.ReportMetric(medianOf(ratios), "newbits/count-ones")
+}

@@ -65,19 +65,36 @@ func buildSummary(words []uint64, nbits uint64) (*bitsSummary, uint64) {
 }
 
 // rebuild brings page pi's lines and index up to date with the file as v
-// reads it, and returns the page's set bits. Only the flush (wmu held) and
-// buildSummary call it.
+// reads it, and returns the page's set bits. Only the flush (wmu held, so
+// nothing else writes the file's words) and buildSummary call it.
 func (s *bitsSummary) rebuild(v *bitsView, pi uint64) uint64 {
-	var lines, n uint64
-	for l := range uint64(64) {
-		var or uint64
-		for w := (pi*64 + l) * lineWords; w < (pi*64+l+1)*lineWords; w++ {
-			x := v.fileWord(w)
-			or |= x
-			n += uint64(bits.OnesCount64(x))
+	lo := pi * pageWords64
+	hi := min(lo+pageWords64, uint64(len(v.words)))
+	var ws []uint64
+	if lo < hi {
+		ws = v.words[lo:hi]
+	}
+	// Only the file's last word may hold bits past its length.
+	last := ^uint64(0)
+	if r := v.nbits - (hi-1)<<6; lo < hi && r < 64 {
+		last = uint64(1)<<r - 1
+	}
+	word := func(j int) uint64 {
+		x := atomic.LoadUint64(&ws[j])
+		if j == len(ws)-1 {
+			x &= last
 		}
-		if or != 0 {
-			lines |= 1 << l
+		return x
+	}
+	var lines, n uint64
+	for j := range ws {
+		x := atomic.LoadUint64(&ws[j])
+		if j == len(ws)-1 {
+			x &= last
+		}
+		if x != 0 {
+			n += uint64(bits.OnesCount64(x))
+			lines |= 1 << (j / lineWords)
 		}
 	}
 	if atomic.LoadUint64(&s.lines[pi]) != lines {
@@ -89,9 +106,12 @@ func (s *bitsSummary) rebuild(v *bitsView, pi uint64) uint64 {
 		ix = nil
 	case n > 0:
 		ix = &pageIndex{offs: make([]uint16, 0, n)}
-		for w := pi * pageWords64; w < (pi+1)*pageWords64; w++ {
-			for x := v.fileWord(w); x != 0; x &= x - 1 {
-				ix.offs = append(ix.offs, uint16((w-pi*pageWords64)<<6)|uint16(bits.TrailingZeros64(x)))
+		for l := lines; l != 0; l &= l - 1 {
+			first := bits.TrailingZeros64(l) * lineWords
+			for j := first; j < first+lineWords && j < len(ws); j++ {
+				for x := word(j); x != 0; x &= x - 1 {
+					ix.offs = append(ix.offs, uint16(j<<6|bits.TrailingZeros64(x)))
+				}
 			}
 		}
 	}
