@@ -75,7 +75,8 @@ func NewBits(f *bitslice.File, acct *Account, opts *Options) (*Bits, error) {
 
 func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}}
-	v := &bitsView{direct: true, active: newBitsTable(acct)}
+	v := &bitsView{direct: true}
+	v.active = b.newTable()
 	v.setFile(f.View())
 	b.publish(v)
 	sum, ones := buildSummary(v.words, v.nbits)
@@ -501,7 +502,7 @@ func (b *Bits) word64(w uint64) uint64 {
 			runtime.KeepAlive(v)
 			return fw
 		}
-		am, av := v.active.word64(w)
+		am, av := v.activeWord64(w)
 		m, val := foldTables64(v.sealed, w, am, av&am)
 		if b.view.Load() == v {
 			return val | fw&^m

@@ -34,7 +34,11 @@ package buffer
 //     directory is filled before it is stored in the table. Both under the
 //     table's mutex, so no install is lost to a concurrent copy. A reader
 //     sees a nil entry (nothing pending there) or a page whose words are
-//     what B4 stored.
+//     what B4 stored. The view holds the active table's directory (adir):
+//     a grown directory of the active table is published in a new view
+//     (B1; lock order: the table's mutex, then vmu) before any page is
+//     installed in it, so a write that installed a page returned after a
+//     view that reaches the page was published.
 //
 // B6. Count. Each atomic read-modify-write of B4 adds to the set-bit count
 //     the exact change it made, from the old word it returned; a bit not

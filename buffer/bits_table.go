@@ -47,6 +47,10 @@ type bitsTable struct {
 	free []*bitsPage // zeroed pages kept for reuse
 
 	gen uint64 // flush generation that froze it; under the overlay's vmu
+
+	// grown, if set, is called (t.mu held) after the directory grew and
+	// before a page is installed in the new one (B5).
+	grown func(*bitsTable)
 }
 
 type bitsDir struct {
@@ -182,6 +186,9 @@ func (t *bitsTable) install(pi uint64, want *bitsPage) bool {
 		t.dir.Store(nd) // B5: filled, then published
 		t.charge(int64(n-uint64(len(d.pages))) * 8)
 		d = nd
+		if t.grown != nil {
+			t.grown(t) // B5: in the view before a page is installed in it
+		}
 	}
 	cur := d.pages[pi].Load()
 	switch {

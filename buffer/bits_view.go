@@ -21,6 +21,10 @@ type bitsView struct {
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
 	nbits  uint64   // the file's length when the view was published
+	// adir is the active table's directory as of the view: a grown one
+	// is published in a new view before any page is installed in it (B5),
+	// so a lookup reaches the active table's word in two loads.
+	adir   []atomic.Pointer[bitsPage]
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
@@ -33,7 +37,27 @@ func (b *Bits) publish(v *bitsView) {
 	if v.direct {
 		v.limit = v.nbits
 	}
+	v.adir = v.active.dir.Load().pages
 	b.view.Store(v)
+}
+
+// dirGrown republishes the view after t's directory grew, if t is the
+// active table (B5). t.mu held: the lock order is t.mu, then vmu.
+func (b *Bits) dirGrown(t *bitsTable) {
+	b.vmu.Lock()
+	defer b.vmu.Unlock()
+	if v := b.view.Load(); v.active == t {
+		n := *v
+		b.publish(&n)
+	}
+}
+
+// newTable returns a new empty table whose directory growth republishes
+// the view.
+func (b *Bits) newTable() *bitsTable {
+	t := newBitsTable(b.acct)
+	t.grown = b.dirGrown
+	return t
 }
 
 // setFile makes v read the file through fv (nil after Close: no words).
@@ -68,16 +92,30 @@ func (v *bitsView) fileWord(w uint64) uint64 {
 // fold returns the pending mask and values of packed word w across every
 // table of the view, newest first.
 func (v *bitsView) fold(w uint64) (m, val uint64) {
-	p := v.active.word(w)
-	m = p >> 32
-	val = p & m
+	if pi := w >> pageShift; pi < uint64(len(v.adir)) {
+		if c := v.adir[pi].Load(); c != nil {
+			p := atomic.LoadUint64(&c[w&pageMask])
+			m = p >> 32
+			val = p & m
+		}
+	}
 	for _, t := range v.sealed {
-		p = t.word(w)
+		p := t.word(w)
 		tm := p >> 32 &^ m
 		val |= p & tm
 		m |= tm
 	}
 	return m, val
+}
+
+// activeWord64 is the active table's word64 through the view's directory.
+func (v *bitsView) activeWord64(w uint64) (mask, val uint64) {
+	if pi := (w << 1) >> pageShift; pi < uint64(len(v.adir)) {
+		if c := v.adir[pi].Load(); c != nil {
+			return pageWord64(c, w<<1)
+		}
+	}
+	return 0, 0
 }
 
 // pendingPage reports whether any table of the view has page pi.
@@ -169,7 +207,7 @@ func (b *Bits) takeSpare() *bitsTable {
 		b.spare = nil
 		return t
 	}
-	return newBitsTable(b.acct)
+	return b.newTable()
 }
 
 func prependBits(t *bitsTable, ts []*bitsTable) []*bitsTable {
