@@ -95,6 +95,13 @@ func (b *Bits) Get(i uint64) bool {
 		runtime.KeepAlive(v) // the mapping must outlive the load
 		return x>>(i&63)&1 != 0
 	}
+	if !v.active.dense.Load() && !v.maybe(i>>filterShift) {
+		// No table can hold the bit (B4a): the file alone, no table
+		// probed, so nothing to re-validate.
+		x := v.fileWord(i >> 6)
+		runtime.KeepAlive(v)
+		return x>>(i&63)&1 != 0
+	}
 	return b.getPending(i)
 }
 
@@ -102,6 +109,13 @@ func (b *Bits) getPending(i uint64) bool {
 	w, sh := i>>5, i&31
 	for {
 		v := b.view.Load()
+		if !v.maybe(i >> filterShift) {
+			// No table can hold the bit (B4a): the file alone, no table
+			// probed, so nothing to re-validate.
+			fw := v.fileWord(i >> 6)
+			runtime.KeepAlive(v)
+			return fw>>(i&63)&1 != 0
+		}
 		m, val := v.fold(w)
 		fw := v.fileWord(i >> 6)
 		// Unchanged view: no table we probed was recycled under us (B8).
@@ -131,9 +145,13 @@ func (b *Bits) GetMany(idx []uint64, out []bool) {
 		return
 	}
 	for {
+		dense := v.active.dense.Load()
 		for j, i := range idx {
 			w, sh := i>>5, i&31
-			m, val := v.fold(w)
+			var m, val uint64
+			if dense || v.maybe(i>>filterShift) {
+				m, val = v.fold(w)
+			}
 			fw := v.fileWord(i >> 6)
 			pick := -(m >> sh & 1)
 			out[j] = (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0
@@ -260,6 +278,7 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 	for lo := 0; lo < len(idx); lo += setChunk {
 		chunk := idx[lo:min(lo+setChunk, len(idx))]
 		for k, i := range chunk {
+			a.mark(i, i+1) // B4a
 			slots[k] = a.slot(i >> 5)
 			top = max(top, i)
 		}
@@ -319,6 +338,7 @@ var benchSink atomic.Uint64
 // (B4, B6).
 func (b *Bits) set(a *bitsTable, i uint64, v bool) {
 	w := i >> 5
+	a.mark(i, i+1) // B4a
 	d := setPacked(a.slot(w), i&31, v, func() bool { return b.beneath(w)>>(i&31)&1 != 0 })
 	if d != 0 {
 		b.ones.Add(d)
@@ -351,6 +371,7 @@ func (b *Bits) SetRange(lo, hi uint64, v bool) error {
 			// change while writers run (B6), and a failed install falls
 			// back to word by word below.
 			before := b.onesBeneath(pi)
+			a.mark(i, i+pageBits) // B4a
 			if a.install(pi, fullPage(v)) {
 				delta := -int64(before)
 				if v {
@@ -379,6 +400,7 @@ func (b *Bits) SetRange(lo, hi uint64, v bool) error {
 // active table a to v with one compare-and-swap, and adjusts the set-bit
 // count by the exact change (B6).
 func (b *Bits) update(a *bitsTable, w, m uint64, v bool) {
+	a.mark(w<<5, w<<5+32) // B4a
 	p := a.slot(w)
 	for {
 		old := atomic.LoadUint64(p)

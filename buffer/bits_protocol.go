@@ -29,6 +29,16 @@ package buffer
 //     packed word gives a pair a reader may use: a bit not pending (read
 //     beneath), the old pending value, or the new one.
 //
+// B4a. Word filters. A writer marks the bitslice word of a bit (64 bits)
+//     in its table's word filter, or sets the table unfiltered for a bit
+//     past the filter, before it writes the packed word (B4). A lookup that
+//     finds the word unmarked in the active table's filter and in the
+//     union of the sealed tables' filters (built when the sealed tables
+//     change, after their last write) reads the file alone: a write whose
+//     mark it did not see had not stored its word, so it had not returned.
+//     Marks are cleared only by reset (B8); a dense table marks every word
+//     before it says it is dense.
+//
 // B5. Pages and directories. A page is zeroed (or copied from a shared
 //     full page) before it is stored in a directory entry; a grown
 //     directory is filled before it is stored in the table. Both under the

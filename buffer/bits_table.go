@@ -36,12 +36,25 @@ import (
 //  3. reset runs only when the table left every view and no snapshot pins
 //     it; a reader that raced it re-validates its view (B8).
 type bitsTable struct {
-	dir    atomic.Pointer[bitsDir]
-	hi     atomic.Uint64 // highest pending index + 1
-	npages atomic.Int64  // private pages installed
-	held   atomic.Int64  // bytes charged to acct since the last reset
-	pins   atomic.Int32
-	acct   *Account
+	dir atomic.Pointer[bitsDir]
+	// lines is the table's pending-word filter: bit l%64 of lines[l/64]
+	// says that bitslice word l (bits [64l, 64l+64)) may hold a pending
+	// bit, so that a lookup of a bit in a word no write touched reads the
+	// file without probing the tables (B4a). It covers the bits below
+	// 4096*len(lines), fixed when the table is made; a write past that
+	// marks every bit, then sets unfiltered. Once an eighth of its bits are
+	// marked, every bit is, and dense is set: a dense table is probed on
+	// every lookup. Never reassigned (reset zeroes it); not charged to the
+	// account (a 512th of the file's bits, in bytes).
+	lines      []uint64
+	unfiltered atomic.Bool
+	dense      atomic.Bool
+	marked     atomic.Int64  // filter bits marked since the last reset
+	hi         atomic.Uint64 // highest pending index + 1
+	npages     atomic.Int64  // private pages installed
+	held       atomic.Int64  // bytes charged to acct since the last reset
+	pins       atomic.Int32
+	acct       *Account
 
 	mu   sync.Mutex  // directory growth, page allocation, free
 	free []*bitsPage // zeroed pages kept for reuse
@@ -89,10 +102,77 @@ func fullPage(v bool) *bitsPage {
 
 func isShared(c *bitsPage) bool { return c == &fullPages[0] || c == &fullPages[1] }
 
-func newBitsTable(acct *Account) *bitsTable {
-	t := &bitsTable{acct: acct}
+// newBitsTable returns an empty table whose line filter covers at least
+// nbits bits (a file's length), with room to grow.
+func newBitsTable(acct *Account, nbits uint64) *bitsTable {
+	cover := max(nbits+nbits/2, 1<<20)
+	t := &bitsTable{acct: acct, lines: make([]uint64, (cover+filterWordBits-1)/filterWordBits)}
 	t.dir.Store(new(bitsDir))
 	return t
+}
+
+// mark records in the line filter that bits [lo, hi) may be pending (B4a:
+// before the table's words are written).
+func (t *bitsTable) mark(lo, hi uint64) {
+	if t.unfiltered.Load() {
+		return
+	}
+	for l := lo >> filterShift; l<<filterShift < hi; l++ {
+		k, bit := l>>6, uint64(1)<<(l&63)
+		if k >= uint64(len(t.lines)) {
+			// Past the cover: every word of the filter marked first (a
+			// lookup within the cover must not trust it any more), then
+			// unfiltered for the lookups past it.
+			t.markAll()
+			t.unfiltered.Store(true)
+			return
+		}
+		if l&63 == 0 && (l+64)<<filterShift <= hi {
+			// A whole filter word.
+			if atomic.LoadUint64(&t.lines[k]) != ^uint64(0) {
+				atomic.StoreUint64(&t.lines[k], ^uint64(0))
+				t.count(64)
+			}
+			l += 63
+			continue
+		}
+		if atomic.LoadUint64(&t.lines[k])&bit == 0 && atomic.OrUint64(&t.lines[k], bit)&bit == 0 {
+			t.count(1)
+		}
+	}
+}
+
+// count adds n newly marked filter bits; past an eighth of the filter, it
+// marks every bit and sets dense (B4a: a dense table is probed on every
+// lookup).
+func (t *bitsTable) count(n int64) {
+	if t.marked.Add(n) > int64(len(t.lines))*64/8 && !t.dense.Load() {
+		t.markAll()
+	}
+}
+
+// markAll marks every bit of the filter, then sets dense (B4a).
+func (t *bitsTable) markAll() {
+	for k := range t.lines {
+		if atomic.LoadUint64(&t.lines[k]) != ^uint64(0) {
+			atomic.StoreUint64(&t.lines[k], ^uint64(0))
+		}
+	}
+	t.dense.Store(true)
+}
+
+// filterShift is log2 of the bits a filter bit covers (a bitslice word).
+const (
+	filterShift    = 6
+	filterWordBits = 64 << filterShift
+)
+
+// maybe reports whether filter bit l may cover a pending bit (B4a).
+func (t *bitsTable) maybe(l uint64) bool {
+	if k := l >> 6; k < uint64(len(t.lines)) {
+		return atomic.LoadUint64(&t.lines[k])>>(l&63)&1 != 0
+	}
+	return t.unfiltered.Load()
 }
 
 // charge adds n bytes to the table's and the account's totals. t.mu held.
@@ -110,8 +190,17 @@ func (t *bitsTable) page(pi uint64) *bitsPage {
 	return nil
 }
 
-// word returns packed word w (0 if nothing in it is pending).
+// word returns packed word w (0 if nothing in it is pending), through the
+// line filter (B4a).
 func (t *bitsTable) word(w uint64) uint64 {
+	if !t.maybe(w >> (filterShift - 5)) {
+		return 0
+	}
+	return t.pageWord(w)
+}
+
+// pageWord is word without the filter.
+func (t *bitsTable) pageWord(w uint64) uint64 {
 	d := t.dir.Load()
 	if pi := w >> pageShift; pi < uint64(len(d.pages)) {
 		if c := d.pages[pi].Load(); c != nil {
@@ -124,6 +213,9 @@ func (t *bitsTable) word(w uint64) uint64 {
 // word64 returns the mask and values of bitslice word w (64 bits), built
 // from two packed words of the same page.
 func (t *bitsTable) word64(w uint64) (mask, val uint64) {
+	if !t.maybe(w >> (filterShift - 6)) {
+		return 0, 0
+	}
 	d := t.dir.Load()
 	w2 := w << 1
 	if pi := w2 >> pageShift; pi < uint64(len(d.pages)) {
@@ -331,6 +423,14 @@ func (t *bitsTable) reset(keep int64) {
 		}
 		t.free = append(t.free, c)
 	}
+	for k := range t.lines {
+		if atomic.LoadUint64(&t.lines[k]) != 0 {
+			atomic.StoreUint64(&t.lines[k], 0)
+		}
+	}
+	t.unfiltered.Store(false)
+	t.dense.Store(false)
+	t.marked.Store(0)
 	t.npages.Store(0)
 	t.held.Store(0)
 	t.hi.Store(0)

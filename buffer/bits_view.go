@@ -24,7 +24,15 @@ type bitsView struct {
 	// adir is the active table's directory as of the view: a grown one
 	// is published in a new view before any page is installed in it (B5),
 	// so a lookup reaches the active table's word in two loads.
-	adir   []atomic.Pointer[bitsPage]
+	adir []atomic.Pointer[bitsPage]
+	// afilt is the active table's word filter (live: writers mark it);
+	// sfilt the union of the sealed tables' filters (immutable: built when
+	// the sealed tables change) and sunf whether one of them is unfiltered
+	// past sfilt's cover. A lookup of a bit whose line neither marks reads
+	// the file alone (B4a).
+	afilt  []uint64
+	sfilt  []uint64
+	sunf   bool
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
@@ -38,7 +46,63 @@ func (b *Bits) publish(v *bitsView) {
 		v.limit = v.nbits
 	}
 	v.adir = v.active.dir.Load().pages
+	v.afilt = v.active.lines
+	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
+		v.sfilt, v.sunf = unionFilters(v.sealed)
+	}
 	b.view.Store(v)
+}
+
+// sameTables reports whether a and b are the same slice of tables.
+func sameTables(a, b []*bitsTable) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// unionFilters returns the union of the line filters of sealed tables
+// (which no write changes any more) and whether one is unfiltered.
+func unionFilters(ts []*bitsTable) ([]uint64, bool) {
+	var n int
+	unf := false
+	for _, t := range ts {
+		n = max(n, len(t.lines))
+		unf = unf || t.unfiltered.Load()
+	}
+	if n == 0 {
+		return nil, unf
+	}
+	u := make([]uint64, n)
+	if unf {
+		// A table unfiltered past its cover may hold bits anywhere past
+		// it, within the others' covers too.
+		for k := range u {
+			u[k] = ^uint64(0)
+		}
+		return u, true
+	}
+	for _, t := range ts {
+		for k := range t.lines {
+			u[k] |= atomic.LoadUint64(&t.lines[k])
+		}
+	}
+	return u, false
+}
+
+// maybe reports whether filter bit l may cover a bit pending in any table
+// of the view (B4a).
+func (v *bitsView) maybe(l uint64) bool {
+	k := l >> 6
+	var f uint64
+	if k < uint64(len(v.afilt)) {
+		f = atomic.LoadUint64(&v.afilt[k])
+	} else if v.active.unfiltered.Load() {
+		return true
+	}
+	if k < uint64(len(v.sfilt)) {
+		f |= v.sfilt[k]
+	} else if v.sunf {
+		return true
+	}
+	return f>>(l&63)&1 != 0
 }
 
 // dirGrown republishes the view after t's directory grew, if t is the
@@ -55,7 +119,7 @@ func (b *Bits) dirGrown(t *bitsTable) {
 // newTable returns a new empty table whose directory growth republishes
 // the view.
 func (b *Bits) newTable() *bitsTable {
-	t := newBitsTable(b.acct)
+	t := newBitsTable(b.acct, b.file.Len())
 	t.grown = b.dirGrown
 	return t
 }
