@@ -322,9 +322,10 @@ func (t *bitsTable) allocPage() *bitsPage {
 	return c
 }
 
-// set records bit sh of packed word *p as v (B4) and returns the change to
-// the set-bit count it made, given a function for the value beneath the
-// table (older tables, then the file) of a bit this table did not hold.
+// setPacked records bit sh of packed word *p as v (B4) and returns the
+// change to the set-bit count it made, given a function for the value
+// beneath the table (older tables, then the file) of a bit this table did
+// not hold.
 func setPacked(p *uint64, sh uint64, v bool, beneath func() bool) int64 {
 	bit := uint64(1) << sh
 	if v {
