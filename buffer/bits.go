@@ -450,6 +450,20 @@ func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
 // (if not nil) is set.
 func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool) {
 	n := b.Len()
+	if v := b.view.Load(); v.direct {
+		// Nothing pending when the iteration began: the file and its
+		// summary (B9: loaded after the view) hold every bit written
+		// before; a write or flush during the iteration is concurrent
+		// with it and may or may not be seen.
+		s := b.sum.Load()
+		for pi := from / pageBits; pi*pageBits < n; pi++ {
+			if stop != nil && stop.Load() || !s.onesPage(v, pi, from, n, yield) {
+				return
+			}
+		}
+		runtime.KeepAlive(v)
+		return
+	}
 	for pi := from / pageBits; pi*pageBits < n; pi++ {
 		if stop != nil && stop.Load() {
 			return

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/kvbuf/kvbuf/bitslice"
 )
 
@@ -426,4 +428,99 @@ func BenchmarkBitsFewPending(b *testing.B) {
 		}
 	}
 	runPaired(b, len(w.lookups), false, w.rowRaw(), w.rowGet(), w.rowGetMany())
+}
+
+// BenchmarkBitsSparseOnes is W10/ones-sparse over the overlay: one pass of
+// Ones over a 100M-bit file with 0.1% of its bits set at random, nothing
+// pending, against roaring's Iterate and NextMany over a bitmap of the
+// same bits. Paired per iteration (rotating order); metrics: ns per pass
+// of each and the median ratios to kvbuf.
+func BenchmarkBitsSparseOnes(b *testing.B) {
+	const nbits = 100_000_000
+	f, err := bitslice.Create(filepath.Join(b.TempDir(), "sparse.bits"), nbits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	rng := rand.New(rand.NewPCG(5, 6))
+	rb := roaring.New()
+	for range nbits / 1000 {
+		i := rng.Uint64N(nbits)
+		if err := f.Set(i, true); err != nil {
+			b.Fatal(err)
+		}
+		rb.Add(uint32(i))
+	}
+	rb.RunOptimize()
+	ov, err := NewBits(f, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := []struct {
+		name string
+		pass func() (n, sum uint64)
+	}{
+		{"kvbuf", func() (n, sum uint64) {
+			for i := range ov.Ones(0) {
+				n++
+				sum += i
+			}
+			return n, sum
+		}},
+		{"kvbuf-callback", func() (n, sum uint64) {
+			ov.iterOnes(0, nil, func(i uint64) bool {
+				n++
+				sum += i
+				return true
+			})
+			return n, sum
+		}},
+		{"roaring", func() (n, sum uint64) {
+			rb.Iterate(func(x uint32) bool {
+				n++
+				sum += uint64(x)
+				return true
+			})
+			return n, sum
+		}},
+		{"roaring-nextmany", func() (n, sum uint64) {
+			var buf [256]uint32
+			it := rb.ManyIterator()
+			for k := it.NextMany(buf[:]); k > 0; k = it.NextMany(buf[:]) {
+				for _, x := range buf[:k] {
+					n++
+					sum += uint64(x)
+				}
+			}
+			return n, sum
+		}},
+	}
+	spent := make([]time.Duration, len(rows))
+	ratios := make([][]float64, len(rows))
+	r := 0
+	for b.Loop() {
+		var dt [4]time.Duration
+		var sums [4]uint64
+		for j := range rows {
+			k := (r + j) % len(rows)
+			t0 := time.Now()
+			n, sum := rows[k].pass()
+			dt[k] = time.Since(t0)
+			sums[k] = n ^ sum<<20
+			spent[k] += dt[k]
+		}
+		r++
+		for k := range rows {
+			if sums[k] != sums[0] {
+				b.Fatalf("%s and %s disagree", rows[k].name, rows[0].name)
+			}
+			ratios[k] = append(ratios[k], float64(dt[k])/float64(dt[0]))
+		}
+	}
+	for k, row := range rows {
+		b.ReportMetric(float64(spent[k].Nanoseconds())/float64(max(r, 1)), row.name+"-ns/pass")
+		if k > 0 {
+			b.ReportMetric(medianOf(ratios[k]), row.name+"/kvbuf")
+		}
+	}
 }
