@@ -25,6 +25,9 @@ const (
 
 // Implementation names of W10's rows.
 const (
+	// ImplRoaringValues is roaring's iter.Seq (roaring.Values), the same
+	// kind of API as Bits.Ones.
+	ImplRoaringValues = "roaring-values"
 	// ImplRoaringMany is roaring's batch iteration (ManyIterator.NextMany
 	// into a buffer of 256), its fastest way through a bitmap.
 	ImplRoaringMany = "roaring-nextmany"
@@ -148,6 +151,13 @@ func (st *w10State) workloads() []*Workload {
 					sum += int64(x)
 					return true
 				})
+				return n, sum, nil
+			})},
+			{Name: ImplRoaringValues, Round: pass(func() (n, sum int64, err error) {
+				for x := range roaring.Values(st.rb) {
+					n++
+					sum += int64(x)
+				}
 				return n, sum, nil
 			})},
 			{Name: ImplRoaringMany, Round: pass(func() (n, sum int64, err error) {

@@ -456,8 +456,24 @@ func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool)
 		// before; a write or flush during the iteration is concurrent
 		// with it and may or may not be seen.
 		s := b.sum.Load()
+		ix := s.index.Load()
 		for pi := from / pageBits; pi*pageBits < n; pi++ {
-			if stop != nil && stop.Load() || !s.onesPage(v, pi, from, n, yield) {
+			if stop != nil && stop.Load() {
+				return
+			}
+			// The pages wholly inside [from, n) that the index lists, in
+			// one loop; the others (a partial first or last page, a dense
+			// one) through onesPage.
+			base := pi * pageBits
+			if base >= from && base+pageBits <= n && pi+1 < uint64(len(ix.start)) && ix.dense[pi/64]>>(pi%64)&1 == 0 {
+				for _, o := range ix.flat[ix.start[pi]:ix.start[pi+1]] {
+					if !yield(base + uint64(o)) {
+						return
+					}
+				}
+				continue
+			}
+			if !s.onesPage(v, ix, pi, from, n, yield) {
 				return
 			}
 		}
@@ -477,7 +493,7 @@ func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool)
 		}
 		// B9: the view first, then the summary.
 		s := b.sum.Load()
-		if !s.onesPage(v, pi, from, n, yield) {
+		if !s.onesPage(v, s.index.Load(), pi, from, n, yield) {
 			return
 		}
 		runtime.KeepAlive(v)

@@ -299,8 +299,9 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 func checkSummary(t testing.TB, b *Bits) {
 	t.Helper()
 	s, v := b.sum.Load(), b.view.Load()
-	if got, want := uint64(len(s.lines)), summaryPages(v.nbits); got != want || len(s.index) != len(s.lines) {
-		t.Fatalf("summary of %d pages (index %d) for %d bits, want %d", got, len(s.index), v.nbits, want)
+	ix := s.index.Load()
+	if got, want := uint64(len(s.lines)), summaryPages(v.nbits); got != want || uint64(len(ix.start)) != got+1 {
+		t.Fatalf("summary of %d pages (index %d) for %d bits, want %d", got, len(ix.start), v.nbits, want)
 	}
 	for l := range uint64(len(s.lines)) * 64 {
 		var or uint64
@@ -311,21 +312,21 @@ func checkSummary(t testing.TB, b *Bits) {
 			t.Fatalf("summary line %d marked %v, the file's line is %#x", l, marked, or)
 		}
 	}
-	for pi := range uint64(len(s.index)) {
+	for pi := range uint64(len(s.lines)) {
 		var want []uint16
 		for w := pi * pageWords64; w < (pi+1)*pageWords64; w++ {
 			for x := v.fileWord(w); x != 0; x &= x - 1 {
 				want = append(want, uint16((w-pi*pageWords64)*64)+uint16(bits.TrailingZeros64(x)))
 			}
 		}
-		ix := s.index[pi].Load()
+		offs, indexed := ix.offsets(pi)
 		switch {
 		case len(want) > maxIndexed:
-			if ix != nil {
+			if indexed {
 				t.Fatalf("page %d: %d set bits, indexed", pi, len(want))
 			}
-		case ix == nil || !slices.Equal(ix.offs, want) && len(want)+len(ix.offs) > 0:
-			t.Fatalf("page %d: index %v, the file has %v", pi, ix, want)
+		case !indexed || !slices.Equal(offs, want) && len(want)+len(offs) > 0:
+			t.Fatalf("page %d: index %v (%v), the file has %v", pi, offs, indexed, want)
 		}
 	}
 }
@@ -367,7 +368,11 @@ func TestBitsSummaryAtOpen(t *testing.T) {
 			t.Fatalf("Ones(%d) = %v, want %v", from, got, want[k:])
 		}
 	}
-	if s := b.sum.Load(); s.index[0].Load() == nil || s.index[1].Load() != nil || s.index[2].Load() != emptyIndex {
+	ix := b.sum.Load().index.Load()
+	o0, i0 := ix.offsets(0)
+	_, i1 := ix.offsets(1)
+	o2, i2 := ix.offsets(2)
+	if !i0 || len(o0) != 4 || i1 || !i2 || len(o2) != 0 {
 		t.Fatal("pages 0 (sparse), 1 (dense), 2 (empty) not summarized as such")
 	}
 }
