@@ -69,6 +69,6 @@
 //     are not counted again (Options.PoolBytes bounds them).
 //   - Bits keeps a region summary of its file in memory (lines holding a
 //     set bit, and the set bits of sparse pages), built by a scan at
-//     NewBits: 16 bytes per 32768 bits, plus 2 bytes per set bit of the
+//     NewBits: 12 bytes per 32768 bits, plus 2 bytes per set bit of the
 //     pages holding at most 1024.
 package buffer

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The bit side's figures (issue 26), preliminary: the paired overlay
-# benchmarks of package buffer (BenchmarkBitsW1, BenchmarkBitsW6,
-# BenchmarkBitsSets, BenchmarkBitsOpen: every row of one benchmark timed in
+# benchmarks of package buffer (BenchmarkBitsW1, BenchmarkBitsFewPending,
+# BenchmarkBitsW6, BenchmarkBitsSets, BenchmarkBitsOpen,
+# BenchmarkBitsSparseOnes: every row of one benchmark timed in
 # the same b.Loop iteration, block by block, in rotating order, so their
 # ratios come from the same moments of a shared machine), then kvtool bench
 # over the bit workloads through the public API (W1 lookups at 0.3 of full
@@ -42,9 +43,11 @@ run() { # name, then the command (run in the repository's buffer/ or in OUTDIR)
 
 cd "$repo/buffer"
 run buffer-w1 "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsW1$' -test.benchtime 30x -test.count "$count"
+run buffer-few "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsFewPending$' -test.benchtime 30x -test.count "$count"
 run buffer-w6 "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsW6$' -test.benchtime 10x -test.count "$count"
 run buffer-sets "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsSets$' -test.benchtime 6x -test.count "$count"
 run buffer-open "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsOpen$' -test.benchtime 5x -test.count "$count"
+run buffer-ones "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsSparseOnes$' -test.benchtime 50x -test.count "$count"
 cd "$out"
 run kvtool-w1 "$out/kvtool" bench --workload '^W1/lookup-with(out)?-pending-changes$' --scale 0.3 --rounds "$rounds"
 run kvtool-w6 "$out/kvtool" bench --workload '^W6/flush-bits-1m$' --rounds "$rounds"
