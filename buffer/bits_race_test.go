@@ -143,3 +143,48 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 	finishRace(t, stop, &wg, &failure, raceDuration, func() bool { return flushes.Load() >= 20 && reads.Load() >= 1000 })
 	t.Logf("%d flushes, %d reads", flushes.Load(), reads.Load())
 }
+
+// TestBitsReadRevalidatesRecycledPage makes the interleaving rule B8
+// guards against happen on purpose: a Get has loaded a sealed table's
+// page when the generation is released, the table is reset and reused as
+// the active table, and the page, zeroed, is installed at another index
+// and written (a pending 0 at the same offset of the next page). The read
+// must not answer from the reused page: its re-validation sees a new view
+// and reads again.
+func TestBitsReadRevalidatesRecycledPage(t *testing.T) {
+	r := newBitsRig(t, nil) // pooling on: a released table is reused
+	const a = 100           // page 0; its twin a+pageBits has the same offset in page 1
+	if err := r.b.Set(a, true); err != nil {
+		t.Fatal(err)
+	}
+	g1 := r.b.Freeze(1)
+	if err := g1.Write(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Set(5*pageBits, true); err != nil { // keeps the active table non-empty
+		t.Fatal(err)
+	}
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-page" || fired {
+			return
+		}
+		fired = true
+		r.b.Release(1) // the sealed table is reset and kept as the spare
+		if g := r.b.Freeze(2); g == nil {
+			t.Error("nothing to freeze")
+		}
+		// The spare is the active table now: its first page is the one
+		// the read loaded, installed at page 1.
+		if err := r.b.Set(a+pageBits, false); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if !r.b.Get(a) {
+		t.Fatal("bit 100 read false: the read answered from a page reused for another index")
+	}
+	if !fired {
+		t.Fatal("the read never loaded the sealed table's page")
+	}
+}

@@ -204,6 +204,9 @@ func (t *bitsTable) pageWord(w uint64) uint64 {
 	d := t.dir.Load()
 	if pi := w >> pageShift; pi < uint64(len(d.pages)) {
 		if c := d.pages[pi].Load(); c != nil {
+			if testHook != nil {
+				testHook("bits-page")
+			}
 			return atomic.LoadUint64(&c[w&pageMask])
 		}
 	}
