@@ -95,12 +95,18 @@ func (b *Bits) Get(i uint64) bool {
 		runtime.KeepAlive(v) // the mapping must outlive the load
 		return x>>(i&63)&1 != 0
 	}
+	if testHook != nil {
+		testHook("bits-filter")
+	}
 	if !v.active.dense.Load() && !v.maybe(i>>filterShift) {
-		// No table can hold the bit (B4a): the file alone, no table
-		// probed, so nothing to re-validate.
+		// No table can hold the bit (B4a): the file alone. The filters
+		// are the tables' and a released table's is reset (zeroed) while
+		// the view may still be read: re-validate (B8) as a fold does, or
+		// the view's file words may predate the growth that holds the bit.
 		x := v.fileWord(i >> 6)
-		runtime.KeepAlive(v)
-		return x>>(i&63)&1 != 0
+		if b.view.Load() == v {
+			return x>>(i&63)&1 != 0
+		}
 	}
 	return b.getPending(i)
 }
@@ -110,11 +116,13 @@ func (b *Bits) getPending(i uint64) bool {
 	for {
 		v := b.view.Load()
 		if !v.maybe(i >> filterShift) {
-			// No table can hold the bit (B4a): the file alone, no table
-			// probed, so nothing to re-validate.
+			// No table can hold the bit (B4a): the file alone,
+			// re-validated as below (see Get).
 			fw := v.fileWord(i >> 6)
-			runtime.KeepAlive(v)
-			return fw>>(i&63)&1 != 0
+			if b.view.Load() == v {
+				return fw>>(i&63)&1 != 0
+			}
+			continue
 		}
 		m, val := v.fold(w)
 		fw := v.fileWord(i >> 6)

@@ -37,7 +37,10 @@ package buffer
 //     change, after their last write) reads the file alone: a write whose
 //     mark it did not see had not stored its word, so it had not returned.
 //     Marks are cleared only by reset (B8); a dense table marks every word
-//     before it says it is dense.
+//     before it says it is dense. That read re-validates the view like a
+//     fold (B8): a released table's filter is reset while older views still
+//     point at it, and such a view's file words may end before the growth
+//     that holds the bit.
 //
 // B5. Pages and directories. A page is zeroed (or copied from a shared
 //     full page) before it is stored in a directory entry; a grown

@@ -188,3 +188,31 @@ func TestBitsReadRevalidatesRecycledPage(t *testing.T) {
 		t.Fatal("the read never loaded the sealed table's page")
 	}
 }
+
+// TestBitsFilterReadRevalidates: a Get has loaded a view in which bit 100
+// is pending in the active table (the file still 0 bits long) when the
+// generation is frozen, written (the file grows to hold it), released (the
+// table's word filter is reset) and the overlay settles. The read's filter
+// check then finds nothing pending, and the view's file words end before
+// bit 100: it must re-validate the view (B4a, B8) and read again.
+func TestBitsFilterReadRevalidates(t *testing.T) {
+	r := newBitsRig(t, nil)
+	if err := r.b.Set(100, true); err != nil {
+		t.Fatal(err)
+	}
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-filter" || fired {
+			return
+		}
+		fired = true
+		r.flush()
+	}
+	defer func() { testHook = nil }()
+	if !r.b.Get(100) {
+		t.Fatal("bit 100 read false: the read trusted a reset filter and a view older than the growth")
+	}
+	if !fired {
+		t.Fatal("the read never reached the filter check")
+	}
+}
