@@ -493,15 +493,23 @@ func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool)
 			return
 		}
 		v := b.view.Load()
-		if !v.direct && v.pendingPage(pi) {
+		pending := !v.direct && v.pendingPage(pi)
+		// B9: the view first, then the summary; B8: the view unchanged
+		// after both, so that no table was reset under pendingPage and
+		// the view's file words are the current ones.
+		s := b.sum.Load()
+		ix := s.index.Load()
+		if b.view.Load() != v {
+			pi-- // again, on the new view
+			continue
+		}
+		if pending {
 			if !b.onesPending(pi, from, n, yield) {
 				return
 			}
 			continue
 		}
-		// B9: the view first, then the summary.
-		s := b.sum.Load()
-		if !s.onesPage(v, s.index.Load(), pi, from, n, yield) {
+		if !s.onesPage(v, ix, pi, from, n, yield) {
 			return
 		}
 		runtime.KeepAlive(v)

@@ -73,15 +73,19 @@ package buffer
 //     after its probes and retries if it changed: a read that probed a
 //     table being reset sees a new view.
 //
-// B9. Region summary. A summary bit per line of the file (512 bits) says
-//     the line may hold a set bit. The flush sets it (atomic OR) after
-//     applying a word that makes the line non-zero, and clears it (atomic
-//     AND) only for a line it found all zero, both before the Release that
-//     drops the tables (B8). A grown summary is filled from the old one
-//     (only the flush writes it, under wmu) before it is published. Ones
-//     loads the view, then the summary pointer, then the summary word, for
-//     each page: a page's pending bits are either still in a table of the
-//     view or already counted in the summary it loads.
+// B9. Region summary. The flush brings the summary of every page it wrote
+//     up to date (line bits in place, atomically; a new flat index,
+//     published by one atomic pointer store after it is filled) after
+//     applying the page's words and before the Release that drops the
+//     tables (B8). A grown summary is filled from the old one (only the
+//     flush writes it, under wmu) before it is published. Ones loads, for
+//     each page, the view, then the summary and its index, then the view
+//     again (B8: retrying the page if it changed): a page's pending bits
+//     are either in a table of the view or already in the summary it
+//     loaded, and the view's file words are current. Over a view that was
+//     direct when the iteration began, the view and summary are loaded
+//     once: every bit written before the iteration is in them, and later
+//     writes are concurrent with it.
 //
 // B10. Undo layers. A write that overwrites file words an open snapshot
 //     still needs publishes the old words (a new layer list, one atomic
