@@ -161,7 +161,7 @@ func TestBitsModel(t *testing.T) {
 				// over an empty file: B4a, unfiltered), sparse; fewer
 				// steps, as every check scans the universe.
 				universe = 1<<20 + 1<<18
-				steps = 600
+				steps = 300
 			}
 			bitsModelRun(t, rng, b, ff, &acct, universe, steps)
 		})
