@@ -160,7 +160,7 @@ func TestBitsModel(t *testing.T) {
 				// Past the word filter's cover of a new table (2^20 bits
 				// over an empty file: B4a, unfiltered), sparse; fewer
 				// steps, as every check scans the universe.
-				universe = 1<<20 + 1<<18
+				universe = 1<<20 + 1<<15
 				steps = 300
 			}
 			bitsModelRun(t, rng, b, ff, &acct, universe, steps)
