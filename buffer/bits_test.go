@@ -453,3 +453,39 @@ func TestBitsFreezeRetriedWithSameGeneration(t *testing.T) {
 		t.Fatal("a table of the first attempt was not written")
 	}
 }
+
+// TestBitsFilterUnionPastCover: two sealed tables written past the word
+// filter's cover of their day (unfiltered: B4a) and a newer sealed one
+// with a larger cover (the file grew meanwhile). A lookup of a bit past
+// the older covers but within the newer must not trust the union of the
+// filters there: the newest pending value of the bit is in a table whose
+// filter does not reach it.
+func TestBitsFilterUnionPastCover(t *testing.T) {
+	r := newBitsRig(t, &Options{PoolBytes: -1}) // every table new: covers grow with the file
+	const x = 1<<20 + 100                       // past the cover of a table made over an empty file
+	if err := r.b.Set(x, true); err != nil {
+		t.Fatal(err)
+	}
+	g1 := r.b.Freeze(1)
+	if err := g1.Write(context.Background(), 1); err != nil { // the file grows past x
+		t.Fatal(err)
+	}
+	if err := r.b.Set(x, false); err != nil { // the table made at Freeze(1), over the empty file
+		t.Fatal(err)
+	}
+	r.b.Freeze(2)
+	if err := r.b.Set(5, true); err != nil { // the table made at Freeze(2), covering x
+		t.Fatal(err)
+	}
+	r.b.Freeze(3)
+	if r.f.Get(x) != true {
+		t.Fatal("generation 1 did not reach the file")
+	}
+	if r.b.Get(x) {
+		t.Fatal("bit past the older filters' cover read as the file's 1, not the pending 0")
+	}
+	out := make([]bool, 1)
+	if r.b.GetMany([]uint64{x}, out); out[0] {
+		t.Fatal("GetMany read the file's 1, not the pending 0")
+	}
+}
