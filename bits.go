@@ -260,6 +260,18 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckSet(i), func() error { return b.ov.Set(i, v) })
 }
 
+// SetMany sets bit idx[j] to vals[j] for every j, in order (a later change
+// of the same bit wins), as one write of op: one admission for the whole
+// slice, so that a host applying many changes at once (the deletes of one
+// log entry, a bulk load) pays per bit only the overlay's own work. Every
+// index is checked before any bit is set. A concurrent reader may see part
+// of the changes (as with a Batch). Errors: ErrBadRange (len(vals) !=
+// len(idx)), ErrOutOfRange (an index at or past Options.MaxBits), and as
+// Set.
+func (b *Bits) SetMany(ctx context.Context, idx []uint64, vals []bool, op uint64) error {
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckMany(idx, vals), func() error { return b.ov.SetMany(idx, vals) })
+}
+
 // SetRange sets every bit i with lo <= i < hi to v, as one write of op. A
 // range covering whole runs of 32768 bits that hold no pending change costs
 // a pointer per run. Errors: ErrBadRange (lo > hi), ErrOutOfRange (hi past
@@ -273,11 +285,10 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 func (b *Bits) Get(i uint64) (v bool, err error) {
 	// Small enough to inline: one call to the overlay, then the closing
 	// check (after the read: see "Reads and Close").
-	v, closed := b.ov.GetCheck(i, b.closing)
-	if closed {
+	if v = b.ov.Get(i); b.closing.Load() {
 		v, err = false, ErrClosed
 	}
-	return v, err
+	return
 }
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache
@@ -310,14 +321,6 @@ func (b *Bits) Count() (uint64, error) {
 // Ones returns the indexes of the set bits at or after from, in increasing
 // order, pending changes included, read live (a write concurrent with the
 // iteration may or may not be seen). It ends early, without error, if the
-// engine closes; use a Snapshot for a point-in-time sequence.
-func (b *Bits) Ones(from uint64) iter.Seq[uint64] {
-	seq := b.ov.Ones(from)
-	return func(yield func(uint64) bool) {
-		for i := range seq {
-			if b.db.closing.Load() || !yield(i) {
-				return
-			}
-		}
-	}
-}
+// engine closes (checked every 32768 bits); use a Snapshot for a
+// point-in-time sequence.
+func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.ov.OnesUntil(from, b.closing) }

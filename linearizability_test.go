@@ -8,8 +8,8 @@ package kvbuf
 //
 //   - KV: Put, Delete, DeleteRange, Get, GetAppend, GetMany, scans forward
 //     and backward (full, bounded, prefix, from a seek), batches;
-//   - bits: Set, SetRange (small ranges and whole chunks), Get, GetMany,
-//     Ones, Count, batches;
+//   - bits: Set, SetMany, SetRange (small ranges and whole chunks), Get,
+//     GetMany, Ones, Count, batches;
 //   - snapshots: every read through a snapshot returns the state at one
 //     instant between NewSnapshot's call and return, and every later read
 //     through it the same (checked directly); a snapshot never sees part of
@@ -905,6 +905,42 @@ func linBitClient(r *stressRun, c *linClient, b *Bits, sh *linShadow) {
 		ownHot := func() uint64 { return sh.base + linHotOffsets[w.rng.IntN(len(linHotOffsets))] }
 		for !w.stopped() {
 			switch p := w.rng.IntN(1000); {
+			case p < 60:
+				// SetMany of a few own bits to one value (the deletes of
+				// one log entry): each bit's change, and the count's in
+				// one step per changed bit.
+				v := w.rng.IntN(2) == 0
+				many := make([]uint64, 2+w.rng.IntN(3))
+				vals := make([]bool, len(many))
+				var subs []linSub
+				var count linSub
+				for x := range many {
+					many[x] = ownHot()
+					if w.rng.IntN(3) == 0 {
+						many[x] = sh.base + w.rng.Uint64N(linRegion)
+					}
+					vals[x] = v
+					for _, sub := range sh.write(many[x], many[x]+1, v) {
+						if sub.in.kind == linCountAdd {
+							count.in.part, count.in.kind = sub.in.part, sub.in.kind
+							count.in.delta += sub.in.delta
+							count.in.groups += sub.in.groups
+							continue
+						}
+						subs = append(subs, sub)
+					}
+				}
+				if count.in.delta != 0 {
+					subs = append(subs, count)
+				}
+				call := stressNow()
+				err := b.SetMany(ctx, many, vals, 0)
+				ret := stressNow()
+				if err != nil {
+					r.failf("SetMany: %v", err)
+					return
+				}
+				c.add(call, ret, fmt.Sprintf("setmany bits %v=%v", many, v), subs...)
 			case p < 300:
 				i := ownHot()
 				if w.rng.IntN(5) == 0 {

@@ -11,7 +11,7 @@
 // storage.PebbleOptions, the engine store's configuration, holding their
 // keys in the store's documented key layout.
 //
-// A Suite is one workload family (W1, W2, W2-memory, W3, W4, W6, W7, W8)
+// A Suite is one workload family (W1, W2, W2-memory, W3, W4, W6, W7, W8, W10)
 // set up once on real files in a directory. Its Workloads share that
 // setup; each has the canonical name from doc/workloads.md and one Impl per
 // row (impl "kvbuf" and the baselines "raw", "mutex+map", …).

@@ -196,6 +196,7 @@ func Catalog() []SuiteInfo {
 		{"W6", []string{"W6/flush-kv-1m", "W6/flush-bits-1m"}, nil},
 		{"W7", []string{"W7/get-mixed-under-writes", "W7/lookup-under-writes"}, nil},
 		{"W8", []string{"W8/batch-64-puts", "W8/end-to-end-unique", "W8/end-to-end-hot-keys-x10", "W8/delete-1m"}, nil},
+		{"W10", []string{"W10/ones-sparse", "W10/lookup-sparse", "W10/count-sparse", "W10/pending-memory-1m"}, []string{"W10/lookup-sparse"}},
 	}
 }
 
@@ -209,6 +210,7 @@ var setups = map[string]func(context.Context, *Suite, Config) error{
 	"W6":        setupW6,
 	"W7":        setupW7,
 	"W8":        setupW8,
+	"W10":       setupW10,
 }
 
 // Open sets up the suite called name (see Catalog) in a new temporary

@@ -63,6 +63,7 @@ type w1State struct {
 	def     *kvbuf.Bits // engine C: the same changes, default Options
 	dbs     []*kvbuf.DB // A, B, C
 	raw     *bitslice.File
+	roar    *w1Roaring // w1_roaring.go
 
 	mu   sync.Mutex
 	mm   map[uint64]bool
@@ -96,6 +97,7 @@ func (s *w1State) pend(ctx context.Context, ch w1Change) error {
 	s.rwm[ch.i] = ch.v
 	s.sm.Store(ch.i, ch.v)
 	s.xm.Store(ch.i, ch.v)
+	s.roar.set(ch)
 	w, bit := ch.i/64, uint64(1)<<(ch.i%64)
 	s.wmask[w] |= bit
 	if ch.v {
@@ -281,7 +283,7 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 func openW1(s *Suite, nbits uint64) (*w1State, error) {
 	st := &w1State{nbits: nbits, mm: map[uint64]bool{}, rwm: map[uint64]bool{}, xm: xsync.NewMap[uint64, bool](),
 		wmask: make([]uint64, (nbits+63)/64), wval: make([]uint64, (nbits+63)/64),
-		amask: make([]atomic.Uint64, (nbits+63)/64), aval: make([]atomic.Uint64, (nbits+63)/64)}
+		amask: make([]atomic.Uint64, (nbits+63)/64), aval: make([]atomic.Uint64, (nbits+63)/64), roar: newW1Roaring()}
 	// The bit tables of 1M pending Sets take a few MiB: the default
 	// pending limit holds them.
 	opts := pendingOptions(0)
@@ -320,6 +322,7 @@ func (st *w1State) preload(ctx context.Context, changes []w1Change) error {
 		if err := st.raw.Set(ch.i, ch.v); err != nil {
 			return err
 		}
+		st.roar.set(ch)
 	}
 	for _, db := range st.dbs {
 		if err := db.Flush(ctx); err != nil {
@@ -349,6 +352,7 @@ func (st *w1State) lookupWorkloads(pending []w1Change) []*Workload {
 			Impl{Name: ImplXsyncMap, Loop: w1XsyncMap{st}},
 			Impl{Name: ImplRWMutexWords, Loop: w1Words{st}},
 			Impl{Name: ImplAtomicWords, Loop: w1Atomic{st}},
+			st.roaringRow(),
 		)
 	}
 	ops := len(st.lookups)

@@ -164,7 +164,7 @@ func setupW6(_ context.Context, s *Suite, c Config) error {
 	quiesce := quiesceAll([]*kvbuf.DB{m.db, def}, m.pdb, ps.budget, ps.noWAL, ps.noWALStore)
 	s.add(
 		&Workload{Name: "W6/flush-kv-1m", Unit: "flush", Writes: true, quiesce: quiesce, Impls: w6KV(w, m, ps, def, defKV)},
-		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", Writes: true, quiesce: quiesce, Impls: w6Bits(w, m, nbits)},
+		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", Writes: true, quiesce: quiesce, Impls: append(w6Bits(w, m, nbits), w6BitsExtra(s, w, m)...)},
 	)
 	return nil
 }

@@ -565,6 +565,7 @@ func setupW7(ctx context.Context, s *Suite, c Config) error {
 			impl(ImplKvbuf, engine, true),
 			impl(ImplRWMutexMap, rwBase, true),
 			impl(ImplMutexMap, muBase, true),
+			w7NoWriter(engine),
 		}},
 	)
 	return nil

@@ -38,7 +38,7 @@ type File struct {
 	fd   *os.File
 
 	// cur is the view readers use; nil after Close.
-	cur atomic.Pointer[view]
+	cur atomic.Pointer[View]
 	// nbits mirrors the current length so Len works after Close.
 	nbits atomic.Uint64
 	// staged is the watermark the next Sync persists; persisted is the one
@@ -64,12 +64,31 @@ type File struct {
 	live    *atomic.Int64
 }
 
-// view is an immutable snapshot of the mapping readers use.
-type view struct {
+// View is an immutable snapshot of the mapping readers use: the data words
+// and the length at one instant (the length changes only by Grow, which
+// publishes a new View). It keeps its mapping alive while it is reachable,
+// so a reader that holds it may load its words without a lock, even after
+// Close (which replaces the mapping in place by zeros). Writes through the
+// File land in the words of every View of it (they map the same file
+// pages); read them with sync/atomic.
+type View struct {
 	words []uint64 // exactly words(nbits) long: indexing past it panics, never faults
 	nbits uint64
 	reg   *region // keeps the mapping alive while a reader holds the view
 }
+
+// View returns the current View, or nil after Close.
+func (f *File) View() *View { return f.cur.Load() }
+
+// Len is the view's length in bits.
+func (v *View) Len() uint64 { return v.nbits }
+
+// Words returns the data words: bit i is bit i%64 of word i/64. Load them
+// with sync/atomic (writers store with it), and keep v reachable
+// (runtime.KeepAlive) until the last load: the slice alone does not keep
+// the mapping. Bits at or past Len in the last word are zero unless the
+// file was damaged; mask them (as Word does) where that matters.
+func (v *View) Words() []uint64 { return v.words }
 
 // region is one mapping of the data area, reserved larger than the file.
 type region struct {
@@ -291,9 +310,9 @@ func (f *File) mapRegion(need int64) (*region, error) {
 	return r, nil
 }
 
-func (r *region) view(nbits uint64) *view {
+func (r *region) view(nbits uint64) *View {
 	n := words(nbits)
-	return &view{words: r.full[:n:n], nbits: nbits, reg: r}
+	return &View{words: r.full[:n:n], nbits: nbits, reg: r}
 }
 
 // retire replaces the file mapping in place with an anonymous read-only zero

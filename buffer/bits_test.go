@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,8 @@ import (
 // demand (after applying part of the words, as a torn write would).
 type faultyFile struct {
 	*bitslice.File
-	fail atomic.Bool
+	fail     atomic.Bool // ApplyWords applies half and fails, Sync fails
+	failSync atomic.Bool // only Sync fails (after every word was applied)
 }
 
 var errBitsInjected = errors.New("injected bits failure")
@@ -31,7 +33,7 @@ func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
 }
 
 func (f *faultyFile) Sync() error {
-	if f.fail.Load() {
+	if f.fail.Load() || f.failSync.Load() {
 		return errBitsInjected
 	}
 	return f.File.Sync()
@@ -131,7 +133,7 @@ type bitsSnap struct {
 // model; every read, Count and Ones is exact.
 func TestBitsModel(t *testing.T) {
 	seed := seedFor(t)
-	for round := range 4 {
+	for round := range 6 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(round)))
 			f, err := bitslice.Create(filepath.Join(t.TempDir(), "m.bits"), 0)
@@ -150,11 +152,18 @@ func TestBitsModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBits(f, ff, &acct, r)
-			universe := uint64(4 * chunkBits)
-			if round >= 2 {
+			universe, steps := uint64(4*pageBits), 2000
+			switch round {
+			case 2, 3:
 				universe = 600
+			case 4, 5:
+				// Past the word filter's cover of a new table (2^20 bits
+				// over an empty file: B4a, unfiltered), sparse; fewer
+				// steps, as every check scans the universe.
+				universe = 1<<20 + 1<<15
+				steps = 300
 			}
-			bitsModelRun(t, rng, b, ff, &acct, universe, 2000)
+			bitsModelRun(t, rng, b, ff, &acct, universe, steps)
 		})
 	}
 }
@@ -178,12 +187,26 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 				t.Fatal(err)
 			}
 			m.set(i, v)
+		case p < 44:
+			idx := make([]uint64, rng.IntN(40))
+			vals := make([]bool, len(idx))
+			base := rng.Uint64N(universe)
+			for j := range idx {
+				idx[j] = (base + rng.Uint64N(300)) % universe
+				vals[j] = rng.IntN(2) == 0
+			}
+			if err := b.SetMany(idx, vals); err != nil {
+				t.Fatal(err)
+			}
+			for j, i := range idx {
+				m.set(i, vals[j])
+			}
 		case p < 48:
 			lo := rng.Uint64N(universe)
-			hi := min(universe, lo+rng.Uint64N(3*chunkBits/2))
+			hi := min(universe, lo+rng.Uint64N(3*pageBits/2))
 			if rng.IntN(3) == 0 {
-				lo = lo / chunkBits * chunkBits
-				hi = min(universe, lo+chunkBits*uint64(1+rng.IntN(2)))
+				lo = lo / pageBits * pageBits
+				hi = min(universe, lo+pageBits*uint64(1+rng.IntN(2)))
 			}
 			v := rng.IntN(2) == 0
 			if err := b.SetRange(lo, hi, v); err != nil {
@@ -200,9 +223,12 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 		case p < 68:
 			if len(queue) > 0 {
 				fail := rng.IntN(4) == 0
-				ff.fail.Store(fail)
+				failSync := fail && rng.IntN(2) == 0
+				ff.fail.Store(fail && !failSync)
+				ff.failSync.Store(failSync)
 				err := queue[0].Write(context.Background(), queue[0].g)
 				ff.fail.Store(false)
+				ff.failSync.Store(false)
 				if fail != (err != nil) {
 					t.Fatalf("%s: Write with fail=%v: %v", where, fail, err)
 				}
@@ -246,7 +272,7 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 		b.Release(gen)
 	}
 	b.Settle()
-	if !b.clean.Load() {
+	if !b.direct() {
 		t.Fatal("not back on the fast path after everything was flushed")
 	}
 	if n := acct.Bytes(); n != 0 {
@@ -262,8 +288,94 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 	if got := b.file.CountOnes(); got != uint64(m.count) {
 		t.Fatalf("file CountOnes = %d, want %d", got, m.count)
 	}
+	checkSummary(t, b)
 	for i, s := range snaps {
 		checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush", i))
+	}
+}
+
+// checkSummary checks that the region summary marks exactly the lines of
+// the file that hold a set bit (true once everything is flushed: a failed
+// write may leave it behind the file until it is retried, while the
+// generation is still pending).
+func checkSummary(t testing.TB, b *Bits) {
+	t.Helper()
+	s, v := b.sum.Load(), b.view.Load()
+	ix := s.index.Load()
+	if got, want := uint64(len(s.lines)), summaryPages(v.nbits); got != want || uint64(len(ix.start)) != got+1 {
+		t.Fatalf("summary of %d pages (index %d) for %d bits, want %d", got, len(ix.start), v.nbits, want)
+	}
+	for l := range uint64(len(s.lines)) * 64 {
+		var or uint64
+		for w := l * lineWords; w < (l+1)*lineWords; w++ {
+			or |= v.fileWord(w)
+		}
+		if marked := s.lines[l>>6]>>(l&63)&1 != 0; marked != (or != 0) {
+			t.Fatalf("summary line %d marked %v, the file's line is %#x", l, marked, or)
+		}
+	}
+	for pi := range uint64(len(s.lines)) {
+		var want []uint16
+		for w := pi * pageWords64; w < (pi+1)*pageWords64; w++ {
+			for x := v.fileWord(w); x != 0; x &= x - 1 {
+				want = append(want, uint16((w-pi*pageWords64)*64)+uint16(bits.TrailingZeros64(x)))
+			}
+		}
+		offs, indexed := ix.offsets(pi)
+		switch {
+		case len(want) > maxIndexed:
+			if indexed {
+				t.Fatalf("page %d: %d set bits, indexed", pi, len(want))
+			}
+		case !indexed || !slices.Equal(offs, want) && len(want)+len(offs) > 0:
+			t.Fatalf("page %d: index %v (%v), the file has %v", pi, offs, indexed, want)
+		}
+	}
+}
+
+// TestBitsSummaryAtOpen: an overlay over a file that already holds bits
+// builds its summary and count from the file, and Ones skips nothing.
+func TestBitsSummaryAtOpen(t *testing.T) {
+	f, err := bitslice.Create(filepath.Join(t.TempDir(), "s.bits"), 3*pageBits+100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Page 0 sparse (indexed), page 1 dense (read through lines), page 2
+	// empty, page 3 sparse and partial.
+	want := []uint64{0, 511, 512, 4095}
+	for i := uint64(pageBits); i < pageBits+4*maxIndexed; i += 3 {
+		want = append(want, i)
+	}
+	want = append(want, 3*pageBits+7, 3*pageBits+99)
+	for _, i := range want {
+		if err := f.Set(i, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := NewBits(f, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSummary(t, b)
+	if got := b.Count(); got != uint64(len(want)) {
+		t.Fatalf("Count = %d, want %d", got, len(want))
+	}
+	if got := slices.Collect(b.Ones(0)); !slices.Equal(got, want) {
+		t.Fatalf("Ones(0) = %v, want %v", got, want)
+	}
+	for _, from := range []uint64{1, 513, pageBits + 1, pageBits + 4*maxIndexed, 3*pageBits + 8} {
+		k, _ := slices.BinarySearch(want, from)
+		if got := slices.Collect(b.Ones(from)); !slices.Equal(got, want[k:]) {
+			t.Fatalf("Ones(%d) = %v, want %v", from, got, want[k:])
+		}
+	}
+	ix := b.sum.Load().index.Load()
+	o0, i0 := ix.offsets(0)
+	_, i1 := ix.offsets(1)
+	o2, i2 := ix.offsets(2)
+	if !i0 || len(o0) != 4 || i1 || !i2 || len(o2) != 0 {
+		t.Fatal("pages 0 (sparse), 1 (dense), 2 (empty) not summarized as such")
 	}
 }
 
@@ -278,12 +390,21 @@ func TestBitsBadInput(t *testing.T) {
 	if err := r.b.SetRange(0, 1001, true); !errors.Is(err, bitslice.ErrOutOfRange) {
 		t.Errorf("SetRange(0, 1001) = %v", err)
 	}
+	if err := r.b.SetMany([]uint64{1, 2}, []bool{true}); !errors.Is(err, ErrBadRange) {
+		t.Errorf("SetMany(2 indexes, 1 value) = %v", err)
+	}
+	if err := r.b.SetMany([]uint64{1, 1000}, []bool{true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
+		t.Errorf("SetMany(1, max) = %v", err)
+	}
+	if r.b.Get(1) || r.b.Count() != 0 {
+		t.Error("a refused SetMany set a bit")
+	}
 	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, ErrBadOptions) {
 		t.Errorf("NewBits(MaxBits too large) = %v", err)
 	}
 }
 
-// TestBitsHugeRangeIsCheap sets 2^30 bits: whole chunks cost a pointer each,
+// TestBitsHugeRangeIsCheap sets 2^30 bits: whole pages cost a pointer each,
 // so the pending memory stays small, and the flush applies them.
 func TestBitsHugeRangeIsCheap(t *testing.T) {
 	r := newBitsRig(t, nil)
@@ -301,10 +422,10 @@ func TestBitsHugeRangeIsCheap(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.b.Get(12345) || !r.b.Get(12346) || r.b.Count() != n-1 {
-		t.Fatal("copy on write of a shared chunk went wrong")
+		t.Fatal("copy on write of a shared page went wrong")
 	}
-	if fullChunks[1][0] != lowHalf<<32|lowHalf {
-		t.Fatal("a shared chunk was written")
+	if fullPages[1][0] != lowHalf<<32|lowHalf {
+		t.Fatal("a shared page was written")
 	}
 }
 
@@ -330,5 +451,41 @@ func TestBitsFreezeRetriedWithSameGeneration(t *testing.T) {
 	r.b.Release(3)
 	if !r.f.Get(5) || !r.f.Get(6) {
 		t.Fatal("a table of the first attempt was not written")
+	}
+}
+
+// TestBitsFilterUnionPastCover: two sealed tables written past the word
+// filter's cover of their day (unfiltered: B4a) and a newer sealed one
+// with a larger cover (the file grew meanwhile). A lookup of a bit past
+// the older covers but within the newer must not trust the union of the
+// filters there: the newest pending value of the bit is in a table whose
+// filter does not reach it.
+func TestBitsFilterUnionPastCover(t *testing.T) {
+	r := newBitsRig(t, &Options{PoolBytes: -1}) // every table new: covers grow with the file
+	const x = 1<<20 + 100                       // past the cover of a table made over an empty file
+	if err := r.b.Set(x, true); err != nil {
+		t.Fatal(err)
+	}
+	g1 := r.b.Freeze(1)
+	if err := g1.Write(context.Background(), 1); err != nil { // the file grows past x
+		t.Fatal(err)
+	}
+	if err := r.b.Set(x, false); err != nil { // the table made at Freeze(1), over the empty file
+		t.Fatal(err)
+	}
+	r.b.Freeze(2)
+	if err := r.b.Set(5, true); err != nil { // the table made at Freeze(2), covering x
+		t.Fatal(err)
+	}
+	r.b.Freeze(3)
+	if r.f.Get(x) != true {
+		t.Fatal("generation 1 did not reach the file")
+	}
+	if r.b.Get(x) {
+		t.Fatal("bit past the older filters' cover read as the file's 1, not the pending 0")
+	}
+	out := make([]bool, 1)
+	if r.b.GetMany([]uint64{x}, out); out[0] {
+		t.Fatal("GetMany read the file's 1, not the pending 0")
 	}
 }

@@ -63,7 +63,12 @@
 //   - Bits.Count is exact for writes that returned; a write in progress may
 //     or may not be counted yet.
 //   - PendingBytes counts the memory the changes hold (a KV table's slot
-//     arrays and arena chunks, a bits table's chunks), not the key orders
-//     iterators build; a reused table's slot arrays and directory are not
-//     counted again (Options.PoolBytes bounds them).
+//     arrays and arena chunks, a bits table's pages), not the key orders
+//     iterators build nor a bits table's word filter (a 512th of the
+//     file's bits, in bytes); a reused table's slot arrays and directory
+//     are not counted again (Options.PoolBytes bounds them).
+//   - Bits keeps a region summary of its file in memory (lines holding a
+//     set bit, and the set bits of sparse pages), built by a scan at
+//     NewBits: 12 bytes per 32768 bits, plus 2 bytes per set bit of the
+//     pages holding at most 1024.
 package buffer

@@ -308,7 +308,7 @@ func (r *protoRig) settle() string {
 	unlock := r.lockAll()
 	r.bits.b.Settle()
 	unlock()
-	return "fast path: " + onOff(r.bits.b.clean.Load())
+	return "fast path: " + onOff(r.bits.b.direct())
 }
 
 // reopen is a crash and restart: the pending state (overlays, frozen
@@ -631,7 +631,7 @@ func (r *protoRig) pending() string {
 		}
 		b.vmu.Unlock()
 		out = append(out, fmt.Sprintf("bits: active [%s], sealed [%s]; pending %s, fast path %s, %s",
-			summarizeBitsTable(v.active), strings.Join(sealed, "; "), yesNo(!v.active.empty() || len(v.sealed) > 0), onOff(b.clean.Load()), showBytes(b.PendingBytes())))
+			summarizeBitsTable(v.active), strings.Join(sealed, "; "), yesNo(!v.active.empty() || len(v.sealed) > 0), onOff(b.direct()), showBytes(b.PendingBytes())))
 		if a, p := r.bits.acct.Bytes(), b.PendingBytes(); a != p {
 			out = append(out, fmt.Sprintf("bits: account %d != pending bytes %d", a, p))
 		}

@@ -1,0 +1,63 @@
+package buffer
+
+import (
+	"context"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/kverr"
+)
+
+// applyBatch bounds the word changes applied (and the undo recorded) at once.
+const applyBatch = 1 << 16
+
+// Write applies the generation to the file: grow it if a change lies beyond
+// its end, apply the changes (oldest table first, page by page, whole
+// words), stage wm as the file's watermark and sync (data, then the
+// header). If an open snapshot needs the words it overwrites, it records
+// them first (see BitsSnapshot). It may be called again after a failure: it
+// is idempotent. The order is B7 of bits_protocol.go.
+func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
+	b := g.b
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	var hi uint64
+	for _, t := range g.tables {
+		hi = max(hi, t.hi.Load())
+	}
+	if hi > b.fio.Len() {
+		if err := b.fio.Grow(hi); err != nil {
+			return kverr.Errorf("grow to %d bits: %w", hi, err)
+		}
+	}
+	if fv := b.file.View(); fv != nil && fv.Len() != b.view.Load().nbits {
+		b.refreshFile() // B7: the new words before any is applied
+		b.growSummary(fv.Len())
+	}
+	undo := b.needUndo(g.g)
+	for _, t := range g.tables {
+		nw := (t.hi.Load() + 63) >> 6
+		for w := uint64(0); w < nw; {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var words []bitslice.WordChange
+			words, w = t.appendWords(b.scratch[:0], w, nw, applyBatch)
+			b.scratch = words[:0]
+			if len(words) == 0 {
+				continue
+			}
+			if undo {
+				b.recordUndo(g.g, words) // B10
+			}
+			if err := b.fio.ApplyWords(words); err != nil {
+				return kverr.Errorf("apply %d words: %w", len(words), err)
+			}
+			b.summarize(words) // B9: before Release
+		}
+	}
+	b.fio.SetWatermark(wm)
+	if err := b.fio.Sync(); err != nil {
+		return kverr.Errorf("sync: %w", err)
+	}
+	return nil
+}

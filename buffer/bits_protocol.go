@@ -1,0 +1,98 @@
+package buffer
+
+// Bits publication order. Every word a lock-free reader of a Bits overlay
+// loads is written with sync/atomic, in every build. The rules below are
+// what a reader may observe between two stores and why it is enough; the
+// code cites them by number (B1 ... B11).
+//
+// B1. View. Everything a reader consults first (the direct-read limit, the
+//     file's words and length, the active table, the sealed tables newest
+//     first) is one immutable bitsView published by one atomic pointer
+//     store (Bits.publish), under vmu. Views are never reused, so a reader
+//     that loads the same pointer twice saw nothing change in between (no
+//     ABA). The direct-read limit is the file's length in a direct view and
+//     0 otherwise, so the direct path is one comparison.
+//
+// B2. Leaving the direct path. A writer that finds the view direct
+//     publishes a view that is not (B1) before its first store to a table.
+//     A write returns after its store, so a reader that starts after it
+//     returned loads a view that is not direct and probes the tables.
+//
+// B3. Back to the direct path (Settle). Only with writers excluded, no
+//     sealed table and an empty active table: the view it publishes is
+//     direct. A direct view's words are the file's current ones (B7).
+//
+// B4. Table words. A set of bit v is one atomic OR of its mask and value
+//     bits (v = 1), or an atomic OR of its mask bit followed, only if the
+//     bit was pending as 1, by an atomic AND of its value bit (v = 0). A
+//     value bit is never set without its mask bit, so one atomic load of a
+//     packed word gives a pair a reader may use: a bit not pending (read
+//     beneath), the old pending value, or the new one.
+//
+// B4a. Word filters. A writer marks the bitslice word of a bit (64 bits)
+//     in its table's word filter, or sets the table unfiltered for a bit
+//     past the filter, before it writes the packed word (B4). A lookup that
+//     finds the word unmarked in the active table's filter and in the
+//     union of the sealed tables' filters (built when the sealed tables
+//     change, after their last write) reads the file alone: a write whose
+//     mark it did not see had not stored its word, so it had not returned.
+//     Marks are cleared only by reset (B8); a dense table marks every word
+//     before it says it is dense. That read re-validates the view like a
+//     fold (B8): a released table's filter is reset while older views still
+//     point at it, and such a view's file words may end before the growth
+//     that holds the bit.
+//
+// B5. Pages and directories. A page is zeroed (or copied from a shared
+//     full page) before it is stored in a directory entry; a grown
+//     directory is filled before it is stored in the table. Both under the
+//     table's mutex, so no install is lost to a concurrent copy. A reader
+//     sees a nil entry (nothing pending there) or a page whose words are
+//     what B4 stored. The view holds the active table's directory (adir):
+//     a grown directory of the active table is published in a new view
+//     (B1; lock order: the table's mutex, then vmu) before any page is
+//     installed in it, so a write that installed a page returned after a
+//     view that reaches the page was published.
+//
+// B6. Count. Each atomic read-modify-write of B4 adds to the set-bit count
+//     the exact change it made, from the old word it returned; a bit not
+//     pending in the active table had the value beneath (sealed tables,
+//     then the file), which does not change while writers run (Freeze
+//     excludes them, and applying a sealed table to the file does not
+//     change what any read returns).
+//
+// B7. Flush order (BitsGen.Write). Grow the file and publish a view with
+//     its new words (B1); apply each sealed table's words, oldest first;
+//     update the region summary of every line applied (B9); stage the
+//     watermark and sync (data, then the header). The generation's tables
+//     stay in the view, so reads see the same values throughout, and a
+//     failure at any step leaves them there for the next attempt.
+//
+// B8. Release. The view without the generation's tables is published
+//     (B1) before any of them is reset (pages zeroed, kept for reuse), and
+//     only unpinned ones are. Every read of the tables re-loads the view
+//     after its probes and retries if it changed: a read that probed a
+//     table being reset sees a new view.
+//
+// B9. Region summary. The flush brings the summary of every page it wrote
+//     up to date (line bits in place, atomically; a new flat index,
+//     published by one atomic pointer store after it is filled) after
+//     applying the page's words and before the Release that drops the
+//     tables (B8). A grown summary is filled from the old one (only the
+//     flush writes it, under wmu) before it is published. Ones loads, for
+//     each page, the view, then the summary and its index, then the view
+//     again (B8: retrying the page if it changed): a page's pending bits
+//     are either in a table of the view or already in the summary it
+//     loaded, and the view's file words are current. Over a view that was
+//     direct when the iteration began, the view and summary are loaded
+//     once: every bit written before the iteration is in them, and later
+//     writes are concurrent with it.
+//
+// B10. Undo layers. A write that overwrites file words an open snapshot
+//     still needs publishes the old words (a new layer list, one atomic
+//     pointer store, under vmu) before it overwrites them. A snapshot
+//     read loads the file word first, then the layers: it finds the old
+//     word in a layer, or read the file before the write.
+//
+// B11. Pins. Snapshot pins the tables of the view under vmu; Release takes
+//     tables out of the view under vmu and resets only unpinned ones, so a
+//     table is never pinned after it left the view.
