@@ -96,21 +96,28 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	if err := removeContentsErr(d.BitsDirPath()); err != nil {
 		return 0, err
 	}
-	db.mu.Lock()
-	bits := make([]*Bits, 0, len(db.bits))
-	for _, b := range db.bits {
-		bits = append(bits, b)
-	}
-	db.mu.Unlock()
-
 	// The instant: no generation writes a bitslice or commits to the
 	// store while the files are copied and the store checkpointed. A
 	// commit that an earlier Write handed to the store may land in the
 	// store's checkpoint or not; its bitslices were written before, so
 	// the copies are never older than the store's catalog says.
+	//
+	// The bitslices are listed under writeMu too: a bitslice is in
+	// db.bits before a freeze can take it into a generation (openBits
+	// adds it there and to bitsAdded under db.mu), and only a Write,
+	// under writeMu, records it in the store's catalog. So every
+	// bitslice the copied store can name is listed and copied. (Listed
+	// before writeMu, a bitslice created in between and recorded by a
+	// Write that took writeMu first was in the copy's catalog and not in
+	// its bits directory: a copy that did not open.)
+	var bits []*Bits
 	err := func() error {
 		db.writeMu.Lock()
 		defer db.writeMu.Unlock()
+		bits = db.bitsList()
+		if h := db.opts.hooks; h != nil && h.checkpointListed != nil {
+			h.checkpointListed()
+		}
 		for _, b := range bits {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -168,6 +175,17 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 		return 0, err
 	}
 	return wm, nil
+}
+
+// bitsList returns the engine's bitslices.
+func (db *DB) bitsList() []*Bits {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	bits := make([]*Bits, 0, len(db.bits))
+	for _, b := range db.bits {
+		bits = append(bits, b)
+	}
+	return bits
 }
 
 // copyFile copies the regular file src to dst (which must not exist),

@@ -81,6 +81,17 @@ type Options struct {
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
 	// manifest, lock and bitslices always use the OS file system.
 	storeFS vfs.FS
+
+	// hooks are this package's test seams; nil in production.
+	hooks *testHooks
+}
+
+// testHooks let a test act at a chosen point of the engine's protocols.
+// Each is called, when not nil, on the goroutine that reaches the point.
+type testHooks struct {
+	// checkpointListed is called once Checkpoint has listed the
+	// bitslices it copies, with flushes held off (writeMu held).
+	checkpointListed func()
 }
 
 // EnsureDefaults returns a copy of o (nil = all defaults) with every zero
