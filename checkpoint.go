@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -46,6 +47,11 @@ import (
 //   - Flushes of the engine wait while the bitslice files are copied (time
 //     proportional to their size).
 func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
+	wm, err := db.checkpoint(ctx, dir)
+	return wm, db.noteDiskFull(err)
+}
+
+func (db *DB) checkpoint(ctx context.Context, dir string) (uint64, error) {
 	if err := db.Flush(ctx); err != nil {
 		return 0, err
 	}
@@ -60,6 +66,11 @@ func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
 	}
 	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: db.opts.storeFS})
 	if err != nil {
+		if absent && !errors.Is(err, ErrLocked) && !errors.Is(err, ErrNotEngine) {
+			// What Open made of it (a full disk failing the manifest,
+			// say); locked or foreign, it is someone else's by now.
+			_ = os.RemoveAll(dir)
+		}
 		return 0, kverr.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	if !d.Fresh() {
@@ -191,6 +202,9 @@ func (db *DB) bitsList() []*Bits {
 // copyFile copies the regular file src to dst (which must not exist),
 // synced.
 func copyFile(src, dst string) (err error) {
+	if err := failpoint.Hit(failpoint.CheckpointCopy); err != nil {
+		return kverr.Errorf("copy %s: %w", src, err)
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err

@@ -92,6 +92,9 @@ type testHooks struct {
 	// checkpointListed is called once Checkpoint has listed the
 	// bitslices it copies, with flushes held off (writeMu held).
 	checkpointListed func()
+	// diskRetryMax caps the wait between retries of a store write on a
+	// full disk (default: diskfull's, 1s).
+	diskRetryMax time.Duration
 }
 
 // EnsureDefaults returns a copy of o (nil = all defaults) with every zero

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -226,7 +227,10 @@ func writeManifest(dir, text string) (err error) {
 		return kverr.Errorf("write %s: %w", mpath, err)
 	}
 	tmp := f.Name()
-	_, err = f.WriteString(text)
+	err = failpoint.Hit(failpoint.EnginedirManifest)
+	if err == nil {
+		_, err = f.WriteString(text)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -40,4 +40,12 @@ const (
 	// word changes are stored: a crash point only (its error is ignored,
 	// since ApplyWords validates everything before it writes).
 	BitsliceApplyWords = "bitslice/apply-words/midway"
+	// CheckpointCopy is in the engine's Checkpoint before each bitslice
+	// file is copied; an error (say, syscall.ENOSPC) fails the copy as a
+	// full disk would.
+	CheckpointCopy = "kvbuf/checkpoint/copy-bitslice"
+	// EnginedirManifest is in the engine directory's manifest write
+	// (initialising, ready, upgrade) before the temporary file is written;
+	// an error fails the write as a full disk would.
+	EnginedirManifest = "enginedir/manifest/write"
 )
