@@ -79,6 +79,9 @@ func (db *DB) checkpoint(ctx context.Context, dir string) (uint64, error) {
 	}
 	wm, err := db.checkpointInto(ctx, d)
 	if err == nil {
+		err = failpoint.Hit(failpoint.CheckpointReady)
+	}
+	if err == nil {
 		err = d.MarkReady()
 	}
 	if cerr := d.Close(); err == nil {
@@ -222,7 +225,11 @@ func copyFile(src, dst string) (err error) {
 	if _, err := io.Copy(out, in); err != nil {
 		return err
 	}
-	return out.Sync()
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	failpoint.FileSynced(out, 0, -1)
+	return nil
 }
 
 func removeStoreDir(fsys interface{ RemoveAll(string) error }, path string) error {

@@ -234,8 +234,14 @@ func writeManifest(dir, text string) (err error) {
 	if err == nil {
 		err = f.Sync()
 	}
+	if err == nil {
+		failpoint.FileSynced(f, 0, -1)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = failpoint.Hit(failpoint.EnginedirManifestRename)
 	}
 	if err == nil {
 		err = os.Rename(tmp, mpath)
