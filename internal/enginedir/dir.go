@@ -101,16 +101,30 @@ func Open(path string, opts *Options) (*Dir, error) {
 	return nil, kverr.Errorf("lock %s: the lock file kept changing (%d attempts)", filepath.Join(path, LockName), maxAttempts)
 }
 
-// ensureDir creates path (and syncs its parent) if it does not exist.
+// ensureDir creates path if it does not exist, with its missing parents,
+// and syncs the parent of every directory it made, up to the closest one
+// that existed: a directory made durable in its parent whose own entry in
+// the grandparent is not could vanish in a power cut, engine and all
+// (issue 30's power-cut test lost whole checkpoints made under a new
+// parent directory). pebble's Checkpoint does the same.
 func ensureDir(path string) error {
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		var made []string // deepest first
+		for d := filepath.Clean(path); ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+				break
+			}
+			made = append(made, d)
+		}
 		if err := os.MkdirAll(path, 0o755); err != nil {
 			return kverr.Errorf("create %s: %w", path, err)
 		}
-		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
-			return kverr.Errorf("create %s: sync parent: %w", path, err)
+		for _, d := range made {
+			if err := fsutil.SyncDir(filepath.Dir(d)); err != nil {
+				return kverr.Errorf("create %s: sync %s: %w", path, filepath.Dir(d), err)
+			}
 		}
 		return nil
 	case err != nil:
