@@ -17,7 +17,8 @@ package kvbuf
 // snapshot, All) that take a fresh iterator for every scan, CPU-bound
 // goroutines, and after a random delay three goroutines that call Close.
 // Two CPU-bound processes run beside the whole test. GOMAXPROCS is well
-// above the cores. -kvbuf.iterclose.rounds (or KVBUF_ITERCLOSE_ROUNDS)
+// above the cores. The normal run takes 50 rounds; -kvbuf.iterclose.rounds
+// (or KVBUF_ITERCLOSE_ROUNDS)
 // sets the number of rounds.
 
 import (
@@ -174,7 +175,7 @@ func (s *icStats) add(kind string, complete, closed bool, keys, held int) {
 func TestIterRacingClose(t *testing.T) {
 	stressSetup(t)
 	seed := testSeed(t)
-	rounds := testutil.EnvInt(t, "KVBUF_ITERCLOSE_ROUNDS", 100)
+	rounds := testutil.EnvInt(t, "KVBUF_ITERCLOSE_ROUNDS", 50)
 	if *iterCloseRounds > 0 {
 		rounds = *iterCloseRounds
 	}

@@ -44,6 +44,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,10 @@ type FS struct {
 	vfs.FS
 	dir  string // guarded: dir and everything under it
 	opts Options
+
+	// fullFlag mirrors full, so that the writes of a healthy disk (all
+	// but a few) learn that nothing is to be reported without the mutex.
+	fullFlag atomic.Bool
 
 	mu      sync.Mutex
 	full    bool          // an episode is on
@@ -168,6 +173,7 @@ func (g *FS) failed(err error) bool {
 	g.mu.Lock()
 	begins := !g.full
 	g.full = true
+	g.fullFlag.Store(true)
 	g.mu.Unlock()
 	if begins && g.opts.Full != nil {
 		g.opts.Full(err)
@@ -177,9 +183,13 @@ func (g *FS) failed(err error) bool {
 
 // succeeded records a successful write of a guarded file.
 func (g *FS) succeeded() {
+	if !g.fullFlag.Load() {
+		return
+	}
 	g.mu.Lock()
 	ends := g.full
 	g.full = false
+	g.fullFlag.Store(false)
 	g.mu.Unlock()
 	if ends && g.opts.Space != nil {
 		g.opts.Space()
@@ -188,8 +198,10 @@ func (g *FS) succeeded() {
 
 // retry runs op until it succeeds or fails otherwise than with ENOSPC, or,
 // for a waitLog file, until Abort; it returns op's last error.
-func (g *FS) retry(p policy, op func() error) error {
-	err := op()
+func (g *FS) retry(p policy, op func() error) error { return g.retryAfter(p, op(), op) }
+
+// retryAfter is retry after a first attempt that returned err.
+func (g *FS) retryAfter(p policy, err error, op func() error) error {
 	if p == unguarded {
 		return err
 	}
@@ -315,8 +327,12 @@ type file struct {
 }
 
 func (f *file) Write(b []byte) (int, error) {
-	n := 0
-	err := f.g.retry(f.p, func() error {
+	n, err := f.File.Write(b)
+	if err == nil { // the healthy disk's path: no closure, no lock
+		f.g.succeeded()
+		return n, nil
+	}
+	err = f.g.retryAfter(f.p, err, func() error {
 		m, err := f.File.Write(b[n:])
 		n += m
 		return err
@@ -325,8 +341,12 @@ func (f *file) Write(b []byte) (int, error) {
 }
 
 func (f *file) WriteAt(b []byte, off int64) (int, error) {
-	n := 0
-	err := f.g.retry(f.p, func() error {
+	n, err := f.File.WriteAt(b, off)
+	if err == nil {
+		f.g.succeeded()
+		return n, nil
+	}
+	err = f.g.retryAfter(f.p, err, func() error {
 		m, err := f.File.WriteAt(b[n:], off+int64(n))
 		n += m
 		return err
