@@ -18,8 +18,7 @@ package kvbuf
 // goroutines, and after a random delay three goroutines that call Close.
 // Two CPU-bound processes run beside the whole test. GOMAXPROCS is well
 // above the cores. The normal run takes 50 rounds; -kvbuf.iterclose.rounds
-// (or KVBUF_ITERCLOSE_ROUNDS)
-// sets the number of rounds.
+// (or KVBUF_ITERCLOSE_ROUNDS) sets another number.
 
 import (
 	"bytes"
