@@ -83,10 +83,10 @@ type pcPoint struct {
 // internal/failpoint, or a store operation classified by pcStoreOp, and is
 // listed here.
 var pcPoints = []pcPoint{
-	{failpoint.BitsliceSyncMsync, 30},
-	{failpoint.BitsliceSyncHeader, 30},
-	{failpoint.BitsliceSyncDone, 30},
-	{failpoint.BitsliceApplyWords, 30},
+	{failpoint.BitsliceSyncMsync, 15},
+	{failpoint.BitsliceSyncHeader, 15},
+	{failpoint.BitsliceSyncDone, 15},
+	{failpoint.BitsliceApplyWords, 15},
 	{failpoint.BitsliceGrowAllocate, 6},
 	{failpoint.BitsliceGrowHeader, 6},
 	{failpoint.BitsliceCreatePublish, 4},
@@ -95,8 +95,8 @@ var pcPoints = []pcPoint{
 	{failpoint.EnginedirManifestRename, 2},
 	{failpoint.CheckpointCopy, 6},
 	{failpoint.CheckpointReady, 2},
-	{"pebble/wal-write", 40},
-	{"pebble/wal-sync", 40},
+	{"pebble/wal-write", 20},
+	{"pebble/wal-sync", 20},
 	{"pebble/sst-sync", 3},
 	{"pebble/manifest-sync", 3},
 	{"pebble/dir-sync", 4},
@@ -291,7 +291,7 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 			func(dir string) error { return pcMemDir(mem, dir) })
 	})
 	start := time.Now()
-	deadline := start.Add(3 * time.Second)
+	deadline := start.Add(1500 * time.Millisecond)
 	for {
 		time.Sleep(5 * time.Millisecond)
 		if !randomTaken && time.Since(start) >= randomAt {
