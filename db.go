@@ -149,7 +149,10 @@ type targetSet struct {
 }
 
 // Open opens the engine in dir, creating dir and an empty engine if dir does
-// not exist or is empty. A nil opts means defaults (see Options).
+// not exist or is empty. A nil opts means defaults (see Options). An engine
+// whose creation a crash interrupted (its manifest still says
+// initialising: it acknowledged nothing) is finished, a store that its
+// creation left half made begun again.
 //
 // Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
 // non-empty directory kvbuf did not create (nothing is written to it);
@@ -189,6 +192,15 @@ func (db *DB) open() error {
 	so.FS = db.guardStore()
 	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
 	st, err := storage.Open(db.dir.StorePath(), so)
+	if fresh && errors.Is(err, ErrCorrupt) {
+		// An engine still initialising has acknowledged nothing: a store
+		// its creation left half made is begun again (a power cut in
+		// pebble's creation can leave the marker naming a MANIFEST
+		// whose directory entry did not reach the disk).
+		if rerr := removeStoreDir(so.FS, db.dir.StorePath()); rerr == nil {
+			st, err = storage.Open(db.dir.StorePath(), so)
+		}
+	}
 	if !fresh && errors.Is(err, fs.ErrNotExist) {
 		// A ready manifest is written only once the store is durable.
 		return kverr.Errorf("%s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorruptDir, err)
