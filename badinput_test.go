@@ -554,6 +554,29 @@ func TestHarmlessOpenInputs(t *testing.T) {
 				t.Error("leftover temporary manifest not removed")
 			}
 		}},
+		{"interrupted initialisation: a store whose creation was cut short", emptyDirWith(func(t *testing.T, d string) {
+			// Initialising (the manifest says so, bits/ exists) with a
+			// store whose marker names a MANIFEST that never reached the
+			// disk: what a power cut in pebble's creation can leave
+			// (TestCrashPowerCut found it). Nothing was acknowledged.
+			writeFile(t, filepath.Join(d, enginedir.ManifestName), []byte(manifestInitText))
+			mustMkdir(t, filepath.Join(d, enginedir.BitsDir))
+			st, err := storage.Open(filepath.Join(d, enginedir.StoreDir), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range storeFiles(t, d, "MANIFEST-") {
+				if err := os.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}), func(t *testing.T, db *DB, dir string) {
+			mustPut(t, mustKV(t, db, "k"), "a", "1", 1)
+			mustFlush(t, db)
+		}},
 		{"the newest WAL is garbage: the watermark drops with the data", newEngineWith(func(t *testing.T, d string) {
 			for _, p := range storeFiles(t, d, "0") {
 				if strings.HasSuffix(p, ".log") {

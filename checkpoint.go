@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -46,6 +47,11 @@ import (
 //   - Flushes of the engine wait while the bitslice files are copied (time
 //     proportional to their size).
 func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
+	wm, err := db.checkpoint(ctx, dir)
+	return wm, db.noteDiskFull(err)
+}
+
+func (db *DB) checkpoint(ctx context.Context, dir string) (uint64, error) {
 	if err := db.Flush(ctx); err != nil {
 		return 0, err
 	}
@@ -60,6 +66,11 @@ func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
 	}
 	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: db.opts.storeFS})
 	if err != nil {
+		if absent && !errors.Is(err, ErrLocked) && !errors.Is(err, ErrNotEngine) {
+			// What Open made of it (a full disk failing the manifest,
+			// say); locked or foreign, it is someone else's by now.
+			_ = os.RemoveAll(dir)
+		}
 		return 0, kverr.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	if !d.Fresh() {
@@ -67,6 +78,9 @@ func (db *DB) Checkpoint(ctx context.Context, dir string) (uint64, error) {
 		return 0, kverr.Errorf("checkpoint to %s: it is an engine directory already: %w", dir, fs.ErrExist)
 	}
 	wm, err := db.checkpointInto(ctx, d)
+	if err == nil {
+		err = failpoint.Hit(failpoint.CheckpointReady)
+	}
 	if err == nil {
 		err = d.MarkReady()
 	}
@@ -96,21 +110,28 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	if err := removeContentsErr(d.BitsDirPath()); err != nil {
 		return 0, err
 	}
-	db.mu.Lock()
-	bits := make([]*Bits, 0, len(db.bits))
-	for _, b := range db.bits {
-		bits = append(bits, b)
-	}
-	db.mu.Unlock()
-
 	// The instant: no generation writes a bitslice or commits to the
 	// store while the files are copied and the store checkpointed. A
 	// commit that an earlier Write handed to the store may land in the
 	// store's checkpoint or not; its bitslices were written before, so
 	// the copies are never older than the store's catalog says.
+	//
+	// The bitslices are listed under writeMu too: a bitslice is in
+	// db.bits before a freeze can take it into a generation (openBits
+	// adds it there and to bitsAdded under db.mu), and only a Write,
+	// under writeMu, records it in the store's catalog. So every
+	// bitslice the copied store can name is listed and copied. (Listed
+	// before writeMu, a bitslice created in between and recorded by a
+	// Write that took writeMu first was in the copy's catalog and not in
+	// its bits directory: a copy that did not open.)
+	var bits []*Bits
 	err := func() error {
 		db.writeMu.Lock()
 		defer db.writeMu.Unlock()
+		bits = db.bitsList()
+		if h := db.opts.hooks; h != nil && h.checkpointListed != nil {
+			h.checkpointListed()
+		}
 		for _, b := range bits {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -170,9 +191,23 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	return wm, nil
 }
 
+// bitsList returns the engine's bitslices.
+func (db *DB) bitsList() []*Bits {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	bits := make([]*Bits, 0, len(db.bits))
+	for _, b := range db.bits {
+		bits = append(bits, b)
+	}
+	return bits
+}
+
 // copyFile copies the regular file src to dst (which must not exist),
 // synced.
 func copyFile(src, dst string) (err error) {
+	if err := failpoint.Hit(failpoint.CheckpointCopy); err != nil {
+		return kverr.Errorf("copy %s: %w", src, err)
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -190,7 +225,11 @@ func copyFile(src, dst string) (err error) {
 	if _, err := io.Copy(out, in); err != nil {
 		return err
 	}
-	return out.Sync()
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	failpoint.FileSynced(out, 0, -1)
+	return nil
 }
 
 func removeStoreDir(fsys interface{ RemoveAll(string) error }, path string) error {

@@ -38,7 +38,9 @@ package kvbuf
 // TestCrashableMemStore runs the same workload in-process with the store on
 // vfs.NewCrashableMem, whose CrashClone keeps only what pebble synced (plus
 // a random share of what it did not): power-loss semantics for the store,
-// taken at deterministic WAL writes and syncs.
+// taken at deterministic WAL writes and syncs. TestCrashPowerCut
+// (powercut_failpoints_test.go, -tags kvbuf_failpoints) extends power-loss
+// semantics to the bitslices and the engine directory's own files.
 
 import (
 	"context"

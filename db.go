@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/diskfull"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -65,7 +66,21 @@ import (
 //   - After a failed write or sync of the store's write-ahead log every
 //     flush fails with ErrSyncFailed (pebble cannot write that log again):
 //     reads go on, pending changes stay pending, and Close reports the
-//     error. Reopen to recover.
+//     error. Reopen to recover. A log write that finds the disk full is
+//     not such a failure: it waits for space (see the next caveat).
+//   - A full disk (errors match ErrDiskFull and syscall.ENOSPC): a flush
+//     that cannot grow a bitslice fails and is retried; a store write of
+//     pebble's log or MANIFEST waits and retries until space returns
+//     (pebble cannot survive it failing), and meanwhile Flush returns
+//     ErrDiskFull at once. Either way the watermark stays, every change
+//     stays readable, writes go on until pending memory reaches
+//     Options.MaxPendingBytes and then get ErrDiskFull, and once space
+//     returns the same engine flushes everything (no reopen).
+//     Metrics.DiskFull counts these, Metrics.DiskFullWaiting reports a
+//     wait. A Checkpoint on a full disk fails and leaves nothing. Close on
+//     a full disk does not wait for space: its final flush fails with
+//     ErrDiskFull, which Close returns (replay from Watermark, as after a
+//     crash).
 //   - While a Snapshot is open, each flush keeps the bitslice words it
 //     overwrites (memory proportional to the words changed) until the
 //     snapshot is closed.
@@ -117,6 +132,13 @@ type DB struct {
 	// starts, use it.
 	catW enginedir.BitsCatalog
 
+	// guard is the store's file system, guarded against a full disk
+	// (diskfull.go); stallTo is the flusher it stalls, once there is one;
+	// diskFull counts the episodes (Metrics.DiskFull).
+	guard    *diskfull.FS
+	stallTo  atomic.Pointer[flush.Flusher]
+	diskFull atomic.Int64
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -127,7 +149,10 @@ type targetSet struct {
 }
 
 // Open opens the engine in dir, creating dir and an empty engine if dir does
-// not exist or is empty. A nil opts means defaults (see Options).
+// not exist or is empty. A nil opts means defaults (see Options). An engine
+// whose creation a crash interrupted (its manifest still says
+// initialising: it acknowledged nothing) is finished, a store that its
+// creation left half made begun again.
 //
 // Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
 // non-empty directory kvbuf did not create (nothing is written to it);
@@ -164,9 +189,18 @@ func Open(dir string, opts *Options) (*DB, error) {
 func (db *DB) open() error {
 	fresh := db.dir.Fresh()
 	so := db.opts.storageOptions()
-	so.FS = db.opts.storeFSOrOS()
+	so.FS = db.guardStore()
 	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
 	st, err := storage.Open(db.dir.StorePath(), so)
+	if fresh && errors.Is(err, ErrCorrupt) {
+		// An engine still initialising has acknowledged nothing: a store
+		// its creation left half made is begun again (a power cut in
+		// pebble's creation can leave the marker naming a MANIFEST
+		// whose directory entry did not reach the disk).
+		if rerr := removeStoreDir(so.FS, db.dir.StorePath()); rerr == nil {
+			st, err = storage.Open(db.dir.StorePath(), so)
+		}
+	}
 	if !fresh && errors.Is(err, fs.ErrNotExist) {
 		// A ready manifest is written only once the store is durable.
 		return kverr.Errorf("%s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorruptDir, err)
@@ -200,7 +234,14 @@ func (db *DB) open() error {
 		return err
 	}
 	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
-	return err
+	if err != nil {
+		return err
+	}
+	// From now on a store write that finds the disk full waits for space
+	// and stalls the flusher (diskfull.go); during Open it failed instead.
+	db.stallTo.Store(db.flusher)
+	db.guard.Resume()
+	return nil
 }
 
 // loadHighestOp reads the highest op seen as of the latest flush (0 if the
@@ -359,6 +400,9 @@ func (db *DB) Bitslices() []string {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		db.closing.Store(true)
+		// A store write waiting for disk space fails now: the final flush
+		// reports the full disk instead of waiting for space forever.
+		db.guard.Abort()
 		err := db.flusher.Close()
 		db.mu.Lock()
 		snaps := make([]*Snapshot, 0, len(db.snaps))

@@ -100,6 +100,10 @@
 // Reads take no lock and enter no gate: they read, then check whether Close
 // has begun. A read that starts after Close began returns ErrClosed; one
 // that overlaps Close returns the right value or ErrClosed, never torn data.
+// An iterator's positioning call is such a read: an iterator racing Close
+// yields keys that are in the data, or stops with ErrClosed (not valid,
+// the error carried), and a key and value it returned stay readable until
+// its next positioning call, whatever Close does meanwhile.
 //
 // See DB for the caveats.
 package kvbuf

@@ -138,6 +138,15 @@ var (
 	// write or sync failed".
 	ErrSyncFailed = kverr.ErrSyncFailed
 
+	// ErrDiskFull is matched by every error whose cause is a full disk
+	// (ENOSPC, which errors.Is still matches too): a flush that could not
+	// grow a bitslice, a Flush or a write held by backpressure while the
+	// store waits for space, a Checkpoint, an Open that could not write
+	// its files. Nothing is lost: see "A full disk" in the DB caveats. It
+	// is never returned alone; the text is the cause's ("...: no space
+	// left on device"), the sentinel's own is "kvbuf: disk full".
+	ErrDiskFull = kverr.ErrDiskFull
+
 	// ErrPanicked is wrapped by the error a Flush returns when the flush it
 	// waited for panicked (a bug); see flush.PanicError. Text: "kvbuf:
 	// flush panicked".

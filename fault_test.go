@@ -21,7 +21,9 @@ package kvbuf
 //     after a crash (TestFaultWALFailure). The same must hold when a later
 //     generation's commit is already on its way into pebble when the log
 //     fails, which the pipeline makes possible
-//     (TestFaultWALFailureRacingCommit).
+//     (TestFaultWALFailureRacingCommit). A write of the WAL that finds the
+//     disk full (ENOSPC) is not such a failure: the store's guard waits for
+//     space (diskfull_test.go).
 //
 // The workload is the crash test's (crashOpFor): ops of several writes, some
 // batches, some single calls, over three keyspaces and two bitslices.

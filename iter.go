@@ -15,8 +15,16 @@ import (
 // flushes, change nothing it returns. An iterator from a Snapshot sees
 // exactly the snapshot.
 //
-// Once the engine has closed, positioning calls return false, Valid is
-// false and Error (and Close) return an error matching ErrClosed.
+// Close of the engine: a positioning call reads, then checks whether Close
+// has begun; once it has, the call returns false, Valid is false and Key
+// and Value are nil from then on, and Error (and Close) return an error
+// matching ErrClosed. What a call that returned true positioned the
+// iterator at (Valid, Key, Value) does not change until the next
+// positioning call or Close of the iterator, whatever the engine's Close
+// does meanwhile: the key and value are the iterator's own or its pinned
+// tables' memory, never the store's buffers, which the engine's Close
+// releases. So an iterator racing Close yields keys that are in the data,
+// or stops with ErrClosed.
 type Iter struct {
 	db   *DB
 	name string       // the keyspace's, for errors
@@ -66,9 +74,13 @@ func (it *Iter) SeekLT(key []byte) bool {
 	return it.err == nil && it.it != nil && it.step(it.it.SeekLT(key))
 }
 
-// Valid reports whether the iterator is positioned at a key.
+// Valid reports whether the iterator is positioned at a key: whether the
+// last positioning call returned true (see Iter for Close of the engine).
 func (it *Iter) Valid() bool {
-	return it.err == nil && it.it != nil && it.db.closed() == nil && it.it.Valid()
+	// No check of the engine's closing flag here: the positioning call
+	// checked it after its read, and an answer that changed between the
+	// move and the read of the key would be a position not in the data.
+	return it.err == nil && it.it != nil && it.it.Valid()
 }
 
 // Key returns the current key, or nil when not positioned. It is valid until
@@ -89,7 +101,9 @@ func (it *Iter) Value() []byte {
 	return it.it.Value()
 }
 
-// Error returns the error that stopped the iteration, if any.
+// Error returns the error that stopped the iteration, if any: once the
+// engine has closed, ErrClosed (even while the iterator still holds the
+// position of a call that returned true before).
 func (it *Iter) Error() error {
 	if it.err != nil {
 		return it.err

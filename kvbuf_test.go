@@ -759,8 +759,13 @@ func TestReadsAfterCloseBegan(t *testing.T) {
 			t.Errorf("%s after Close began: %v, want ErrClosed", name, err)
 		}
 	}
-	if it.Valid() || it.Key() != nil || it.Next() {
-		t.Errorf("iterator after Close began: Valid %v Key %q", it.Valid(), it.Key())
+	// The position taken before Close began holds until the next move
+	// (issue 30); that move fails with ErrClosed and ends it.
+	if !it.Valid() || string(it.Key()) != "p" || string(it.Value()) != "pending" {
+		t.Errorf("iterator position after Close began: Valid %v Key %q Value %q; want it held", it.Valid(), it.Key(), it.Value())
+	}
+	if it.Next() || it.Valid() || it.Key() != nil || !errors.Is(it.Error(), ErrClosed) {
+		t.Errorf("iterator move after Close began: Valid %v Key %q Error %v", it.Valid(), it.Key(), it.Error())
 	}
 	for i := range b.Ones(0) {
 		t.Errorf("Ones after Close began yielded %d", i)

@@ -56,6 +56,15 @@ type Metrics struct {
 	// failure's error (nil if none).
 	Failures  int64
 	LastError error
+	// DiskFull counts the times the engine met a full disk (see "A full
+	// disk" in the DB caveats): each episode of store writes finding no
+	// space (the first of them; the store then waits for space, or pebble
+	// retries), each flush attempt that failed with ErrDiskFull, each time
+	// such a wait stalled the flusher, and each Checkpoint that failed
+	// with it. DiskFullWaiting reports that store writes are waiting for
+	// space now (Flush returns ErrDiskFull at once meanwhile).
+	DiskFull        int64
+	DiskFullWaiting bool
 	// Stalls counts writes that waited for a flush because pending memory
 	// was over Options.MaxPendingBytes, and StallTime their total wait.
 	Stalls    int64
@@ -112,6 +121,7 @@ func (db *DB) Metrics() Metrics {
 		GenerationWrites: st.Writes,
 		Failures:         st.Failures,
 		LastError:        st.LastErr,
+		DiskFull:         st.DiskFull + db.diskFull.Load(),
 		Stalls:           st.Stalls,
 		StallTime:        st.StallTime,
 		FlushLatency:     LatencyHistogram(st.Latency),
@@ -134,6 +144,9 @@ func (db *DB) Metrics() Metrics {
 	db.mu.Unlock()
 	if db.store != nil {
 		m.StoreJobs = db.store.BackgroundJobs()
+	}
+	if db.guard != nil {
+		m.DiskFullWaiting = db.guard.Waiting() > 0
 	}
 	return m
 }

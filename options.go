@@ -84,6 +84,20 @@ type Options struct {
 	// errorfs) and deliberately unexported: the manifest, lock and
 	// bitslices always use the OS file system.
 	storeFS vfs.FS
+
+	// hooks are this package's test seams; nil in production.
+	hooks *testHooks
+}
+
+// testHooks let a test act at a chosen point of the engine's protocols.
+// Each is called, when not nil, on the goroutine that reaches the point.
+type testHooks struct {
+	// checkpointListed is called once Checkpoint has listed the
+	// bitslices it copies, with flushes held off (writeMu held).
+	checkpointListed func()
+	// diskRetryMax caps the wait between retries of a store write on a
+	// full disk (default: diskfull's, 1s).
+	diskRetryMax time.Duration
 }
 
 // storeFSOrOS returns the store's file system: storeFS, or the OS's

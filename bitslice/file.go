@@ -151,6 +151,10 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 		// Untested: fsync fails only on an I/O error.
 		return nil, kverr.Errorf("create %s: sync: %w", path, err)
 	}
+	failpoint.FileSynced(tmp, 0, -1)
+	if err := failpoint.Hit(failpoint.BitsliceCreatePublish); err != nil {
+		return nil, kverr.Errorf("create %s: %w", path, err)
+	}
 	if err := fsutil.Publish(tmpName, path); err != nil {
 		// Untested here: path was absent at the Lstat above, so ErrExist
 		// needs a racing creator (publish's refusal to replace has
@@ -162,6 +166,9 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 		return nil, kverr.Errorf("create %s: %w", path, err)
 	}
 	linked = true
+	if err := failpoint.Hit(failpoint.BitsliceCreateDirSync); err != nil {
+		return nil, kverr.Errorf("create %s: %w", path, err)
+	}
 	if err := syncDir(dir); err != nil {
 		// Untested here: the directory held the temporary file a moment
 		// ago, so only an I/O error or its removal meanwhile (syncDir's
@@ -484,6 +491,7 @@ func (f *File) Grow(nbits uint64) error {
 			// Untested: fsync fails only on an I/O error.
 			return kverr.Errorf("%s: grow to %d bits: sync: %w", f.path, nbits, err)
 		}
+		failpoint.FileSynced(f.fd, 0, -1)
 		f.size = need
 	}
 	reg := f.reg
@@ -515,6 +523,7 @@ func (f *File) Grow(nbits uint64) error {
 		// (TestFaultGrow, -tags kvbuf_failpoints).
 		return kverr.Errorf("%s: grow to %d bits: msync: %w", f.path, nbits, err)
 	}
+	failpoint.FileSynced(f.fd, DataOffset+int64(start), int64(newWords*8-start))
 	if err := failpoint.Hit(failpoint.BitsliceGrowHeader); err != nil {
 		// Tested by TestFaultGrow under -tags kvbuf_failpoints.
 		return kverr.Errorf("%s: grow to %d bits: %w", f.path, nbits, err)
@@ -555,6 +564,8 @@ func (f *File) writeHeader(h header) error {
 	if err := unix.Fdatasync(int(f.fd.Fd())); err != nil {
 		return kverr.Errorf("fdatasync header: %w", err)
 	}
+	// fdatasync writes back the pages dirtied through the mapping too.
+	failpoint.FileSynced(f.fd, 0, -1)
 	return nil
 }
 
@@ -634,6 +645,7 @@ func (f *File) Sync() error {
 			// kvbuf_failpoints; a real msync fails only on an I/O error.
 			return kverr.Errorf("%s: sync: msync: %w", f.path, err)
 		}
+		failpoint.FileSynced(f.fd, DataOffset, int64(len(v.words)*8))
 	}
 	if !newWM && !newID {
 		return nil
@@ -652,6 +664,7 @@ func (f *File) Sync() error {
 	f.persisted.Store(wm)
 	f.owner.Store(owner)
 	f.gen.Store(gen)
+	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
 	return nil
 }
 

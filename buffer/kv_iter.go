@@ -40,7 +40,11 @@ const iterAhead = 8
 func (c *cursor) setStore(ok bool) {
 	c.ok = ok
 	if ok {
+		// The store iterator's own copy (valid until it moves). nil: the
+		// store closed the iterator since it moved (Store.Close); the
+		// cursor ends, and Error reports it.
 		k := c.st.Key()
+		c.ok = k != nil
 		c.key = unsafe.String(unsafe.SliceData(k), len(k))
 	}
 }

@@ -36,4 +36,13 @@ var (
 	// already begun (ops are begun in log order), an op above MaxOp.
 	// Nothing was changed.
 	ErrBadOp = kverr.ErrBadOp
+
+	// ErrDiskFull matches an error whose cause is a full disk (ENOSPC). A
+	// flush failure matching it, or ErrSyncFailed, ends the wait of writes
+	// held by backpressure (see BeginWrite).
+	ErrDiskFull = kverr.ErrDiskFull
+
+	// ErrSyncFailed matches a failed write or sync of the store's
+	// write-ahead log (see ErrDiskFull).
+	ErrSyncFailed = kverr.ErrSyncFailed
 )

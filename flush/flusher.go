@@ -2,6 +2,7 @@ package flush
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,11 +139,16 @@ type Flusher struct {
 	relCallers int           // callers of the generations released since the last freeze
 	eager      bool          // benchmarks: write eagerly even while callers' generations sync
 	progress   chan struct{} // closed and replaced at each release and failure
-	wmChanged  chan struct{} // closed and replaced when persisted advances, closed for good by Close
-	stopping   bool
-	wExited    bool // the writer has returned
-	st         struct {
+	// stallErr is the error of Stall until the next release; stallCh is
+	// closed while it is set (and replaced at the release).
+	stallErr  error
+	stallCh   chan struct{}
+	wmChanged chan struct{} // closed and replaced when persisted advances, closed for good by Close
+	stopping  bool
+	wExited   bool // the writer has returned
+	st        struct {
 		generations, writes, failures int64
+		diskFull                      int64 // failures matching ErrDiskFull, and stalls
 		lastErr                       error
 		maxInFlight                   int
 	}
@@ -218,6 +224,7 @@ func New(t Target, opts *Options) (*Flusher, error) {
 		writerDone: make(chan struct{}),
 		waiterDone: make(chan struct{}),
 		progress:   make(chan struct{}),
+		stallCh:    make(chan struct{}),
 		wmChanged:  make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		tick:       time.NewTimer(time.Hour),
@@ -294,7 +301,8 @@ func newTicket(f *Flusher, tok Token, w *sync.RWMutex) Ticket {
 // host bug: see ErrStaleOp), ErrBadOp above MaxOp, ErrClosed once Close has
 // begun and, if the Target holds more than Options.MaxPendingBytes, waits
 // until a release makes room (kicking a flush), returning ctx.Err() if ctx
-// ends first.
+// ends first, the error of Stall while the flusher is stalled, and the
+// error of a flush that fails meanwhile with ErrDiskFull or ErrSyncFailed.
 //
 // Do not call Flush, BeginOp, EndOp, Exclusive or Close between BeginWrite
 // and End: they need the barrier the caller holds.
@@ -363,27 +371,92 @@ func (f *Flusher) admitBytes(ctx context.Context, tok Token) (err error) {
 
 // backpressure waits until pending bytes are within the bound. The progress
 // channel is read before pending bytes are, so a release between the two
-// cannot be missed.
+// cannot be missed. It gives up, returning the error, when the flusher is
+// stalled (Stall) or when a flush attempt fails while it waits with an
+// error no retry repairs by itself: a full disk (ErrDiskFull) or a failed
+// write-ahead log (ErrSyncFailed). Waiting on would block the writer until
+// its context ends; the host learns why at once.
 func (f *Flusher) backpressure(ctx context.Context) error {
 	f.stalls.Add(1)
 	start := time.Now()
 	defer func() { f.stallNs.Add(int64(time.Since(start))) }()
+	f.mu.Lock()
+	seen := f.failSeq
+	f.mu.Unlock()
 	for {
 		f.mu.Lock()
-		ch := f.progress
+		ch, sch, serr := f.progress, f.stallCh, f.stallErr
+		var ferr error
+		if f.failSeq != seen && stopsWaiting(f.st.lastErr) {
+			ferr = f.st.lastErr
+		}
 		f.mu.Unlock()
 		if f.t.PendingBytes() <= f.opts.MaxPendingBytes {
 			return nil
 		}
+		if serr != nil {
+			return serr
+		}
+		if ferr != nil {
+			return ferr
+		}
 		f.kickAuto()
 		select {
 		case <-ch:
+		case <-sch:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-f.closing:
 			return ErrClosed
 		}
 	}
+}
+
+// stopsWaiting reports whether a flush failure ends the wait of writes in
+// backpressure (see backpressure).
+func stopsWaiting(err error) bool {
+	return errors.Is(err, ErrDiskFull) || errors.Is(err, ErrSyncFailed)
+}
+
+// Stall reports that the generations in flight cannot complete for now:
+// the Target's store is waiting for disk space (err, which must not be nil,
+// says so). Until the next generation is released (or Unstall), Flush
+// returns err at once and so does a write waiting on backpressure; the
+// generations stay in flight and complete, in order, once the store can
+// write again. A Stall while stalled keeps the first error.
+func (f *Flusher) Stall(err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stallErr == nil {
+		f.stallErr = err
+		f.st.diskFull++
+		close(f.stallCh)
+	}
+}
+
+// Unstall ends a stall before the next release: the Target's store could
+// write again. It does nothing when the flusher is not stalled.
+func (f *Flusher) Unstall() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unstallLocked()
+}
+
+func (f *Flusher) unstallLocked() {
+	if f.stallErr != nil {
+		f.stallErr = nil
+		f.stallCh = make(chan struct{})
+	}
+}
+
+// Stalled returns the error of Stall while the flusher is stalled, else nil.
+func (f *Flusher) Stalled() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stallErr
 }
 
 // atomicMax raises a to v.
@@ -513,8 +586,9 @@ func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
 // If the generation (or an earlier one still in flight) fails, Flush returns
 // that failure's error; the flusher retries the unreleased generations at
 // once for the next Flush, or after a backoff in the background. If ctx
-// ends first Flush returns ctx.Err() at once and the flush goes on. After
-// Close has begun it returns ErrClosed.
+// ends first Flush returns ctx.Err() at once and the flush goes on; while
+// the flusher is stalled (Stall) it returns the stall's error at once, and
+// the flush goes on too. After Close has begun it returns ErrClosed.
 func (f *Flusher) Flush(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -531,14 +605,29 @@ func (f *Flusher) Flush(ctx context.Context) error {
 		return nil
 	}
 	g := f.join()
-	select {
-	case <-g.done:
-		err = g.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	err = f.await(ctx, g)
 	f.latency.observe(time.Since(start))
 	return err
+}
+
+// await waits for g's result, ctx's end, or a Stall (see Stall: the caller
+// gets the stall's error at once, its generation stays in flight).
+func (f *Flusher) await(ctx context.Context, g *group) error {
+	for {
+		f.mu.Lock()
+		sch, serr := f.stallCh, f.stallErr
+		f.mu.Unlock()
+		if serr != nil && !g.isDone() {
+			return serr
+		}
+		select {
+		case <-g.done:
+			return g.err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sch:
+		}
+	}
 }
 
 // idle reports that a Flush has nothing to wait for: no write since the last
@@ -656,6 +745,8 @@ func (f *Flusher) Stats() Stats {
 		Writes:      f.st.writes,
 		Failures:    f.st.failures,
 		LastErr:     f.st.lastErr,
+		DiskFull:    f.st.diskFull,
+		Stalled:     f.stallErr,
 		MaxInFlight: f.st.maxInFlight,
 	}
 	f.mu.Unlock()

@@ -2,6 +2,7 @@ package flush
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -380,6 +381,9 @@ func (f *Flusher) failLocked(err error) {
 	}
 	f.st.failures++
 	f.st.lastErr = err
+	if errors.Is(err, ErrDiskFull) {
+		f.st.diskFull++
+	}
 	f.backoff = min(max(2*f.backoff, f.opts.RetryMin), f.opts.RetryMax)
 	f.failSeq++
 	close(f.progress)
@@ -492,6 +496,7 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 		f.relCallers += gn.callers
 		close(f.progress)
 		f.progress = make(chan struct{})
+		f.unstallLocked() // the store wrote again: a stall ends with a release
 	}
 	settle := f.settler != nil && len(f.q) == 0
 	f.mu.Unlock()

@@ -30,6 +30,11 @@ type Stats struct {
 	Failures int64
 	// LastErr is the error of the most recent failure, or nil if none.
 	LastErr error
+	// DiskFull counts the failures matching ErrDiskFull, and the Stall
+	// calls that stalled the flusher (a store waiting for disk space).
+	DiskFull int64
+	// Stalled is the error of Stall while the flusher is stalled, else nil.
+	Stalled error
 	// Stalls counts BeginWrite calls that waited on backpressure
 	// (MaxPendingBytes), and StallTime the total time they waited.
 	Stalls    int64

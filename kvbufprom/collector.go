@@ -20,6 +20,7 @@
 //	kvbuf_generations_total          generations frozen: physical flushes, background ones included (Generations)
 //	kvbuf_generation_writes_total    generation writes, retries included (GenerationWrites)
 //	kvbuf_flush_failures_total       failed flush attempts (Failures)
+//	kvbuf_disk_full_total            times the engine met a full disk (DiskFull)
 //	kvbuf_write_stalls_total         writes that waited for room under MaxPendingBytes (Stalls)
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
 //	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
@@ -29,6 +30,7 @@
 //	kvbuf_pending_bytes              memory held by pending changes (PendingBytes)
 //	kvbuf_pending_keys               KV keys held by pending tables (PendingKeys)
 //	kvbuf_flush_last_error           1 once a flush attempt has failed since Open, else 0 (LastError != nil)
+//	kvbuf_disk_full_waiting          1 while store writes wait for disk space, else 0 (DiskFullWaiting)
 //	kvbuf_generations_in_flight      generations frozen and not yet durable (InFlight)
 //	kvbuf_generations_in_flight_max  the highest InFlight so far (MaxInFlight)
 //	kvbuf_watermark                  the persisted watermark, an op number (Watermark)
@@ -91,6 +93,7 @@ type collector struct {
 	pendingBytes, pendingKeys                       *prometheus.Desc
 	flushes, coalesced, generations, generationWrts *prometheus.Desc
 	failures, lastError                             *prometheus.Desc
+	diskFull, diskFullWaiting                       *prometheus.Desc
 	stalls, stallSeconds                            *prometheus.Desc
 	latency                                         *prometheus.Desc
 	inFlight, maxInFlight                           *prometheus.Desc
@@ -139,6 +142,9 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		failures:  desc("flush_failures_total", "Failed flush attempts."),
 		lastError: desc("flush_last_error", "1 if a flush attempt has failed since the engine was opened, else 0 (the error text is DB.Metrics().LastError)."),
 
+		diskFull:        desc("disk_full_total", "Times the engine met a full disk: store write episodes, flush attempts, stalls and checkpoints that found no space."),
+		diskFullWaiting: desc("disk_full_waiting", "1 while store writes wait for disk space (Flush returns ErrDiskFull meanwhile), else 0."),
+
 		stalls:       desc("write_stalls_total", "Writes that waited for a flush because pending memory was over its bound."),
 		stallSeconds: desc("write_stall_seconds_total", "Time writes spent waiting for a flush because pending memory was over its bound."),
 
@@ -173,6 +179,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.pendingBytes, c.pendingKeys,
 		c.flushes, c.coalesced, c.generations, c.generationWrts,
 		c.failures, c.lastError,
+		c.diskFull, c.diskFullWaiting,
 		c.stalls, c.stallSeconds,
 		c.latency,
 		c.inFlight, c.maxInFlight,
@@ -211,6 +218,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		lastErr = 1
 	}
 	gauge(c.lastError, lastErr)
+	counter(c.diskFull, float64(m.DiskFull))
+	waiting := 0.0
+	if m.DiskFullWaiting {
+		waiting = 1
+	}
+	gauge(c.diskFullWaiting, waiting)
 	counter(c.stalls, float64(m.Stalls))
 	counter(c.stallSeconds, m.StallTime.Seconds())
 	ch <- c.histogram(&m.FlushLatency)

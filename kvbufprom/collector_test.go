@@ -34,6 +34,8 @@ var fieldMetric = map[string]string{
 	"GenerationWrites": "kvbuf_generation_writes_total",
 	"Failures":         "kvbuf_flush_failures_total",
 	"LastError":        "kvbuf_flush_last_error",
+	"DiskFull":         "kvbuf_disk_full_total",
+	"DiskFullWaiting":  "kvbuf_disk_full_waiting",
 	"Stalls":           "kvbuf_write_stalls_total",
 	"StallTime":        "kvbuf_write_stall_seconds_total",
 	"FlushLatency":     "kvbuf_flush_duration_seconds",
@@ -62,6 +64,8 @@ func fabricated() kvbuf.Metrics {
 		GenerationWrites: 11,
 		Failures:         2,
 		LastError:        errors.New("injected"),
+		DiskFull:         13,
+		DiskFullWaiting:  true,
 		Stalls:           3,
 		StallTime:        1500 * time.Millisecond,
 		InFlight:         1,
@@ -121,6 +125,12 @@ kvbuf_bitslices{shard="7"} 3
 # HELP kvbuf_completed_op The highest op n such that every op up to n has ended: what the next flush may persist as the watermark.
 # TYPE kvbuf_completed_op gauge
 kvbuf_completed_op{shard="7"} 1003
+# HELP kvbuf_disk_full_total Times the engine met a full disk: store write episodes, flush attempts, stalls and checkpoints that found no space.
+# TYPE kvbuf_disk_full_total counter
+kvbuf_disk_full_total{shard="7"} 13
+# HELP kvbuf_disk_full_waiting 1 while store writes wait for disk space (Flush returns ErrDiskFull meanwhile), else 0.
+# TYPE kvbuf_disk_full_waiting gauge
+kvbuf_disk_full_waiting{shard="7"} 1
 # HELP kvbuf_flush_failures_total Failed flush attempts.
 # TYPE kvbuf_flush_failures_total counter
 kvbuf_flush_failures_total{shard="7"} 2

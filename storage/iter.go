@@ -17,7 +17,10 @@ import (
 //
 // An Iter is not safe for concurrent use, but Store.Close may run
 // concurrently with it: Close closes the iterator, after which its methods
-// return false and Error returns ErrClosed.
+// return false and Error returns ErrClosed. Key and Value return the
+// iterator's own copies, never pebble's buffers (which Store.Close
+// releases), so what they returned stays readable until the owner's next
+// call, whenever Store.Close runs.
 //
 // Positioning: First, Last, SeekGE and SeekLT position the iterator. Next
 // and Prev on an iterator never positioned return false. An iterator that
@@ -39,6 +42,13 @@ type Iter struct {
 
 	bounds []byte // stored lower then upper bound; pebble requires them to stay put
 	seek   []byte // scratch for stored seek keys
+
+	// key and val are the iterator's own copies of the current key and
+	// value, made under mu by Key and Value: pebble's buffers are released
+	// when Store.Close closes the iterator, which may happen between a
+	// call and the caller's use of its result, so nothing of pebble's is
+	// returned. Only the owner's next call overwrites them.
+	key, val []byte
 }
 
 // NewIter returns an iterator over the keys k of keyspace ks with
@@ -166,20 +176,26 @@ func (it *Iter) Valid() bool {
 	return it.usable() && it.it.Valid()
 }
 
-// Key returns the current user key, or nil when not positioned at one. It
-// is valid until the next positioning call or Close; copy it to keep it.
+// Key returns the current user key, or nil when not positioned at one
+// (and after Store.Close closed the iterator). The slice is the
+// iterator's own copy: valid until the next call of Key or of a
+// positioning method, or Close, also if Store.Close closes the iterator
+// meanwhile; copy it to keep it.
 func (it *Iter) Key() []byte {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if !it.usable() || !it.it.Valid() {
 		return nil
 	}
-	return it.it.Key()[userPrefixLen:]
+	it.key = appendOwned(it.key, it.it.Key()[userPrefixLen:])
+	return it.key
 }
 
-// Value returns the current value, or nil when not positioned at a key or
-// when reading it failed (see Error). It is valid until the next
-// positioning call or Close; copy it to keep it.
+// Value returns the current value, or nil when not positioned at a key,
+// when reading it failed (see Error), and after Store.Close closed the
+// iterator. As Key's, the slice is the iterator's own copy, valid until
+// the next call of Value or of a positioning method, or Close, whatever
+// Store.Close does meanwhile; copy it to keep it.
 func (it *Iter) Value() []byte {
 	it.mu.Lock()
 	defer it.mu.Unlock()
@@ -191,7 +207,17 @@ func (it *Iter) Value() []byte {
 		it.err = it.s.wrapErr(fmt.Sprintf("iterate keyspace %d key %q", it.ks, it.it.Key()[userPrefixLen:]), err)
 		return nil
 	}
-	return v
+	it.val = appendOwned(it.val, v)
+	return it.val
+}
+
+// appendOwned copies p into buf's memory, returning a non-nil slice (an
+// empty value is not the nil of "no value").
+func appendOwned(buf, p []byte) []byte {
+	if buf == nil {
+		buf = make([]byte, 0, max(len(p), 16))
+	}
+	return append(buf[:0], p...)
 }
 
 // Error returns the first error the iterator met (corruption wraps

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -108,16 +109,30 @@ const (
 	FileMode os.FileMode = 0o600
 )
 
-// ensureDir creates path (and syncs its parent) if it does not exist.
+// ensureDir creates path if it does not exist, with its missing parents,
+// and syncs the parent of every directory it made, up to the closest one
+// that existed: a directory made durable in its parent whose own entry in
+// the grandparent is not could vanish in a power cut, engine and all
+// (issue 30's power-cut test lost whole checkpoints made under a new
+// parent directory). pebble's Checkpoint does the same.
 func ensureDir(path string) error {
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		var made []string // deepest first
+		for d := filepath.Clean(path); ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+				break
+			}
+			made = append(made, d)
+		}
 		if err := os.MkdirAll(path, DirMode); err != nil {
 			return kverr.Errorf("create %s: %w", path, err)
 		}
-		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
-			return kverr.Errorf("create %s: sync parent: %w", path, err)
+		for _, d := range made {
+			if err := fsutil.SyncDir(filepath.Dir(d)); err != nil {
+				return kverr.Errorf("create %s: sync %s: %w", path, filepath.Dir(d), err)
+			}
 		}
 		return nil
 	case err != nil:
@@ -234,12 +249,21 @@ func writeManifest(dir, text string) (err error) {
 		return kverr.Errorf("write %s: %w", mpath, err)
 	}
 	tmp := f.Name()
-	_, err = f.WriteString(text)
+	err = failpoint.Hit(failpoint.EnginedirManifest)
+	if err == nil {
+		_, err = f.WriteString(text)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
+	if err == nil {
+		failpoint.FileSynced(f, 0, -1)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = failpoint.Hit(failpoint.EnginedirManifestRename)
 	}
 	if err == nil {
 		err = os.Rename(tmp, mpath)

@@ -26,7 +26,9 @@
 //
 // # Opening: the protocol
 //
-//  1. Create the directory if it is absent (and sync its parent). A path
+//  1. Create the directory if it is absent, with its missing parents (and
+//     sync the parent of every directory made, up to the closest one that
+//     existed: a power cut keeps no entry that was not synced). A path
 //     that exists and is not a directory is ErrNotEngine.
 //  2. Classify it without the lock, writing nothing. A KVBUF manifest
 //     decides: ready, initialising, damaged or newer (ErrCorrupt), or

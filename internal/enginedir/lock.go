@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -120,6 +121,7 @@ func publishLock(path string) (_ *os.File, _ bool, err error) {
 		// Untested: fsync fails only on an I/O error.
 		return nil, false, kverr.Errorf("lock %s: sync %s: %w", lpath, tmp, err)
 	}
+	failpoint.FileSynced(f, 0, -1)
 	switch err := fsutil.Publish(tmp, lpath); {
 	case errors.Is(err, fs.ErrExist):
 		return nil, false, errAgain // another opener published LOCK first

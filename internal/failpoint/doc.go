@@ -17,7 +17,33 @@
 //     fire once counts its calls itself.
 //   - Only the points named by the constants below exist. A point's error
 //     reaches the caller of the instrumented function wrapped with %w.
+//
+// # Syncs
+//
+// The code that syncs a file or a directory of the OS file system (the
+// bitslices, the engine directory's manifest and lock, a checkpoint's
+// copies, directory fsyncs) reports each successful sync with FileSynced
+// or DirSynced, so that a power-cut simulation (the engine's
+// TestCrashPowerCut) knows what a cut would keep: what was synced, and
+// nothing certain of what was written since. Without the tag both are
+// empty functions. The sync boundaries of the protocols are points
+// (Hit) like the others, named below; a point added for a new protocol step
+// (flush by sstable ingestion: the sstable write, its sync, the ingest)
+// joins the simulation by being listed in that test's points.
 package failpoint
+
+import "os"
+
+// SyncObserver is told of every successful sync the instrumented code
+// makes (see "Syncs"). Its methods run on the goroutine that synced, with
+// the instrumented code's locks held, and must not call back into it.
+type SyncObserver interface {
+	// FileSynced: the bytes [off, off+n) of f (the whole file if n < 0)
+	// are durable. f may be open for writing only.
+	FileSynced(f *os.File, off, n int64)
+	// DirSynced: the entries of directory dir are durable.
+	DirSynced(dir string)
+}
 
 // The points. Each is named "package/function/where".
 const (
@@ -40,4 +66,35 @@ const (
 	// word changes are stored: a crash point only (its error is ignored,
 	// since ApplyWords validates everything before it writes).
 	BitsliceApplyWords = "bitslice/apply-words/midway"
+	// CheckpointCopy is in the engine's Checkpoint before each bitslice
+	// file is copied; an error (say, syscall.ENOSPC) fails the copy as a
+	// full disk would.
+	CheckpointCopy = "kvbuf/checkpoint/copy-bitslice"
+	// EnginedirManifest is in the engine directory's manifest write
+	// (initialising, ready, upgrade) before the temporary file is written;
+	// an error fails the write as a full disk would.
+	EnginedirManifest = "enginedir/manifest/write"
+
+	// Sync boundaries that are crash points only (an error fails the step
+	// where noted).
+
+	// BitsliceSyncDone is in bitslice.File.Sync after the header's
+	// fdatasync returned: the new header and the data are durable, the
+	// caller not yet told. Its error is ignored.
+	BitsliceSyncDone = "bitslice/sync/after-header"
+	// BitsliceCreatePublish is in bitslice.CreateOwned after the new file
+	// (allocated, header written, fsynced) is complete under its temporary
+	// name and before it is renamed into place; an error fails the Create.
+	BitsliceCreatePublish = "bitslice/create/before-publish"
+	// BitsliceCreateDirSync is in bitslice.CreateOwned after the rename,
+	// before the directory fsync; an error fails the Create.
+	BitsliceCreateDirSync = "bitslice/create/before-dirsync"
+	// EnginedirManifestRename is in the manifest write after the temporary
+	// file is synced, before it is renamed over the manifest; an error
+	// fails the write.
+	EnginedirManifestRename = "enginedir/manifest/before-rename"
+	// CheckpointReady is in the engine's Checkpoint after the copy is
+	// complete (files copied and restamped, directory synced), before its
+	// manifest says ready; an error fails the Checkpoint.
+	CheckpointReady = "kvbuf/checkpoint/before-ready"
 )

@@ -2,7 +2,10 @@
 
 package failpoint
 
-import "sync"
+import (
+	"os"
+	"sync"
+)
 
 // Enabled reports whether this build has failpoints (the kvbuf_failpoints
 // build tag). Tests that need them skip without.
@@ -11,19 +14,76 @@ const Enabled = true
 // table holds the installed callbacks. It is global only in failpoint
 // builds, which are test builds.
 var table struct {
-	mu sync.Mutex
-	fn map[string]func() error
+	mu  sync.Mutex
+	fn  map[string]func() error
+	all func(name string) error
+	obs SyncObserver
 }
 
-// Hit runs the callback installed for name, if any, and returns its error.
+// Hit runs the callback installed for every point (EnableAll), then the
+// one installed for name, if any, and returns the first error.
 func Hit(name string) error {
 	table.mu.Lock()
-	fn := table.fn[name]
+	fn, all := table.fn[name], table.all
 	table.mu.Unlock()
+	if all != nil {
+		if err := all(name); err != nil {
+			return err
+		}
+	}
 	if fn == nil {
 		return nil
 	}
 	return fn()
+}
+
+// EnableAll installs fn at every point, called before the point's own
+// callback, replacing any earlier one; it returns a function that removes
+// it. fn runs as a point's callback does (see Enable).
+func EnableAll(fn func(name string) error) (disable func()) {
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	table.all = fn
+	return func() {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		table.all = nil
+	}
+}
+
+// FileSynced tells the observer (Observe) that the bytes [off, off+n) of
+// f (the whole file if n < 0) are durable: a sync of them returned nil.
+func FileSynced(f *os.File, off, n int64) {
+	table.mu.Lock()
+	o := table.obs
+	table.mu.Unlock()
+	if o != nil {
+		o.FileSynced(f, off, n)
+	}
+}
+
+// DirSynced tells the observer that the entries of directory dir are
+// durable: an fsync of it returned nil.
+func DirSynced(dir string) {
+	table.mu.Lock()
+	o := table.obs
+	table.mu.Unlock()
+	if o != nil {
+		o.DirSynced(dir)
+	}
+}
+
+// Observe installs o as the sync observer, replacing any earlier one, and
+// returns a function that removes it.
+func Observe(o SyncObserver) (stop func()) {
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	table.obs = o
+	return func() {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		table.obs = nil
+	}
 }
 
 // Enable installs fn at the point name, replacing any earlier callback, and

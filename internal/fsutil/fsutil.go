@@ -4,12 +4,22 @@
 // the model).
 package fsutil
 
-import "os"
+import (
+	"os"
+
+	"github.com/kvbuf/kvbuf/internal/failpoint"
+)
 
 // SyncDir fsyncs directory dir, so that entries created, renamed or removed
 // in it survive a crash. The error is the OS's, unwrapped: callers add the
 // context they know.
-func SyncDir(dir string) error { return SyncDirWith(os.Open, dir) }
+func SyncDir(dir string) error {
+	err := SyncDirWith(os.Open, dir)
+	if err == nil {
+		failpoint.DirSynced(dir)
+	}
+	return err
+}
 
 // SyncCloser is a directory handle that SyncDirWith can sync: an *os.File,
 // or a pebble vfs.File for code that works through a vfs.FS.

@@ -26,11 +26,21 @@
 // Corruption is marked as in pebble (MarkCorruptionError): three finer
 // sentinels say what is damaged, and each matches ErrCorrupt with
 // errors.Is, so a host that only asks "is this corruption?" needs one check.
+//
+// # A full disk
+//
+// An error whose cause is ENOSPC matches ErrDiskFull too, whichever layer
+// met it (a bitslice growth, a store write, a checkpoint's copy, a
+// manifest): Errorf marks every error it returns that wraps
+// syscall.ENOSPC, so the cause stays (errors.Is(err, syscall.ENOSPC) is
+// true) and the text is unchanged ("...: no space left on device").
 package kverr
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // Prefix starts the text of every kvbuf error.
@@ -114,6 +124,10 @@ var (
 	// ErrSyncFailed: a write or sync of the store's write-ahead log failed;
 	// the store accepts no more writes until reopened.
 	ErrSyncFailed = newSentinel("write-ahead log write or sync failed", nil)
+	// ErrDiskFull: a write found no space left on its device (ENOSPC).
+	// Errorf marks an error wrapping syscall.ENOSPC with it (see "A full
+	// disk"); it is not returned alone.
+	ErrDiskFull = newSentinel("disk full", nil)
 
 	// ErrReadOnly: a write to a store opened read-only.
 	ErrReadOnly = newSentinel("read-only store", nil)
@@ -139,8 +153,27 @@ func Errorf(format string, args ...any) error {
 			as[i] = bare{e}
 		}
 	}
-	return fmt.Errorf(Prefix+format, as...)
+	return MarkDiskFull(fmt.Errorf(Prefix+format, as...))
 }
+
+// MarkDiskFull returns err marked as ErrDiskFull if its cause is ENOSPC (it
+// wraps syscall.ENOSPC) and it is not marked already; otherwise err itself.
+// Errorf calls it; code that returns an error of another package without
+// Errorf calls it at the boundary.
+func MarkDiskFull(err error) error {
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrDiskFull) {
+		return err
+	}
+	return diskFull{err}
+}
+
+// diskFull is an ENOSPC error marked as ErrDiskFull: its text and its chain
+// are the error's own.
+type diskFull struct{ err error }
+
+func (d diskFull) Error() string        { return d.err.Error() }
+func (d diskFull) Unwrap() error        { return d.err }
+func (d diskFull) Is(target error) bool { return target == ErrDiskFull }
 
 // bare shows an error without Prefix; it wraps the error itself, so that
 // errors.Is and errors.As look through it.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -49,5 +50,34 @@ func TestCorruptionKinds(t *testing.T) {
 	}
 	if errors.Is(ErrNotEngine, ErrCorrupt) || errors.Is(ErrCorruptDir, ErrCorruptBlock) {
 		t.Error("kinds of corruption, or a foreign directory, match each other")
+	}
+}
+
+// TestDiskFull: an error wrapping ENOSPC, formatted by Errorf at any
+// depth, matches ErrDiskFull and still ENOSPC, with its text unchanged;
+// other errors do not match ErrDiskFull.
+func TestDiskFull(t *testing.T) {
+	pe := &fs.PathError{Op: "write", Path: "/x/000001.log", Err: syscall.ENOSPC}
+	inner := Errorf("grow to %d bits: allocate: %w", 64, pe)
+	outer := Errorf("flush bitslice %q: %w", "b", inner)
+	for _, err := range []error{inner, outer, MarkDiskFull(pe)} {
+		if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("%v: ErrDiskFull %v, ENOSPC %v; want both", err, errors.Is(err, ErrDiskFull), errors.Is(err, syscall.ENOSPC))
+		}
+	}
+	if got, want := outer.Error(), `kvbuf: flush bitslice "b": grow to 64 bits: allocate: write /x/000001.log: no space left on device`; got != want {
+		t.Errorf("text %q, want %q", got, want)
+	}
+	var got *fs.PathError
+	if !errors.As(outer, &got) || got != pe {
+		t.Error("errors.As does not find the cause")
+	}
+	for _, err := range []error{Errorf("x: %w", syscall.EIO), ErrSyncFailed, MarkDiskFull(nil)} {
+		if errors.Is(err, ErrDiskFull) {
+			t.Errorf("%v matches ErrDiskFull", err)
+		}
+	}
+	if MarkDiskFull(outer) != outer {
+		t.Error("an error marked already is marked again")
 	}
 }
