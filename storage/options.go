@@ -71,6 +71,18 @@ type Options struct {
 	// ErrorIfNotExists makes Open fail with an error wrapping fs.ErrNotExist
 	// instead of creating a new store. Default: false.
 	ErrorIfNotExists bool
+
+	// ingestSplit selects the design of ingested tables (see ingester.split):
+	// 0 writes one table per ingest. Benchmarks of this package compare
+	// the designs.
+	ingestSplit uint64
+}
+
+func ingestSplit(o *Options) uint64 {
+	if o == nil {
+		return 0
+	}
+	return o.ingestSplit
 }
 
 // quietLogger is the default Logger: pebble's default writes informational
