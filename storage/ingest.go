@@ -219,7 +219,7 @@ func (in *Ingest) Delete(ks KeyspaceID, key []byte) {
 // that was committed before the ingest (nil bounds: the start or end of
 // the keyspace, as Batch.DeleteRange). An empty range adds nothing.
 func (in *Ingest) DeleteRange(ks KeyspaceID, lower, upper []byte) {
-	if !in.user(ks, fmt.Sprintf("range deletion [%q, %q)", string(lower), string(upper))) {
+	if !in.user(ks, lower, upper, true) {
 		return
 	}
 	if upper != nil && bytes.Compare(lower, upper) >= 0 {
@@ -239,7 +239,7 @@ func (in *Ingest) DeleteRange(ks KeyspaceID, lower, upper []byte) {
 // point checks and prepares a point change; it returns the stored key
 // (valid until the next call) or nil if the change is dropped.
 func (in *Ingest) point(ks KeyspaceID, key []byte) []byte {
-	if !in.user(ks, fmt.Sprintf("key %q", string(key))) {
+	if !in.user(ks, key, nil, false) {
 		return nil
 	}
 	in.keyBuf = appendUserKey(in.keyBuf[:0], ks, key)
@@ -252,21 +252,22 @@ func (in *Ingest) point(ks KeyspaceID, key []byte) []byte {
 	return in.keyBuf
 }
 
-// user checks a user change of keyspace ks (what names it in an error),
-// writes the header first and moves to a new table when the keyspace
-// changes and the current one is large enough.
-func (in *Ingest) user(ks KeyspaceID, what string) bool {
+// user checks a user change of keyspace ks (key, or the range [key, hi)
+// for a range deletion: what an error names), writes the header first and
+// moves to a new table when the keyspace changes and the current one is
+// large enough.
+func (in *Ingest) user(ks KeyspaceID, key, hi []byte, isRange bool) bool {
 	switch {
 	case in.err != nil:
 		return false
 	case in.done:
-		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", what, ErrClosed)
+		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", describe(key, hi, isRange), ErrClosed)
 		return false
 	case ks == 0:
-		in.err = errKeyspace("ingest: " + what)
+		in.err = errKeyspace("ingest: " + describe(key, hi, isRange))
 		return false
 	case ks < in.lastKS:
-		in.err = kverr.Errorf("ingest: %s of keyspace %d after keyspace %d: %w", what, ks, in.lastKS, ErrBadRange)
+		in.err = kverr.Errorf("ingest: %s of keyspace %d after keyspace %d: %w", describe(key, hi, isRange), ks, in.lastKS, ErrBadRange)
 		return false
 	}
 	if !in.started {
@@ -290,6 +291,14 @@ func (in *Ingest) user(ks KeyspaceID, what string) bool {
 		}
 	}
 	return true
+}
+
+// describe names a change in an error.
+func describe(key, hi []byte, isRange bool) string {
+	if isRange {
+		return fmt.Sprintf("range deletion [%q, %q)", string(key), string(hi))
+	}
+	return fmt.Sprintf("key %q", string(key))
 }
 
 func (in *Ingest) fail(err error) {
