@@ -117,6 +117,11 @@ type DB struct {
 	// starts, use it.
 	catW enginedir.BitsCatalog
 
+	// ingests counts generations flushed by ingestion (Metrics).
+	ingests atomic.Int64
+	// tier is the read tier (tier.go).
+	tier readTier
+
 	closeOnce sync.Once
 	closeErr  error
 }

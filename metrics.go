@@ -98,6 +98,20 @@ type Metrics struct {
 	// above 0 share the disk and the CPU with them, so a benchmark that
 	// times such reads waits for 0 first. 0 after Close.
 	StoreJobs int64
+
+	// IngestedGenerations counts generations flushed by ingestion
+	// (Options.IngestThreshold); the others went through the store's
+	// write-ahead log as one batch.
+	IngestedGenerations int64
+
+	// ReadTierBytes is the memory held by the read tier (flushed
+	// generations kept readable, Options.ReadTierBytes): the engine's
+	// memory besides PendingBytes and the store's cache and memtables.
+	// ReadTierGenerations is the number of generations it holds,
+	// ReadTierEvictions the number it evicted.
+	ReadTierBytes       int64
+	ReadTierGenerations int
+	ReadTierEvictions   int64
 }
 
 // Metrics returns a snapshot of the engine's metrics. It works after Close
@@ -135,5 +149,9 @@ func (db *DB) Metrics() Metrics {
 	if db.store != nil {
 		m.StoreJobs = db.store.BackgroundJobs()
 	}
+	m.IngestedGenerations = db.ingests.Load()
+	m.ReadTierBytes = db.tier.bytes.Load()
+	m.ReadTierGenerations = db.tier.generations()
+	m.ReadTierEvictions = db.tier.evicted.Load()
 	return m
 }

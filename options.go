@@ -10,6 +10,12 @@ import (
 	"github.com/kvbuf/kvbuf/storage"
 )
 
+// DefaultIngestThreshold is the default Options.IngestThreshold: 4 MiB.
+const DefaultIngestThreshold = 4 << 20
+
+// DefaultReadTierBytes is the default Options.ReadTierBytes: 32 MiB.
+const DefaultReadTierBytes = 32 << 20
+
 // Options configures an engine. A nil *Options means defaults; a zero field
 // means that field's default. Open resolves them once (EnsureDefaults, then
 // Validate); each default is declared once, in the package that uses it.
@@ -76,6 +82,28 @@ type Options struct {
 	// the DB caveats.
 	LogBeforeData bool
 
+	// IngestThreshold is the size, in bytes of pending KV changes, from
+	// which a flush generation is written straight into sstables and
+	// ingested into the store (one DB.Ingest with the catalog and the
+	// watermark: flush by ingestion) instead of committed as one batch
+	// through the store's write-ahead log and memtable. A batch costs a
+	// generation its WAL write, a memtable insert per change and, later,
+	// pebble's flush of the memtable; an ingestion costs a manifest edit,
+	// a new table in the LSM and a sync of its file, which is more for a
+	// few changes. Default: DefaultIngestThreshold, chosen by measurement
+	// (doc/design.md, "Flush by ingestion"). Negative: never ingest.
+	IngestThreshold int64
+
+	// ReadTierBytes is the memory budget of the read tier: the tables of
+	// recently flushed generations, kept readable after they are durable
+	// so that a key read again soon after its flush is answered from
+	// memory rather than by a store read. Whole generations are evicted,
+	// oldest first; a generation larger than the budget is not kept. The
+	// tier's memory is reported in Metrics.ReadTierBytes, apart from
+	// PendingBytes (it does not count against MaxPendingBytes). Default:
+	// DefaultReadTierBytes. Negative disables the tier.
+	ReadTierBytes int64
+
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's. It is a fault-injection seam for this package's tests
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
@@ -117,6 +145,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if r.PoolBytes == 0 {
 		r.PoolBytes = buffer.DefaultPoolBytes
+	}
+	if r.IngestThreshold == 0 {
+		r.IngestThreshold = DefaultIngestThreshold
+	}
+	if r.ReadTierBytes == 0 {
+		r.ReadTierBytes = DefaultReadTierBytes
 	}
 	return &r
 }

@@ -123,6 +123,7 @@ type Ingest struct {
 	w       *sstable.Writer
 	path    string   // of w
 	paths   []string // finished tables
+	created []string // every file made, finished or not (removed on failure)
 	// last is the stored form of the last point of w; lastKS the keyspace
 	// of the last user change (0 before the first).
 	last   []byte
@@ -361,6 +362,7 @@ func (in *Ingest) newTable() error {
 	if err != nil {
 		return err
 	}
+	in.created = append(in.created, path)
 	in.s.mu.RLock()
 	var format sstable.TableFormat
 	if !in.s.closed {
@@ -369,7 +371,6 @@ func (in *Ingest) newTable() error {
 	in.s.mu.RUnlock()
 	if format == 0 {
 		_ = f.Close()
-		_ = ig.fs.Remove(path)
 		return ErrClosed
 	}
 	in.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), ig.po.MakeWriterOptions(0, format))
@@ -435,15 +436,19 @@ func (in *Ingest) Abort() {
 	in.done = true
 	if in.w != nil {
 		_ = in.w.Close()
-		in.paths = append(in.paths, in.path)
 		in.w = nil
 	}
 	in.removeFiles()
 }
 
+// removeFiles removes every file the ingest made (best effort: Open
+// removes what is left).
 func (in *Ingest) removeFiles() {
-	for _, p := range in.paths {
+	if in.ig == nil {
+		return
+	}
+	for _, p := range in.created {
 		_ = in.ig.fs.Remove(p)
 	}
-	in.paths = nil
+	in.created, in.paths = nil, nil
 }

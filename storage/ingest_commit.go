@@ -139,7 +139,7 @@ func (s *Store) runIngest(in *Ingest) error {
 		return s.wrapErr("ingest", err)
 	}
 	// pebble removed the paths (its links remain).
-	in.paths = nil
+	in.created, in.paths = nil, nil
 	_ = failpoint.Hit(failpoint.StorageIngestApplied) // a crash point only
 	return nil
 }

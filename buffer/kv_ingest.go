@@ -1,0 +1,183 @@
+package buffer
+
+import (
+	"context"
+	"strings"
+	"unsafe"
+
+	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// Flush by ingestion: a sealed generation is already what an sstable is, a
+// sorted set of changes with one version per key. IngestTo writes it into a
+// storage.Ingest in the order the sealed tables already have (each table is
+// sorted once, and that order serves its iterators and its flush; see
+// kv_order.go), so the flush sorts nothing again, encodes no batch and
+// skips pebble's WAL, memtable and memtable flush.
+//
+// Every change of an ingested table carries one sequence number, so a
+// range tombstone of the generation does not hide the generation's own
+// points, as it does in a batch where it comes after them. IngestTo
+// resolves that itself: a point is written only if no tombstone of the
+// generation numbered above it covers it, and every tombstone is written
+// (they delete what the store holds, which is older than the generation).
+
+// Bytes returns the memory held by the generation's tables: what the
+// flusher compares with its ingestion threshold.
+func (g *KVGen) Bytes() int64 {
+	var n int64
+	for _, t := range g.tables {
+		n += t.bytes()
+	}
+	return n
+}
+
+// flushTables returns the tables whose changes a flush writes: for a
+// dropped keyspace, only those from the drop on (older ones are deleted by
+// its tombstone anyway).
+func (g *KVGen) flushTables() []*table {
+	tables := g.tables
+	for i := len(tables) - 1; i > 0; i-- {
+		if sp := tables[i].rdel.Load(); sp != nil && len(sp.s) == 1 && sp.s[0].lo == "" && sp.s[0].open {
+			return tables[i:]
+		}
+	}
+	return tables
+}
+
+// IngestTo adds the generation's changes to in, keyspace by keyspace as
+// storage.Ingest wants them (the caller orders the keyspaces): every range
+// tombstone, then every key's newest change in key order, unless a
+// tombstone of the generation numbered above it hides it. It may be called
+// again after a failed ingest (the tables are unchanged until Release).
+// Errors: ctx's.
+func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest) error {
+	ks := g.kv.ks
+	tables := g.flushTables()
+	for _, t := range tables {
+		for _, s := range t.rdel.Load().list() {
+			var hi []byte
+			if !s.open {
+				hi = []byte(s.hi)
+			}
+			in.DeleteRange(ks, []byte(s.lo), hi)
+		}
+	}
+	if len(tables) == 1 {
+		return ingestTable(ctx, in, ks, tables[0])
+	}
+	return ingestMerged(ctx, in, ks, tables)
+}
+
+// ingestTable writes the points of one table: the common case (a
+// generation of one table, not sealed early by a snapshot).
+func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table) error {
+	sp := t.rdel.Load()
+	x, ents := t.sortedKeys()
+	for i, e := range ents {
+		if i&0xffff == 0xffff {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		sw, sh := x.words(e.ref)
+		v, st := t.versionAt(sh, &sw, ^uint64(0))
+		invariants.Check(st == verFound, "buffer: a sealed table's key has no version (%d)", st)
+		if st != verFound {
+			continue
+		}
+		k := x.key(e.ref)
+		if sp != nil && sp.hides(k, v.seq, ^uint64(0)) {
+			continue
+		}
+		ingestPoint(in, ks, k, &sw, &v)
+	}
+	return nil
+}
+
+func ingestPoint(in *storage.Ingest, ks storage.KeyspaceID, k string, sw *slotWords, v *version) {
+	kb := unsafe.Slice(unsafe.StringData(k), len(k))
+	switch {
+	case v.del:
+		in.Delete(ks, kb)
+	case v.inline:
+		var ib [inlineBytes]byte
+		in.Put(ks, kb, inlineValue(&ib, sw, v))
+	default:
+		in.Put(ks, kb, v.ext)
+	}
+}
+
+// mergeHead is one table's position in ingestMerged.
+type mergeHead struct {
+	x    *keyIndex
+	ents []sortEnt
+	i    int
+}
+
+func (h *mergeHead) key() (uint64, string) {
+	e := h.ents[h.i]
+	return e.prefix, h.x.key(e.ref)
+}
+
+// ingestMerged writes the points of several tables (oldest first) in key
+// order, each key's change from the newest table that holds it, skipped if
+// a tombstone of that table numbered above it, or any tombstone of a newer
+// table, covers it. Tables are few (one per snapshot taken since the last
+// flush, plus the active one), so each step scans every head.
+func ingestMerged(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, tables []*table) error {
+	heads := make([]mergeHead, len(tables))
+	spans := make([]*spans, len(tables))
+	for i, t := range tables {
+		x, ents := t.sortedKeys()
+		heads[i] = mergeHead{x: x, ents: ents}
+		spans[i] = t.rdel.Load()
+	}
+	for n := 0; ; n++ {
+		if n&0xffff == 0xffff {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		// The smallest key among the heads, and the newest table holding it.
+		best := -1
+		var bp uint64
+		var bk string
+		for i := range heads {
+			h := &heads[i]
+			if h.i == len(h.ents) {
+				continue
+			}
+			p, k := h.key()
+			if best < 0 || p < bp || p == bp && strings.Compare(k, bk) <= 0 {
+				// <= : a later (newer) table holding the same key wins.
+				best, bp, bk = i, p, k
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		t := tables[best]
+		h := &heads[best]
+		sw, sh := h.x.words(h.ents[h.i].ref)
+		v, st := t.versionAt(sh, &sw, ^uint64(0))
+		invariants.Check(st == verFound, "buffer: a sealed table's key has no version (%d)", st)
+		hidden := st != verFound || spans[best] != nil && spans[best].hides(bk, v.seq, ^uint64(0))
+		for j := best + 1; !hidden && j < len(tables); j++ {
+			hidden = spans[j] != nil && spans[j].hides(bk, 0, ^uint64(0))
+		}
+		if !hidden {
+			ingestPoint(in, ks, bk, &sw, &v)
+		}
+		// Step past the key in every table that holds it.
+		for i := range heads {
+			hi := &heads[i]
+			if hi.i < len(hi.ents) {
+				if p, k := hi.key(); p == bp && k == bk {
+					hi.i++
+				}
+			}
+		}
+	}
+}
