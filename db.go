@@ -121,6 +121,8 @@ type DB struct {
 	ingests atomic.Int64
 	// tier is the read tier (tier.go).
 	tier readTier
+	// pacer bounds the flusher's CPU while it writes tables (pace.go).
+	pacer *flushPacer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -159,6 +161,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		bitsAdded: enginedir.BitsCatalog{},
 	}
 	db.targets.Store(&targetSet{})
+	db.pacer = newFlushPacer(o.FlushQuantum, o.FlushCPUPercent)
 	if err := db.open(); err != nil {
 		db.closeFiles()
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -15,6 +16,9 @@ const DefaultIngestThreshold = 4 << 20
 
 // DefaultReadTierBytes is the default Options.ReadTierBytes: 32 MiB.
 const DefaultReadTierBytes = 32 << 20
+
+// DefaultFlushQuantum is the default Options.FlushQuantum: 200µs.
+const DefaultFlushQuantum = 200 * time.Microsecond
 
 // Options configures an engine. A nil *Options means defaults; a zero field
 // means that field's default. Open resolves them once (EnsureDefaults, then
@@ -104,6 +108,23 @@ type Options struct {
 	// DefaultReadTierBytes. Negative disables the tier.
 	ReadTierBytes int64
 
+	// FlushQuantum bounds how long the flusher works on a generation's
+	// tables (flush by ingestion) before it yields the processor to
+	// readers waiting for it: Go would otherwise let it run for about 10ms
+	// before preempting it, which is a read's tail latency on a machine
+	// whose cores are all busy. Default: DefaultFlushQuantum. Negative:
+	// never yield.
+	FlushQuantum time.Duration
+
+	// FlushCPUPercent caps the share of one core the flusher's work on a
+	// generation's tables takes over time, in percent: after each
+	// FlushQuantum of work it sleeps long enough to stay within it
+	// (Metrics.FlushThrottled). It trades flush throughput (and so, under
+	// a sustained write load, more time at MaxPendingBytes) for readers'
+	// CPU. Default: 100 (no sleep; the flusher only yields). At least 1,
+	// at most 100, else ErrBadOptions.
+	FlushCPUPercent int
+
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's. It is a fault-injection seam for this package's tests
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
@@ -152,6 +173,12 @@ func (o *Options) EnsureDefaults() *Options {
 	if r.ReadTierBytes == 0 {
 		r.ReadTierBytes = DefaultReadTierBytes
 	}
+	if r.FlushQuantum == 0 {
+		r.FlushQuantum = DefaultFlushQuantum
+	}
+	if r.FlushCPUPercent == 0 {
+		r.FlushCPUPercent = 100
+	}
 	return &r
 }
 
@@ -160,6 +187,9 @@ func (o *Options) Validate() error {
 	// Each layer validates its own options, so a range is stated once,
 	// where the value is used; the root only adds what is its own.
 	r := o.EnsureDefaults()
+	if r.FlushCPUPercent < 1 || r.FlushCPUPercent > 100 {
+		return kverr.Errorf("FlushCPUPercent %d (1 to 100): %w", r.FlushCPUPercent, ErrBadOptions)
+	}
 	if err := r.bufferOptions().Validate(); err != nil {
 		return err
 	}

@@ -181,6 +181,7 @@ func (gen *generation) kvBytes() int64 {
 // bitslices were written and synced before (Write).
 func (gen *generation) ingest(ctx context.Context, wm uint64) error {
 	db := gen.db
+	db.pacer.begin()
 	in := db.store.NewIngest()
 	in.SetWatermark(wm)
 	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
@@ -207,7 +208,7 @@ func (gen *generation) ingest(ctx context.Context, wm uint64) error {
 		}
 		k := kvs[0]
 		kvs = kvs[1:]
-		if err := k.IngestTo(ctx, in); err != nil {
+		if err := k.IngestTo(ctx, in, db.pacer.pace); err != nil {
 			in.Abort()
 			return kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
 		}

@@ -51,8 +51,9 @@ func (g *KVGen) flushTables() []*table {
 // tombstone, then every key's newest change in key order, unless a
 // tombstone of the generation numbered above it hides it. It may be called
 // again after a failed ingest (the tables are unchanged until Release).
-// Errors: ctx's.
-func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest) error {
+// pace, if not nil, is called every PaceKeys keys: the flusher's CPU bound
+// (it may yield or sleep). Errors: ctx's.
+func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) error {
 	ks := g.kv.ks
 	tables := g.flushTables()
 	for _, t := range tables {
@@ -65,21 +66,35 @@ func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest) error {
 		}
 	}
 	if len(tables) == 1 {
-		return ingestTable(ctx, in, ks, tables[0])
+		return ingestTable(ctx, in, ks, tables[0], pace)
 	}
-	return ingestMerged(ctx, in, ks, tables)
+	return ingestMerged(ctx, in, ks, tables, pace)
+}
+
+// PaceKeys is how many keys IngestTo writes between two calls of its pace
+// function: about 20-50µs of work.
+const PaceKeys = 256
+
+// step is called once per key of a flush: every PaceKeys keys it calls
+// pace, every 64k it checks ctx.
+func step(ctx context.Context, i int, pace func()) error {
+	if i%PaceKeys == PaceKeys-1 && pace != nil {
+		pace()
+	}
+	if i&0xffff == 0xffff {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // ingestTable writes the points of one table: the common case (a
 // generation of one table, not sealed early by a snapshot).
-func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table) error {
+func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, pace func()) error {
 	sp := t.rdel.Load()
 	x, ents := t.sortedKeys()
 	for i, e := range ents {
-		if i&0xffff == 0xffff {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+		if err := step(ctx, i, pace); err != nil {
+			return err
 		}
 		sw, sh := x.words(e.ref)
 		v, st := t.versionAt(sh, &sw, ^uint64(0))
@@ -126,7 +141,7 @@ func (h *mergeHead) key() (uint64, string) {
 // a tombstone of that table numbered above it, or any tombstone of a newer
 // table, covers it. Tables are few (one per snapshot taken since the last
 // flush, plus the active one), so each step scans every head.
-func ingestMerged(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, tables []*table) error {
+func ingestMerged(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, tables []*table, pace func()) error {
 	heads := make([]mergeHead, len(tables))
 	spans := make([]*spans, len(tables))
 	for i, t := range tables {
@@ -135,10 +150,8 @@ func ingestMerged(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID
 		spans[i] = t.rdel.Load()
 	}
 	for n := 0; ; n++ {
-		if n&0xffff == 0xffff {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+		if err := step(ctx, n, pace); err != nil {
+			return err
 		}
 		// The smallest key among the heads, and the newest table holding it.
 		best := -1

@@ -26,6 +26,9 @@ type LSMStats struct {
 	// Ingest). BytesWritten is their sum: everything the store wrote.
 	WALBytes, FlushedBytes, CompactedBytes, IngestedBytes uint64
 	BytesWritten                                          uint64
+	// BackgroundJobs is the number of flushes and compactions in
+	// progress (Store.BackgroundJobs).
+	BackgroundJobs int64
 }
 
 // LSM returns the store's LSM shape and write counters. Errors: ErrClosed.
@@ -49,6 +52,7 @@ func (s *Store) LSM() (LSMStats, error) {
 		FlushedBytes:   tot.TableBytesFlushed,
 		CompactedBytes: tot.TableBytesCompacted,
 		IngestedBytes:  tot.TableBytesIngested,
+		BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
 	}
 	st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
 	return st, nil
