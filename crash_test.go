@@ -923,11 +923,11 @@ func TestCrashRecovery(t *testing.T) {
 	points := crashPoints()
 	byMode := map[string]int{}
 	var (
-		maxOp  uint64 // highest op any child may have started
-		acks   crashAcks
-		deepIF uint64 // highest in-flight count reported at the maximum depth
+		maxOp    uint64 // highest op any child may have started
+		acks     crashAcks
+		deepIF   uint64 // highest in-flight count reported at the maximum depth
 		ingested uint64 // generations the children reported flushed by ingestion
-		began  = time.Now()
+		began    = time.Now()
 	)
 	for i := range iters {
 		// Even iterations kill at a random moment, odd ones at a point;
