@@ -125,6 +125,12 @@ type Options struct {
 	// at most 100, else ErrBadOptions.
 	FlushCPUPercent int
 
+	// storeTune, if set, replaces the store options the engine chooses
+	// (storageOptions; CacheSize is still the engine's): benchmarks of
+	// this package compare store set-ups with it. A pointer, so that
+	// Options stays comparable.
+	storeTune *storage.Options
+
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's. It is a fault-injection seam for this package's tests
 	// (vfs.NewCrashableMem, errorfs) and deliberately unexported: the
@@ -202,7 +208,12 @@ func (o *Options) Validate() error {
 // storageOptions are the store options the engine opens its store with
 // (the file system and the existence checks are set by open).
 func (o *Options) storageOptions() *storage.Options {
-	return &storage.Options{CacheSize: o.CacheSize}
+	so := &storage.Options{CacheSize: o.CacheSize}
+	if o.storeTune != nil {
+		so = new(*o.storeTune)
+		so.CacheSize = o.CacheSize
+	}
+	return so
 }
 
 func (o *Options) bufferOptions() *buffer.Options {

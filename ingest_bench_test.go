@@ -1,0 +1,217 @@
+package kvbuf
+
+// Benchmarks of flush by ingestion and of the read tier, each comparing
+// designs (or kvbuf and pebble) within one run, in rotating order, with
+// ratios reported as metrics. doc/design.md ("Flush by ingestion", "The
+// read tier") quotes them with the commands that produced the figures.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// w6Keys returns n distinct 8-byte big-endian keys drawn from [0, 4n) in
+// random order (W6's keys at n = 1M), and their stored forms in keyspace 1
+// sorted.
+func w6Keys(n int, seed uint64) (keys [][]byte, stored [][]byte) {
+	rng := rand.New(rand.NewPCG(seed, 6))
+	seen := make(map[uint64]bool, n)
+	for len(keys) < n {
+		k := rng.Uint64N(4 * uint64(n))
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, binary.BigEndian.AppendUint64(nil, k))
+		}
+	}
+	for _, k := range keys {
+		stored = append(stored, append([]byte{2, 0, 0, 0, 1}, k...)) // storage's user key layout, keyspace 1
+	}
+	slices.SortFunc(stored, func(a, b []byte) int { return slices.Compare(a, b) })
+	return keys, stored
+}
+
+// settle waits until the store (pebble) has no flush or compaction left.
+func settle(lsm func() (storage.LSMStats, error)) {
+	for {
+		st, err := lsm()
+		if err != nil || st.BackgroundJobs == 0 {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// pebbleLSM reads the LSMStats fields a benchmark uses from a raw pebble.
+func pebbleLSM(db *pebble.DB) func() (storage.LSMStats, error) {
+	return func() (storage.LSMStats, error) {
+		pm := db.Metrics()
+		tot := pm.Total()
+		st := storage.LSMStats{
+			L0Files: pm.Levels[0].TablesCount, ReadAmp: pm.ReadAmp(),
+			WALBytes: pm.WAL.BytesWritten, FlushedBytes: tot.TableBytesFlushed,
+			CompactedBytes: tot.TableBytesCompacted, IngestedBytes: tot.TableBytesIngested,
+			BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
+		}
+		st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
+		return st, nil
+	}
+}
+
+// w6Pending is the pending budget of the W6 engines (everything stays
+// pending until the Flush) and the memtable of the pebble rows (the same
+// memory).
+const w6Pending = 128 << 20
+
+// BenchmarkFlushW6 is W6's KV row through the engine, one round per op:
+// 1M puts of 16-byte values to W6's keys (new values every round), made
+// durable, by each row in rotating order:
+//
+//   - kvbuf/puts: 1M KV.Put calls, then DB.Flush, with the default
+//     Options.IngestThreshold (the generation is ingested);
+//   - kvbuf/batches: the same puts in Batches of 1000 (DB.Apply, op 0);
+//   - kvbuf-batch-path/puts: 1M Puts and Flush, IngestThreshold -1 (the
+//     generation goes through the WAL as one batch: the design before);
+//   - pebble/batch-sync: one pebble batch of the puts in arrival order,
+//     committed with Sync (the store's options, a memtable as large as the
+//     engines' pending budget);
+//   - pebble/batch-sync-sorted: the same with the keys sorted (not timed).
+//
+// Metrics per row: ns/put (to durability), flush-ns/put (kvbuf: the Flush
+// alone), cpu-ns/put (user+sys of the process over the timed span),
+// settle-cpu-ns/put (the same up to the moment the store has no flush or
+// compaction left: background work the row caused) and wamp (bytes the
+// store wrote up to then, per byte of user key and value).
+func BenchmarkFlushW6(b *testing.B) {
+	const n = 1_000_000
+	keys, stored := w6Keys(n, 1)
+	val := make([]byte, 16)
+	type row struct {
+		name  string
+		run   func(round uint64) (flush time.Duration, err error)
+		lsm   func() (storage.LSMStats, error)
+		total time.Duration
+		flush time.Duration
+		cpu   time.Duration
+		scpu  time.Duration
+		bytes uint64
+	}
+	engine := func(name string, ingest int64, batch bool) *row {
+		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, IngestThreshold: ingest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		kv, err := db.KV("w6")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := &row{name: name, lsm: db.store.LSM}
+		r.run = func(round uint64) (time.Duration, error) {
+			binary.BigEndian.PutUint64(val, round)
+			if batch {
+				bt := db.NewBatch()
+				for i, k := range keys {
+					bt.Put(kv, k, val)
+					if i%1000 == 999 || i == len(keys)-1 {
+						if err := db.Apply(ctx, bt, 0); err != nil {
+							return 0, err
+						}
+						bt.Reset()
+					}
+				}
+			} else {
+				for _, k := range keys {
+					if err := kv.Put(ctx, k, val, 0); err != nil {
+						return 0, err
+					}
+				}
+			}
+			t0 := time.Now()
+			err := db.Flush(ctx)
+			return time.Since(t0), err
+		}
+		return r
+	}
+	raw := func(name string, order [][]byte) *row {
+		po := storage.PebbleOptions(&storage.Options{MemTableSize: w6Pending})
+		db, err := pebble.Open(b.TempDir(), po)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		r := &row{name: name, lsm: pebbleLSM(db)}
+		r.run = func(round uint64) (time.Duration, error) {
+			binary.BigEndian.PutUint64(val, round)
+			bt := db.NewBatch()
+			for _, k := range order {
+				if err := bt.Set(k, val, nil); err != nil {
+					return 0, err
+				}
+			}
+			err := bt.Commit(pebble.Sync)
+			_ = bt.Close()
+			return 0, err
+		}
+		return r
+	}
+	arrival := make([][]byte, n)
+	for i, k := range keys {
+		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
+	}
+	rows := []*row{
+		engine("kvbuf/puts", 0, false),
+		engine("kvbuf/batches", 0, true),
+		engine("kvbuf-batch-path/puts", -1, false),
+		raw("pebble/batch-sync", arrival),
+		raw("pebble/batch-sync-sorted", stored),
+	}
+	round := uint64(0)
+	for b.Loop() {
+		round++
+		for j := range rows {
+			r := rows[(j+int(round))%len(rows)]
+			before, _ := r.lsm()
+			c0 := processCPU()
+			t0 := time.Now()
+			fl, err := r.run(round)
+			if err != nil {
+				b.Fatalf("%s: %v", r.name, err)
+			}
+			r.total += time.Since(t0)
+			r.flush += fl
+			r.cpu += processCPU() - c0
+			settle(r.lsm)
+			r.scpu += processCPU() - c0
+			after, _ := r.lsm()
+			r.bytes += after.BytesWritten - before.BytesWritten
+		}
+	}
+	puts := float64(round) * n
+	for _, r := range rows {
+		b.ReportMetric(float64(r.total.Nanoseconds())/puts, r.name+"-ns/put")
+		if r.flush > 0 {
+			b.ReportMetric(float64(r.flush.Nanoseconds())/puts, r.name+"-flush-ns/put")
+		}
+		b.ReportMetric(float64(r.cpu.Nanoseconds())/puts, r.name+"-cpu-ns/put")
+		b.ReportMetric(float64(r.scpu.Nanoseconds())/puts, r.name+"-settle-cpu-ns/put")
+		b.ReportMetric(float64(r.bytes)/puts/24, r.name+"-wamp")
+	}
+	best := min(rows[3].total, rows[4].total)
+	b.ReportMetric(float64(best)/float64(rows[0].total), "speedup-puts")
+	b.ReportMetric(float64(best)/float64(rows[1].total), "speedup-batches")
+	b.ReportMetric(float64(rows[4].total)/float64(rows[0].flush), "speedup-flush-vs-sorted-batch")
+	b.ReportMetric(float64(rows[2].flush)/float64(rows[0].flush), "speedup-flush-vs-batch-path")
+}
+
+// sink keeps benchmark reads alive.
+var sinkBytes []byte
+
+var _ = fmt.Sprint
