@@ -21,8 +21,9 @@
 //     kvbuf.ops=true numbers them instead, assigning and admitting each op
 //     in order under a lock, as a host replaying its log does. Properties:
 //     kvbuf.flush_interval, kvbuf.max_pending_bytes, kvbuf.cache_size,
-//     kvbuf.pool_bytes, kvbuf.pipeline_depth (Options' fields; unset:
-//     Options' defaults), kvbuf.ops (false).
+//     kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ingest_threshold,
+//     kvbuf.read_tier_bytes, kvbuf.flush_quantum, kvbuf.flush_cpu_percent
+//     (Options' fields; unset: Options' defaults), kvbuf.ops (false).
 //   - pebble: pebble v2 opened with storage.PebbleOptions, as kvbuf's store
 //     is (same format, memtable size and block cache; pebble.cache_size, by
 //     default storage.DefaultCacheSize), every write with pebble.NoSync. A
