@@ -215,3 +215,149 @@ func BenchmarkFlushW6(b *testing.B) {
 var sinkBytes []byte
 
 var _ = fmt.Sprint
+
+// BenchmarkMissRead measures a read the buffer cannot answer (the key is
+// neither pending nor in the read tier) against a plain pebble Get on a
+// store of the same shape and cache: 1M W6 keys (16-byte values) compacted
+// to the last level, then 64k other keys flushed on top (in the engine:
+// ingested and kept by the read tier, unless the tier is off; in pebble:
+// flushed to L0), both stores with the engine's cache size. One op is 1000
+// Gets of stored keys, in random order, on every row in rotating order:
+// kvbuf (tier on), kvbuf-no-tier, pebble. keys=hot reads 16k keys adjacent
+// in key order (their blocks stay in the block cache: the per-read
+// overhead), keys=all any of the 1M (most reads miss the cache). Metrics:
+// ns/get per row and each kvbuf row's time over pebble's (the target is at
+// most 1.05).
+func BenchmarkMissRead(b *testing.B) {
+	for _, hot := range []bool{true, false} {
+		name := "keys=all"
+		if hot {
+			name = "keys=hot"
+		}
+		b.Run(name, func(b *testing.B) { benchMissRead(b, hot) })
+	}
+}
+
+func benchMissRead(b *testing.B, hot bool) {
+	const n, extra, reads = 1 << 20, 1 << 16, 1000
+	keys, _ := w6Keys(n+extra, 7)
+	val := make([]byte, 16)
+	type row struct {
+		name string
+		get  func(k []byte) error
+		t    time.Duration
+	}
+	engine := func(name string, tier int64) *row {
+		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, ReadTierBytes: tier})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		kv, err := db.KV("w6")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys[:n] {
+			if err := kv.Put(ctx, k, val, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.Compact(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys[n:] {
+			if err := kv.Put(ctx, k, val, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		settle(db.store.LSM)
+		if m := db.Metrics(); (m.ReadTierGenerations > 0) != (tier > 0) || m.PendingBytes != 0 {
+			b.Fatalf("%s: %d generations in the read tier, %d bytes pending", name, m.ReadTierGenerations, m.PendingBytes)
+		}
+		var buf []byte
+		return &row{name: name, get: func(k []byte) error {
+			var err error
+			buf, err = kv.GetAppend(buf[:0], k)
+			return err
+		}}
+	}
+	po := storage.PebbleOptions(&storage.Options{CacheSize: storage.DefaultCacheSize})
+	pdb, err := pebble.Open(b.TempDir(), po)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = pdb.Close() })
+	stored := func(k []byte) []byte { return append([]byte{2, 0, 0, 0, 1}, k...) }
+	bt := pdb.NewBatch()
+	for _, k := range keys[:n] {
+		_ = bt.Set(stored(k), val, nil)
+	}
+	if err := bt.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
+		b.Fatal(err)
+	}
+	bt = pdb.NewBatch()
+	for _, k := range keys[n:] {
+		_ = bt.Set(stored(k), val, nil)
+	}
+	if err := bt.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := pdb.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	settle(pebbleLSM(pdb))
+	pk := make([]byte, 0, 16)
+	rows := []*row{
+		engine("kvbuf", DefaultReadTierBytes),
+		engine("kvbuf-no-tier", -1),
+		{name: "pebble", get: func(k []byte) error {
+			pk = append(append(pk[:0], 2, 0, 0, 0, 1), k...)
+			v, c, err := pdb.Get(pk)
+			if err == nil {
+				sinkBytes = append(sinkBytes[:0], v...)
+				err = c.Close()
+			}
+			return err
+		}},
+	}
+	rng := rand.New(rand.NewPCG(8, 9))
+	pool := keys[:n]
+	if hot {
+		pool = slices.Clone(pool)
+		slices.SortFunc(pool, func(a, b []byte) int { return slices.Compare(a, b) })
+		pool = pool[n/2 : n/2+1<<14]
+	}
+	batch := make([][]byte, reads)
+	i := 0
+	for b.Loop() {
+		for j := range batch {
+			batch[j] = pool[rng.IntN(len(pool))]
+		}
+		for r := range rows {
+			row := rows[(r+i)%len(rows)]
+			t0 := time.Now()
+			for _, k := range batch {
+				if err := row.get(k); err != nil {
+					b.Fatalf("%s: %v", row.name, err)
+				}
+			}
+			row.t += time.Since(t0)
+		}
+		i++
+	}
+	gets := float64(i) * reads
+	for _, r := range rows {
+		b.ReportMetric(float64(r.t.Nanoseconds())/gets, r.name+"-ns/get")
+	}
+	b.ReportMetric(float64(rows[0].t)/float64(rows[2].t), "kvbuf/pebble")
+	b.ReportMetric(float64(rows[1].t)/float64(rows[2].t), "kvbuf-no-tier/pebble")
+}
