@@ -51,14 +51,14 @@ func TestFaultIngestFailure(t *testing.T) {
 				return nil
 			})
 			opts := &Options{FlushInterval: -1, IngestThreshold: 1, storeFS: errorfs.Wrap(vfs.Default, inj)}
-			ingestFaultRound(t, opts, &armed, &hits)
+			ingestFaultRound(t, opts, &armed, &hits, errorfs.ErrInjected)
 		})
 	}
 }
 
 // ingestFaultRound runs a fault round: arm starts the fault, hits counts
-// the injections.
-func ingestFaultRound(t *testing.T, opts *Options, armed *atomic.Bool, hits *atomic.Int64) {
+// the injections, want is the error the failed flushes wrap.
+func ingestFaultRound(t *testing.T, opts *Options, armed *atomic.Bool, hits *atomic.Int64, want error) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fe := openFaultEngine(t, dir, opts)
@@ -72,8 +72,8 @@ func ingestFaultRound(t *testing.T, opts *Options, armed *atomic.Bool, hits *ato
 	fe.run(30)
 	for attempt := range 3 {
 		err := db.Flush(ctx)
-		if !errors.Is(err, errorfs.ErrInjected) {
-			t.Fatalf("flush %d with the ingestion failing = %v, want the injected error", attempt, err)
+		if !errors.Is(err, want) {
+			t.Fatalf("flush %d with the ingestion failing = %v, want %v", attempt, err, want)
 		}
 		if wm := db.Watermark(); wm != good {
 			t.Fatalf("flush %d failed, yet the watermark moved from %d to %d", attempt, good, wm)
@@ -90,6 +90,6 @@ func ingestFaultRound(t *testing.T, opts *Options, armed *atomic.Bool, hits *ato
 	if n := hits.Load(); n < 3 {
 		t.Fatalf("the fault was injected %d times in 3 failed flushes", n)
 	}
-	fe.recoverAndReopen(ctx, dir, opts, errorfs.ErrInjected)
+	fe.recoverAndReopen(ctx, dir, opts, want)
 	checkNoIngestLeftovers(t, dir, opts)
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -361,3 +362,156 @@ func benchMissRead(b *testing.B, hot bool) {
 	b.ReportMetric(float64(rows[0].t)/float64(rows[2].t), "kvbuf/pebble")
 	b.ReportMetric(float64(rows[1].t)/float64(rows[2].t), "kvbuf-no-tier/pebble")
 }
+
+// BenchmarkSustainedWrites writes as fast as it can (Batches of 64 puts of
+// 100-byte values to random keys of a space of 1M, op 0, the flusher
+// working on its own: interval and size triggers) for KVBUF_SUSTAIN
+// (default 3s) per configuration and op, the configurations in rotating
+// order, each on an engine kept open across ops, while one reader Gets
+// random keys and a sampler reads Metrics every 10ms. It reports, per
+// configuration: writes/s, the L0 file count and read amplification of
+// the store (mean and max of the samples), compactions and bytes written
+// per byte of user data (from the store's LSMStats), read p50/p99, and
+// the stall time per write. Configurations: ingest (the defaults), batch-
+// path (IngestThreshold -1: every generation through the WAL), and the
+// store set-ups tried for a buffer in front of pebble (doc/design.md,
+// "The store under a buffer").
+func BenchmarkSustainedWrites(b *testing.B) {
+	d := 3 * time.Second
+	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
+		d = v
+	}
+	type config struct {
+		name string
+		opts Options
+	}
+	configs := []config{
+		{"ingest", Options{}},
+		{"batch-path", Options{IngestThreshold: -1}},
+		{"ingest-l0c2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
+		{"ingest-mem64m", Options{storeTune: &storage.Options{MemTableSize: 64 << 20}}},
+		{"ingest-compact2", Options{storeTune: &storage.Options{MaxConcurrentCompactions: 2}}},
+	}
+	type stats struct {
+		writes                   int64
+		el                       time.Duration
+		l0Sum, raSum, samples    int64
+		l0Max, raMax             int64
+		compactions, bytes, user uint64
+		stall                    time.Duration
+		lat                      []time.Duration
+	}
+	dbs := make([]*DB, len(configs))
+	kvs := make([]*KV, len(configs))
+	st := make([]stats, len(configs))
+	for i, c := range configs {
+		o := c.opts
+		db, err := Open(b.TempDir(), &o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		dbs[i] = db
+		if kvs[i], err = db.KV("w"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const space = 1 << 20
+	val := make([]byte, 100)
+	round := 0
+	for b.Loop() {
+		for j := range configs {
+			i := (j + round) % len(configs)
+			db, kv, s := dbs[i], kvs[i], &st[i]
+			before, _ := db.store.LSM()
+			m0 := db.Metrics()
+			stop := make(chan struct{})
+			done := make(chan struct{}, 2)
+			go func() { // reader
+				rng := rand.New(rand.NewPCG(uint64(round), 1))
+				var buf []byte
+				for {
+					select {
+					case <-stop:
+						done <- struct{}{}
+						return
+					default:
+					}
+					k := binary.BigEndian.AppendUint64(nil, rng.Uint64N(space))
+					t0 := time.Now()
+					buf, _ = kv.GetAppend(buf[:0], k)
+					s.lat = append(s.lat, time.Since(t0))
+				}
+			}()
+			go func() { // sampler
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						done <- struct{}{}
+						return
+					case <-t.C:
+					}
+					m := db.Metrics()
+					s.l0Sum += m.StoreL0Files
+					s.raSum += int64(m.StoreReadAmp)
+					s.samples++
+					s.l0Max = max(s.l0Max, m.StoreL0Files)
+					s.raMax = max(s.raMax, int64(m.StoreReadAmp))
+				}
+			}()
+			rng := rand.New(rand.NewPCG(uint64(round), 2))
+			bt := db.NewBatch()
+			t0 := time.Now()
+			for time.Since(t0) < d {
+				for range 64 {
+					binary.BigEndian.PutUint64(val, rng.Uint64())
+					bt.Put(kv, binary.BigEndian.AppendUint64(nil, rng.Uint64N(space)), val)
+				}
+				if err := db.Apply(ctx, bt, 0); err != nil {
+					b.Fatal(err)
+				}
+				bt.Reset()
+				s.writes += 64
+				s.user += 64 * (8 + 100)
+			}
+			if err := db.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			s.el += time.Since(t0)
+			close(stop)
+			<-done
+			<-done
+			after, _ := db.store.LSM()
+			s.compactions += uint64(after.Compactions - before.Compactions)
+			s.bytes += after.BytesWritten - before.BytesWritten
+			s.stall += db.Metrics().StallTime - m0.StallTime
+			settle(db.store.LSM)
+		}
+		round++
+	}
+	for i, c := range configs {
+		s := &st[i]
+		slices.Sort(s.lat)
+		q := func(f float64) float64 {
+			if len(s.lat) == 0 {
+				return 0
+			}
+			return float64(s.lat[int(f*float64(len(s.lat)-1))].Microseconds())
+		}
+		p := c.name + "-"
+		b.ReportMetric(float64(s.writes)/s.el.Seconds(), p+"writes/s")
+		b.ReportMetric(float64(s.l0Sum)/float64(max(s.samples, 1)), p+"l0-files-mean")
+		b.ReportMetric(float64(s.l0Max), p+"l0-files-max")
+		b.ReportMetric(float64(s.raSum)/float64(max(s.samples, 1)), p+"read-amp-mean")
+		b.ReportMetric(float64(s.raMax), p+"read-amp-max")
+		b.ReportMetric(float64(s.compactions)/float64(round), p+"compactions/op")
+		b.ReportMetric(float64(s.bytes)/float64(s.user), p+"wamp")
+		b.ReportMetric(q(0.5), p+"read-p50-us")
+		b.ReportMetric(q(0.99), p+"read-p99-us")
+		b.ReportMetric(float64(s.stall.Nanoseconds())/float64(s.writes), p+"stall-ns/write")
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }

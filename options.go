@@ -102,7 +102,9 @@ type Options struct {
 	// recently flushed generations, kept readable after they are durable
 	// so that a key read again soon after its flush is answered from
 	// memory rather than by a store read. Whole generations are evicted,
-	// oldest first; a generation larger than the budget is not kept. The
+	// oldest first, to keep within the budget and at most four generations
+	// (a read that misses the buffer probes each); a generation larger
+	// than the budget is not kept. The
 	// tier's memory is reported in Metrics.ReadTierBytes, apart from
 	// PendingBytes (it does not count against MaxPendingBytes). Default:
 	// DefaultReadTierBytes. Negative disables the tier.

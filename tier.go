@@ -28,10 +28,16 @@ type tierGen struct {
 	kvs   []*buffer.KVGen
 }
 
+// maxTierGenerations bounds the generations the tier holds: a read that
+// misses the buffer probes a table of each, so many small generations
+// (interval flushes of a trickle of writes) would make every miss slower
+// for little gain.
+const maxTierGenerations = 4
+
 // retain moves gen's KV tables into the tier (tier rules T1, T2), then
 // evicts the oldest generations until the tier holds at most budget bytes
-// (possibly gen itself: a generation larger than the budget is not kept,
-// nor is anything older).
+// and maxTierGenerations generations (possibly gen itself: a generation
+// larger than the budget is not kept, nor is anything older).
 func (rt *readTier) retain(gen *generation, budget int64) {
 	tg := tierGen{g: gen.g}
 	for _, k := range gen.kvs {
@@ -44,7 +50,7 @@ func (rt *readTier) retain(gen *generation, budget int64) {
 		rt.gens = append(rt.gens, tg)
 		rt.bytes.Add(tg.bytes)
 	}
-	for len(rt.gens) > 0 && rt.bytes.Load() > budget {
+	for len(rt.gens) > 0 && (rt.bytes.Load() > budget || len(rt.gens) > maxTierGenerations) {
 		old := rt.gens[0]
 		rt.gens[0] = tierGen{}
 		rt.gens = rt.gens[1:]

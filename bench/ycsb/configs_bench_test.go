@@ -42,7 +42,8 @@ var kvbufConfigSets = []struct {
 // over the rounds), cpu-us/op (the process's user+sys time over the
 // measured operations, flusher and pebble included, per operation: what a
 // machine shared with other work disturbs least), read-p99-us (all rounds'
-// reads) and, for every configuration but the first, its ops/s and
+// reads), read@flush-p99-us (the reads that overlapped a generation in
+// flight) and, for every configuration but the first, its ops/s and
 // cpu-us/op over the first's (medians of the per-round ratios).
 func BenchmarkKvbufConfigs(b *testing.B) {
 	for _, set := range kvbufConfigSets {
@@ -115,13 +116,14 @@ func benchKvbufConfigs(b *testing.B, configs []kvbufConfig) {
 	}
 	type cell struct {
 		opsPerSec, cpuPerOp []float64
-		reads               *hdrhistogram.Histogram
+		reads, readsInFlush *hdrhistogram.Histogram
 	}
 	cells := make([][]cell, len(workloads))
 	for w := range cells {
 		cells[w] = make([]cell, len(configs))
 		for i := range configs {
 			cells[w][i].reads = hdrhistogram.New(histMin, histMax, histDigits)
+			cells[w][i].readsInFlush = hdrhistogram.New(histMin, histMax, histDigits)
 		}
 	}
 	round := 0
@@ -163,6 +165,9 @@ func benchKvbufConfigs(b *testing.B, configs []kvbufConfig) {
 				if h := res.Latency[OpRead]; h != nil {
 					ce.reads.Merge(h)
 				}
+				if h := res.Latency[OpReadInFlush]; h != nil {
+					ce.readsInFlush.Merge(h)
+				}
 			}
 		}
 		round++
@@ -186,6 +191,7 @@ func benchKvbufConfigs(b *testing.B, configs []kvbufConfig) {
 			b.ReportMetric(median(ce.opsPerSec), pre+"ops/s")
 			b.ReportMetric(median(ce.cpuPerOp), pre+"cpu-us/op")
 			b.ReportMetric(float64(ce.reads.ValueAtQuantile(99))/1e3, pre+"read-p99-us")
+			b.ReportMetric(float64(ce.readsInFlush.ValueAtQuantile(99))/1e3, pre+"read@flush-p99-us")
 			if i > 0 {
 				base := cells[wi][0]
 				b.ReportMetric(median(ratios(ce.opsPerSec, base.opsPerSec)), fmt.Sprintf("%s/%s/%s-ops", wl, c.name, configs[0].name))
