@@ -375,7 +375,9 @@ func benchMissRead(b *testing.B, hot bool) {
 // the stall time per write. Configurations: ingest (the defaults), batch-
 // path (IngestThreshold -1: every generation through the WAL), and the
 // store set-ups tried for a buffer in front of pebble (doc/design.md,
-// "The store under a buffer").
+// "The store under a buffer"): ingest-l0c4 pebble's L0 compaction
+// threshold (4, the engine's is 2), ingest-mem64m a 64 MiB memtable,
+// ingest-compact2 two concurrent compactions.
 func BenchmarkSustainedWrites(b *testing.B) {
 	d := 3 * time.Second
 	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
@@ -388,9 +390,9 @@ func BenchmarkSustainedWrites(b *testing.B) {
 	configs := []config{
 		{"ingest", Options{}},
 		{"batch-path", Options{IngestThreshold: -1}},
-		{"ingest-l0c2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
-		{"ingest-mem64m", Options{storeTune: &storage.Options{MemTableSize: 64 << 20}}},
-		{"ingest-compact2", Options{storeTune: &storage.Options{MaxConcurrentCompactions: 2}}},
+		{"ingest-l0c4", Options{storeTune: &storage.Options{L0CompactionThreshold: 4}}},
+		{"ingest-mem64m", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MemTableSize: 64 << 20}}},
+		{"ingest-compact2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MaxConcurrentCompactions: 2}}},
 	}
 	type stats struct {
 		writes                   int64

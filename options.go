@@ -207,10 +207,30 @@ func (o *Options) Validate() error {
 	return r.storageOptions().Validate()
 }
 
+// The store set up for a buffer in front of it (doc/design.md, "The store
+// under a buffer"): the engine's writes reach pebble as large ingested
+// tables and small WAL batches, and the hot set is read from the buffer
+// and the read tier. L0 compactions start at two sublevels (pebble: four),
+// since every ingestion that overlaps the store lands in L0 as a sublevel
+// of its own and a store read searches each; the memtable stays small
+// (pebble's 4 MiB: it holds only small generations, and each ingestion
+// that overlaps it rotates it anyway), and so does compaction concurrency
+// (one: the cores are the readers' and the flusher's).
+const (
+	storeL0CompactionThreshold = 2
+	storeL0StopWritesThreshold = 12
+	storeMaxCompactions        = 1
+)
+
 // storageOptions are the store options the engine opens its store with
 // (the file system and the existence checks are set by open).
 func (o *Options) storageOptions() *storage.Options {
-	so := &storage.Options{CacheSize: o.CacheSize}
+	so := &storage.Options{
+		CacheSize:                o.CacheSize,
+		L0CompactionThreshold:    storeL0CompactionThreshold,
+		L0StopWritesThreshold:    storeL0StopWritesThreshold,
+		MaxConcurrentCompactions: storeMaxCompactions,
+	}
 	if o.storeTune != nil {
 		so = new(*o.storeTune)
 		so.CacheSize = o.CacheSize

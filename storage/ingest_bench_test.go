@@ -45,7 +45,7 @@ var flushPaths = []flushPath{
 // the threshold (Options.IngestThreshold of the engine; doc/design.md,
 // "Flush by ingestion").
 func BenchmarkFlushPath(b *testing.B) {
-	for _, n := range []int{1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20} {
+	for _, n := range []int{1 << 10, 1 << 12, 1 << 14, 1 << 15, 1 << 16, 1 << 18, 1 << 20} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) { benchFlushPath(b, n) })
 	}
 }
