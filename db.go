@@ -65,7 +65,12 @@ import (
 //   - After a failed write or sync of the store's write-ahead log every
 //     flush fails with ErrSyncFailed (pebble cannot write that log again):
 //     reads go on, pending changes stay pending, and Close reports the
-//     error. Reopen to recover.
+//     error. Reopen to recover. A flush by ingestion (Options.
+//     IngestThreshold) writes a log record of its own when it overlaps
+//     pebble's memtable: pebble ends the process if that write fails, as
+//     it does for a failed MANIFEST write.
+//   - The read tier (Options.ReadTierBytes) holds memory on top of
+//     MaxPendingBytes: Metrics.ReadTierBytes.
 //   - While a Snapshot is open, each flush keeps the bitslice words it
 //     overwrites (memory proportional to the words changed) until the
 //     snapshot is closed.
