@@ -38,10 +38,11 @@ import (
 //     written; CommitIngest refuses an ingest whose watermark is below one
 //     committed meanwhile (ErrStaleOp): watermarks only increase in commit
 //     order.
-//
-// The engine's flusher adds one rule of its own (target.go): it waits for
-// an ingest's result before it writes the next generation, so no
-// generation is committed behind an ingest that may fail.
+//  6. (Kept by the caller, the engine's target.go.) A caller that must
+//     not commit behind a failed ingest (a flush generation whose
+//     watermark covers the ingest's) waits for the ingest's result before
+//     it commits again: rule 4 fails only what was queued when the ingest
+//     failed, and a commit made after that is applied as usual.
 
 // CommitIngest commits the ingest in after every earlier commit and returns
 // without waiting for it; Wait on the result returns once it is in the

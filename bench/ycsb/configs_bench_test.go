@@ -28,7 +28,7 @@ var kvbufConfigSets = []struct {
 	configs []kvbufConfig
 }{
 	{"read-tier", []kvbufConfig{{"tier", ""}, {"no-tier", "kvbuf.read_tier_bytes=-1"}, {"tier-64m", "kvbuf.read_tier_bytes=67108864"}}},
-	{"flush-pacing", []kvbufConfig{{"yield", ""}, {"no-yield", "kvbuf.flush_quantum=-1"}, {"cpu50", "kvbuf.flush_cpu_percent=50"}}},
+	{"flush-pacing", []kvbufConfig{{"yield", ""}, {"no-yield", "kvbuf.flush_quantum=-1ns"}, {"cpu50", "kvbuf.flush_cpu_percent=50"}}},
 	{"ingest", []kvbufConfig{{"ingest", ""}, {"batch-path", "kvbuf.ingest_threshold=-1"}}},
 }
 
