@@ -7,7 +7,6 @@ package kvbuf
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -224,8 +223,6 @@ func BenchmarkFlushW6(b *testing.B) {
 
 // sink keeps benchmark reads alive.
 var sinkBytes []byte
-
-var _ = fmt.Sprint
 
 // BenchmarkMissRead measures a read the buffer cannot answer (the key is
 // neither pending nor in the read tier) against a plain pebble Get on a

@@ -1767,9 +1767,12 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 	// Without the read tier: every table is released (and recycled) at
 	// once, and its probes, which the long keys and the tombstones make
 	// slow, would slow the readers' loop (TestReadTierModel races the
-	// tier's evictions, which recycle too, against readers).
+	// tier's evictions, which recycle too, against readers). The default
+	// ingestion threshold: what is raced here is the release, whichever
+	// way the generation reached the store.
 	opts := stressOptions()
 	opts.ReadTierBytes = -1
+	opts.IngestThreshold = 0
 	db := stressOpen(t, stressDir(t), opts)
 	k, err := db.KV("recycled")
 	if err != nil {
