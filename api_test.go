@@ -46,6 +46,10 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 		MaxBits:         1 << 32,
 		CacheSize:       8 << 20,
 		PoolBytes:       8 << 20,
+		IngestThreshold: 4 << 20,
+		ReadTierBytes:   32 << 20,
+		FlushQuantum:    200 * time.Microsecond,
+		FlushCPUPercent: 100,
 	}
 	var nilOpts *Options
 	if got := *nilOpts.EnsureDefaults(); got != want {
@@ -58,11 +62,14 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	if want.FlushInterval != flush.DefaultInterval || want.MaxPendingBytes != flush.DefaultMaxPendingBytes ||
 		want.PipelineDepth != flush.DefaultPipelineDepth || want.MaxKeySize != buffer.DefaultMaxKeySize ||
 		want.MaxValueSize != buffer.DefaultMaxValueSize || want.MaxBits != buffer.DefaultMaxBits ||
-		want.CacheSize != storage.DefaultCacheSize || want.PoolBytes != buffer.DefaultPoolBytes {
+		want.CacheSize != storage.DefaultCacheSize || want.PoolBytes != buffer.DefaultPoolBytes ||
+		want.IngestThreshold != DefaultIngestThreshold || want.ReadTierBytes != DefaultReadTierBytes ||
+		want.FlushQuantum != DefaultFlushQuantum {
 		t.Fatal("a documented default differs from the constant the comment names")
 	}
 	set := &Options{FlushInterval: -1, MaxPendingBytes: -1, PipelineDepth: 1, GroupWait: -1, MaxKeySize: 8,
-		MaxValueSize: 9, MaxBits: 10, CacheSize: 11, PoolBytes: -1}
+		MaxValueSize: 9, MaxBits: 10, CacheSize: 11, PoolBytes: -1, IngestThreshold: -1, ReadTierBytes: -1,
+		FlushQuantum: -1, FlushCPUPercent: 50}
 	orig := *set
 	got := set.EnsureDefaults()
 	if *got != orig || *set != orig {

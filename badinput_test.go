@@ -1063,6 +1063,8 @@ func TestBadOptions(t *testing.T) {
 		{MaxValueSize: 1<<30 + 1},
 		{MaxBits: 1<<40 + 1},
 		{MaxBits: math.MaxUint64},
+		{FlushCPUPercent: -1},
+		{FlushCPUPercent: 101},
 	}
 	for _, o := range bad {
 		if err := o.Validate(); !errors.Is(err, ErrBadOptions) {
@@ -1079,7 +1081,8 @@ func TestBadOptions(t *testing.T) {
 	t.Logf("%d inputs", len(bad))
 	// Negative values that mean "disabled", and the largest allowed values.
 	good := &Options{FlushInterval: -5, MaxPendingBytes: math.MinInt64, GroupWait: -1, PoolBytes: -1,
-		PipelineDepth: 64, MaxKeySize: 64 << 10, MaxBits: 1 << 40}
+		PipelineDepth: 64, MaxKeySize: 64 << 10, MaxBits: 1 << 40, IngestThreshold: -1, ReadTierBytes: -1,
+		FlushQuantum: -1, FlushCPUPercent: 100}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("Validate(%+v): %v", *good, err)
 	}

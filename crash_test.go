@@ -47,6 +47,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math/bits"
 	"math/rand/v2"
@@ -68,6 +69,7 @@ import (
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/testutil"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
 var (
@@ -274,6 +276,24 @@ type crashAcks struct {
 	done uint64 // the highest op whose writes had all returned before a successful Flush began
 }
 
+// checkNoIngestLeftovers checks, after the engine in dir was opened, that
+// no file of an ingest a crash interrupted is left in the store: Open
+// removes them (storage.IngestDir).
+func checkNoIngestLeftovers(t testing.TB, dir string, opts *Options) {
+	t.Helper()
+	fsys := vfs.Default
+	if opts != nil && opts.storeFS != nil {
+		fsys = opts.storeFS
+	}
+	names, err := fsys.List(filepath.Join(dir, enginedir.StoreDir, storage.IngestDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("list the ingest directory: %v", err)
+	}
+	if len(names) > 0 {
+		t.Fatalf("after reopening, the store holds files of unfinished ingests: %v", names)
+	}
+}
+
 // verifyCrash opens dir and checks it against the model as described at the
 // top of the file; m is advanced to the watermark found. started bounds the
 // ops the last writer started (the watermark cannot be above it); maxOp
@@ -291,6 +311,7 @@ func verifyCrash(t testing.TB, dir string, opts *Options, m *crashModel, acks cr
 			t.Errorf("close after the checks: %v", err)
 		}
 	}()
+	checkNoIngestLeftovers(t, dir, opts)
 	wm = db.Watermark()
 	switch {
 	case wm < acks.wm:
@@ -524,6 +545,7 @@ type crashHooks struct {
 	promise  func(n uint64)         // before op n-crashWChunk+1: no op above n starts before the next promise
 	flushed  func(wm, done uint64)  // after a successful Flush
 	inFlight func(n int)            // Metrics.MaxInFlight grew to n
+	ingested func(n int64)          // Metrics.IngestedGenerations after a successful Flush (may be nil)
 	stop     func(next uint64) bool // checked before each op
 }
 
@@ -667,6 +689,9 @@ func crashWorkload(db *DB, start uint64, rng *rand.Rand, h crashHooks) error {
 	done.Store(start - 1)
 	flushed := func(d uint64) {
 		h.flushed(db.Watermark(), d)
+		if h.ingested != nil {
+			h.ingested(db.Metrics().IngestedGenerations)
+		}
 		if n := int64(db.Metrics().MaxInFlight); n > maxIF.Load() {
 			for {
 				cur := maxIF.Load()
@@ -743,6 +768,7 @@ func crashChild() int {
 		FlushInterval:   time.Duration(1+rng.IntN(4)) * time.Millisecond,
 		MaxPendingBytes: int64(64<<10) << rng.IntN(5),
 		PipelineDepth:   depth,
+		IngestThreshold: crashIngestThreshold(rng, os.Getenv(crashPointEnv)),
 	}
 	// Half the children have a slow disk: WAL syncs take 2ms more on
 	// average (exponentially distributed), so that more generations are in
@@ -765,22 +791,19 @@ func crashChild() int {
 			}
 			return nil
 		}
-		if strings.HasPrefix(name, "pebble/") {
+		if strings.HasPrefix(name, "pebble/") || strings.HasPrefix(name, "ingest/") {
 			walPoint = name
 		} else {
 			failpoint.Enable(name, kill)
 		}
 	}
 	opts.storeFS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if !isWAL(op.Path) {
-			return nil
-		}
-		if walPoint != "" && pebbleOpMatches(walPoint, op.Kind) {
+		if walPoint != "" && storeOpMatches(walPoint, op) {
 			if err := kill(); err != nil {
 				return err
 			}
 		}
-		if slow != nil && pebbleOpMatches("pebble/wal-sync", op.Kind) {
+		if slow != nil && storeOpMatches("pebble/wal-sync", op) {
 			slowMu.Lock()
 			d := time.Duration(slow.ExpFloat64() * float64(500*time.Microsecond))
 			slowMu.Unlock()
@@ -801,6 +824,7 @@ func crashChild() int {
 		promise:  rep.Promise,
 		flushed:  rep.Flushed,
 		inFlight: func(n int) { rep.Max("inflight", uint64(n)) },
+		ingested: func(n int64) { rep.Max("ingested", uint64(n)) },
 		stop:     func(uint64) bool { return false },
 	})
 	fmt.Fprintln(os.Stderr, "workload:", err)
@@ -808,6 +832,19 @@ func crashChild() int {
 }
 
 func isWAL(path string) bool { return strings.HasSuffix(path, ".log") }
+
+// crashIngestThreshold picks a child's Options.IngestThreshold: ingestion
+// for every generation when the kill point is on the ingestion path (or in
+// the MANIFEST, which ingestions and the memtable flushes they cause
+// write), else the default (generations of these children are below it),
+// every generation, or those of at least 16 KiB.
+func crashIngestThreshold(rng *rand.Rand, point string) int64 {
+	if strings.HasPrefix(point, "ingest/") || strings.HasPrefix(point, "pebble/manifest") ||
+		strings.HasPrefix(point, "storage/ingest") {
+		return 1
+	}
+	return []int64{0, 1, 16 << 10}[rng.IntN(3)]
+}
 
 // pebbleOpMatches says whether a WAL operation is the one a
 // "pebble/wal-write" or "pebble/wal-sync" point names.
@@ -821,13 +858,40 @@ func pebbleOpMatches(point string, k errorfs.OpKind) bool {
 	return false
 }
 
+// storeOpMatches says whether a store file operation is the one a point
+// names: "pebble/wal-write", "pebble/wal-sync" (the WAL),
+// "pebble/manifest-write", "pebble/manifest-sync" (the MANIFEST),
+// "ingest/sst-write", "ingest/sst-sync" (an ingest's table, written by
+// storage.Ingest before pebble links it in).
+func storeOpMatches(point string, op errorfs.Op) bool {
+	write := op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt
+	sync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
+	switch point {
+	case "pebble/wal-write":
+		return write && isWAL(op.Path)
+	case "pebble/wal-sync":
+		return sync && isWAL(op.Path)
+	case "pebble/manifest-write":
+		return write && strings.Contains(filepath.Base(op.Path), "MANIFEST-")
+	case "pebble/manifest-sync":
+		return sync && strings.Contains(filepath.Base(op.Path), "MANIFEST-")
+	case "ingest/sst-write":
+		return write && strings.Contains(op.Path, storage.IngestDir)
+	case "ingest/sst-sync":
+		return sync && strings.Contains(op.Path, storage.IngestDir)
+	}
+	return false
+}
+
 // crashPoints are the self-kill points the crash test cycles through.
 // Failpoints inside bitslice need -tags kvbuf_failpoints.
 func crashPoints() []string {
-	p := []string{"pebble/wal-write", "pebble/wal-sync"}
+	p := []string{"pebble/wal-write", "pebble/wal-sync", "ingest/sst-write", "ingest/sst-sync",
+		"pebble/manifest-write", "pebble/manifest-sync"}
 	if failpoint.Enabled {
 		p = append(p, failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader,
-			failpoint.BitsliceApplyWords, failpoint.BitsliceGrowAllocate, failpoint.BitsliceGrowHeader)
+			failpoint.BitsliceApplyWords, failpoint.BitsliceGrowAllocate, failpoint.BitsliceGrowHeader,
+			failpoint.StorageIngestSync, failpoint.StorageIngestApply, failpoint.StorageIngestApplied)
 	}
 	return p
 }
@@ -861,10 +925,11 @@ func TestCrashRecovery(t *testing.T) {
 	points := crashPoints()
 	byMode := map[string]int{}
 	var (
-		maxOp  uint64 // highest op any child may have started
-		acks   crashAcks
-		deepIF uint64 // highest in-flight count reported at the maximum depth
-		began  = time.Now()
+		maxOp    uint64 // highest op any child may have started
+		acks     crashAcks
+		deepIF   uint64 // highest in-flight count reported at the maximum depth
+		ingested uint64 // generations the children reported flushed by ingestion
+		began    = time.Now()
 	)
 	for i := range iters {
 		// Even iterations kill at a random moment, odd ones at a point;
@@ -884,6 +949,7 @@ func TestCrashRecovery(t *testing.T) {
 		delay := time.Duration(rng.IntN(250)) * time.Millisecond
 		rep, how := runCrashChild(t, dir, seed+uint64(i), depth, point, delay)
 		maxOp = max(maxOp, rep.MaxOp)
+		ingested += rep.Max["ingested"]
 		acks.wm = max(acks.wm, rep.AckedWM)
 		acks.done = max(acks.done, rep.AckedDone)
 		if inf := rep.Max["inflight"]; depth == 1 && inf > 1 {
@@ -913,6 +979,10 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d kills survived in %v, seed %d; last op started %d, watermark %d; max generations in flight at depth %d: %d; kills by point:%s",
 		iters, time.Since(began).Round(time.Millisecond), seed, maxOp, m.upTo, flush.MaxPipelineDepth, deepIF, sb.String())
+	t.Logf("generations flushed by ingestion, over the children: %d", ingested)
+	if iters >= 8 && ingested == 0 {
+		t.Errorf("no child flushed a generation by ingestion: the ingestion path was not exercised")
+	}
 	if iters >= 8 && deepIF < 2 {
 		t.Errorf("the children at PipelineDepth %d never had more than %d generation in flight: the deep pipeline was not exercised", flush.MaxPipelineDepth, deepIF)
 	}
@@ -953,7 +1023,7 @@ func TestCrashableMemStore(t *testing.T) {
 	}
 	for r := range rounds {
 		rng := rand.New(rand.NewPCG(seed, uint64(r)))
-		point := []string{"pebble/wal-write", "pebble/wal-sync"}[r%2]
+		point := []string{"pebble/wal-write", "pebble/wal-sync", "ingest/sst-sync", "pebble/manifest-sync"}[r%4]
 		nth := 3 + rng.IntN(60)
 		unsynced := []int{0, 50, 100}[r%3]
 		depth := []int{flush.MaxPipelineDepth, 1}[r/2%2]
@@ -983,7 +1053,7 @@ func crashableMemRound(t *testing.T, rng *rand.Rand, point string, nth, unsynced
 	)
 	cloneRNG := rand.New(rand.NewPCG(rng.Uint64(), 0))
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if taken.Load() || !isWAL(op.Path) || !pebbleOpMatches(point, op.Kind) {
+		if taken.Load() || !storeOpMatches(point, op) {
 			return nil
 		}
 		mu.Lock()
@@ -1021,7 +1091,8 @@ func crashableMemRound(t *testing.T, rng *rand.Rand, point string, nth, unsynced
 	// Open, which must make its entry durable before it acknowledges
 	// anything.
 	syncedMkdirAll(t, mem, dir)
-	opts := &Options{FlushInterval: time.Millisecond, MaxPendingBytes: 256 << 10, PipelineDepth: depth, storeFS: errorfs.Wrap(mem, inj)}
+	opts := &Options{FlushInterval: time.Millisecond, MaxPendingBytes: 256 << 10, PipelineDepth: depth,
+		IngestThreshold: crashIngestThreshold(rng, point), storeFS: errorfs.Wrap(mem, inj)}
 	db, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -81,6 +81,11 @@ import (
 //     a full disk does not wait for space: its final flush fails with
 //     ErrDiskFull, which Close returns (replay from Watermark, as after a
 //     crash).
+//   - A flush by ingestion (Options.IngestThreshold) writes a log record of its own when it overlaps
+//     pebble's memtable: pebble ends the process if that write fails, as
+//     it does for a failed MANIFEST write.
+//   - The read tier (Options.ReadTierBytes) holds memory on top of
+//     MaxPendingBytes: Metrics.ReadTierBytes.
 //   - While a Snapshot is open, each flush keeps the bitslice words it
 //     overwrites (memory proportional to the words changed) until the
 //     snapshot is closed.
@@ -138,6 +143,12 @@ type DB struct {
 	guard    *diskfull.FS
 	stallTo  atomic.Pointer[flush.Flusher]
 	diskFull atomic.Int64
+	// ingests counts generations flushed by ingestion (Metrics).
+	ingests atomic.Int64
+	// tier is the read tier (tier.go).
+	tier readTier
+	// pacer bounds the flusher's CPU while it writes tables (pace.go).
+	pacer *flushPacer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,6 +190,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		bitsAdded: enginedir.BitsCatalog{},
 	}
 	db.targets.Store(&targetSet{})
+	db.pacer = newFlushPacer(o.FlushQuantum, o.FlushCPUPercent)
 	if err := db.open(); err != nil {
 		db.closeFiles()
 		return nil, err

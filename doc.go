@@ -5,8 +5,11 @@
 // A host database embeds one engine per shard or segment. Hot writes cost a
 // hash-table insert instead of a disk write, reads see those writes at once,
 // and a background flusher (package flush) moves them to disk in coalesced,
-// synced batches, with an op-number watermark that tells the host where to
-// replay its own log from after a crash.
+// synced generations (a large one written straight into sstables and
+// ingested, a small one as one write-ahead-log batch), with an op-number
+// watermark that tells the host where to replay its own log from after a
+// crash. The newest flushed generations stay readable in memory (the read
+// tier, Options.ReadTierBytes) for reads of records flushed a moment ago.
 //
 // An engine (DB) holds named keyspaces (KV: ordered byte keys and values)
 // and named bitslices (Bits: bit vectors), all flushed together under one

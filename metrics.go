@@ -107,6 +107,34 @@ type Metrics struct {
 	// above 0 share the disk and the CPU with them, so a benchmark that
 	// times such reads waits for 0 first. 0 after Close.
 	StoreJobs int64
+
+	// StoreL0Files is the number of sstables in the store's level 0 and
+	// StoreReadAmp its read amplification (memtables, L0 sublevels and
+	// lower levels a point read may search): flushes by ingestion add
+	// tables to L0 until pebble compacts them. 0 after Close.
+	StoreL0Files int64
+	StoreReadAmp int
+
+	// IngestedGenerations counts generations flushed by ingestion
+	// (Options.IngestThreshold); the others went through the store's
+	// write-ahead log as one batch.
+	IngestedGenerations int64
+
+	// ReadTierBytes is the memory held by the read tier (flushed
+	// generations kept readable, Options.ReadTierBytes): the engine's
+	// memory besides PendingBytes and the store's cache and memtables.
+	// ReadTierGenerations is the number of generations it holds,
+	// ReadTierEvictions the number it evicted.
+	ReadTierBytes       int64
+	ReadTierGenerations int
+	ReadTierEvictions   int64
+
+	// FlushYields counts the times the flusher yielded the processor
+	// between two slices of its work on a generation's tables
+	// (Options.FlushQuantum); FlushThrottled is the time it slept to stay
+	// within Options.FlushCPUPercent.
+	FlushYields    int64
+	FlushThrottled time.Duration
 }
 
 // Metrics returns a snapshot of the engine's metrics. It works after Close
@@ -143,10 +171,20 @@ func (db *DB) Metrics() Metrics {
 	m.Keyspaces, m.Bitslices, m.Snapshots = len(db.keyspaces), len(db.bits), len(db.snaps)
 	db.mu.Unlock()
 	if db.store != nil {
-		m.StoreJobs = db.store.BackgroundJobs()
+		if lsm, err := db.store.LSM(); err == nil {
+			m.StoreJobs = lsm.BackgroundJobs
+			m.StoreL0Files = lsm.L0Files
+			m.StoreReadAmp = lsm.ReadAmp
+		}
 	}
 	if db.guard != nil {
 		m.DiskFullWaiting = db.guard.Waiting() > 0
 	}
+	m.IngestedGenerations = db.ingests.Load()
+	m.ReadTierBytes = db.tier.bytes.Load()
+	m.ReadTierGenerations = db.tier.generations()
+	m.ReadTierEvictions = db.tier.evicted.Load()
+	m.FlushYields = db.pacer.yields.Load()
+	m.FlushThrottled = time.Duration(db.pacer.throttled.Load())
 	return m
 }

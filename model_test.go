@@ -575,7 +575,10 @@ func TestModel(t *testing.T) {
 	const rounds = 8
 	main := rand.New(rand.NewPCG(seed, 0))
 	opts := func() *Options {
-		return &Options{FlushInterval: -1, MaxPendingBytes: 1 << 20, PipelineDepth: 1 + main.IntN(4)}
+		// Generations through the WAL or ingested, and a read tier that
+		// evicts often or none.
+		return &Options{FlushInterval: -1, MaxPendingBytes: 1 << 20, PipelineDepth: 1 + main.IntN(4),
+			IngestThreshold: []int64{-1, 1, 64 << 10}[main.IntN(3)], ReadTierBytes: []int64{-1, 256 << 10}[main.IntN(2)]}
 	}
 	e := &modelEnv{db: openT(t, dir, opts()), G: G}
 	defer func() { closeT(t, e.db) }()

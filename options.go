@@ -9,8 +9,18 @@ import (
 	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
+
+// DefaultIngestThreshold is the default Options.IngestThreshold: 4 MiB.
+const DefaultIngestThreshold = 4 << 20
+
+// DefaultReadTierBytes is the default Options.ReadTierBytes: 32 MiB.
+const DefaultReadTierBytes = 32 << 20
+
+// DefaultFlushQuantum is the default Options.FlushQuantum: 200µs.
+const DefaultFlushQuantum = 200 * time.Microsecond
 
 // Options configures an engine. A nil *Options means defaults; a zero field
 // means that field's default. Open resolves them once (EnsureDefaults, then
@@ -77,6 +87,53 @@ type Options struct {
 	// for hosts without a log). It caps the watermark, not the data: see
 	// the DB caveats.
 	LogBeforeData bool
+
+	// IngestThreshold is the size, in bytes of pending KV changes, from
+	// which a flush generation is written straight into sstables and
+	// ingested into the store (one DB.Ingest with the catalog and the
+	// watermark: flush by ingestion) instead of committed as one batch
+	// through the store's write-ahead log and memtable. A batch costs a
+	// generation its WAL write, a memtable insert per change and, later,
+	// pebble's flush of the memtable; an ingestion costs a manifest edit,
+	// a new table in the LSM and a sync of its file, which is more for a
+	// few changes. Default: DefaultIngestThreshold, chosen by measurement
+	// (doc/design.md, "Flush by ingestion"). Negative: never ingest.
+	IngestThreshold int64
+
+	// ReadTierBytes is the memory budget of the read tier: the tables of
+	// recently flushed generations, kept readable after they are durable
+	// so that a key read again soon after its flush is answered from
+	// memory rather than by a store read. Whole generations are evicted,
+	// oldest first, to keep within the budget and at most four generations
+	// (a read that misses the buffer probes each); a generation larger
+	// than the budget is not kept. The
+	// tier's memory is reported in Metrics.ReadTierBytes, apart from
+	// PendingBytes (it does not count against MaxPendingBytes). Default:
+	// DefaultReadTierBytes. Negative disables the tier.
+	ReadTierBytes int64
+
+	// FlushQuantum bounds how long the flusher works on a generation's
+	// tables (flush by ingestion) before it yields the processor to
+	// readers waiting for it: Go would otherwise let it run for about 10ms
+	// before preempting it, which is a read's tail latency on a machine
+	// whose cores are all busy. Default: DefaultFlushQuantum. Negative:
+	// never yield.
+	FlushQuantum time.Duration
+
+	// FlushCPUPercent caps the share of one core the flusher's work on a
+	// generation's tables takes over time, in percent: after each
+	// FlushQuantum of work it sleeps long enough to stay within it
+	// (Metrics.FlushThrottled). It trades flush throughput (and so, under
+	// a sustained write load, more time at MaxPendingBytes) for readers'
+	// CPU. Default: 100 (no sleep; the flusher only yields). At least 1,
+	// at most 100, else ErrBadOptions.
+	FlushCPUPercent int
+
+	// storeTune, if set, replaces the store options the engine chooses
+	// (storageOptions; CacheSize is still the engine's): benchmarks of
+	// this package compare store set-ups with it. A pointer, so that
+	// Options stays comparable.
+	storeTune *storage.Options
 
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's, with the engine directory's modes (see storeFSOrOS). It is a
@@ -145,6 +202,18 @@ func (o *Options) EnsureDefaults() *Options {
 	if r.PoolBytes == 0 {
 		r.PoolBytes = buffer.DefaultPoolBytes
 	}
+	if r.IngestThreshold == 0 {
+		r.IngestThreshold = DefaultIngestThreshold
+	}
+	if r.ReadTierBytes == 0 {
+		r.ReadTierBytes = DefaultReadTierBytes
+	}
+	if r.FlushQuantum == 0 {
+		r.FlushQuantum = DefaultFlushQuantum
+	}
+	if r.FlushCPUPercent == 0 {
+		r.FlushCPUPercent = 100
+	}
 	return &r
 }
 
@@ -153,6 +222,9 @@ func (o *Options) Validate() error {
 	// Each layer validates its own options, so a range is stated once,
 	// where the value is used; the root only adds what is its own.
 	r := o.EnsureDefaults()
+	if r.FlushCPUPercent < 1 || r.FlushCPUPercent > 100 {
+		return kverr.Errorf("FlushCPUPercent %d (1 to 100): %w", r.FlushCPUPercent, ErrBadOptions)
+	}
 	if err := r.bufferOptions().Validate(); err != nil {
 		return err
 	}
@@ -162,10 +234,35 @@ func (o *Options) Validate() error {
 	return r.storageOptions().Validate()
 }
 
+// The store set up for a buffer in front of it (doc/design.md, "The store
+// under a buffer"): the engine's writes reach pebble as large ingested
+// tables and small WAL batches, and the hot set is read from the buffer
+// and the read tier. L0 compactions start at two sublevels (pebble: four),
+// since every ingestion that overlaps the store lands in L0 as a sublevel
+// of its own and a store read searches each; the memtable stays small
+// (pebble's 4 MiB: it holds only small generations, and each ingestion
+// that overlaps it rotates it anyway), and so does compaction concurrency
+// (one: the cores are the readers' and the flusher's).
+const (
+	storeL0CompactionThreshold = 2
+	storeL0StopWritesThreshold = 12
+	storeMaxCompactions        = 1
+)
+
 // storageOptions are the store options the engine opens its store with
 // (the file system and the existence checks are set by open).
 func (o *Options) storageOptions() *storage.Options {
-	return &storage.Options{CacheSize: o.CacheSize}
+	so := &storage.Options{
+		CacheSize:                o.CacheSize,
+		L0CompactionThreshold:    storeL0CompactionThreshold,
+		L0StopWritesThreshold:    storeL0StopWritesThreshold,
+		MaxConcurrentCompactions: storeMaxCompactions,
+	}
+	if o.storeTune != nil {
+		so = new(*o.storeTune)
+		so.CacheSize = o.CacheSize
+	}
+	return so
 }
 
 func (o *Options) bufferOptions() *buffer.Options {

@@ -1,6 +1,7 @@
 package kvbuf
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -131,6 +132,9 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 			db.catW[name] = e
 		}
 	}
+	if db.opts.IngestThreshold > 0 && gen.kvBytes() >= db.opts.IngestThreshold {
+		return nil, gen.ingest(ctx, wm)
+	}
 	batch := db.store.NewBatch()
 	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
 		batch.SetMeta(enginedir.BitsCatalogMeta, db.catW.Encode())
@@ -157,6 +161,69 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	return c.Wait, nil
 }
 
+// kvBytes is the memory of the generation's KV changes.
+func (gen *generation) kvBytes() int64 {
+	var n int64
+	for _, k := range gen.kvs {
+		n += k.Bytes()
+	}
+	return n
+}
+
+// ingest writes the generation's store part (every keyspace's changes,
+// the catalogs, the highest op and the watermark wm) as sstables and
+// ingests them in one call (flush by ingestion, doc/design.md), then waits
+// for the result: the next generation is written only once this one is in
+// the store or has failed, so that nothing is committed behind an ingest
+// that fails (the store fails what it queued behind it, but a generation
+// written after the failure was settled would land with a watermark that
+// covers this one: ingest rule 6 in storage/ingest_commit.go). The
+// bitslices were written and synced before (Write).
+func (gen *generation) ingest(ctx context.Context, wm uint64) error {
+	db := gen.db
+	db.pacer.begin()
+	in := db.store.NewIngest()
+	in.SetWatermark(wm)
+	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
+		in.SetMeta(enginedir.BitsCatalogMeta, db.catW.Encode())
+	}
+	if gen.catalog != nil {
+		in.SetMeta(enginedir.CatalogMeta, gen.catalog)
+	}
+	if gen.highest > 0 {
+		in.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
+	}
+	// An ingest takes keyspaces in increasing order; a keyspace whose drop
+	// an earlier session left unfinished comes before one of this
+	// session's with the same id.
+	kvs := slices.Clone(gen.kvs)
+	slices.SortFunc(kvs, func(a, b *buffer.KVGen) int { return cmp.Compare(a.Keyspace(), b.Keyspace()) })
+	drops := slices.Clone(gen.dropIDs)
+	slices.Sort(drops)
+	for len(kvs) > 0 || len(drops) > 0 {
+		if len(drops) > 0 && (len(kvs) == 0 || storage.KeyspaceID(drops[0]) <= kvs[0].Keyspace()) {
+			in.DeleteRange(storage.KeyspaceID(drops[0]), nil, nil)
+			drops = drops[1:]
+			continue
+		}
+		k := kvs[0]
+		kvs = kvs[1:]
+		if err := k.IngestTo(ctx, in, db.pacer.pace); err != nil {
+			in.Abort()
+			return kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
+		}
+	}
+	c, err := db.store.CommitIngest(in)
+	if err != nil {
+		return kverr.Errorf("flush: ingest: %w", err)
+	}
+	if err := c.Wait(); err != nil {
+		return kverr.Errorf("flush: ingest: %w", err)
+	}
+	db.ingests.Add(1)
+	return nil
+}
+
 // Release implements flush.Generation: the generation is durable.
 func (gen *generation) Release() {
 	db := gen.db
@@ -164,8 +231,12 @@ func (gen *generation) Release() {
 		p.b.ov.Release(gen.g)
 	}
 	var gone bool
-	for _, k := range gen.kvs {
-		k.Release()
+	if db.opts.ReadTierBytes > 0 {
+		db.tier.retain(gen, db.opts.ReadTierBytes)
+	} else {
+		for _, k := range gen.kvs {
+			k.Release()
+		}
 	}
 	ts := db.targets.Load()
 	for _, k := range ts.kvs {

@@ -106,6 +106,10 @@ type KV struct {
 type kvView struct {
 	active *table
 	sealed []*table // newest first; frozen generations are at the end
+	// retained are tables of flushed generations kept readable (the read
+	// tier, kv_tier.go), newest first: probed after every pending table
+	// and before the store.
+	retained []*table
 }
 
 // NewKV returns an empty overlay of keyspace ks of st. acct, if not nil,
@@ -464,7 +468,7 @@ func (kv *KV) Drop() {
 		kv.vmu.Lock()
 		cur := kv.view.Load()
 		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
-		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed)})
+		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed), retained: cur.retained})
 		kv.vmu.Unlock()
 		a.unlockAll(ss)
 		r.Publish()
@@ -499,6 +503,9 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 	dst, kind := v.active.getAppend(dst, k, h, kw, vis)
 	for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
 		dst, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
+	}
+	for i := 0; kind == probeAbsent && i < len(v.retained); i++ {
+		dst, kind = v.retained[i].getAppend(dst, k, h, kw, vis) // tier rule T4
 	}
 	return dst, kind
 }
@@ -535,6 +542,11 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		out, kind := v.active.getAppend(dst, k, h, kw, vis)
 		for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
 			out, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
+		}
+		// Tier rule T4: the read tier after every pending table, before
+		// the store, under the same re-validation.
+		for i := 0; kind == probeAbsent && i < len(v.retained); i++ {
+			out, kind = v.retained[i].getAppend(dst, k, h, kw, vis)
 		}
 		if kv.view.Load() != v || kind == probeRetry {
 			// A released table (the view changed), or a record
@@ -663,6 +675,9 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 		m.resolve(v.active, part, vis)
 		for _, t := range v.sealed {
 			m.resolve(t, part, vis)
+		}
+		for _, t := range v.retained {
+			m.resolve(t, part, vis) // tier rule T4
 		}
 		for i, k := range part {
 			j := base + i
@@ -907,14 +922,7 @@ func (kv *KV) Freeze(g uint64) *KVGen {
 func (g *KVGen) AddTo(ctx context.Context, b *storage.Batch) error {
 	ks := g.kv.ks
 	n := 0
-	tables := g.tables
-	for i := len(tables) - 1; i > 0; i-- {
-		if sp := tables[i].rdel.Load(); sp != nil && len(sp.s) == 1 && sp.s[0].lo == "" && sp.s[0].open {
-			tables = tables[i:] // a dropped keyspace: older tables are deleted anyway
-			break
-		}
-	}
-	for _, t := range tables {
+	for _, t := range g.flushTables() {
 		sp := t.rdel.Load()
 		for _, s := range sp.list() {
 			var hi []byte
@@ -962,7 +970,7 @@ func (kv *KV) replaceActive(v *kvView) *kvView {
 	// No write is in flight: every change numbered so far is in the
 	// tables of v, and every later one goes to next.
 	next.base.Store(kv.seq.Last() + 1)
-	nv := &kvView{active: next, sealed: prepend(v.active, v.sealed)}
+	nv := &kvView{active: next, sealed: prepend(v.active, v.sealed), retained: v.retained}
 	kv.view.Store(nv)
 	if !kv.dropped.Load() {
 		next.unseal()
@@ -1004,7 +1012,7 @@ func (kv *KV) Release(g uint64) {
 	gone := v.sealed[cut:]
 	// Publish first, clear after: a reader that still sees v after its
 	// probe finished the probe before any clear began.
-	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut]})
+	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: v.retained})
 	var freed int64
 	for _, t := range gone {
 		freed += t.bytes()
@@ -1090,6 +1098,11 @@ func (v *kvView) presence(pk *probeKey, vis uint64) uint8 {
 	for _, t := range v.sealed {
 		if r := t.get(pk, vis); r.kind != probeAbsent {
 			return r.kind
+		}
+	}
+	for _, t := range v.retained {
+		if r := t.get(pk, vis); r.kind != probeAbsent {
+			return r.kind // tier rule T4
 		}
 	}
 	return probeAbsent

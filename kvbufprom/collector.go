@@ -24,6 +24,10 @@
 //	kvbuf_write_stalls_total         writes that waited for room under MaxPendingBytes (Stalls)
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
 //	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
+//	kvbuf_ingested_generations_total generations flushed by ingestion (IngestedGenerations)
+//	kvbuf_read_tier_evictions_total  generations the read tier evicted (ReadTierEvictions)
+//	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
+//	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
 //
 // Gauges:
 //
@@ -42,6 +46,10 @@
 //	kvbuf_bitslices                  bitslices of the engine (Bitslices)
 //	kvbuf_snapshots                  open snapshots (Snapshots)
 //	kvbuf_store_jobs                 the store's flushes and compactions in progress (StoreJobs)
+//	kvbuf_store_l0_files             sstables in the store's level 0 (StoreL0Files)
+//	kvbuf_store_read_amp             the store's read amplification (StoreReadAmp)
+//	kvbuf_read_tier_bytes            memory held by the read tier (ReadTierBytes)
+//	kvbuf_read_tier_generations      generations the read tier holds (ReadTierGenerations)
 //
 // Histogram:
 //
@@ -101,6 +109,10 @@ type collector struct {
 	completedOp, openOps, redelivered               *prometheus.Desc
 	keyspaces, bitslices, snapshots                 *prometheus.Desc
 	storeJobs                                       *prometheus.Desc
+	storeL0Files, storeReadAmp                      *prometheus.Desc
+	ingested                                        *prometheus.Desc
+	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
+	flushYields, flushThrottled                     *prometheus.Desc
 }
 
 // NewCollector returns a collector of db's metrics (see the package
@@ -165,6 +177,17 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		bitslices: desc("bitslices", "Bitslices of the engine."),
 		snapshots: desc("snapshots", "Open snapshots."),
 		storeJobs: desc("store_jobs", "Flushes and compactions of the store (pebble) in progress."),
+
+		storeL0Files: desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
+		storeReadAmp: desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
+		ingested:     desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+
+		tierBytes:       desc("read_tier_bytes", "Memory held by the read tier: flushed generations kept readable."),
+		tierGenerations: desc("read_tier_generations", "Flushed generations the read tier holds."),
+		tierEvictions:   desc("read_tier_evictions_total", "Generations the read tier evicted."),
+
+		flushYields:    desc("flush_yields_total", "Times the flusher yielded the processor between two slices of its work on a generation's tables."),
+		flushThrottled: desc("flush_throttled_seconds_total", "Time the flusher slept to stay within its CPU share (FlushCPUPercent)."),
 	}
 	for i := range kvbuf.LatencyBuckets - 1 { // the last bucket is +Inf
 		if o.AllLatencyBuckets || i%4 == 0 {
@@ -186,7 +209,9 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.watermark, c.highestOp, c.receiptLag,
 		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
-		c.storeJobs,
+		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.ingested,
+		c.tierBytes, c.tierGenerations, c.tierEvictions,
+		c.flushYields, c.flushThrottled,
 	}
 }
 
@@ -239,6 +264,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.bitslices, float64(m.Bitslices))
 	gauge(c.snapshots, float64(m.Snapshots))
 	gauge(c.storeJobs, float64(m.StoreJobs))
+	gauge(c.storeL0Files, float64(m.StoreL0Files))
+	gauge(c.storeReadAmp, float64(m.StoreReadAmp))
+	counter(c.ingested, float64(m.IngestedGenerations))
+	gauge(c.tierBytes, float64(m.ReadTierBytes))
+	gauge(c.tierGenerations, float64(m.ReadTierGenerations))
+	counter(c.tierEvictions, float64(m.ReadTierEvictions))
+	counter(c.flushYields, float64(m.FlushYields))
+	counter(c.flushThrottled, m.FlushThrottled.Seconds())
 }
 
 // histogram turns the engine's latency histogram into a Prometheus one:

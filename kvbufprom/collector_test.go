@@ -51,6 +51,15 @@ var fieldMetric = map[string]string{
 	"Bitslices":        "kvbuf_bitslices",
 	"Snapshots":        "kvbuf_snapshots",
 	"StoreJobs":        "kvbuf_store_jobs",
+
+	"StoreL0Files":        "kvbuf_store_l0_files",
+	"StoreReadAmp":        "kvbuf_store_read_amp",
+	"IngestedGenerations": "kvbuf_ingested_generations_total",
+	"ReadTierBytes":       "kvbuf_read_tier_bytes",
+	"ReadTierGenerations": "kvbuf_read_tier_generations",
+	"ReadTierEvictions":   "kvbuf_read_tier_evictions_total",
+	"FlushYields":         "kvbuf_flush_yields_total",
+	"FlushThrottled":      "kvbuf_flush_throttled_seconds_total",
 }
 
 // fabricated returns Metrics with every field set to a distinct value.
@@ -80,6 +89,15 @@ func fabricated() kvbuf.Metrics {
 		Bitslices:        3,
 		Snapshots:        1,
 		StoreJobs:        6,
+
+		StoreL0Files:        13,
+		StoreReadAmp:        14,
+		IngestedGenerations: 15,
+		ReadTierBytes:       16 << 20,
+		ReadTierGenerations: 17,
+		ReadTierEvictions:   18,
+		FlushYields:         19,
+		FlushThrottled:      2500 * time.Millisecond,
 	}
 	h := &m.FlushLatency
 	h.Counts[0] = 1                      // under 1.024µs
@@ -191,6 +209,30 @@ kvbuf_write_stall_seconds_total{shard="7"} 1.5
 # HELP kvbuf_write_stalls_total Writes that waited for a flush because pending memory was over its bound.
 # TYPE kvbuf_write_stalls_total counter
 kvbuf_write_stalls_total{shard="7"} 3
+# HELP kvbuf_store_l0_files Sstables in level 0 of the store (pebble).
+# TYPE kvbuf_store_l0_files gauge
+kvbuf_store_l0_files{shard="7"} 13
+# HELP kvbuf_store_read_amp Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search.
+# TYPE kvbuf_store_read_amp gauge
+kvbuf_store_read_amp{shard="7"} 14
+# HELP kvbuf_ingested_generations_total Generations flushed by ingesting sstables rather than through the write-ahead log.
+# TYPE kvbuf_ingested_generations_total counter
+kvbuf_ingested_generations_total{shard="7"} 15
+# HELP kvbuf_read_tier_bytes Memory held by the read tier: flushed generations kept readable.
+# TYPE kvbuf_read_tier_bytes gauge
+kvbuf_read_tier_bytes{shard="7"} 1.6777216e+07
+# HELP kvbuf_read_tier_generations Flushed generations the read tier holds.
+# TYPE kvbuf_read_tier_generations gauge
+kvbuf_read_tier_generations{shard="7"} 17
+# HELP kvbuf_read_tier_evictions_total Generations the read tier evicted.
+# TYPE kvbuf_read_tier_evictions_total counter
+kvbuf_read_tier_evictions_total{shard="7"} 18
+# HELP kvbuf_flush_yields_total Times the flusher yielded the processor between two slices of its work on a generation's tables.
+# TYPE kvbuf_flush_yields_total counter
+kvbuf_flush_yields_total{shard="7"} 19
+# HELP kvbuf_flush_throttled_seconds_total Time the flusher slept to stay within its CPU share (FlushCPUPercent).
+# TYPE kvbuf_flush_throttled_seconds_total counter
+kvbuf_flush_throttled_seconds_total{shard="7"} 2.5
 # HELP kvbuf_flush_duration_seconds Durations of Flush calls.
 # TYPE kvbuf_flush_duration_seconds histogram
 `)

@@ -21,9 +21,10 @@ type Commit struct {
 }
 
 // group is one pebble batch holding one or more commits, applied and synced
-// as a unit.
+// as a unit, or one ingest (pb is nil, ing is set).
 type group struct {
 	pb      *pebble.Batch
+	ing     *Ingest
 	commits []*Commit
 }
 
@@ -97,7 +98,7 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 		return c, nil
 	}
 	c := &Commit{s: s, wm: wm, done: make(chan struct{})}
-	if s.inflight == nil {
+	if s.inflight == nil && len(s.queue) == 0 {
 		// Nothing in flight: apply now; the syncer waits for its sync.
 		pb := b.pb
 		b.pb = s.db.NewBatch()
@@ -109,13 +110,14 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 		s.inflight = &group{pb: pb, commits: []*Commit{c}}
 		s.kickSyncer()
 	} else {
-		if s.pending == nil {
-			s.pending = &group{pb: s.db.NewBatch()}
-		}
-		if err := s.pending.pb.Apply(b.pb, nil); err != nil {
+		// Behind the group in flight (and any ingest queued): merged into
+		// the last queued batch group, applied once everything before it
+		// is durable (ingest rule 1 in ingest_commit.go).
+		g := s.lastBatchGroupLocked()
+		if err := g.pb.Apply(b.pb, nil); err != nil {
 			return nil, s.wrapErr("commit", err)
 		}
-		s.pending.commits = append(s.pending.commits, c)
+		g.commits = append(g.commits, c)
 	}
 	s.committedWM = wm
 	s.last = c
@@ -169,10 +171,11 @@ func (s *Store) kickSyncer() {
 }
 
 // syncLoop is the syncer goroutine of a writable store. It waits for the WAL
-// sync of the group in flight and settles its commits; then, under
-// commitMu, it applies the pending group (unless the sync failed, in which
-// case the pending group fails too and nothing more reaches pebble). Close
-// sets stopSync; the syncer returns once nothing is in flight.
+// sync of the group in flight, or runs the ingest in flight, and settles
+// its commits; then, under commitMu, it starts the next queued group
+// (unless the one in flight failed, in which case every queued group fails
+// too and nothing more reaches pebble from the queue). Close sets
+// stopSync; the syncer returns once nothing is in flight or queued.
 func (s *Store) syncLoop() {
 	defer close(s.syncerDone)
 	for {
@@ -187,11 +190,16 @@ func (s *Store) syncLoop() {
 			<-s.syncKick
 			continue
 		}
-		err := g.pb.SyncWait()
-		_ = g.pb.Close()
-		if err != nil {
-			failed := kverr.Errorf("commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
-			s.syncErr.CompareAndSwap(nil, &failed)
+		var err error
+		if g.ing != nil {
+			err = s.runIngest(g.ing)
+		} else {
+			err = g.pb.SyncWait()
+			_ = g.pb.Close()
+			if err != nil {
+				failed := kverr.Errorf("commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
+				s.syncErr.CompareAndSwap(nil, &failed)
+			}
 		}
 		// After a failure no later commit is reported durable, whatever
 		// pebble says (it says the same: a log write error is sticky).
@@ -202,19 +210,11 @@ func (s *Store) syncLoop() {
 
 		s.commitMu.Lock()
 		s.inflight = nil
-		if p := s.pending; p != nil {
-			s.pending = nil
-			switch {
-			case err != nil:
-				_ = p.pb.Close()
-				p.settle(err)
-			default:
-				if aerr := s.db.ApplyNoSyncWait(p.pb, pebble.Sync); aerr != nil {
-					p.settle(s.wrapErr("commit", aerr))
-				} else {
-					s.inflight = p
-				}
-			}
+		if err != nil {
+			s.failQueueLocked(err)
+		} else {
+			s.settledWM = max(s.settledWM, g.commits[len(g.commits)-1].wm)
+			s.startNextLocked()
 		}
 		s.commitMu.Unlock()
 	}

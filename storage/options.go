@@ -14,6 +14,9 @@ const (
 	defaultMemTableSize = 4 << 20
 	// DefaultBloomBitsPerKey is the default Options.BloomBitsPerKey.
 	DefaultBloomBitsPerKey = 10
+	// pebble's defaults of the L0 thresholds (pebble.Options.EnsureDefaults).
+	pebbleL0CompactionThreshold = 4
+	pebbleL0StopWritesThreshold = 12
 	// maxBloomBitsPerKey bounds Options.BloomBitsPerKey: past it a filter
 	// only costs space (its false-positive rate is below one in a million).
 	maxBloomBitsPerKey = 64
@@ -71,6 +74,34 @@ type Options struct {
 	// ErrorIfNotExists makes Open fail with an error wrapping fs.ErrNotExist
 	// instead of creating a new store. Default: false.
 	ErrorIfNotExists bool
+
+	// L0CompactionThreshold is the L0 read amplification (sublevels, or
+	// files over L0CompactionFileThreshold's default) at which pebble
+	// starts compacting L0 into the levels below. Default: pebble's (4).
+	// Negative values are ErrBadOptions.
+	L0CompactionThreshold int
+
+	// L0StopWritesThreshold is the L0 read amplification at which pebble
+	// stops writes (commits and memtable flushes wait for compactions).
+	// Default: pebble's (12). Negative values, and values below
+	// L0CompactionThreshold (after defaults), are ErrBadOptions.
+	L0StopWritesThreshold int
+
+	// MaxConcurrentCompactions bounds pebble's concurrent compactions.
+	// Default: 1 (pebble's). Negative values are ErrBadOptions.
+	MaxConcurrentCompactions int
+
+	// ingestSplit selects the design of ingested tables (see ingester.split):
+	// 0 writes one table per ingest. Benchmarks of this package compare
+	// the designs.
+	ingestSplit uint64
+}
+
+func ingestSplit(o *Options) uint64 {
+	if o == nil {
+		return 0
+	}
+	return o.ingestSplit
 }
 
 // quietLogger is the default Logger: pebble's default writes informational
@@ -127,6 +158,11 @@ func PebbleOptions(opts *Options) *pebble.Options {
 	if po.MemTableSize == 0 {
 		po.MemTableSize = defaultMemTableSize
 	}
+	po.L0CompactionThreshold = o.L0CompactionThreshold
+	po.L0StopWritesThreshold = o.L0StopWritesThreshold
+	if n := o.MaxConcurrentCompactions; n > 0 {
+		po.CompactionConcurrencyRange = func() (int, int) { return 1, n }
+	}
 	bitsPerKey := o.BloomBitsPerKey
 	if bitsPerKey == 0 {
 		bitsPerKey = DefaultBloomBitsPerKey
@@ -152,6 +188,22 @@ func (o *Options) Validate() error {
 	}
 	if o != nil && o.BloomBitsPerKey > maxBloomBitsPerKey {
 		return kverr.Errorf("BloomBitsPerKey %d (at most %d): %w", o.BloomBitsPerKey, maxBloomBitsPerKey, ErrBadOptions)
+	}
+	if o != nil {
+		if o.L0CompactionThreshold < 0 || o.L0StopWritesThreshold < 0 || o.MaxConcurrentCompactions < 0 {
+			return kverr.Errorf("L0CompactionThreshold %d, L0StopWritesThreshold %d, MaxConcurrentCompactions %d (none negative): %w",
+				o.L0CompactionThreshold, o.L0StopWritesThreshold, o.MaxConcurrentCompactions, ErrBadOptions)
+		}
+		compact, stop := o.L0CompactionThreshold, o.L0StopWritesThreshold
+		if compact == 0 {
+			compact = pebbleL0CompactionThreshold
+		}
+		if stop == 0 {
+			stop = pebbleL0StopWritesThreshold
+		}
+		if stop < compact {
+			return kverr.Errorf("L0StopWritesThreshold %d below L0CompactionThreshold %d: %w", stop, compact, ErrBadOptions)
+		}
 	}
 	return nil
 }

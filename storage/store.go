@@ -49,10 +49,19 @@ type Store struct {
 	// last is the latest commit that wrote anything, nil before the first.
 	last *Commit
 	// inflight is the group applied to pebble whose WAL sync the syncer is
-	// waiting for; pending collects the commits that arrive meanwhile, to
-	// be applied as one batch once inflight is durable. At most one group
-	// is ever in pebble's hands: see Commit.
-	inflight, pending *group
+	// waiting for, or the ingest it is running; queue holds what arrives
+	// meanwhile, in commit order: batch groups (every commit that arrived
+	// between two ingests merged into one batch) and ingests, each started
+	// once everything before it is durable. At most one group is ever in
+	// pebble's hands: see Commit and ingest_commit.go.
+	inflight *group
+	queue    []*group
+	// settledWM is the highest watermark of a commit the syncer reported
+	// durable; committedWM falls back to it when a failure fails the
+	// queue.
+	settledWM uint64
+	// ig writes ingests' tables (nil on a read-only store).
+	ig *ingester
 	// stopSync asks the syncer to return once nothing is in flight.
 	stopSync bool
 	// syncKick wakes the syncer (buffered 1); syncerDone is closed when it
@@ -143,7 +152,14 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	s.wm.Store(wm)
 	s.committedWM = wm
+	s.settledWM = wm
 	if !s.readOnly {
+		s.ig = newIngester(fsys, dir, po, ingestSplit(opts))
+		if err := s.ig.removeLeftovers(); err != nil {
+			_ = db.Close()
+			_ = lock.Close()
+			return nil, kverr.Errorf("open %q: remove unfinished ingests: %w", dir, err)
+		}
 		s.syncKick = make(chan struct{}, 1)
 		s.syncerDone = make(chan struct{})
 		go s.syncLoop()

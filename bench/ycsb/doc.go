@@ -27,9 +27,10 @@
 //     kvbuf.flush_writes=true follows every write op with DB.Flush, so that
 //     it is durable when it returns (concurrent threads share flushes).
 //     Properties: kvbuf.flush_interval, kvbuf.max_pending_bytes,
-//     kvbuf.cache_size, kvbuf.pool_bytes, kvbuf.pipeline_depth (Options'
-//     fields; unset: Options' defaults), kvbuf.ops, kvbuf.host_log,
-//     kvbuf.flush_writes (false).
+//     kvbuf.cache_size, kvbuf.pool_bytes, kvbuf.pipeline_depth,
+//     kvbuf.ingest_threshold, kvbuf.read_tier_bytes, kvbuf.flush_quantum,
+//     kvbuf.flush_cpu_percent (Options' fields; unset: Options' defaults),
+//     kvbuf.ops, kvbuf.host_log, kvbuf.flush_writes (false).
 //   - pebble: pebble v2 opened with storage.PebbleOptions, as kvbuf's store
 //     is (same format and Bloom filters), with pebble.cache_size (default
 //     storage.DefaultCacheSize) and pebble.memtable_size (default the

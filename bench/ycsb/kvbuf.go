@@ -147,6 +147,20 @@ func kvbufOptions(p *properties.Properties) (*kvbuf.Options, bool, error) {
 		return nil, false, err
 	}
 	o.PipelineDepth = int(depth)
+	if o.IngestThreshold, err = getInt(p, "kvbuf.ingest_threshold", 0, -1, 1<<40); err != nil {
+		return nil, false, err
+	}
+	if o.ReadTierBytes, err = getInt(p, "kvbuf.read_tier_bytes", 0, -1, 1<<40); err != nil {
+		return nil, false, err
+	}
+	if o.FlushQuantum, err = getDuration(p, "kvbuf.flush_quantum", 0); err != nil {
+		return nil, false, err
+	}
+	pct, err := getInt(p, "kvbuf.flush_cpu_percent", 0, 0, 100)
+	if err != nil {
+		return nil, false, err
+	}
+	o.FlushCPUPercent = int(pct)
 	ops, err := getBool(p, "kvbuf.ops", false)
 	if err != nil {
 		return nil, false, err

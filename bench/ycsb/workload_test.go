@@ -163,7 +163,8 @@ func TestWorkloadProperties(t *testing.T) {
 	if _, err := WorkloadProperties("no/such/file"); !errors.Is(err, ErrBadProperty) {
 		t.Errorf("missing file: %v", err)
 	}
-	for _, bad := range []string{"kvbuf.flush_interval=x", "kvbuf.max_pending_bytes=-2", "kvbuf.ops=perhaps", "kvbuf.pipeline_depth=-1"} {
+	for _, bad := range []string{"kvbuf.flush_interval=x", "kvbuf.max_pending_bytes=-2", "kvbuf.ops=perhaps", "kvbuf.pipeline_depth=-1",
+		"kvbuf.ingest_threshold=-2", "kvbuf.read_tier_bytes=-2", "kvbuf.flush_quantum=x", "kvbuf.flush_cpu_percent=101"} {
 		if _, err := Open("kvbuf", t.TempDir(), properties.MustLoadString(bad)); !errors.Is(err, ErrBadProperty) {
 			t.Errorf("%q: %v, want ErrBadProperty", bad, err)
 		}

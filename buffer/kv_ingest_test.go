@@ -1,0 +1,166 @@
+package buffer
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// dumpStore returns every stored key of keyspace 1 as "key=value".
+func dumpStore(t testing.TB, st *storage.Store) []string {
+	t.Helper()
+	it, err := st.NewIter(1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var out []string
+	for ok := it.First(); ok; ok = it.Next() {
+		out = append(out, string(it.Key())+"="+string(it.Value()))
+	}
+	if err := it.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestKVIngestMatchesBatch writes random generations (puts, deletes, range
+// deletes, with snapshots sealing several tables per generation) to an
+// overlay, and flushes each both ways into two stores that hold the same
+// older data: as a batch (AddTo) and as an ingest (IngestTo). Both stores
+// must then hold the same keys and values.
+func TestKVIngestMatchesBatch(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	open := func() *storage.Store {
+		st, err := storage.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	viaBatch, viaIngest := open(), open()
+	kv, err := NewKV(viaBatch, 1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func() []byte { return fmt.Appendf(nil, "k%03d", rng.IntN(300)) }
+	var snaps []*KVSnapshot
+	ctx := context.Background()
+	for g := uint64(1); g <= 40; g++ {
+		for range 1 + rng.IntN(200) {
+			switch x := rng.IntN(20); {
+			case x < 13:
+				v := strings.Repeat("v", rng.IntN(3)*rng.IntN(30))
+				if err := kv.Put(key(), fmt.Appendf(nil, "%d.%s", g, v)); err != nil {
+					t.Fatal(err)
+				}
+			case x < 17:
+				if err := kv.Delete(key()); err != nil {
+					t.Fatal(err)
+				}
+			case x < 19:
+				lo, hi := key(), key()
+				if string(lo) > string(hi) {
+					lo, hi = hi, lo
+				}
+				if rng.IntN(8) == 0 {
+					hi = nil
+				}
+				if err := kv.DeleteRange(lo, hi); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				snaps = append(snaps, kv.Snapshot()) // seals a table of this generation
+			}
+		}
+		gen := kv.Freeze(g)
+		if gen == nil {
+			continue
+		}
+		b := viaBatch.NewBatch()
+		if err := gen.AddTo(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := viaBatch.Apply(b); err != nil {
+			t.Fatal(err)
+		}
+		in := viaIngest.NewIngest()
+		if err := gen.IngestTo(ctx, in, nil); err != nil {
+			t.Fatal(err)
+		}
+		c, err := viaIngest.CommitIngest(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		gen.Release()
+		a, b2 := dumpStore(t, viaBatch), dumpStore(t, viaIngest)
+		if !slices.Equal(a, b2) {
+			t.Fatalf("generation %d (%d tables): the stores differ:\nbatch:  %v\ningest: %v", g, len(gen.tables), a, b2)
+		}
+		for _, s := range snaps {
+			s.Close()
+		}
+		snaps = snaps[:0]
+	}
+}
+
+// BenchmarkIngestTo writes a sealed generation of 1M keys (8-byte keys, 16-
+// byte values, as W6) into an Ingest (not committed: the table is written
+// but not finished, then removed), the designs of ingestTable in
+// rotating order within each op: slot words loaded a chunk ahead
+// ("chunked", the design kept) or one key at a time ("by-key").
+func BenchmarkIngestTo(b *testing.B) {
+	const n = 1 << 20
+	st, err := storage.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	kv, err := NewKV(st, 1, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 16)
+	for range n {
+		binary.BigEndian.PutUint64(val, rng.Uint64())
+		if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64N(4*n)), val); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gen := kv.Freeze(1)
+	gen.tables[0].sortedKeys() // sorted once, as by the first flush
+	designs := []bool{false, true}
+	var times [2]int64
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		for j := range designs {
+			d := (i + j) % 2
+			gen.tables[0].flushByKey = designs[d]
+			t0 := time.Now()
+			in := st.NewIngest()
+			if err := gen.IngestTo(ctx, in, nil); err != nil {
+				b.Fatal(err)
+			}
+			in.Abort()
+			times[d] += int64(time.Since(t0))
+		}
+	}
+	ops := float64(b.N) * float64(kv.PendingKeys())
+	b.ReportMetric(float64(times[0])/ops, "chunked-ns/key")
+	b.ReportMetric(float64(times[1])/ops, "by-key-ns/key")
+	b.ReportMetric(float64(times[1])/float64(times[0]), "by-key/chunked")
+}

@@ -1,0 +1,528 @@
+package kvbuf
+
+// Benchmarks of flush by ingestion and of the read tier, each comparing
+// designs (or kvbuf and pebble) within one run, in rotating order, with
+// ratios reported as metrics. doc/design.md ("Flush by ingestion", "The
+// read tier") quotes them with the commands that produced the figures.
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/storage"
+)
+
+// w6Keys returns n distinct 8-byte big-endian keys drawn from [0, 4n) in
+// random order (W6's keys at n = 1M), and their stored forms in keyspace 1
+// sorted.
+func w6Keys(n int, seed uint64) (keys [][]byte, stored [][]byte) {
+	rng := rand.New(rand.NewPCG(seed, 6))
+	seen := make(map[uint64]bool, n)
+	for len(keys) < n {
+		k := rng.Uint64N(4 * uint64(n))
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, binary.BigEndian.AppendUint64(nil, k))
+		}
+	}
+	for _, k := range keys {
+		stored = append(stored, append([]byte{2, 0, 0, 0, 1}, k...)) // storage's user key layout, keyspace 1
+	}
+	slices.SortFunc(stored, func(a, b []byte) int { return slices.Compare(a, b) })
+	return keys, stored
+}
+
+// settle waits until the store (pebble) has no flush or compaction left.
+func settle(lsm func() (storage.LSMStats, error)) {
+	for {
+		st, err := lsm()
+		if err != nil || st.BackgroundJobs == 0 {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// pebbleLSM reads the LSMStats fields a benchmark uses from a raw pebble.
+func pebbleLSM(db *pebble.DB) func() (storage.LSMStats, error) {
+	return func() (storage.LSMStats, error) {
+		pm := db.Metrics()
+		tot := pm.Total()
+		st := storage.LSMStats{
+			L0Files: pm.Levels[0].TablesCount, ReadAmp: pm.ReadAmp(),
+			WALBytes: pm.WAL.BytesWritten, FlushedBytes: tot.TableBytesFlushed,
+			CompactedBytes: tot.TableBytesCompacted, IngestedBytes: tot.TableBytesIngested,
+			BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
+		}
+		st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
+		return st, nil
+	}
+}
+
+// w6Pending is the pending budget of the W6 engines (everything stays
+// pending until the Flush) and the memtable of the pebble rows (the same
+// memory).
+const w6Pending = 128 << 20
+
+// BenchmarkFlushW6 is W6's KV row through the engine, one round per op:
+// 1M puts of 16-byte values to W6's keys (new values every round), made
+// durable, by each row in rotating order:
+//
+//   - kvbuf/puts: 1M KV.Put calls, then DB.Flush, with the default
+//     Options.IngestThreshold (the generation is ingested);
+//   - kvbuf/batches: the same puts in Batches of 1000 (DB.Apply, op 0);
+//   - kvbuf-batch-path/puts: 1M Puts and Flush, IngestThreshold -1 (the
+//     generation goes through the WAL as one batch: the design before);
+//   - pebble/batch-sync: one pebble batch of the puts in arrival order,
+//     committed with Sync (the store's options, a memtable as large as the
+//     engines' pending budget);
+//   - pebble/batch-sync-sorted: the same with the keys sorted (not timed).
+//
+// Metrics per row: ns/put (to durability), flush-ns/put (kvbuf: the Flush
+// alone), cpu-ns/put (user+sys of the process over the timed span),
+// settle-cpu-ns/put (the same up to the moment the store has no flush or
+// compaction left: background work the row caused) and wamp (bytes the
+// store wrote up to then, per byte of user key and value); speedup-puts and
+// speedup-batches are pebble/batch-sync's time over the kvbuf row's (the
+// same input, arrival order), speedup-flush-vs-sorted-batch the sorted
+// pebble batch's time over kvbuf's Flush alone, speedup-flush-vs-batch-
+// path the batch path's Flush over the ingesting one's, cpu-puts/pebble
+// kvbuf/puts's CPU over pebble/batch-sync's (settle-cpu with the
+// background work).
+func BenchmarkFlushW6(b *testing.B) {
+	const n = 1_000_000
+	keys, stored := w6Keys(n, 1)
+	val := make([]byte, 16)
+	type row struct {
+		name  string
+		run   func(round uint64) (flush time.Duration, err error)
+		lsm   func() (storage.LSMStats, error)
+		total time.Duration
+		flush time.Duration
+		cpu   time.Duration
+		scpu  time.Duration
+		bytes uint64
+	}
+	engine := func(name string, ingest int64, batch bool) *row {
+		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, IngestThreshold: ingest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		kv, err := db.KV("w6")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := &row{name: name, lsm: db.store.LSM}
+		r.run = func(round uint64) (time.Duration, error) {
+			binary.BigEndian.PutUint64(val, round)
+			if batch {
+				bt := db.NewBatch()
+				for i, k := range keys {
+					bt.Put(kv, k, val)
+					if i%1000 == 999 || i == len(keys)-1 {
+						if err := db.Apply(ctx, bt, 0); err != nil {
+							return 0, err
+						}
+						bt.Reset()
+					}
+				}
+			} else {
+				for _, k := range keys {
+					if err := kv.Put(ctx, k, val, 0); err != nil {
+						return 0, err
+					}
+				}
+			}
+			t0 := time.Now()
+			err := db.Flush(ctx)
+			return time.Since(t0), err
+		}
+		return r
+	}
+	raw := func(name string, order [][]byte) *row {
+		po := storage.PebbleOptions(&storage.Options{MemTableSize: w6Pending})
+		db, err := pebble.Open(b.TempDir(), po)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		r := &row{name: name, lsm: pebbleLSM(db)}
+		r.run = func(round uint64) (time.Duration, error) {
+			binary.BigEndian.PutUint64(val, round)
+			bt := db.NewBatch()
+			for _, k := range order {
+				if err := bt.Set(k, val, nil); err != nil {
+					return 0, err
+				}
+			}
+			err := bt.Commit(pebble.Sync)
+			_ = bt.Close()
+			return 0, err
+		}
+		return r
+	}
+	arrival := make([][]byte, n)
+	for i, k := range keys {
+		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
+	}
+	rows := []*row{
+		engine("kvbuf/puts", 0, false),
+		engine("kvbuf/batches", 0, true),
+		engine("kvbuf-batch-path/puts", -1, false),
+		raw("pebble/batch-sync", arrival),
+		raw("pebble/batch-sync-sorted", stored),
+	}
+	round := uint64(0)
+	for b.Loop() {
+		round++
+		for j := range rows {
+			r := rows[(j+int(round))%len(rows)]
+			before, _ := r.lsm()
+			c0 := processCPU()
+			t0 := time.Now()
+			fl, err := r.run(round)
+			if err != nil {
+				b.Fatalf("%s: %v", r.name, err)
+			}
+			r.total += time.Since(t0)
+			r.flush += fl
+			r.cpu += processCPU() - c0
+			settle(r.lsm)
+			r.scpu += processCPU() - c0
+			after, _ := r.lsm()
+			r.bytes += after.BytesWritten - before.BytesWritten
+		}
+	}
+	puts := float64(round) * n
+	for _, r := range rows {
+		b.ReportMetric(float64(r.total.Nanoseconds())/puts, r.name+"-ns/put")
+		if r.flush > 0 {
+			b.ReportMetric(float64(r.flush.Nanoseconds())/puts, r.name+"-flush-ns/put")
+		}
+		b.ReportMetric(float64(r.cpu.Nanoseconds())/puts, r.name+"-cpu-ns/put")
+		b.ReportMetric(float64(r.scpu.Nanoseconds())/puts, r.name+"-settle-cpu-ns/put")
+		b.ReportMetric(float64(r.bytes)/puts/24, r.name+"-wamp")
+	}
+	// End to end the rows take the same input, in arrival order: the
+	// pebble row with sorted keys gets them sorted for free, and is the
+	// comparison for the Flush alone (which starts from sorted tables).
+	b.ReportMetric(float64(rows[3].total)/float64(rows[0].total), "speedup-puts")
+	b.ReportMetric(float64(rows[3].total)/float64(rows[1].total), "speedup-batches")
+	b.ReportMetric(float64(rows[0].cpu)/float64(rows[3].cpu), "cpu-puts/pebble")
+	b.ReportMetric(float64(rows[0].scpu)/float64(rows[3].scpu), "settle-cpu-puts/pebble")
+	b.ReportMetric(float64(rows[4].total)/float64(rows[0].flush), "speedup-flush-vs-sorted-batch")
+	b.ReportMetric(float64(rows[2].flush)/float64(rows[0].flush), "speedup-flush-vs-batch-path")
+}
+
+// sink keeps benchmark reads alive.
+var sinkBytes []byte
+
+// BenchmarkMissRead measures a read the buffer cannot answer (the key is
+// neither pending nor in the read tier) against a plain pebble Get on a
+// store of the same shape and cache: 1M W6 keys (16-byte values) compacted
+// to the last level, then 64k other keys flushed on top (in the engine:
+// ingested and kept by the read tier, unless the tier is off; in pebble:
+// flushed), both stores with the engine's store options and cache size. One op is 1000
+// Gets of stored keys, in random order, on every row in rotating order:
+// kvbuf (tier on), kvbuf-no-tier, pebble. keys=hot reads 16k keys adjacent
+// in key order (their blocks stay in the block cache: the per-read
+// overhead), keys=all any of the 1M (most reads miss the cache). Metrics:
+// ns/get per row and each kvbuf row's time over pebble's (the target is at
+// most 1.05).
+func BenchmarkMissRead(b *testing.B) {
+	for _, hot := range []bool{true, false} {
+		name := "keys=all"
+		if hot {
+			name = "keys=hot"
+		}
+		b.Run(name, func(b *testing.B) { benchMissRead(b, hot) })
+	}
+}
+
+func benchMissRead(b *testing.B, hot bool) {
+	const n, extra, reads = 1 << 20, 1 << 16, 1000
+	keys, _ := w6Keys(n+extra, 7)
+	val := make([]byte, 16)
+	type row struct {
+		name string
+		get  func(k []byte) error
+		t    time.Duration
+	}
+	engine := func(name string, tier int64) *row {
+		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, ReadTierBytes: tier})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		kv, err := db.KV("w6")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys[:n] {
+			if err := kv.Put(ctx, k, val, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.Compact(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys[n:] {
+			if err := kv.Put(ctx, k, val, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		settle(db.store.LSM)
+		if m := db.Metrics(); (m.ReadTierGenerations > 0) != (tier > 0) || m.PendingBytes != 0 {
+			b.Fatalf("%s: %d generations in the read tier, %d bytes pending", name, m.ReadTierGenerations, m.PendingBytes)
+		}
+		var buf []byte
+		return &row{name: name, get: func(k []byte) error {
+			var err error
+			buf, err = kv.GetAppend(buf[:0], k)
+			return err
+		}}
+	}
+	// The engine's own store options: the same L0 thresholds, so the two
+	// stores settle to the same shape.
+	po := storage.PebbleOptions((&Options{}).EnsureDefaults().storageOptions())
+	pdb, err := pebble.Open(b.TempDir(), po)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = pdb.Close() })
+	stored := func(k []byte) []byte { return append([]byte{2, 0, 0, 0, 1}, k...) }
+	bt := pdb.NewBatch()
+	for _, k := range keys[:n] {
+		_ = bt.Set(stored(k), val, nil)
+	}
+	if err := bt.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
+		b.Fatal(err)
+	}
+	bt = pdb.NewBatch()
+	for _, k := range keys[n:] {
+		_ = bt.Set(stored(k), val, nil)
+	}
+	if err := bt.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := pdb.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	settle(pebbleLSM(pdb))
+	pk := make([]byte, 0, 16)
+	rows := []*row{
+		engine("kvbuf", DefaultReadTierBytes),
+		engine("kvbuf-no-tier", -1),
+		{name: "pebble", get: func(k []byte) error {
+			pk = append(append(pk[:0], 2, 0, 0, 0, 1), k...)
+			v, c, err := pdb.Get(pk)
+			if err == nil {
+				sinkBytes = append(sinkBytes[:0], v...)
+				err = c.Close()
+			}
+			return err
+		}},
+	}
+	rng := rand.New(rand.NewPCG(8, 9))
+	pool := keys[:n]
+	if hot {
+		pool = slices.Clone(pool)
+		slices.SortFunc(pool, func(a, b []byte) int { return slices.Compare(a, b) })
+		pool = pool[n/2 : n/2+1<<14]
+	}
+	batch := make([][]byte, reads)
+	i := 0
+	for b.Loop() {
+		for j := range batch {
+			batch[j] = pool[rng.IntN(len(pool))]
+		}
+		for r := range rows {
+			row := rows[(r+i)%len(rows)]
+			t0 := time.Now()
+			for _, k := range batch {
+				if err := row.get(k); err != nil {
+					b.Fatalf("%s: %v", row.name, err)
+				}
+			}
+			row.t += time.Since(t0)
+		}
+		i++
+	}
+	gets := float64(i) * reads
+	for _, r := range rows {
+		b.ReportMetric(float64(r.t.Nanoseconds())/gets, r.name+"-ns/get")
+	}
+	b.ReportMetric(float64(rows[0].t)/float64(rows[2].t), "kvbuf/pebble")
+	b.ReportMetric(float64(rows[1].t)/float64(rows[2].t), "kvbuf-no-tier/pebble")
+}
+
+// BenchmarkSustainedWrites writes as fast as it can (Batches of 64 puts of
+// 100-byte values to random keys of a space of 1M, op 0, the flusher
+// working on its own: interval and size triggers) for KVBUF_SUSTAIN
+// (default 3s) per configuration and op, the configurations in rotating
+// order, each on an engine kept open across ops, while one reader Gets
+// random keys and a sampler reads Metrics every 10ms. It reports, per
+// configuration: writes/s, the L0 file count and read amplification of
+// the store (mean and max of the samples), compactions and bytes written
+// per byte of user data (from the store's LSMStats), read p50/p99, and
+// the stall time per write. Configurations: ingest (the defaults), batch-
+// path (IngestThreshold -1: every generation through the WAL), and the
+// store set-ups tried for a buffer in front of pebble (doc/design.md,
+// "The store under a buffer"): ingest-l0c4 pebble's L0 compaction
+// threshold (4, the engine's is 2), ingest-mem64m a 64 MiB memtable,
+// ingest-compact2 two concurrent compactions.
+func BenchmarkSustainedWrites(b *testing.B) {
+	d := 3 * time.Second
+	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
+		d = v
+	}
+	type config struct {
+		name string
+		opts Options
+	}
+	configs := []config{
+		{"ingest", Options{}},
+		{"batch-path", Options{IngestThreshold: -1}},
+		{"ingest-l0c4", Options{storeTune: &storage.Options{L0CompactionThreshold: 4}}},
+		{"ingest-mem64m", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MemTableSize: 64 << 20}}},
+		{"ingest-compact2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MaxConcurrentCompactions: 2}}},
+	}
+	type stats struct {
+		writes                   int64
+		el                       time.Duration
+		l0Sum, raSum, samples    int64
+		l0Max, raMax             int64
+		compactions, bytes, user uint64
+		stall                    time.Duration
+		lat                      []time.Duration
+	}
+	dbs := make([]*DB, len(configs))
+	kvs := make([]*KV, len(configs))
+	st := make([]stats, len(configs))
+	for i, c := range configs {
+		o := c.opts
+		db, err := Open(b.TempDir(), &o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		dbs[i] = db
+		if kvs[i], err = db.KV("w"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const space = 1 << 20
+	val := make([]byte, 100)
+	round := 0
+	for b.Loop() {
+		for j := range configs {
+			i := (j + round) % len(configs)
+			db, kv, s := dbs[i], kvs[i], &st[i]
+			before, _ := db.store.LSM()
+			m0 := db.Metrics()
+			stop := make(chan struct{})
+			done := make(chan struct{}, 2)
+			go func() { // reader
+				rng := rand.New(rand.NewPCG(uint64(round), 1))
+				var buf []byte
+				for {
+					select {
+					case <-stop:
+						done <- struct{}{}
+						return
+					default:
+					}
+					k := binary.BigEndian.AppendUint64(nil, rng.Uint64N(space))
+					t0 := time.Now()
+					buf, _ = kv.GetAppend(buf[:0], k)
+					s.lat = append(s.lat, time.Since(t0))
+				}
+			}()
+			go func() { // sampler
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						done <- struct{}{}
+						return
+					case <-t.C:
+					}
+					m := db.Metrics()
+					s.l0Sum += m.StoreL0Files
+					s.raSum += int64(m.StoreReadAmp)
+					s.samples++
+					s.l0Max = max(s.l0Max, m.StoreL0Files)
+					s.raMax = max(s.raMax, int64(m.StoreReadAmp))
+				}
+			}()
+			rng := rand.New(rand.NewPCG(uint64(round), 2))
+			bt := db.NewBatch()
+			t0 := time.Now()
+			for time.Since(t0) < d {
+				for range 64 {
+					binary.BigEndian.PutUint64(val, rng.Uint64())
+					bt.Put(kv, binary.BigEndian.AppendUint64(nil, rng.Uint64N(space)), val)
+				}
+				if err := db.Apply(ctx, bt, 0); err != nil {
+					b.Fatal(err)
+				}
+				bt.Reset()
+				s.writes += 64
+				s.user += 64 * (8 + 100)
+			}
+			if err := db.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			s.el += time.Since(t0)
+			close(stop)
+			<-done
+			<-done
+			after, _ := db.store.LSM()
+			s.compactions += uint64(after.Compactions - before.Compactions)
+			s.bytes += after.BytesWritten - before.BytesWritten
+			s.stall += db.Metrics().StallTime - m0.StallTime
+			settle(db.store.LSM)
+		}
+		round++
+	}
+	for i, c := range configs {
+		s := &st[i]
+		slices.Sort(s.lat)
+		q := func(f float64) float64 {
+			if len(s.lat) == 0 {
+				return 0
+			}
+			return float64(s.lat[int(f*float64(len(s.lat)-1))].Microseconds())
+		}
+		p := c.name + "-"
+		b.ReportMetric(float64(s.writes)/s.el.Seconds(), p+"writes/s")
+		b.ReportMetric(float64(s.l0Sum)/float64(max(s.samples, 1)), p+"l0-files-mean")
+		b.ReportMetric(float64(s.l0Max), p+"l0-files-max")
+		b.ReportMetric(float64(s.raSum)/float64(max(s.samples, 1)), p+"read-amp-mean")
+		b.ReportMetric(float64(s.raMax), p+"read-amp-max")
+		b.ReportMetric(float64(s.compactions)/float64(round), p+"compactions/op")
+		b.ReportMetric(float64(s.bytes)/float64(s.user), p+"wamp")
+		b.ReportMetric(q(0.5), p+"read-p50-us")
+		b.ReportMetric(q(0.99), p+"read-p99-us")
+		b.ReportMetric(float64(s.stall.Nanoseconds())/float64(s.writes), p+"stall-ns/write")
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }
