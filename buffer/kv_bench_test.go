@@ -30,9 +30,10 @@ import (
 var kvScale = flag.Float64("kvscale", 1, "KV table benchmark size (1: W2's 1,000,000 pending changes)")
 
 const (
-	w2Space    = 4 << 20
-	w2ValueLen = 16
-	w2Lookups  = 1 << 16
+	w3ChurnKeys = 65_536 // W3's churn keys per goroutine
+	w2Space     = 4 << 20
+	w2ValueLen  = 16
+	w2Lookups   = 1 << 16
 )
 
 // w2Fixture is W2's pending changes, built once per process, in flat
@@ -544,9 +545,103 @@ func BenchmarkW2Interleaved(b *testing.B) {
 }
 
 // BenchmarkW3 runs W3's hit rows in one goroutine (one op: one lookup
-// copying the value out) over n preloaded keys, the overlay against a
-// mutex-guarded map.
+// copying the value out) over n preloaded keys, its churn row (one op: a
+// put and a delete of key 64 + t mod 65,536, so that the first 65,536 ops
+// add keys and every later one overwrites) and its construct row (one op:
+// an overlay holding one key), the overlay against a mutex-guarded map.
 func BenchmarkW3(b *testing.B) {
+	b.Run("miss_churn-64/kvbuf-overlay", func(b *testing.B) {
+		kv := benchKV(b, nil)
+		keys := make([][]byte, 64+w3ChurnKeys)
+		for i := range keys {
+			keys[i] = w2Key(uint64(i))
+			if i < 64 {
+				if err := kv.Put(keys[i], keys[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportAllocs()
+		cm := startCPU()
+		t := 0
+		for b.Loop() {
+			k := keys[64+t%w3ChurnKeys]
+			if err := kv.Put(k, k); err != nil {
+				b.Fatal(err)
+			}
+			if err := kv.Delete(k); err != nil {
+				b.Fatal(err)
+			}
+			t++
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("miss_churn-64/mutex+map", func(b *testing.B) {
+		var mu sync.Mutex
+		m := map[string][]byte{}
+		keys := make([][]byte, 64+w3ChurnKeys)
+		for i := range keys {
+			keys[i] = w2Key(uint64(i))
+			if i < 64 {
+				m[string(keys[i])] = append([]byte(nil), keys[i]...)
+			}
+		}
+		b.ReportAllocs()
+		cm := startCPU()
+		t := 0
+		for b.Loop() {
+			k := keys[64+t%w3ChurnKeys]
+			mu.Lock()
+			m[string(k)] = append([]byte(nil), k...)
+			mu.Unlock()
+			mu.Lock()
+			m[string(k)] = nil
+			mu.Unlock()
+			t++
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("construct/kvbuf-overlay", func(b *testing.B) {
+		one := w2Key(1)
+		keep := make([]*KV, 0, 1000)
+		b.ReportAllocs()
+		cm := startCPU()
+		for b.Loop() {
+			if len(keep) == cap(keep) {
+				keep = keep[:0]
+			}
+			kv, err := NewKV(nil, 1, nil, nil)
+			if err == nil {
+				err = kv.Put(one, one)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			keep = append(keep, kv)
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("construct/mutex+map", func(b *testing.B) {
+		one := w2Key(1)
+		type locked struct {
+			mu sync.Mutex
+			m  map[string][]byte
+		}
+		keep := make([]*locked, 0, 1000)
+		b.ReportAllocs()
+		cm := startCPU()
+		for b.Loop() {
+			if len(keep) == cap(keep) {
+				keep = keep[:0]
+			}
+			x := &locked{m: map[string][]byte{}}
+			x.mu.Lock()
+			x.m[string(one)] = append([]byte(nil), one...)
+			x.mu.Unlock()
+			keep = append(keep, x)
+		}
+		cm.stop(b, 1)
+	})
 	for _, n := range []int{1, 64, 1024} {
 		keys := make([][]byte, n)
 		for i := range keys {
