@@ -291,18 +291,31 @@ func (a *slotArray) freeSlot(h uint64) int {
 func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 
 // place stores sw in an empty slot of h's probe sequence, logs it and then
-// publishes its control byte. Writers only.
+// publishes its control byte, every word a reader may load with an atomic
+// store. Writers only, on a published array.
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
-	storeUnpublished(&p[0], sw.w0)
-	storeUnpublished(&p[1], sw.w1)
-	storeUnpublished(&p[2], sw.w2)
-	storeUnpublished(&p[3], sw.w3)
+	atomic.StoreUint64(&p[0], sw.w0)
+	atomic.StoreUint64(&p[1], sw.w1)
+	atomic.StoreUint64(&p[2], sw.w2)
+	atomic.StoreUint64(&p[3], sw.w3)
 	a.log[a.n] = uint32(i)
-	storeUnpublished(&a.n, a.n+1)
+	atomic.StoreUint64(&a.n, a.n+1)
 	g := i / groupSlots
-	storeUnpublished(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+	atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+}
+
+// placePrivate is place into an array no reader can reach yet (grow's, before
+// it publishes it): plain stores, which the publication of the array orders.
+func (a *slotArray) placePrivate(h uint64, sw slotWords) {
+	i := a.freeSlot(h)
+	p := a.slot(i)
+	p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
+	a.log[a.n] = uint32(i)
+	a.n++
+	g := i / groupSlots
+	a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
 }
 
 // version is one resolved change of a key.
@@ -866,7 +879,7 @@ func (sh *shard) grow(t *table, old *slotArray) *slotArray {
 	for g, c := range old.ctrl {
 		for m := ^matchEmpty(c) & ctrlMSB; m != 0; m &= m - 1 {
 			sw := old.load(g*groupSlots + bits.TrailingZeros64(m)/8)
-			arr.place(t.slotHash(&sw, sh), sw)
+			arr.placePrivate(t.slotHash(&sw, sh), sw)
 		}
 	}
 	sh.arr.Store(arr)
@@ -1013,14 +1026,13 @@ func (t *table) clear() {
 	if ss != nil {
 		for _, sh := range ss.s {
 			if arr := sh.arr.Load(); arr != nil {
-				// Zeroed slots as well as control words: a reader
-				// seeing a new key's control byte before its slot
-				// words (see storeUnpublished) then sees zeroes,
-				// never the words of a key of the table's previous
-				// life.
-				clearWords(arr.ctrl)
-				clearWords(arr.s)
-				storeUnpublished(&arr.n, 0)
+				// Control words only: a slot's words are stored
+				// before its control byte, so a reader that sees
+				// the byte sees them, never a previous life's.
+				for g := range arr.ctrl {
+					atomic.StoreUint64(&arr.ctrl[g], 0)
+				}
+				atomic.StoreUint64(&arr.n, 0)
 			}
 			sh.resetArena()
 			// A reused slot array is not charged again: the pool's
