@@ -117,6 +117,7 @@ type slotArray struct {
 	log     []uint32
 	n       uint64 // log entries (keys): stored under the shard mutex, read under it or atomically
 	maxKeys int
+	cleared bool // by clear (under every shard mutex): see place
 }
 
 // count returns the number of keys of a (racy unless under the shard
@@ -291,15 +292,27 @@ func (a *slotArray) freeSlot(h uint64) int {
 func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 
 // place stores sw in an empty slot of h's probe sequence, logs it and then
-// publishes its control byte, every word a reader may load with an atomic
-// store. Writers only, on a published array.
+// publishes its control byte. Writers only, on a published array.
+//
+// The control byte, the head word w0 (which a read loads speculatively,
+// before the control word) and the log count are stored atomically. The
+// key words w1..w3 are stored plainly in an array never cleared: a reader
+// reaches them only through the control byte, stored after them, so the
+// control byte's store orders them (happens before the reader's loads);
+// in a recycled array a reader still probing the array's previous life may
+// load them without loading the byte first, so they are stored atomically
+// there.
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
+	if a.cleared {
+		atomic.StoreUint64(&p[1], sw.w1)
+		atomic.StoreUint64(&p[2], sw.w2)
+		atomic.StoreUint64(&p[3], sw.w3)
+	} else {
+		p[1], p[2], p[3] = sw.w1, sw.w2, sw.w3
+	}
 	atomic.StoreUint64(&p[0], sw.w0)
-	atomic.StoreUint64(&p[1], sw.w1)
-	atomic.StoreUint64(&p[2], sw.w2)
-	atomic.StoreUint64(&p[3], sw.w3)
 	a.log[a.n] = uint32(i)
 	atomic.StoreUint64(&a.n, a.n+1)
 	g := i / groupSlots
@@ -1033,6 +1046,7 @@ func (t *table) clear() {
 					atomic.StoreUint64(&arr.ctrl[g], 0)
 				}
 				atomic.StoreUint64(&arr.n, 0)
+				arr.cleared = true
 			}
 			sh.resetArena()
 			// A reused slot array is not charged again: the pool's
