@@ -335,6 +335,9 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 			sh.mu.Lock()
 			if !sh.sealed {
 				before := sh.bytes.Load()
+				if len(idx) > 1 {
+					sh.touch(pks, idx)
+				}
 				for _, i := range idx {
 					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i), kv.seq)
 				}

@@ -331,6 +331,27 @@ func (a *slotArray) placePrivate(h uint64, sw slotWords) {
 	a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
 }
 
+// touch loads the first control word and the preferred slot of the keys
+// pks[i], i in idx, before a writer stores them (under sh.mu): the misses
+// of their lines overlap here, where nothing waits for them, instead of
+// each holding up the next key's atomic stores (a locked instruction on
+// amd64 waits for every earlier store, a store to a line not in the cache
+// included).
+func (sh *shard) touch(pks []probeKey, idx []uint8) {
+	a := sh.arr.Load()
+	if a == nil {
+		return
+	}
+	for _, i := range idx {
+		h := pks[i].h
+		g := a.home(h)
+		// The values are not needed: the loads bring the lines in
+		// (atomic loads are never removed as dead code).
+		atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+		atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
+	}
+}
+
 // version is one resolved change of a key.
 type version struct {
 	seq    uint64
