@@ -619,6 +619,9 @@ func (t *table) probeAppend(dst []byte, pk *probeKey, vis uint64) ([]byte, uint8
 			i := (int(g)*groupSlots + bits.TrailingZeros64(m)>>3) * slotWordsN
 			p := a.s[i : i+slotWordsN : i+slotWordsN]
 			w0 := atomic.LoadUint64(&p[0])
+			if testHook != nil {
+				testHook("probe-slot")
+			}
 			if w0>>modeShift == modeInline && pk.nw == 1 {
 				// The common case, a key of up to 8 bytes and its
 				// value in the slot.

@@ -2,7 +2,9 @@ package buffer
 
 // testHook, nil outside tests, is called at these points so that a test
 // can make a writer act exactly there: "iter-pin" (NewIter has loaded the
-// view and not yet pinned its tables or loaded its visible number) and
+// view and not yet pinned its tables or loaded its visible number),
+// "probe-slot" (a point read's general path, probeAppend, found a tag
+// match and loaded the slot's head word, not yet its key words) and
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet). Tests set it before the readers start and clear it
 // after they stop.
