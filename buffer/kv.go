@@ -335,7 +335,7 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 			sh.mu.Lock()
 			if !sh.sealed {
 				before := sh.bytes.Load()
-				if len(idx) > 1 {
+				if len(idx) > 1 && storeMode >= modeATouch {
 					sh.touch(pks, idx)
 				}
 				for _, i := range idx {

@@ -305,6 +305,40 @@ func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
+	switch storeMode {
+	case modePlain, modePlainTouch:
+		p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
+		a.log[a.n] = uint32(i)
+		a.n++
+		g := i / groupSlots
+		a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
+		return
+	case modeA, modeATouch:
+		atomic.StoreUint64(&p[0], sw.w0)
+		atomic.StoreUint64(&p[1], sw.w1)
+		atomic.StoreUint64(&p[2], sw.w2)
+		atomic.StoreUint64(&p[3], sw.w3)
+		a.log[a.n] = uint32(i)
+		atomic.StoreUint64(&a.n, a.n+1)
+		g := i / groupSlots
+		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+		return
+	case modeBNoCount:
+		p[1], p[2], p[3] = sw.w1, sw.w2, sw.w3
+		atomic.StoreUint64(&p[0], sw.w0)
+		a.log[a.n] = uint32(i)
+		a.n++
+		g := i / groupSlots
+		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+		return
+	case modeCtrlOnly:
+		p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
+		a.log[a.n] = uint32(i)
+		a.n++
+		g := i / groupSlots
+		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+		return
+	}
 	if a.cleared {
 		atomic.StoreUint64(&p[1], sw.w1)
 		atomic.StoreUint64(&p[2], sw.w2)
@@ -318,6 +352,23 @@ func (a *slotArray) place(h uint64, sw slotWords) {
 	g := i / groupSlots
 	atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
 }
+
+// storeMode selects the stores of place: an experiment (benchmarks set it
+// between operations, with no write in flight; see BenchmarkStoreModes).
+// Every mode but modeB, modeBTouch and modeA* leaves words that readers
+// load racy: never for tests.
+var storeMode uint8
+
+const (
+	modeB          = iota // the default: key words plain in a fresh array
+	modePlain             // every word plain (the old default build)
+	modeA                 // every word atomic
+	modeBNoCount          // modeB with a plain log count (its cost bound)
+	modeCtrlOnly          // only the control byte atomic (no speculative head load)
+	modeATouch            // modeA with ApplyAt's touch
+	modeBTouch            // modeB with ApplyAt's touch
+	modePlainTouch        // modePlain with ApplyAt's touch
+)
 
 // placePrivate is place into an array no reader can reach yet (grow's, before
 // it publishes it): plain stores, which the publication of the array orders.
@@ -747,8 +798,22 @@ func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64, q *Seq) (ok bo
 		return false, 0
 	}
 	before := sh.bytes.Load()
+	if storeMode >= modeATouch {
+		sh.touchOne(pk.h)
+	}
 	sh.setLocked(t, pk, v, del, seq, q)
 	return true, sh.bytes.Load() - before
+}
+
+// touchOne is touch for one key.
+func (sh *shard) touchOne(h uint64) {
+	a := sh.arr.Load()
+	if a == nil {
+		return
+	}
+	g := a.home(h)
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
 }
 
 // setLocked is set with sh.mu held and sh not sealed. q is the sequencer
