@@ -23,7 +23,7 @@ func BenchmarkStoreModes(b *testing.B) {
 		m    uint8
 	}{
 		{"plain", modePlain}, {"A", modeA}, {"B", modeB}, {"B2", modeBNoCount},
-		{"ctrl-only", modeCtrlOnly}, {"A+touch", modeATouch}, {"B+touch", modeBTouch}, {"plain+touch", modePlainTouch},
+		{"ctrl-only", modeCtrlOnly}, {"A+touch", modeATouch}, {"B+touch", modeBTouch}, {"plain+touch", modePlainTouch}, {"B2+touch", modeB2Touch},
 	}
 	defer func() { storeMode = modeB }()
 	const batch = 64

@@ -323,7 +323,7 @@ func (a *slotArray) place(h uint64, sw slotWords) {
 		g := i / groupSlots
 		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
 		return
-	case modeBNoCount:
+	case modeBNoCount, modeB2Touch:
 		p[1], p[2], p[3] = sw.w1, sw.w2, sw.w3
 		atomic.StoreUint64(&p[0], sw.w0)
 		a.log[a.n] = uint32(i)
@@ -368,6 +368,7 @@ const (
 	modeATouch            // modeA with ApplyAt's touch
 	modeBTouch            // modeB with ApplyAt's touch
 	modePlainTouch        // modePlain with ApplyAt's touch
+	modeB2Touch           // modeBNoCount with touch
 )
 
 // placePrivate is place into an array no reader can reach yet (grow's, before
