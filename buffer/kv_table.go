@@ -21,14 +21,16 @@ import (
 //     control words, slot words, arena directory and record heads with
 //     atomic loads, and read only bytes that were published to them and are
 //     never written again (arena chunks are never reused; see chunkDir).
-//  2. Writers serialise on the shard mutex. A new key's slot words, log
-//     entry, log count and control byte are stored without ordering of
-//     their own (see storeUnpublished): the publication of the change's
-//     sequence number is what makes them visible to a reader that must see
-//     them, and a reader that sees them early ignores them (the change is
-//     numbered above its visible number) or sees zeroes. A version record
-//     is written before the slot head or prev link that publishes it (an
-//     atomic store: readers follow heads whatever their visible number).
+//     Every word a reader may load while a writer stores it is stored with
+//     sync/atomic, in every build (publication order 8 of doc/design.md,
+//     "Publication orders"; the numbers below are that list's).
+//  2. Writers serialise on the shard mutex. A new key's control byte is
+//     stored (atomically) after its slot words and log entry: it publishes
+//     them to every reader that loads it (see place; publication order 1);
+//     the change's sequence number, published after, tells a reader
+//     whether to use it. A version record is written before the slot head
+//     or prev link that publishes it (an atomic store: readers follow heads
+//     whatever their visible number; publication order 2).
 //  3. Keys are never removed while the table is live: an overwrite or
 //     delete adds a version (sequence-numbered) to the key, or rewrites
 //     the record below a visible head in place when no reader can need it
@@ -106,23 +108,22 @@ type shard struct {
 // Later values go to the arena. A slot goes from empty to full once and is
 // emptied again only by clear.
 //
-// log lists the slot index of every key in insertion order (count in n,
-// which iterators read under the shard mutex): the keys a cached order
-// does not cover yet are the log's tail.
+// log lists the slot index of every key in insertion order (count in n):
+// the keys a cached order does not cover yet are the log's tail. Both are
+// written and read under the shard mutex only (lockedCount).
 type slotArray struct {
 	groups  uint64         // number of groups: any size, so that growth can be by half (see growGroups)
 	ctrl    []uint64       // one word per group
 	s       []uint64       // slots, 4 words each
 	cp, sp  unsafe.Pointer // &ctrl[0], &s[0]: the read path's unchecked indexing
 	log     []uint32
-	n       uint64 // log entries (keys): stored under the shard mutex, read under it or atomically
+	n       uint64 // log entries (keys): written and read under the shard mutex only
 	maxKeys int
-	cleared bool // by clear (under every shard mutex): see place
+	// cleared is set by clear (under every shard mutex) and read by
+	// writers: a recycled array's key words are stored atomically (see
+	// place).
+	cleared bool
 }
-
-// count returns the number of keys of a (racy unless under the shard
-// mutex: PendingKeys, Freeze's emptiness check with writers excluded).
-func (a *slotArray) count() int64 { return int64(atomic.LoadUint64(&a.n)) }
 
 // lockedCount returns the number of keys of a, with every log entry they
 // have visible to the caller (it takes the shard mutex).
@@ -292,53 +293,25 @@ func (a *slotArray) freeSlot(h uint64) int {
 func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 
 // place stores sw in an empty slot of h's probe sequence, logs it and then
-// publishes its control byte. Writers only, on a published array.
+// publishes its control byte. Writers only (under the shard mutex), on a
+// published array (grow fills its private one with placePrivate).
 //
-// The control byte, the head word w0 (which a read loads speculatively,
-// before the control word) and the log count are stored atomically. The
-// key words w1..w3 are stored plainly in an array never cleared: a reader
-// reaches them only through the control byte, stored after them, so the
-// control byte's store orders them (happens before the reader's loads);
-// in a recycled array a reader still probing the array's previous life may
-// load them without loading the byte first, so they are stored atomically
-// there.
+// Publication order 1 (doc/design.md, "Publication orders"): the control
+// byte is stored last, atomically, and a reader reaches a slot's key words
+// (w1..w3) only through a control word it loaded with the byte set, so
+// that store happens before the reader's loads of them: they are stored
+// plainly, with no fence of their own (an atomic store is a locked
+// exchange on amd64 that waits for every earlier store). The head word w0
+// is stored atomically: a read loads a key's preferred slot's head before
+// the control word (to overlap the two misses), so it may load it while it
+// is stored. In a recycled array (cleared) the key words are stored
+// atomically too: a reader still probing the array's previous life holds
+// a control word of that life, and may load them with no store of this
+// life ordered before (TestKVStaleReaderOfRecycledSlot). The log entry and
+// count are read under the shard mutex only.
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
-	switch storeMode {
-	case modePlain, modePlainTouch:
-		p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
-		a.log[a.n] = uint32(i)
-		a.n++
-		g := i / groupSlots
-		a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
-		return
-	case modeA, modeATouch:
-		atomic.StoreUint64(&p[0], sw.w0)
-		atomic.StoreUint64(&p[1], sw.w1)
-		atomic.StoreUint64(&p[2], sw.w2)
-		atomic.StoreUint64(&p[3], sw.w3)
-		a.log[a.n] = uint32(i)
-		atomic.StoreUint64(&a.n, a.n+1)
-		g := i / groupSlots
-		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
-		return
-	case modeBNoCount, modeB2Touch:
-		p[1], p[2], p[3] = sw.w1, sw.w2, sw.w3
-		atomic.StoreUint64(&p[0], sw.w0)
-		a.log[a.n] = uint32(i)
-		a.n++
-		g := i / groupSlots
-		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
-		return
-	case modeCtrlOnly:
-		p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
-		a.log[a.n] = uint32(i)
-		a.n++
-		g := i / groupSlots
-		atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
-		return
-	}
 	if a.cleared {
 		atomic.StoreUint64(&p[1], sw.w1)
 		atomic.StoreUint64(&p[2], sw.w2)
@@ -348,31 +321,15 @@ func (a *slotArray) place(h uint64, sw slotWords) {
 	}
 	atomic.StoreUint64(&p[0], sw.w0)
 	a.log[a.n] = uint32(i)
-	atomic.StoreUint64(&a.n, a.n+1)
+	a.n++
 	g := i / groupSlots
 	atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
 }
 
-// storeMode selects the stores of place: an experiment (benchmarks set it
-// between operations, with no write in flight; see BenchmarkStoreModes).
-// Every mode but modeB, modeBTouch and modeA* leaves words that readers
-// load racy: never for tests.
-var storeMode uint8
-
-const (
-	modeB          = iota // the default: key words plain in a fresh array
-	modePlain             // every word plain (the old default build)
-	modeA                 // every word atomic
-	modeBNoCount          // modeB with a plain log count (its cost bound)
-	modeCtrlOnly          // only the control byte atomic (no speculative head load)
-	modeATouch            // modeA with ApplyAt's touch
-	modeBTouch            // modeB with ApplyAt's touch
-	modePlainTouch        // modePlain with ApplyAt's touch
-	modeB2Touch           // modeBNoCount with touch
-)
-
-// placePrivate is place into an array no reader can reach yet (grow's, before
-// it publishes it): plain stores, which the publication of the array orders.
+// placePrivate is place into an array no reader can reach yet (grow's,
+// before it publishes it): plain stores, which the atomic store that
+// publishes the array orders before every reader's loads (publication
+// order 3).
 func (a *slotArray) placePrivate(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
@@ -383,25 +340,19 @@ func (a *slotArray) placePrivate(h uint64, sw slotWords) {
 	a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
 }
 
-// touch loads the first control word and the preferred slot of the keys
-// pks[i], i in idx, before a writer stores them (under sh.mu): the misses
-// of their lines overlap here, where nothing waits for them, instead of
-// each holding up the next key's atomic stores (a locked instruction on
-// amd64 waits for every earlier store, a store to a line not in the cache
-// included).
-func (sh *shard) touch(pks []probeKey, idx []uint8) {
-	a := sh.arr.Load()
-	if a == nil {
-		return
-	}
-	for _, i := range idx {
-		h := pks[i].h
-		g := a.home(h)
-		// The values are not needed: the loads bring the lines in
-		// (atomic loads are never removed as dead code).
-		atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
-		atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
-	}
+// touch loads the first control word and the preferred slot (where a new
+// key goes, see freeSlot) of a key with hash h, for a writer that will
+// store them: a miss on either line is taken here, where the two overlap
+// (and, for a batch's keys, overlap with the other keys'), instead of in
+// place, where the store waits for the line before the next atomic store
+// can start (a locked instruction waits for every earlier store, a store
+// to a line not in the cache included).
+func (a *slotArray) touch(h uint64) {
+	g := a.home(h)
+	// The values are not needed: the loads bring the lines in (atomic
+	// loads are never removed as dead code).
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
 }
 
 // version is one resolved change of a key.
@@ -451,7 +402,7 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, uint8)
 // chainVersionAt is versionAt for the record chain from ref, with d a
 // directory of sh's arena loaded after the head ref was.
 //
-// Publication order: a record's chunk is published in the shard's
+// Publication order 2: a record's chunk is published in the shard's
 // directory (addChunk's store of sh.dir) before any reference to the record
 // is stored (a slot head or a prev link), so a directory loaded after a
 // reference resolves it. The head was loaded before d, but the prev links
@@ -799,22 +750,11 @@ func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64, q *Seq) (ok bo
 		return false, 0
 	}
 	before := sh.bytes.Load()
-	if storeMode >= modeATouch {
-		sh.touchOne(pk.h)
+	if a := sh.arr.Load(); a != nil {
+		a.touch(pk.h)
 	}
 	sh.setLocked(t, pk, v, del, seq, q)
 	return true, sh.bytes.Load() - before
-}
-
-// touchOne is touch for one key.
-func (sh *shard) touchOne(h uint64) {
-	a := sh.arr.Load()
-	if a == nil {
-		return
-	}
-	g := a.home(h)
-	atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
-	atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
 }
 
 // setLocked is set with sh.mu held and sh not sealed. q is the sequencer
@@ -932,7 +872,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 // between flushes keeps two records instead of a chain of them. The caller
 // stores the record's reference as the slot's head.
 //
-// Publication order (readers load without locks):
+// Publication order 2, a rewrite in place (readers load without locks):
 //  1. The head's prev link is cut (refCut): a reader that reaches the cut
 //     read its visible number before the head became visible, and reads
 //     again with a newer one, which stops at the head.
@@ -972,9 +912,10 @@ func keyPrefix(k string) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// grow publishes a slot array half as large again (growGroups). Readers
-// still probing the old one see every key it held, each with the head it
-// had when the new array was published; every later change goes to the new one (and was published
+// grow publishes a slot array half as large again (growGroups), filled
+// privately first (publication order 3). Readers still probing the old one
+// see every key it held, each with the head it had when the new array was
+// published; every later change goes to the new one (and was published
 // after any reader of the old array loaded its visible sequence number,
 // since that reader loaded the array after it).
 func (sh *shard) grow(t *table, old *slotArray) *slotArray {
@@ -1011,7 +952,7 @@ func (t *table) keyCount() int64 {
 	var n int64
 	for _, sh := range ss.s {
 		if a := sh.arr.Load(); a != nil {
-			n += a.count()
+			n += a.lockedCount(sh)
 		}
 	}
 	return n
@@ -1129,13 +1070,18 @@ func (t *table) clear() {
 	if ss != nil {
 		for _, sh := range ss.s {
 			if arr := sh.arr.Load(); arr != nil {
-				// Control words only: a slot's words are stored
-				// before its control byte, so a reader that sees
-				// the byte sees them, never a previous life's.
+				// Publication order 6: the control words only,
+				// atomically (a reader of the previous life may
+				// still load them). A slot's words are left: the
+				// next life stores a key's words before its control
+				// byte (order 1), so a reader that sees the byte
+				// sees them, never a previous life's, and stores
+				// them atomically (cleared), since a reader of the
+				// previous life may load them without the byte.
 				for g := range arr.ctrl {
 					atomic.StoreUint64(&arr.ctrl[g], 0)
 				}
-				atomic.StoreUint64(&arr.n, 0)
+				arr.n = 0
 				arr.cleared = true
 			}
 			sh.resetArena()
