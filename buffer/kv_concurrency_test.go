@@ -26,8 +26,9 @@ import (
 // records each key once Put returned; readers Get keys already recorded,
 // and GetMany runs of them, and must find every one with its value: a
 // reader that loaded the old array must find every key it held, one that
-// loaded the new array every key copied into it. A flush every 50ms starts
-// a new table (recycled: pooling is on) that grows again.
+// loaded the new array every key copied into it; PendingKeys never counts
+// more keys than were written. A flush every 50ms starts a new table
+// (recycled: pooling is on) that grows again.
 func TestKVReadersRacingGrowth(t *testing.T) {
 	raceProcs(t, 16)
 	r := newKVRig(t, &Options{Shards: 1})
@@ -95,6 +96,15 @@ func TestKVReadersRacingGrowth(t *testing.T) {
 						fail("GetMany: key %x = %x after %d keys written", keys[j], vals[j], d)
 						return
 					}
+				}
+				// Every key is written once, so the tables hold at
+				// most the keys whose Put began: those done and the
+				// writer's current one. (The count is read under the
+				// shard mutex, publication order 1: a lock-free load
+				// races the writer's.)
+				if n, d := r.kv.PendingKeys(), done.Load(); n > int64(d)+1 {
+					fail("PendingKeys = %d with %d keys written", n, d)
+					return
 				}
 				reads.Add(1)
 			}
