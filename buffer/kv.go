@@ -256,9 +256,11 @@ const applyChunk = 64
 // ApplyAt applies cs as the changes numbered first, first+1, ... of a batch
 // (the numbers come from a SeqRange of kv.Seq() not yet published; see
 // SeqRange.Take): as PutAt, DeleteAt and DeleteRangeAt would, but grouped
-// by shard, each shard locked once for all of its changes, so that the
-// cache misses of a shard's new keys overlap instead of each waiting for
-// the last (a mutex is a memory fence). The order of the changes does not
+// by shard, each shard locked once for all of its changes (a mutex is a
+// memory fence), and every key's lines loaded before any is stored, so
+// that the cache misses of a shard's new keys overlap instead of each
+// waiting for the last (an atomic store waits for every earlier store).
+// The order of the changes does not
 // matter: each carries its number. Errors: those of the At methods for the
 // first bad change (checked before any is applied), ErrDropped (the
 // changes not yet applied are dropped, as if the batch had come before
