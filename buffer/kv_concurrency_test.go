@@ -657,6 +657,9 @@ func TestKVIteratorsRacingFlushes(t *testing.T) {
 // a plain store there fails the test; in any build the Get must answer
 // with the new value after it re-validates its view.
 func TestKVStaleReaderOfRecycledSlot(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling compiled out (kvbuf_nopool): no table is recycled")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		kv, err := NewKV(nil, 1, nil, &Options{Shards: 1})
 		if err != nil {
