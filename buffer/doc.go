@@ -11,14 +11,26 @@
 //
 // Each overlay publishes one immutable view — the active table, which takes
 // writes, and the sealed tables, newest first — through one atomic pointer.
-// A read loads the view (a KV read loads the visible sequence number first:
-// see KV), probes its tables newest first and falls through to storage; it
-// re-loads the view afterwards and retries if it changed,
+// A read loads the view, probes its tables newest first and falls through
+// to storage; it re-loads the view afterwards and retries if it changed,
 // because a table released by a flush may be cleared and reused (pooled)
 // under the read. Release publishes the view without the table before it
 // clears it, so a read that still sees the same view finished its probes
 // first. Iterators and snapshots pin the tables they read, and a pinned table
-// is never reused.
+// is never reused. A KV read also loads the visible sequence number, before
+// the view (Get, Has), after it (GetMany) or after pinning the view's
+// tables (iterators, snapshots): see KV.
+//
+// # Shared words
+//
+// Every word a lock-free reader may load while a writer stores it is read
+// and written with sync/atomic in every build, so that `go test -race`
+// checks the loads and stores users run. A word is stored plainly only
+// where no reader can load it before an atomic store that is ordered after
+// the plain one: a new key's words in a slot array never cleared (its
+// control byte publishes them), a version record (the reference to it),
+// a grown array (the array pointer). doc/design.md ("Publication orders")
+// numbers these rules; the code that keeps each one cites its number.
 //
 // # Protocol
 //

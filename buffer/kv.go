@@ -68,11 +68,16 @@ type kvReader interface {
 // # Read path
 //
 // The overlay publishes one immutable view (the active table and the sealed
-// tables, newest first) through one atomic pointer. A read loads the visible
-// sequence number, then the view, probes its tables newest first, re-loads
-// the view and retries if it changed (a table of the old view may have been
-// recycled under the probe), then falls through to the store. A read takes
-// no lock and writes no shared memory.
+// tables, newest first) through one atomic pointer. A point read probes the
+// view's tables newest first at one visible sequence number, re-loads the
+// view and retries if it changed (a table of the old view may have been
+// recycled under the probe), then falls through to the store; it takes no
+// lock and writes no shared memory. Which it loads first, the visible
+// number or the view, depends on the read (publication order 7 in
+// doc/design.md): Get, GetAppend and Has load the visible number, then the
+// view; GetMany loads the view, then the visible number; NewIter and
+// Snapshot pin the view's tables (under the lock Freeze and Release take),
+// then load the visible number.
 type KV struct {
 	view atomic.Pointer[kvView]
 	st   kvReader
@@ -255,9 +260,11 @@ const applyChunk = 64
 // ApplyAt applies cs as the changes numbered first, first+1, ... of a batch
 // (the numbers come from a SeqRange of kv.Seq() not yet published; see
 // SeqRange.Take): as PutAt, DeleteAt and DeleteRangeAt would, but grouped
-// by shard, each shard locked once for all of its changes, so that the
-// cache misses of a shard's new keys overlap instead of each waiting for
-// the last (a mutex is a memory fence). The order of the changes does not
+// by shard, each shard locked once for all of its changes (a mutex is a
+// memory fence), and every key's lines loaded before any is stored, so
+// that the cache misses of a shard's new keys overlap instead of each
+// waiting for the last (an atomic store waits for every earlier store).
+// The order of the changes does not
 // matter: each carries its number. Errors: those of the At methods for the
 // first bad change (checked before any is applied), ErrDropped (the
 // changes not yet applied are dropped, as if the batch had come before
@@ -339,6 +346,13 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 			sh.mu.Lock()
 			if !sh.sealed {
 				before := sh.bytes.Load()
+				if a := sh.arr.Load(); a != nil && len(idx) > 1 {
+					// Every key's lines first: their misses overlap
+					// here, not one by one in the atomic stores.
+					for _, i := range idx {
+						a.touch(pks[i].h)
+					}
+				}
 				for _, i := range idx {
 					sh.setLocked(t, &pks[i], part[i].Value, part[i].Kind == ChangeDelete, first+uint64(i), kv.seq)
 				}
@@ -536,7 +550,10 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		h, kw = keyHashSlow(k, kv.seed)
 	}
 	for spins := 0; ; spins++ {
-		// As lookup.
+		// The visible number, then the view (publication order 7):
+		// every change numbered at or below vis was stored before vis
+		// was published, so it is in the tables of any view loaded
+		// after, or in the store if its table was released since.
 		vis := kv.seq.visible.Load()
 		v := kv.view.Load()
 		out, kind := v.active.getAppend(dst, k, h, kw, vis)
@@ -606,7 +623,8 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 			// beneath it, stay as they are until we are done.
 			kv.vmu.Lock()
 		}
-		// The view first, then the visible number. Every table sealed in
+		// The view first, then the visible number (publication order
+		// 7). Every table sealed in
 		// v was frozen before v was published, with no write in flight
 		// and every change published: its numbers are all at or below
 		// vis, and so is everything a flush may write into the store
@@ -1080,7 +1098,7 @@ func (kv *KV) pendingPresence(key []byte) (has, known bool) {
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	pk := makeProbeKey(k, kv.seed)
 	for {
-		vis := kv.seq.visible.Load()
+		vis := kv.seq.visible.Load() // then the view: see GetAppend
 		v := kv.view.Load()
 		kind := v.presence(&pk, vis)
 		if kv.view.Load() == v && kind != probeRetry {

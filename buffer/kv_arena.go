@@ -221,8 +221,9 @@ func (sh *shard) newRec(v []byte, del bool, seq, prev uint64, roomy bool) uint64
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(&w[2])), len(v)), v)
 		}
 	}
-	// Fresh words, unseen by any reader: the store that publishes the
-	// reference (a slot head, a prev link) orders these.
+	// Fresh words, unseen by any reader: the atomic store that publishes
+	// the reference (a slot head, a prev link) orders these plain stores
+	// before every reader's loads (publication order 2).
 	w[1], w[0] = seq, h
 	return ref
 }

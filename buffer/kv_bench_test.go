@@ -3,6 +3,7 @@ package buffer
 import (
 	"encoding/binary"
 	"flag"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -30,9 +31,10 @@ import (
 var kvScale = flag.Float64("kvscale", 1, "KV table benchmark size (1: W2's 1,000,000 pending changes)")
 
 const (
-	w2Space    = 4 << 20
-	w2ValueLen = 16
-	w2Lookups  = 1 << 16
+	w3ChurnKeys = 65_536 // W3's churn keys per goroutine
+	w2Space     = 4 << 20
+	w2ValueLen  = 16
+	w2Lookups   = 1 << 16
 )
 
 // w2Fixture is W2's pending changes, built once per process, in flat
@@ -544,9 +546,103 @@ func BenchmarkW2Interleaved(b *testing.B) {
 }
 
 // BenchmarkW3 runs W3's hit rows in one goroutine (one op: one lookup
-// copying the value out) over n preloaded keys, the overlay against a
-// mutex-guarded map.
+// copying the value out) over n preloaded keys, its churn row (one op: a
+// put and a delete of key 64 + t mod 65,536, so that the first 65,536 ops
+// add keys and every later one overwrites) and its construct row (one op:
+// an overlay holding one key), the overlay against a mutex-guarded map.
 func BenchmarkW3(b *testing.B) {
+	b.Run("miss_churn-64/kvbuf-overlay", func(b *testing.B) {
+		kv := benchKV(b, nil)
+		keys := make([][]byte, 64+w3ChurnKeys)
+		for i := range keys {
+			keys[i] = w2Key(uint64(i))
+			if i < 64 {
+				if err := kv.Put(keys[i], keys[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportAllocs()
+		cm := startCPU()
+		t := 0
+		for b.Loop() {
+			k := keys[64+t%w3ChurnKeys]
+			if err := kv.Put(k, k); err != nil {
+				b.Fatal(err)
+			}
+			if err := kv.Delete(k); err != nil {
+				b.Fatal(err)
+			}
+			t++
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("miss_churn-64/mutex+map", func(b *testing.B) {
+		var mu sync.Mutex
+		m := map[string][]byte{}
+		keys := make([][]byte, 64+w3ChurnKeys)
+		for i := range keys {
+			keys[i] = w2Key(uint64(i))
+			if i < 64 {
+				m[string(keys[i])] = append([]byte(nil), keys[i]...)
+			}
+		}
+		b.ReportAllocs()
+		cm := startCPU()
+		t := 0
+		for b.Loop() {
+			k := keys[64+t%w3ChurnKeys]
+			mu.Lock()
+			m[string(k)] = append([]byte(nil), k...)
+			mu.Unlock()
+			mu.Lock()
+			m[string(k)] = nil
+			mu.Unlock()
+			t++
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("construct/kvbuf-overlay", func(b *testing.B) {
+		one := w2Key(1)
+		keep := make([]*KV, 0, 1000)
+		b.ReportAllocs()
+		cm := startCPU()
+		for b.Loop() {
+			if len(keep) == cap(keep) {
+				keep = keep[:0]
+			}
+			kv, err := NewKV(nil, 1, nil, nil)
+			if err == nil {
+				err = kv.Put(one, one)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			keep = append(keep, kv)
+		}
+		cm.stop(b, 1)
+	})
+	b.Run("construct/mutex+map", func(b *testing.B) {
+		one := w2Key(1)
+		type locked struct {
+			mu sync.Mutex
+			m  map[string][]byte
+		}
+		keep := make([]*locked, 0, 1000)
+		b.ReportAllocs()
+		cm := startCPU()
+		for b.Loop() {
+			if len(keep) == cap(keep) {
+				keep = keep[:0]
+			}
+			x := &locked{m: map[string][]byte{}}
+			x.mu.Lock()
+			x.m[string(one)] = append([]byte(nil), one...)
+			x.mu.Unlock()
+			keep = append(keep, x)
+		}
+		cm.stop(b, 1)
+	})
 	for _, n := range []int{1, 64, 1024} {
 		keys := make([][]byte, n)
 		for i := range keys {
@@ -692,6 +788,75 @@ func BenchmarkW8(b *testing.B) {
 				i += batch
 			}
 			cm.stop(b, batch)
+		})
+	}
+}
+
+// BenchmarkKVGrowStores is not a workload row: it is the figure behind
+// grow's plain stores into its private array (placePrivate; publication
+// order 3 in doc/design.md), which it compares with place's atomic ones
+// within one process. Each op copies the keys of the slot array of a
+// one-shard table holding n keys (8-byte, uniform in [0, 4,194,304),
+// 16-byte values) into a fresh grown array, as grow does, once per mode,
+// in alternating order. It reports the median ratio atomic/plain of the
+// ops and logs its quartiles and each mode's median time per copied key.
+// (Growth copies each key about twice over a table's life: see
+// growGroups.)
+func BenchmarkKVGrowStores(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(map[int]string{10_000: "keys-10k", 100_000: "keys-100k", 1_000_000: "keys-1m"}[n], func(b *testing.B) {
+			kv, err := NewKV(nil, 1, nil, &Options{Shards: 1, PoolBytes: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(5, 5))
+			val := make([]byte, w2ValueLen)
+			for range n {
+				if err := kv.Put(w2Key(rng.Uint64N(w2Space)), val); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t := kv.view.Load().active
+			sh := t.shards.Load().s[0]
+			old := sh.arr.Load()
+			keys := float64(old.n)
+			// The copy loop of grow into a fresh array allocated before
+			// the clock (the allocation and the zeroing are the same in
+			// both modes).
+			grow := func(atomicGrow bool) time.Duration {
+				arr := newSlotArray(growGroups(old.groups))
+				start := time.Now()
+				for g, c := range old.ctrl {
+					for m := ^matchEmpty(c) & ctrlMSB; m != 0; m &= m - 1 {
+						sw := old.load(g*groupSlots + bits.TrailingZeros64(m)/8)
+						if atomicGrow {
+							arr.place(t.slotHash(&sw, sh), sw)
+						} else {
+							arr.placePrivate(t.slotHash(&sw, sh), sw)
+						}
+					}
+				}
+				return time.Since(start)
+			}
+			var ratios, plain, atomic []float64
+			for b.Loop() {
+				first := len(ratios)%2 == 0
+				d1, d2 := grow(first), grow(!first)
+				if !first {
+					d1, d2 = d2, d1
+				}
+				// d1: atomic, d2: plain
+				ratios = append(ratios, float64(d1)/float64(d2))
+				atomic = append(atomic, float64(d1.Nanoseconds())/keys)
+				plain = append(plain, float64(d2.Nanoseconds())/keys)
+			}
+			q := func(x []float64, f float64) float64 {
+				slices.Sort(x)
+				return x[int(f*float64(len(x)-1))]
+			}
+			b.ReportMetric(q(ratios, 0.5), "atomic/plain")
+			b.Logf("%d ops: atomic/plain p25 %.3f p50 %.3f p75 %.3f; ns per copied key: plain %.1f, atomic %.1f",
+				len(ratios), q(ratios, 0.25), q(ratios, 0.5), q(ratios, 0.75), q(plain, 0.5), q(atomic, 0.5))
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kvbuf/kvbuf/storage"
@@ -25,8 +26,9 @@ import (
 // records each key once Put returned; readers Get keys already recorded,
 // and GetMany runs of them, and must find every one with its value: a
 // reader that loaded the old array must find every key it held, one that
-// loaded the new array every key copied into it. A flush every 50ms starts
-// a new table (recycled: pooling is on) that grows again.
+// loaded the new array every key copied into it; PendingKeys never counts
+// more keys than were written. A flush every 50ms starts a new table
+// (recycled: pooling is on) that grows again.
 func TestKVReadersRacingGrowth(t *testing.T) {
 	raceProcs(t, 16)
 	r := newKVRig(t, &Options{Shards: 1})
@@ -94,6 +96,15 @@ func TestKVReadersRacingGrowth(t *testing.T) {
 						fail("GetMany: key %x = %x after %d keys written", keys[j], vals[j], d)
 						return
 					}
+				}
+				// Every key is written once, so the tables hold at
+				// most the keys whose Put began: those done and the
+				// writer's current one. (The count is read under the
+				// shard mutex, publication order 1: a lock-free load
+				// races the writer's.)
+				if n, d := r.kv.PendingKeys(), done.Load(); n > int64(d)+1 {
+					fail("PendingKeys = %d with %d keys written", n, d)
+					return
 				}
 				reads.Add(1)
 			}
@@ -633,4 +644,65 @@ func TestKVIteratorsRacingFlushes(t *testing.T) {
 		t.Fatalf("%d flushes, %d scans: nothing raced", flushes.Load(), scans.Load())
 	}
 	t.Logf("%d epochs, %d flushes, %d scans", written.Load()>>32+1, flushes.Load(), scans.Load())
+}
+
+// TestKVStaleReaderOfRecycledSlot: a Get of a 16-byte key (the general
+// probe path) loads its slot's head word and stops there (the hook sleeps,
+// in a synctest bubble, so that nothing orders what happens meanwhile
+// before the rest of its probe); the table is then released, recycled as
+// the active table, and the same key written into the same slot; then the
+// Get goes on and loads the slot's key words. Those loads race the new
+// write unless it stored the words atomically: no edge orders the write
+// before them (the reader loaded no word of the new life). With -race,
+// a plain store there fails the test; in any build the Get must answer
+// with the new value after it re-validates its view.
+func TestKVStaleReaderOfRecycledSlot(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling compiled out (kvbuf_nopool): no table is recycled")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		kv, err := NewKV(nil, 1, nil, &Options{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := []byte("stale-reader-key") // 16 bytes: probeAppend's path
+		put := func(k, v string) {
+			if err := kv.Put([]byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put(string(key), "a")
+		paused := make(chan struct{})
+		pauses := 0 // the reader's alone
+		testHook = func(point string) {
+			if point == "probe-slot" && pauses == 0 {
+				pauses++
+				close(paused)
+				time.Sleep(time.Second)
+			}
+		}
+		defer func() { testHook = nil }()
+		type result struct {
+			v   []byte
+			err error
+		}
+		done := make(chan result)
+		go func() {
+			v, err := kv.Get(key)
+			done <- result{v, err}
+		}()
+		<-paused
+		first := kv.view.Load().active
+		kv.Freeze(1).Release() // first is cleared into the pool
+		put("other", "x")
+		kv.Freeze(2) // the next active table is first, recycled
+		if kv.view.Load().active != first {
+			t.Fatal("the released table was not recycled as the active one")
+		}
+		put(string(key), "b")
+		r := <-done
+		if r.err != nil || string(r.v) != "b" {
+			t.Fatalf("Get = %q, %v; want \"b\"", r.v, r.err)
+		}
+	})
 }

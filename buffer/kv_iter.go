@@ -147,11 +147,11 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	// numbered above vis (a table is sealed, so frozen and written,
 	// only after its changes were published).
 	//
-	// The pins come before the visible number: a writer rewrites a
-	// record in place only in an unpinned table and only below a change
-	// visible before it checked the pins (see shard.reuse), so a number
-	// loaded after the pin is never older than a change the iterator
-	// would have to skip.
+	// The pins come before the visible number (publication order 7): a
+	// writer rewrites a record in place only in an unpinned table and
+	// only below a change visible before it checked the pins (see
+	// shard.reuse), so a number loaded after the pin is never older than
+	// a change the iterator would have to skip.
 	kv.vmu.Lock()
 	v := kv.view.Load()
 	ts := make([]*table, 0, len(v.sealed)+1)

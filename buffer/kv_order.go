@@ -30,13 +30,15 @@ import (
 //     arrays no longer resolves, and the next reader sorts the new arrays'
 //     logs (which list every key, in array order).
 //
-// Publication order: a writer stores the slot words, then the log entry,
-// then the log count, then the control byte; a reader loads the visible
-// sequence number, then the order, then the log counts. Every key with a
-// change the reader may see was logged before its change was published,
-// so the reader's order and tail hold it. An order is published whole with
-// one atomic store, after it is sorted: a reader never sees a partly
-// sorted order.
+// Publication order 4 (doc/design.md, "Publication orders"): a writer
+// logs a new key (log entry, then log count) under the shard mutex before
+// it releases the mutex, and its change is published after that (order
+// 5); an iterator pins its tables and then loads its visible sequence
+// number (order 7), then loads the order and reads the log counts under
+// the shard mutexes. Every key with a change the iterator may see was
+// logged before its change was published, so the iterator's order and
+// tail hold it. An order is published whole with one atomic store, after
+// it is sorted: a reader never sees a partly sorted order.
 type order struct {
 	keyIndex
 	cover []int64     // per shard: log entries covered

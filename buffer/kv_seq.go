@@ -10,8 +10,10 @@ import (
 // Seq numbers the KV changes of one engine and publishes them, pebble-style:
 // a batch reserves one sequence number per change (Reserve), applies every
 // change tagged with its own number, then publishes the whole range
-// (SeqRange.Publish). Reads load the visible sequence number first and
-// ignore every change above it, so a batch becomes visible to readers in one
+// (SeqRange.Publish). A read loads the visible sequence number once and
+// ignores every change above it (where in its loads it takes the number
+// depends on the read: publication order 7 in doc/design.md), so a batch
+// becomes visible to readers in one
 // step, when Publish moves the visible number past it; and a write never
 // replaces a change with a higher number, so concurrent batches over the
 // same keys end in the state of their serial order by sequence number.
@@ -91,11 +93,15 @@ func (r *SeqRange) Take(n int) uint64 {
 }
 
 // Publish makes every change of the range visible, once every range
-// reserved before it is published, and returns then. Publication order:
-// changes are stored before Publish (their tables publish them with atomic
-// stores), and a reader loads the visible number before it loads any table,
-// so a reader that sees the new visible number sees every change of the
-// range, and one that does not see it ignores every one of them.
+// reserved before it is published, and returns then.
+//
+// Publication order 5 (doc/design.md, "Publication orders"): every change
+// of the range is stored before Publish, and the compare-and-swap that
+// moves the visible number past the range comes after those stores, so a
+// reader whose load of the visible number sees the new value sees every
+// change of the range in any table it loads afterwards (or in the store,
+// for a table flushed meanwhile: see the read orders, order 7), and one
+// that loads an older number ignores every one of them.
 func (r *SeqRange) Publish() {
 	q := r.q
 	if q == nil {

@@ -21,14 +21,16 @@ import (
 //     control words, slot words, arena directory and record heads with
 //     atomic loads, and read only bytes that were published to them and are
 //     never written again (arena chunks are never reused; see chunkDir).
-//  2. Writers serialise on the shard mutex. A new key's slot words, log
-//     entry, log count and control byte are stored without ordering of
-//     their own (see storeUnpublished): the publication of the change's
-//     sequence number is what makes them visible to a reader that must see
-//     them, and a reader that sees them early ignores them (the change is
-//     numbered above its visible number) or sees zeroes. A version record
-//     is written before the slot head or prev link that publishes it (an
-//     atomic store: readers follow heads whatever their visible number).
+//     Every word a reader may load while a writer stores it is stored with
+//     sync/atomic, in every build (publication order 8 of doc/design.md,
+//     "Publication orders"; the numbers below are that list's).
+//  2. Writers serialise on the shard mutex. A new key's control byte is
+//     stored (atomically) after its slot words and log entry: it publishes
+//     them to every reader that loads it (see place; publication order 1);
+//     the change's sequence number, published after, tells a reader
+//     whether to use it. A version record is written before the slot head
+//     or prev link that publishes it (an atomic store: readers follow heads
+//     whatever their visible number; publication order 2).
 //  3. Keys are never removed while the table is live: an overwrite or
 //     delete adds a version (sequence-numbered) to the key, or rewrites
 //     the record below a visible head in place when no reader can need it
@@ -109,22 +111,22 @@ type shard struct {
 // Later values go to the arena. A slot goes from empty to full once and is
 // emptied again only by clear.
 //
-// log lists the slot index of every key in insertion order (count in n,
-// which iterators read under the shard mutex): the keys a cached order
-// does not cover yet are the log's tail.
+// log lists the slot index of every key in insertion order (count in n):
+// the keys a cached order does not cover yet are the log's tail. Both are
+// written and read under the shard mutex only (lockedCount).
 type slotArray struct {
 	groups  uint64         // number of groups: any size, so that growth can be by half (see growGroups)
 	ctrl    []uint64       // one word per group
 	s       []uint64       // slots, 4 words each
 	cp, sp  unsafe.Pointer // &ctrl[0], &s[0]: the read path's unchecked indexing
 	log     []uint32
-	n       uint64 // log entries (keys): stored under the shard mutex, read under it or atomically
+	n       uint64 // log entries (keys): written and read under the shard mutex only
 	maxKeys int
+	// cleared is set by clear (under every shard mutex) and read by
+	// writers: a recycled array's key words are stored atomically (see
+	// place).
+	cleared bool
 }
-
-// count returns the number of keys of a (racy unless under the shard
-// mutex: PendingKeys, Freeze's emptiness check with writers excluded).
-func (a *slotArray) count() int64 { return int64(atomic.LoadUint64(&a.n)) }
 
 // lockedCount returns the number of keys of a, with every log entry they
 // have visible to the caller (it takes the shard mutex).
@@ -294,18 +296,66 @@ func (a *slotArray) freeSlot(h uint64) int {
 func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 
 // place stores sw in an empty slot of h's probe sequence, logs it and then
-// publishes its control byte. Writers only.
+// publishes its control byte. Writers only (under the shard mutex), on a
+// published array (grow fills its private one with placePrivate).
+//
+// Publication order 1 (doc/design.md, "Publication orders"): the control
+// byte is stored last, atomically, and a reader reaches a slot's key words
+// (w1..w3) only through a control word it loaded with the byte set, so
+// that store happens before the reader's loads of them: they are stored
+// plainly, with no fence of their own (an atomic store is a locked
+// exchange on amd64 that waits for every earlier store). The head word w0
+// is stored atomically: a read loads a key's preferred slot's head before
+// the control word (to overlap the two misses), so it may load it while it
+// is stored. In a recycled array (cleared) the key words are stored
+// atomically too: a reader still probing the array's previous life holds
+// a control word of that life, and may load them with no store of this
+// life ordered before (TestKVStaleReaderOfRecycledSlot). The log entry and
+// count are read under the shard mutex only.
 func (a *slotArray) place(h uint64, sw slotWords) {
 	i := a.freeSlot(h)
 	p := a.slot(i)
-	storeUnpublished(&p[0], sw.w0)
-	storeUnpublished(&p[1], sw.w1)
-	storeUnpublished(&p[2], sw.w2)
-	storeUnpublished(&p[3], sw.w3)
+	if a.cleared {
+		atomic.StoreUint64(&p[1], sw.w1)
+		atomic.StoreUint64(&p[2], sw.w2)
+		atomic.StoreUint64(&p[3], sw.w3)
+	} else {
+		p[1], p[2], p[3] = sw.w1, sw.w2, sw.w3
+	}
+	atomic.StoreUint64(&p[0], sw.w0)
 	a.log[a.n] = uint32(i)
-	storeUnpublished(&a.n, a.n+1)
+	a.n++
 	g := i / groupSlots
-	storeUnpublished(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+	atomic.StoreUint64(&a.ctrl[g], a.ctrl[g]|tag(h)<<(8*(i%groupSlots)))
+}
+
+// placePrivate is place into an array no reader can reach yet (grow's,
+// before it publishes it): plain stores, which the atomic store that
+// publishes the array orders before every reader's loads (publication
+// order 3).
+func (a *slotArray) placePrivate(h uint64, sw slotWords) {
+	i := a.freeSlot(h)
+	p := a.slot(i)
+	p[0], p[1], p[2], p[3] = sw.w0, sw.w1, sw.w2, sw.w3
+	a.log[a.n] = uint32(i)
+	a.n++
+	g := i / groupSlots
+	a.ctrl[g] |= tag(h) << (8 * (i % groupSlots))
+}
+
+// touch loads the first control word and the preferred slot (where a new
+// key goes, see freeSlot) of a key with hash h, for a writer that will
+// store them: a miss on either line is taken here, where the two overlap
+// (and, for a batch's keys, overlap with the other keys'), instead of in
+// place, where the store waits for the line before the next atomic store
+// can start (a locked instruction waits for every earlier store, a store
+// to a line not in the cache included).
+func (a *slotArray) touch(h uint64) {
+	g := a.home(h)
+	// The values are not needed: the loads bring the lines in (atomic
+	// loads are never removed as dead code).
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.sp, (g*groupSlots+uint64(prefSlot(h)))*slotWordsN*8)))
+	atomic.LoadUint64((*uint64)(unsafe.Add(a.cp, g*8)))
 }
 
 // version is one resolved change of a key.
@@ -355,7 +405,7 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, uint8)
 // chainVersionAt is versionAt for the record chain from ref, with d a
 // directory of sh's arena loaded after the head ref was.
 //
-// Publication order: a record's chunk is published in the shard's
+// Publication order 2: a record's chunk is published in the shard's
 // directory (addChunk's store of sh.dir) before any reference to the record
 // is stored (a slot head or a prev link), so a directory loaded after a
 // reference resolves it. The head was loaded before d, but the prev links
@@ -575,6 +625,9 @@ func (t *table) probeAppend(dst []byte, pk *probeKey, vis uint64) ([]byte, uint8
 			i := (int(g)*groupSlots + bits.TrailingZeros64(m)>>3) * slotWordsN
 			p := a.s[i : i+slotWordsN : i+slotWordsN]
 			w0 := atomic.LoadUint64(&p[0])
+			if testHook != nil {
+				testHook("probe-slot")
+			}
 			if w0>>modeShift == modeInline && pk.nw == 1 {
 				// The common case, a key of up to 8 bytes and its
 				// value in the slot.
@@ -700,6 +753,9 @@ func (t *table) set(pk *probeKey, v []byte, del bool, seq uint64, q *Seq) (ok bo
 		return false, 0
 	}
 	before := sh.bytes.Load()
+	if a := sh.arr.Load(); a != nil {
+		a.touch(pk.h)
+	}
 	sh.setLocked(t, pk, v, del, seq, q)
 	return true, sh.bytes.Load() - before
 }
@@ -819,7 +875,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 // between flushes keeps two records instead of a chain of them. The caller
 // stores the record's reference as the slot's head.
 //
-// Publication order (readers load without locks):
+// Publication order 2, a rewrite in place (readers load without locks):
 //  1. The head's prev link is cut (refCut): a reader that reaches the cut
 //     read its visible number before the head became visible, and reads
 //     again with a newer one, which stops at the head.
@@ -859,9 +915,10 @@ func keyPrefix(k string) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// grow publishes a slot array half as large again (growGroups). Readers
-// still probing the old one see every key it held, each with the head it
-// had when the new array was published; every later change goes to the new one (and was published
+// grow publishes a slot array half as large again (growGroups), filled
+// privately first (publication order 3). Readers still probing the old one
+// see every key it held, each with the head it had when the new array was
+// published; every later change goes to the new one (and was published
 // after any reader of the old array loaded its visible sequence number,
 // since that reader loaded the array after it).
 func (sh *shard) grow(t *table, old *slotArray) *slotArray {
@@ -869,7 +926,7 @@ func (sh *shard) grow(t *table, old *slotArray) *slotArray {
 	for g, c := range old.ctrl {
 		for m := ^matchEmpty(c) & ctrlMSB; m != 0; m &= m - 1 {
 			sw := old.load(g*groupSlots + bits.TrailingZeros64(m)/8)
-			arr.place(t.slotHash(&sw, sh), sw)
+			arr.placePrivate(t.slotHash(&sw, sh), sw)
 		}
 	}
 	sh.arr.Store(arr)
@@ -898,7 +955,7 @@ func (t *table) keyCount() int64 {
 	var n int64
 	for _, sh := range ss.s {
 		if a := sh.arr.Load(); a != nil {
-			n += a.count()
+			n += a.lockedCount(sh)
 		}
 	}
 	return n
@@ -1016,14 +1073,19 @@ func (t *table) clear() {
 	if ss != nil {
 		for _, sh := range ss.s {
 			if arr := sh.arr.Load(); arr != nil {
-				// Zeroed slots as well as control words: a reader
-				// seeing a new key's control byte before its slot
-				// words (see storeUnpublished) then sees zeroes,
-				// never the words of a key of the table's previous
-				// life.
-				clearWords(arr.ctrl)
-				clearWords(arr.s)
-				storeUnpublished(&arr.n, 0)
+				// Publication order 6: the control words only,
+				// atomically (a reader of the previous life may
+				// still load them). A slot's words are left: the
+				// next life stores a key's words before its control
+				// byte (order 1), so a reader that sees the byte
+				// sees them, never a previous life's, and stores
+				// them atomically (cleared), since a reader of the
+				// previous life may load them without the byte.
+				for g := range arr.ctrl {
+					atomic.StoreUint64(&arr.ctrl[g], 0)
+				}
+				arr.n = 0
+				arr.cleared = true
 			}
 			sh.resetArena()
 			// A reused slot array is not charged again: the pool's

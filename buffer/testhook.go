@@ -3,9 +3,11 @@ package buffer
 // testHook, nil outside tests, is called at these points so that a test
 // can make a writer act exactly there: "iter-pin" (NewIter has loaded the
 // view and not yet pinned its tables or loaded its visible number),
+// "probe-slot" (a point read's general path, probeAppend, found a tag
+// match and loaded the slot's head word, not yet its key words),
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
 // page and not yet its word) and "bits-filter" (a bits Get loaded a view
-// that is not direct and has not yet read the word filters). Tests set it before the readers start and clear it
-// after they stop.
+// that is not direct and has not yet read the word filters). Tests set it
+// before the readers start and clear it after they stop.
 var testHook func(point string)
