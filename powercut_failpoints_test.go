@@ -95,6 +95,9 @@ var pcPoints = []pcPoint{
 	{failpoint.EnginedirManifestRename, 2},
 	{failpoint.CheckpointCopy, 6},
 	{failpoint.CheckpointReady, 2},
+	{failpoint.StorageIngestSync, 4},
+	{failpoint.StorageIngestApply, 4},
+	{failpoint.StorageIngestApplied, 4},
 	{"pebble/wal-write", 20},
 	{"pebble/wal-sync", 20},
 	{"pebble/sst-sync", 3},
@@ -259,6 +262,9 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 		FlushInterval:   time.Duration(1+rng.IntN(3)) * time.Millisecond,
 		MaxPendingBytes: int64(128<<10) << rng.IntN(4),
 		PipelineDepth:   []int{1, 2, flush.MaxPipelineDepth}[rng.IntN(3)],
+		// Flush by ingestion in half the rounds: every generation (1),
+		// or the larger ones (64 KiB); the batch path in the others.
+		IngestThreshold: []int64{1, 64 << 10, -1, -1}[rng.IntN(4)],
 		storeFS:         errorfs.Wrap(mem, inj),
 	}
 	ctx := context.Background()
