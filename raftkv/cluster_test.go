@@ -5,8 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3"
 
 	"github.com/kvbuf/kvbuf"
 )
@@ -66,35 +71,40 @@ func TestClusterBasic(t *testing.T) {
 	c.converge(10 * time.Second)
 }
 
-// Bad input is refused before anything is proposed, with typed errors.
+// Bad input is refused with typed errors, kvbuf's where it has one: the
+// engine checks each write as it applies it (the one check of a key),
+// alike on every node, and a refused write changes nothing. A write larger
+// than any the engine admits is refused before it is proposed.
 func TestWriteBadInput(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	l := c.leader(5 * time.Second)
 	if err := l.CreateKeyspace(bg, "users"); err != nil {
 		t.Fatal(err)
 	}
-	c.settle(10 * time.Second)
-	before := l.Status().Commit
-	big := bytes.Repeat([]byte("v"), (1<<20)+1)
+	if err := l.CreateBitslice(bg, "bits"); err != nil {
+		t.Fatal(err)
+	}
 	for name, c := range map[string]struct {
 		err  error
 		want error
 	}{
-		"unknown keyspace":  {l.Put(bg, "nope", []byte("k"), []byte("v")), ErrUnknownKeyspace},
-		"unknown bitslice":  {l.SetBit(bg, "nope", 1, true), ErrUnknownBitslice},
-		"empty key":         {l.Put(bg, "users", nil, []byte("v")), kvbuf.ErrEmptyKey},
-		"oversize value":    {l.Put(bg, "users", []byte("k"), big), kvbuf.ErrValueTooLarge},
-		"oversize key":      {l.Delete(bg, "users", bytes.Repeat([]byte("k"), 5000)), kvbuf.ErrKeyTooLarge},
-		"bad range":         {l.DeleteRange(bg, "users", []byte("b"), []byte("a")), kvbuf.ErrBadRange},
-		"bad keyspace name": {l.CreateKeyspace(bg, "a/b"), kvbuf.ErrBadName},
-		"bad bitslice name": {l.CreateBitslice(bg, ""), kvbuf.ErrBadName},
-		"bit out of range":  {l.SetBit(bg, "users", 1<<40, true), ErrUnknownBitslice},
-		"unknown read":      {func() error { _, err := l.Get(bg, "nope", []byte("k"), nil); return err }(), ErrUnknownKeyspace},
-		"unknown bit read":  {func() error { _, err := l.GetBit(bg, "nope", 1, nil); return err }(), ErrUnknownBitslice},
-		"unknown scan":      {func() error { _, _, err := l.Scan(bg, "nope", nil, 0, nil); return err }(), ErrUnknownKeyspace},
-		"add node 0":        {l.AddNode(bg, 0, "127.0.0.1:1"), ErrBadOptions},
-		"add node bad addr": {l.AddNode(bg, 9, "nowhere"), ErrBadOptions},
-		"remove node 0":     {l.RemoveNode(bg, 0), ErrBadOptions},
+		"unknown keyspace":     {l.Put(bg, "nope", []byte("k"), []byte("v")), ErrUnknownKeyspace},
+		"unknown bitslice":     {l.SetBit(bg, "nope", 1, true), ErrUnknownBitslice},
+		"empty key":            {l.Put(bg, "users", nil, []byte("v")), kvbuf.ErrEmptyKey},
+		"oversize value":       {l.Put(bg, "users", []byte("k"), bytes.Repeat([]byte("v"), (1<<20)+1)), kvbuf.ErrValueTooLarge},
+		"oversize key":         {l.Delete(bg, "users", bytes.Repeat([]byte("k"), 5000)), kvbuf.ErrKeyTooLarge},
+		"bad range":            {l.DeleteRange(bg, "users", []byte("b"), []byte("a")), kvbuf.ErrBadRange},
+		"bad keyspace name":    {l.CreateKeyspace(bg, "a/b"), kvbuf.ErrBadName},
+		"bad bitslice name":    {l.CreateBitslice(bg, ""), kvbuf.ErrBadName},
+		"bit of a keyspace":    {l.SetBit(bg, "users", 1, true), ErrUnknownBitslice},
+		"bit out of range":     {l.SetBit(bg, "bits", 1<<40, true), kvbuf.ErrOutOfRange},
+		"unknown read":         {func() error { _, err := l.Get(bg, "nope", []byte("k"), nil); return err }(), ErrUnknownKeyspace},
+		"unknown bit read":     {func() error { _, err := l.GetBit(bg, "nope", 1, nil); return err }(), ErrUnknownBitslice},
+		"unknown scan":         {func() error { _, _, err := l.Scan(bg, "nope", nil, 0, nil); return err }(), ErrUnknownKeyspace},
+		"empty key read":       {func() error { _, err := l.Get(bg, "users", nil, nil); return err }(), kvbuf.ErrEmptyKey},
+		"add node 0":           {l.AddNode(bg, 0, "127.0.0.1:1"), kvbuf.ErrBadOptions},
+		"add node bad address": {l.AddNode(bg, 9, "nowhere"), kvbuf.ErrBadOptions},
+		"remove node 0":        {l.RemoveNode(bg, 0), kvbuf.ErrBadOptions},
 		"cancelled read": {func() error {
 			ctx, cancel := context.WithCancel(bg)
 			cancel()
@@ -106,16 +116,103 @@ func TestWriteBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, c.err, c.want)
 		}
 	}
-	if err := l.CreateBitslice(bg, "bits"); err != nil {
+	// Nothing refused was written.
+	if _, err := l.Get(bg, "users", []byte("k"), nil); !errors.Is(err, kvbuf.ErrNotFound) {
+		t.Errorf("a refused write left k: %v", err)
+	}
+	if ks := l.Keyspaces(); !slices.Equal(ks, []string{"users"}) {
+		t.Errorf("keyspaces %v", ks)
+	}
+	// A write no engine limit admits is not proposed.
+	before := l.Status().Commit
+	huge := bytes.Repeat([]byte("v"), l.maxPayload+1)
+	if err := l.Put(bg, "users", []byte("k"), huge); !errors.Is(err, kvbuf.ErrValueTooLarge) {
+		t.Errorf("a value of %d bytes: %v", len(huge), err)
+	}
+	if err := l.Delete(bg, "users", huge); !errors.Is(err, kvbuf.ErrKeyTooLarge) {
+		t.Errorf("a key of %d bytes: %v", len(huge), err)
+	}
+	if after := l.Status().Commit; after != before {
+		t.Errorf("commit index went from %d to %d: an oversized write was proposed", before, after)
+	}
+}
+
+// Writes queued together are proposed as one entry and applied as one op:
+// each gets its own result, a refused one changes nothing and the others
+// are applied.
+func TestBatchedWrites(t *testing.T) {
+	// Election timeouts of 2 s: the leader's loop is held below, and its
+	// followers must not elect another meanwhile.
+	c := newCluster(t, 3, func(o *Options) { o.ElectionTicks = 200 })
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	l := c.leader(10 * time.Second)
+	// Hold the Ready loop while the writes queue up (released on every
+	// path: a held loop would keep the cluster from closing).
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unhold()
+	held := make(chan struct{})
+	if err := l.enqueue(bg, func(*raft.RawNode) { close(held); <-release }); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetBit(bg, "bits", 1<<40, true); !errors.Is(err, kvbuf.ErrOutOfRange) {
-		t.Errorf("bit past MaxBits: %v", err)
+	<-held // the loop runs the call: the writes below queue behind it
+	before := l.Status().LogLast
+	const writes = 40
+	errs := make([]error, writes)
+	var finished atomic.Int32
+	var wg sync.WaitGroup
+	for i := range writes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Appendf(nil, "k%02d", i)
+			if i%4 == 3 {
+				key = nil // refused by the engine: empty key
+			}
+			errs[i] = l.Put(bg, "ks", key, fmt.Appendf(nil, "v%d", i))
+			finished.Add(1)
+		}()
 	}
-	// Only the two creates were proposed (plus nothing else).
-	if after := l.Status().Commit; after != before+1 {
-		t.Errorf("commit index went from %d to %d: a refused write was proposed", before, after)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.propMu.Lock()
+		queued := len(l.props)
+		l.propMu.Unlock()
+		if queued == writes {
+			break
+		}
+		if time.Now().After(deadline) {
+			unhold()
+			wg.Wait()
+			t.Fatalf("%d of %d writes queued within 10 s (%d returned first: %v)", queued, writes, finished.Load(), errs)
+		}
+		time.Sleep(time.Millisecond)
 	}
+	unhold()
+	wg.Wait()
+	for i, err := range errs {
+		if i%4 == 3 {
+			if !errors.Is(err, kvbuf.ErrEmptyKey) {
+				t.Errorf("write %d (empty key): %v", i, err)
+			}
+		} else if err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	// One entry held them all (the leader may have appended a meta entry
+	// too).
+	if n := l.Status().LogLast - before; n < 1 || n > 2 {
+		t.Errorf("%d entries for %d writes queued together", n, writes)
+	}
+	kvs, _, err := l.Scan(bg, "ks", nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kvs) != writes-writes/4 {
+		t.Errorf("%d keys after %d writes, %d of them refused", len(kvs), writes, writes/4)
+	}
+	c.converge(10 * time.Second)
 }
 
 // Close under load is a clean stop: no error recorded, Close returns nil,

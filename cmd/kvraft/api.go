@@ -498,7 +498,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, kvbuf.ErrEmptyKey), errors.Is(err, kvbuf.ErrKeyTooLarge),
 		errors.Is(err, kvbuf.ErrBadRange), errors.Is(err, kvbuf.ErrBadName), errors.Is(err, kvbuf.ErrOutOfRange),
-		errors.Is(err, raftkv.ErrBadOptions):
+		errors.Is(err, kvbuf.ErrBadOptions):
 		return http.StatusBadRequest
 	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice),
 		errors.Is(err, raftkv.ErrNotMember):
@@ -510,7 +510,7 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, raftkv.ErrOutcomeUnknown):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrDropped), errors.Is(err, raftkv.ErrStopped),
+	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrProposalDropped), errors.Is(err, raftkv.ErrStopped),
 		errors.Is(err, raftkv.ErrConfChangePending),
 		errors.Is(err, raftkv.ErrRemoved), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable

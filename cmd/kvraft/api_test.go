@@ -322,7 +322,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"GET", "/kv/ks?limit=abc", nil, 400, "limit"},
 		{"GET", "/kv/ks/k?stale=maybe", nil, 400, "stale"},
 		{"DELETE", "/kv/ks", nil, 400, "start"},
-		{"DELETE", "/kv/ks?start=b&end=a", nil, 400, "range"},
+		{"DELETE", "/kv/ks?start=b&end=a", nil, 400, "lower bound above upper bound"},
 		{"PUT", "/keyspaces/a%2Fb", nil, 400, "name"},
 		{"PUT", "/keyspaces/" + strings.Repeat("x", 200), nil, 400, "name"},
 		{"POST", "/members/abc?addr=127.0.0.1:1", nil, 400, "node ID"},
@@ -340,7 +340,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"GET", "/status?digest=x", nil, 400, "digest"},
 		{"GET", "/nope", nil, 404, "no such endpoint"},
 		{"PATCH", "/kv/ks/k", nil, 404, "no such endpoint: PATCH"},
-		{"POST", "/raft/message", []byte("junk"), 400, ""},
+		{"POST", "/raft/stream", []byte("junk"), 400, ""},
 	} {
 		r := call(t, c.method, u(c.path), c.body)
 		if r.code != c.code || !strings.Contains(r.body, c.want) {
