@@ -72,6 +72,36 @@ func (n *Node) CreateBitslice(ctx context.Context, name string) error {
 	return n.propose(ctx, &command{kind: cmdCreateBitslice, name: name})
 }
 
+// A Write is one write of Node.Write: a put of Value to Key in Keyspace,
+// or, with Delete, the deletion of Key.
+type Write struct {
+	Keyspace   string
+	Key, Value []byte
+	Delete     bool
+}
+
+// Write applies ws pipelined: it queues them for the Ready loop together,
+// in order, so that they are proposed (sharing raft entries) and applied in
+// that order, and waits until every one is applied here. Each write has its
+// own result, errs[i], as Put's or Delete's; a refused or failed write does
+// not stop the others, and ws is not applied atomically (a write whose
+// result is an error may be missing between writes that were applied).
+// One sequential client thus pays one round of raft for many writes
+// instead of one per write (cmd/kvraft's POST /kv/{keyspace}).
+func (n *Node) Write(ctx context.Context, ws []Write) (errs []error) {
+	cmds := make([]*command, len(ws))
+	for i, w := range ws {
+		if w.Delete {
+			cmds[i] = &command{kind: cmdDelete, name: w.Keyspace, key: w.Key}
+		} else {
+			cmds[i] = &command{kind: cmdPut, name: w.Keyspace, key: w.Key, value: w.Value}
+		}
+	}
+	errs = make([]error, len(ws))
+	n.proposeAll(ctx, cmds, errs)
+	return errs
+}
+
 // checkSize refuses, before it is proposed, a write that would only put
 // junk into every node's log: a put whose value is over the engine's
 // MaxValueSize (a value may be a megabyte; the engine refuses it again,
@@ -141,27 +171,61 @@ var errDropped = errors.New("raftkv: dropped by raft")
 // propose queues c for the Ready loop on this node, which must lead, and
 // waits until it is applied here.
 func (n *Node) propose(ctx context.Context, c *command) error {
+	var errs [1]error
+	n.proposeAll(ctx, []*command{c}, errs[:])
+	return errs[0]
+}
+
+// proposeAll queues cmds for the Ready loop, in order and under one lock
+// (so that they are proposed in that order, sharing entries), wakes the
+// loop once, and waits for each: errs[i] is command i's result.
+func (n *Node) proposeAll(ctx context.Context, cmds []*command, errs []error) {
+	fill := func(err error) {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
 	select {
 	case <-n.stopc:
-		return n.stopped()
+		fill(n.stopped())
+		return
 	default:
 	}
 	if !n.leader.Load() {
-		return n.notLeader()
+		fill(n.notLeader())
+		return
 	}
-	if err := n.checkSize(c); err != nil {
-		return err
+	props := make([]*proposal, len(cmds))
+	chans := make([]chan error, len(cmds))
+	for i, c := range cmds {
+		if err := n.checkSize(c); err != nil {
+			errs[i] = err
+			continue
+		}
+		id, ch := n.register()
+		c.id = id
+		props[i], chans[i] = &proposal{data: c.encode(), id: id}, ch
 	}
-	id, ch := n.register()
-	c.id = id
-	p := &proposal{data: c.encode(), id: id}
 	n.propMu.Lock()
-	n.props = append(n.props, p)
+	for _, p := range props {
+		if p != nil {
+			n.props = append(n.props, p)
+		}
+	}
 	n.propMu.Unlock()
 	select {
 	case n.propKick <- struct{}{}:
 	default:
 	}
+	for i, p := range props {
+		if p != nil {
+			errs[i] = n.await(ctx, p, chans[i])
+		}
+	}
+}
+
+// await waits for the result of proposal p, delivered on ch.
+func (n *Node) await(ctx context.Context, p *proposal, ch chan error) error {
 	select {
 	case err := <-ch:
 		if errors.Is(err, errDropped) {
@@ -173,13 +237,13 @@ func (n *Node) propose(ctx context.Context, c *command) error {
 		}
 		return err
 	case <-ctx.Done():
-		n.unregister(id)
+		n.unregister(p.id)
 		if p.state.CompareAndSwap(propQueued, propCancelled) {
 			return ctx.Err() // the loop never took it: nothing proposed
 		}
 		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	case <-n.stopc:
-		n.unregister(id)
+		n.unregister(p.id)
 		if p.state.CompareAndSwap(propQueued, propCancelled) {
 			return n.stopped()
 		}

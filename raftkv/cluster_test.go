@@ -242,3 +242,72 @@ func TestCloseUnderLoad(t *testing.T) {
 	}
 	w.finish()
 }
+
+// Node.Write queues its writes together and in order: they share raft
+// entries, are applied in their order (the last put of a key wins, a
+// delete after a put removes it), and each has its own result.
+func TestWritePipelined(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	l := c.leader(10 * time.Second)
+	var ws []Write
+	for i := range 300 {
+		ws = append(ws, Write{Keyspace: "ks", Key: fmt.Appendf(nil, "k%03d", i%100), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	ws = append(ws,
+		Write{Keyspace: "ks", Key: []byte("k000"), Delete: true},
+		Write{Keyspace: "ks", Key: nil, Value: []byte("refused")},
+		Write{Keyspace: "nope", Key: []byte("k"), Value: []byte("refused")},
+		Write{Keyspace: "ks", Key: []byte("last"), Value: []byte("applied")},
+	)
+	before := l.Status().LogLast
+	errs := l.Write(bg, ws)
+	for i, err := range errs {
+		switch {
+		case i == len(ws)-3:
+			if !errors.Is(err, kvbuf.ErrEmptyKey) {
+				t.Errorf("write %d (empty key): %v", i, err)
+			}
+		case i == len(ws)-2:
+			if !errors.Is(err, ErrUnknownKeyspace) {
+				t.Errorf("write %d (unknown keyspace): %v", i, err)
+			}
+		case err != nil:
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if n := l.Status().LogLast - before; n > 3 {
+		t.Errorf("%d entries for %d writes queued together", n, len(ws))
+	}
+	kvs, _, err := l.Scan(bg, "ks", nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range kvs {
+		got[string(kv.Key)] = string(kv.Value)
+	}
+	if len(got) != 100 || got["last"] != "applied" {
+		t.Errorf("%d keys, last=%q", len(got), got["last"])
+	}
+	if _, ok := got["k000"]; ok {
+		t.Errorf("k000 was deleted after its puts, but holds %q", got["k000"])
+	}
+	for i := 1; i < 100; i++ {
+		if k, want := fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", 200+i); got[k] != want {
+			t.Errorf("%s = %q, want %q (the last put)", k, got[k], want)
+		}
+	}
+	// A follower refuses them all.
+	for _, id := range c.ids() {
+		if n := c.tn(id).node(); n != nil && n != l {
+			for i, err := range n.Write(bg, ws[:3]) {
+				if !errors.Is(err, ErrNotLeader) {
+					t.Errorf("write %d on a follower: %v", i, err)
+				}
+			}
+			break
+		}
+	}
+	c.converge(10 * time.Second)
+}
