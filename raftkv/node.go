@@ -207,9 +207,12 @@ const (
 func Open(opts *Options) (*Node, error) { return open(opts, nil) }
 
 // testHooks change how a node is built, for tests and benchmarks only:
-// newSM replaces the kvbuf engine as the state machine (W9's baselines).
+// newSM replaces the kvbuf engine as the state machine (W9's baselines);
+// noLogSync writes the raft log without syncs (W9's -w9.nologsync: how
+// much of a write's cost the log's syncs are; never safe).
 type testHooks struct {
-	newSM func(dir string) (stateMachine, error)
+	newSM     func(dir string) (stateMachine, error)
+	noLogSync bool
 }
 
 // open is Open with hooks (nil: none).
@@ -679,7 +682,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 			return err
 		}
 		committed = committed[k:]
-		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync && (n.hooks == nil || !n.hooks.noLogSync)); err != nil {
 			return errorf("persist ready: %w", err)
 		}
 	} else if err := n.installSnapshot(rd); err != nil {

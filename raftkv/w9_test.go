@@ -56,10 +56,11 @@ import (
 // median over rounds and the per-round ratios with their range.
 
 var (
-	w9Writes = flag.Int("w9.writes", 1_000_000, "W9 restart rows: writes acknowledged before the crash")
-	w9Rotate = flag.Int("w9.rotate", 0, "W9: run the implementations in the order of round k (bench.RoundOrder; scripts/w9.sh sets it)")
-	w9Cache  = flag.String("w9.cache", "", "W9 restart rows: keep the crashed data directories here across runs (default: a temporary directory per run)")
-	w9Sample = flag.Int("w9.readback", 1000, "W9 write rows: values read back after each row (-1: all)")
+	w9Writes    = flag.Int("w9.writes", 1_000_000, "W9 restart rows: writes acknowledged before the crash")
+	w9Rotate    = flag.Int("w9.rotate", 0, "W9: run the implementations in the order of round k (bench.RoundOrder; scripts/w9.sh sets it)")
+	w9Cache     = flag.String("w9.cache", "", "W9 restart rows: keep the crashed data directories here across runs (default: a temporary directory per run)")
+	w9Sample    = flag.Int("w9.readback", 1000, "W9 write rows: values read back after each row (-1: all)")
+	w9NoLogSync = flag.Bool("w9.nologsync", false, "W9 write rows: never sync the raft log (unsafe; measures what its syncs cost)")
 )
 
 const (
@@ -78,13 +79,14 @@ var w9Impls = []string{w9Kvbuf, w9PebbleLog, w9PebbleReady}
 
 // w9Hooks builds a node with the state machine impl.
 func w9Hooks(impl string) *testHooks {
+	h := &testHooks{noLogSync: *w9NoLogSync}
 	switch impl {
 	case w9PebbleLog:
-		return &testHooks{newSM: newPebbleSM(false)}
+		h.newSM = newPebbleSM(false)
 	case w9PebbleReady:
-		return &testHooks{newSM: newPebbleSM(true)}
+		h.newSM = newPebbleSM(true)
 	}
-	return nil
+	return h
 }
 
 // pebbleSM is a W9 baseline state machine: pebble, keys in the engine
@@ -332,9 +334,16 @@ func BenchmarkW9(b *testing.B) {
 		for _, k := range order {
 			impl := w9Impls[k]
 			b.Run(fmt.Sprintf("writes/clients=%d/impl=%s", clients, impl), func(b *testing.B) {
-				w9WriteRow(b, clients, impl, w9Hooks(impl))
+				w9WriteRow(b, clients, 1, impl, w9Hooks(impl))
 			})
 		}
+	}
+	// One client, pipelined: Node.Write of 64 writes at a time.
+	for _, k := range order {
+		impl := w9Impls[k]
+		b.Run(fmt.Sprintf("writes-pipelined/clients=1/depth=64/impl=%s", impl), func(b *testing.B) {
+			w9WriteRow(b, 1, 64, impl, w9Hooks(impl))
+		})
 	}
 	for _, k := range order {
 		impl := w9Impls[k]
@@ -363,8 +372,17 @@ func w9Value(i uint64) []byte {
 // It reports writes/s, the client latency's p50 and p99, the CPU time of
 // the whole process per write (every node, the clients) and the values
 // read back.
-func w9WriteRow(b *testing.B, clients int, impl string, hooks *testHooks) {
-	c := newClusterHooks(b, 3, func(o *Options) { o.TickInterval = 20 * time.Millisecond }, hooks)
+//
+// With depth > 1 each client writes depth writes at a time with one
+// Node.Write (the pipelined path of one client: kvraft's POST /kv/{ks}),
+// and each write's latency is that of its Write call.
+func w9WriteRow(b *testing.B, clients, depth int, impl string, hooks *testHooks) {
+	// etcd's timing (100 ms heartbeats, 1 s election timeout) at 20 ms
+	// ticks: a loaded machine must not turn a slow turn of the loop into
+	// an election mid-row.
+	c := newClusterHooks(b, 3, func(o *Options) {
+		o.TickInterval, o.HeartbeatTicks, o.ElectionTicks = 20*time.Millisecond, 5, 50
+	}, hooks)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
 	l := c.leader(10 * time.Second)
 	var seq atomic.Uint64
@@ -379,7 +397,20 @@ func w9WriteRow(b *testing.B, clients int, impl string, hooks *testHooks) {
 			b.Fatal(err)
 		}
 	}
-	work := make(chan struct{}, clients)
+	write := func(k int) (time.Duration, error) {
+		if k == 1 {
+			return put()
+		}
+		ws := make([]Write, k)
+		for j := range ws {
+			i := seq.Add(1)
+			ws[j] = Write{Keyspace: "ks", Key: w9Key(i), Value: w9Value(i)}
+		}
+		start := time.Now()
+		errs := l.Write(bg, ws)
+		return time.Since(start), errors.Join(errs...)
+	}
+	work := make(chan struct{}, clients*depth)
 	lat := make([][]time.Duration, clients)
 	var failed atomic.Value
 	var wg sync.WaitGroup
@@ -387,13 +418,24 @@ func w9WriteRow(b *testing.B, clients int, impl string, hooks *testHooks) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range work {
-				d, err := put()
+			for {
+				k := 0
+				for range work {
+					if k++; k == depth {
+						break
+					}
+				}
+				if k == 0 {
+					return
+				}
+				d, err := write(k)
 				if err != nil {
 					failed.CompareAndSwap(nil, err)
 					continue
 				}
-				lat[i] = append(lat[i], d)
+				for range k {
+					lat[i] = append(lat[i], d)
+				}
 			}
 		}()
 	}
