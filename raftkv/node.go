@@ -209,10 +209,12 @@ func Open(opts *Options) (*Node, error) { return open(opts, nil) }
 // testHooks change how a node is built, for tests and benchmarks only:
 // newSM replaces the kvbuf engine as the state machine (W9's baselines);
 // noLogSync writes the raft log without syncs (W9's -w9.nologsync: how
-// much of a write's cost the log's syncs are; never safe).
+// much of a write's cost the log's syncs are; never safe); afterCancel
+// widens stop's window (TestCloseCancelsApply).
 type testHooks struct {
-	newSM     func(dir string) (stateMachine, error)
-	noLogSync bool
+	newSM       func(dir string) (stateMachine, error)
+	noLogSync   bool
+	afterCancel func() // runs in stop, between cancelling the context and closing stopc
 }
 
 // open is Open with hooks (nil: none).
@@ -560,9 +562,7 @@ func (n *Node) run() {
 			})
 		}
 		if err != nil {
-			select {
-			case <-n.stopc: // Close cancelled the apply: not a failure
-			default:
+			if !n.stopping(err) {
 				n.fail(err)
 			}
 			return
@@ -623,8 +623,24 @@ func (n *Node) fail(err error) {
 func (n *Node) stop() {
 	n.stopOnce.Do(func() {
 		n.cancel()
+		if n.hooks != nil && n.hooks.afterCancel != nil {
+			n.hooks.afterCancel()
+		}
 		close(n.stopc)
 	})
+}
+
+// stopping reports whether err, which stopped the Ready loop, is Close's
+// doing rather than a failure: stop cancels the node's context before it
+// closes stopc, so an apply that fails with the cancellation may return
+// before stopc is closed.
+func (n *Node) stopping(err error) bool {
+	select {
+	case <-n.stopc:
+		return true
+	default:
+	}
+	return n.ctx.Err() != nil && errors.Is(err, context.Canceled)
 }
 
 // Done returns a channel that is closed once the node stops: Close began,
