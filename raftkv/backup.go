@@ -70,7 +70,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer, o *BackupOptions) (index
 	}
 	size, err = s.Export(ctx, w, idx)
 	if err != nil {
-		return idx, size, fmt.Errorf("raftkv: node %d: backup at %d: %w", n.id, idx, err)
+		return idx, size, errorf("node %d: backup at %d: %w", n.id, idx, err)
 	}
 	return idx, size, nil
 }
@@ -84,7 +84,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer, o *BackupOptions) (index
 // (without Join), and the first leader gives the cluster a new cluster ID:
 // the old cluster's nodes and messages are refused.
 //
-// Errors: ErrBadOptions (Join set, opts.ID not in Peers), an error wrapping
+// Errors: kvbuf.ErrBadOptions (Join set, opts.ID not in Peers), an error wrapping
 // fs.ErrExist for a directory that is not empty, kvbuf's stream errors
 // (kvbuf.ErrBadStream), ctx.Err(). On error opts.Dir is removed if Restore
 // created it.
@@ -94,18 +94,18 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 		return 0, err
 	}
 	if o.Join {
-		return 0, fmt.Errorf("%w: Restore makes a node of a new cluster: Join must be false", ErrBadOptions)
+		return 0, errorf("Restore makes a node of a new cluster: Join must be false: %w", kvbuf.ErrBadOptions)
 	}
 	if _, in := o.Peers[o.ID]; !in {
-		return 0, fmt.Errorf("%w: node %d is not in Peers", ErrBadOptions, o.ID)
+		return 0, errorf("node %d is not in Peers: %w", o.ID, kvbuf.ErrBadOptions)
 	}
 	if ents, err := os.ReadDir(o.Dir); err == nil && len(ents) > 0 {
-		return 0, fmt.Errorf("raftkv: restore into %s: not empty: %w", o.Dir, fs.ErrExist)
+		return 0, errorf("restore into %s: not empty: %w", o.Dir, fs.ErrExist)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("raftkv: restore into %s: %w", o.Dir, err)
+		return 0, errorf("restore into %s: %w", o.Dir, err)
 	}
 	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return 0, fmt.Errorf("raftkv: %w", err)
+		return 0, errorf("%w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -120,14 +120,14 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	staging := filepath.Join(o.Dir, initialEngine+stagingSuffix)
 	idx, err := kvbuf.Install(ctx, staging, r, o.Engine)
 	if err != nil {
-		return 0, fmt.Errorf("raftkv: restore into %s: %w", o.Dir, err)
+		return 0, errorf("restore into %s: %w", o.Dir, err)
 	}
 	name := engineDirName(idx)
 	if err := os.Rename(staging, filepath.Join(o.Dir, name)); err != nil {
-		return 0, fmt.Errorf("raftkv: %w", err)
+		return 0, errorf("%w", err)
 	}
 	if err := fsutil.SyncDir(o.Dir); err != nil {
-		return 0, fmt.Errorf("raftkv: %w", err)
+		return 0, errorf("%w", err)
 	}
 	// The log starts at the backup's index, in term 1, with the new
 	// members as voters; the engine pointer names the restored engine.
@@ -137,7 +137,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	}
 	defer func() {
 		if cerr := ls.close(); err == nil && cerr != nil {
-			err = fmt.Errorf("raftkv: %w", cerr)
+			err = errorf("%w", cerr)
 		}
 	}()
 	const term = 1
@@ -162,7 +162,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return 0, fmt.Errorf("raftkv: restore into %s: %w", o.Dir, err)
+		return 0, errorf("restore into %s: %w", o.Dir, err)
 	}
 	// A bootstrap hash of its own: before the new cluster has its ID, it
 	// must not take an old node bootstrapped with the same flags for one

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -16,127 +16,112 @@ import (
 
 // Writes. Each is one command, proposed on the leader and acknowledged
 // once it is applied there (so a linearizable read that starts after it
-// returns sees it). A write to a follower fails at once with a
-// *NotLeaderError (nothing proposed). Errors:
+// returns sees it). Concurrent writes share raft entries: the Ready loop
+// proposes the writes queued since its last turn as one entry (up to
+// maxBatchEntryBytes), and every node applies them in order as one op of
+// its engine. The engine checks each write as it applies it, alike on
+// every node; a refused write changes nothing and the others of its entry
+// go on. A write to a follower fails at once with a *NotLeaderError
+// (nothing proposed). Errors:
 //
-//   - ErrNotLeader, ErrDropped: nothing was written; retry (on the leader).
+//   - ErrNotLeader, ErrProposalDropped: nothing was written; retry (on the
+//     leader).
 //   - ErrOutcomeUnknown (wrapping ctx.Err() or ErrStopped): the write was
 //     proposed and may yet be applied.
-//   - ErrUnknownKeyspace, ErrUnknownBitslice, kvbuf.ErrEmptyKey,
-//     kvbuf.ErrKeyTooLarge, kvbuf.ErrValueTooLarge, kvbuf.ErrBadRange,
-//     kvbuf.ErrOutOfRange, kvbuf.ErrBadName: refused, nothing written.
-//   - ErrStopped, ErrRemoved.
+//   - ErrUnknownKeyspace, ErrUnknownBitslice, and kvbuf's refusals:
+//     kvbuf.ErrEmptyKey, kvbuf.ErrKeyTooLarge, kvbuf.ErrValueTooLarge,
+//     kvbuf.ErrBadRange, kvbuf.ErrOutOfRange, kvbuf.ErrBadName: refused,
+//     nothing written. The engine checks each write when it applies it;
+//     before proposing, only a put's value is checked against
+//     MaxValueSize, and a write larger than any the engine admits (key,
+//     value and name together) refused.
+//   - ctx.Err() if ctx ended before the write was proposed; ErrStopped,
+//     ErrRemoved.
 
 // Put sets key to value in keyspace.
 func (n *Node) Put(ctx context.Context, keyspace string, key, value []byte) error {
-	if err := n.checkKV(ctx, keyspace, key, value, true); err != nil {
-		return err
-	}
 	return n.propose(ctx, &command{kind: cmdPut, name: keyspace, key: key, value: value})
 }
 
 // Delete removes key from keyspace (absent keys are not an error).
 func (n *Node) Delete(ctx context.Context, keyspace string, key []byte) error {
-	if err := n.checkKV(ctx, keyspace, key, nil, false); err != nil {
-		return err
-	}
 	return n.propose(ctx, &command{kind: cmdDelete, name: keyspace, key: key})
 }
 
 // DeleteRange removes every key k of keyspace with lower <= k < upper (nil:
 // open on that side).
 func (n *Node) DeleteRange(ctx context.Context, keyspace string, lower, upper []byte) error {
-	if err := n.checkKeyspace(ctx, keyspace); err != nil {
-		return err
-	}
-	if lower != nil && upper != nil && bytes.Compare(lower, upper) > 0 {
-		return fmt.Errorf("raftkv: delete range [%q, %q): %w", lower, upper, kvbuf.ErrBadRange)
-	}
 	return n.propose(ctx, &command{kind: cmdDeleteRange, name: keyspace,
 		key: lower, value: upper, hasLo: lower != nil, hasHi: upper != nil})
 }
 
 // SetBit sets bit i of bitslice to v.
 func (n *Node) SetBit(ctx context.Context, bitslice string, i uint64, v bool) error {
-	if err := n.checkBitslice(ctx, bitslice); err != nil {
-		return err
-	}
-	if max := n.opts.Engine.EnsureDefaults().MaxBits; i >= max {
-		return fmt.Errorf("raftkv: bitslice %q: bit %d (max %d): %w", bitslice, i, max, kvbuf.ErrOutOfRange)
-	}
 	return n.propose(ctx, &command{kind: cmdSetBit, name: bitslice, bit: i, set: v})
 }
 
 // CreateKeyspace creates the keyspace called name on every node (nothing
 // if it exists). Names are those of kvbuf (kvbuf.ErrBadName otherwise).
 func (n *Node) CreateKeyspace(ctx context.Context, name string) error {
-	if err := enginedir.CheckName("keyspace", name); err != nil {
-		return err
-	}
 	return n.propose(ctx, &command{kind: cmdCreateKeyspace, name: name})
 }
 
 // CreateBitslice creates the bitslice called name on every node (nothing
 // if it exists).
 func (n *Node) CreateBitslice(ctx context.Context, name string) error {
-	if err := enginedir.CheckName("bitslice", name); err != nil {
-		return err
-	}
 	return n.propose(ctx, &command{kind: cmdCreateBitslice, name: name})
 }
 
-// checkKeyspace refuses an unknown keyspace before anything is proposed.
-// Keyspaces are never dropped, so one this node has applied exists on
-// every node by the time they apply a later entry. One this node has not
-// applied yet may have been created (by an earlier leader, or acked by
-// this one before a follower asks): the check waits for a read index
-// before it refuses. A follower refuses the write as not the leader first.
-func (n *Node) checkKeyspace(ctx context.Context, name string) error {
-	return n.checkName(ctx, func(e *engineSM) error { _, err := e.kv(name); return err })
+// A Write is one write of Node.Write: a put of Value to Key in Keyspace,
+// or, with Delete, the deletion of Key.
+type Write struct {
+	Keyspace   string
+	Key, Value []byte
+	Delete     bool
 }
 
-func (n *Node) checkBitslice(ctx context.Context, name string) error {
-	return n.checkName(ctx, func(e *engineSM) error { _, err := e.bits(name); return err })
+// Write applies ws pipelined: it queues them for the Ready loop together,
+// in order, so that they are proposed (sharing raft entries) and applied in
+// that order, and waits until every one is applied here. Each write has its
+// own result, errs[i], as Put's or Delete's; a refused or failed write does
+// not stop the others, and ws is not applied atomically (a write whose
+// result is an error may be missing between writes that were applied).
+// One sequential client thus pays one round of raft for many writes
+// instead of one per write (cmd/kvraft's POST /kv/{keyspace}).
+func (n *Node) Write(ctx context.Context, ws []Write) (errs []error) {
+	cmds := make([]*command, len(ws))
+	for i, w := range ws {
+		if w.Delete {
+			cmds[i] = &command{kind: cmdDelete, name: w.Keyspace, key: w.Key}
+		} else {
+			cmds[i] = &command{kind: cmdPut, name: w.Keyspace, key: w.Key, value: w.Value}
+		}
+	}
+	errs = make([]error, len(ws))
+	n.proposeAll(ctx, cmds, errs)
+	return errs
 }
 
-func (n *Node) checkName(ctx context.Context, lookup func(e *engineSM) error) error {
-	select {
-	case <-n.stopc:
-		return n.stopped()
-	default:
+// checkSize refuses, before it is proposed, a write that would only put
+// junk into every node's log: a put whose value is over the engine's
+// MaxValueSize (a value may be a megabyte; the engine refuses it again,
+// alike on every node, when it applies the put), or a command whose key,
+// value and name together exceed what any write may hold. Keys and names
+// are checked once, by the engine, when it applies the command.
+func (n *Node) checkSize(c *command) error {
+	o := n.opts.Engine.EnsureDefaults()
+	if c.kind == cmdPut && len(c.value) > o.MaxValueSize {
+		return errorf("keyspace %q: value of %d bytes (max %d): %w", c.name, len(c.value), o.MaxValueSize, kvbuf.ErrValueTooLarge)
 	}
-	if !n.leader.Load() {
-		return n.notLeader()
-	}
-	err := n.withEngine(lookup)
-	if errors.Is(err, ErrUnsupported) {
+	size := len(c.name) + len(c.key) + len(c.value)
+	if size <= n.maxPayload {
 		return nil
 	}
-	if err == nil || !(errors.Is(err, ErrUnknownKeyspace) || errors.Is(err, ErrUnknownBitslice)) {
-		return err
+	err := kvbuf.ErrKeyTooLarge
+	if len(c.name) > enginedir.MaxNameLen {
+		err = kvbuf.ErrBadName
 	}
-	if lerr := n.linearize(ctx, nil); lerr != nil {
-		return lerr
-	}
-	return n.withEngine(lookup)
-}
-
-// checkKV applies the engine's key and value limits before proposing (the
-// engine applies them again, alike on every node).
-func (n *Node) checkKV(ctx context.Context, keyspace string, key, value []byte, put bool) error {
-	if err := n.checkKeyspace(ctx, keyspace); err != nil {
-		return err
-	}
-	o := n.opts.Engine.EnsureDefaults()
-	switch {
-	case len(key) == 0:
-		return fmt.Errorf("raftkv: keyspace %q: %w", keyspace, kvbuf.ErrEmptyKey)
-	case len(key) > o.MaxKeySize:
-		return fmt.Errorf("raftkv: keyspace %q: key of %d bytes (max %d): %w", keyspace, len(key), o.MaxKeySize, kvbuf.ErrKeyTooLarge)
-	case put && len(value) > o.MaxValueSize:
-		return fmt.Errorf("raftkv: keyspace %q: value of %d bytes (max %d): %w", keyspace, len(value), o.MaxValueSize, kvbuf.ErrValueTooLarge)
-	}
-	return nil
+	return errorf("%q: %v of %d bytes (name, key and value; at most %d): %w", c.name, c.kind, size, n.maxPayload, err)
 }
 
 func (n *Node) notLeader() error {
@@ -163,16 +148,167 @@ func (n *Node) unregister(id uint64) {
 	n.waitMu.Unlock()
 }
 
-// propose proposes c on this node, which must lead, and waits until it is
-// applied here.
-func (n *Node) propose(ctx context.Context, c *command) error {
-	return n.proposeWith(ctx, func(id uint64) error {
-		c.id = id
-		data := c.encode()
-		return n.onLoop(ctx, func(rn *raft.RawNode) error { return rn.Propose(data) })
-	})
+// A proposal is a write queued for the Ready loop, which proposes the
+// writes queued since its last turn together (proposeQueued). state says
+// whether the loop took it (then it may be in the log) or its caller gave
+// up first (then it never will be).
+type proposal struct {
+	data  []byte // the encoded command
+	id    uint64 // its request ID: the waiter's
+	state atomic.Int32
 }
 
+const (
+	propQueued int32 = iota
+	propTaken
+	propCancelled
+)
+
+// errDropped is what the Ready loop hands the waiters of a proposal raft
+// refused; the caller says why (ErrNotLeader or ErrProposalDropped).
+var errDropped = errors.New("raftkv: dropped by raft")
+
+// propose queues c for the Ready loop on this node, which must lead, and
+// waits until it is applied here.
+func (n *Node) propose(ctx context.Context, c *command) error {
+	var errs [1]error
+	n.proposeAll(ctx, []*command{c}, errs[:])
+	return errs[0]
+}
+
+// proposeAll queues cmds for the Ready loop, in order and under one lock
+// (so that they are proposed in that order, sharing entries), wakes the
+// loop once, and waits for each: errs[i] is command i's result.
+func (n *Node) proposeAll(ctx context.Context, cmds []*command, errs []error) {
+	fill := func(err error) {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	select {
+	case <-n.stopc:
+		fill(n.stopped())
+		return
+	default:
+	}
+	if !n.leader.Load() {
+		fill(n.notLeader())
+		return
+	}
+	props := make([]*proposal, len(cmds))
+	chans := make([]chan error, len(cmds))
+	for i, c := range cmds {
+		if err := n.checkSize(c); err != nil {
+			errs[i] = err
+			continue
+		}
+		id, ch := n.register()
+		c.id = id
+		props[i], chans[i] = &proposal{data: c.encode(), id: id}, ch
+	}
+	n.propMu.Lock()
+	for _, p := range props {
+		if p != nil {
+			n.props = append(n.props, p)
+		}
+	}
+	n.propMu.Unlock()
+	select {
+	case n.propKick <- struct{}{}:
+	default:
+	}
+	for i, p := range props {
+		if p != nil {
+			errs[i] = n.await(ctx, p, chans[i])
+		}
+	}
+}
+
+// await waits for the result of proposal p, delivered on ch.
+func (n *Node) await(ctx context.Context, p *proposal, ch chan error) error {
+	select {
+	case err := <-ch:
+		if errors.Is(err, errDropped) {
+			n.m.proposalsDropped.Add(1)
+			if !n.leader.Load() {
+				return n.notLeader()
+			}
+			return errorf("node %d: %w", n.id, ErrProposalDropped)
+		}
+		return err
+	case <-ctx.Done():
+		n.unregister(p.id)
+		if p.state.CompareAndSwap(propQueued, propCancelled) {
+			return ctx.Err() // the loop never took it: nothing proposed
+		}
+		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	case <-n.stopc:
+		n.unregister(p.id)
+		if p.state.CompareAndSwap(propQueued, propCancelled) {
+			return n.stopped()
+		}
+		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
+	}
+}
+
+// maxBatchEntryBytes bounds the commands the Ready loop batches into one
+// raft entry (a single larger command is an entry of its own).
+const maxBatchEntryBytes = 256 << 10
+
+// proposeQueued proposes the writes queued since the last turn, as few
+// entries as maxBatchEntryBytes allows: one entry of one command is the
+// command's encoding, one of several a batch (see command). Ready loop
+// only. A batch raft refuses fails each of its writes with errDropped.
+func (n *Node) proposeQueued(rn *raft.RawNode) {
+	n.propMu.Lock()
+	props := n.props
+	n.props = n.propSpare[:0]
+	n.propMu.Unlock()
+	if len(props) == 0 {
+		n.propSpare = props
+		return
+	}
+	batch, size := n.propBatch[:0], 0
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		var data []byte
+		if len(batch) == 1 {
+			data = batch[0].data
+		} else {
+			data = make([]byte, 0, size+1)
+			data = append(data, cmdBatchVersion)
+			for _, p := range batch {
+				data = appendBytes(data, p.data)
+			}
+		}
+		if err := rn.Propose(data); err != nil {
+			for _, p := range batch {
+				n.complete(p.id, errDropped)
+			}
+		}
+		batch, size = batch[:0], 0
+	}
+	for _, p := range props {
+		if !p.state.CompareAndSwap(propQueued, propTaken) {
+			continue // its caller gave up
+		}
+		if size > 0 && size+len(p.data) > maxBatchEntryBytes {
+			flush()
+		}
+		batch = append(batch, p)
+		size += len(p.data) + binary.MaxVarintLen32
+	}
+	flush()
+	clear(batch[:cap(batch)])
+	n.propBatch = batch[:0]
+	clear(props)
+	n.propSpare = props[:0]
+}
+
+// proposeWith proposes, on the loop, what prop builds for request id (a
+// conf change), and waits until it is applied here.
 func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) error {
 	select {
 	case <-n.stopc:
@@ -191,7 +327,7 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 			if !n.leader.Load() {
 				return n.notLeader()
 			}
-			return fmt.Errorf("raftkv: node %d: %w", n.id, ErrDropped)
+			return errorf("node %d: %w", n.id, ErrProposalDropped)
 		case errors.Is(err, errNotQueued):
 			// The context ended before the loop took it: nothing proposed.
 			return ctx.Err()
@@ -204,9 +340,9 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	case <-n.stopc:
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
+		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
 	}
 }
 
@@ -318,9 +454,9 @@ func (n *Node) awaitReadState(rctx []byte) (uint64, bool, error) {
 	}
 }
 
-// withEngine runs fn with the engine, which no snapshot install replaces
-// meanwhile.
-func (n *Node) withEngine(fn func(e *engineSM) error) error {
+// withSM runs fn with the state machine, which no snapshot install
+// replaces meanwhile. Its error is returned with raftkv's prefix.
+func (n *Node) withSM(fn func(sm stateMachine) error) error {
 	n.engMu.RLock()
 	defer n.engMu.RUnlock()
 	select {
@@ -328,43 +464,36 @@ func (n *Node) withEngine(fn func(e *engineSM) error) error {
 		return n.stopped()
 	default:
 	}
-	if n.eng == nil {
-		return ErrUnsupported
+	if err := fn(n.sm); err != nil {
+		return errorf("%w", err)
 	}
-	return fn(n.eng)
+	return nil
 }
 
 // Get returns the value of key in keyspace: linearizable unless o.Stale.
-// Errors: kvbuf.ErrNotFound, ErrUnknownKeyspace, ctx.Err(), ErrStopped.
+// Errors: kvbuf.ErrNotFound, ErrUnknownKeyspace, kvbuf.ErrEmptyKey,
+// kvbuf.ErrKeyTooLarge, ctx.Err(), ErrStopped.
 func (n *Node) Get(ctx context.Context, keyspace string, key []byte, o *ReadOptions) ([]byte, error) {
 	if err := n.linearize(ctx, o); err != nil {
 		return nil, err
 	}
 	var v []byte
-	err := n.withEngine(func(e *engineSM) error {
-		k, err := e.kv(keyspace)
-		if err != nil {
-			return err
-		}
-		v, err = k.Get(key)
+	err := n.withSM(func(sm stateMachine) (err error) {
+		v, err = sm.get(keyspace, key)
 		return err
 	})
 	return v, err
 }
 
 // GetBit returns bit i of bitslice: linearizable unless o.Stale. Errors:
-// ErrUnknownBitslice, ctx.Err(), ErrStopped.
+// ErrUnknownBitslice, kvbuf.ErrOutOfRange, ctx.Err(), ErrStopped.
 func (n *Node) GetBit(ctx context.Context, bitslice string, i uint64, o *ReadOptions) (bool, error) {
 	if err := n.linearize(ctx, o); err != nil {
 		return false, err
 	}
 	var v bool
-	err := n.withEngine(func(e *engineSM) error {
-		b, err := e.bits(bitslice)
-		if err != nil {
-			return err
-		}
-		v, err = b.Get(i)
+	err := n.withSM(func(sm stateMachine) (err error) {
+		v, err = sm.getBit(bitslice, i)
 		return err
 	})
 	return v, err
@@ -392,37 +521,9 @@ func (n *Node) ScanAfter(ctx context.Context, keyspace string, prefix, after []b
 	if err := n.linearize(ctx, o); err != nil {
 		return nil, false, err
 	}
-	err = n.withEngine(func(e *engineSM) error {
-		if _, err := e.kv(keyspace); err != nil {
-			return err
-		}
-		s, err := e.db.NewSnapshot()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		r, err := s.KV(keyspace)
-		if err != nil {
-			return err
-		}
-		it, err := r.NewIter(&kvbuf.IterOptions{Prefix: prefix})
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if from := append(bytes.Clone(after), 0); after != nil && bytes.Compare(from, prefix) > 0 {
-			ok = it.SeekGE(from) // the first key above after
-		} else {
-			ok = it.First()
-		}
-		for ; ok; ok = it.Next() {
-			if limit > 0 && len(kvs) == limit {
-				more = true
-				break
-			}
-			kvs = append(kvs, KeyValue{Key: bytes.Clone(it.Key()), Value: bytes.Clone(it.Value())})
-		}
-		return it.Close()
+	err = n.withSM(func(sm stateMachine) (err error) {
+		kvs, more, err = sm.scan(keyspace, prefix, after, limit)
+		return err
 	})
 	return kvs, more, err
 }
@@ -431,7 +532,7 @@ func (n *Node) ScanAfter(ctx context.Context, keyspace string, prefix, after []b
 // (as of its applied index), sorted.
 func (n *Node) Keyspaces() []string {
 	var out []string
-	_ = n.withEngine(func(e *engineSM) error { out = e.db.Keyspaces(); return nil })
+	_ = n.withSM(func(sm stateMachine) error { out, _ = sm.names(); return nil })
 	return out
 }
 
@@ -439,6 +540,6 @@ func (n *Node) Keyspaces() []string {
 // (as of its applied index), sorted.
 func (n *Node) Bitslices() []string {
 	var out []string
-	_ = n.withEngine(func(e *engineSM) error { out = e.db.Bitslices(); return nil })
+	_ = n.withSM(func(sm stateMachine) error { _, out = sm.names(); return nil })
 	return out
 }

@@ -5,10 +5,14 @@ import (
 	"fmt"
 )
 
-// A command is the payload of one normal raft entry: one client write,
-// applied as one kvbuf batch whose op is the entry's index.
+// A command is one client write. A normal raft entry holds one command or
+// a batch of them (the writes the leader's Ready loop found queued
+// together), applied as one op of the engine: the entry's index.
 //
-// Encoding (version 1): version byte (1) | kind byte | request ID u64
+// Entry payloads: a command alone (its encoding, version 1), or a batch:
+// version byte (2) | (uvarint length | command)*, at least two.
+//
+// Command encoding (version 1): version byte (1) | kind byte | request ID u64
 // little-endian | fields by kind, each byte string as uvarint length and
 // bytes:
 //
@@ -51,7 +55,10 @@ const (
 	cmdMeta
 )
 
-const cmdVersion = 1
+const (
+	cmdVersion      = 1
+	cmdBatchVersion = 2
+)
 
 // String names the kind for logs and errors.
 func (k cmdKind) String() string {
@@ -125,7 +132,7 @@ type decoder struct {
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: command: bad %s", ErrCorrupt, what)
+		d.err = errorf("bad %s: %w", what, ErrCorruptLog)
 	}
 }
 
@@ -163,12 +170,41 @@ func (d *decoder) bytes(what string) []byte {
 	return v
 }
 
-// decodeCommand decodes an entry payload. The returned command refers to
-// p's bytes. Errors wrap ErrCorrupt.
+// decodeEntry decodes the payload of a normal entry into its commands,
+// appended to cmds. The commands refer to p's bytes. Errors wrap
+// ErrCorruptLog.
+func decodeEntry(cmds []*command, p []byte) ([]*command, error) {
+	if len(p) == 0 || p[0] != cmdBatchVersion {
+		c, err := decodeCommand(p)
+		if err != nil {
+			return cmds, err
+		}
+		return append(cmds, c), nil
+	}
+	d := &decoder{p: p[1:]}
+	for len(d.p) > 0 && d.err == nil {
+		b := d.bytes("batched command")
+		if d.err != nil {
+			break
+		}
+		c, err := decodeCommand(b)
+		if err != nil {
+			return cmds, err
+		}
+		if c.kind == cmdMeta {
+			return cmds, errorf("a meta command in a batch: %w", ErrCorruptLog)
+		}
+		cmds = append(cmds, c)
+	}
+	return cmds, d.err
+}
+
+// decodeCommand decodes one command. The returned command refers to p's
+// bytes. Errors wrap ErrCorruptLog.
 func decodeCommand(p []byte) (*command, error) {
 	d := &decoder{p: p}
 	if v := d.byte("version"); d.err == nil && v != cmdVersion {
-		return nil, fmt.Errorf("%w: command version %d (this node reads %d)", ErrCorrupt, v, cmdVersion)
+		return nil, errorf("command version %d (this node reads %d): %w", v, cmdVersion, ErrCorruptLog)
 	}
 	c := &command{kind: cmdKind(d.byte("kind"))}
 	if d.err == nil && len(d.p) < 8 {

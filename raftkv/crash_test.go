@@ -246,7 +246,7 @@ func TestRestartBelowWatermark(t *testing.T) {
 		t.Fatalf("%d entries redelivered, want %d", m.Redelivered, m.RestartWatermark-m.RestartApplied)
 	}
 	// The engine skipped them: its own count of redelivered calls.
-	if em := n.eng.db.Metrics(); em.Redelivered != int64(m.Redelivered) {
+	if em := n.EngineMetrics(); em.Redelivered != int64(m.Redelivered) {
 		t.Fatalf("the engine skipped %d redelivered entries, the node handed it %d", em.Redelivered, m.Redelivered)
 	}
 	_, after, err := n.Digest(bg)

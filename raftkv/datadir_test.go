@@ -85,8 +85,8 @@ func TestOpenBadOptions(t *testing.T) {
 		"bad engine option": {ID: 1, Dir: dir, Peers: peers, Engine: &kvbuf.Options{PipelineDepth: 1000}},
 		"not in peers":      {ID: 2, Dir: dir, Peers: peers},
 	} {
-		if _, err := Open(o); !errors.Is(err, ErrBadOptions) {
-			t.Errorf("%s: %v, want ErrBadOptions", name, err)
+		if _, err := Open(o); !errors.Is(err, kvbuf.ErrBadOptions) {
+			t.Errorf("%s: %v, want kvbuf.ErrBadOptions", name, err)
 		}
 	}
 }
@@ -178,8 +178,8 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, identityFile), []byte("kvraft data directory\ncluster zz\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Open(crashOptions(dir)); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("Open with a damaged identity: %v, want ErrCorrupt", err)
+		if _, err := Open(crashOptions(dir)); !errors.Is(err, ErrCorruptLog) {
+			t.Errorf("Open with a damaged identity: %v, want ErrCorruptLog", err)
 		}
 		if err := os.Remove(filepath.Join(dir, identityFile)); err != nil {
 			t.Fatal(err)
@@ -200,8 +200,8 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 				t.Fatal(err)
 			}
 			ls.close()
-			if _, err := Open(crashOptions(dir)); !errors.Is(err, ErrCorrupt) {
-				t.Errorf("Open with a damaged %q record: %v, want ErrCorrupt", key, err)
+			if _, err := Open(crashOptions(dir)); !errors.Is(err, ErrCorruptLog) {
+				t.Errorf("Open with a damaged %q record: %v, want ErrCorruptLog", key, err)
 			}
 		}
 	})
@@ -250,8 +250,8 @@ func TestRestoreBadInput(t *testing.T) {
 		stream string
 		want   error
 	}{
-		"join":           {&Options{ID: 1, Peers: peers, Join: true}, "", ErrBadOptions},
-		"not in peers":   {&Options{ID: 2, Peers: peers}, "", ErrBadOptions},
+		"join":           {&Options{ID: 1, Peers: peers, Join: true}, "", kvbuf.ErrBadOptions},
+		"not in peers":   {&Options{ID: 2, Peers: peers}, "", kvbuf.ErrBadOptions},
 		"not empty":      {&Options{ID: 1, Peers: peers, Dir: full}, "", fs.ErrExist},
 		"not a snapshot": {&Options{ID: 1, Peers: peers}, "not a snapshot stream", kvbuf.ErrBadStream},
 		"empty stream":   {&Options{ID: 1, Peers: peers}, "", kvbuf.ErrBadStream},

@@ -11,10 +11,13 @@
 // it writes them, raft thesis 10.2.1), with a sync whenever raft says the
 // Ready needs one (new entries, a new term or vote).
 //
-// Each committed entry is applied as one kvbuf batch whose op is the
-// entry's index; empty entries, configuration changes and commands refused
-// alike on every node (an unknown keyspace, a value over the limit) are an
-// empty batch of their op (the op is recorded, nothing is written).
+// Each committed entry is one op of the engine, the entry's index: its
+// commands (one client write, or the writes the leader found queued
+// together) are written as writes of that op, in order, and the op is
+// ended; empty entries, configuration changes and entries whose commands
+// are all refused alike on every node (an unknown keyspace, a key over the
+// limit) are an empty batch of their op (the op is recorded, nothing is
+// written).
 // Nothing is synced per entry: the engine's flusher makes applied entries
 // durable in coalesced, synced flushes (every 100ms by default,
 // Options.Engine) and its watermark says up to which index they are. That is the durable applied index etcd keeps as its "consistent
@@ -64,7 +67,13 @@
 // Writes (Put, Delete, DeleteRange, SetBit, CreateKeyspace,
 // CreateBitslice) are proposed on the leader and return once applied
 // there; a follower refuses them with a *NotLeaderError naming the leader
-// (cmd/kvraft forwards them). Keyspaces and bitslices are created
+// (cmd/kvraft forwards them). Concurrent writes share raft entries: the
+// Ready loop proposes every write queued since its last turn as one entry
+// (up to 256 KiB), so that many clients' writes cost one append, one log
+// sync and one message per Ready. Each write is checked once, by the
+// engine as it applies it (the same on every node): a refused write
+// changes nothing and returns kvbuf's error (kvbuf.ErrKeyTooLarge, ...),
+// and the other writes of its entry are applied. Keyspaces and bitslices are created
 // explicitly and never dropped, so reads and writes never create one by a
 // typo. Reads are linearizable through raft's ReadIndex, batched: readers
 // that arrive together share one round, on the leader or a follower; the
@@ -132,9 +141,12 @@
 //
 // # Transport
 //
-// HTTP on the node's address: POST /raft/message carries batches of
-// messages, one request at a time per peer so that a peer's messages keep
-// their order, and POST /raft/snapshot one snapshot stream. Each request
+// HTTP on the node's address: each node keeps one long-lived POST
+// /raft/stream open to each peer and writes batches of messages into its
+// body as raft hands them over, without waiting for an answer (a peer's
+// messages keep their order; a failed stream drops what it carried, raft
+// retransmits, and the next message opens a new one); POST /raft/snapshot
+// carries one snapshot stream. Each request
 // names the sender's cluster ID and bootstrap hash, the sender and receiver
 // node IDs and their incarnations; a node answers 409 to another cluster's
 // requests and to a replaced node's, and 410 to a removed node's. Serve
@@ -157,7 +169,7 @@
 //     on loopback or a trusted network. The client API is the host's
 //     (cmd/kvraft has TLS and credentials for it).
 //   - Every node must use the same engine limits (MaxKeySize, MaxValueSize,
-//     MaxBits): a command is validated again when applied, alike on every
+//     MaxBits): a command is validated when it is applied, alike on every
 //     node only if the limits are alike.
 //   - A write whose context ends after it was proposed returns
 //     ErrOutcomeUnknown: it may be applied later (a retry may apply it

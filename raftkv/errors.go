@@ -3,26 +3,42 @@ package raftkv
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Errors. Each is a sentinel to test with errors.Is; the errors a Node
-// returns wrap them with the node, keyspace or path involved. Errors of the
-// kvbuf engine (kvbuf.ErrNotFound, kvbuf.ErrValueTooLarge, ...) are
-// returned wrapped as they are.
+// returns wrap them with the node, keyspace or path involved. Where kvbuf
+// has a sentinel for the condition, raftkv returns an error wrapping it
+// instead of one of its own: a key over the engine's limit matches
+// kvbuf.ErrKeyTooLarge, a bad option kvbuf.ErrBadOptions, a missing key
+// kvbuf.ErrNotFound, a damaged raft log kvbuf.ErrCorrupt (through
+// ErrCorruptLog).
+//
+// # Texts
+//
+// Every error text starts with "raftkv: " exactly once, then the context
+// from the outermost in (the node, the keyspace, the path, the index),
+// then the sentinel's own text without its prefix, kvbuf's included; some
+// add after it what the operator should do:
+//
+//	raftkv: keyspace "users": key of 300 bytes (max 256): key too large
+//	raftkv: node 2: proposal dropped
+//	raftkv: node 3: lost raft state the cluster counts on: its commit index 90 is past the end of its log (12); remove node 3 ...
+//
+// A sentinel returned as it is reads "raftkv: not the leader".
 var (
-	// ErrBadOptions is returned by Open for a missing or out-of-range
-	// option.
-	ErrBadOptions = errors.New("raftkv: bad options")
-
 	// ErrNotLeader is returned by a write to a node that is not the
 	// leader: nothing was proposed. The error is a *NotLeaderError that
 	// names the leader this node knows of, if any.
 	ErrNotLeader = errors.New("raftkv: not the leader")
 
-	// ErrDropped is returned by a write that raft refused to append (the
-	// node lost its leadership, a leadership transfer is under way, or
-	// too many entries are uncommitted): nothing was written; retry.
-	ErrDropped = errors.New("raftkv: proposal dropped by raft")
+	// ErrProposalDropped is returned by a write that raft refused to
+	// append (the node lost its leadership, a leadership transfer is
+	// under way, or too many entries are uncommitted): nothing was
+	// written; retry.
+	ErrProposalDropped = errors.New("raftkv: proposal dropped")
 
 	// ErrOutcomeUnknown is returned by a write whose context ended, or
 	// whose node stopped, after it was proposed and before it was applied
@@ -81,7 +97,7 @@ var (
 	// old copy, or lost writes; its log and votes can no longer be
 	// trusted. The error says which node and index; the node must be
 	// removed and added back under a new ID with an empty directory.
-	ErrLostState = errors.New("raftkv: node lost raft state the cluster counts on")
+	ErrLostState = errors.New("raftkv: lost raft state the cluster counts on")
 
 	// ErrRaftState stops a node whose state raft itself refused (raft
 	// reports a broken rule by panicking; the node recovers the panic
@@ -94,13 +110,54 @@ var (
 	// set.
 	ErrUnauthenticated = errors.New("raftkv: unauthenticated peer")
 
-	// ErrCorrupt marks a damaged raft log store record or command entry.
-	ErrCorrupt = errors.New("raftkv: corrupt")
-
-	// ErrUnsupported is returned by operations that need the kvbuf state
-	// machine on a node built with another (the W9 baselines).
-	ErrUnsupported = errors.New("raftkv: not supported by this state machine")
+	// ErrCorruptLog marks a damaged raft log store record or log entry. It
+	// matches kvbuf.ErrCorrupt.
+	ErrCorruptLog error = &sentinel{msg: "corrupt raft log", parent: kvbuf.ErrCorrupt}
 )
+
+// prefix starts the text of every raftkv error.
+const prefix = "raftkv: "
+
+// sentinel is a sentinel error that matches a parent (one of kvbuf's).
+type sentinel struct {
+	msg    string
+	parent error
+}
+
+func (e *sentinel) Error() string { return prefix + e.msg }
+func (e *sentinel) Unwrap() error { return e.parent }
+
+// errorf is fmt.Errorf for every raftkv error that adds context: the text
+// is prefix followed by format, with the "raftkv: " and "kvbuf: " prefixes
+// taken off the front of every error argument's text, so that one prefix
+// starts the text and none appears in the middle. %w wraps as with
+// fmt.Errorf.
+func errorf(format string, args ...any) error {
+	as := make([]any, len(args))
+	for i, a := range args {
+		if e, ok := a.(error); ok && e != nil {
+			a = bare{e}
+		}
+		as[i] = a
+	}
+	return fmt.Errorf(prefix+format, as...)
+}
+
+// bare shows an error without its package prefix; it wraps the error, so
+// errors.Is and errors.As look through it.
+type bare struct{ err error }
+
+func (b bare) Error() string { return trimPrefix(b.err.Error()) }
+func (b bare) Unwrap() error { return b.err }
+
+// trimPrefix returns an error text without a leading "raftkv: " or
+// "kvbuf: ".
+func trimPrefix(s string) string {
+	if t, ok := strings.CutPrefix(s, prefix); ok {
+		return t
+	}
+	return strings.TrimPrefix(s, "kvbuf: ")
+}
 
 // NotLeaderError is the error of a write to a follower. It matches
 // ErrNotLeader.

@@ -92,8 +92,47 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, req.Context().Err()
 		}
 	}
+	if req.URL.Path == pathStream && req.Body != nil {
+		// A stream lives for many batches: the faults apply to each (the
+		// transport writes one batch per write, which the request reads
+		// at once). A dropped batch or a cut link ends the stream, as a
+		// broken connection would.
+		req.Body = &faultyBody{f: f, from: from, to: to, body: req.Body}
+	}
 	return f.base.RoundTrip(req)
 }
+
+// faultyBody is a stream's body under faults: each read (a batch of
+// messages) may be delayed, dropped (which fails the stream) or cut off by
+// a partition.
+type faultyBody struct {
+	f        *faults
+	from, to uint64
+	body     io.ReadCloser
+}
+
+func (b *faultyBody) Read(p []byte) (int, error) {
+	// The faults are decided once a batch arrived: a read that began
+	// before a partition must not deliver after it.
+	n, err := b.body.Read(p)
+	f := b.f
+	f.mu.Lock()
+	cut := f.cut[[2]uint64{b.from, b.to}]
+	drop := f.drop > 0 && f.rng.Float64() < f.drop
+	var d time.Duration
+	if f.delay > 0 {
+		d = time.Duration(f.rng.Int64N(int64(f.delay)))
+	}
+	f.mu.Unlock()
+	if cut || drop {
+		f.dropped.Add(1)
+		return 0, errInjected
+	}
+	time.Sleep(d)
+	return n, err
+}
+
+func (b *faultyBody) Close() error { return b.body.Close() }
 
 func (f *faults) set(drop float64, delay time.Duration) {
 	f.mu.Lock()
@@ -143,6 +182,9 @@ type testNode struct {
 func (tn *testNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := tn.cur.Load()
 	if n == nil {
+		// Close the connection: a stream's body does not end, and the
+		// server would otherwise read it before answering.
+		w.Header().Set("Connection", "close")
 		http.Error(w, "node down", http.StatusServiceUnavailable)
 		return
 	}
@@ -161,6 +203,7 @@ type cluster struct {
 	peers  map[uint64]string    // the initial members
 	srvs   []*http.Server       // every server, shut down by close
 	tune   func(o *Options)
+	hooks  *testHooks
 	logw   io.Writer
 
 	// installed counts snapshots installed by nodes since stopped.
@@ -170,7 +213,13 @@ type cluster struct {
 // newCluster starts n nodes (IDs 1..n) with fast ticks.
 func newCluster(t testing.TB, n int, tune func(o *Options)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, faults: newFaults(rand.Uint64()), nodes: map[uint64]*testNode{}, peers: map[uint64]string{}, tune: tune}
+	return newClusterHooks(t, n, tune, nil)
+}
+
+// newClusterHooks is newCluster of nodes opened with hooks.
+func newClusterHooks(t testing.TB, n int, tune func(o *Options), hooks *testHooks) *cluster {
+	t.Helper()
+	c := &cluster{t: t, faults: newFaults(rand.Uint64()), nodes: map[uint64]*testNode{}, peers: map[uint64]string{}, tune: tune, hooks: hooks}
 	c.client = &http.Client{Transport: c.faults}
 	if os.Getenv("RAFTKV_TEST_LOG") != "" {
 		c.logw = os.Stderr
@@ -262,7 +311,7 @@ func (c *cluster) options(id uint64, join bool) *Options {
 // start opens node id (again).
 func (c *cluster) start(id uint64, join bool) *Node {
 	c.t.Helper()
-	n, err := Open(c.options(id, join))
+	n, err := open(c.options(id, join), c.hooks)
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", id, err)
 	}
@@ -334,7 +383,7 @@ func (c *cluster) do(timeout time.Duration, write func(ctx context.Context, n *N
 		ctx, cancel := context.WithTimeout(bg, time.Until(deadline))
 		err = write(ctx, n)
 		cancel()
-		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrDropped) || errors.Is(err, ErrStopped)) {
+		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrProposalDropped) || errors.Is(err, ErrStopped)) {
 			return err
 		}
 		time.Sleep(10 * time.Millisecond)

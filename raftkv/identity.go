@@ -64,7 +64,7 @@ func decodeIdentity(b []byte) (identity, error) {
 		lines = append(lines, sc.Text())
 	}
 	bad := func(why string) (identity, error) {
-		return identity{}, fmt.Errorf("%w: %s: %s", ErrCorrupt, identityFile, why)
+		return identity{}, errorf("%s: %s: %w", identityFile, why, ErrCorruptLog)
 	}
 	if len(lines) == 0 || lines[0] != identityTitle {
 		return bad("not a kvraft identity")
@@ -116,7 +116,7 @@ func readIdentity(dir string) (identity, bool, error) {
 		return identity{}, false, nil
 	}
 	if err != nil {
-		return identity{}, false, fmt.Errorf("raftkv: %w", err)
+		return identity{}, false, errorf("%w", err)
 	}
 	id, err := decodeIdentity(b)
 	return id, err == nil, err
@@ -132,7 +132,7 @@ func writeIdentity(dir string, id identity, mode os.FileMode) error {
 	tmp := filepath.Join(dir, identityFile+".tmp")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
-		return fmt.Errorf("raftkv: %w", err)
+		return errorf("%w", err)
 	}
 	_, err = f.Write(id.encode())
 	if err == nil {
@@ -149,7 +149,7 @@ func writeIdentity(dir string, id identity, mode os.FileMode) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("raftkv: write %s: %w", identityFile, err)
+		return errorf("write %s: %w", identityFile, err)
 	}
 	return nil
 }

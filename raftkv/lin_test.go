@@ -299,7 +299,7 @@ func linClient(c *cluster, client int, rng *rand.Rand, stop func() bool, rec *li
 		default:
 			// Refused before anything was proposed, or a read that failed:
 			// no effect to record.
-			if !write || errors.Is(err, ErrDropped) || errors.Is(err, ErrStopped) {
+			if !write || errors.Is(err, ErrProposalDropped) || errors.Is(err, ErrStopped) {
 				leader = ids[rng.IntN(len(ids))]
 				time.Sleep(5 * time.Millisecond)
 			}

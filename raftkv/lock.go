@@ -2,7 +2,6 @@ package raftkv
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -19,14 +18,14 @@ func lockDir(dir string, mode os.FileMode) (*os.File, error) {
 	path := filepath.Join(dir, "LOCK")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, mode)
 	if err != nil {
-		return nil, fmt.Errorf("raftkv: %w", err)
+		return nil, errorf("%w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("raftkv: %s is open in another node: %w", dir, kvbuf.ErrLocked)
+			return nil, errorf("%s is open in another node: %w", dir, kvbuf.ErrLocked)
 		}
-		return nil, fmt.Errorf("raftkv: lock %s: %w", path, err)
+		return nil, errorf("lock %s: %w", path, err)
 	}
 	return f, nil
 }

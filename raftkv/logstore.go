@@ -174,7 +174,7 @@ func decodeMembership(b []byte) (membership, error) {
 		return membership{}, d.err
 	}
 	if err := proto.Unmarshal(cs, m.conf); err != nil {
-		return membership{}, fmt.Errorf("%w: membership conf state: %v", ErrCorrupt, err)
+		return membership{}, errorf("membership conf state: %v: %w", err, ErrCorruptLog)
 	}
 	return m, nil
 }
@@ -184,12 +184,12 @@ func decodeMembership(b []byte) (membership, error) {
 func openLogStore(dir string, dirMode os.FileMode) (*logStore, error) {
 	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsutil.ModeFS(dirMode, fileMode(dirMode))}))
 	if err != nil {
-		return nil, fmt.Errorf("raftkv: open raft log store %s: %w", dir, err)
+		return nil, errorf("open raft log store %s: %w", dir, err)
 	}
 	ls := &logStore{db: db, hs: &raftpb.HardState{}, initConf: &raftpb.ConfState{}, snapConf: &raftpb.ConfState{}}
 	if err := ls.load(); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("raftkv: raft log store %s: %w", dir, err)
+		return nil, errorf("raft log store %s: %w", dir, err)
 	}
 	return ls, nil
 }
@@ -211,14 +211,14 @@ func (ls *logStore) load() error {
 		return err
 	} else if ok {
 		if err := proto.Unmarshal(b, ls.hs); err != nil {
-			return fmt.Errorf("%w: hard state: %v", ErrCorrupt, err)
+			return errorf("hard state: %v: %w", err, ErrCorruptLog)
 		}
 	}
 	if b, ok, err := ls.get(keyTrunc); err != nil {
 		return err
 	} else if ok {
 		if len(b) != 16 {
-			return fmt.Errorf("%w: truncation record of %d bytes", ErrCorrupt, len(b))
+			return errorf("truncation record of %d bytes: %w", len(b), ErrCorruptLog)
 		}
 		ls.truncIndex, ls.truncTerm = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
 	}
@@ -234,7 +234,7 @@ func (ls *logStore) load() error {
 		return err
 	}
 	if ls.last < ls.truncIndex {
-		return fmt.Errorf("%w: last entry %d below the compacted index %d", ErrCorrupt, ls.last, ls.truncIndex)
+		return errorf("last entry %d below the compacted index %d: %w", ls.last, ls.truncIndex, ErrCorruptLog)
 	}
 	m, ok, err := ls.membershipAt(^uint64(0))
 	if err != nil {
@@ -290,7 +290,7 @@ func (ls *logStore) membershipAt(index uint64) (membership, bool, error) {
 	}
 	m, err := decodeMembership(it.Value())
 	if err != nil {
-		return membership{}, false, fmt.Errorf("membership at %d: %w", binary.BigEndian.Uint64(it.Key()[1:]), err)
+		return membership{}, false, errorf("membership at %d: %w", binary.BigEndian.Uint64(it.Key()[1:]), err)
 	}
 	return m, true, nil
 }
@@ -331,7 +331,7 @@ func (ls *logStore) hardState() *raftpb.HardState {
 func marshalEntry(b *pebble.Batch, e *raftpb.Entry) error {
 	data, err := proto.Marshal(e)
 	if err != nil {
-		return fmt.Errorf("marshal entry %d: %w", e.GetIndex(), err)
+		return errorf("marshal entry %d: %w", e.GetIndex(), err)
 	}
 	return b.Set(entryKey(e.GetIndex()), data, nil)
 }
@@ -489,7 +489,7 @@ func (ls *logStore) compact(index uint64) error {
 		return nil
 	}
 	if index > last {
-		return fmt.Errorf("raftkv: compact to %d past the last entry %d", index, last)
+		return errorf("compact to %d past the last entry %d", index, last)
 	}
 	term, err := ls.termLocked(index)
 	if err != nil {
@@ -533,7 +533,7 @@ func (ls *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	case lo <= ls.truncIndex:
 		return nil, raft.ErrCompacted
 	case hi > ls.last+1:
-		return nil, fmt.Errorf("raftkv: entries [%d, %d) past the last index %d: %w", lo, hi, ls.last, raft.ErrUnavailable)
+		return nil, errorf("entries [%d, %d) past the last index %d: %w", lo, hi, ls.last, raft.ErrUnavailable)
 	case lo >= hi:
 		return nil, nil
 	}
@@ -565,10 +565,10 @@ func (ls *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	for ok := it.First(); ok; ok = it.Next() {
 		e := &raftpb.Entry{}
 		if err := proto.Unmarshal(it.Value(), e); err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, want, err)
+			return nil, errorf("entry %d: %v: %w", want, err, ErrCorruptLog)
 		}
 		if e.GetIndex() != want {
-			return nil, fmt.Errorf("%w: entry %d found where %d was expected", ErrCorrupt, e.GetIndex(), want)
+			return nil, errorf("entry %d found where %d was expected: %w", e.GetIndex(), want, ErrCorruptLog)
 		}
 		if !add(e) {
 			full = true
@@ -580,7 +580,7 @@ func (ls *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return nil, err
 	}
 	if !full && want != hi {
-		return nil, fmt.Errorf("%w: entry %d missing from the log", ErrCorrupt, want)
+		return nil, errorf("entry %d missing from the log: %w", want, ErrCorruptLog)
 	}
 	return out, nil
 }
@@ -610,11 +610,11 @@ func (ls *logStore) termLocked(i uint64) (uint64, error) {
 		return 0, err
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: entry %d missing from the log", ErrCorrupt, i)
+		return 0, errorf("entry %d missing from the log: %w", i, ErrCorruptLog)
 	}
 	e := &raftpb.Entry{}
 	if err := proto.Unmarshal(b, e); err != nil {
-		return 0, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, i, err)
+		return 0, errorf("entry %d: %v: %w", i, err, ErrCorruptLog)
 	}
 	return e.GetTerm(), nil
 }

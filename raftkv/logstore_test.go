@@ -60,11 +60,11 @@ func TestCommandRoundTrip(t *testing.T) {
 		}
 		// Every prefix is refused, never a panic.
 		for n := range len(b) {
-			if _, err := decodeCommand(b[:n]); !errors.Is(err, ErrCorrupt) {
+			if _, err := decodeCommand(b[:n]); !errors.Is(err, ErrCorruptLog) {
 				t.Fatalf("%v cut at %d: %v", c.kind, n, err)
 			}
 		}
-		if _, err := decodeCommand(append(b, 0)); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeCommand(append(b, 0)); !errors.Is(err, ErrCorruptLog) {
 			t.Fatalf("%v with a trailing byte: %v", c.kind, err)
 		}
 	}
@@ -74,7 +74,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		"bit":     append((&command{kind: cmdSetBit, name: "b"}).encode()[:13], 0, 7),
 		"flags":   append((&command{kind: cmdDeleteRange, name: "b"}).encode()[:13], 9, 0, 0),
 	} {
-		if _, err := decodeCommand(b); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeCommand(b); !errors.Is(err, ErrCorruptLog) {
 			t.Errorf("bad %s: %v", name, err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestLogStore(t *testing.T) {
 	if err != nil || !ok || !reflect.DeepEqual(got.peers, m.peers) || !reflect.DeepEqual(got.removed, m.removed) {
 		t.Fatalf("membership at 100: %+v %v %v", got, ok, err)
 	}
-	if _, err := decodeMembership(m.encode()[:5]); !errors.Is(err, ErrCorrupt) {
+	if _, err := decodeMembership(m.encode()[:5]); !errors.Is(err, ErrCorruptLog) {
 		t.Fatalf("a cut membership record: %v", err)
 	}
 }

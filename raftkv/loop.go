@@ -44,7 +44,7 @@ func (n *Node) enqueue(ctx context.Context, fn loopCall) error {
 	case n.calls <- fn:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errNotQueued, ctx.Err())
+		return errorf("%w: %w", errNotQueued, ctx.Err())
 	case <-n.stopc:
 		return n.stopped()
 	}
@@ -62,9 +62,9 @@ func (n *Node) onLoop(ctx context.Context, fn func(rn *raft.RawNode) error) erro
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	case <-n.stopc:
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
+		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
 	}
 }
 
@@ -129,8 +129,8 @@ func (n *Node) raftRefused(r any) error {
 		cause = errors.New(fmt.Sprint(r))
 	}
 	trunc, last := n.ls.bounds()
-	return fmt.Errorf("%w: node %d: %w (log (%d, %d], commit %d, applied %d); if its data directory was wiped, restored from a copy or damaged, %s",
-		ErrRaftState, n.id, cause, trunc, last, n.ls.hardState().GetCommit(), n.applied, replaceAdvice(n.id))
+	return errorf("node %d: %w (log (%d, %d], commit %d, applied %d): %w; if its data directory was wiped, restored from a copy or damaged, %s",
+		n.id, cause, trunc, last, n.ls.hardState().GetCommit(), n.applied, ErrRaftState, replaceAdvice(n.id))
 }
 
 // replaceAdvice says how to bring back a node whose raft state the cluster

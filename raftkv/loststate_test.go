@@ -52,7 +52,7 @@ func TestLostStateHeartbeat(t *testing.T) {
 	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1),
 		Term: proto.Uint64(term + 1), Commit: proto.Uint64(20024)}
 	hdr := c.peerHeaders(n, 2)
-	if code, body := post(t, c.tn(1).addr, pathMessage, hdr, bytes.NewReader(batch(hb))); code != 204 {
+	if code, body := post(t, c.tn(1).addr, pathStream, hdr, bytes.NewReader(batch(hb))); code != 204 {
 		t.Fatalf("HTTP %d %s", code, body)
 	}
 	waitFor(t, 10*time.Second, "the node to stop", func() bool { return n.Err() != nil })

@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Membership changes. Each is one raft conf change (simple changes, one at
@@ -42,7 +44,7 @@ const PromoteMaxLag = 1000
 // does not change, whether or not the node runs yet. Start the new node
 // with Join (and this cluster's token, and its members as Peers), then
 // promote it with PromoteNode once it has caught up. It returns once the
-// change is applied here. Errors: as writes, and ErrBadOptions (a bad id or
+// change is applied here. Errors: as writes, and kvbuf.ErrBadOptions (a bad id or
 // address), ErrRemovedID, ErrMemberExists, ErrConfChangePending.
 func (n *Node) AddLearner(ctx context.Context, id uint64, addr string) error {
 	if err := checkMemberArgs(id, addr); err != nil {
@@ -70,14 +72,14 @@ func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 // ErrNotCaughtUp, ErrConfChangePending.
 func (n *Node) PromoteNode(ctx context.Context, id uint64) error {
 	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
+		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
 	}
 	return n.changeConf(ctx, raftpb.ConfChangeAddNode, id, "")
 }
 
 // UpdateNode changes the address of member id to addr (the node moved;
 // start it there with its data directory). Errors: as writes, and
-// ErrBadOptions, ErrNotMember, ErrConfChangePending.
+// kvbuf.ErrBadOptions, ErrNotMember, ErrConfChangePending.
 func (n *Node) UpdateNode(ctx context.Context, id uint64, addr string) error {
 	if err := checkMemberArgs(id, addr); err != nil {
 		return err
@@ -91,17 +93,17 @@ func (n *Node) UpdateNode(ctx context.Context, id uint64, addr string) error {
 // Errors: as writes, and ErrNotMember, ErrLastVoter, ErrConfChangePending.
 func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
 	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
+		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
 	}
 	return n.changeConf(ctx, raftpb.ConfChangeRemoveNode, id, "")
 }
 
 func checkMemberArgs(id uint64, addr string) error {
 	if id == 0 {
-		return fmt.Errorf("%w: node ID 0", ErrBadOptions)
+		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("%w: address %q: %v", ErrBadOptions, addr, err)
+		return errorf("address %q: %v: %w", addr, err, kvbuf.ErrBadOptions)
 	}
 	return nil
 }
@@ -148,10 +150,9 @@ func (n *Node) caughtUp(rn *raft.RawNode, id uint64) error {
 	pr, ok := st.Progress[id]
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: node %d has no progress on leader %d", ErrNotMember, id, n.id)
+		return errorf("node %d has no progress on leader %d: %w", id, n.id, ErrNotMember)
 	case pr.State != tracker.StateReplicate || pr.Match+PromoteMaxLag < st.GetCommit():
-		return fmt.Errorf("%w: learner %d has entries up to %d of the %d committed (%s); promote it once it is within %d",
-			ErrNotCaughtUp, id, pr.Match, st.GetCommit(), pr.State, PromoteMaxLag)
+		return errorf("learner %d has entries up to %d of the %d committed (%s); promote it once it is within %d: %w", id, pr.Match, st.GetCommit(), pr.State, PromoteMaxLag, ErrNotCaughtUp)
 	}
 	return nil
 }
@@ -176,7 +177,7 @@ func (n *Node) checkProposedConfChanges(ents []*raftpb.Entry) {
 	}
 	for _, req := range n.ccProposed {
 		if !appended[req] {
-			n.complete(req, fmt.Errorf("%w: node %d has a membership change not yet applied; retry", ErrConfChangePending, n.id))
+			n.complete(req, errorf("node %d has a membership change not yet applied; retry: %w", n.id, ErrConfChangePending))
 		}
 	}
 	n.ccProposed = n.ccProposed[:0]
@@ -193,30 +194,29 @@ func (m membership) check(cc *raftpb.ConfChange) error {
 	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 		switch promote := isPromotion(cc); {
 		case removed:
-			return fmt.Errorf("%w: node %d was removed from the cluster; IDs are never reused: add the node under a new ID", ErrRemovedID, id)
+			return errorf("node %d was removed from the cluster; IDs are never reused: add the node under a new ID: %w", id, ErrRemovedID)
 		case promote && voter:
-			return fmt.Errorf("%w: node %d is already a voter", ErrMemberExists, id)
+			return errorf("node %d is already a voter: %w", id, ErrMemberExists)
 		case promote && !learner:
-			return fmt.Errorf("%w: node %d is not a learner of the cluster (add it as a learner first)", ErrNotMember, id)
+			return errorf("node %d is not a learner of the cluster (add it as a learner first): %w", id, ErrNotMember)
 		case !promote && (voter || learner):
-			return fmt.Errorf("%w: node %d is already a member, at %s (to move it, change its address: UpdateNode, kvraft's PUT /members/%d/addr)",
-				ErrMemberExists, id, m.peers[id], id)
+			return errorf("node %d is already a member, at %s (to move it, change its address: UpdateNode, kvraft's PUT /members/%d/addr): %w", id, m.peers[id], id, ErrMemberExists)
 		}
 	case raftpb.ConfChangeRemoveNode:
 		switch {
 		case removed:
-			return fmt.Errorf("%w: node %d was removed already", ErrNotMember, id)
+			return errorf("node %d was removed already: %w", id, ErrNotMember)
 		case !voter && !learner:
-			return fmt.Errorf("%w: node %d is not a member of the cluster", ErrNotMember, id)
+			return errorf("node %d is not a member of the cluster: %w", id, ErrNotMember)
 		case voter && len(m.conf.GetVoters()) == 1:
-			return fmt.Errorf("%w: node %d is the cluster's only voter", ErrLastVoter, id)
+			return errorf("node %d is the cluster's only voter: %w", id, ErrLastVoter)
 		}
 	case raftpb.ConfChangeUpdateNode:
 		if !voter && !learner {
-			return fmt.Errorf("%w: node %d is not a member of the cluster", ErrNotMember, id)
+			return errorf("node %d is not a member of the cluster: %w", id, ErrNotMember)
 		}
 	default:
-		return fmt.Errorf("%w: conf change type %v", ErrBadOptions, cc.GetType())
+		return errorf("conf change type %v: %w", cc.GetType(), kvbuf.ErrBadOptions)
 	}
 	return nil
 }
@@ -317,14 +317,14 @@ func (n *Node) applyMeta(idx uint64, c *command) error {
 	}
 	if changed {
 		if err := n.ls.saveMembership(idx, n.membership()); err != nil {
-			return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
+			return errorf("record membership at %d: %w", idx, err)
 		}
 		n.publishMembers()
 	}
 	if err := n.sm.skip(n.ctx, idx); err != nil {
 		return err
 	}
-	n.complete(c.id, nil)
+	n.ackLater(c.id, nil)
 	return nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // writer writes keys w<i> through the leader until stopped, and returns
@@ -263,8 +265,8 @@ func TestMembershipMistakes(t *testing.T) {
 		"promote a voter":           {l.PromoteNode(bg, member), ErrMemberExists, "already a voter"},
 		"move a non-member":         {l.UpdateNode(bg, 9, "127.0.0.1:3"), ErrNotMember, "node 9"},
 		"promote a removed node":    {l.PromoteNode(bg, gone), ErrRemovedID, ""},
-		"add with a bad address":    {l.AddLearner(bg, 7, "nowhere"), ErrBadOptions, ""},
-		"promote node 0":            {l.PromoteNode(bg, 0), ErrBadOptions, ""},
+		"add with a bad address":    {l.AddLearner(bg, 7, "nowhere"), kvbuf.ErrBadOptions, ""},
+		"promote node 0":            {l.PromoteNode(bg, 0), kvbuf.ErrBadOptions, ""},
 		"add a learner on follower": {c.follower(l).AddLearner(bg, 7, "127.0.0.1:4"), ErrNotLeader, ""},
 	} {
 		if !errors.Is(tc.err, tc.want) || !strings.Contains(fmt.Sprint(tc.err), tc.text) {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
 // Node is one raft peer whose state machine is a kvbuf engine. Open starts
@@ -57,8 +58,17 @@ type Node struct {
 	// the only writer of the state machine and the only swapper.
 	engMu   sync.RWMutex
 	sm      stateMachine
-	eng     *engineSM // sm if it is the kvbuf engine, else nil
-	engName string    // the live engine's directory name under dir
+	engName string // the live engine's directory name under dir
+	hooks   *testHooks
+
+	// Writes queued for the Ready loop (see propose); propSpare and
+	// propBatch are the loop's.
+	propMu     sync.Mutex
+	props      []*proposal
+	propKick   chan struct{}
+	propSpare  []*proposal
+	propBatch  []*proposal
+	maxPayload int // checkSize's bound
 
 	// Owned by the Ready loop.
 	applied    uint64
@@ -69,6 +79,9 @@ type Node struct {
 	metaTerm   uint64            // the term metaSent is of
 	metaSent   map[uint64]bool   // meta commands proposed this term (0: the cluster ID)
 	ccProposed []uint64          // conf changes proposed since the last Ready
+	acks       []ack             // results to deliver after the state machine commits
+	cmds       []*command        // applyNormal's scratch
+	results    []error
 
 	seenMu sync.Mutex
 	seen   map[uint64]uint64 // incarnations heard by the leader (noteIncarnation)
@@ -120,6 +133,8 @@ type Node struct {
 
 	handlerOnce sync.Once
 	handler     http.Handler
+	shutdownMu  sync.Mutex
+	shutdowns   map[*http.Server]context.Context // see serverShutdown
 
 	m metrics
 }
@@ -183,22 +198,40 @@ const (
 // (or, with opts.Join, waits to be contacted by the cluster that added it).
 // The node needs its Handler served on its address to hear its peers.
 //
-// Errors: ErrBadOptions; kvbuf.ErrLocked if another node has the directory
+// Errors: kvbuf.ErrBadOptions; kvbuf.ErrLocked if another node has the directory
 // open; ErrClusterMismatch for a directory of another
 // cluster, token or node ID; ErrRemoved for a node removed from its
 // cluster; ErrDataDir for a directory whose engine and log do not fit;
-// ErrCorrupt for a damaged log store record; the engine's and pebble's open
+// ErrCorruptLog (matching kvbuf.ErrCorrupt) for a damaged log store record; the engine's and pebble's open
 // errors (kvbuf.ErrCorrupt, ...).
-func Open(opts *Options) (*Node, error) {
+func Open(opts *Options) (*Node, error) { return open(opts, nil) }
+
+// testHooks change how a node is built, for tests and benchmarks only:
+// newSM replaces the kvbuf engine as the state machine (W9's baselines);
+// noLogSync writes the raft log without syncs (W9's -w9.nologsync: how
+// much of a write's cost the log's syncs are; never safe); afterCancel
+// widens stop's window (TestCloseCancelsApply).
+type testHooks struct {
+	newSM       func(dir string) (stateMachine, error)
+	noLogSync   bool
+	afterCancel func() // runs in stop, between cancelling the context and closing stopc
+}
+
+// open is Open with hooks (nil: none).
+func open(opts *Options, hooks *testHooks) (*Node, error) {
 	o, err := opts.resolve()
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return nil, fmt.Errorf("raftkv: %w", err)
+		return nil, errorf("%w", err)
 	}
+	eo := o.Engine.EnsureDefaults()
 	n := &Node{
 		opts:       o,
+		hooks:      hooks,
+		propKick:   make(chan struct{}, 1),
+		maxPayload: enginedir.MaxNameLen + eo.MaxKeySize + eo.MaxValueSize,
 		id:         o.ID,
 		dir:        o.Dir,
 		log:        o.Logger.With("node", o.ID),
@@ -218,7 +251,7 @@ func Open(opts *Options) (*Node, error) {
 	_, _ = rand.Read(rb[:])
 	n.reqBase = binary.LittleEndian.Uint64(rb[:])
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	if err := n.open(); err != nil {
+	if err := n.start(); err != nil {
 		n.cancel()
 		if n.sm != nil {
 			_ = n.sm.close()
@@ -234,7 +267,7 @@ func Open(opts *Options) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) open() error {
+func (n *Node) start() error {
 	o := n.opts
 	n.checkDirMode(n.dir, o.DirMode)
 	lock, err := lockDir(n.dir, fileMode(o.DirMode))
@@ -271,7 +304,7 @@ func (n *Node) open() error {
 	if removed, err := ls.removed(); err != nil {
 		return err
 	} else if removed {
-		return fmt.Errorf("raftkv: %s: node %d: %w", n.dir, n.id, ErrRemoved)
+		return errorf("%s: node %d: %w", n.dir, n.id, ErrRemoved)
 	}
 	if err := n.openEngine(); err != nil {
 		return err
@@ -280,30 +313,30 @@ func (n *Node) open() error {
 	hs := ls.hardState()
 	wm := n.sm.durable()
 	if fresh && wm > 0 {
-		return fmt.Errorf("raftkv: %s: the engine has data up to op %d but there is no raft log: %w", n.dir, wm, ErrDataDir)
+		return errorf("%s: the engine has data up to op %d but there is no raft log: %w", n.dir, wm, ErrDataDir)
 	}
 	// raft panics on restart for a commit index outside the log; say what
 	// it means first.
 	if c := hs.GetCommit(); c > last {
-		return fmt.Errorf("%w: node %d: %s: its commit index %d is past the end of its log (%d); %s",
-			ErrLostState, n.id, n.dir, c, last, replaceAdvice(n.id))
+		return errorf("node %d: %s: its commit index %d is past the end of its log (%d): %w; %s",
+			n.id, n.dir, c, last, ErrLostState, replaceAdvice(n.id))
 	} else if c < trunc {
-		return fmt.Errorf("raftkv: %s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
+		return errorf("%s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
 	}
 	applied := min(wm, hs.GetCommit())
 	if applied < trunc {
-		return fmt.Errorf("raftkv: %s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
+		return errorf("%s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
 	}
 	mem, ok, err := ls.membershipAt(applied)
 	if err != nil {
-		return fmt.Errorf("raftkv: %s: %w", n.dir, err)
+		return errorf("%s: %w", n.dir, err)
 	}
 	if !ok {
 		mem = membership{conf: &raftpb.ConfState{}, peers: map[uint64]string{}}
 	}
 	if mem.cluster != 0 && n.cluster.Load() != mem.cluster {
 		if cur := n.cluster.Load(); cur != 0 {
-			return fmt.Errorf("raftkv: %s: the log says cluster %016x, %s says %016x: %w", n.dir, mem.cluster, identityFile, cur, ErrDataDir)
+			return errorf("%s: the log says cluster %016x, %s says %016x: %w", n.dir, mem.cluster, identityFile, cur, ErrDataDir)
 		}
 		if err := n.assignCluster(mem.cluster); err != nil {
 			return err
@@ -363,7 +396,7 @@ func (n *Node) open() error {
 		n.rn = rn
 		return nil
 	}); err != nil {
-		return fmt.Errorf("raftkv: start raft: %w", err)
+		return errorf("start raft: %w", err)
 	}
 	bs := n.rn.BasicStatus()
 	n.raftTerm.Store(bs.HardState.GetTerm())
@@ -382,9 +415,9 @@ func (n *Node) open() error {
 func (n *Node) checkIdentity(id identity) error {
 	switch {
 	case id.node != n.id:
-		return fmt.Errorf("raftkv: %s belongs to node %d of cluster %016x, not node %d: %w", n.dir, id.node, id.cluster, n.id, ErrClusterMismatch)
+		return errorf("%s belongs to node %d of cluster %016x, not node %d: %w", n.dir, id.node, id.cluster, n.id, ErrClusterMismatch)
 	case id.token != n.opts.ClusterToken:
-		return fmt.Errorf("raftkv: %s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
+		return errorf("%s belongs to cluster %q (%016x), not %q: %w", n.dir, id.token, id.cluster, n.opts.ClusterToken, ErrClusterMismatch)
 	}
 	n.cluster.Store(id.cluster)
 	n.bootstrap.Store(id.bootstrap)
@@ -398,12 +431,12 @@ func (n *Node) checkIdentity(id identity) error {
 func (n *Node) newIdentity(fresh bool) error {
 	o := n.opts
 	if !fresh {
-		return fmt.Errorf("raftkv: %s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
+		return errorf("%s: a raft log without an %s file: %w", n.dir, identityFile, ErrDataDir)
 	}
 	n.incarnation = randomID()
 	if !o.Join {
 		if _, in := o.Peers[n.id]; !in {
-			return fmt.Errorf("%w: bootstrapping node %d is not in Peers (use Join to join a running cluster)", ErrBadOptions, n.id)
+			return errorf("bootstrapping node %d is not in Peers (use Join to join a running cluster): %w", n.id, kvbuf.ErrBadOptions)
 		}
 		n.bootstrap.Store(bootstrapHash(o.ClusterToken, o.Peers))
 	}
@@ -435,37 +468,42 @@ func (n *Node) adoptCluster(cluster, bootstrap uint64) error {
 func (n *Node) openEngine() error {
 	name, err := n.ls.engineName()
 	if err != nil {
-		return fmt.Errorf("raftkv: %s: %w", n.dir, err)
+		return errorf("%s: %w", n.dir, err)
 	}
 	if name == "" {
 		name = initialEngine
 	} else if _, err := os.Stat(filepath.Join(n.dir, name)); err != nil {
-		return fmt.Errorf("raftkv: %s: the log names engine %s: %w: %w", n.dir, name, ErrDataDir, err)
+		return errorf("%s: the log names engine %s: %w: %w", n.dir, name, ErrDataDir, err)
 	}
 	if err := n.removeStaleEngines(name); err != nil {
 		return err
 	}
 	n.engName = name
 	path := filepath.Join(n.dir, name)
-	if n.opts.newSM != nil {
-		n.sm, err = n.opts.newSM(path)
-	} else {
-		n.eng, err = openEngineSM(path, n.opts.Engine)
-		if n.eng != nil {
-			n.sm = n.eng
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("raftkv: open engine %s: %w", path, err)
+	if n.sm, err = n.openSM(path); err != nil {
+		return errorf("open engine %s: %w", path, err)
 	}
 	return nil
+}
+
+// openSM opens the state machine in dir: the kvbuf engine, unless a test
+// hook builds another.
+func (n *Node) openSM(dir string) (stateMachine, error) {
+	if n.hooks != nil && n.hooks.newSM != nil {
+		return n.hooks.newSM(dir)
+	}
+	e, err := openEngineSM(dir, n.opts.Engine)
+	if err != nil {
+		return nil, err // not a nil *engineSM in an interface
+	}
+	return e, nil
 }
 
 // removeStaleEngines removes every engine directory under dir but live.
 func (n *Node) removeStaleEngines(live string) error {
 	ents, err := os.ReadDir(n.dir)
 	if err != nil {
-		return fmt.Errorf("raftkv: %w", err)
+		return errorf("%w", err)
 	}
 	for _, e := range ents {
 		name := e.Name()
@@ -474,7 +512,7 @@ func (n *Node) removeStaleEngines(live string) error {
 		}
 		n.log.Info("raftkv: removing a stale engine directory", "dir", name)
 		if err := os.RemoveAll(filepath.Join(n.dir, name)); err != nil {
-			return fmt.Errorf("raftkv: %w", err)
+			return errorf("%w", err)
 		}
 	}
 	return nil
@@ -493,11 +531,7 @@ func (n *Node) run() {
 	// compacted up to it); a replaced engine's channel closes with it, and
 	// the loop then listens to the new one.
 	var wmAdvanced <-chan struct{}
-	listen := func() {
-		if n.eng != nil {
-			_, wmAdvanced = n.eng.db.WatermarkNotify()
-		}
-	}
+	listen := func() { wmAdvanced = n.sm.durableNotify() }
 	listen()
 	for {
 		var err error
@@ -506,6 +540,7 @@ func (n *Node) run() {
 			err = n.guard(func() error { n.rn.Tick(); return nil })
 		case c := <-n.calls:
 			err = n.guard(func() error { n.runCalls(c); return nil })
+		case <-n.propKick:
 		case <-wmAdvanced:
 			listen()
 			n.maybeCompact()
@@ -516,6 +551,8 @@ func (n *Node) run() {
 		}
 		if err == nil {
 			err = n.guard(func() error {
+				// The writes queued meanwhile ride this Ready.
+				n.proposeQueued(n.rn)
 				if err := n.handleReadies(); err != nil {
 					return err
 				}
@@ -525,16 +562,14 @@ func (n *Node) run() {
 			})
 		}
 		if err != nil {
-			select {
-			case <-n.stopc: // Close cancelled the apply: not a failure
-			default:
+			if !n.stopping(err) {
 				n.fail(err)
 			}
 			return
 		}
 		if n.removed.Load() {
 			n.log.Warn("raftkv: this node was removed from the cluster; stopping")
-			n.fail(fmt.Errorf("raftkv: node %d: %w", n.id, ErrRemoved))
+			n.fail(errorf("node %d: %w", n.id, ErrRemoved))
 			return
 		}
 	}
@@ -588,8 +623,24 @@ func (n *Node) fail(err error) {
 func (n *Node) stop() {
 	n.stopOnce.Do(func() {
 		n.cancel()
+		if n.hooks != nil && n.hooks.afterCancel != nil {
+			n.hooks.afterCancel()
+		}
 		close(n.stopc)
 	})
+}
+
+// stopping reports whether err, which stopped the Ready loop, is Close's
+// doing rather than a failure: stop cancels the node's context before it
+// closes stopc, so an apply that fails with the cancellation may return
+// before stopc is closed.
+func (n *Node) stopping(err error) bool {
+	select {
+	case <-n.stopc:
+		return true
+	default:
+	}
+	return n.ctx.Err() != nil && errors.Is(err, context.Canceled)
 }
 
 // Done returns a channel that is closed once the node stops: Close began,
@@ -609,7 +660,7 @@ func (n *Node) stopped() error {
 	if err := n.Err(); errors.Is(err, ErrRemoved) {
 		return err
 	} else if err != nil {
-		return fmt.Errorf("%w: %w", ErrStopped, err)
+		return errorf("%w: %w", ErrStopped, err)
 	}
 	return ErrStopped
 }
@@ -640,15 +691,15 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		// are the durable ones.
 		_, last := n.ls.bounds()
 		k := 0
-		for k < len(committed) && committed[k].GetIndex() <= last && !n.opts.ackAfterSync {
+		for k < len(committed) && committed[k].GetIndex() <= last {
 			k++
 		}
 		if err := n.applyEntries(committed[:k]); err != nil {
 			return err
 		}
 		committed = committed[k:]
-		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync); err != nil {
-			return fmt.Errorf("raftkv: persist ready: %w", err)
+		if err := n.ls.save(rd.HardState, rd.Entries, rd.MustSync && (n.hooks == nil || !n.hooks.noLogSync)); err != nil {
+			return errorf("persist ready: %w", err)
 		}
 	} else if err := n.installSnapshot(rd); err != nil {
 		return err
@@ -718,16 +769,12 @@ func (n *Node) sendSnapshot(m *raftpb.Message) {
 		n.log.Warn("raftkv: cannot send a snapshot", "to", m.GetTo(), "err", err)
 		n.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
 	}
-	if n.eng == nil {
-		fail(ErrUnsupported)
-		return
-	}
 	term, err := n.ls.Term(n.applied)
 	if err != nil {
-		fail(fmt.Errorf("term of applied index %d: %w", n.applied, err))
+		fail(errorf("term of applied index %d: %w", n.applied, err))
 		return
 	}
-	snap, err := n.eng.db.NewSnapshot()
+	snap, err := n.sm.snapshot()
 	if err != nil {
 		fail(err)
 		return
@@ -743,7 +790,8 @@ func (n *Node) sendSnapshot(m *raftpb.Message) {
 	n.tr.sendSnapshot(m, snap)
 }
 
-// applyEntries applies committed entries in order.
+// applyEntries applies committed entries in order, commits the state
+// machine, then acknowledges their writers and publishes the applied index.
 func (n *Node) applyEntries(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
@@ -754,7 +802,7 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) error {
 			continue // raft never redelivers below Config.Applied; kept for a snapshot race
 		}
 		if idx != n.applied+1 {
-			return fmt.Errorf("raftkv: committed entry %d after applied index %d: a gap", idx, n.applied)
+			return errorf("committed entry %d after applied index %d: a gap", idx, n.applied)
 		}
 		var err error
 		switch e.GetType() {
@@ -763,11 +811,11 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) error {
 		case raftpb.EntryConfChange:
 			cc := &raftpb.ConfChange{}
 			if uerr := proto.Unmarshal(e.GetData(), cc); uerr != nil {
-				return fmt.Errorf("%w: conf change entry %d: %v", ErrCorrupt, idx, uerr)
+				return errorf("conf change entry %d: %v: %w", idx, uerr, ErrCorruptLog)
 			}
 			err = n.applyConfChange(idx, cc)
 		default:
-			return fmt.Errorf("raftkv: entry %d of unsupported type %v", idx, e.GetType())
+			return errorf("entry %d of unsupported type %v", idx, e.GetType())
 		}
 		if err != nil {
 			return err
@@ -781,29 +829,63 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) error {
 			n.m.reapplied.Add(1)
 		}
 	}
+	if err := n.sm.commit(n.ctx); err != nil {
+		return errorf("commit entries up to %d: %w", n.applied, err)
+	}
+	for i, a := range n.acks {
+		n.complete(a.id, a.result)
+		n.acks[i] = ack{}
+	}
+	n.acks = n.acks[:0]
 	n.publishApplied(n.applied)
 	return nil
 }
 
+// ack is the result of an applied command, for its writer.
+type ack struct {
+	id     uint64
+	result error
+}
+
+// ackLater records the result of request id, delivered once the state
+// machine has committed the entries being applied (applyEntries).
+func (n *Node) ackLater(id uint64, result error) {
+	if id != 0 {
+		n.acks = append(n.acks, ack{id, result})
+	}
+}
+
+// applyNormal applies a normal entry: its commands as one op of the state
+// machine, or the node's own meta command.
 func (n *Node) applyNormal(idx uint64, data []byte) error {
 	if len(data) == 0 {
 		// A new leader's empty entry: it changes nothing but the op.
 		return n.sm.skip(n.ctx, idx)
 	}
-	c, err := decodeCommand(data)
+	cmds, err := decodeEntry(n.cmds[:0], data)
 	if err != nil {
 		// Every node holds the same bytes and skips them alike.
 		n.log.Error("raftkv: skipping an entry that does not decode", "index", idx, "err", err)
 		return n.sm.skip(n.ctx, idx)
 	}
-	if c.kind == cmdMeta {
-		return n.applyMeta(idx, c)
+	defer func() { clear(cmds); n.cmds = cmds[:0] }()
+	if len(cmds) == 1 && cmds[0].kind == cmdMeta {
+		return n.applyMeta(idx, cmds[0])
 	}
-	result, fatal := n.sm.apply(n.ctx, idx, c)
-	if fatal != nil {
-		return fatal
+	results := n.results[:0]
+	for range cmds {
+		results = append(results, nil)
 	}
-	n.complete(c.id, result)
+	defer func() { clear(results); n.results = results[:0] }()
+	if err := n.sm.apply(n.ctx, idx, cmds, results); err != nil {
+		return err
+	}
+	for i, c := range cmds {
+		if results[i] != nil {
+			results[i] = errorf("%w", results[i])
+		}
+		n.ackLater(c.id, results[i])
+	}
 	return nil
 }
 
@@ -817,7 +899,7 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 		if err := n.sm.skip(n.ctx, idx); err != nil {
 			return err
 		}
-		n.complete(cc.GetId(), err)
+		n.ackLater(cc.GetId(), err)
 		return nil
 	}
 	cs := n.rn.ApplyConfChange(cc)
@@ -837,7 +919,7 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 		}
 		if id == n.id {
 			if err := n.ls.setRemoved(); err != nil {
-				return fmt.Errorf("raftkv: record removal: %w", err)
+				return errorf("record removal: %w", err)
 			}
 			n.removed.Store(true)
 		} else {
@@ -847,7 +929,7 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	// Durable before the engine's watermark can cover idx: a restart at or
 	// above idx starts from this membership.
 	if err := n.ls.saveMembership(idx, n.membership()); err != nil {
-		return fmt.Errorf("raftkv: record membership at %d: %w", idx, err)
+		return errorf("record membership at %d: %w", idx, err)
 	}
 	n.publishMembers()
 	n.log.Info("raftkv: membership changed", "index", idx, "change", changeName(cc), "node", id,
@@ -855,7 +937,7 @@ func (n *Node) applyConfChange(idx uint64, cc *raftpb.ConfChange) error {
 	if err := n.sm.skip(n.ctx, idx); err != nil {
 		return err
 	}
-	n.complete(cc.GetId(), nil)
+	n.ackLater(cc.GetId(), nil)
 	return nil
 }
 
@@ -886,7 +968,7 @@ func (n *Node) removedByPeer(peer uint64) {
 	if err := n.ls.setRemoved(); err != nil {
 		n.log.Error("raftkv: record removal", "err", err)
 	}
-	n.fail(fmt.Errorf("raftkv: node %d (as node %d says): %w", n.id, peer, ErrRemoved))
+	n.fail(errorf("node %d (as node %d says): %w", n.id, peer, ErrRemoved))
 }
 
 func (n *Node) publishApplied(idx uint64) {
@@ -931,10 +1013,7 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 // needing another (under load it might never catch up), and one that
 // cannot keep up even so gets a snapshot, so the log stays bounded.
 func (n *Node) maybeCompact() {
-	if n.eng == nil {
-		return
-	}
-	wm := min(n.eng.durable(), n.applied)
+	wm := min(n.sm.durable(), n.applied)
 	if wm <= n.opts.LogRetain {
 		return
 	}
@@ -980,10 +1059,7 @@ func followerHold(logRetain uint64) uint64 { return 10 * max(logRetain, 1000) }
 // snapshotNow takes an engine snapshot at the applied index (the Ready
 // loop is between entries).
 func (n *Node) snapshotNow() snapReply {
-	if n.eng == nil {
-		return snapReply{err: ErrUnsupported}
-	}
-	s, err := n.eng.db.NewSnapshot()
+	s, err := n.sm.snapshot()
 	return snapReply{snap: s, index: n.applied, err: err}
 }
 

@@ -2,7 +2,6 @@ package raftkv
 
 import (
 	"crypto/tls"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -119,7 +118,7 @@ type Options struct {
 	MaxInflightMsgs int
 
 	// MaxUncommittedBytes bounds the entries a leader holds uncommitted;
-	// proposals beyond it fail with ErrDropped (nothing written).
+	// proposals beyond it fail with ErrProposalDropped (nothing written).
 	// Default: DefaultMaxUncommittedBytes (64 MiB).
 	MaxUncommittedBytes uint64
 
@@ -169,22 +168,13 @@ type Options struct {
 	// Logger receives the node's and raft's log lines. Default: a logger
 	// that discards them.
 	Logger *slog.Logger
-
-	// newSM replaces the kvbuf state machine (the W9 baselines); nil: the
-	// engine.
-	newSM func(dir string) (stateMachine, error)
-
-	// ackAfterSync applies every committed entry after the Ready's own
-	// entries are synced (the rejected design W9's kvbuf-ack-after-sync
-	// rows measure; see doc/design.md).
-	ackAfterSync bool
 }
 
 // resolve returns a copy of o with defaults filled in, or an error for a
 // bad value.
 func (o *Options) resolve() (*Options, error) {
 	if o == nil {
-		return nil, fmt.Errorf("%w: nil Options", ErrBadOptions)
+		return nil, errorf("nil Options: %w", kvbuf.ErrBadOptions)
 	}
 	r := *o
 	r.Peers = maps.Clone(o.Peers)
@@ -249,32 +239,32 @@ func (o *Options) resolve() (*Options, error) {
 	}
 	switch {
 	case r.ID == 0:
-		return nil, fmt.Errorf("%w: ID 0 (node IDs are non-zero)", ErrBadOptions)
+		return nil, errorf("ID 0 (node IDs are non-zero): %w", kvbuf.ErrBadOptions)
 	case r.Dir == "":
-		return nil, fmt.Errorf("%w: no Dir", ErrBadOptions)
+		return nil, errorf("no Dir: %w", kvbuf.ErrBadOptions)
 	case len(r.Peers) == 0:
-		return nil, fmt.Errorf("%w: no Peers", ErrBadOptions)
+		return nil, errorf("no Peers: %w", kvbuf.ErrBadOptions)
 	case r.TickInterval < 0 || r.ElectionTicks < 0 || r.HeartbeatTicks < 0:
-		return nil, fmt.Errorf("%w: negative tick setting", ErrBadOptions)
+		return nil, errorf("negative tick setting: %w", kvbuf.ErrBadOptions)
 	case r.HeartbeatTicks >= r.ElectionTicks:
-		return nil, fmt.Errorf("%w: HeartbeatTicks %d not below ElectionTicks %d", ErrBadOptions, r.HeartbeatTicks, r.ElectionTicks)
+		return nil, errorf("HeartbeatTicks %d not below ElectionTicks %d: %w", r.HeartbeatTicks, r.ElectionTicks, kvbuf.ErrBadOptions)
 	case r.DirMode&^os.ModePerm != 0 || r.DirMode&0o700 != 0o700:
-		return nil, fmt.Errorf("%w: DirMode %#o (permission bits with rwx for the owner)", ErrBadOptions, uint32(r.DirMode))
+		return nil, errorf("DirMode %#o (permission bits with rwx for the owner): %w", uint32(r.DirMode), kvbuf.ErrBadOptions)
 	case r.MaxInflightMsgs < 0 || r.MaxPendingMessages < 0:
-		return nil, fmt.Errorf("%w: negative message limit", ErrBadOptions)
+		return nil, errorf("negative message limit: %w", kvbuf.ErrBadOptions)
 	case r.PeerTLS != nil && (r.PeerTLS.RootCAs == nil || len(r.PeerTLS.Certificates) == 0 && r.PeerTLS.GetClientCertificate == nil):
-		return nil, fmt.Errorf("%w: PeerTLS needs RootCAs (the cluster's CA) and this node's certificate", ErrBadOptions)
+		return nil, errorf("PeerTLS needs RootCAs (the cluster's CA) and this node's certificate: %w", kvbuf.ErrBadOptions)
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.Peers)) {
 		if id == 0 {
-			return nil, fmt.Errorf("%w: peer ID 0", ErrBadOptions)
+			return nil, errorf("peer ID 0: %w", kvbuf.ErrBadOptions)
 		}
 		if _, _, err := net.SplitHostPort(r.Peers[id]); err != nil {
-			return nil, fmt.Errorf("%w: peer %d address %q: %v", ErrBadOptions, id, r.Peers[id], err)
+			return nil, errorf("peer %d address %q: %v: %w", id, r.Peers[id], err, kvbuf.ErrBadOptions)
 		}
 	}
 	if err := r.Engine.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: Engine: %w", ErrBadOptions, err)
+		return nil, errorf("Engine: %w: %w", err, kvbuf.ErrBadOptions)
 	}
 	return &r, nil
 }

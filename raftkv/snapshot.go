@@ -44,37 +44,37 @@ func (n *Node) installSnapshot(rd raft.Ready) error {
 	name := engineDirName(idx)
 	path := filepath.Join(n.dir, name)
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("raftkv: snapshot %d was not received (%w)", idx, err)
+		return errorf("snapshot %d was not received (%w)", idx, err)
 	}
 	m, err := decodeMembership(rd.Snapshot.GetData())
 	if err != nil {
-		return fmt.Errorf("raftkv: snapshot %d: %w", idx, err)
+		return errorf("snapshot %d: %w", idx, err)
 	}
 	if wm := n.sm.durable(); idx <= wm || idx <= n.applied {
 		// raft only hands over snapshots above the commit index; the
 		// watermark must never go backwards.
-		return fmt.Errorf("raftkv: snapshot %d at or below the applied index %d (watermark %d)", idx, n.applied, wm)
+		return errorf("snapshot %d at or below the applied index %d (watermark %d)", idx, n.applied, wm)
 	}
 	if err := n.ls.installSnapshot(meta, m, name, rd.HardState, rd.Entries); err != nil {
-		return fmt.Errorf("raftkv: switch to snapshot %d: %w", idx, err)
+		return errorf("switch to snapshot %d: %w", idx, err)
 	}
 	// The switch is durable: from here a restart opens the new engine.
 	n.engMu.Lock()
 	oldName := n.engName
 	cerr := n.sm.close()
-	eng, err := openEngineSM(path, n.opts.Engine)
+	eng, err := n.openSM(path)
 	if err == nil {
-		n.sm, n.eng, n.engName = eng, eng, name
+		n.sm, n.engName = eng, name
 	}
 	n.engMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("raftkv: open the engine of snapshot %d: %w", idx, err)
+		return errorf("open the engine of snapshot %d: %w", idx, err)
 	}
 	if cerr != nil {
 		n.log.Warn("raftkv: closing the replaced engine", "err", cerr)
 	}
 	if wm := eng.durable(); wm != idx {
-		return fmt.Errorf("raftkv: the engine of snapshot %d has watermark %d", idx, wm)
+		return errorf("the engine of snapshot %d has watermark %d", idx, wm)
 	}
 	if err := os.RemoveAll(filepath.Join(n.dir, oldName)); err != nil {
 		n.log.Warn("raftkv: removing the replaced engine", "dir", oldName, "err", err)
@@ -110,7 +110,7 @@ func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer n.inflight.Done()
-	if rf := n.checkPeerRequest(r); rf != nil {
+	if _, rf := n.checkPeerRequest(r); rf != nil {
 		rf.write(w)
 		return
 	}

@@ -67,7 +67,7 @@ type Metrics struct {
 	SnapshotsInstalled uint64 `json:"snapshots_installed"`
 	// Compactions counts log compactions.
 	Compactions uint64 `json:"compactions"`
-	// ProposalsDropped counts writes raft refused (ErrDropped).
+	// ProposalsDropped counts writes raft refused (ErrProposalDropped).
 	ProposalsDropped uint64 `json:"proposals_dropped"`
 	// LeaderChanges counts the times this node saw a new leader, and
 	// Elections those it started an election (as a candidate; pre-vote
@@ -162,14 +162,11 @@ func stateName(s string) string {
 	return fmt.Sprintf("unknown (%s)", s)
 }
 
-// EngineMetrics returns the metrics of the node's kvbuf engine (the live
-// one: a snapshot install replaces the engine, and its counters restart at
-// zero), and false for a node built with another state machine.
-func (n *Node) EngineMetrics() (kvbuf.Metrics, bool) {
+// EngineMetrics returns the metrics of the node's kvbuf engine: the live
+// one (a snapshot install replaces the engine, and its counters restart at
+// zero).
+func (n *Node) EngineMetrics() kvbuf.Metrics {
 	n.engMu.RLock()
 	defer n.engMu.RUnlock()
-	if n.eng == nil {
-		return kvbuf.Metrics{}, false
-	}
-	return n.eng.db.Metrics(), true
+	return n.sm.metrics()
 }

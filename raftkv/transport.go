@@ -3,6 +3,7 @@ package raftkv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/binary"
@@ -10,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,14 +27,28 @@ import (
 
 // The transport carries raft messages between nodes over HTTP:
 //
-//	POST /raft/message   a batch of messages: (uvarint length, protobuf raftpb.Message)*
+//	POST /raft/stream    a stream of messages: (uvarint length, protobuf raftpb.Message)*
 //	POST /raft/snapshot  one snapshot (see snapshot.go)
+//
+// Each node keeps one stream open to each peer: a long-lived request whose
+// body its send loop writes message batches into as raft hands them over,
+// one write per batch, without waiting for an answer (raft's own messages
+// acknowledge what arrived). A peer's messages keep their order. The
+// receiver answers 200 at once, reads the frames as they arrive and steps
+// each batch into raft; the stream ends when the sender closes it (the
+// response body is then empty), or when the receiver refuses it later or
+// stops (the response body is then "<status> <refusal kind>\n<reason>").
+// A write that takes longer than SendTimeout (a peer that stopped reading)
+// aborts the stream. A failed stream drops the messages it carried (raft
+// retransmits), reports the peer unreachable to raft, and the next
+// message opens a new one; so does a full queue.
 //
 // Every request carries the headers below: the sender's cluster ID and
 // bootstrap hash, its ID and incarnation, the receiver's ID and the
 // receiver's incarnation as the sender's membership records it (0 if none
-// yet). The receiver refuses (see Node.checkPeerRequest), with 409 Conflict
-// and the kind of refusal in the X-Kvraft-Refusal header:
+// yet). The receiver refuses (see Node.checkPeer), when a stream opens and
+// again for every batch, with 409 Conflict and the kind of refusal in the
+// X-Kvraft-Refusal header (or the stream's last line):
 //
 //	cluster   another cluster's request: the cluster IDs differ, or (while
 //	          either side has no cluster ID yet) the bootstrap hashes
@@ -42,11 +59,9 @@ import (
 //	not-you   the receiver's incarnation is not the one the sender knows:
 //	          the receiver's directory was wiped or replaced, and it stops
 //
-// and answers 410 Gone to a removed node, which stops (ErrRemoved). One
-// goroutine per peer sends its queued messages, a batch per request, so
-// messages to a peer keep their order; a full queue or a failed request
-// drops messages (raft retransmits) and reports the peer unreachable to
-// raft.
+// and answers 410 Gone to a removed node, which stops (ErrRemoved). A
+// sender whose headers change (it learns the cluster ID, or the peer's
+// incarnation) opens a new stream.
 const (
 	headerCluster       = "X-Kvraft-Cluster"
 	headerBootstrap     = "X-Kvraft-Bootstrap"
@@ -61,8 +76,15 @@ const (
 	refusedReplaced = "replaced"
 	refusedNotYou   = "not-you"
 
-	pathMessage  = "/raft/message"
+	pathStream   = "/raft/stream"
 	pathSnapshot = "/raft/snapshot"
+
+	// maxSendBatch bounds the bytes of messages a send loop writes at
+	// once (it may exceed it by one message).
+	maxSendBatch = 1 << 20
+	// maxStepBatch bounds the messages a receiver steps into raft with one
+	// call of the Ready loop.
+	maxStepBatch = 512
 )
 
 type transport struct {
@@ -83,7 +105,7 @@ type transport struct {
 type peer struct {
 	id   uint64
 	addr atomic.Pointer[string]
-	// down is whether the last request to the peer failed (owned by its
+	// down is whether the last stream to the peer failed (owned by its
 	// send loop), since when, and when a refusal was last logged.
 	down       bool
 	downSince  time.Time
@@ -158,36 +180,155 @@ func (tr *transport) send(m *raftpb.Message) {
 	}
 }
 
-func (tr *transport) setHeaders(req *http.Request, to uint64) {
+// streamHeaders are the headers a stream was opened with that may change
+// while it is open: the sender's cluster ID and bootstrap hash and the
+// receiver's recorded incarnation.
+type streamHeaders struct{ cluster, bootstrap, toIncarnation uint64 }
+
+func (tr *transport) headers(to uint64) streamHeaders {
 	n := tr.n
-	req.Header.Set(headerCluster, strconv.FormatUint(n.cluster.Load(), 16))
-	req.Header.Set(headerBootstrap, strconv.FormatUint(n.bootstrap.Load(), 16))
+	return streamHeaders{n.cluster.Load(), n.bootstrap.Load(), n.view.Load().incarnations[to]}
+}
+
+func (tr *transport) setHeaders(req *http.Request, to uint64, sh streamHeaders) {
+	n := tr.n
+	req.Header.Set(headerCluster, strconv.FormatUint(sh.cluster, 16))
+	req.Header.Set(headerBootstrap, strconv.FormatUint(sh.bootstrap, 16))
 	req.Header.Set(headerFrom, strconv.FormatUint(n.id, 10))
 	req.Header.Set(headerIncarnation, strconv.FormatUint(n.incarnation, 16))
 	req.Header.Set(headerTo, strconv.FormatUint(to, 10))
-	req.Header.Set(headerToIncarnation, strconv.FormatUint(n.view.Load().incarnations[to], 16))
+	req.Header.Set(headerToIncarnation, strconv.FormatUint(sh.toIncarnation, 16))
 }
 
+// A stream is one open POST /raft/stream to a peer. The send loop writes
+// batches of frames into w; the request runs in a goroutine of its own,
+// which reports how it ended on done (nil: the sender closed it and the
+// peer took everything).
+type stream struct {
+	w        *io.PipeWriter
+	cancel   context.CancelFunc
+	watchdog *time.Timer // cancels a write that takes longer than SendTimeout
+	done     chan error
+	accepted chan struct{} // closed when the peer answers 200
+	hdr      streamHeaders
+}
+
+// openStream starts a stream to p.
+func (tr *transport) openStream(p *peer) *stream {
+	ctx, cancel := context.WithCancel(tr.ctx)
+	pr, pw := io.Pipe()
+	s := &stream{w: pw, cancel: cancel, done: make(chan error, 1), accepted: make(chan struct{}), hdr: tr.headers(p.id)}
+	s.watchdog = time.AfterFunc(time.Hour, cancel)
+	s.watchdog.Stop()
+	// A cancelled request waits for its body's reader (the HTTP client's
+	// write loop) to return: closing the pipe makes it, and fails a write
+	// blocked on it.
+	context.AfterFunc(ctx, func() { pw.CloseWithError(errStreamEnded) })
+	go func() {
+		err := tr.runStream(ctx, p, pr, s)
+		pr.CloseWithError(cmp.Or(err, errStreamEnded))
+		s.done <- err
+	}()
+	return s
+}
+
+// errStreamEnded fails a write to a stream whose request ended.
+var errStreamEnded = errors.New("raftkv: the stream to the peer ended")
+
+// runStream sends the request of stream s and returns how it ended.
+func (tr *transport) runStream(ctx context.Context, p *peer, body io.Reader, s *stream) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.url(p, pathStream), body)
+	if err != nil {
+		return err
+	}
+	tr.setHeaders(req, p.id, s.hdr)
+	req.Close = true // one stream per connection (see handleStream)
+	resp, err := tr.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return checkResponse(resp)
+	}
+	close(s.accepted)
+	// The body is empty unless the peer ended the stream itself.
+	end, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return err
+	}
+	if len(end) == 0 {
+		return nil
+	}
+	line, msg, _ := bytes.Cut(end, []byte("\n"))
+	codeText, kind, _ := strings.Cut(string(line), " ")
+	code, err := strconv.Atoi(codeText)
+	if err != nil {
+		return errorf("the peer ended the stream with %q", end)
+	}
+	return refusalError(code, kind, msg)
+}
+
+// write writes a batch of frames to the stream, aborting it if that takes
+// longer than timeout.
+func (s *stream) write(b []byte, timeout time.Duration) error {
+	s.watchdog.Reset(timeout)
+	_, err := s.w.Write(b)
+	s.watchdog.Stop()
+	return err
+}
+
+// close ends the stream: gracefully (the peer reads everything written)
+// unless that takes longer than timeout. It returns how the request ended.
+func (s *stream) close(timeout time.Duration) error {
+	s.watchdog.Reset(timeout)
+	_ = s.w.Close()
+	err := <-s.done
+	s.watchdog.Stop()
+	s.cancel()
+	return err
+}
+
+// sendLoop sends the messages queued for p, in order, over one stream at a
+// time.
 func (tr *transport) sendLoop(p *peer) {
 	defer tr.wg.Done()
-	var buf []byte
+	timeout := tr.n.opts.SendTimeout
+	var s *stream
+	defer func() {
+		if s != nil {
+			s.cancel()
+			<-s.done
+		}
+	}()
+	var buf, frame []byte
 	for {
 		var m *raftpb.Message
+		var done <-chan error
+		if s != nil {
+			done = s.done
+		}
 		select {
 		case m = <-p.queue:
+		case err := <-done:
+			// The peer ended the stream while it was idle.
+			s.cancel()
+			s = nil
+			tr.streamFailed(p, cmp.Or(err, errStreamEnded))
+			continue
 		case <-p.stop:
 			return
 		}
 		buf = buf[:0]
 		for {
-			b, err := proto.Marshal(m)
-			if err != nil {
+			var err error
+			if frame, err = (proto.MarshalOptions{}).MarshalAppend(frame[:0], m); err != nil {
 				tr.n.log.Error("raftkv: marshal message", "type", m.GetType(), "err", err)
 			} else {
-				buf = binary.AppendUvarint(buf, uint64(len(b)))
-				buf = append(buf, b...)
+				buf = binary.AppendUvarint(buf, uint64(len(frame)))
+				buf = append(buf, frame...)
 			}
-			if len(buf) >= defaultMaxMessageBatchBytes {
+			if len(buf) >= maxSendBatch {
 				break
 			}
 			select {
@@ -197,24 +338,84 @@ func (tr *transport) sendLoop(p *peer) {
 			}
 			break
 		}
-		err := tr.post(p, buf)
-		tr.outcome(p, err)
-		if err != nil {
-			tr.n.reportUnreachable(p.id)
-			switch {
-			case errors.Is(err, ErrRemoved):
-				tr.n.removedByPeer(p.id)
-			case errors.As(err, new(*replacedError)):
-				tr.n.fail(fmt.Errorf("%w: node %d: %v; %s", ErrLostState, tr.n.id, err, replaceAdvice(tr.n.id)))
+		if s != nil && s.hdr != tr.headers(p.id) {
+			// The stream's headers are out of date: a new one says what
+			// this node knows now.
+			if err := s.close(timeout); err != nil {
+				tr.streamFailed(p, err)
 			}
+			s = nil
 		}
+		if s == nil {
+			// Nothing is written before the peer accepts the stream: a
+			// server that does not (another handler, an old version)
+			// could read and drop the messages while it answers.
+			s = tr.openStream(p)
+			if err := s.waitAccepted(timeout, p.stop); err != nil {
+				s = nil
+				if err != errStopping {
+					tr.streamFailed(p, err)
+				}
+				continue
+			}
+			tr.outcome(p, nil)
+		}
+		if err := s.write(buf, timeout); err != nil {
+			s.cancel()
+			err = cmp.Or(<-s.done, err) // the request's end says why
+			s = nil
+			tr.streamFailed(p, err)
+			continue
+		}
+	}
+}
+
+// errStopping is waitAccepted's error when the send loop must stop.
+var errStopping = errors.New("raftkv: stopping")
+
+// waitAccepted waits until the peer accepts the stream, at most timeout.
+// On error the stream is over.
+func (s *stream) waitAccepted(timeout time.Duration, stop <-chan struct{}) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var err error
+	select {
+	case <-s.accepted:
+		return nil
+	case err = <-s.done:
+		s.cancel()
+		return cmp.Or(err, errStreamEnded)
+	case <-t.C:
+		err = errorf("no answer to a new stream within %v", timeout)
+	case <-stop:
+		err = errStopping
+	}
+	s.cancel()
+	<-s.done
+	return err
+}
+
+// streamFailed handles the end of a stream to p that lost messages: raft
+// learns the peer is unreachable; a peer that says this node was removed
+// or replaced stops it.
+func (tr *transport) streamFailed(p *peer, err error) {
+	tr.outcome(p, err)
+	if tr.ctx.Err() != nil {
+		return
+	}
+	tr.n.reportUnreachable(p.id)
+	switch {
+	case errors.Is(err, ErrRemoved):
+		tr.n.removedByPeer(p.id)
+	case errors.As(err, new(*replacedError)):
+		tr.n.fail(errorf("node %d: %v: %w; %s", tr.n.id, err, ErrLostState, replaceAdvice(tr.n.id)))
 	}
 }
 
 // refusalLogEvery bounds how often a peer's refusals are logged.
 const refusalLogEvery = 10 * time.Second
 
-// outcome records how a request of the send loop of p ended: it counts a
+// outcome records how a stream (or a request) to p went: it counts a
 // failure, and logs the peer becoming unreachable, reachable again, or
 // refusing our messages (at most every refusalLogEvery).
 func (tr *transport) outcome(p *peer, err error) {
@@ -226,12 +427,15 @@ func (tr *transport) outcome(p *peer, err error) {
 		}
 		return
 	}
+	if tr.ctx.Err() != nil {
+		return // stopping
+	}
 	tr.failed(p.id, err)
 	if (errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrUnauthenticated)) && time.Since(p.lastLogged) >= refusalLogEvery {
 		p.lastLogged = time.Now()
 		n.log.Error("raftkv: a peer refused our messages", "peer", p.id, "addr", *p.addr.Load(), "err", err)
 	}
-	if !p.down && tr.ctx.Err() == nil {
+	if !p.down {
 		p.down, p.downSince = true, time.Now()
 		n.log.Info("raftkv: peer unreachable", "peer", p.id, "addr", *p.addr.Load(), "err", err)
 	}
@@ -245,21 +449,6 @@ func (tr *transport) failed(id uint64, err error) {
 	if errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrUnauthenticated) {
 		tr.rejected.Add(1)
 	}
-}
-
-func (tr *transport) post(p *peer, body []byte) error {
-	ctx, cancel := context.WithTimeout(tr.ctx, tr.n.opts.SendTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.url(p, pathMessage), bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	tr.setHeaders(req, p.id)
-	resp, err := tr.client.Do(req)
-	if err != nil {
-		return err
-	}
-	return checkResponse(resp)
 }
 
 // url returns the URL of path on peer p.
@@ -301,19 +490,26 @@ func checkResponse(resp *http.Response) error {
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	switch {
-	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK:
+	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
 		return nil
-	case resp.StatusCode == http.StatusConflict && resp.Header.Get(headerRefusal) == refusedReplaced:
+	}
+	return refusalError(resp.StatusCode, resp.Header.Get(headerRefusal), msg)
+}
+
+// refusalError is the error of a peer's answer with status code, refusal
+// kind (headerRefusal) and body msg.
+func refusalError(code int, kind string, msg []byte) error {
+	switch {
+	case code == http.StatusConflict && kind == refusedReplaced:
 		return &replacedError{msg: string(bytes.TrimSpace(msg))}
-	case resp.StatusCode == http.StatusConflict:
+	case code == http.StatusConflict:
 		return refused(ErrClusterMismatch, msg)
-	case resp.StatusCode == http.StatusForbidden:
+	case code == http.StatusForbidden:
 		return refused(ErrUnauthenticated, msg)
-	case resp.StatusCode == http.StatusGone:
+	case code == http.StatusGone:
 		return refused(ErrRemoved, msg)
 	}
-	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	return fmt.Errorf("HTTP %d: %s", code, bytes.TrimSpace(msg))
 }
 
 // sendSnapshot streams snap as the snapshot of message m in the
@@ -336,7 +532,7 @@ func (tr *transport) sendSnapshot(m *raftpb.Message, snap *kvbuf.Snapshot) {
 		status := raft.SnapshotFinish
 		if err != nil {
 			status = raft.SnapshotFailure
-			tr.failed(p.id, fmt.Errorf("snapshot %d: %w", idx, err))
+			tr.failed(p.id, errorf("snapshot %d: %w", idx, err))
 			tr.n.m.snapshotsFailed.Add(1)
 			tr.n.log.Warn("raftkv: sending a snapshot failed", "to", p.id, "index", idx, "err", err)
 		} else {
@@ -376,7 +572,7 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.url(p, pathSnapshot), pr)
 	if err == nil {
-		tr.setHeaders(req, p.id)
+		tr.setHeaders(req, p.id, tr.headers(p.id))
 		var resp *http.Response
 		if resp, err = tr.client.Do(req); err == nil {
 			err = checkResponse(resp)
@@ -396,7 +592,7 @@ func (tr *transport) streamSnapshot(p *peer, m *raftpb.Message, snap *kvbuf.Snap
 func (n *Node) Handler() http.Handler {
 	n.handlerOnce.Do(func() {
 		mux := http.NewServeMux()
-		mux.HandleFunc("POST "+pathMessage, n.handleMessages)
+		mux.HandleFunc("POST "+pathStream, n.handleStream)
 		mux.HandleFunc("POST "+pathSnapshot, n.handleSnapshot)
 		n.handler = mux
 		if n.opts.PeerTLS != nil {
@@ -416,10 +612,10 @@ func (n *Node) Handler() http.Handler {
 // certificate signed by the cluster's CA (PeerTLS.RootCAs).
 func (n *Node) checkPeerCert(r *http.Request) error {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return fmt.Errorf("%w: node %d: a peer must present a certificate of the cluster's CA", ErrUnauthenticated, n.id)
+		return errorf("node %d: a peer must present a certificate of the cluster's CA: %w", n.id, ErrUnauthenticated)
 	}
 	if err := VerifyPeerCert(r.TLS.PeerCertificates, n.opts.PeerTLS.RootCAs); err != nil {
-		return fmt.Errorf("%w: node %d: the peer's certificate is not of the cluster's CA: %w", ErrUnauthenticated, n.id, err)
+		return errorf("node %d: the peer's certificate is not of the cluster's CA: %w: %w", n.id, err, ErrUnauthenticated)
 	}
 	return nil
 }
@@ -457,7 +653,7 @@ func parsePeerHeaders(r *http.Request) (peerHeaders, error) {
 	} {
 		v, err := strconv.ParseUint(r.Header.Get(f.name), f.base, 64)
 		if err != nil {
-			return h, fmt.Errorf("raftkv: bad %s header %q", f.name, r.Header.Get(f.name))
+			return h, errorf("bad %s header %q", f.name, r.Header.Get(f.name))
 		}
 		*f.v = v
 	}
@@ -479,50 +675,55 @@ func (rf *refusal) write(w http.ResponseWriter) {
 	http.Error(w, rf.err.Error(), rf.code)
 }
 
-// checkPeerRequest refuses a request of another cluster or for another
-// node, from a removed node or from a node whose directory was replaced
-// (see the transport's refusals), and stops this node if the sender knows
-// its ID by another directory. A joining node takes its cluster from the
-// first request it accepts; the leader notes the sender's incarnation for
-// the cluster to record if it has none.
-func (n *Node) checkPeerRequest(r *http.Request) *refusal {
+// checkPeerRequest parses a request's transport headers and checks them
+// (checkPeer).
+func (n *Node) checkPeerRequest(r *http.Request) (peerHeaders, *refusal) {
 	h, err := parsePeerHeaders(r)
 	if err != nil {
-		return &refusal{code: http.StatusBadRequest, err: err}
+		return h, &refusal{code: http.StatusBadRequest, err: err}
 	}
+	return h, n.checkPeer(h)
+}
+
+// checkPeer refuses a request of another cluster or for another node, from
+// a removed node or from a node whose directory was replaced (see the
+// transport's refusals), and stops this node if the sender knows its ID by
+// another directory. A joining node takes its cluster from the first
+// request it accepts; the leader notes the sender's incarnation for the
+// cluster to record if it has none. A stream is checked when it opens and
+// again before each batch it carries is stepped.
+func (n *Node) checkPeer(h peerHeaders) *refusal {
 	cluster, bootstrap := n.cluster.Load(), n.bootstrap.Load()
 	joining := bootstrap == 0
 	switch {
 	case joining:
 	case cluster != 0 && h.cluster != 0:
 		if h.cluster != cluster {
-			return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d is in cluster %016x, the request is from node %d of cluster %016x: %w",
-				n.id, cluster, h.from, h.cluster, ErrClusterMismatch)}
+			return &refusal{http.StatusConflict, refusedCluster, errorf("node %d is in cluster %016x, the request is from node %d of cluster %016x: %w", n.id, cluster, h.from, h.cluster, ErrClusterMismatch)}
 		}
 	case h.bootstrap != bootstrap:
 		// One side has no cluster ID yet: the bootstrap hashes say.
-		return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d was bootstrapped as %016x, the request is from node %d bootstrapped as %016x (another cluster token or other initial members): %w",
-			n.id, bootstrap, h.from, h.bootstrap, ErrClusterMismatch)}
+		return &refusal{http.StatusConflict, refusedCluster, errorf("node %d was bootstrapped as %016x, the request is from node %d bootstrapped as %016x (another cluster token or other initial members): %w", n.id, bootstrap, h.from, h.bootstrap, ErrClusterMismatch)}
 	}
 	if h.to != n.id {
-		return &refusal{http.StatusConflict, refusedNode, fmt.Errorf("raftkv: this is node %d, not node %d: %w", n.id, h.to, ErrClusterMismatch)}
+		return &refusal{http.StatusConflict, refusedNode, errorf("this is node %d, not node %d: %w", n.id, h.to, ErrClusterMismatch)}
 	}
 	if h.toIncarnation != 0 && h.toIncarnation != n.incarnation {
-		err := fmt.Errorf("%w: node %d: node %d knows node %d by another data directory (incarnation %016x, this one is %016x): this directory was wiped or replaced; %s",
-			ErrLostState, n.id, h.from, n.id, h.toIncarnation, n.incarnation, replaceAdvice(n.id))
+		err := errorf("node %d: node %d knows node %d by another data directory (incarnation %016x, this one is %016x): this directory was wiped or replaced: %w; %s",
+			n.id, h.from, n.id, h.toIncarnation, n.incarnation, ErrLostState, replaceAdvice(n.id))
 		n.fail(err)
 		return &refusal{http.StatusConflict, refusedNotYou, err}
 	}
 	if joining {
 		if h.bootstrap == 0 {
-			return &refusal{http.StatusConflict, refusedCluster, fmt.Errorf("raftkv: node %d is joining a cluster; node %d has none either: %w", n.id, h.from, ErrClusterMismatch)}
+			return &refusal{http.StatusConflict, refusedCluster, errorf("node %d is joining a cluster; node %d has none either: %w", n.id, h.from, ErrClusterMismatch)}
 		}
 		if err := n.adoptCluster(h.cluster, h.bootstrap); err != nil {
 			return &refusal{code: http.StatusInternalServerError, err: err}
 		}
 	}
 	if n.wasRemoved(h.from) {
-		return &refusal{code: http.StatusGone, err: fmt.Errorf("raftkv: node %d was removed from the cluster", h.from)}
+		return &refusal{code: http.StatusGone, err: errorf("node %d was removed from the cluster", h.from)}
 	}
 	switch rec := n.view.Load().incarnations[h.from]; {
 	case rec != 0 && rec != h.incarnation:
@@ -530,8 +731,7 @@ func (n *Node) checkPeerRequest(r *http.Request) *refusal {
 			n.log.Warn("raftkv: refused a node whose data directory was replaced", "peer", h.from, "incarnation", fmt.Sprintf("%016x", h.incarnation),
 				"recorded", fmt.Sprintf("%016x", rec))
 		}
-		return &refusal{http.StatusConflict, refusedReplaced, fmt.Errorf("raftkv: node %d refuses node %d: the cluster knows node %d by another data directory (incarnation %016x, the request's is %016x)",
-			n.id, h.from, h.from, rec, h.incarnation)}
+		return &refusal{http.StatusConflict, refusedReplaced, errorf("node %d refuses node %d: the cluster knows node %d by another data directory (incarnation %016x, the request's is %016x)", n.id, h.from, h.from, rec, h.incarnation)}
 	case rec == 0 && n.leader.Load():
 		n.noteIncarnation(h.from, h.incarnation)
 	}
@@ -550,48 +750,142 @@ func (n *Node) logEvery(key string) bool {
 	return true
 }
 
-// maxMessageBody bounds a request of messages: a batch may exceed
-// defaultMaxMessageBatchBytes by one message, which holds at most
-// MaxSizePerMsg of entries, or one entry of the largest value.
-func (n *Node) maxMessageBody() int64 {
-	o := n.opts.Engine.EnsureDefaults()
-	return int64(defaultMaxMessageBatchBytes) + int64(n.opts.MaxSizePerMsg) + int64(o.MaxKeySize+o.MaxValueSize) + 1<<20
+// maxFrame bounds one message of a stream: raft's appends hold at most
+// MaxSizePerMsg of entries, or one entry if it is larger, and an entry is
+// at most a batch of writes or one write of the largest size.
+func (n *Node) maxFrame() int {
+	return int(n.opts.MaxSizePerMsg) + maxBatchEntryBytes + n.maxPayload + 1<<20
 }
 
-func (n *Node) handleMessages(w http.ResponseWriter, r *http.Request) {
-	if rf := n.checkPeerRequest(r); rf != nil {
+// handleStream receives a stream of messages from a peer (see the
+// transport): it answers 200 once the headers pass, then steps the
+// messages into raft a batch at a time, as they arrive, until the sender
+// ends the stream, a check refuses it, or this node stops (or its server
+// shuts down). Those end the response with "<status> <kind>\n<reason>".
+func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
+	// HTTP/1.x: answer while the body is still coming (HTTP/2 always
+	// can). Without it the server would read the body before sending a
+	// refusal, and a stream's body does not end.
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	// A stream's connection is not reused: the server would read the rest
+	// of a body the handler did not (a refused stream's) as the next
+	// request.
+	w.Header().Set("Connection", "close")
+	h, rf := n.checkPeerRequest(r)
+	if rf != nil {
 		rf.write(w)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n.maxMessageBody()))
-	if err != nil {
-		http.Error(w, "raftkv: read messages: "+err.Error(), http.StatusBadRequest)
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
 		return
 	}
-	var msgs []*raftpb.Message
-	for len(body) > 0 {
-		size, k := binary.Uvarint(body)
-		if k <= 0 || size > uint64(len(body)-k) {
-			http.Error(w, "raftkv: malformed message batch", http.StatusBadRequest)
-			return
+	// A read blocked on the body ends when the node stops or the server
+	// shuts down.
+	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
+	stopNode := context.AfterFunc(n.ctx, unblock)
+	defer stopNode()
+	stopServer := context.AfterFunc(n.serverShutdown(r), unblock)
+	defer stopServer()
+	end := func(rf *refusal) {
+		kind := rf.kind
+		if kind == "" {
+			kind = "-"
 		}
-		m := &raftpb.Message{}
-		if err := proto.Unmarshal(body[k:k+int(size)], m); err != nil {
-			http.Error(w, "raftkv: malformed message: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if m.GetTo() != n.id || m.GetType() == raftpb.MsgSnap {
-			http.Error(w, fmt.Sprintf("raftkv: message %v to node %d in a batch for node %d", m.GetType(), m.GetTo(), n.id), http.StatusBadRequest)
-			return
-		}
-		msgs = append(msgs, m)
-		body = body[k+int(size):]
+		fmt.Fprintf(w, "%d %s\n%s", rf.code, kind, rf.err.Error())
 	}
-	if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { n.stepMessages(rn, msgs) }); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable) // stopped, or the request ended
-		return
+	br := bufio.NewReaderSize(r.Body, 64<<10)
+	limit := n.maxFrame()
+	var frame []byte
+	for {
+		var msgs []*raftpb.Message
+		for len(msgs) == 0 || br.Buffered() > 0 && len(msgs) < maxStepBatch {
+			m, err := n.readFrame(br, &frame, limit)
+			switch {
+			case err == nil:
+				msgs = append(msgs, m)
+				continue
+			case errors.Is(err, io.EOF) && len(msgs) == 0:
+				return // the sender closed the stream
+			case n.ctx.Err() != nil:
+				end(&refusal{code: http.StatusServiceUnavailable, err: n.stopped()})
+			case errors.Is(err, errBadFrame):
+				end(&refusal{code: http.StatusBadRequest, err: err})
+			default:
+				end(&refusal{code: http.StatusServiceUnavailable, err: errorf("read stream: %w", err)})
+			}
+			return
+		}
+		if rf := n.checkPeer(h); rf != nil {
+			end(rf)
+			return
+		}
+		if err := n.enqueue(r.Context(), func(rn *raft.RawNode) { n.stepMessages(rn, msgs) }); err != nil {
+			end(&refusal{code: http.StatusServiceUnavailable, err: err}) // stopped, or the request ended
+			return
+		}
 	}
-	w.WriteHeader(http.StatusNoContent)
+}
+
+// errBadFrame marks a stream frame that is not a message for this node.
+var errBadFrame = errors.New("raftkv: malformed message stream")
+
+// readFrame reads one message of a stream, using *buf for its bytes.
+func (n *Node) readFrame(br *bufio.Reader, buf *[]byte, limit int) (*raftpb.Message, error) {
+	size, err := binary.ReadUvarint(br)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, errorf("the stream ends within a frame: %w", errBadFrame)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, err
+	case err != nil:
+		return nil, errorf("frame length: %v: %w", err, errBadFrame)
+	case size > uint64(limit):
+		return nil, errorf("frame of %d bytes (at most %d): %w", size, limit, errBadFrame)
+	}
+	if cap(*buf) < int(size) {
+		*buf = make([]byte, size)
+	}
+	b := (*buf)[:size]
+	if _, err := io.ReadFull(br, b); errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return nil, errorf("the stream ends within a frame: %w", errBadFrame)
+	} else if err != nil {
+		return nil, err
+	}
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, errorf("message: %v: %w", err, errBadFrame)
+	}
+	if m.GetTo() != n.id || m.GetType() == raftpb.MsgSnap {
+		return nil, errorf("message %v to node %d in a stream for node %d: %w", m.GetType(), m.GetTo(), n.id, errBadFrame)
+	}
+	return m, nil
+}
+
+// serverShutdown returns a context that ends when the HTTP server serving
+// r shuts down (http.Server.RegisterOnShutdown: streams are long-lived
+// requests that Shutdown would otherwise wait for), or never if r carries
+// no server.
+func (n *Node) serverShutdown(r *http.Request) context.Context {
+	srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if !ok {
+		return context.Background()
+	}
+	n.shutdownMu.Lock()
+	defer n.shutdownMu.Unlock()
+	if ctx, ok := n.shutdowns[srv]; ok {
+		return ctx
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv.RegisterOnShutdown(cancel)
+	if n.shutdowns == nil {
+		n.shutdowns = map[*http.Server]context.Context{}
+	}
+	n.shutdowns[srv] = ctx
+	return ctx
 }
 
 // stepMessages steps messages from a peer into raft, on the Ready loop.
@@ -623,8 +917,8 @@ func (n *Node) checkMessage(rn *raft.RawNode, m *raftpb.Message) error {
 	if m.GetCommit() <= last || m.GetTerm() < rn.BasicStatus().GetTerm() {
 		return nil
 	}
-	return fmt.Errorf("%w: node %d: leader %d (term %d) says entries up to %d are committed here, but this node's log ends at %d; %s",
-		ErrLostState, n.id, m.GetFrom(), m.GetTerm(), m.GetCommit(), last, replaceAdvice(n.id))
+	return errorf("node %d: leader %d (term %d) says entries up to %d are committed here, but this node's log ends at %d: %w; %s",
+		n.id, m.GetFrom(), m.GetTerm(), m.GetCommit(), last, ErrLostState, replaceAdvice(n.id))
 }
 
 // reportUnreachable tells raft that a message to peer id was lost.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 )
 
 // post sends body to a node's transport path with the given headers and
-// returns the status and body.
+// returns the status and body. For a stream the receiver accepted, they
+// are those of the line that ended it, or 204 if the stream ended as the
+// sender closed it.
 func post(t *testing.T, addr, path string, hdr map[string]string, body io.Reader) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, body)
@@ -36,7 +39,19 @@ func post(t *testing.T, addr, path string, hdr map[string]string, body io.Reader
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	if path != pathStream || resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, string(b)
+	}
+	if len(b) == 0 {
+		return http.StatusNoContent, ""
+	}
+	line, msg, _ := strings.Cut(string(b), "\n")
+	codeText, _, _ := strings.Cut(line, " ")
+	code, err := strconv.Atoi(codeText)
+	if err != nil {
+		t.Fatalf("stream ended with %q", b)
+	}
+	return code, msg
 }
 
 func batch(msgs ...*raftpb.Message) []byte {
@@ -80,19 +95,19 @@ func TestTransportBadInput(t *testing.T) {
 		body []byte
 		want int
 	}{
-		{"no headers", pathMessage, nil, batch(heartbeat), 400},
-		{"bad cluster header", pathMessage, with(headerCluster, "zz"), batch(heartbeat), 400},
-		{"no from header", pathMessage, with(headerFrom, ""), batch(heartbeat), 400},
-		{"no bootstrap header", pathMessage, with(headerBootstrap, ""), batch(heartbeat), 400},
-		{"no incarnation header", pathMessage, with(headerIncarnation, ""), batch(heartbeat), 400},
-		{"other cluster", pathMessage, with(headerCluster, "1234"), batch(heartbeat), 409},
-		{"other node", pathMessage, with(headerTo, "7"), batch(heartbeat), 409},
-		{"replaced sender", pathMessage, with(headerIncarnation, "1234"), batch(heartbeat), 409},
-		{"bad length", pathMessage, good, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 400},
-		{"length past the end", pathMessage, good, []byte{40, 1, 2}, 400},
-		{"not protobuf", pathMessage, good, append([]byte{3}, 0xff, 0xff, 0xff), 400},
-		{"message for another node", pathMessage, good, batch(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(3)}), 400},
-		{"snapshot in a batch", pathMessage, good, batch(&raftpb.Message{Type: raftpb.MsgSnap.Enum(), To: proto.Uint64(1)}), 400},
+		{"no headers", pathStream, nil, batch(heartbeat), 400},
+		{"bad cluster header", pathStream, with(headerCluster, "zz"), batch(heartbeat), 400},
+		{"no from header", pathStream, with(headerFrom, ""), batch(heartbeat), 400},
+		{"no bootstrap header", pathStream, with(headerBootstrap, ""), batch(heartbeat), 400},
+		{"no incarnation header", pathStream, with(headerIncarnation, ""), batch(heartbeat), 400},
+		{"other cluster", pathStream, with(headerCluster, "1234"), batch(heartbeat), 409},
+		{"other node", pathStream, with(headerTo, "7"), batch(heartbeat), 409},
+		{"replaced sender", pathStream, with(headerIncarnation, "1234"), batch(heartbeat), 409},
+		{"bad length", pathStream, good, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 400},
+		{"length past the end", pathStream, good, []byte{40, 1, 2}, 400},
+		{"not protobuf", pathStream, good, append([]byte{3}, 0xff, 0xff, 0xff), 400},
+		{"message for another node", pathStream, good, batch(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(3)}), 400},
+		{"snapshot in a batch", pathStream, good, batch(&raftpb.Message{Type: raftpb.MsgSnap.Enum(), To: proto.Uint64(1)}), 400},
 		{"snapshot: no header", pathSnapshot, good, nil, 400},
 		{"snapshot: garbage header", pathSnapshot, good, []byte{5, 1, 2, 3, 4, 5}, 400},
 		{"snapshot: not a snapshot", pathSnapshot, good, batch(heartbeat), 400},
@@ -136,31 +151,33 @@ func TestTransportBadInput(t *testing.T) {
 		t.Errorf("%d snapshots received", n)
 	}
 	// GET is not a transport method.
-	resp, err := http.Get("http://" + n1.addr + pathMessage)
+	resp, err := http.Get("http://" + n1.addr + pathStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET %s: HTTP %d", pathMessage, resp.StatusCode)
+		t.Errorf("GET %s: HTTP %d", pathStream, resp.StatusCode)
 	}
 	// The cluster still works.
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
 	c.converge(10 * time.Second)
 }
 
-// A message body larger than the transport accepts is refused.
-func TestTransportOversizeBody(t *testing.T) {
+// A stream frame larger than the transport accepts is refused before it
+// is read.
+func TestTransportOversizeFrame(t *testing.T) {
 	c := newCluster(t, 1, func(o *Options) {
 		o.MaxSizePerMsg = 1 << 10
 		o.Engine = &kvbuf.Options{MaxValueSize: 1 << 10}
 	})
 	n := c.leader(5 * time.Second)
 	hdr := c.peerHeaders(n, 2)
-	size := n.maxMessageBody() + 1
-	code, _ := post(t, c.tn(1).addr, pathMessage, hdr, io.LimitReader(zeros{}, size))
-	if code != 400 {
-		t.Fatalf("a body of %d bytes: HTTP %d, want 400", size, code)
+	size := n.maxFrame() + 1
+	body := io.MultiReader(bytes.NewReader(binary.AppendUvarint(nil, uint64(size))), io.LimitReader(zeros{}, int64(size)))
+	code, msg := post(t, c.tn(1).addr, pathStream, hdr, body)
+	if code != 400 || !strings.Contains(msg, "frame of") {
+		t.Fatalf("a frame of %d bytes: HTTP %d %s, want 400", size, code, msg)
 	}
 }
 
@@ -189,7 +206,7 @@ func TestTransportOtherCluster(t *testing.T) {
 		hdr := b.peerHeaders(lb, 2)
 		hdr[headerTo], hdr[headerToIncarnation] = "1", "0"
 		tune(hdr)
-		code, body := post(t, a.tn(1).addr, pathMessage, hdr, bytes.NewReader(nil))
+		code, body := post(t, a.tn(1).addr, pathStream, hdr, bytes.NewReader(nil))
 		if code != http.StatusConflict || !strings.Contains(body, "cluster") {
 			t.Fatalf("a message of another cluster (%s): HTTP %d %s", name, code, body)
 		}

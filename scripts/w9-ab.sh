@@ -11,7 +11,9 @@
 #   ROW-REGEXP defaults to the kvbuf write rows:
 #   'BenchmarkW9/writes/clients=(1|16|64)/impl=kvbuf$'
 # Environment: ROUNDS (default 3), BENCHTIME (default 2s), OUT (a file to
-# keep the raw output in; default a temporary one).
+# keep the raw output in; default a temporary one), ARGS_OLD / ARGS_NEW
+# (extra test flags for one side, e.g. OLD and NEW the same revision and
+# ARGS_NEW=-w9.nologsync to measure what the raft log's syncs cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old="$1"
@@ -28,14 +30,17 @@ for side in old new; do
 	mkdir -p "$work/$side"
 	git archive "$rev" | tar -x -C "$work/$side"
 	(cd "$work/$side" && go test -buildvcs=false -c -o "$work/$side.test" ./raftkv)
-	echo "$side = $(git rev-parse --short "$rev")" | tee -a "$raw" >&2
+	args=ARGS_${side^^}
+	echo "$side = $(git rev-parse --short "$rev") ${!args:-}" | tee -a "$raw" >&2
 done
 for ((r = 0; r < rounds; r++)); do
 	order=(old new)
 	((r % 2 == 1)) && order=(new old)
 	for side in "${order[@]}"; do
 		echo "== round $r $side" >&2
-		(cd "$work" && "./$side.test" -test.run '^$' -test.bench "$rows" -test.benchtime "$benchtime" -test.timeout 60m) |
+		args=ARGS_${side^^}
+		# shellcheck disable=SC2086 # the extra flags are words
+		(cd "$work" && "./$side.test" -test.run '^$' -test.bench "$rows" -test.benchtime "$benchtime" -test.timeout 60m ${!args:-}) |
 			awk -v side="$side" -v round="$r" '/^BenchmarkW9\// { print "round=" round, "side=" side, $0 }' | tee -a "$raw" >&2
 	done
 done

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -68,6 +69,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("DELETE /kv/{ks}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
 		return s.deleteRange(ctx, r)
 	}, 0))
+	mux.HandleFunc("POST /kv/{ks}", s.pipeline)
 	mux.HandleFunc("GET /kv/{ks}/{key...}", s.get)
 	mux.HandleFunc("GET /kv/{ks}", s.scan)
 	mux.HandleFunc("PUT /bits/{name}/{index}", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
@@ -235,7 +237,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		w.Header().Set("Content-Type", ct)
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 8<<20)) // a pipeline's results: up to 10,000 lines
 }
 
 func readOptions(r *http.Request) (*raftkv.ReadOptions, error) {
@@ -267,6 +269,132 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	_, _ = w.Write(v)
+}
+
+const (
+	// maxPipelineWrites and maxPipelineBody bound a POST /kv/{ks}.
+	maxPipelineWrites = 10000
+	maxPipelineBody   = 32 << 20
+)
+
+// pipelinedWrite is one write of POST /kv/{ks}: key (or key_b64) and value (or
+// value_b64) of a put, or "delete": true.
+type pipelinedWrite struct {
+	Key      *string `json:"key"`
+	KeyB64   []byte  `json:"key_b64"`
+	Value    *string `json:"value"`
+	ValueB64 []byte  `json:"value_b64"`
+	Delete   bool    `json:"delete"`
+}
+
+// resultJSON is the result of one write of POST /kv/{ks}: the status its
+// own request would have had (204: applied), and the error.
+type resultJSON struct {
+	Status int    `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// pipeline serves POST /kv/{ks}: a body of writes to keyspace ks, one JSON
+// object per line, applied in order and pipelined (raftkv's Node.Write:
+// proposed together, sharing raft entries, one round of raft for all
+// rather than one each); the answer, once every write is applied, is 200
+// with one JSON result per line, in the same order. A malformed body is
+// refused whole (400, nothing applied); a follower forwards the request to
+// the leader.
+func (s *server) pipeline(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.check(r); err != nil {
+		writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPipelineBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxPipelineBody))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		return
+	}
+	ws, err := parseWrites(r.PathValue("ks"), body)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if !s.n.IsLeader() && r.Header.Get(headerForwarded) == "" {
+		s.forward(w, r, body)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	errs := s.n.Write(ctx, ws)
+	if r.Header.Get(headerForwarded) == "" && len(errs) > 0 && errors.Is(errs[0], raftkv.ErrNotLeader) {
+		// Not the leader any more: nothing was proposed.
+		s.forward(w, r, body)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for _, err := range errs {
+		res := resultJSON{Status: http.StatusNoContent}
+		if err != nil {
+			res.Status, res.Error = statusOf(err), err.Error()
+		}
+		_ = enc.Encode(res)
+	}
+	_ = bw.Flush()
+}
+
+// parseWrites parses the body of POST /kv/{ks}.
+func parseWrites(ks string, body []byte) ([]raftkv.Write, error) {
+	var ws []raftkv.Write
+	for line, rest := 1, body; len(rest) > 0; line++ {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		if len(ws) == maxPipelineWrites {
+			return nil, badRequest("more than %d writes in one request", maxPipelineWrites)
+		}
+		var wj pipelinedWrite
+		dec := json.NewDecoder(bytes.NewReader(l))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&wj); err != nil {
+			return nil, badRequest("line %d: %v", line, err)
+		}
+		w := raftkv.Write{Keyspace: ks, Delete: wj.Delete}
+		switch {
+		case wj.Key != nil && wj.KeyB64 != nil:
+			return nil, badRequest("line %d: key and key_b64 are one key: give one", line)
+		case wj.Key != nil:
+			w.Key = []byte(*wj.Key)
+		case wj.KeyB64 != nil:
+			w.Key = wj.KeyB64
+		default:
+			return nil, badRequest("line %d: no key (key or key_b64)", line)
+		}
+		hasValue := wj.Value != nil || wj.ValueB64 != nil
+		switch {
+		case wj.Delete && hasValue:
+			return nil, badRequest("line %d: a delete has no value", line)
+		case wj.Value != nil && wj.ValueB64 != nil:
+			return nil, badRequest("line %d: value and value_b64 are one value: give one", line)
+		case wj.Value != nil:
+			w.Value = []byte(*wj.Value)
+		case wj.ValueB64 != nil:
+			w.Value = wj.ValueB64
+		case !wj.Delete:
+			return nil, badRequest("line %d: a put needs a value (value or value_b64; \"delete\": true to delete)", line)
+		}
+		ws = append(ws, w)
+	}
+	if len(ws) == 0 {
+		return nil, badRequest("no writes: the body is one JSON object per line")
+	}
+	return ws, nil
 }
 
 // pairJSON is one pair of a scan: key and value as strings when they are
@@ -498,7 +626,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, kvbuf.ErrEmptyKey), errors.Is(err, kvbuf.ErrKeyTooLarge),
 		errors.Is(err, kvbuf.ErrBadRange), errors.Is(err, kvbuf.ErrBadName), errors.Is(err, kvbuf.ErrOutOfRange),
-		errors.Is(err, raftkv.ErrBadOptions):
+		errors.Is(err, kvbuf.ErrBadOptions):
 		return http.StatusBadRequest
 	case errors.Is(err, kvbuf.ErrNotFound), errors.Is(err, raftkv.ErrUnknownKeyspace), errors.Is(err, raftkv.ErrUnknownBitslice),
 		errors.Is(err, raftkv.ErrNotMember):
@@ -510,7 +638,7 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, raftkv.ErrOutcomeUnknown):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrDropped), errors.Is(err, raftkv.ErrStopped),
+	case errors.Is(err, raftkv.ErrNotLeader), errors.Is(err, raftkv.ErrProposalDropped), errors.Is(err, raftkv.ErrStopped),
 		errors.Is(err, raftkv.ErrConfChangePending),
 		errors.Is(err, raftkv.ErrRemoved), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -322,7 +323,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"GET", "/kv/ks?limit=abc", nil, 400, "limit"},
 		{"GET", "/kv/ks/k?stale=maybe", nil, 400, "stale"},
 		{"DELETE", "/kv/ks", nil, 400, "start"},
-		{"DELETE", "/kv/ks?start=b&end=a", nil, 400, "range"},
+		{"DELETE", "/kv/ks?start=b&end=a", nil, 400, "lower bound above upper bound"},
 		{"PUT", "/keyspaces/a%2Fb", nil, 400, "name"},
 		{"PUT", "/keyspaces/" + strings.Repeat("x", 200), nil, 400, "name"},
 		{"POST", "/members/abc?addr=127.0.0.1:1", nil, 400, "node ID"},
@@ -340,7 +341,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"GET", "/status?digest=x", nil, 400, "digest"},
 		{"GET", "/nope", nil, 404, "no such endpoint"},
 		{"PATCH", "/kv/ks/k", nil, 404, "no such endpoint: PATCH"},
-		{"POST", "/raft/message", []byte("junk"), 400, ""},
+		{"POST", "/raft/stream", []byte("junk"), 400, ""},
 	} {
 		r := call(t, c.method, u(c.path), c.body)
 		if r.code != c.code || !strings.Contains(r.body, c.want) {
@@ -501,5 +502,75 @@ func TestWipedNodeExits(t *testing.T) {
 	}
 	if r := call(t, "PUT", "http://"+addrs[0]+"/kv/ks/after", []byte("v")); r.code != 204 {
 		t.Fatalf("write after the refusals: %+v", r)
+	}
+}
+
+// POST /kv/{ks} applies its lines' writes in order, pipelined, and answers
+// one result per line; a malformed body is refused whole. Sent to every
+// node (followers forward it).
+func TestPipelinedWrites(t *testing.T) {
+	_, addrs := startCluster(t)
+	u := func(i int, path string) string { return "http://" + addrs[i] + path }
+	if got := call(t, "PUT", u(0, "/keyspaces/ks"), nil); got.code != 204 {
+		t.Fatalf("PUT /keyspaces/ks: %+v", got)
+	}
+	for i := range addrs {
+		var body strings.Builder
+		for j := range 50 {
+			fmt.Fprintf(&body, "{\"key\":\"n%d-k%02d\",\"value\":\"v%d\"}\n", i, j%10, j)
+		}
+		fmt.Fprintf(&body, "{\"key\":\"n%d-k00\",\"delete\":true}\n", i)
+		body.WriteString("{\"key\":\"\",\"value\":\"refused\"}\n")
+		fmt.Fprintf(&body, "{\"key_b64\":\"%s\",\"value_b64\":\"AAE=\"}\n", base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "n%d-bin", i)))
+		r := call(t, "POST", u(i, "/kv/ks"), []byte(body.String()))
+		if r.code != 200 {
+			t.Fatalf("node %d: POST /kv/ks: %+v", i+1, r)
+		}
+		lines := strings.Split(strings.TrimSpace(r.body), "\n")
+		if len(lines) != 53 {
+			t.Fatalf("node %d: %d result lines for 53 writes: %q", i+1, len(lines), r.body)
+		}
+		for j, l := range lines {
+			want := `{"status":204}`
+			if j == 51 {
+				want = `{"status":400,"error":"raftkv: keyspace \"ks\": empty key"}`
+			}
+			if l != want {
+				t.Errorf("node %d: result %d: %s, want %s", i+1, j, l, want)
+			}
+		}
+		for j := 1; j < 10; j++ {
+			if got := call(t, "GET", u(i, fmt.Sprintf("/kv/ks/n%d-k%02d", i, j)), nil); got.code != 200 || got.body != fmt.Sprintf("v%d", 40+j) {
+				t.Errorf("node %d: key %d: %+v, want v%d (the last put)", i+1, j, got, 40+j)
+			}
+		}
+		if got := call(t, "GET", u(i, fmt.Sprintf("/kv/ks/n%d-k00", i)), nil); got.code != 404 {
+			t.Errorf("node %d: k00, deleted after its puts: %+v", i+1, got)
+		}
+		if got := call(t, "GET", u(i, fmt.Sprintf("/kv/ks/n%d-bin", i)), nil); got.code != 200 || got.body != "\x00\x01" {
+			t.Errorf("node %d: the base64 write: %+v", i+1, got)
+		}
+	}
+	for _, c := range []struct{ body, want string }{
+		{"", "no writes"},
+		{"junk\n", "line 1"},
+		{"{\"key\":\"a\",\"value\":\"1\"}\n{\"key\":\"b\"}\n", "line 2: a put needs a value"},
+		{"{\"value\":\"1\"}\n", "no key"},
+		{"{\"key\":\"a\",\"key_b64\":\"YQ==\",\"value\":\"1\"}\n", "one key"},
+		{"{\"key\":\"a\",\"value\":\"1\",\"value_b64\":\"YQ==\"}\n", "one value"},
+		{"{\"key\":\"a\",\"delete\":true,\"value\":\"1\"}\n", "a delete has no value"},
+		{"{\"key\":\"a\",\"value\":\"1\",\"ttl\":5}\n", "unknown field"},
+	} {
+		r := call(t, "POST", u(0, "/kv/ks"), []byte(c.body))
+		if r.code != 400 || !strings.Contains(r.body, c.want) {
+			t.Errorf("POST /kv/ks %q: %+v, want 400 with %q", c.body, r, c.want)
+		}
+	}
+	// Nothing of a refused body was applied.
+	if got := call(t, "GET", u(0, "/kv/ks/a"), nil); got.code != 404 {
+		t.Errorf("a refused body wrote key a: %+v", got)
+	}
+	if r := call(t, "POST", u(0, "/kv/nope"), []byte("{\"key\":\"a\",\"value\":\"1\"}\n")); r.code != 200 || !strings.Contains(r.body, `"status":404`) {
+		t.Errorf("a write to an unknown keyspace: %+v", r)
 	}
 }

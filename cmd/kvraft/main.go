@@ -24,6 +24,10 @@
 //	GET    /keyspaces                      list keyspaces and bitslices
 //	PUT    /bitslices/NAME                 create a bitslice
 //	PUT    /kv/KS/KEY                      put the request body as the value
+//	POST   /kv/KS                          pipelined writes: one JSON object per line, {"key": K, "value": V},
+//	                                       {"key": K, "delete": true} (key_b64 / value_b64 for bytes), at most
+//	                                       10000; applied in order, proposed together; 200 with one result per
+//	                                       line, {"status": 204} or {"status": CODE, "error": TEXT}
 //	GET    /kv/KS/KEY                      the value (404 if absent)
 //	DELETE /kv/KS/KEY                      delete a key
 //	DELETE /kv/KS?start=A&end=B            delete [A, B) (either may be omitted; ?all=1 for everything)

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/kvbufprom"
 	"github.com/kvbuf/kvbuf/raftkv"
 )
@@ -24,7 +23,7 @@ func metricsHandler(n *raftkv.Node) http.Handler {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"node": strconv.FormatUint(n.ID(), 10)}
 	reg.MustRegister(
-		kvbufprom.NewCollectorFunc(func() kvbuf.Metrics { m, _ := n.EngineMetrics(); return m }, &kvbufprom.Options{ConstLabels: labels}),
+		kvbufprom.NewCollectorFunc(n.EngineMetrics, &kvbufprom.Options{ConstLabels: labels}),
 		newRaftCollector(n, labels),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		prometheus.NewGoCollector(),
@@ -59,7 +58,7 @@ var raftMetrics = []raftMetric{
 	{"kvraft_leader_changes_total", "Times this node saw a new leader.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.LeaderChanges) }},
 	{"kvraft_elections_total", "Elections this node started as a candidate.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.Elections) }},
 	{"kvraft_applied_entries_total", "Entries applied since the node started.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.Applied) }},
-	{"kvraft_proposals_dropped_total", "Writes raft refused (ErrDropped: no leader, a transfer, too much uncommitted).", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.ProposalsDropped) }},
+	{"kvraft_proposals_dropped_total", "Writes raft refused (ErrProposalDropped: no leader, a transfer, too much uncommitted).", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.ProposalsDropped) }},
 	{"kvraft_send_errors_total", "Failed transport requests to peers.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.SendErrors) }},
 	{"kvraft_send_refused_total", "Transport requests a peer refused as another cluster's or another node's.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.Rejected) }},
 	{"kvraft_snapshots_sent_total", "Snapshots streamed to followers.", prometheus.CounterValue, func(st *raftkv.Status) float64 { return float64(st.Metrics.SnapshotsSent) }},
