@@ -58,6 +58,9 @@ type Bits struct {
 	snaps   map[*BitsSnapshot]uint64
 	undo    atomic.Pointer[[]*undoLayer] // oldest first; published under vmu (B10)
 
+	many    sync.Pool // *manyScratch of SetMany's coalescing path
+	manyCfg manyConfig
+
 	wmu     sync.Mutex // serialises generation writes
 	scratch []bitslice.WordChange
 }
@@ -74,7 +77,7 @@ func NewBits(f *bitslice.File, acct *Account, opts *Options) (*Bits, error) {
 }
 
 func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
-	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}}
+	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}, manyCfg: defaultMany}
 	v := &bitsView{direct: true}
 	v.active = b.newTable()
 	v.setFile(f.View())
@@ -193,15 +196,27 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 
 // CheckMany reports the error SetMany would return for idx and vals.
 func (b *Bits) CheckMany(idx []uint64, vals []bool) error {
+	_, _, err := b.checkMany(idx, vals)
+	return err
+}
+
+// checkMany is CheckMany that also returns the lowest and highest index.
+func (b *Bits) checkMany(idx []uint64, vals []bool) (lo, hi uint64, err error) {
 	if len(vals) != len(idx) {
-		return kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
+		return 0, 0, kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
 	}
+	lo = ^uint64(0)
 	for _, i := range idx {
-		if err := b.checkIndex(i); err != nil {
-			return err
+		lo, hi = min(lo, i), max(hi, i)
+	}
+	if len(idx) > 0 && hi >= b.max {
+		for _, i := range idx {
+			if err := b.checkIndex(i); err != nil {
+				return 0, 0, err
+			}
 		}
 	}
-	return nil
+	return lo, hi, nil
 }
 
 // CheckRange reports the error SetRange would return for [lo, hi).
@@ -266,13 +281,18 @@ func (b *Bits) Set(i uint64, v bool) error {
 // records any: an index at or beyond Max, or lengths that differ, fail it
 // with nothing recorded. A concurrent reader may see part of the changes.
 func (b *Bits) SetMany(idx []uint64, vals []bool) error {
-	if err := b.CheckMany(idx, vals); err != nil {
+	lo, hi, err := b.checkMany(idx, vals)
+	if err != nil {
 		return err
 	}
 	if len(idx) == 0 {
 		return nil
 	}
 	a := b.writable()
+	if b.manyCfg.coalescible(len(idx), lo, hi) {
+		b.finishMany(a, b.setCoalesced(a, idx, vals, lo, hi), hi)
+		return nil
+	}
 	// In chunks: first every slot, value beneath and table word of the
 	// chunk (independent loads, whose cache misses overlap), then the
 	// atomic ORs (each a full fence, so a miss taken there would not
@@ -296,6 +316,13 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 			delta += setPacked(slots[k], i&31, vals[lo+k], func() bool { return u })
 		}
 	}
+	b.finishMany(a, delta, top)
+	return nil
+}
+
+// finishMany ends a SetMany whose highest index is top: the count change,
+// then the table's and the overlay's ends.
+func (b *Bits) finishMany(a *bitsTable, delta int64, top uint64) {
 	if delta != 0 {
 		b.ones.Add(delta) // B6: before the write returns
 	}
@@ -305,7 +332,6 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 	if top >= b.hi.Load() {
 		atomicMax(&b.hi, top+1)
 	}
-	return nil
 }
 
 // setChunk is how many of SetMany's changes are prepared at once.

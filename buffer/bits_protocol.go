@@ -27,7 +27,11 @@ package buffer
 //     bit was pending as 1, by an atomic AND of its value bit (v = 0). A
 //     value bit is never set without its mask bit, so one atomic load of a
 //     packed word gives a pair a reader may use: a bit not pending (read
-//     beneath), the old pending value, or the new one.
+//     beneath), the old pending value, or the new one. SetMany's
+//     coalescing path (bits_many.go) does the same per packed word for
+//     all the bits of the word it changes: one atomic OR of their mask
+//     bits and of the value bits set to 1, then, only if a bit set to 0
+//     was pending as 1, one atomic AND of those value bits.
 //
 // B4a. Word filters. A writer marks the bitslice word of a bit (64 bits)
 //     in its table's word filter, or sets the table unfiltered for a bit
@@ -58,7 +62,11 @@ package buffer
 //     pending in the active table had the value beneath (sealed tables,
 //     then the file), which does not change while writers run (Freeze
 //     excludes them, and applying a sealed table to the file does not
-//     change what any read returns).
+//     change what any read returns). A write of 0 that its OR finds
+//     pending as 1 counts the clear from the word its AND returns, not
+//     from the OR's: a concurrent write may have cleared the bit in
+//     between (TestBitsCountRacingClear). SetMany adds its changes once,
+//     before it returns.
 //
 // B7. Flush order (BitsGen.Write). Grow the file and publish a view with
 //     its new words (B1); apply each sealed table's words, oldest first;

@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,9 @@ import (
 func TestBitsReadersSeeReturnedSets(t *testing.T) {
 	raceProcs(t, 16)
 	r := newBitsRig(t, nil)
+	// SetMany's slices (8 changes) take the coalescing path (B4, B4a, B6
+	// per word), a page per window.
+	r.b.manyCfg = manyConfig{min: 8, shift: pageShift}
 	const (
 		writers = 3
 		region  = 3 * pageBits / 2 // two pages each, so flushes grow the file
@@ -214,5 +218,123 @@ func TestBitsFilterReadRevalidates(t *testing.T) {
 	}
 	if !fired {
 		t.Fatal("the read never reached the filter check")
+	}
+}
+
+// TestBitsCountExactUnderRacingWriters races writers that set the same
+// bits (the same packed words) to random values, through Set, SetRange
+// and SetMany (coalesced: one atomic OR, maybe an AND, per word; and bit
+// by bit), at GOMAXPROCS well above the core count, with a flush loop and
+// snapshots. Each atomic operation counts the change it made from the old
+// word it returned (rules B4, B6), so once the writers stop, Count is the
+// number of set bits whatever the interleaving: checked after every
+// pause of the writers, against the bits read back.
+func TestBitsCountExactUnderRacingWriters(t *testing.T) {
+	raceProcs(t, 16)
+	for _, cfg := range []manyConfig{defaultMany, {min: 4, shift: pageShift}} {
+		r := newBitsRig(t, nil)
+		r.b.manyCfg = cfg
+		const (
+			writers  = 4
+			universe = 2*pageBits + 96
+		)
+		for pause := range 6 {
+			var wg sync.WaitGroup
+			var failure firstFailure
+			for w := range writers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(pause), uint64(w)))
+					for range 300 {
+						r.bar.RLock()
+						var err error
+						switch p := rng.IntN(10); {
+						case p < 4:
+							err = r.b.Set(rng.Uint64N(universe), rng.IntN(2) == 0)
+						case p < 5:
+							lo := rng.Uint64N(universe)
+							err = r.b.SetRange(lo, min(universe, lo+rng.Uint64N(200)), rng.IntN(2) == 0)
+						default:
+							// Few distinct words, so that writers meet.
+							idx := make([]uint64, 4+rng.IntN(60))
+							vals := make([]bool, len(idx))
+							base := rng.Uint64N(universe - 256)
+							for j := range idx {
+								idx[j], vals[j] = base+rng.Uint64N(256), rng.IntN(2) == 0
+							}
+							err = r.b.SetMany(idx, vals)
+						}
+						r.bar.RUnlock()
+						if err != nil {
+							failure.fail("set: %v", err)
+							return
+						}
+					}
+				})
+			}
+			if pause%2 == 1 {
+				s := r.b.Snapshot()
+				r.flush()
+				s.Close()
+			}
+			wg.Wait()
+			if msg := failure.Load(); msg != nil {
+				t.Fatal(*msg)
+			}
+			var n uint64
+			for i := range uint64(universe) {
+				if r.b.Get(i) {
+					n++
+				}
+			}
+			if got := r.b.Count(); got != n {
+				t.Fatalf("config %+v, pause %d: Count %d, %d bits set", cfg, pause, got, n)
+			}
+		}
+		r.flush()
+	}
+}
+
+// TestBitsCountRacingClear makes the interleaving of rule B6's two-step
+// clear happen on purpose: a write of 0 finds the bit pending as 1 with
+// its atomic OR, and before its AND another write of 0 clears the bit.
+// Each must count only the change its own AND made (the first finds the
+// bit already 0), so the bit leaves Count once. Both orders of the two
+// paths (a write of one bit, SetMany's per-word apply) are checked.
+func TestBitsCountRacingClear(t *testing.T) {
+	for _, outerMany := range []bool{false, true} {
+		r := newBitsRig(t, nil)
+		r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+		for _, i := range []uint64{5, 6} {
+			if err := r.b.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clear := func(many bool) {
+			var err error
+			if many {
+				err = r.b.SetMany([]uint64{5}, []bool{false})
+			} else {
+				err = r.b.Set(5, false)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		fired := false
+		testHook = func(point string) {
+			if point != "bits-and" || fired {
+				return
+			}
+			fired = true
+			clear(!outerMany)
+		}
+		clear(outerMany)
+		testHook = nil
+		if !fired {
+			t.Fatal("no write reached its AND")
+		}
+		if r.b.Get(5) || r.b.Count() != 1 {
+			t.Fatalf("outer SetMany %v: bit 5 %v, Count %d; want false, 1", outerMany, r.b.Get(5), r.b.Count())
+		}
 	}
 }

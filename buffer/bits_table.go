@@ -142,6 +142,32 @@ func (t *bitsTable) mark(lo, hi uint64) {
 	}
 }
 
+// markWords records in the line filter that the bitslice words marked in
+// marks may hold a pending bit: marks[k] is filter word k0+k (B4a: before
+// the table's words are written).
+func (t *bitsTable) markWords(k0 uint64, marks *[pageWords64 / 64]uint64) {
+	if t.unfiltered.Load() {
+		return
+	}
+	for k, m := range marks {
+		if m == 0 {
+			continue
+		}
+		fk := k0 + uint64(k)
+		if fk >= uint64(len(t.lines)) {
+			t.markAll() // past the cover: as mark
+			t.unfiltered.Store(true)
+			return
+		}
+		if old := atomic.LoadUint64(&t.lines[fk]); old&m != m {
+			old = atomic.OrUint64(&t.lines[fk], m)
+			if n := bits.OnesCount64(m &^ old); n > 0 {
+				t.count(int64(n))
+			}
+		}
+	}
+}
+
 // count adds n newly marked filter bits; past an eighth of the filter, it
 // marks every bit and sets dense (B4a: a dense table is probed on every
 // lookup).
@@ -247,6 +273,20 @@ func (t *bitsTable) slot(w uint64) *uint64 {
 		}
 	}
 	return t.slotSlow(w)
+}
+
+// privatePage returns page pi, private, installing it (or a private copy
+// of a shared one) if needed.
+func (t *bitsTable) privatePage(pi uint64) *bitsPage {
+	for {
+		d := t.dir.Load()
+		if pi < uint64(len(d.pages)) {
+			if c := d.pages[pi].Load(); c != nil && !isShared(c) {
+				return c
+			}
+		}
+		t.install(pi, nil)
+	}
 }
 
 func (t *bitsTable) slotSlow(w uint64) *uint64 {
@@ -357,6 +397,9 @@ func setPacked(p *uint64, sh uint64, v bool, beneath func() bool) int64 {
 	}
 	if old&bit == 0 {
 		return 0
+	}
+	if testHook != nil {
+		testHook("bits-and")
 	}
 	if atomic.AndUint64(p, ^bit)&bit != 0 {
 		return -1

@@ -152,6 +152,12 @@ func TestBitsModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBits(f, ff, &acct, r)
+			if round%3 != 0 {
+				// SetMany coalesces every slice, a page per window, so
+				// that small slices take the coalescing path and span
+				// several windows.
+				b.manyCfg = manyConfig{min: 1, shift: pageShift}
+			}
 			universe, steps := uint64(4*pageBits), 2000
 			switch round {
 			case 2, 3:
@@ -188,11 +194,17 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 			}
 			m.set(i, v)
 		case p < 44:
-			idx := make([]uint64, rng.IntN(40))
+			n, spread := rng.IntN(40), uint64(300)
+			if rng.IntN(8) == 0 {
+				// Enough to coalesce with the default configuration,
+				// with repeated bits.
+				n, spread = defaultMany.min+rng.IntN(1000), universe
+			}
+			idx := make([]uint64, n)
 			vals := make([]bool, len(idx))
 			base := rng.Uint64N(universe)
 			for j := range idx {
-				idx[j] = (base + rng.Uint64N(300)) % universe
+				idx[j] = (base + rng.Uint64N(spread)) % universe
 				vals[j] = rng.IntN(2) == 0
 			}
 			if err := b.SetMany(idx, vals); err != nil {

@@ -6,6 +6,8 @@ package buffer
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
 // page and not yet its word) and "bits-filter" (a bits Get loaded a view
-// that is not direct and has not yet read the word filters). Tests set it before the readers start and clear it
+// that is not direct and has not yet read the word filters) and
+// "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
+// OR and has not yet cleared it with its AND). Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
