@@ -188,6 +188,11 @@ func (b *Bits) applyPage(a *bitsTable, s *manyScratch, pi uint64, ws *[pageWords
 			break
 		}
 	}
+	if a.page(pi) == nil {
+		if delta, ok := fillPage(a, pi, ws, under); ok {
+			return delta
+		}
+	}
 	c := a.privatePage(pi)
 	var delta int64
 	for j, x := range ws {
@@ -198,6 +203,38 @@ func (b *Bits) applyPage(a *bitsTable, s *manyScratch, pi uint64, ws *[pageWords
 		delta += applyPacked(&c[j], x>>32, x&lowHalf, under[j])
 	}
 	return delta
+}
+
+// fillPage installs at pi, where the active table a had no page, a page
+// holding the coalesced words ws (B5: filled, then published), zeroes ws
+// and returns the change to the set-bit count: nothing of the page was
+// pending in a, so each bit was its value beneath. If another writer
+// installed a page there meanwhile, it reports false and leaves ws as it
+// was (the caller ORs them into that page). A page kept dirty by a
+// release is overwritten word by word instead of being zeroed first: one
+// atomic store per word where zeroing, then an OR, would take two.
+func fillPage(a *bitsTable, pi uint64, ws, under *[pageWords]uint64) (int64, bool) {
+	c, dirty := a.takeFill()
+	var delta int64
+	for j, x := range ws {
+		if x != 0 {
+			m := x >> 32
+			delta += int64(bits.OnesCount64(x&m)) - int64(bits.OnesCount64(under[j]&m))
+		}
+		// c may be a released table's page that a reader of an older
+		// view still loads (B8): atomic stores, where its word differs.
+		if (x != 0 || dirty) && atomic.LoadUint64(&c[j]) != x {
+			atomic.StoreUint64(&c[j], x)
+		}
+	}
+	if testHook != nil {
+		testHook("bits-fill")
+	}
+	if !a.installFilled(pi, c) {
+		return 0, false
+	}
+	clear(ws[:])
+	return delta, true
 }
 
 // applyPacked records the bits of m (a low-half mask) of packed word *p as

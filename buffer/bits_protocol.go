@@ -47,9 +47,16 @@ package buffer
 //     that holds the bit.
 //
 // B5. Pages and directories. A page is zeroed (or copied from a shared
-//     full page) before it is stored in a directory entry; a grown
-//     directory is filled before it is stored in the table. Both under the
-//     table's mutex, so no install is lost to a concurrent copy. A reader
+//     full page, or filled with SetMany's coalesced words for an entry
+//     that was empty) before it is stored in a directory entry; a grown
+//     directory is filled before it is stored in the table. Both stores
+//     under the table's mutex, so no install is lost to a concurrent copy;
+//     a fill that finds the entry taken meanwhile applies its words to the
+//     page there (B4) and keeps its own page as dirty. A page a release
+//     kept without zeroing (dirty) is reused only by a fill, which stores
+//     every word of it, or zeroed first. Every store to a page that was
+//     ever in a directory is atomic: a reader of an older view may still
+//     load it (B8). A reader
 //     sees a nil entry (nothing pending there) or a page whose words are
 //     what B4 stored. The view holds the active table's directory (adir):
 //     a grown directory of the active table is published in a new view

@@ -338,3 +338,85 @@ func TestBitsCountRacingClear(t *testing.T) {
 		}
 	}
 }
+
+// TestBitsFillLosesInstall: SetMany fills a page privately for a
+// directory entry it found empty, and before it installs it another write
+// installs a page there (rule B5). SetMany must apply its words to that
+// page instead (its changes and the other write's both count), and keep
+// the page it filled as dirty: a later write that needs a zeroed page must
+// not get it with SetMany's words still in it.
+func TestBitsFillLosesInstall(t *testing.T) {
+	r := newBitsRig(t, nil) // pooling on
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	const p1 = pageBits
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-fill" || fired {
+			return
+		}
+		fired = true
+		if err := r.b.Set(p1+7, true); err != nil {
+			t.Error(err)
+		}
+	}
+	err := r.b.SetMany([]uint64{p1 + 5, p1 + 7}, []bool{true, false})
+	testHook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fired {
+		t.Fatal("SetMany never filled a page")
+	}
+	if !r.b.Get(p1+5) || r.b.Get(p1+7) || r.b.Count() != 1 {
+		t.Fatalf("after the lost install: bits %v %v, Count %d; want true false 1", r.b.Get(p1+5), r.b.Get(p1+7), r.b.Count())
+	}
+	// Pages for pages 2 to 5 come from the table's pool: none may carry
+	// the filled page's words (the flush would write them).
+	for k := uint64(2); k < 6; k++ {
+		if err := r.b.Set(k*pageBits+100, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.flush()
+	for k := uint64(2); k < 6; k++ {
+		if r.b.Get(k*pageBits+5) || r.b.Get(k*pageBits+7) || !r.b.Get(k*pageBits+100) {
+			t.Fatalf("page %d: bits 5, 7, 100 are %v %v %v, want false false true (a page that came with the words SetMany filled for page 1?)",
+				k, r.b.Get(k*pageBits+5), r.b.Get(k*pageBits+7), r.b.Get(k*pageBits+100))
+		}
+	}
+	if n := r.b.Count(); n != 5 || r.f.CountOnes() != 5 {
+		t.Fatalf("Count %d, the file %d; want 5", n, r.f.CountOnes())
+	}
+}
+
+// TestBitsFillDirtyPage: a released table's page with many words written
+// is kept without zeroing (dirty), and SetMany's next fill of it must
+// store every word: here the page held bits 0-4999 pending as 1 in an
+// older generation, since cleared, and SetMany sets only bit 6000.
+func TestBitsFillDirtyPage(t *testing.T) {
+	r := newBitsRig(t, nil) // pooling on
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.b.SetRange(0, 5000, true)) // table A: page 0, 157 words written
+	r.flush()                         // A released and kept (dirty); B active
+	must(r.b.SetRange(0, 5000, false))
+	r.flush() // B released; A active again, its page 0 dirty
+	if r.b.Count() != 0 {
+		t.Fatalf("Count %d after clearing, want 0", r.b.Count())
+	}
+	must(r.b.SetMany([]uint64{6000}, []bool{true}))
+	for _, i := range []uint64{0, 10, 4999, 6000} {
+		if got := r.b.Get(i); got != (i == 6000) {
+			t.Fatalf("bit %d = %v before the flush (a word of the dirty page kept?)", i, got)
+		}
+	}
+	r.flush()
+	if r.b.Count() != 1 || r.f.CountOnes() != 1 || !r.b.Get(6000) {
+		t.Fatalf("Count %d, the file %d, bit 6000 %v; want 1, 1, true", r.b.Count(), r.f.CountOnes(), r.b.Get(6000))
+	}
+}

@@ -8,6 +8,8 @@ package buffer
 // page and not yet its word) and "bits-filter" (a bits Get loaded a view
 // that is not direct and has not yet read the word filters) and
 // "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
-// OR and has not yet cleared it with its AND). Tests set it before the readers start and clear it
+// OR and has not yet cleared it with its AND) and "bits-fill" (SetMany
+// filled a page for a directory entry it found empty and has not yet
+// installed it). Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
