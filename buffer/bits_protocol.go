@@ -97,10 +97,11 @@ package buffer
 //     each page, the view, then the summary and its index, then the view
 //     again (B8: retrying the page if it changed): a page's pending bits
 //     are either in a table of the view or already in the summary it
-//     loaded, and the view's file words are current. Over a view that was
-//     direct when the iteration began, the view and summary are loaded
-//     once: every bit written before the iteration is in them, and later
-//     writes are concurrent with it.
+//     loaded, and the view's file words are current. Over a direct view
+//     the second load is skipped: every bit written before that view was
+//     published is in the file and in the summary loaded after it, and
+//     later writes are concurrent with the iteration. (Ones reads pages a
+//     batch of bits at a time, onesCursor.fill, each page as above.)
 //
 // B10. Undo layers. A write that overwrites file words an open snapshot
 //     still needs publishes the old words (a new layer list, one atomic
