@@ -479,15 +479,22 @@ func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
 	// Small: inlined with the loop that ranges over it, so that each bit
 	// costs the loop body, not a call (onesCursor).
 	return func(yield func(uint64) bool) {
-		c := onesCursor{b: b, stop: stop, pos: from, n: b.Len(), check: ^uint64(0)}
+		c := onesCursor{b: b, stop: stop, pos: from, n: b.Len()}
+		// A batch spans pages: *stop is checked again before the first
+		// bit of each (check, a local so that it stays in a register).
+		check := ^uint64(0)
 		if stop != nil {
-			c.check = 0
+			check = 0
 		}
 		for k := c.fill(); k > 0; k = c.fill() {
 			for _, i := range c.buf[:k] {
-				// A batch spans pages: *stop is checked again before
-				// the first bit of each.
-				if i >= c.check && c.stopped(i) || !yield(i) {
+				if i >= check {
+					if stop.Load() {
+						return
+					}
+					check = (i/pageBits + 1) * pageBits
+				}
+				if !yield(i) {
 					return
 				}
 			}

@@ -20,10 +20,7 @@ type onesCursor struct {
 	stop *atomic.Bool
 	pos  uint64 // the next bit to read
 	n    uint64 // the length when the iteration began
-	// check is the first bit of the next page whose bits are yet to be
-	// yielded: the iterator checks *stop before yielding it (stopped).
-	check uint64
-	buf   [onesBatch]uint64
+	buf  [onesBatch]uint64
 }
 
 // fill reads the next set bits into c.buf and returns how many (0 at the
@@ -128,11 +125,4 @@ func (c *onesCursor) fillWords(v *bitsView, s *bitsSummary, pi uint64, pending b
 	}
 	c.pos = max(c.pos, end)
 	return k
-}
-
-// stopped reports whether *c.stop is set, before the iterator yields bit
-// i, the first it yields of its page, and moves c.check to the next page.
-func (c *onesCursor) stopped(i uint64) bool {
-	c.check = (i/pageBits + 1) * pageBits
-	return c.stop.Load()
 }
