@@ -434,15 +434,19 @@ func (f *File) ApplyWords(changes []WordChange) error {
 	return nil
 }
 
-// storeMasked sets *p = *p&^mask | bits&mask with two atomic operations.
-// Each bit changes at most once, so a concurrent reader sees every bit
-// either old or new.
+// storeMasked sets *p = *p&^mask | bits&mask with one compare-and-swap
+// (none if the word already holds the bits; again if a concurrent Set
+// changed it meanwhile). A locked instruction costs about as much as a
+// cache miss: one instead of an OR and an AND halves what a word change
+// costs. Each bit changes at most once, so a concurrent reader sees every
+// bit either old or new.
 func storeMasked(p *uint64, mask, bits uint64) {
-	if s := bits & mask; s != 0 {
-		atomic.OrUint64(p, s)
-	}
-	if c := mask &^ bits; c != 0 {
-		atomic.AndUint64(p, ^c)
+	for {
+		old := atomic.LoadUint64(p)
+		nw := old&^mask | bits&mask
+		if nw == old || atomic.CompareAndSwapUint64(p, old, nw) {
+			return
+		}
 	}
 }
 

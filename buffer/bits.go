@@ -58,6 +58,9 @@ type Bits struct {
 	snaps   map[*BitsSnapshot]uint64
 	undo    atomic.Pointer[[]*undoLayer] // oldest first; published under vmu (B10)
 
+	many    sync.Pool // *manyScratch of SetMany's coalescing path
+	manyCfg manyConfig
+
 	wmu     sync.Mutex // serialises generation writes
 	scratch []bitslice.WordChange
 }
@@ -74,7 +77,7 @@ func NewBits(f *bitslice.File, acct *Account, opts *Options) (*Bits, error) {
 }
 
 func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
-	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}}
+	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}, manyCfg: defaultMany}
 	v := &bitsView{direct: true}
 	v.active = b.newTable()
 	v.setFile(f.View())
@@ -193,15 +196,27 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 
 // CheckMany reports the error SetMany would return for idx and vals.
 func (b *Bits) CheckMany(idx []uint64, vals []bool) error {
+	_, _, err := b.checkMany(idx, vals)
+	return err
+}
+
+// checkMany is CheckMany that also returns the lowest and highest index.
+func (b *Bits) checkMany(idx []uint64, vals []bool) (lo, hi uint64, err error) {
 	if len(vals) != len(idx) {
-		return kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
+		return 0, 0, kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
 	}
+	lo = ^uint64(0)
 	for _, i := range idx {
-		if err := b.checkIndex(i); err != nil {
-			return err
+		lo, hi = min(lo, i), max(hi, i)
+	}
+	if len(idx) > 0 && hi >= b.max {
+		for _, i := range idx {
+			if err := b.checkIndex(i); err != nil {
+				return 0, 0, err
+			}
 		}
 	}
-	return nil
+	return lo, hi, nil
 }
 
 // CheckRange reports the error SetRange would return for [lo, hi).
@@ -266,13 +281,18 @@ func (b *Bits) Set(i uint64, v bool) error {
 // records any: an index at or beyond Max, or lengths that differ, fail it
 // with nothing recorded. A concurrent reader may see part of the changes.
 func (b *Bits) SetMany(idx []uint64, vals []bool) error {
-	if err := b.CheckMany(idx, vals); err != nil {
+	lo, hi, err := b.checkMany(idx, vals)
+	if err != nil {
 		return err
 	}
 	if len(idx) == 0 {
 		return nil
 	}
 	a := b.writable()
+	if b.manyCfg.coalescible(len(idx), lo, hi) {
+		b.finishMany(a, b.setCoalesced(a, idx, vals, lo, hi), hi)
+		return nil
+	}
 	// In chunks: first every slot, value beneath and table word of the
 	// chunk (independent loads, whose cache misses overlap), then the
 	// atomic ORs (each a full fence, so a miss taken there would not
@@ -296,6 +316,13 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 			delta += setPacked(slots[k], i&31, vals[lo+k], func() bool { return u })
 		}
 	}
+	b.finishMany(a, delta, top)
+	return nil
+}
+
+// finishMany ends a SetMany whose highest index is top: the count change,
+// then the table's and the overlay's ends.
+func (b *Bits) finishMany(a *bitsTable, delta int64, top uint64) {
 	if delta != 0 {
 		b.ones.Add(delta) // B6: before the write returns
 	}
@@ -305,7 +332,6 @@ func (b *Bits) SetMany(idx []uint64, vals []bool) error {
 	if top >= b.hi.Load() {
 		atomicMax(&b.hi, top+1)
 	}
-	return nil
 }
 
 // setChunk is how many of SetMany's changes are prepared at once.
@@ -438,109 +464,42 @@ func (b *Bits) update(a *bitsTable, w, m uint64, v bool) {
 }
 
 // Ones returns the indexes of set bits at or after from, in increasing
-// order, pending changes included. The sequence is read live, page by page:
-// a write concurrent with the iteration may or may not be seen. Pages with
-// nothing pending read only the lines of the file its region summary marks
-// (B9), so a sparse bitslice costs a summary word per 32768 bits and a
-// cache line per line holding a set bit.
-func (b *Bits) Ones(from uint64) iter.Seq[uint64] {
-	return func(yield func(uint64) bool) { b.iterOnes(from, nil, yield) }
-}
+// order, pending changes included. The sequence is read live, a batch of
+// up to 256 bits at a time: a write concurrent with the iteration may or
+// may not be seen. Pages with nothing pending are read through the file's
+// region summary (B9): a sparse page's set bits are listed there, so it
+// costs no file word; a denser one costs the lines the summary marks.
+func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.OnesUntil(from, nil) }
 
-// OnesUntil is Ones that ends early, without error, once *stop is set: it
-// checks it before each page (32768 bits), so that a caller that must end
-// iterations at Close pays a load per page instead of one per bit.
+// OnesUntil is Ones that ends early, without error, once *stop is set (if
+// stop is not nil): it checks it before each page (32768 bits), so that a
+// caller that must end iterations at Close pays a load per page instead of
+// one per bit.
 func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
-	return func(yield func(uint64) bool) { b.iterOnes(from, stop, yield) }
-}
-
-// iterOnes yields the set bits at or after from and below Len, until stop
-// (if not nil) is set.
-func (b *Bits) iterOnes(from uint64, stop *atomic.Bool, yield func(uint64) bool) {
-	n := b.Len()
-	if v := b.view.Load(); v.direct {
-		// Nothing pending when the iteration began: the file and its
-		// summary (B9: loaded after the view) hold every bit written
-		// before; a write or flush during the iteration is concurrent
-		// with it and may or may not be seen.
-		s := b.sum.Load()
-		ix := s.index.Load()
-		for pi := from / pageBits; pi*pageBits < n; pi++ {
-			if stop != nil && stop.Load() {
-				return
-			}
-			// The pages wholly inside [from, n) that the index lists, in
-			// one loop; the others (a partial first or last page, a dense
-			// one) through onesPage.
-			base := pi * pageBits
-			if base >= from && base+pageBits <= n && pi+1 < uint64(len(ix.start)) && ix.dense[pi/64]>>(pi%64)&1 == 0 {
-				for _, o := range ix.flat[ix.start[pi]:ix.start[pi+1]] {
-					if !yield(base + uint64(o)) {
+	// Small: inlined with the loop that ranges over it, so that each bit
+	// costs the loop body, not a call (onesCursor).
+	return func(yield func(uint64) bool) {
+		c := onesCursor{b: b, stop: stop, pos: from, n: b.Len()}
+		// A batch spans pages: *stop is checked again before the first
+		// bit of each (check, a local so that it stays in a register).
+		check := ^uint64(0)
+		if stop != nil {
+			check = 0
+		}
+		for k := c.fill(); k > 0; k = c.fill() {
+			for _, i := range c.buf[:k] {
+				if i >= check {
+					if stop.Load() {
 						return
 					}
+					check = (i/pageBits + 1) * pageBits
 				}
-				continue
+				if !yield(i) {
+					return
+				}
 			}
-			if !s.onesPage(v, ix, pi, from, n, yield) {
-				return
-			}
-		}
-		runtime.KeepAlive(v)
-		return
-	}
-	for pi := from / pageBits; pi*pageBits < n; pi++ {
-		if stop != nil && stop.Load() {
-			return
-		}
-		v := b.view.Load()
-		pending := !v.direct && v.pendingPage(pi)
-		// B9: the view first, then the summary; B8: the view unchanged
-		// after both, so that no table was reset under pendingPage and
-		// the view's file words are the current ones.
-		s := b.sum.Load()
-		ix := s.index.Load()
-		if b.view.Load() != v {
-			pi-- // again, on the new view
-			continue
-		}
-		if pending {
-			if !b.onesPending(pi, from, n, yield) {
-				return
-			}
-			continue
-		}
-		if !s.onesPage(v, ix, pi, from, n, yield) {
-			return
-		}
-		runtime.KeepAlive(v)
-	}
-}
-
-// onesPending yields the set bits of page pi (at or after from, below n),
-// pending changes applied, word by word.
-func (b *Bits) onesPending(pi, from, n uint64, yield func(uint64) bool) bool {
-	for w := max(pi*pageWords64, from>>6); w < (pi+1)*pageWords64 && w<<6 < n; w++ {
-		if !yieldWord(w, b.word64(w), from, n, yield) {
-			return false
 		}
 	}
-	return true
-}
-
-// yieldWord yields the set bits of x, bitslice word w, at or after from
-// and below n; false if yield asked to stop.
-func yieldWord(w, x, from, n uint64, yield func(uint64) bool) bool {
-	if w == from>>6 {
-		x &^= uint64(1)<<(from&63) - 1
-	}
-	for x != 0 {
-		i := w<<6 | uint64(bits.TrailingZeros64(x))
-		if i >= n || !yield(i) {
-			return i >= n
-		}
-		x &= x - 1
-	}
-	return true
 }
 
 // ones yields the set bits at or after from and below n, reading bitslice

@@ -254,9 +254,13 @@ func BenchmarkBitsW1(b *testing.B) {
 
 // BenchmarkBitsW6 is W6/flush-bits-1m over the overlay: 1M random sets
 // made durable, values flipped every iteration. Rows: kvbuf (SetMany,
-// then Freeze, Write, Release), kvbuf-flush-only (the sets untimed),
-// coalesce+apply-words+msync (a dense mask/value array, ApplyWords and
-// Sync of the raw file) and apply-words+msync (the coalescing untimed).
+// then Freeze, Write, Release), kvbuf-flush-only (its Freeze, Write,
+// Release alone), coalesce+apply-words+msync (a dense mask/value array,
+// ApplyWords and Sync of the raw file) and apply-words+msync (the
+// coalescing untimed). Each b.Loop iteration runs kvbuf and the baseline
+// in alternating order; the metrics are the ns of each and the medians of
+// the per-iteration ratios kvbuf ÷ coalesce+apply-words+msync and
+// kvbuf-flush-only ÷ apply-words+msync (times: below 1 is kvbuf faster).
 func BenchmarkBitsW6(b *testing.B) {
 	w := newBenchW1(b)
 	idx := make([]uint64, len(w.pending))
@@ -264,8 +268,10 @@ func BenchmarkBitsW6(b *testing.B) {
 	for k, c := range w.pending {
 		idx[k], vals[0][k], vals[1][k] = c.i, c.v, !c.v
 	}
+	dense := make([]bitslice.WordChange, benchBits/64)
 	coalesce := func(v []bool) []bitslice.WordChange {
-		dense := make([]bitslice.WordChange, benchBits/64)
+		dense = dense[:cap(dense)]
+		clear(dense)
 		for k, i := range idx {
 			wc := &dense[i>>6]
 			bit := uint64(1) << (i & 63)
@@ -276,6 +282,7 @@ func BenchmarkBitsW6(b *testing.B) {
 				wc.Bits &^= bit
 			}
 		}
+		// Compacted in place (out never passes j), as W6's row does.
 		out := dense[:0]
 		for j, wc := range dense {
 			if wc.Mask != 0 {
@@ -286,31 +293,47 @@ func BenchmarkBitsW6(b *testing.B) {
 		return out
 	}
 	var sets, flush, coal, apply time.Duration
+	var all, alone []float64
 	round := 0
 	for b.Loop() {
 		round++
 		v := vals[round&1]
-		t0 := time.Now()
-		if err := w.b.SetMany(idx, v); err != nil {
-			b.Fatal(err)
+		var ds, df, dc, da time.Duration
+		kvbuf := func() {
+			t0 := time.Now()
+			if err := w.b.SetMany(idx, v); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			w.flush(b)
+			ds, df = t1.Sub(t0), time.Since(t1)
 		}
-		t1 := time.Now()
-		w.flush(b)
-		t2 := time.Now()
-		words := coalesce(v)
-		t3 := time.Now()
-		if err := w.raw.ApplyWords(words); err != nil {
-			b.Fatal(err)
+		base := func() {
+			t0 := time.Now()
+			words := coalesce(v)
+			t1 := time.Now()
+			if err := w.raw.ApplyWords(words); err != nil {
+				b.Fatal(err)
+			}
+			w.raw.SetWatermark(uint64(round))
+			if err := w.raw.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			dc, da = t1.Sub(t0), time.Since(t1)
 		}
-		w.raw.SetWatermark(uint64(round))
-		if err := w.raw.Sync(); err != nil {
-			b.Fatal(err)
+		if round&1 == 0 {
+			kvbuf()
+			base()
+		} else {
+			base()
+			kvbuf()
 		}
-		t4 := time.Now()
-		sets += t1.Sub(t0)
-		flush += t2.Sub(t1)
-		coal += t3.Sub(t2)
-		apply += t4.Sub(t3)
+		sets += ds
+		flush += df
+		coal += dc
+		apply += da
+		all = append(all, float64(ds+df)/float64(dc+da))
+		alone = append(alone, float64(df)/float64(da))
 	}
 	n := float64(max(round, 1))
 	b.ReportMetric(float64((sets+flush).Nanoseconds())/n, "kvbuf-ns/op")
@@ -318,60 +341,93 @@ func BenchmarkBitsW6(b *testing.B) {
 	b.ReportMetric(float64(sets.Nanoseconds())/n/float64(len(idx)), "kvbuf-ns/set")
 	b.ReportMetric(float64((coal+apply).Nanoseconds())/n, "coalesce+apply-words+msync-ns/op")
 	b.ReportMetric(float64(apply.Nanoseconds())/n, "apply-words+msync-ns/op")
+	b.ReportMetric(float64(coal.Nanoseconds())/n/float64(len(idx)), "coalesce-ns/set")
+	b.ReportMetric(medianOf(all), "kvbuf/coalesce+apply-words+msync")
+	b.ReportMetric(medianOf(alone), "kvbuf-flush-only/apply-words+msync")
 }
 
-// BenchmarkBitsSets compares two ways of recording W6's 1M sets: a loop of
-// Set (each change alone: its table word, the value beneath and the count,
-// one after the other) and SetMany (in chunks of setChunk: the loads of a
-// chunk first, overlapping their cache misses, then the atomic ORs; the
-// count once). Each b.Loop iteration times both on their own overlays over
-// the same file contents, in alternating order; the flush after each is
-// not timed. Metrics: ns per set of each, and setmany/set-loop.
+// BenchmarkBitsSets compares ways of recording W6's 1M sets: a loop of Set
+// (each change alone: its filter mark, table word, the value beneath and
+// the count, one after the other), SetMany bit by bit (setmany-bits: in
+// chunks of setChunk, the loads of a chunk first, overlapping their cache
+// misses, then an atomic OR per bit; the count once), SetMany coalescing
+// (setmany: plain stores into a private window of packed words, then one
+// atomic OR, maybe an AND, and a filter mark per touched word), and the
+// baseline's coalescing into a dense array of (mask, value) words (what
+// coalesce+apply-words+msync does before it writes). Each b.Loop iteration
+// times every row on its own overlay over the same file contents, in
+// rotating order; the flush after each is not timed. Metrics: ns per set
+// of each and the medians of the per-iteration ratios to setmany.
 func BenchmarkBitsSets(b *testing.B) {
-	w1, w2 := newBenchW1(b), newBenchW1(b)
-	idx := make([]uint64, len(w1.pending))
+	ws := [3]*benchW1{newBenchW1(b), newBenchW1(b), newBenchW1(b)}
+	ws[1].b.manyCfg.min = 1 << 62 // bit by bit
+	idx := make([]uint64, len(ws[0].pending))
 	vals := [2][]bool{make([]bool, len(idx)), make([]bool, len(idx))}
-	for k, c := range w1.pending {
+	for k, c := range ws[0].pending {
 		idx[k], vals[0][k], vals[1][k] = c.i, c.v, !c.v
 	}
-	var loop, many time.Duration
-	var ratios []float64
+	dense := make([]bitslice.WordChange, benchBits/64)
+	names := []string{"setmany", "set-loop", "setmany-bits", "coalesce-dense"}
+	spent := make([]time.Duration, len(names))
+	ratios := make([][]float64, len(names))
 	round := 0
 	for b.Loop() {
 		round++
 		v := vals[round&1]
-		run := func(first bool) time.Duration {
+		var dt [4]time.Duration
+		for j := range names {
+			k := (round + j) % len(names)
 			t0 := time.Now()
-			if first {
-				for k, i := range idx {
-					if err := w1.b.Set(i, v[k]); err != nil {
-						b.Fatal(err)
+			var err error
+			switch k {
+			case 0:
+				err = ws[0].b.SetMany(idx, v)
+			case 1:
+				for j, i := range idx {
+					if err = ws[1].b.Set(i, v[j]); err != nil {
+						break
 					}
 				}
-			} else if err := w2.b.SetMany(idx, v); err != nil {
+			case 2:
+				err = ws[2].b.SetMany(idx, v)
+			case 3:
+				clear(dense)
+				for j, i := range idx {
+					wc := &dense[i>>6]
+					bit := uint64(1) << (i & 63)
+					wc.Mask |= bit
+					if v[j] {
+						wc.Bits |= bit
+					} else {
+						wc.Bits &^= bit
+					}
+				}
+			}
+			dt[k] = time.Since(t0)
+			if err != nil {
 				b.Fatal(err)
 			}
-			return time.Since(t0)
 		}
-		var dl, dm time.Duration
-		if round&1 == 0 {
-			dl, dm = run(true), run(false)
-		} else {
-			dm, dl = run(false), run(true)
+		for k := range names {
+			spent[k] += dt[k]
+			ratios[k] = append(ratios[k], float64(dt[k])/float64(dt[0]))
 		}
-		loop += dl
-		many += dm
-		ratios = append(ratios, float64(dm)/float64(dl))
-		if w1.b.Count() != w2.b.Count() {
-			b.Fatalf("counts differ: %d and %d", w1.b.Count(), w2.b.Count())
+		for _, w := range ws[1:] {
+			if w.b.Count() != ws[0].b.Count() {
+				b.Fatalf("counts differ: %d and %d", w.b.Count(), ws[0].b.Count())
+			}
 		}
-		w1.flush(b)
-		w2.flush(b)
+		for _, w := range ws {
+			w.flush(b)
+		}
 	}
 	n := float64(max(round, 1)) * float64(len(idx))
-	b.ReportMetric(float64(loop.Nanoseconds())/n, "set-loop-ns/set")
-	b.ReportMetric(float64(many.Nanoseconds())/n, "setmany-ns/set")
-	b.ReportMetric(medianOf(ratios), "setmany/set-loop")
+	for k, name := range names {
+		b.ReportMetric(float64(spent[k].Nanoseconds())/n, name+"-ns/set")
+		if k > 0 {
+			b.ReportMetric(medianOf(ratios[k]), name+"/setmany")
+		}
+	}
 }
 
 // BenchmarkBitsOpen measures what NewBits costs over a 100M-bit file with
@@ -434,7 +490,8 @@ func BenchmarkBitsFewPending(b *testing.B) {
 // Ones over a 100M-bit file with 0.1% of its bits set at random, nothing
 // pending, against roaring's Iterate, Values (its iter.Seq, the same kind
 // of API as Ones) and NextMany over a bitmap of the same bits; the
-// kvbuf-callback row is the overlay's loop with a plain callback. Paired per iteration (rotating order); metrics: ns per pass
+// kvbuf-until row is OnesUntil with a stop flag, as the engine's Ones
+// (a check of it per page of bits yielded). Paired per iteration (rotating order); metrics: ns per pass
 // of each and the median ratios to kvbuf.
 func BenchmarkBitsSparseOnes(b *testing.B) {
 	const nbits = 100_000_000
@@ -468,12 +525,12 @@ func BenchmarkBitsSparseOnes(b *testing.B) {
 			}
 			return n, sum
 		}},
-		{"kvbuf-callback", func() (n, sum uint64) {
-			ov.iterOnes(0, nil, func(i uint64) bool {
+		{"kvbuf-until", func() (n, sum uint64) {
+			var stop atomic.Bool
+			for i := range ov.OnesUntil(0, &stop) {
 				n++
 				sum += i
-				return true
-			})
+			}
 			return n, sum
 		}},
 		{"roaring", func() (n, sum uint64) {

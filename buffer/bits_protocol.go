@@ -27,7 +27,11 @@ package buffer
 //     bit was pending as 1, by an atomic AND of its value bit (v = 0). A
 //     value bit is never set without its mask bit, so one atomic load of a
 //     packed word gives a pair a reader may use: a bit not pending (read
-//     beneath), the old pending value, or the new one.
+//     beneath), the old pending value, or the new one. SetMany's
+//     coalescing path (bits_many.go) does the same per packed word for
+//     all the bits of the word it changes: one atomic OR of their mask
+//     bits and of the value bits set to 1, then, only if a bit set to 0
+//     was pending as 1, one atomic AND of those value bits.
 //
 // B4a. Word filters. A writer marks the bitslice word of a bit (64 bits)
 //     in its table's word filter, or sets the table unfiltered for a bit
@@ -43,9 +47,16 @@ package buffer
 //     that holds the bit.
 //
 // B5. Pages and directories. A page is zeroed (or copied from a shared
-//     full page) before it is stored in a directory entry; a grown
-//     directory is filled before it is stored in the table. Both under the
-//     table's mutex, so no install is lost to a concurrent copy. A reader
+//     full page, or filled with SetMany's coalesced words for an entry
+//     that was empty) before it is stored in a directory entry; a grown
+//     directory is filled before it is stored in the table. Both stores
+//     under the table's mutex, so no install is lost to a concurrent copy;
+//     a fill that finds the entry taken meanwhile applies its words to the
+//     page there (B4) and keeps its own page as dirty. A page a release
+//     kept without zeroing (dirty) is reused only by a fill, which stores
+//     every word of it, or zeroed first. Every store to a page that was
+//     ever in a directory is atomic: a reader of an older view may still
+//     load it (B8). A reader
 //     sees a nil entry (nothing pending there) or a page whose words are
 //     what B4 stored. The view holds the active table's directory (adir):
 //     a grown directory of the active table is published in a new view
@@ -58,7 +69,11 @@ package buffer
 //     pending in the active table had the value beneath (sealed tables,
 //     then the file), which does not change while writers run (Freeze
 //     excludes them, and applying a sealed table to the file does not
-//     change what any read returns).
+//     change what any read returns). A write of 0 that its OR finds
+//     pending as 1 counts the clear from the word its AND returns, not
+//     from the OR's: a concurrent write may have cleared the bit in
+//     between (TestBitsCountRacingClear). SetMany adds its changes once,
+//     before it returns.
 //
 // B7. Flush order (BitsGen.Write). Grow the file and publish a view with
 //     its new words (B1); apply each sealed table's words, oldest first;
@@ -82,10 +97,11 @@ package buffer
 //     each page, the view, then the summary and its index, then the view
 //     again (B8: retrying the page if it changed): a page's pending bits
 //     are either in a table of the view or already in the summary it
-//     loaded, and the view's file words are current. Over a view that was
-//     direct when the iteration began, the view and summary are loaded
-//     once: every bit written before the iteration is in them, and later
-//     writes are concurrent with it.
+//     loaded, and the view's file words are current. Over a direct view
+//     the second load is skipped: every bit written before that view was
+//     published is in the file and in the summary loaded after it, and
+//     later writes are concurrent with the iteration. (Ones reads pages a
+//     batch of bits at a time, onesCursor.fill, each page as above.)
 //
 // B10. Undo layers. A write that overwrites file words an open snapshot
 //     still needs publishes the old words (a new layer list, one atomic

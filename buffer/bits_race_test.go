@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,9 @@ import (
 func TestBitsReadersSeeReturnedSets(t *testing.T) {
 	raceProcs(t, 16)
 	r := newBitsRig(t, nil)
+	// SetMany's slices (8 changes) take the coalescing path (B4, B4a, B6
+	// per word), a page per window.
+	r.b.manyCfg = manyConfig{min: 8, shift: pageShift}
 	const (
 		writers = 3
 		region  = 3 * pageBits / 2 // two pages each, so flushes grow the file
@@ -214,5 +218,205 @@ func TestBitsFilterReadRevalidates(t *testing.T) {
 	}
 	if !fired {
 		t.Fatal("the read never reached the filter check")
+	}
+}
+
+// TestBitsCountExactUnderRacingWriters races writers that set the same
+// bits (the same packed words) to random values, through Set, SetRange
+// and SetMany (coalesced: one atomic OR, maybe an AND, per word; and bit
+// by bit), at GOMAXPROCS well above the core count, with a flush loop and
+// snapshots. Each atomic operation counts the change it made from the old
+// word it returned (rules B4, B6), so once the writers stop, Count is the
+// number of set bits whatever the interleaving: checked after every
+// pause of the writers, against the bits read back.
+func TestBitsCountExactUnderRacingWriters(t *testing.T) {
+	raceProcs(t, 16)
+	for _, cfg := range []manyConfig{defaultMany, {min: 4, shift: pageShift}} {
+		r := newBitsRig(t, nil)
+		r.b.manyCfg = cfg
+		const (
+			writers  = 4
+			universe = 2*pageBits + 96
+		)
+		for pause := range 6 {
+			var wg sync.WaitGroup
+			var failure firstFailure
+			for w := range writers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(pause), uint64(w)))
+					for range 300 {
+						r.bar.RLock()
+						var err error
+						switch p := rng.IntN(10); {
+						case p < 4:
+							err = r.b.Set(rng.Uint64N(universe), rng.IntN(2) == 0)
+						case p < 5:
+							lo := rng.Uint64N(universe)
+							err = r.b.SetRange(lo, min(universe, lo+rng.Uint64N(200)), rng.IntN(2) == 0)
+						default:
+							// Few distinct words, so that writers meet.
+							idx := make([]uint64, 4+rng.IntN(60))
+							vals := make([]bool, len(idx))
+							base := rng.Uint64N(universe - 256)
+							for j := range idx {
+								idx[j], vals[j] = base+rng.Uint64N(256), rng.IntN(2) == 0
+							}
+							err = r.b.SetMany(idx, vals)
+						}
+						r.bar.RUnlock()
+						if err != nil {
+							failure.fail("set: %v", err)
+							return
+						}
+					}
+				})
+			}
+			if pause%2 == 1 {
+				s := r.b.Snapshot()
+				r.flush()
+				s.Close()
+			}
+			wg.Wait()
+			if msg := failure.Load(); msg != nil {
+				t.Fatal(*msg)
+			}
+			var n uint64
+			for i := range uint64(universe) {
+				if r.b.Get(i) {
+					n++
+				}
+			}
+			if got := r.b.Count(); got != n {
+				t.Fatalf("config %+v, pause %d: Count %d, %d bits set", cfg, pause, got, n)
+			}
+		}
+		r.flush()
+	}
+}
+
+// TestBitsCountRacingClear makes the interleaving of rule B6's two-step
+// clear happen on purpose: a write of 0 finds the bit pending as 1 with
+// its atomic OR, and before its AND another write of 0 clears the bit.
+// Each must count only the change its own AND made (the first finds the
+// bit already 0), so the bit leaves Count once. Both orders of the two
+// paths (a write of one bit, SetMany's per-word apply) are checked.
+func TestBitsCountRacingClear(t *testing.T) {
+	for _, outerMany := range []bool{false, true} {
+		r := newBitsRig(t, nil)
+		r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+		for _, i := range []uint64{5, 6} {
+			if err := r.b.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clear := func(many bool) {
+			var err error
+			if many {
+				err = r.b.SetMany([]uint64{5}, []bool{false})
+			} else {
+				err = r.b.Set(5, false)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		fired := false
+		testHook = func(point string) {
+			if point != "bits-and" || fired {
+				return
+			}
+			fired = true
+			clear(!outerMany)
+		}
+		clear(outerMany)
+		testHook = nil
+		if !fired {
+			t.Fatal("no write reached its AND")
+		}
+		if r.b.Get(5) || r.b.Count() != 1 {
+			t.Fatalf("outer SetMany %v: bit 5 %v, Count %d; want false, 1", outerMany, r.b.Get(5), r.b.Count())
+		}
+	}
+}
+
+// TestBitsFillLosesInstall: SetMany fills a page privately for a
+// directory entry it found empty, and before it installs it another write
+// installs a page there (rule B5). SetMany must apply its words to that
+// page instead (its changes and the other write's both count), and keep
+// the page it filled as dirty: a later write that needs a zeroed page must
+// not get it with SetMany's words still in it.
+func TestBitsFillLosesInstall(t *testing.T) {
+	r := newBitsRig(t, nil) // pooling on
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	const p1 = pageBits
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-fill" || fired {
+			return
+		}
+		fired = true
+		if err := r.b.Set(p1+7, true); err != nil {
+			t.Error(err)
+		}
+	}
+	err := r.b.SetMany([]uint64{p1 + 5, p1 + 7}, []bool{true, false})
+	testHook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fired {
+		t.Fatal("SetMany never filled a page")
+	}
+	if !r.b.Get(p1+5) || r.b.Get(p1+7) || r.b.Count() != 1 {
+		t.Fatalf("after the lost install: bits %v %v, Count %d; want true false 1", r.b.Get(p1+5), r.b.Get(p1+7), r.b.Count())
+	}
+	// Pages for pages 2 to 5 come from the table's pool: none may carry
+	// the filled page's words (the flush would write them).
+	for k := uint64(2); k < 6; k++ {
+		if err := r.b.Set(k*pageBits+100, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.flush()
+	for k := uint64(2); k < 6; k++ {
+		if r.b.Get(k*pageBits+5) || r.b.Get(k*pageBits+7) || !r.b.Get(k*pageBits+100) {
+			t.Fatalf("page %d: bits 5, 7, 100 are %v %v %v, want false false true (a page that came with the words SetMany filled for page 1?)",
+				k, r.b.Get(k*pageBits+5), r.b.Get(k*pageBits+7), r.b.Get(k*pageBits+100))
+		}
+	}
+	if n := r.b.Count(); n != 5 || r.f.CountOnes() != 5 {
+		t.Fatalf("Count %d, the file %d; want 5", n, r.f.CountOnes())
+	}
+}
+
+// TestBitsFillDirtyPage: a released table's page with many words written
+// is kept without zeroing (dirty), and SetMany's next fill of it must
+// store every word: here the page held bits 0-4999 pending as 1 in an
+// older generation, since cleared, and SetMany sets only bit 6000.
+func TestBitsFillDirtyPage(t *testing.T) {
+	r := newBitsRig(t, nil) // pooling on
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.b.SetRange(0, 5000, true)) // table A: page 0, 157 words written
+	r.flush()                         // A released and kept (dirty); B active
+	must(r.b.SetRange(0, 5000, false))
+	r.flush() // B released; A active again, its page 0 dirty
+	if r.b.Count() != 0 {
+		t.Fatalf("Count %d after clearing, want 0", r.b.Count())
+	}
+	must(r.b.SetMany([]uint64{6000}, []bool{true}))
+	for _, i := range []uint64{0, 10, 4999, 6000} {
+		if got := r.b.Get(i); got != (i == 6000) {
+			t.Fatalf("bit %d = %v before the flush (a word of the dirty page kept?)", i, got)
+		}
+	}
+	r.flush()
+	if r.b.Count() != 1 || r.f.CountOnes() != 1 || !r.b.Get(6000) {
+		t.Fatalf("Count %d, the file %d, bit 6000 %v; want 1, 1, true", r.b.Count(), r.f.CountOnes(), r.b.Get(6000))
 	}
 }

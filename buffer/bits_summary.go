@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"math/bits"
-	"slices"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
@@ -201,45 +200,4 @@ func (b *Bits) summarize(words []bitslice.WordChange) {
 		ix.add(pi, p)
 	}
 	s.index.Store(ix) // B9: filled, then published
-}
-
-// onesPage yields the set bits of page pi of the file (at or after from,
-// below n) through the summary. v is the view the caller loaded before s
-// (B9) and keeps alive; ix is s's index, loaded once by the caller.
-func (s *bitsSummary) onesPage(v *bitsView, ix *pageIndex, pi, from, n uint64, yield func(uint64) bool) bool {
-	if pi >= uint64(len(s.lines)) {
-		return true
-	}
-	base := pi * pageBits
-	if offs, ok := ix.offsets(pi); ok {
-		if from > base {
-			k := len(offs)
-			if from-base < pageBits {
-				k, _ = slices.BinarySearch(offs, uint16(from-base))
-			}
-			offs = offs[k:]
-		}
-		if n < base+pageBits {
-			k, _ := slices.BinarySearch(offs, uint16(n-base))
-			offs = offs[:k]
-		}
-		for _, o := range offs {
-			if !yield(base + uint64(o)) {
-				return false
-			}
-		}
-		return true
-	}
-	x := atomic.LoadUint64(&s.lines[pi])
-	fw := from >> 6
-	for x != 0 {
-		l := pi<<6 | uint64(bits.TrailingZeros64(x))
-		x &= x - 1
-		for w := max(l*lineWords, fw); w < (l+1)*lineWords; w++ {
-			if y := v.fileWord(w); y != 0 && !yieldWord(w, y, from, n, yield) {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -56,8 +56,13 @@ type bitsTable struct {
 	pins       atomic.Int32
 	acct       *Account
 
-	mu   sync.Mutex  // directory growth, page allocation, free
+	mu   sync.Mutex  // directory growth, page allocation, free, dirty
 	free []*bitsPage // zeroed pages kept for reuse
+	// dirty are pages kept for reuse without zeroing (reset found more
+	// than keepWritten words written): SetMany's page fill stores every
+	// word of one anyway (fill), and allocPage zeroes one only when no
+	// zeroed page is left.
+	dirty []*bitsPage
 
 	gen uint64 // flush generation that froze it; under the overlay's vmu
 
@@ -79,6 +84,9 @@ const (
 	// pageWords64 is the number of 64-bit bitslice words a page covers.
 	pageWords64 = pageWords / 2
 	maxSlab     = 16 // pages allocated at once, at most
+	// keepWritten is the most words a released page may have written for
+	// reset to zero it; a page with more is kept dirty (see reset).
+	keepWritten = 64
 	lowHalf     = 0xffffffff
 )
 
@@ -138,6 +146,32 @@ func (t *bitsTable) mark(lo, hi uint64) {
 		}
 		if atomic.LoadUint64(&t.lines[k])&bit == 0 && atomic.OrUint64(&t.lines[k], bit)&bit == 0 {
 			t.count(1)
+		}
+	}
+}
+
+// markWords records in the line filter that the bitslice words marked in
+// marks may hold a pending bit: marks[k] is filter word k0+k (B4a: before
+// the table's words are written).
+func (t *bitsTable) markWords(k0 uint64, marks *[pageWords64 / 64]uint64) {
+	if t.unfiltered.Load() {
+		return
+	}
+	for k, m := range marks {
+		if m == 0 {
+			continue
+		}
+		fk := k0 + uint64(k)
+		if fk >= uint64(len(t.lines)) {
+			t.markAll() // past the cover: as mark
+			t.unfiltered.Store(true)
+			return
+		}
+		if old := atomic.LoadUint64(&t.lines[fk]); old&m != m {
+			old = atomic.OrUint64(&t.lines[fk], m)
+			if n := bits.OnesCount64(m &^ old); n > 0 {
+				t.count(int64(n))
+			}
 		}
 	}
 }
@@ -249,6 +283,20 @@ func (t *bitsTable) slot(w uint64) *uint64 {
 	return t.slotSlow(w)
 }
 
+// privatePage returns page pi, private, installing it (or a private copy
+// of a shared one) if needed.
+func (t *bitsTable) privatePage(pi uint64) *bitsPage {
+	for {
+		d := t.dir.Load()
+		if pi < uint64(len(d.pages)) {
+			if c := d.pages[pi].Load(); c != nil && !isShared(c) {
+				return c
+			}
+		}
+		t.install(pi, nil)
+	}
+}
+
 func (t *bitsTable) slotSlow(w uint64) *uint64 {
 	pi := w >> pageShift
 	for {
@@ -266,25 +314,7 @@ func (t *bitsTable) slotSlow(w uint64) *uint64 {
 func (t *bitsTable) install(pi uint64, want *bitsPage) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := t.dir.Load()
-	if pi >= uint64(len(d.pages)) {
-		// Grow to the next power of two covering pi (at least 8), so a
-		// table filled in order copies its directory O(log n) times.
-		n := uint64(8)
-		if pi >= n {
-			n = 1 << bits.Len64(pi)
-		}
-		nd := &bitsDir{pages: make([]atomic.Pointer[bitsPage], n)}
-		for j := range d.pages {
-			nd.pages[j].Store(d.pages[j].Load())
-		}
-		t.dir.Store(nd) // B5: filled, then published
-		t.charge(int64(n-uint64(len(d.pages))) * 8)
-		d = nd
-		if t.grown != nil {
-			t.grown(t) // B5: in the view before a page is installed in it
-		}
-	}
+	d := t.growDir(pi)
 	cur := d.pages[pi].Load()
 	switch {
 	case want != nil && cur == nil:
@@ -307,8 +337,72 @@ func (t *bitsTable) install(pi uint64, want *bitsPage) bool {
 	return false
 }
 
+// growDir returns the directory, grown first if it does not reach page
+// pi. t.mu held.
+func (t *bitsTable) growDir(pi uint64) *bitsDir {
+	d := t.dir.Load()
+	if pi < uint64(len(d.pages)) {
+		return d
+	}
+	// Grow to the next power of two covering pi (at least 8), so a table
+	// filled in order copies its directory O(log n) times.
+	n := uint64(8)
+	if pi >= n {
+		n = 1 << bits.Len64(pi)
+	}
+	nd := &bitsDir{pages: make([]atomic.Pointer[bitsPage], n)}
+	for j := range d.pages {
+		nd.pages[j].Store(d.pages[j].Load())
+	}
+	t.dir.Store(nd) // B5: filled, then published
+	t.charge(int64(n-uint64(len(d.pages))) * 8)
+	if t.grown != nil {
+		t.grown(t) // B5: in the view before a page is installed in it
+	}
+	return nd
+}
+
+// takeFill returns a private page for SetMany to fill (every word it
+// stores) and whether it is dirty (its words must all be stored, zeros
+// included). It is in no directory.
+func (t *bitsTable) takeFill() (c *bitsPage, dirty bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.dirty); n > 0 {
+		c = t.dirty[n-1]
+		t.dirty[n-1] = nil
+		t.dirty = t.dirty[:n-1]
+		return c, true
+	}
+	return t.allocPage(), false
+}
+
+// installFilled stores c, a page from takeFill filled by its caller, at
+// pi if nothing is there yet (B5: filled, then published), and reports
+// whether it did; if not, it keeps c as dirty.
+func (t *bitsTable) installFilled(pi uint64, c *bitsPage) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.growDir(pi)
+	if d.pages[pi].Load() != nil {
+		t.dirty = append(t.dirty, c)
+		return false
+	}
+	d.pages[pi].Store(c)
+	t.npages.Add(1)
+	t.charge(pageBytes)
+	return true
+}
+
 // allocPage returns a zeroed private page. t.mu held.
 func (t *bitsTable) allocPage() *bitsPage {
+	if n := len(t.dirty); len(t.free) == 0 && n > 0 {
+		c := t.dirty[n-1]
+		t.dirty[n-1] = nil
+		t.dirty = t.dirty[:n-1]
+		zeroPage(c)
+		return c
+	}
 	if len(t.free) == 0 {
 		// Slabs that double with the table (1, 1, 2, 4, ... maxSlab
 		// pages): a sparse table costs one page, a dense one gets
@@ -357,6 +451,9 @@ func setPacked(p *uint64, sh uint64, v bool, beneath func() bool) int64 {
 	}
 	if old&bit == 0 {
 		return 0
+	}
+	if testHook != nil {
+		testHook("bits-and")
 	}
 	if atomic.AndUint64(p, ^bit)&bit != 0 {
 		return -1
@@ -417,14 +514,24 @@ func (t *bitsTable) reset(keep int64) {
 			continue
 		}
 		d.pages[pi].Store(nil)
-		if isShared(c) || int64(len(t.free)+1)*pageBytes > keep {
+		if isShared(c) || int64(len(t.free)+len(t.dirty)+1)*pageBytes > keep {
 			continue
 		}
+		// Zeroing takes an atomic store per word written (a reader of an
+		// older view may still load the page, B8), each a locked
+		// instruction: a page with many is kept dirty instead, for
+		// SetMany's fill, which stores every word anyway.
+		var nz int
 		for j := range c {
 			if atomic.LoadUint64(&c[j]) != 0 {
-				atomic.StoreUint64(&c[j], 0)
+				nz++
 			}
 		}
+		if nz > keepWritten {
+			t.dirty = append(t.dirty, c)
+			continue
+		}
+		zeroPage(c)
 		t.free = append(t.free, c)
 	}
 	for k := range t.lines {
@@ -439,6 +546,17 @@ func (t *bitsTable) reset(keep int64) {
 	t.held.Store(0)
 	t.hi.Store(0)
 	t.gen = 0
+}
+
+// zeroPage zeroes the words of c that are not zero, with atomic stores: c
+// may be a page of a released table that a reader of an older view still
+// loads (B8).
+func zeroPage(c *bitsPage) {
+	for j := range c {
+		if atomic.LoadUint64(&c[j]) != 0 {
+			atomic.StoreUint64(&c[j], 0)
+		}
+	}
 }
 
 // atomicMax raises *p to v if v is larger.

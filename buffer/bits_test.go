@@ -152,6 +152,12 @@ func TestBitsModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBits(f, ff, &acct, r)
+			if round%3 != 0 {
+				// SetMany coalesces every slice, a page per window, so
+				// that small slices take the coalescing path and span
+				// several windows.
+				b.manyCfg = manyConfig{min: 1, shift: pageShift}
+			}
 			universe, steps := uint64(4*pageBits), 2000
 			switch round {
 			case 2, 3:
@@ -188,11 +194,17 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 			}
 			m.set(i, v)
 		case p < 44:
-			idx := make([]uint64, rng.IntN(40))
+			n, spread := rng.IntN(40), uint64(300)
+			if rng.IntN(8) == 0 {
+				// Enough to coalesce with the default configuration,
+				// with repeated bits.
+				n, spread = defaultMany.min+rng.IntN(1000), universe
+			}
+			idx := make([]uint64, n)
 			vals := make([]bool, len(idx))
 			base := rng.Uint64N(universe)
 			for j := range idx {
-				idx[j] = (base + rng.Uint64N(300)) % universe
+				idx[j] = (base + rng.Uint64N(spread)) % universe
 				vals[j] = rng.IntN(2) == 0
 			}
 			if err := b.SetMany(idx, vals); err != nil {
@@ -488,4 +500,113 @@ func TestBitsFilterUnionPastCover(t *testing.T) {
 	if r.b.GetMany([]uint64{x}, out); out[0] {
 		t.Fatal("GetMany read the file's 1, not the pending 0")
 	}
+}
+
+// TestBitsOnesBatches: Ones reads a batch of onesBatch bits at a time
+// (onesCursor); batches end inside an indexed page, inside a dense page
+// and inside a pending one, and a sequence from any offset, stopped early
+// or not, is the model's.
+func TestBitsOnesBatches(t *testing.T) {
+	const n = 5*pageBits + 77
+	f, err := bitslice.Create(filepath.Join(t.TempDir(), "o.bits"), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	model := map[uint64]bool{}
+	// Page 0 indexed with 1000 bits (four batches), page 1 dense, page 2
+	// empty, page 3 indexed in the file and pending, page 4 dense and
+	// partly pending, page 5 partial, its last bit set.
+	var file []uint64
+	for k := uint64(0); k < 1000; k++ {
+		file = append(file, k*31)
+	}
+	for i := uint64(pageBits); i < 2*pageBits; i += 5 {
+		file = append(file, i)
+	}
+	for k := uint64(0); k < 600; k++ {
+		file = append(file, 3*pageBits+k*50)
+	}
+	for i := uint64(4 * pageBits); i < 5*pageBits; i += 3 {
+		file = append(file, i)
+	}
+	file = append(file, 5*pageBits, n-1)
+	for _, i := range file {
+		if err := f.Set(i, true); err != nil {
+			t.Fatal(err)
+		}
+		model[i] = true
+	}
+	b, err := NewBits(f, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	set := func(i uint64, v bool) {
+		if err := b.Set(i, v); err != nil {
+			t.Fatal(err)
+		}
+		model[i] = v
+	}
+	check := func(where string) {
+		t.Helper()
+		var want []uint64
+		for i := range uint64(n) {
+			if model[i] {
+				want = append(want, i)
+			}
+		}
+		froms := []uint64{0, 1, 255 * 31, 256*31 + 1, pageBits - 1, pageBits, 3*pageBits + 12345, 4*pageBits + 1, 5 * pageBits, n - 1, n, n + 5}
+		for range 20 {
+			froms = append(froms, rng.Uint64N(n))
+		}
+		for _, from := range froms {
+			k, _ := slices.BinarySearch(want, from)
+			if got := slices.Collect(b.Ones(from)); !slices.Equal(got, want[k:]) {
+				t.Fatalf("%s: Ones(%d): %d bits, want %d", where, from, len(got), len(want[k:]))
+			}
+		}
+		for _, stopAt := range []int{0, 1, 255, 256, 257, 511, 999, 1000, 1001, len(want) - 1} {
+			var got []uint64
+			for i := range b.Ones(0) {
+				if len(got) == stopAt {
+					break
+				}
+				got = append(got, i)
+			}
+			if !slices.Equal(got, want[:stopAt]) {
+				t.Fatalf("%s: Ones(0) stopped after %d: %d bits", where, stopAt, len(got))
+			}
+		}
+		// OnesUntil: stop set during the first page ends the sequence at
+		// the next page.
+		var stop atomic.Bool
+		cnt := 0
+		for i := range b.OnesUntil(0, &stop) {
+			if i >= pageBits {
+				t.Fatalf("%s: OnesUntil yielded %d after stop was set in page 0", where, i)
+			}
+			cnt++
+			stop.Store(true)
+		}
+		if cnt == 0 || cnt > onesBatch {
+			t.Fatalf("%s: OnesUntil yielded %d bits after the stop, want 1 to a batch", where, cnt)
+		}
+	}
+	check("file only")
+	for k := range 400 {
+		set(3*pageBits+uint64(k)*70, k%3 != 0)
+		set(4*pageBits+rng.Uint64N(pageBits), rng.IntN(2) == 0)
+	}
+	set(n-1, false)
+	check("pending")
+	ctx := context.Background()
+	if g := b.Freeze(1); g != nil {
+		if err := g.Write(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		b.Release(1)
+	}
+	b.Settle()
+	check("flushed")
 }

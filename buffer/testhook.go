@@ -7,7 +7,11 @@ package buffer
 // match and loaded the slot's head word, not yet its key words),
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
-// page and not yet its word) and "bits-filter" (a bits Get loaded a view
-// that is not direct and has not yet read the word filters). Tests set it
-// before the readers start and clear it after they stop.
+// page and not yet its word), "bits-filter" (a bits Get loaded a view
+// that is not direct and has not yet read the word filters),
+// "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
+// OR and has not yet cleared it with its AND) and "bits-fill" (SetMany
+// filled a page for a directory entry it found empty and has not yet
+// installed it). Tests set it before the readers start and clear it
+// after they stop.
 var testHook func(point string)

@@ -1,0 +1,128 @@
+package buffer
+
+import (
+	"math/bits"
+	"runtime"
+	"slices"
+	"sync/atomic"
+)
+
+// onesBatch is the most set bits Ones reads at a time.
+const onesBatch = 256
+
+// onesCursor reads the set bits of a Bits for Ones a batch at a time: fill
+// puts the next ones at or after pos into buf, so that the iterator's loop
+// over them (small enough to be inlined into a range-over-func loop, with
+// its body) calls no function per bit. The sequence stays live: each fill
+// reads the view and the summary as they are then.
+type onesCursor struct {
+	b    *Bits
+	stop *atomic.Bool
+	pos  uint64 // the next bit to read
+	n    uint64 // the length when the iteration began
+	buf  [onesBatch]uint64
+}
+
+// fill reads the next set bits into c.buf and returns how many (0 at the
+// end, or once *c.stop is set: it is checked before each page).
+func (c *onesCursor) fill() int {
+	k := 0
+	for c.pos < c.n && k < onesBatch {
+		pi := c.pos / pageBits
+		if c.stop != nil && c.stop.Load() {
+			return k // and 0 at the next fill
+		}
+		v := c.b.view.Load()
+		pending := !v.direct && v.pendingPage(pi)
+		// B9: the view first, then the summary; B8: the view unchanged
+		// after both, so that no table was reset under pendingPage and the
+		// view's file words are the current ones. (A direct view needs no
+		// check: the file and its summary hold every bit written before
+		// it; a later write is concurrent with the iteration.)
+		s := c.b.sum.Load()
+		ix := s.index.Load()
+		if !v.direct && c.b.view.Load() != v {
+			continue // again, on the new view
+		}
+		if !pending {
+			if offs, ok := ix.offsets(pi); ok {
+				k = c.fillIndexed(pi, offs, k)
+				continue
+			}
+		}
+		if k > onesBatch-64 {
+			return k // fillWords needs room for a whole word
+		}
+		k = c.fillWords(v, s, pi, pending, k)
+		runtime.KeepAlive(v)
+	}
+	return k
+}
+
+// fillIndexed copies page pi's offsets (from its summary index) at or
+// after c.pos and below c.n into c.buf from k, as many as fit, and moves
+// c.pos past them.
+func (c *onesCursor) fillIndexed(pi uint64, offs []uint16, k int) int {
+	base := pi * pageBits
+	if c.pos > base {
+		j, _ := slices.BinarySearch(offs, uint16(c.pos-base))
+		offs = offs[j:]
+	}
+	end := base + pageBits
+	if c.n < end {
+		j, _ := slices.BinarySearch(offs, uint16(c.n-base))
+		offs = offs[:j]
+		end = c.n
+	}
+	if room := onesBatch - k; len(offs) > room {
+		offs = offs[:room]
+		end = base + uint64(offs[room-1]) + 1
+	}
+	out := c.buf[k : k+len(offs)]
+	for j, o := range offs {
+		out[j] = base + uint64(o)
+	}
+	c.pos = end
+	return k + len(offs)
+}
+
+// fillWords reads the set bits of page pi at or after c.pos and below c.n
+// into c.buf from k, a whole bitslice word at a time while 64 fit: word by
+// word with the pending changes applied if pending, else the words of the
+// lines the summary s marks. It moves c.pos past what it read.
+func (c *onesCursor) fillWords(v *bitsView, s *bitsSummary, pi uint64, pending bool, k int) int {
+	var lines uint64 = ^uint64(0)
+	if !pending {
+		lines = 0
+		if pi < uint64(len(s.lines)) {
+			lines = atomic.LoadUint64(&s.lines[pi])
+		}
+	}
+	end := min((pi+1)*pageBits, c.n)
+	for w := c.pos >> 6; w<<6 < end; w++ {
+		if lines>>(w%pageWords64/lineWords)&1 == 0 {
+			c.pos = (w + 1) << 6
+			continue
+		}
+		if k > onesBatch-64 {
+			return k
+		}
+		var x uint64
+		if pending {
+			x = c.b.word64(w)
+		} else {
+			x = v.fileWord(w)
+		}
+		x &^= uint64(1)<<(c.pos&63) - 1
+		if r := end - w<<6; r < 64 {
+			x &= uint64(1)<<r - 1
+		}
+		for ; x != 0; x &= x - 1 {
+			c.buf[k] = w<<6 | uint64(bits.TrailingZeros64(x))
+			k++
+		}
+		c.pos = (w + 1) << 6
+	}
+	c.pos = max(c.pos, end)
+	return k
+}
