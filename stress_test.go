@@ -920,7 +920,9 @@ func TestStressBitsReadYourWrites(t *testing.T) {
 			}
 		})
 	}
-	r.run(stressDuration(3 * time.Second))
+	// On a loaded machine the run goes on until it has flushed enough.
+	d := stressDuration(3 * time.Second)
+	r.runUntil(d, 8*d, func() bool { return flushes.Load() >= 20 })
 	t.Logf("%d bit writes, %d range writes, %d flushes, %d checked reads, metrics %+v",
 		published.Load()+1, rangePublished.Load()+1, flushes.Load(), reads.Load(), db.Metrics())
 	if flushes.Load() < 20 {
@@ -1093,7 +1095,8 @@ func TestStressBatchesVersusReaders(t *testing.T) {
 			old.Close()
 		}
 	})
-	r.run(stressDuration(1500 * time.Millisecond))
+	d := stressDuration(1500 * time.Millisecond)
+	r.runUntil(d, 8*d, func() bool { return snaps.Load() >= 10 })
 	t.Logf("%d flushes, %d live reads, %d snapshots, metrics %+v", flushes.Load(), reads.Load(), snaps.Load(), db.Metrics())
 	if snaps.Load() < 10 {
 		t.Fatalf("only %d snapshots", snaps.Load())
@@ -1537,7 +1540,8 @@ func TestStressWatermarkCoversWholeOps(t *testing.T) {
 		}
 	})
 	stressSnapshotHolder(r, db, 3*time.Millisecond)
-	r.run(stressDuration(1500 * time.Millisecond))
+	d := stressDuration(1500 * time.Millisecond)
+	r.runUntil(d, 8*d, func() bool { return flushes.Load() >= 20 && complete.Load() >= 100 })
 	last := complete.Load()
 	t.Logf("%d ops, %d flushes, %d watermark checks, metrics %+v", last, flushes.Load(), checks.Load(), db.Metrics())
 	if flushes.Load() < 20 || last < 100 {
