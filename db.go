@@ -141,6 +141,7 @@ type DB struct {
 	// (diskfull.go); stallTo is the flusher it stalls, once there is one;
 	// diskFull counts the episodes (Metrics.DiskFull).
 	guard    *diskfull.FS
+	lastLSM  atomic.Pointer[storage.LSMStats] // Metrics' last store reading (metrics.go)
 	stallTo  atomic.Pointer[flush.Flusher]
 	diskFull atomic.Int64
 	// ingests counts generations flushed by ingestion (Metrics).

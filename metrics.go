@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/storage"
 )
 
 // LatencyHistogram is a distribution of durations in fixed logarithmic
@@ -108,6 +109,11 @@ type Metrics struct {
 	// times such reads waits for 0 first. 0 after Close.
 	StoreJobs int64
 
+	// While store writes wait for space (DiskFullWaiting), StoreJobs,
+	// StoreL0Files and StoreReadAmp are those of the last reading before
+	// the wait: pebble's own metrics wait for the MANIFEST write that
+	// waits for space, and Metrics must not.
+	//
 	// StoreL0Files is the number of sstables in the store's level 0 and
 	// StoreReadAmp its read amplification (memtables, L0 sublevels and
 	// lower levels a point read may search): flushes by ingestion add
@@ -170,15 +176,13 @@ func (db *DB) Metrics() Metrics {
 	db.mu.Lock()
 	m.Keyspaces, m.Bitslices, m.Snapshots = len(db.keyspaces), len(db.bits), len(db.snaps)
 	db.mu.Unlock()
-	if db.store != nil {
-		if lsm, err := db.store.LSM(); err == nil {
-			m.StoreJobs = lsm.BackgroundJobs
-			m.StoreL0Files = lsm.L0Files
-			m.StoreReadAmp = lsm.ReadAmp
-		}
-	}
 	if db.guard != nil {
 		m.DiskFullWaiting = db.guard.Waiting() > 0
+	}
+	if lsm, ok := db.lsmStats(m.DiskFullWaiting); ok {
+		m.StoreJobs = lsm.BackgroundJobs
+		m.StoreL0Files = lsm.L0Files
+		m.StoreReadAmp = lsm.ReadAmp
 	}
 	m.IngestedGenerations = db.ingests.Load()
 	m.ReadTierBytes = db.tier.bytes.Load()
@@ -187,4 +191,27 @@ func (db *DB) Metrics() Metrics {
 	m.FlushYields = db.pacer.yields.Load()
 	m.FlushThrottled = time.Duration(db.pacer.throttled.Load())
 	return m
+}
+
+// lsmStats returns the store's LSM figures, or the last ones read if the
+// store's writes wait for space (waiting): pebble's Metrics takes the
+// mutex a compaction holds while its MANIFEST write waits for space, and
+// a host's metrics scrape must not hang on a full disk. A wait that begins
+// during the call can still hold it until space returns.
+func (db *DB) lsmStats(waiting bool) (storage.LSMStats, bool) {
+	if db.store == nil {
+		return storage.LSMStats{}, false
+	}
+	if waiting {
+		if p := db.lastLSM.Load(); p != nil {
+			return *p, true
+		}
+		return storage.LSMStats{}, false
+	}
+	lsm, err := db.store.LSM()
+	if err != nil { // closed
+		return storage.LSMStats{}, false
+	}
+	db.lastLSM.Store(&lsm)
+	return lsm, true
 }
