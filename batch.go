@@ -190,6 +190,12 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 			return k.wrap(ErrDropped)
 		}
 	}
+	if db.share != nil {
+		if err := db.budgetAdmit(ctx); err != nil {
+			return err
+		}
+		defer db.share.sync()
+	}
 	t, err := db.flusher.BeginWrite(ctx, op, true)
 	if err != nil {
 		return err

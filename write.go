@@ -20,6 +20,12 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	if bad != nil {
 		return mapErr(bad, kind, name)
 	}
+	if db.share != nil {
+		if err := db.budgetAdmit(ctx); err != nil {
+			return err
+		}
+		defer db.share.sync()
+	}
 	t, err := db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -33,4 +39,18 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	err = apply()
 	t.End()
 	return mapErr(err, kind, name)
+}
+
+// budgetAdmit waits, before a write begins, for room under the engine's
+// memory budget (budget.go). It waits outside the flusher's gate and write
+// barrier, so the flushes it waits for can freeze. Its errors are the
+// context's (as they are) or ErrClosed.
+func (db *DB) budgetAdmit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if db.closing.Load() {
+		return ErrClosed
+	}
+	return db.share.b.admit(ctx, db.share)
 }
