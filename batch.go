@@ -191,10 +191,11 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		}
 	}
 	if db.share != nil {
-		if err := db.budgetAdmit(ctx); err != nil {
+		granted, err := db.budgetAdmit(ctx)
+		if err != nil {
 			return err
 		}
-		defer db.share.sync()
+		defer db.budgetDone(granted)
 	}
 	t, err := db.flusher.BeginWrite(ctx, op, true)
 	if err != nil {

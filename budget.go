@@ -99,6 +99,7 @@ type MemoryBudget struct {
 	total    atomic.Int64 // the sum of the shares' bytes
 	maxTotal atomic.Int64
 	waiting  atomic.Int64 // writes queued (len(queue) without mu)
+	round    atomic.Int64 // writes of the current round not yet done
 
 	forced, forcedErrs atomic.Int64
 	waits, waitNs      atomic.Int64
@@ -286,51 +287,80 @@ func (s *budgetShare) sync() {
 	}
 }
 
-// released lets waiting writes through if total is within the budget,
-// and forces more flushes while it is over the high mark.
+// released starts the next round of waiting writes if total is within
+// the budget.
 func (b *MemoryBudget) released(total int64) {
-	if total <= b.size && b.waiting.Load() > 0 {
+	if total <= b.size && b.waiting.Load() > 0 && b.round.Load() == 0 {
 		b.mu.Lock()
-		b.grantLocked()
+		b.startRoundLocked(0)
 		b.mu.Unlock()
 	}
 }
 
-// grantLocked lets every waiting write through. b.mu held.
-func (b *MemoryBudget) grantLocked() {
+// startRoundLocked lets every queued write through, plus self more (a
+// write starting the round), if no round is in progress and the total is
+// within the budget; it reports whether it did. b.mu held.
+func (b *MemoryBudget) startRoundLocked(self int64) bool {
+	if b.round.Load() != 0 || b.total.Load() > b.size {
+		return false
+	}
+	n := int64(len(b.queue)) + self
+	if n == 0 {
+		return true
+	}
+	b.round.Store(n)
 	for _, ch := range b.queue {
 		close(ch)
 	}
 	b.waiting.Add(-int64(len(b.queue)))
 	clear(b.queue)
 	b.queue = b.queue[:0]
+	return true
 }
 
-// admit is called before a write of s's engine begins: it forces flushes
-// past the high mark and waits while the total is over the size or other
-// writes wait (so that no engine's writes overtake the queue).
-func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) error {
+// admit is called before a write of s's engine begins. Below the high mark
+// with nobody waiting, the write goes at once (granted false). Otherwise it
+// forces flushes and waits for a round (granted true: the caller must call
+// done once its write ended, applied or not).
+//
+// Rounds make the budget fair: under pressure every write queues, and a
+// round lets the whole queue through, one write per waiting writer, once
+// the previous round's writes have all ended and the total is within the
+// size. A writer that was let through queues again behind the others, so
+// however the scheduler favours one goroutine, no engine's writer makes a
+// second write while another's waits (the budget's pending bytes grow in
+// table-sized steps, so a write often adds nothing to the total, and
+// without rounds the writer running first would write on alone).
+func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool, err error) {
 	t := b.total.Load()
-	if t > b.high {
-		b.force()
+	if t <= b.high && b.waiting.Load() == 0 && b.round.Load() == 0 {
+		return false, nil
 	}
-	if t <= b.size && b.waiting.Load() == 0 {
-		return nil
-	}
-	return b.wait(ctx, s)
+	b.force()
+	return true, b.wait(ctx, s)
 }
 
-// wait queues the write. The waiting count is raised before the total is
-// read again, and a release lowers the total before it reads the count:
-// one of the two sees the other, so a write never sleeps through the
-// release that makes room.
+// done ends a write let through by a round; the last one starts the next
+// round if writes wait and the total allows.
+func (b *MemoryBudget) done() {
+	if b.round.Add(-1) == 0 && b.waiting.Load() > 0 {
+		b.mu.Lock()
+		b.startRoundLocked(0)
+		b.mu.Unlock()
+	}
+}
+
+// wait queues the write until a round lets it through; on error the write
+// is not let through (done must not be called). The waiting count is
+// raised before the total and the round are read again, and a release or
+// done lowers them before it reads the count: one of the two sees the
+// other, so a write never sleeps through the event that would let it go.
 func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 	b.mu.Lock()
 	b.waiting.Add(1)
-	if b.total.Load() <= b.size {
-		// Room: let the queue through, this write with it.
+	if b.startRoundLocked(1) {
+		// No round in progress and room: this write starts one.
 		b.waiting.Add(-1)
-		b.grantLocked()
 		b.mu.Unlock()
 		return nil
 	}
@@ -345,28 +375,30 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 		b.waitNs.Add(d)
 		s.waitNs.Add(d)
 	}()
-	b.force()
 	select {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
-		b.dequeue(ch)
-		return ctx.Err()
+		return b.dequeue(ch, ctx.Err())
 	case <-s.done:
-		b.dequeue(ch)
-		return ErrClosed
+		return b.dequeue(ch, ErrClosed)
 	}
 }
 
-// dequeue removes a write that gave up waiting, unless it was let through
-// meanwhile.
-func (b *MemoryBudget) dequeue(ch chan struct{}) {
+// dequeue removes a write that gave up waiting and returns err; if a round
+// let it through meanwhile, it ends its part of the round instead.
+func (b *MemoryBudget) dequeue(ch chan struct{}, err error) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i := slices.Index(b.queue, ch); i >= 0 {
+	i := slices.Index(b.queue, ch)
+	if i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
 		b.waiting.Add(-1)
 	}
+	b.mu.Unlock()
+	if i < 0 {
+		b.done()
+	}
+	return err
 }
 
 // force starts forced flushes while the total is over the high mark, up to
