@@ -79,7 +79,7 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,")
 	fmt.Fprintln(w, "violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows")
 	fmt.Fprintln(w, "reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,")
-	fmt.Fprintln(w, "p99_write_ns.")
+	fmt.Fprintln(w, "p99_write_ns; W11 rows engine_min_share, engine_max_share, budget_peak.")
 	fmt.Fprintln(w, "go run ./scripts/benchtable turns that output into the README's tables.")
 	fmt.Fprintln(w, "A progress bar is drawn on stderr when it is a terminal or with --progress.")
 	fmt.Fprintln(w)
