@@ -318,12 +318,13 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 	return true
 }
 
-// admit is called before a write of s's engine begins. Below the high mark
-// with nobody waiting, the write goes at once (granted false). Otherwise it
+// admit is called before a write of s's engine begins (doc/design.md,
+// "Memory budget", rules B1-B3). Below the high mark with nobody waiting,
+// the write goes at once (granted false: B1). Otherwise it
 // forces flushes and waits for a round (granted true: the caller must call
 // done once its write ended, applied or not).
 //
-// Rounds make the budget fair: under pressure every write queues, and a
+// Rounds (B2) make the budget fair: under pressure every write queues, and a
 // round lets the whole queue through, one write per waiting writer, once
 // the previous round's writes have all ended and the total is within the
 // size. A writer that was let through queues again behind the others, so
@@ -351,7 +352,7 @@ func (b *MemoryBudget) done() {
 }
 
 // wait queues the write until a round lets it through; on error the write
-// is not let through (done must not be called). The waiting count is
+// is not let through (done must not be called). B3: the waiting count is
 // raised before the total and the round are read again, and a release or
 // done lowers them before it reads the count: one of the two sees the
 // other, so a write never sleeps through the event that would let it go.
