@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"context"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,18 +75,19 @@ type BudgetOptions struct {
 // MemoryBudget bounds the pending memory of any number of engines in one
 // process (Options.MemoryBudget): the sum of their pending bytes
 // (Metrics.PendingBytes) stays under its size, where each engine's own
-// Options.MaxPendingBytes bounds only that engine.
+// Options.MaxPendingBytes bounds only that engine. Metrics.BudgetBytes is
+// an engine's share.
 //
 // Past the high mark (BudgetOptions.HighPercent of the size) the budget
 // flushes engines in the background, one engine per flush, the one
 // BudgetOptions.Policy chooses first, up to BudgetOptions.MaxFlushes at a
-// time, until the total is below the mark. A write that finds the total
-// over the size waits, with its context, until flushes bring it back
-// under: the waiting writes of every engine wait in one queue and are
-// let through together, so no engine's writes starve while others write,
-// and a write arriving while others wait queues behind them. Writes admitted
-// at once may overshoot the size by their own sizes, as under
-// MaxPendingBytes.
+// time, until the total is below the mark. Past half the high mark,
+// writes of every engine queue together and go in rounds, one write per
+// waiting writer (a writer let through queues again behind the others), so
+// no engine's writes starve while others write; a round starts only with
+// the total within the size, so at the size writes wait, with their
+// context, until flushes make room. The writes of one round may overshoot
+// the size by their own sizes, as under MaxPendingBytes.
 //
 // A write waiting for the budget returns ctx.Err() if its context ends
 // first and ErrClosed if its engine is closed meanwhile. Close of an engine
@@ -93,6 +95,7 @@ type BudgetOptions struct {
 // once every engine using it is closed.
 type MemoryBudget struct {
 	size, high int64
+	fair       int64 // past it, writes go in rounds (B1): high/2
 	policy     BudgetPolicy
 	maxFlushes int
 
@@ -141,7 +144,8 @@ func NewMemoryBudget(size int64, opts *BudgetOptions) (*MemoryBudget, error) {
 		return nil, kverr.Errorf("memory budget MaxFlushes %d: %w", o.MaxFlushes, ErrBadOptions)
 	}
 	high := int64(float64(size) * float64(o.HighPercent) / 100)
-	return &MemoryBudget{size: size, high: max(high, 1), policy: o.Policy, maxFlushes: o.MaxFlushes}, nil
+	high = max(high, 1)
+	return &MemoryBudget{size: size, high: high, fair: high / 2, policy: o.Policy, maxFlushes: o.MaxFlushes}, nil
 }
 
 // Size returns the budget's size in bytes.
@@ -319,13 +323,13 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 }
 
 // admit is called before a write of s's engine begins (doc/design.md,
-// "Memory budget", rules B1-B3). Below the high mark with nobody waiting,
-// the write goes at once (granted false: B1). Otherwise it
+// "Memory budget", rules B1-B3). Below half the high mark with nobody
+// waiting, the write goes at once (granted false: B1). Otherwise it
 // forces flushes and waits for a round (granted true: the caller must call
 // done once its write ended, applied or not).
 //
-// Rounds (B2) make the budget fair: under pressure every write queues, and a
-// round lets the whole queue through, one write per waiting writer, once
+// Rounds (B2) make the budget fair: past half the high mark every write
+// queues, and a round lets the whole queue through, one write per waiting writer, once
 // the previous round's writes have all ended and the total is within the
 // size. A writer that was let through queues again behind the others, so
 // however the scheduler favours one goroutine, no engine's writer makes a
@@ -334,10 +338,12 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 // without rounds the writer running first would write on alone).
 func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool, err error) {
 	t := b.total.Load()
-	if t <= b.high && b.waiting.Load() == 0 && b.round.Load() == 0 {
+	if t <= b.fair && b.waiting.Load() == 0 && b.round.Load() == 0 {
 		return false, nil
 	}
-	b.force()
+	if t > b.high {
+		b.force()
+	}
 	return true, b.wait(ctx, s)
 }
 
@@ -357,6 +363,12 @@ func (b *MemoryBudget) done() {
 // done lowers them before it reads the count: one of the two sees the
 // other, so a write never sleeps through the event that would let it go.
 func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
+	if b.waiting.Load() == 0 && b.round.Load() == 0 {
+		// This write would make a round alone: the writers the scheduler
+		// has not run since the last round (more goroutines than
+		// processors) get the processor first, to queue for it.
+		runtime.Gosched()
+	}
 	b.mu.Lock()
 	b.waiting.Add(1)
 	if b.startRoundLocked(1) {

@@ -154,17 +154,23 @@ func budgetEngines(t testing.TB, n int, b *MemoryBudget, ffs *budgetFaultFS) ([]
 	return dbs, kvs
 }
 
-// TestMemoryBudgetManyEngines writes at random to 1,000 engines (100 with
-// -short) under one budget while their flushes fail at random and writes
+// TestMemoryBudgetManyEngines writes at random to 1,000 engines (250 with
+// -race, 100 with -short) under one budget while their flushes fail at random and writes
 // give up at random (a context ending while they wait for the budget). A
 // monitor sums the engines' pending bytes throughout: the sum never passes
 // the budget by more than the writes admitted at once (a generation of
 // one engine is far larger). Every acknowledged write is then readable
 // and durable, and no write that returned an error is.
 func TestMemoryBudgetManyEngines(t *testing.T) {
+	// 1,000 engines take about 40 s in a normal build; the race
+	// detector makes opening them alone take minutes, so the race build
+	// (the README's test command) runs 250 and -short 100.
 	n := 1000
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		n = 100
+	case raceEnabled():
+		n = 250
 	}
 	const (
 		writers   = 48

@@ -98,9 +98,9 @@
 // (Options.MemoryBudget) so that their pending bytes together stay under
 // one size. Past the budget's high mark (90% by default, as RocksDB's
 // WriteBufferManager) it flushes the engine holding the most pending bytes
-// first (BudgetOptions.Policy), in the background; at its size, writes of
-// every engine wait, with their context, and go in rounds, one write per
-// waiting writer, so no engine starves. The total passes the size by at
+// first (BudgetOptions.Policy), in the background. Past half the high
+// mark, writes of every engine go in rounds, one write per waiting writer,
+// so no engine starves; at its size they wait, with their context. The total passes the size by at
 // most the writes of one round (one per writer) and a table's growth step.
 // A write waiting for the budget returns ctx.Err() as it is, or ErrClosed
 // if its engine closes. Closing an engine releases its share; close the
