@@ -97,8 +97,8 @@
 // host with many engines in one process shares one MemoryBudget among them
 // (Options.MemoryBudget) so that their pending bytes together stay under
 // one size. Past the budget's high mark (90% by default, as RocksDB's
-// WriteBufferManager) it flushes the engine holding the most pending bytes
-// first (BudgetOptions.Policy), in the background. Past half the high
+// WriteBufferManager) it flushes the engines with the oldest pending
+// changes first (BudgetOptions.Policy; or the largest), in the background. Past half the high
 // mark, writes of every engine go in rounds, one write per waiting writer,
 // so no engine starves; at its size they wait, with their context. The total passes the size by at
 // most the writes of one round (one per writer) and a table's growth step.

@@ -33,7 +33,8 @@ type w11Row struct {
 	readBack int
 }
 
-// setupW11 builds W11 with the given budget policy: w11Engines engines
+// setupW11 builds W11 with the given budget policy (0: the default):
+// w11Engines engines
 // opened with one MemoryBudget of w11BytesPerEng per engine.
 func setupW11(policy kvbuf.BudgetPolicy, impl, workload string) func(context.Context, *Suite, Config) error {
 	return func(ctx context.Context, s *Suite, c Config) error {

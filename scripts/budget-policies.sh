@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares the memory budget's flush policies (doc/design.md, "Memory
-# budget") on W11: runs the largest-first and the oldest-first suites
+# budget") on W11: runs the oldest-first (default) and largest-first suites
 # ITER times, alternating which goes first, each with `kvtool bench
 # --json`, and prints per suite the median time per put, the worst
 # engine fairness (fewest and most puts of an engine over the mean once
@@ -23,8 +23,8 @@ for i in $(seq 1 "$iter"); do
 	if ((i % 2)); then order="largest oldest"; else order="oldest largest"; fi
 	for p in $order; do
 		case $p in
-		largest) w='W11/budget-1000-engines' ;;
-		oldest) w='W11/budget-1000-engines-oldest-first' ;;
+		largest) w='W11/budget-1000-engines-largest-first' ;;
+		oldest) w='W11/budget-1000-engines' ;;
 		esac
 		"$work/kvtool" bench --json --scale "$scale" --rounds "$rounds" --workload "$w" >"$work/$p.$i.json"
 	done
