@@ -190,6 +190,13 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 			return k.wrap(ErrDropped)
 		}
 	}
+	if db.share != nil {
+		granted, err := db.budgetAdmit(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.budgetDone(granted)
+	}
 	t, err := db.flusher.BeginWrite(ctx, op, true)
 	if err != nil {
 		return err

@@ -150,6 +150,9 @@ type DB struct {
 	tier readTier
 	// pacer bounds the flusher's CPU while it writes tables (pace.go).
 	pacer *flushPacer
+	// share is the engine's part of Options.MemoryBudget (budget.go); nil
+	// without one.
+	share *budgetShare
 
 	closeOnce sync.Once
 	closeErr  error
@@ -177,22 +180,35 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: o.storeFS})
-	if err != nil {
-		return nil, err
-	}
 	db := &DB{
 		opts:      o,
 		bopts:     o.bufferOptions(),
-		dir:       d,
 		keyspaces: map[string]*KV{},
 		bits:      map[string]*Bits{},
 		snaps:     map[*Snapshot]struct{}{},
 		bitsAdded: enginedir.BitsCatalog{},
 	}
+	if o.MemoryBudget != nil {
+		// Before the directory is touched: a closed budget creates nothing.
+		var err error
+		if db.share, err = o.MemoryBudget.attach(dir, db); err != nil {
+			return nil, err
+		}
+	}
+	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: o.storeFS})
+	if err != nil {
+		if db.share != nil {
+			db.share.detach()
+		}
+		return nil, err
+	}
+	db.dir = d
 	db.targets.Store(&targetSet{})
 	db.pacer = newFlushPacer(o.FlushQuantum, o.FlushCPUPercent)
 	if err := db.open(); err != nil {
+		if db.share != nil {
+			db.share.detach()
+		}
 		db.closeFiles()
 		return nil, err
 	}
@@ -417,6 +433,10 @@ func (db *DB) Close() error {
 		// reports the full disk instead of waiting for space forever.
 		db.guard.Abort()
 		err := db.flusher.Close()
+		if db.share != nil {
+			// No write can begin now: the budget forgets the engine.
+			db.share.detach()
+		}
 		db.mu.Lock()
 		snaps := make([]*Snapshot, 0, len(db.snaps))
 		for s := range db.snaps {

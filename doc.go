@@ -91,6 +91,21 @@
 // Metrics.HighestOp, CompletedOp, OpenOps and ReceiptLag follow the ops in
 // every mode.
 //
+// # Memory budget
+//
+// Each engine bounds its own pending memory (Options.MaxPendingBytes); a
+// host with many engines in one process shares one MemoryBudget among them
+// (Options.MemoryBudget) so that their pending bytes together stay under
+// one size. Past the budget's high mark (90% by default, as RocksDB's
+// WriteBufferManager) it flushes the engines with the oldest pending
+// changes first (BudgetOptions.Policy; or the largest), in the background. Past half the high
+// mark, writes of every engine go in rounds, one write per waiting writer,
+// so no engine starves; at its size they wait, with their context. The total passes the size by at
+// most the writes of one round (one per writer) and a table's growth step.
+// A write waiting for the budget returns ctx.Err() as it is, or ErrClosed
+// if its engine closes. Closing an engine releases its share; close the
+// budget after its engines. See doc/design.md, "Memory budget".
+//
 // # Backups
 //
 // DB.Checkpoint writes a consistent copy of the engine (pebble's checkpoint

@@ -93,6 +93,15 @@ var (
 	// out of range. Text: "kvbuf: bad options".
 	ErrBadOptions = kverr.ErrBadOptions
 
+	// ErrBudgetClosed is returned by Open with Options.MemoryBudget set to
+	// a MemoryBudget that was closed. Text: "kvbuf: memory budget closed".
+	ErrBudgetClosed = kverr.ErrBudgetClosed
+
+	// ErrBudgetInUse is returned by MemoryBudget.Close while an engine
+	// opened with the budget is still open. Text: "kvbuf: memory budget
+	// in use".
+	ErrBudgetInUse = kverr.ErrBudgetInUse
+
 	// ErrOutOfRange is returned for a bit index at or past the bitslice's
 	// maximum length (Options.MaxBits). Text: "kvbuf: bit index out of
 	// range".

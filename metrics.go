@@ -70,6 +70,15 @@ type Metrics struct {
 	// was over Options.MaxPendingBytes, and StallTime their total wait.
 	Stalls    int64
 	StallTime time.Duration
+	// BudgetBytes is the engine's share of its Options.MemoryBudget: its
+	// pending bytes as of its latest write or flush (0 without a budget).
+	// BudgetForcedFlushes counts the flushes the budget forced on the
+	// engine; BudgetWaits the engine's writes that waited because the
+	// budget was full, and BudgetWaitTime their total wait.
+	BudgetBytes         int64
+	BudgetForcedFlushes int64
+	BudgetWaits         int64
+	BudgetWaitTime      time.Duration
 	// FlushLatency is the distribution of Flush calls' durations.
 	FlushLatency LatencyHistogram
 	// InFlight is the number of generations frozen and not yet durable;
@@ -190,6 +199,12 @@ func (db *DB) Metrics() Metrics {
 	m.ReadTierEvictions = db.tier.evicted.Load()
 	m.FlushYields = db.pacer.yields.Load()
 	m.FlushThrottled = time.Duration(db.pacer.throttled.Load())
+	if s := db.share; s != nil {
+		m.BudgetBytes = max(s.bytes.Load(), 0) // detachedShare after Close
+		m.BudgetForcedFlushes = s.forced.Load()
+		m.BudgetWaits = s.waits.Load()
+		m.BudgetWaitTime = time.Duration(s.waitNs.Load())
+	}
 	return m
 }
 

@@ -129,6 +129,15 @@ type Options struct {
 	// at most 100, else ErrBadOptions.
 	FlushCPUPercent int
 
+	// MemoryBudget, if set, is shared with the other engines opened with
+	// it: their pending bytes together stay under its size (see
+	// MemoryBudget), besides each engine's own MaxPendingBytes. Past the
+	// budget's high mark it flushes the engines its policy chooses; at its
+	// size, writes of every engine wait (with their context) in one queue.
+	// Close releases the engine's share. Open fails with ErrBudgetClosed
+	// for a closed budget. Default: nil, the engine alone.
+	MemoryBudget *MemoryBudget
+
 	// storeTune, if set, replaces the store options the engine chooses
 	// (storageOptions; CacheSize is still the engine's): benchmarks of
 	// this package compare store set-ups with it. A pointer, so that

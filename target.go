@@ -257,4 +257,7 @@ func (gen *generation) Release() {
 		db.targets.Store(&targetSet{kvs: keep, bits: ts.bits})
 		db.mu.Unlock()
 	}
+	if db.share != nil {
+		db.share.sync() // the memory budget learns of the release
+	}
 }

@@ -20,6 +20,13 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	if bad != nil {
 		return mapErr(bad, kind, name)
 	}
+	if db.share != nil {
+		granted, err := db.budgetAdmit(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.budgetDone(granted)
+	}
 	t, err := db.flusher.BeginWrite(ctx, op, false)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -33,4 +40,28 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	err = apply()
 	t.End()
 	return mapErr(err, kind, name)
+}
+
+// budgetAdmit waits, before a write begins, for room under the engine's
+// memory budget (budget.go). It waits outside the flusher's gate and write
+// barrier, so the flushes it waits for can freeze. Its errors are the
+// context's (as they are) or ErrClosed. The caller calls budgetDone with
+// granted once the write ended.
+func (db *DB) budgetAdmit(ctx context.Context) (granted bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if db.closing.Load() {
+		return false, ErrClosed
+	}
+	return db.share.b.admit(ctx, db.share)
+}
+
+// budgetDone tells the budget a write ended: the engine's share is synced
+// (before the round ends, so the next round sees the write's bytes).
+func (db *DB) budgetDone(granted bool) {
+	db.share.sync()
+	if granted {
+		db.share.b.done()
+	}
 }

@@ -217,6 +217,11 @@ type RoundResult struct {
 	CPU         time.Duration
 	CPUMeasured bool
 
+	// W11: the engines' puts in the round, least and most, over their
+	// mean (1 for every engine alike), and the peak of the memory budget's
+	// total over its size.
+	EngineMinShare, EngineMaxShare, BudgetPeak float64
+
 	// ReadBack is the number of written values the round read back, after
 	// its timed part, and found as written (a Rounder of a Writes workload
 	// must report at least one; a mismatch is an error wrapping
@@ -374,6 +379,10 @@ type Row struct {
 	// throughput, and latency percentiles over every sampled operation.
 	ReadsPerSec, WritesPerSec                        float64
 	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
+	// W11 (BudgetPeak > 0): over every round, the least and the most puts
+	// an engine made over the mean, and the peak of the memory budget's
+	// total over its size.
+	EngineMinShare, EngineMaxShare, BudgetPeak float64
 }
 
 // Ratio compares a baseline row with an own row of the same run round by
@@ -541,6 +550,13 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
 		row.CPUNsPerOp = append(row.CPUNsPerOp, float64(res.CPU.Nanoseconds())/float64(ops))
 	}
 	row.ReadBack += res.ReadBack
+	if res.BudgetPeak > 0 {
+		if row.BudgetPeak == 0 || res.EngineMinShare < row.EngineMinShare {
+			row.EngineMinShare = res.EngineMinShare
+		}
+		row.EngineMaxShare = max(row.EngineMaxShare, res.EngineMaxShare)
+		row.BudgetPeak = max(row.BudgetPeak, res.BudgetPeak)
+	}
 	row.Flushes += res.Flushes
 	row.Syncs += res.Syncs
 	row.Violations += res.Violations

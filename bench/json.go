@@ -44,6 +44,9 @@ type JSONRow struct {
 	P99ReadNs              *float64           `json:"p99_read_ns,omitempty"`
 	P99ReadFlushNs         *float64           `json:"p99_read_flush_ns,omitempty"`
 	P99WriteNs             *float64           `json:"p99_write_ns,omitempty"`
+	EngineMinShare         *float64           `json:"engine_min_share,omitempty"`
+	EngineMaxShare         *float64           `json:"engine_max_share,omitempty"`
+	BudgetPeak             *float64           `json:"budget_peak,omitempty"`
 }
 
 // JSON returns r as kvtool bench --json prints it.
@@ -89,6 +92,9 @@ func (r Row) JSON() JSONRow {
 	if r.ReadsPerSec > 0 {
 		j.ReadsPerSec, j.WritesPerSec = &r.ReadsPerSec, &r.WritesPerSec
 		j.P50ReadNs, j.P99ReadNs, j.P99ReadFlushNs, j.P99WriteNs = &r.P50ReadNs, &r.P99ReadNs, &r.P99ReadFlushNs, &r.P99WriteNs
+	}
+	if r.BudgetPeak > 0 {
+		j.EngineMinShare, j.EngineMaxShare, j.BudgetPeak = &r.EngineMinShare, &r.EngineMaxShare, &r.BudgetPeak
 	}
 	return j
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/kvbuf/kvbuf"
 )
 
 // Config sizes the workloads. A nil *Config means defaults; a zero field
@@ -197,20 +199,24 @@ func Catalog() []SuiteInfo {
 		{"W7", []string{"W7/get-mixed-under-writes", "W7/lookup-under-writes"}, nil},
 		{"W8", []string{"W8/batch-64-puts", "W8/end-to-end-unique", "W8/end-to-end-hot-keys-x10", "W8/delete-1m"}, nil},
 		{"W10", []string{"W10/ones-sparse", "W10/lookup-sparse", "W10/count-sparse", "W10/pending-memory-1m"}, []string{"W10/lookup-sparse"}},
+		{"W11", []string{"W11/budget-1000-engines"}, nil},
+		{"W11-largest", []string{"W11/budget-1000-engines-largest-first"}, nil},
 	}
 }
 
 // setups maps each suite of Catalog to the function that sets it up.
 var setups = map[string]func(context.Context, *Suite, Config) error{
-	"W1":        setupW1,
-	"W2":        setupW2,
-	"W2-memory": setupW2Memory,
-	"W3":        setupW3,
-	"W4":        setupW4,
-	"W6":        setupW6,
-	"W7":        setupW7,
-	"W8":        setupW8,
-	"W10":       setupW10,
+	"W1":          setupW1,
+	"W2":          setupW2,
+	"W2-memory":   setupW2Memory,
+	"W3":          setupW3,
+	"W4":          setupW4,
+	"W6":          setupW6,
+	"W7":          setupW7,
+	"W8":          setupW8,
+	"W10":         setupW10,
+	"W11":         setupW11(0, ImplKvbuf, "W11/budget-1000-engines"), // the default policy
+	"W11-largest": setupW11(kvbuf.BudgetLargestFirst, ImplKvbuf, "W11/budget-1000-engines-largest-first"),
 }
 
 // Open sets up the suite called name (see Catalog) in a new temporary

@@ -28,6 +28,9 @@
 //	kvbuf_read_tier_evictions_total  generations the read tier evicted (ReadTierEvictions)
 //	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
 //	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
+//	kvbuf_budget_forced_flushes_total    flushes the engine's memory budget forced on it (BudgetForcedFlushes)
+//	kvbuf_budget_waits_total             writes that waited because the memory budget was full (BudgetWaits)
+//	kvbuf_budget_wait_seconds_total      the time those writes waited (BudgetWaitTime)
 //
 // Gauges:
 //
@@ -50,6 +53,7 @@
 //	kvbuf_store_read_amp             the store's read amplification (StoreReadAmp)
 //	kvbuf_read_tier_bytes            memory held by the read tier (ReadTierBytes)
 //	kvbuf_read_tier_generations      generations the read tier holds (ReadTierGenerations)
+//	kvbuf_budget_bytes               the engine's share of its memory budget (BudgetBytes)
 //
 // Histogram:
 //
@@ -113,6 +117,8 @@ type collector struct {
 	ingested                                        *prometheus.Desc
 	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
 	flushYields, flushThrottled                     *prometheus.Desc
+	budgetBytes, budgetForced                       *prometheus.Desc
+	budgetWaits, budgetWaitSeconds                  *prometheus.Desc
 }
 
 // NewCollector returns a collector of db's metrics (see the package
@@ -188,6 +194,11 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 
 		flushYields:    desc("flush_yields_total", "Times the flusher yielded the processor between two slices of its work on a generation's tables."),
 		flushThrottled: desc("flush_throttled_seconds_total", "Time the flusher slept to stay within its CPU share (FlushCPUPercent)."),
+
+		budgetBytes:       desc("budget_bytes", "The engine's share of its memory budget: its pending bytes as of its latest write or flush."),
+		budgetForced:      desc("budget_forced_flushes_total", "Flushes the engine's memory budget forced on it."),
+		budgetWaits:       desc("budget_waits_total", "Writes that waited because the engine's memory budget was full."),
+		budgetWaitSeconds: desc("budget_wait_seconds_total", "Time writes waited because the engine's memory budget was full."),
 	}
 	for i := range kvbuf.LatencyBuckets - 1 { // the last bucket is +Inf
 		if o.AllLatencyBuckets || i%4 == 0 {
@@ -212,6 +223,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.ingested,
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
+		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
 	}
 }
 
@@ -272,6 +284,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.tierEvictions, float64(m.ReadTierEvictions))
 	counter(c.flushYields, float64(m.FlushYields))
 	counter(c.flushThrottled, m.FlushThrottled.Seconds())
+	gauge(c.budgetBytes, float64(m.BudgetBytes))
+	counter(c.budgetForced, float64(m.BudgetForcedFlushes))
+	counter(c.budgetWaits, float64(m.BudgetWaits))
+	counter(c.budgetWaitSeconds, m.BudgetWaitTime.Seconds())
 }
 
 // histogram turns the engine's latency histogram into a Prometheus one:

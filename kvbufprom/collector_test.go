@@ -60,6 +60,10 @@ var fieldMetric = map[string]string{
 	"ReadTierEvictions":   "kvbuf_read_tier_evictions_total",
 	"FlushYields":         "kvbuf_flush_yields_total",
 	"FlushThrottled":      "kvbuf_flush_throttled_seconds_total",
+	"BudgetBytes":         "kvbuf_budget_bytes",
+	"BudgetForcedFlushes": "kvbuf_budget_forced_flushes_total",
+	"BudgetWaits":         "kvbuf_budget_waits_total",
+	"BudgetWaitTime":      "kvbuf_budget_wait_seconds_total",
 }
 
 // fabricated returns Metrics with every field set to a distinct value.
@@ -98,6 +102,10 @@ func fabricated() kvbuf.Metrics {
 		ReadTierEvictions:   18,
 		FlushYields:         19,
 		FlushThrottled:      2500 * time.Millisecond,
+		BudgetBytes:         20 << 10,
+		BudgetForcedFlushes: 21,
+		BudgetWaits:         22,
+		BudgetWaitTime:      3500 * time.Millisecond,
 	}
 	h := &m.FlushLatency
 	h.Counts[0] = 1                      // under 1.024µs
@@ -233,6 +241,18 @@ kvbuf_flush_yields_total{shard="7"} 19
 # HELP kvbuf_flush_throttled_seconds_total Time the flusher slept to stay within its CPU share (FlushCPUPercent).
 # TYPE kvbuf_flush_throttled_seconds_total counter
 kvbuf_flush_throttled_seconds_total{shard="7"} 2.5
+# HELP kvbuf_budget_bytes The engine's share of its memory budget: its pending bytes as of its latest write or flush.
+# TYPE kvbuf_budget_bytes gauge
+kvbuf_budget_bytes{shard="7"} 20480
+# HELP kvbuf_budget_forced_flushes_total Flushes the engine's memory budget forced on it.
+# TYPE kvbuf_budget_forced_flushes_total counter
+kvbuf_budget_forced_flushes_total{shard="7"} 21
+# HELP kvbuf_budget_waits_total Writes that waited because the engine's memory budget was full.
+# TYPE kvbuf_budget_waits_total counter
+kvbuf_budget_waits_total{shard="7"} 22
+# HELP kvbuf_budget_wait_seconds_total Time writes waited because the engine's memory budget was full.
+# TYPE kvbuf_budget_wait_seconds_total counter
+kvbuf_budget_wait_seconds_total{shard="7"} 3.5
 # HELP kvbuf_flush_duration_seconds Durations of Flush calls.
 # TYPE kvbuf_flush_duration_seconds histogram
 `)

@@ -79,7 +79,7 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,")
 	fmt.Fprintln(w, "violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows")
 	fmt.Fprintln(w, "reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,")
-	fmt.Fprintln(w, "p99_write_ns.")
+	fmt.Fprintln(w, "p99_write_ns; W11 rows engine_min_share, engine_max_share, budget_peak.")
 	fmt.Fprintln(w, "go run ./scripts/benchtable turns that output into the README's tables.")
 	fmt.Fprintln(w, "A progress bar is drawn on stderr when it is a terminal or with --progress.")
 	fmt.Fprintln(w)
@@ -455,6 +455,9 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.Flushes > 0 }) {
 		fmt.Fprintln(w, "W4: VIOLATIONS (a lower bound) are Flush calls that returned before the durable watermark covered the caller's own write.")
 	}
+	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BudgetPeak > 0 }) {
+		fmt.Fprintln(w, "W11: ENGINE PUTS/MEAN = the fewest and most puts an engine made (a goroutine each) once the budget passed its high mark, over the mean (worst round); PEAK/BUDGET = the budget's highest total over its size.")
+	}
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.ReadsPerSec > 0 }) {
 		fmt.Fprintln(w, "W7: TIME/OP is per read of the reader; READ@FLUSH are reads sampled while a flush ran; every 64th read and write is timed.")
 	}
@@ -479,6 +482,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 	mem := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.BytesPerEntry != 0 })
 	flushes := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.Flushes > 0 })
 	reads := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.ReadsPerSec > 0 })
+	budget := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.BudgetPeak > 0 })
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "WORKLOAD\tIMPL\tOP\tTIME/OP\tMIN-MAX\tCPU/OP\tALLOCS/OP\tKVBUF SPEEDUP"
@@ -490,6 +494,9 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 	}
 	if reads {
 		head += "\tREADS/S\tWRITES/S\tP50 READ\tP99 READ\tP99 READ@FLUSH\tP99 WRITE"
+	}
+	if budget {
+		head += "\tENGINE PUTS/MEAN\tPEAK/BUDGET"
 	}
 	fmt.Fprintln(tw, head+"\tNOTE")
 	for _, r := range fr {
@@ -537,6 +544,13 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 					bench.FormatNs(r.P50ReadNs), bench.FormatNs(r.P99ReadNs), inFlush, bench.FormatNs(r.P99WriteNs))
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t\t\t")
+			}
+		}
+		if budget {
+			if r.BudgetPeak > 0 {
+				fmt.Fprintf(tw, "\t%.2f-%.2f\t%.3f", r.EngineMinShare, r.EngineMaxShare, r.BudgetPeak)
+			} else {
+				fmt.Fprint(tw, "\t\t")
 			}
 		}
 		fmt.Fprintf(tw, "\t%s\n", r.Label)

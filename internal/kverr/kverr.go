@@ -98,6 +98,10 @@ var (
 	ErrBadName = newSentinel("bad keyspace or bitslice name", nil)
 	// ErrBadOptions: an option out of range.
 	ErrBadOptions = newSentinel("bad options", nil)
+	// ErrBudgetClosed: an engine opened with a closed memory budget.
+	ErrBudgetClosed = newSentinel("memory budget closed", nil)
+	// ErrBudgetInUse: a memory budget closed while engines use it.
+	ErrBudgetInUse = newSentinel("memory budget in use", nil)
 	// ErrOutOfRange: a bit or word index at or past the length or maximum.
 	ErrOutOfRange = newSentinel("bit index out of range", nil)
 	// ErrKeyTooLarge: a key longer than the maximum key size.
