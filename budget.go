@@ -94,6 +94,15 @@ type BudgetOptions struct {
 // first and ErrClosed if its engine is closed meanwhile. Close of an engine
 // releases its share. A MemoryBudget is safe for concurrent use; Close it
 // once every engine using it is closed.
+//
+// # Caveats
+//
+//   - An engine whose flushes keep failing (a full disk, ErrSyncFailed)
+//     keeps its share: once the total reaches the size, the writes of
+//     every engine wait until their contexts end, not only that engine's,
+//     and they get ctx.Err(), not the failing engine's error. Watch
+//     Metrics.Failures and Metrics.DiskFull of each engine.
+//   - A round waits for its slowest write.
 type MemoryBudget struct {
 	size, high int64
 	fair       int64 // past it, writes go in rounds (B1): high/2
