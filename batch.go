@@ -221,6 +221,9 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 				// not bad input, and the batch is half applied.
 				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
 			}
+			if err == nil && db.feed.on.Load() {
+				b.record(op, b.ops[i:j])
+			}
 			i = j
 			continue
 		}
@@ -234,9 +237,33 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		if err != nil && !errors.Is(err, ErrDropped) {
 			panic(fmt.Sprintf("kvbuf: batch change %d failed after validation: %v", i, err))
 		}
+		if err == nil && db.feed.on.Load() && (o.kind == opSet || o.lo < o.hi) {
+			b.record(op, b.ops[i:i+1])
+		}
 		i++
 	}
 	return nil
+}
+
+// record records changes ops of the batch in the change feed (watch.go).
+func (b *Batch) record(op uint64, ops []batchOp) {
+	f := &b.db.feed
+	for i := range ops {
+		o := &ops[i]
+		switch o.kind {
+		case opPut:
+			f.put(op, o.k.name, b.view(o.a0, o.a1), b.view(o.b0, o.b1))
+		case opDelete:
+			f.del(op, o.k.name, b.view(o.a0, o.a1))
+		case opDeleteRange:
+			c := b.change(o)
+			f.delRange(op, o.k.name, c.Key, c.Value)
+		case opSet:
+			f.setBits(op, o.b.name, o.lo, o.lo+1, o.v)
+		case opSetRange:
+			f.setBits(op, o.b.name, o.lo, o.hi, o.v)
+		}
+	}
 }
 
 // change returns the overlay's form of KV change o.

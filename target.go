@@ -31,6 +31,7 @@ type target DB
 // exclusively: no write is in flight.
 func (t *target) Freeze(g uint64) flush.Generation {
 	db := (*DB)(t)
+	db.feed.freezeHook(g) // a cut of the change feed (watch.go)
 	ts := db.targets.Load()
 	gen := &generation{db: db, g: g, highest: db.flusher.HighestOp()}
 	for _, b := range ts.bits {
@@ -257,4 +258,5 @@ func (gen *generation) Release() {
 		db.targets.Store(&targetSet{kvs: keep, bits: ts.bits})
 		db.mu.Unlock()
 	}
+	db.feed.releaseHook(gen.g) // the change feed's steps in it are durable
 }
