@@ -205,6 +205,7 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	seqs := db.acct.Seq().Reserve(b.kvOps())
 	defer seqs.Publish()
 	var scratch [64]buffer.Change
+	var skip []bool // changes not applied (a keyspace dropped meanwhile)
 	for i := 0; i < len(b.ops); {
 		o := &b.ops[i]
 		if o.k != nil {
@@ -221,8 +222,8 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 				// not bad input, and the batch is half applied.
 				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
 			}
-			if err == nil && db.feed.on.Load() {
-				b.record(op, b.ops[i:j])
+			if err != nil && db.feed.on.Load() {
+				skip = skipOps(skip, len(b.ops), i, j)
 			}
 			i = j
 			continue
@@ -237,33 +238,26 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		if err != nil && !errors.Is(err, ErrDropped) {
 			panic(fmt.Sprintf("kvbuf: batch change %d failed after validation: %v", i, err))
 		}
-		if err == nil && db.feed.on.Load() && (o.kind == opSet || o.lo < o.hi) {
-			b.record(op, b.ops[i:i+1])
+		if (err != nil || o.kind == opSetRange && o.lo >= o.hi) && db.feed.on.Load() {
+			skip = skipOps(skip, len(b.ops), i, i+1)
 		}
 		i++
+	}
+	if db.feed.on.Load() {
+		db.feed.batch(op, b, skip) // watch.go: before End, as every record
 	}
 	return nil
 }
 
-// record records changes ops of the batch in the change feed (watch.go).
-func (b *Batch) record(op uint64, ops []batchOp) {
-	f := &b.db.feed
-	for i := range ops {
-		o := &ops[i]
-		switch o.kind {
-		case opPut:
-			f.put(op, o.k.name, b.view(o.a0, o.a1), b.view(o.b0, o.b1))
-		case opDelete:
-			f.del(op, o.k.name, b.view(o.a0, o.a1))
-		case opDeleteRange:
-			c := b.change(o)
-			f.delRange(op, o.k.name, c.Key, c.Value)
-		case opSet:
-			f.setBits(op, o.b.name, o.lo, o.lo+1, o.v)
-		case opSetRange:
-			f.setBits(op, o.b.name, o.lo, o.hi, o.v)
-		}
+// skipOps marks changes [i, j) of a batch of n as not applied.
+func skipOps(skip []bool, n, i, j int) []bool {
+	if skip == nil {
+		skip = make([]bool, n)
 	}
+	for ; i < j; i++ {
+		skip[i] = true
+	}
+	return skip
 }
 
 // change returns the overlay's form of KV change o.

@@ -429,25 +429,25 @@ type feed struct {
 	// pending holds recorded changes not yet resolved, in record order;
 	// recSeq counts every record ever appended (pending[0] is record
 	// recSeq-len(pending)).
-	pending   []WatchEvent
+	pending   []feedRec
 	pendBytes int64
 	recSeq    uint64
 	cuts      []feedCut
-	// log is the resolved log: steps of changes in op order, each closed
-	// by its mark; log[0] is position base.
-	log      []WatchEvent
-	logBytes []int64 // bytes of each step, one per mark in marks
-	marks    []feedMark
+	// steps is the resolved log: steps of changes in op order, each
+	// closed by its mark, at consecutive positions from base to end.
+	steps    []feedStep
 	base     uint64
+	end      uint64
 	bytes    int64
 	lastN    uint64 // the newest mark's op
 	floor    uint64 // every change of every op >= floor is held
 	durable  uint64 // log positions below it are durable
-	dmark    int    // index in marks of the first mark not yet durable
+	dstep    int    // index in steps of the first step not yet durable
 	released uint64 // newest generation released
 	visible  int    // open visible-mode watches
 	watches  map[*Watch]struct{}
 	notify   chan struct{} // closed and replaced when the log or durable grows
+	epoch    uint64        // bumped by each overflow
 	closed   bool
 	stopping bool // shutdown began: start starts no resolver
 	running  bool
@@ -462,8 +462,27 @@ type feed struct {
 // generation gen or an earlier one.
 type feedCut struct{ n, seq, gen uint64 }
 
-// feedMark is a resolved mark in the log.
-type feedMark struct{ pos, n, gen uint64 }
+// feedStep is a step of the resolved log: its changes, in op order, at
+// positions pos, pos+1, ..., then its mark (op n, durable once generation
+// gen is released and the watermark reaches n).
+type feedStep struct {
+	pos     uint64
+	changes []WatchEvent
+	n, gen  uint64
+	wm      uint64 // the watermark that covers it, once durable
+	bytes   int64
+}
+
+// markPos is the position of s's mark.
+func (s *feedStep) markPos() uint64 { return s.pos + uint64(len(s.changes)) }
+
+// at returns the event at position p of s.
+func (s *feedStep) at(p uint64) WatchEvent {
+	if i := p - s.pos; i < uint64(len(s.changes)) {
+		return s.changes[i]
+	}
+	return WatchEvent{Kind: EventResolved, Op: s.n, Watermark: s.wm}
+}
 
 func (f *feed) init(db *DB) {
 	f.db = db
@@ -527,15 +546,15 @@ func (f *feed) add(w *Watch) error {
 	}
 	// Start after the last mark below from: every later change is of an
 	// op above that mark (or of op 0).
-	i, _ := slices.BinarySearchFunc(f.marks, w.from, func(m feedMark, from uint64) int {
-		if m.n < from {
+	i, _ := slices.BinarySearchFunc(f.steps, w.from, func(s feedStep, from uint64) int {
+		if s.n < from {
 			return -1
 		}
 		return 1
 	})
 	w.pos = f.base
 	if i > 0 {
-		w.pos = f.marks[i-1].pos + 1
+		w.pos = f.steps[i-1].markPos() + 1
 	}
 	w.lastMark = w.from - 1
 	f.watches[w] = struct{}{}
@@ -573,7 +592,7 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	if w.pos < f.base {
 		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.from, w.lastMark, ErrLagged)
 	}
-	limit := f.base + uint64(len(f.log))
+	limit := f.end
 	if w.durable {
 		limit = f.durable
 	}
@@ -584,8 +603,22 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		return f.notify, nil
 	}
 	w.buf, w.i = w.buf[:0], 0
-	for ; w.pos < limit && len(w.buf) < w.batch; w.pos++ {
-		w.match(&f.log[w.pos-f.base])
+	i, _ := slices.BinarySearchFunc(f.steps, w.pos, func(s feedStep, pos uint64) int {
+		if s.markPos() < pos {
+			return -1
+		}
+		return 1
+	})
+	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
+		st := &f.steps[i]
+		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
+			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
+				w.match(&st.changes[c])
+			} else {
+				m := st.at(w.pos)
+				w.match(&m)
+			}
+		}
 	}
 	return nil, nil
 }
@@ -593,9 +626,84 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 // Recording. Each method is called by a write holding the barrier's shared
 // side, after it changed the overlay, only when f.on is set.
 
+// feedRec is a recorded change (Kind set), or a whole batch's changes
+// (batch set), of op Op: a batch is recorded as one copy of its changes
+// and expanded into events by the resolver, off the write path.
+type feedRec struct {
+	WatchEvent
+	batch *recBatch
+}
+
+// recBatch is a Batch's changes as applied (skip marks those discarded).
+type recBatch struct {
+	ops  []batchOp
+	data []byte
+	skip []bool
+}
+
+// bytes is the memory the feed counts for r.
+func (r *feedRec) bytes() int64 {
+	if r.batch != nil {
+		return int64(len(r.batch.data)) + int64(len(r.batch.ops))*eventOverhead
+	}
+	return eventBytes(&r.WatchEvent)
+}
+
+// appendTo appends r's events to evs.
+func (r *feedRec) appendTo(evs []WatchEvent) []WatchEvent {
+	rb := r.batch
+	if rb == nil {
+		return append(evs, r.WatchEvent)
+	}
+	for i := range rb.ops {
+		if rb.skip != nil && rb.skip[i] {
+			continue
+		}
+		o := &rb.ops[i]
+		e := WatchEvent{Op: r.Op}
+		view := func(a, z int) []byte { return rb.data[a:z:z] }
+		switch o.kind {
+		case opPut:
+			e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
+		case opDelete:
+			e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
+		case opDeleteRange:
+			e.Kind, e.Keyspace = EventDeleteRange, o.k.name
+			if o.a0 >= 0 {
+				e.Key = view(o.a0, o.a1)
+			}
+			if o.b0 >= 0 {
+				e.End = view(o.b0, o.b1)
+			}
+		case opSet:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
+		case opSetRange:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// batch records a Batch applied as op (skip: changes it discarded).
+func (f *feed) batch(op uint64, b *Batch, skip []bool) {
+	rb := &recBatch{ops: slices.Clone(b.ops), data: bytes.Clone(b.data), skip: skip}
+	r := feedRec{batch: rb}
+	r.Op = op
+	f.mu.Lock()
+	f.pending = append(f.pending, r)
+	f.pendBytes += r.bytes()
+	f.recSeq++
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
+}
+
 func (f *feed) record(e WatchEvent, n int64) {
 	f.mu.Lock()
-	f.pending = append(f.pending, e)
+	f.pending = append(f.pending, feedRec{WatchEvent: e})
 	f.pendBytes += n
 	f.recSeq++
 	over := f.pendBytes > f.pendLimit()
@@ -640,7 +748,7 @@ func (f *feed) setBits(op uint64, name string, lo, hi uint64, v bool) {
 func (f *feed) setMany(op uint64, name string, idx []uint64, vals []bool) {
 	f.mu.Lock()
 	for j, i := range idx {
-		f.pending = append(f.pending, WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: i, Hi: i + 1, Bit: vals[j]})
+		f.pending = append(f.pending, feedRec{WatchEvent: WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: i, Hi: i + 1, Bit: vals[j]}})
 	}
 	f.pendBytes += int64(len(idx)) * eventOverhead
 	f.recSeq += uint64(len(idx))
@@ -684,9 +792,10 @@ func (f *feed) overflow() {
 // dropLog drops the whole resolved log, leaving a gap of one position so
 // that every watch lags. f.mu held.
 func (f *feed) dropLog() {
-	clear(f.log)
-	f.base += uint64(len(f.log)) + 1
-	f.log, f.marks, f.logBytes, f.bytes, f.dmark = f.log[:0], f.marks[:0], f.logBytes[:0], 0, 0
+	f.epoch++
+	f.end++
+	f.base = f.end
+	f.steps, f.bytes, f.dstep = nil, 0, 0
 	f.durable = f.base
 }
 
@@ -761,23 +870,26 @@ func (f *feed) run() {
 // the log to its bound and wakes the watches.
 func (f *feed) process() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	cuts := f.cuts
+	f.cuts = nil
+	f.mu.Unlock()
 	grew := false
-	for _, c := range f.cuts {
+	for _, c := range cuts {
 		if f.resolve(c) {
 			grew = true
 		}
 	}
-	f.cuts = f.cuts[:0]
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	wm := f.db.flusher.Watermark()
-	for f.dmark < len(f.marks) {
-		m := f.marks[f.dmark]
-		if f.released < m.gen || wm < m.n {
+	for f.dstep < len(f.steps) {
+		st := &f.steps[f.dstep]
+		if f.released < st.gen || wm < st.n {
 			break
 		}
-		f.log[m.pos-f.base].Watermark = wm
-		f.durable = m.pos + 1
-		f.dmark++
+		st.wm = wm
+		f.durable = st.markPos() + 1
+		f.dstep++
 		grew = true
 	}
 	f.trim()
@@ -787,60 +899,90 @@ func (f *feed) process() {
 }
 
 // resolve moves the changes cut c resolves into the log, in op order
-// (changes of op 0 last, in record order), closed by a mark. f.mu held.
+// (changes of op 0 last, in record order), closed by a mark. It takes the
+// records under f.mu, expands and sorts them without it (writers record
+// meanwhile), and appends the step under f.mu unless an overflow dropped
+// the log meanwhile. Only the resolver (or shutdown, after it) calls it.
 func (f *feed) resolve(c feedCut) bool {
+	f.mu.Lock()
 	first := f.recSeq - uint64(len(f.pending))
 	k := 0 // pending records before the cut
 	if c.seq > first {
 		k = int(min(c.seq-first, uint64(len(f.pending))))
 	}
-	var take []WatchEvent
-	keep := f.pending[:0]
+	var take, keep []feedRec
 	var n, gone int64
-	for i, e := range f.pending {
+	events := 0
+	sorted, prev := true, uint64(0)
+	for i := range f.pending {
+		r := &f.pending[i]
 		switch {
-		case i < k && e.Op == 0:
-			take = append(take, e)
-			n += eventBytes(&e)
-		case e.Op != 0 && e.Op <= c.n:
+		case i < k && r.Op == 0:
+		case r.Op != 0 && r.Op <= c.n:
 			if invariants.Enabled {
-				invariants.Check(i < k, "kvbuf: feed: a change of op %d recorded after a cut at op %d", e.Op, c.n)
+				invariants.Check(i < k, "kvbuf: feed: a change of op %d recorded after a cut at op %d", r.Op, c.n)
 			}
-			if e.Op >= f.floor {
-				take = append(take, e)
-				n += eventBytes(&e)
-			} else {
-				// A change of an op begun before the feed held
-				// ops whole: no watch may start there.
-				gone += eventBytes(&e)
+			if r.Op < f.floor {
+				// A change of an op begun before the feed held ops
+				// whole: no watch may start there.
+				gone += r.bytes()
+				continue
 			}
 		default:
-			keep = append(keep, e)
+			if keep == nil {
+				keep = make([]feedRec, 0, max(k, 16))
+			}
+			keep = append(keep, *r)
+			continue
 		}
+		if key := r.Op - 1; key < prev { // op 0 wraps to the end
+			sorted = false
+		} else {
+			prev = key
+		}
+		n += r.bytes()
+		if r.batch != nil {
+			events += len(r.batch.ops)
+		} else {
+			events++
+		}
+		take = append(take, *r)
 	}
-	clear(f.pending[len(keep):])
+	clear(f.pending)
 	f.pending = keep
 	f.pendBytes -= n + gone
+	epoch := f.epoch
 	mark := max(c.n, f.lastN)
+	f.mu.Unlock()
 	if len(take) == 0 && mark == f.lastN {
 		return false
 	}
-	slices.SortStableFunc(take, func(a, b WatchEvent) int {
-		ka, kb := a.Op-1, b.Op-1 // op 0 wraps to the end
-		switch {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
-	})
-	f.log = append(f.log, take...)
-	pos := f.base + uint64(len(f.log))
-	f.log = append(f.log, WatchEvent{Kind: EventResolved, Op: mark})
-	f.marks = append(f.marks, feedMark{pos: pos, n: mark, gen: c.gen})
-	f.logBytes = append(f.logBytes, n+eventOverhead)
-	f.bytes += n + eventOverhead
+	evs := make([]WatchEvent, 0, events)
+	for i := range take {
+		evs = take[i].appendTo(evs)
+	}
+	if !sorted {
+		slices.SortStableFunc(evs, func(a, b WatchEvent) int {
+			ka, kb := a.Op-1, b.Op-1
+			switch {
+			case ka < kb:
+				return -1
+			case ka > kb:
+				return 1
+			}
+			return 0
+		})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if epoch != f.epoch {
+		return false // an overflow dropped the log: every watch lags
+	}
+	mark = max(mark, f.lastN)
+	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}
+	f.steps = append(f.steps, st)
+	f.end = st.markPos() + 1
+	f.bytes += st.bytes
 	f.lastN = mark
 	return true
 }
@@ -853,21 +995,18 @@ func eventBytes(e *WatchEvent) int64 {
 // f.mu held.
 func (f *feed) trim() {
 	k := 0
-	for f.bytes > f.db.opts.WatchBufferBytes && k < f.dmark {
-		f.bytes -= f.logBytes[k]
-		f.floor = max(f.floor, f.marks[k].n+1)
+	for f.bytes > f.db.opts.WatchBufferBytes && k < f.dstep {
+		f.bytes -= f.steps[k].bytes
+		f.floor = max(f.floor, f.steps[k].n+1)
 		k++
 	}
 	if k == 0 {
 		return
 	}
-	end := f.marks[k-1].pos + 1
-	clear(f.log[:end-f.base])
-	f.log = f.log[end-f.base:]
-	f.base = end
-	f.marks = f.marks[k:]
-	f.logBytes = f.logBytes[k:]
-	f.dmark -= k
+	f.base = f.steps[k-1].markPos() + 1
+	clear(f.steps[:k])
+	f.steps = f.steps[k:]
+	f.dstep -= k
 }
 
 // broadcast wakes every watch waiting in Next. f.mu held.
