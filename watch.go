@@ -1033,10 +1033,3 @@ func (f *feed) shutdown() {
 	f.broadcast()
 	f.mu.Unlock()
 }
-
-// watchStats returns the feed's memory and open watches (Metrics).
-func (f *feed) watchStats() (bytes int64, watches int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bytes + f.pendBytes, len(f.watches)
-}
