@@ -951,10 +951,10 @@ func (f *feed) resolve(c feedCut) bool {
 	clear(f.pending)
 	f.pending = keep
 	f.pendBytes -= n + gone
-	epoch := f.epoch
-	mark := max(c.n, f.lastN)
+	epoch, last := f.epoch, f.lastN
+	mark := max(c.n, last)
 	f.mu.Unlock()
-	if len(take) == 0 && mark == f.lastN {
+	if len(take) == 0 && mark == last {
 		return false
 	}
 	evs := make([]WatchEvent, 0, events)
