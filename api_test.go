@@ -37,19 +37,20 @@ import (
 // changed (a copy is returned).
 func TestOptionsEnsureDefaults(t *testing.T) {
 	want := Options{
-		FlushInterval:   time.Second,
-		MaxPendingBytes: 64 << 20,
-		PipelineDepth:   4,
-		GroupWait:       flush.DefaultGroupWait,
-		MaxKeySize:      4096,
-		MaxValueSize:    1 << 20,
-		MaxBits:         1 << 32,
-		CacheSize:       8 << 20,
-		PoolBytes:       8 << 20,
-		IngestThreshold: 4 << 20,
-		ReadTierBytes:   32 << 20,
-		FlushQuantum:    200 * time.Microsecond,
-		FlushCPUPercent: 100,
+		FlushInterval:    time.Second,
+		MaxPendingBytes:  64 << 20,
+		PipelineDepth:    4,
+		GroupWait:        flush.DefaultGroupWait,
+		MaxKeySize:       4096,
+		MaxValueSize:     1 << 20,
+		MaxBits:          1 << 32,
+		CacheSize:        8 << 20,
+		PoolBytes:        8 << 20,
+		IngestThreshold:  4 << 20,
+		ReadTierBytes:    32 << 20,
+		FlushQuantum:     200 * time.Microsecond,
+		FlushCPUPercent:  100,
+		WatchBufferBytes: DefaultWatchBufferBytes,
 	}
 	var nilOpts *Options
 	if got := *nilOpts.EnsureDefaults(); got != want {
@@ -69,7 +70,7 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	}
 	set := &Options{FlushInterval: -1, MaxPendingBytes: -1, PipelineDepth: 1, GroupWait: -1, MaxKeySize: 8,
 		MaxValueSize: 9, MaxBits: 10, CacheSize: 11, PoolBytes: -1, IngestThreshold: -1, ReadTierBytes: -1,
-		FlushQuantum: -1, FlushCPUPercent: 50}
+		FlushQuantum: -1, FlushCPUPercent: 50, WatchBufferBytes: 12}
 	orig := *set
 	got := set.EnsureDefaults()
 	if *got != orig || *set != orig {

@@ -212,6 +212,7 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	seqs := db.acct.Seq().Reserve(b.kvOps())
 	defer seqs.Publish()
 	var scratch [64]buffer.Change
+	var skip []bool // changes not applied (a keyspace dropped meanwhile)
 	for i := 0; i < len(b.ops); {
 		o := &b.ops[i]
 		if o.k != nil {
@@ -228,6 +229,9 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 				// not bad input, and the batch is half applied.
 				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
 			}
+			if err != nil && db.feed.on.Load() {
+				skip = skipOps(skip, len(b.ops), i, j)
+			}
 			i = j
 			continue
 		}
@@ -241,9 +245,26 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		if err != nil && !errors.Is(err, ErrDropped) {
 			panic(fmt.Sprintf("kvbuf: batch change %d failed after validation: %v", i, err))
 		}
+		if (err != nil || o.kind == opSetRange && o.lo >= o.hi) && db.feed.on.Load() {
+			skip = skipOps(skip, len(b.ops), i, i+1)
+		}
 		i++
 	}
+	if db.feed.on.Load() {
+		db.feed.batch(op, b, skip) // watch.go: before End, as every record
+	}
 	return nil
+}
+
+// skipOps marks changes [i, j) of a batch of n as not applied.
+func skipOps(skip []bool, n, i, j int) []bool {
+	if skip == nil {
+		skip = make([]bool, n)
+	}
+	for ; i < j; i++ {
+		skip[i] = true
+	}
+	return skip
 }
 
 // change returns the overlay's form of KV change o.

@@ -257,7 +257,13 @@ func (b *Bits) wrap(err error) error {
 // pending memory is over its bound. Errors: ErrOutOfRange (i at or past
 // Options.MaxBits), ErrStaleOp, ErrClosed, ctx.Err().
 func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
-	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckSet(i), func() error { return b.ov.Set(i, v) })
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckSet(i), func() error {
+		err := b.ov.Set(i, v)
+		if err == nil && b.db.feed.on.Load() {
+			b.db.feed.setBits(op, b.name, i, i+1, v)
+		}
+		return err
+	})
 }
 
 // SetMany sets bit idx[j] to vals[j] for every j, in order (a later change
@@ -269,7 +275,13 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 // len(idx)), ErrOutOfRange (an index at or past Options.MaxBits), and as
 // Set.
 func (b *Bits) SetMany(ctx context.Context, idx []uint64, vals []bool, op uint64) error {
-	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckMany(idx, vals), func() error { return b.ov.SetMany(idx, vals) })
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckMany(idx, vals), func() error {
+		err := b.ov.SetMany(idx, vals)
+		if err == nil && b.db.feed.on.Load() {
+			b.db.feed.setMany(op, b.name, idx, vals)
+		}
+		return err
+	})
 }
 
 // SetRange sets every bit i with lo <= i < hi to v, as one write of op. A
@@ -277,7 +289,13 @@ func (b *Bits) SetMany(ctx context.Context, idx []uint64, vals []bool, op uint64
 // a pointer per run. Errors: ErrBadRange (lo > hi), ErrOutOfRange (hi past
 // Options.MaxBits), and as Set.
 func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) error {
-	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckRange(lo, hi), func() error { return b.ov.SetRange(lo, hi, v) })
+	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckRange(lo, hi), func() error {
+		err := b.ov.SetRange(lo, hi, v)
+		if err == nil && lo < hi && b.db.feed.on.Load() {
+			b.db.feed.setBits(op, b.name, lo, hi, v)
+		}
+		return err
+	})
 }
 
 // Get returns bit i: the pending value if there is one, else the stored

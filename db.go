@@ -91,6 +91,21 @@ import (
 //     snapshot is closed.
 //   - A new keyspace is persisted with the next flush, together with its
 //     first data.
+//   - The change feed (DB.Watch) holds its changes in memory only: after
+//     a restart a watch may start only above the watermark at Open (with
+//     Options.WatchFromOpen; without it, at ops begun after the first
+//     Watch), and the host's replay from Watermark()+1 delivers those ops
+//     again. Once recording begins, every write copies its change into
+//     the feed until Close, watched or not.
+//   - Writes of op 0 have no place in the feed's op order: each is
+//     delivered with op 0 after the numbered changes of the first resolved
+//     mark cut after it, in record order. Two writes of one key in the
+//     same op, from different goroutines, reach the feed in either order;
+//     the engine keeps the one applied last, which may differ.
+//   - An op held open while others write keeps the feed from resolving
+//     past it: its later ops' changes wait in the feed, and if they
+//     outgrow WatchBufferBytes plus MaxPendingBytes every watch ends with
+//     ErrLagged.
 //   - While an Iter of a keyspace (not of a Snapshot) is open, every
 //     overwrite of a key pending in that keyspace takes new memory, counted
 //     in PendingBytes (the iterator may need the older value). With none
@@ -153,6 +168,8 @@ type DB struct {
 	// share is the engine's part of Options.MemoryBudget (budget.go); nil
 	// without one.
 	share *budgetShare
+	// feed is the change feed (watch.go).
+	feed feed
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,6 +221,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.dir = d
 	db.targets.Store(&targetSet{})
+	db.feed.init(db)
 	db.pacer = newFlushPacer(o.FlushQuantum, o.FlushCPUPercent)
 	if err := db.open(); err != nil {
 		if db.share != nil {
@@ -265,6 +283,9 @@ func (db *DB) open() error {
 	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
 	if err != nil {
 		return err
+	}
+	if db.opts.WatchFromOpen {
+		db.feed.startAtOpen(wm)
 	}
 	// From now on a store write that finds the disk full waits for space
 	// and stalls the flusher (diskfull.go); during Open it failed instead.
@@ -437,6 +458,9 @@ func (db *DB) Close() error {
 			// No write can begin now: the budget forgets the engine.
 			db.share.detach()
 		}
+		// The final flush's steps are resolved; watches read what is
+		// ready, then end with ErrClosed.
+		db.feed.shutdown()
 		db.mu.Lock()
 		snaps := make([]*Snapshot, 0, len(db.snaps))
 		for s := range db.snaps {

@@ -106,6 +106,24 @@
 // if its engine closes. Closing an engine releases its share; close the
 // budget after its engines. See doc/design.md, "Memory budget".
 //
+// # Change feed
+//
+// DB.Watch subscribes to the engine's changes, for secondary indexes,
+// caches and replicas downstream: a watch chooses keyspaces (each with a
+// key prefix) and bitslices, and a start (now, or an op), and Watch.Next
+// returns every change of every op from the start on, in op order, each
+// with its op, and resolved marks: a mark N says every change of every op
+// up to N has been delivered. In visible mode changes come once readers
+// see them (within a few milliseconds of their op's end); in durable mode
+// once they are durable, each mark carrying the persisted watermark that
+// covers it. The engine holds changes in a bounded buffer
+// (Options.WatchBufferBytes): a watch that falls behind it ends with
+// ErrLagged, and a watch from an op the buffer no longer holds fails with
+// ErrCompacted; both match ErrResync. A subscriber resyncs with a Snapshot
+// and a watch from its Op()+1: that pair never skips or repeats a change.
+// Changes are held in memory only: a watch resumes across a restart of the
+// subscriber, from its last mark + 1, only while the engine stays open.
+//
 // # Backups
 //
 // DB.Checkpoint writes a consistent copy of the engine (pebble's checkpoint

@@ -94,6 +94,9 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 		return nil
 	}
 	k.ov.Drop()
+	if db.feed.on.Load() {
+		db.feed.drop(op, name)
+	}
 	delete(db.keyspaces, name)
 	db.catalog.Drop(name)
 	db.catDirty = true
@@ -113,13 +116,25 @@ func (k *KV) wrap(err error) error { return kverr.Errorf("keyspace %q: %w", k.na
 // one). Errors: ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrStaleOp,
 // ErrDropped, ErrClosed.
 func (k *KV) Put(ctx context.Context, key, value []byte, op uint64) error {
-	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckPut(key, value), func() error { return k.ov.Put(key, value) })
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckPut(key, value), func() error {
+		err := k.ov.Put(key, value)
+		if err == nil && k.db.feed.on.Load() {
+			k.db.feed.put(op, k.name, key, value)
+		}
+		return err
+	})
 }
 
 // Delete removes key, as a write of op. Deleting an absent key is not an
 // error. Errors as Put.
 func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
-	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckKey(key), func() error { return k.ov.Delete(key) })
+	return k.db.write(ctx, op, "keyspace", k.name, k.ov.CheckKey(key), func() error {
+		err := k.ov.Delete(key)
+		if err == nil && k.db.feed.on.Load() {
+			k.db.feed.del(op, k.name, key)
+		}
+		return err
+	})
 }
 
 // DeleteRange removes every key k with lower <= k < upper (nil = open on
@@ -128,7 +143,13 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 // in the store at the next flush. Errors: ErrBadRange (lower > upper), and
 // as Put.
 func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) error {
-	return k.db.write(ctx, op, "keyspace", k.name, buffer.CheckRange(lower, upper), func() error { return k.ov.DeleteRange(lower, upper) })
+	return k.db.write(ctx, op, "keyspace", k.name, buffer.CheckRange(lower, upper), func() error {
+		err := k.ov.DeleteRange(lower, upper)
+		if err == nil && k.db.feed.on.Load() {
+			k.db.feed.delRange(op, k.name, lower, upper)
+		}
+		return err
+	})
 }
 
 // Get returns a copy of key's value: the newest pending change, else the

@@ -138,6 +138,25 @@ type Options struct {
 	// for a closed budget. Default: nil, the engine alone.
 	MemoryBudget *MemoryBudget
 
+	// WatchBufferBytes bounds the memory of the change feed (DB.Watch):
+	// the changes it holds for watches, resolved or not. Beyond it the
+	// oldest durable changes are dropped (a watch that had not read them
+	// ends with ErrLagged; a watch may no longer start there,
+	// ErrCompacted), and if the changes of ops not yet complete outgrow it
+	// alone (an op held open while others write) every watch lags.
+	// Changes not yet durable are not dropped for the bound: they are
+	// bounded by MaxPendingBytes. Default: DefaultWatchBufferBytes;
+	// negative is ErrBadOptions. Costs nothing until the feed records.
+	WatchBufferBytes int64
+
+	// WatchFromOpen makes the engine record every change for DB.Watch from
+	// Open, so that a watch may start at any op above the watermark at
+	// Open that the feed still holds (a Snapshot's Op()+1, a subscriber's
+	// last resolved op + 1). Without it the engine records from the first
+	// Watch call on, and a watch may start only at ops begun after it.
+	// Recording costs every write a copy of its change. Default: false.
+	WatchFromOpen bool
+
 	// storeTune, if set, replaces the store options the engine chooses
 	// (storageOptions; CacheSize is still the engine's): benchmarks of
 	// this package compare store set-ups with it. A pointer, so that
@@ -223,6 +242,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if r.FlushCPUPercent == 0 {
 		r.FlushCPUPercent = 100
 	}
+	if r.WatchBufferBytes == 0 {
+		r.WatchBufferBytes = DefaultWatchBufferBytes
+	}
 	return &r
 }
 
@@ -233,6 +255,9 @@ func (o *Options) Validate() error {
 	r := o.EnsureDefaults()
 	if r.FlushCPUPercent < 1 || r.FlushCPUPercent > 100 {
 		return kverr.Errorf("FlushCPUPercent %d (1 to 100): %w", r.FlushCPUPercent, ErrBadOptions)
+	}
+	if r.WatchBufferBytes < 0 {
+		return kverr.Errorf("WatchBufferBytes %d (negative): %w", r.WatchBufferBytes, ErrBadOptions)
 	}
 	if err := r.bufferOptions().Validate(); err != nil {
 		return err

@@ -31,6 +31,7 @@ type target DB
 // exclusively: no write is in flight.
 func (t *target) Freeze(g uint64) flush.Generation {
 	db := (*DB)(t)
+	db.feed.freezeHook(g) // a cut of the change feed (watch.go)
 	ts := db.targets.Load()
 	gen := &generation{db: db, g: g, highest: db.flusher.HighestOp()}
 	for _, b := range ts.bits {
@@ -260,4 +261,5 @@ func (gen *generation) Release() {
 	if db.share != nil {
 		db.share.sync() // the memory budget learns of the release
 	}
+	db.feed.releaseHook(gen.g) // the change feed's steps in it are durable
 }

@@ -1,0 +1,1035 @@
+package kvbuf
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
+)
+
+// The change feed (doc/design.md, "Change feed"). Writes record their
+// changes, tagged with their op, while they hold the write barrier; a
+// resolver goroutine cuts the record at instants where no write is in
+// flight (every freeze, and for visible-mode watches a short tick under
+// DB.flusher.Exclusive): at such an instant the ops at or below the
+// flusher's CompletedOp have ended and every write of theirs has recorded
+// its change, so the resolver moves those changes, sorted by op, into the
+// resolved log and appends a resolved mark. A step is durable once the
+// generation that holds its changes is released and the persisted
+// watermark covers its mark. Watches read the resolved log from their own
+// cursor (visible mode up to its end, durable mode up to the durable
+// position); nothing a slow watch does holds back a writer or another
+// watch.
+
+var (
+	// ErrResync is matched by every error that ends a watch because the
+	// changes it needs are no longer held (ErrLagged, ErrCompacted): take
+	// a Snapshot and watch from its Op()+1. Text: "kvbuf: resync from a
+	// snapshot".
+	ErrResync = kverr.ErrResync
+
+	// ErrLagged ends a watch (Watch.Next) that fell behind the change
+	// feed's bounded buffer (Options.WatchBufferBytes): the changes it had
+	// not read were dropped. It matches ErrResync. Text: "kvbuf: watch fell
+	// behind the change buffer".
+	ErrLagged = kverr.ErrLagged
+
+	// ErrCompacted is returned by DB.Watch for a start op below the oldest
+	// op whose changes the feed still holds (or has held since it began
+	// recording). It matches ErrResync. Text: "kvbuf: watch start below the
+	// changes held".
+	ErrCompacted = kverr.ErrCompacted
+)
+
+// DefaultWatchBufferBytes is the default Options.WatchBufferBytes: 32 MiB.
+const DefaultWatchBufferBytes = 32 << 20
+
+// DefaultWatchBuffer is the default WatchOptions.Buffer: 1024 events.
+const DefaultWatchBuffer = 1024
+
+// watchTick is how often the resolver cuts the record for visible-mode
+// watches (an exclusive barrier, as a snapshot takes): their delivery
+// latency. Each idle tick costs one load; only a tick with new changes or
+// ops takes the barrier.
+const watchTick = 2 * time.Millisecond
+
+// WatchEventKind says what a WatchEvent is.
+type WatchEventKind uint8
+
+// The kinds of WatchEvent.
+const (
+	// EventPut: Key in Keyspace was set to Value.
+	EventPut WatchEventKind = iota + 1
+	// EventDelete: Key in Keyspace was deleted.
+	EventDelete
+	// EventDeleteRange: every key k of Keyspace with Key <= k < End was
+	// deleted (nil Key or End: open on that side), clipped to the watch's
+	// prefix.
+	EventDeleteRange
+	// EventDropKeyspace: Keyspace was dropped (DB.DropKV) and everything
+	// in it deleted; a later DB.KV of the name creates it again, and the
+	// watch goes on reporting it.
+	EventDropKeyspace
+	// EventSetBits: bits [Lo, Hi) of Bitslice were set to Bit.
+	EventSetBits
+	// EventResolved: a resolved mark. Every change of every op from the
+	// watch's start up to Op has been delivered (and, in durable mode, is
+	// durable, under Watermark).
+	EventResolved
+)
+
+// String returns the kind's name as kvtool watch prints it.
+func (k WatchEventKind) String() string {
+	switch k {
+	case EventPut:
+		return "put"
+	case EventDelete:
+		return "delete"
+	case EventDeleteRange:
+		return "delete-range"
+	case EventDropKeyspace:
+		return "drop-keyspace"
+	case EventSetBits:
+		return "set-bits"
+	case EventResolved:
+		return "resolved"
+	}
+	return "unknown"
+}
+
+// WatchEvent is one change, or a resolved mark, delivered by Watch.Next.
+// Its byte slices are shared with other watches and must not be modified;
+// they stay valid after later calls.
+type WatchEvent struct {
+	Kind WatchEventKind
+	// Op is the change's op (0 for a write of op 0), or for EventResolved
+	// the resolved op.
+	Op uint64
+	// Keyspace names the keyspace of a KV change.
+	Keyspace string
+	// Key is the key of EventPut and EventDelete, the lower bound of
+	// EventDeleteRange (nil: open).
+	Key []byte
+	// Value is EventPut's value.
+	Value []byte
+	// End is EventDeleteRange's upper bound (nil: open).
+	End []byte
+	// Bitslice names the bitslice of EventSetBits.
+	Bitslice string
+	// Lo and Hi bound EventSetBits' bits [Lo, Hi), set to Bit.
+	Lo, Hi uint64
+	// Bit is the value EventSetBits set.
+	Bit bool
+	// Watermark is, for EventResolved in durable mode, the persisted
+	// watermark that covers Op; 0 otherwise.
+	Watermark uint64
+}
+
+// WatchKeyspace selects a keyspace's changes: the keys with Prefix (nil or
+// empty: every key).
+type WatchKeyspace struct {
+	Name   string
+	Prefix []byte
+}
+
+// WatchOptions configures DB.Watch. The zero value (or nil) watches every
+// keyspace and bitslice from now on, in visible mode.
+type WatchOptions struct {
+	// Keyspaces and Bitslices select what the watch reports; both empty
+	// means everything, including keyspaces and bitslices created later.
+	// Each named keyspace and bitslice must exist when Watch is called.
+	// A keyspace may be listed several times, with different prefixes.
+	Keyspaces []WatchKeyspace
+	Bitslices []string
+	// From is the first op to deliver: 0 means now (the op after the last
+	// op complete when Watch is called, or the first op the feed holds
+	// whole if it is later). A subscriber resuming after its last
+	// resolved mark N passes N+1; after a Snapshot s, s.Op()+1.
+	From uint64
+	// Durable delivers changes only once they are durable, each step
+	// closed by a resolved mark that carries the watermark covering it.
+	// Otherwise changes are delivered once visible to reads (within a few
+	// milliseconds of their op's end).
+	Durable bool
+	// Buffer is how many events Next reads from the feed at once (it then
+	// returns them one by one without locking). Default DefaultWatchBuffer;
+	// negative is ErrBadOptions.
+	Buffer int
+}
+
+// Watch is an open subscription to the engine's changes (DB.Watch). Its
+// methods are not safe for concurrent use, except Close.
+type Watch struct {
+	db      *DB
+	f       *feed
+	ctx     context.Context
+	stopCtx func() bool
+	from    uint64
+	durable bool
+	all     bool
+	kvs     map[string][][]byte // name -> prefixes (nil entry: every key)
+	bits    map[string]bool
+	batch   int
+
+	pos      uint64 // next log position to read
+	buf      []WatchEvent
+	i        int
+	lastMark uint64
+	unmarked bool // changes delivered since the last mark
+	err      error
+	closed   atomic.Bool
+	done     chan struct{} // closed by close
+	once     sync.Once
+}
+
+// Watch subscribes to the engine's changes: every change of every op from
+// the start (WatchOptions.From) on, to the keyspaces (with a prefix) and
+// bitslices chosen, in op order, each with its op, interleaved with
+// resolved marks (EventResolved: every change of every op up to the mark
+// has been delivered). A nil opts means defaults (see WatchOptions). Read
+// it with Next; Close it when done. The watch ends when ctx ends (Next then
+// returns ctx's error) or the engine closes.
+//
+// A watch from s after a Snapshot whose Op() is s-1 neither skips nor
+// repeats a change: every change of every op above Op() is delivered
+// exactly once and none at or below it, so the snapshot's state with the
+// events folded in is the engine's at each resolved mark. Changes of an op
+// at or below Op() are never delivered; those of a later op that the
+// snapshot already holds are delivered too (folding them again changes
+// nothing).
+//
+// The engine records changes for watches from Open if
+// Options.WatchFromOpen is set, else from its first Watch call. Writes of
+// op 0 have no place in op order: each is delivered at the first resolved
+// mark cut after it returned, after that step's numbered changes (see
+// doc/design.md, "Change feed").
+//
+// Errors: ErrBadOptions (a negative Buffer); ErrBadName and ErrNotFound for
+// a keyspace or bitslice name that is bad or does not exist; ErrBadOp for a
+// From above the op after the highest op seen, or above MaxOp;
+// ErrCompacted (matching ErrResync) for a From below the oldest op the feed
+// holds whole; ErrClosed; ctx's error.
+func (db *DB) Watch(ctx context.Context, opts *WatchOptions) (*Watch, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var o WatchOptions
+	if opts != nil {
+		o = *opts
+	}
+	w := &Watch{db: db, f: &db.feed, ctx: ctx, done: make(chan struct{}), from: o.From, durable: o.Durable, batch: o.Buffer}
+	if w.batch < 0 {
+		return nil, kverr.Errorf("watch: Buffer %d: %w", o.Buffer, ErrBadOptions)
+	}
+	if w.batch == 0 {
+		w.batch = DefaultWatchBuffer
+	}
+	if o.From > flush.MaxOp {
+		return nil, kverr.Errorf("watch from op %d: above the largest op number %d: %w", o.From, uint64(flush.MaxOp), ErrBadOp)
+	}
+	w.all = len(o.Keyspaces) == 0 && len(o.Bitslices) == 0
+	if err := w.select_(o); err != nil {
+		return nil, err
+	}
+	if err := db.feed.start(ctx); err != nil {
+		return nil, err
+	}
+	if hi := db.flusher.HighestOp(); o.From > hi+1 {
+		return nil, kverr.Errorf("watch from op %d: the highest op seen is %d: %w", o.From, hi, ErrBadOp)
+	}
+	if err := db.feed.add(w); err != nil {
+		return nil, err
+	}
+	w.stopCtx = context.AfterFunc(ctx, w.close)
+	return w, nil
+}
+
+// select_ records the watch's selection, checking every name.
+func (w *Watch) select_(o WatchOptions) error {
+	db := w.db
+	t, err := db.flusher.Enter()
+	if err != nil {
+		return err
+	}
+	defer t.End()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	w.kvs = map[string][][]byte{}
+	w.bits = map[string]bool{}
+	for _, k := range o.Keyspaces {
+		if err := enginedir.CheckName("keyspace", k.Name); err != nil {
+			return kverr.Errorf("watch: %w", err)
+		}
+		if _, ok := db.keyspaces[k.Name]; !ok {
+			return kverr.Errorf("watch: keyspace %q: %w", k.Name, ErrNotFound)
+		}
+		var p []byte
+		if len(k.Prefix) > 0 {
+			p = bytes.Clone(k.Prefix)
+		}
+		w.kvs[k.Name] = append(w.kvs[k.Name], p)
+	}
+	for _, name := range o.Bitslices {
+		if err := enginedir.CheckName("bitslice", name); err != nil {
+			return kverr.Errorf("watch: %w", err)
+		}
+		if _, ok := db.bits[name]; !ok {
+			return kverr.Errorf("watch: bitslice %q: %w", name, ErrNotFound)
+		}
+		w.bits[name] = true
+	}
+	return nil
+}
+
+// From returns the first op the watch delivers (WatchOptions.From, or the
+// op "now" stood for).
+func (w *Watch) From() uint64 { return w.from }
+
+// Next returns the next event: a change, or a resolved mark. It blocks
+// until one is ready, ctx ends (ctx's error; the watch goes on) or the
+// watch ends: ErrLagged (matching ErrResync) if it fell behind the feed's
+// buffer, the Watch ctx's error once it ended, ErrClosed after Close of
+// the watch, or of the engine once every event ready before it was read.
+// Once the watch has ended every call returns the same error.
+func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
+	for {
+		if w.i < len(w.buf) {
+			e := w.buf[w.i]
+			w.i++
+			return e, nil
+		}
+		if w.err != nil {
+			return WatchEvent{}, w.err
+		}
+		if w.closed.Load() {
+			w.err = w.f.endErr(w)
+			continue
+		}
+		ch, err := w.f.read(w)
+		if err != nil {
+			w.err = err
+			w.Close()
+			continue
+		}
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return WatchEvent{}, ctx.Err()
+		case <-w.done:
+		}
+	}
+}
+
+// Close ends the watch and releases what it holds in the feed. It is
+// idempotent and safe to call concurrently with Next (which then returns
+// ErrClosed).
+func (w *Watch) Close() { w.close() }
+
+func (w *Watch) close() {
+	w.once.Do(func() {
+		w.f.mu.Lock()
+		w.f.remove(w)
+		w.f.mu.Unlock()
+		w.closed.Store(true)
+		close(w.done)
+		if w.stopCtx != nil {
+			w.stopCtx()
+		}
+	})
+}
+
+// match appends to w.buf what of e the watch reports (a KV change clipped
+// to each prefix it watches in that keyspace).
+func (w *Watch) match(e *WatchEvent) {
+	switch e.Kind {
+	case EventResolved:
+		if e.Op < w.from || (e.Op <= w.lastMark && !w.unmarked) {
+			return
+		}
+		m := *e
+		if !w.durable {
+			m.Watermark = 0
+		}
+		w.buf = append(w.buf, m)
+		w.lastMark, w.unmarked = max(w.lastMark, e.Op), false
+		return
+	case EventSetBits:
+		if e.Op != 0 && e.Op < w.from || !(w.all || w.bits[e.Bitslice]) {
+			return
+		}
+		w.buf = append(w.buf, *e)
+		w.unmarked = true
+		return
+	}
+	if e.Op != 0 && e.Op < w.from {
+		return
+	}
+	if w.all {
+		w.buf = append(w.buf, *e)
+		w.unmarked = true
+		return
+	}
+	for _, p := range w.kvs[e.Keyspace] {
+		if c, ok := clip(e, p); ok {
+			w.buf = append(w.buf, c)
+			w.unmarked = true
+		}
+	}
+}
+
+// clip returns e restricted to the keys with prefix p (nil: every key).
+func clip(e *WatchEvent, p []byte) (WatchEvent, bool) {
+	if p == nil {
+		return *e, true
+	}
+	switch e.Kind {
+	case EventPut, EventDelete:
+		return *e, bytes.HasPrefix(e.Key, p)
+	case EventDropKeyspace:
+		return *e, true
+	}
+	// A range: intersect [Key, End) with [p, prefixEnd(p)).
+	c := *e
+	if c.Key == nil || bytes.Compare(c.Key, p) < 0 {
+		c.Key = p
+	}
+	pe := prefixEnd(p)
+	if pe != nil && (c.End == nil || bytes.Compare(c.End, pe) > 0) {
+		c.End = pe
+	}
+	if c.End != nil && bytes.Compare(c.Key, c.End) >= 0 {
+		return c, false
+	}
+	return c, true
+}
+
+// feed is the engine's change feed. Writers call the record methods while
+// they hold the write barrier; everything else is under mu.
+type feed struct {
+	db *DB
+	// on is set (under the exclusive barrier) once the engine records
+	// changes; writers load it with the shared barrier held.
+	on atomic.Bool
+	// frozen is the newest generation frozen (Freeze).
+	frozen atomic.Uint64
+
+	startMu sync.Mutex // serialises start
+
+	mu sync.Mutex
+	// pending holds recorded changes not yet resolved, in record order;
+	// recSeq counts every record ever appended (pending[0] is record
+	// recSeq-len(pending)).
+	pending   []feedRec
+	pendBytes int64
+	recSeq    uint64
+	cuts      []feedCut
+	// steps is the resolved log: steps of changes in op order, each
+	// closed by its mark, at consecutive positions from base to end.
+	steps    []feedStep
+	base     uint64
+	end      uint64
+	bytes    int64
+	lastN    uint64 // the newest mark's op
+	floor    uint64 // every change of every op >= floor is held
+	durable  uint64 // log positions below it are durable
+	dstep    int    // index in steps of the first step not yet durable
+	released uint64 // newest generation released
+	visible  int    // open visible-mode watches
+	watches  map[*Watch]struct{}
+	notify   chan struct{} // closed and replaced when the log or durable grows
+	epoch    uint64        // bumped by each overflow
+	closed   bool
+	stopping bool // shutdown began: start starts no resolver
+	running  bool
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// feedCut is an instant where no write was in flight: every op <= n had
+// ended, the first seq records were made before it, and all of them are in
+// generation gen or an earlier one.
+type feedCut struct{ n, seq, gen uint64 }
+
+// feedStep is a step of the resolved log: its changes, in op order, at
+// positions pos, pos+1, ..., then its mark (op n, durable once generation
+// gen is released and the watermark reaches n).
+type feedStep struct {
+	pos     uint64
+	changes []WatchEvent
+	n, gen  uint64
+	wm      uint64 // the watermark that covers it, once durable
+	bytes   int64
+}
+
+// markPos is the position of s's mark.
+func (s *feedStep) markPos() uint64 { return s.pos + uint64(len(s.changes)) }
+
+// at returns the event at position p of s.
+func (s *feedStep) at(p uint64) WatchEvent {
+	if i := p - s.pos; i < uint64(len(s.changes)) {
+		return s.changes[i]
+	}
+	return WatchEvent{Kind: EventResolved, Op: s.n, Watermark: s.wm}
+}
+
+func (f *feed) init(db *DB) {
+	f.db = db
+	f.watches = map[*Watch]struct{}{}
+	f.notify = make(chan struct{})
+	f.kick = make(chan struct{}, 1)
+	f.stop = make(chan struct{})
+	f.done = make(chan struct{})
+}
+
+// startAtOpen turns recording on before the flusher starts: every op above
+// the watermark wm is recorded whole.
+func (f *feed) startAtOpen(wm uint64) {
+	f.floor, f.lastN = wm+1, wm
+	f.on.Store(true)
+	f.running = true
+	go f.run()
+}
+
+// start turns recording on if it is not: under the exclusive barrier, so
+// that every op begun after the instant is recorded whole.
+func (f *feed) start(ctx context.Context) error {
+	f.startMu.Lock()
+	defer f.startMu.Unlock()
+	if f.on.Load() {
+		return nil
+	}
+	err := f.db.flusher.Exclusive(ctx, func() {
+		hi := f.db.flusher.HighestOp()
+		f.mu.Lock()
+		f.floor, f.lastN = hi+1, hi
+		f.mu.Unlock()
+		f.on.Store(true)
+	})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping {
+		// Close began after the instant: nothing runs the resolver.
+		return ErrClosed
+	}
+	f.running = true
+	go f.run()
+	return nil
+}
+
+// add positions w and registers it.
+func (f *feed) add(w *Watch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	if w.from == 0 {
+		w.from = max(f.floor, f.db.flusher.CompletedOp()+1)
+	}
+	if w.from < f.floor {
+		return kverr.Errorf("watch from op %d: the feed holds every change from op %d: %w", w.from, f.floor, ErrCompacted)
+	}
+	// Start after the last mark below from: every later change is of an
+	// op above that mark (or of op 0).
+	i, _ := slices.BinarySearchFunc(f.steps, w.from, func(s feedStep, from uint64) int {
+		if s.n < from {
+			return -1
+		}
+		return 1
+	})
+	w.pos = f.base
+	if i > 0 {
+		w.pos = f.steps[i-1].markPos() + 1
+	}
+	w.lastMark = w.from - 1
+	f.watches[w] = struct{}{}
+	if !w.durable {
+		f.visible++
+	}
+	f.kickRun()
+	return nil
+}
+
+// remove unregisters w. f.mu held.
+func (f *feed) remove(w *Watch) {
+	if _, ok := f.watches[w]; !ok {
+		return
+	}
+	delete(f.watches, w)
+	if !w.durable {
+		f.visible--
+	}
+}
+
+// endErr is the error of a watch closed by Close or its ctx.
+func (f *feed) endErr(w *Watch) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+// read fills w.buf from the log. It returns a channel to wait on when
+// nothing is ready, nil when it read something (or skipped events).
+func (f *feed) read(w *Watch) (<-chan struct{}, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.pos < f.base {
+		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.from, w.lastMark, ErrLagged)
+	}
+	limit := f.end
+	if w.durable {
+		limit = f.durable
+	}
+	if w.pos >= limit {
+		if f.closed {
+			return nil, ErrClosed
+		}
+		return f.notify, nil
+	}
+	w.buf, w.i = w.buf[:0], 0
+	i, _ := slices.BinarySearchFunc(f.steps, w.pos, func(s feedStep, pos uint64) int {
+		if s.markPos() < pos {
+			return -1
+		}
+		return 1
+	})
+	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
+		st := &f.steps[i]
+		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
+			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
+				w.match(&st.changes[c])
+			} else {
+				m := st.at(w.pos)
+				w.match(&m)
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Recording. Each method is called by a write holding the barrier's shared
+// side, after it changed the overlay, only when f.on is set.
+
+// feedRec is a recorded change (Kind set), or a whole batch's changes
+// (batch set), of op Op: a batch is recorded as one copy of its changes
+// and expanded into events by the resolver, off the write path.
+type feedRec struct {
+	WatchEvent
+	batch *recBatch
+}
+
+// recBatch is a Batch's changes as applied (skip marks those discarded).
+type recBatch struct {
+	ops  []batchOp
+	data []byte
+	skip []bool
+}
+
+// bytes is the memory the feed counts for r.
+func (r *feedRec) bytes() int64 {
+	if r.batch != nil {
+		return int64(len(r.batch.data)) + int64(len(r.batch.ops))*eventOverhead
+	}
+	return eventBytes(&r.WatchEvent)
+}
+
+// appendTo appends r's events to evs.
+func (r *feedRec) appendTo(evs []WatchEvent) []WatchEvent {
+	rb := r.batch
+	if rb == nil {
+		return append(evs, r.WatchEvent)
+	}
+	for i := range rb.ops {
+		if rb.skip != nil && rb.skip[i] {
+			continue
+		}
+		o := &rb.ops[i]
+		e := WatchEvent{Op: r.Op}
+		view := func(a, z int) []byte { return rb.data[a:z:z] }
+		switch o.kind {
+		case opPut:
+			e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
+		case opDelete:
+			e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
+		case opDeleteRange:
+			e.Kind, e.Keyspace = EventDeleteRange, o.k.name
+			if o.a0 >= 0 {
+				e.Key = view(o.a0, o.a1)
+			}
+			if o.b0 >= 0 {
+				e.End = view(o.b0, o.b1)
+			}
+		case opSet:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
+		case opSetRange:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// batch records a Batch applied as op (skip: changes it discarded).
+func (f *feed) batch(op uint64, b *Batch, skip []bool) {
+	rb := &recBatch{ops: slices.Clone(b.ops), data: bytes.Clone(b.data), skip: skip}
+	r := feedRec{batch: rb}
+	r.Op = op
+	f.mu.Lock()
+	f.pending = append(f.pending, r)
+	f.pendBytes += r.bytes()
+	f.recSeq++
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
+}
+
+func (f *feed) record(e WatchEvent, n int64) {
+	f.mu.Lock()
+	f.pending = append(f.pending, feedRec{WatchEvent: e})
+	f.pendBytes += n
+	f.recSeq++
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
+}
+
+// pendLimit is how far unresolved changes may grow: the buffer, plus what
+// the engine may hold pending between two cuts.
+func (f *feed) pendLimit() int64 {
+	return f.db.opts.WatchBufferBytes + max(f.db.opts.MaxPendingBytes, 0)
+}
+
+const eventOverhead = 96 // bytes a WatchEvent costs beyond its slices
+
+func (f *feed) put(op uint64, ks string, key, value []byte) {
+	b := make([]byte, len(key)+len(value))
+	copy(b, key)
+	copy(b[len(key):], value)
+	f.record(WatchEvent{Kind: EventPut, Op: op, Keyspace: ks, Key: b[:len(key):len(key)], Value: b[len(key):]}, int64(len(b))+eventOverhead)
+}
+
+func (f *feed) del(op uint64, ks string, key []byte) {
+	f.record(WatchEvent{Kind: EventDelete, Op: op, Keyspace: ks, Key: bytes.Clone(key)}, int64(len(key))+eventOverhead)
+}
+
+func (f *feed) delRange(op uint64, ks string, lo, hi []byte) {
+	f.record(WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: ks, Key: cloneOrNil(lo), End: cloneOrNil(hi)}, int64(len(lo)+len(hi))+eventOverhead)
+}
+
+func (f *feed) drop(op uint64, ks string) {
+	f.record(WatchEvent{Kind: EventDropKeyspace, Op: op, Keyspace: ks}, eventOverhead)
+}
+
+func (f *feed) setBits(op uint64, name string, lo, hi uint64, v bool) {
+	f.record(WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: hi, Bit: v}, eventOverhead)
+}
+
+// setMany records Bits.SetMany's changes under one lock.
+func (f *feed) setMany(op uint64, name string, idx []uint64, vals []bool) {
+	f.mu.Lock()
+	for j, i := range idx {
+		f.pending = append(f.pending, feedRec{WatchEvent: WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: i, Hi: i + 1, Bit: vals[j]}})
+	}
+	f.pendBytes += int64(len(idx)) * eventOverhead
+	f.recSeq += uint64(len(idx))
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
+}
+
+func cloneOrNil(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+// overflow drops everything the feed holds when its unresolved changes
+// outgrow the buffer (an op held open while others write): every watch
+// lags, and the feed holds ops begun from now on. The highest op is read
+// after the drop, so every op above it records all of its changes after.
+func (f *feed) overflow() {
+	f.mu.Lock()
+	if f.pendBytes <= f.pendLimit() {
+		f.mu.Unlock()
+		return
+	}
+	clear(f.pending)
+	f.pending, f.pendBytes = f.pending[:0], 0
+	f.cuts = f.cuts[:0]
+	f.mu.Unlock()
+	hi := f.db.flusher.HighestOp()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropLog()
+	f.floor = max(f.floor, hi+1)
+	f.lastN = max(f.lastN, hi)
+	f.broadcast()
+}
+
+// dropLog drops the whole resolved log, leaving a gap of one position so
+// that every watch lags. f.mu held.
+func (f *feed) dropLog() {
+	f.epoch++
+	f.end++
+	f.base = f.end
+	f.steps, f.bytes, f.dstep = nil, 0, 0
+	f.durable = f.base
+}
+
+// cut records a cut; the flusher's barrier is held exclusively (Freeze,
+// or Exclusive with gen = the next generation).
+func (f *feed) cut(gen uint64) {
+	n := f.db.flusher.CompletedOp()
+	f.mu.Lock()
+	f.cuts = append(f.cuts, feedCut{n: n, seq: f.recSeq, gen: gen})
+	f.mu.Unlock()
+	f.kickRun()
+}
+
+// freezeHook is called by Freeze(g), with the barrier held exclusively.
+func (f *feed) freezeHook(g uint64) {
+	f.frozen.Store(g)
+	if f.on.Load() {
+		f.cut(g)
+	}
+}
+
+// releaseHook is called once generation g is released.
+func (f *feed) releaseHook(g uint64) {
+	if !f.on.Load() {
+		return
+	}
+	f.mu.Lock()
+	f.released = max(f.released, g)
+	f.mu.Unlock()
+	f.kickRun()
+}
+
+func (f *feed) kickRun() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the resolver goroutine: it turns cuts into steps of the log,
+// makes visible-mode cuts while visible watches are open, and advances
+// the durable position. It stops at shutdown.
+func (f *feed) run() {
+	defer close(f.done)
+	tick := time.NewTicker(watchTick)
+	defer tick.Stop()
+	var seenSeq, seenOp uint64
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.kick:
+		case <-tick.C:
+			f.mu.Lock()
+			want := f.visible > 0 && (f.recSeq != seenSeq || f.db.flusher.CompletedOp() != seenOp)
+			f.mu.Unlock()
+			if want {
+				_ = f.db.flusher.Exclusive(context.Background(), func() {
+					f.mu.Lock()
+					seenSeq = f.recSeq
+					f.mu.Unlock()
+					seenOp = f.db.flusher.CompletedOp()
+					f.cut(f.frozen.Load() + 1)
+				})
+			}
+		}
+		f.process()
+	}
+}
+
+// process resolves the cuts queued, advances the durable position, trims
+// the log to its bound and wakes the watches.
+func (f *feed) process() {
+	f.mu.Lock()
+	cuts := f.cuts
+	f.cuts = nil
+	f.mu.Unlock()
+	grew := false
+	for _, c := range cuts {
+		if f.resolve(c) {
+			grew = true
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	wm := f.db.flusher.Watermark()
+	for f.dstep < len(f.steps) {
+		st := &f.steps[f.dstep]
+		if f.released < st.gen || wm < st.n {
+			break
+		}
+		st.wm = wm
+		f.durable = st.markPos() + 1
+		f.dstep++
+		grew = true
+	}
+	f.trim()
+	if grew {
+		f.broadcast()
+	}
+}
+
+// resolve moves the changes cut c resolves into the log, in op order
+// (changes of op 0 last, in record order), closed by a mark. It takes the
+// records under f.mu, expands and sorts them without it (writers record
+// meanwhile), and appends the step under f.mu unless an overflow dropped
+// the log meanwhile. Only the resolver (or shutdown, after it) calls it.
+func (f *feed) resolve(c feedCut) bool {
+	f.mu.Lock()
+	first := f.recSeq - uint64(len(f.pending))
+	k := 0 // pending records before the cut
+	if c.seq > first {
+		k = int(min(c.seq-first, uint64(len(f.pending))))
+	}
+	var take, keep []feedRec
+	var n, gone int64
+	events := 0
+	sorted, prev := true, uint64(0)
+	for i := range f.pending {
+		r := &f.pending[i]
+		switch {
+		case i < k && r.Op == 0:
+		case r.Op != 0 && r.Op <= c.n:
+			if invariants.Enabled {
+				invariants.Check(i < k, "kvbuf: feed: a change of op %d recorded after a cut at op %d", r.Op, c.n)
+			}
+			if r.Op < f.floor {
+				// A change of an op begun before the feed held ops
+				// whole: no watch may start there.
+				gone += r.bytes()
+				continue
+			}
+		default:
+			if keep == nil {
+				keep = make([]feedRec, 0, max(k, 16))
+			}
+			keep = append(keep, *r)
+			continue
+		}
+		if key := r.Op - 1; key < prev { // op 0 wraps to the end
+			sorted = false
+		} else {
+			prev = key
+		}
+		n += r.bytes()
+		if r.batch != nil {
+			events += len(r.batch.ops)
+		} else {
+			events++
+		}
+		take = append(take, *r)
+	}
+	clear(f.pending)
+	f.pending = keep
+	f.pendBytes -= n + gone
+	epoch, last := f.epoch, f.lastN
+	mark := max(c.n, last)
+	f.mu.Unlock()
+	if len(take) == 0 && mark == last {
+		return false
+	}
+	evs := make([]WatchEvent, 0, events)
+	for i := range take {
+		evs = take[i].appendTo(evs)
+	}
+	if !sorted {
+		slices.SortStableFunc(evs, func(a, b WatchEvent) int {
+			ka, kb := a.Op-1, b.Op-1
+			switch {
+			case ka < kb:
+				return -1
+			case ka > kb:
+				return 1
+			}
+			return 0
+		})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if epoch != f.epoch {
+		return false // an overflow dropped the log: every watch lags
+	}
+	mark = max(mark, f.lastN)
+	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}
+	f.steps = append(f.steps, st)
+	f.end = st.markPos() + 1
+	f.bytes += st.bytes
+	f.lastN = mark
+	return true
+}
+
+func eventBytes(e *WatchEvent) int64 {
+	return int64(len(e.Key)+len(e.Value)+len(e.End)) + eventOverhead
+}
+
+// trim drops the oldest durable steps while the log is over its bound.
+// f.mu held.
+func (f *feed) trim() {
+	k := 0
+	for f.bytes > f.db.opts.WatchBufferBytes && k < f.dstep {
+		f.bytes -= f.steps[k].bytes
+		f.floor = max(f.floor, f.steps[k].n+1)
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	f.base = f.steps[k-1].markPos() + 1
+	clear(f.steps[:k])
+	f.steps = f.steps[k:]
+	f.dstep -= k
+}
+
+// broadcast wakes every watch waiting in Next. f.mu held.
+func (f *feed) broadcast() {
+	close(f.notify)
+	f.notify = make(chan struct{})
+}
+
+// shutdown stops the resolver once the flusher has stopped (Close),
+// resolves what the final flush cut, and ends every watch once it has read
+// what is ready.
+func (f *feed) shutdown() {
+	f.mu.Lock()
+	f.stopping = true
+	running := f.running
+	f.mu.Unlock()
+	if running {
+		close(f.stop)
+		<-f.done
+	}
+	f.process()
+	f.mu.Lock()
+	f.closed = true
+	f.broadcast()
+	f.mu.Unlock()
+}

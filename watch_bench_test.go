@@ -1,0 +1,204 @@
+package kvbuf
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkW8Watch measures what a watch costs W8's writer (doc/workloads.md:
+// ops of 64 puts applied as one Batch, durable at the end of the round):
+// the same round on a fresh engine without a watch, with one visible-mode
+// watch and with one durable-mode watch read by a subscriber goroutine,
+// in rotating order, b.N rounds each. A round is timed from the first
+// Apply until Flush returned and, with a watch, the subscriber received
+// the resolved mark of the last op (all of the feed's work is timed). It
+// reports the per-put time of each mode (medians of the rounds), the
+// ratios of the watched modes to the unwatched one (medians of per-round
+// ratios, with their spread), and the durable-mode delivery latency: for
+// every op, from its Apply's return to the durable resolved mark that
+// covers it, p50 and p99 over every round, beside the flush interval,
+// and the feed's own part of it: from the persisted watermark reaching
+// the op to the mark's delivery (after-watermark-p99-ms).
+//
+//	go test -run '^$' -bench BenchmarkW8Watch -benchtime 8x .
+func BenchmarkW8Watch(b *testing.B) {
+	const (
+		ops      = 2000
+		batch    = 64
+		interval = 50 * time.Millisecond
+	)
+	modes := []string{"none", "visible", "durable"}
+	if m := os.Getenv("KVBUF_WATCH_MODES"); m != "" {
+		modes = strings.Split(m, ",") // profiling one mode; "none" first
+	}
+	perPut := map[string][]float64{}
+	ratios := map[string][]float64{}
+	var lat, feedLat []time.Duration
+	val := make([]byte, 16)
+	for round := 0; round < b.N; round++ {
+		t := map[string]time.Duration{}
+		for i := range modes {
+			mode := modes[(i+round)%len(modes)]
+			d, l, fl := w8WatchRound(b, mode, ops, batch, interval, val)
+			feedLat = append(feedLat, fl...)
+			t[mode] = d
+			perPut[mode] = append(perPut[mode], float64(d.Nanoseconds())/(ops*batch))
+			lat = append(lat, l...)
+		}
+		for _, m := range modes[1:] {
+			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
+		}
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, m := range modes {
+		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
+	}
+	for _, m := range modes[1:] {
+		r := ratios[m]
+		b.ReportMetric(med(r), "ratio-"+m)
+		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
+		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "durable-p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "durable-p99-ms")
+		b.ReportMetric(float64(interval.Milliseconds()), "interval-ms")
+	}
+	if len(feedLat) > 0 {
+		slices.Sort(feedLat)
+		b.ReportMetric(float64(feedLat[len(feedLat)*99/100].Microseconds())/1000, "after-watermark-p99-ms")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// w8WatchRound runs one round on a fresh engine and returns its time and,
+// in durable mode, each op's delivery latency.
+func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration) {
+	b.StopTimer()
+	db, err := Open(b.TempDir(), &Options{FlushInterval: interval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	applied := make([]time.Time, ops+1)
+	var mu sync.Mutex
+	var lat, feedLat []time.Duration
+	var wmAt []time.Time // when the persisted watermark first reached each op
+	var w *Watch
+	var done chan error
+	if mode != "none" {
+		if w, err = db.Watch(ctx, &WatchOptions{Durable: mode == "durable"}); err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		done = make(chan error, 1)
+		if mode == "durable" {
+			wmAt = make([]time.Time, ops+1)
+			wmDone, wmStop := make(chan struct{}), make(chan struct{})
+			defer func() { close(wmStop); <-wmDone }()
+			go func() {
+				defer close(wmDone)
+				var seen uint64
+				for seen < uint64(ops) {
+					wm, ch := db.WatermarkNotify()
+					now := time.Now()
+					mu.Lock()
+					for o := seen + 1; o <= wm && o <= uint64(ops); o++ {
+						wmAt[o] = now
+					}
+					mu.Unlock()
+					seen = max(seen, wm)
+					select {
+					case <-ch:
+					case <-wmStop:
+						return
+					}
+				}
+			}()
+		}
+		go func() {
+			var seen uint64
+			for {
+				e, err := w.Next(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if e.Kind != EventResolved {
+					continue
+				}
+				if mode == "durable" {
+					now := time.Now()
+					mu.Lock()
+					for o := seen + 1; o <= e.Op && o <= uint64(ops); o++ {
+						lat = append(lat, now.Sub(applied[o]))
+						if !wmAt[o].IsZero() {
+							feedLat = append(feedLat, now.Sub(wmAt[o]))
+						}
+					}
+					mu.Unlock()
+				}
+				seen = max(seen, e.Op)
+				if e.Op >= uint64(ops) {
+					done <- nil
+					return
+				}
+			}
+		}()
+	}
+	bt := db.NewBatch()
+	key := make([]byte, 8)
+	b.StartTimer()
+	start := time.Now()
+	for op := 1; op <= ops; op++ {
+		bt.Reset()
+		for j := range batch {
+			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+			binary.BigEndian.PutUint64(val, uint64(op))
+			bt.Put(k, key, val)
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+		if mode == "durable" {
+			mu.Lock()
+			applied[op] = time.Now()
+			mu.Unlock()
+		}
+	}
+	tw := time.Since(start)
+	if err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tf := time.Since(start)
+	if testing.Verbose() {
+		defer func() { b.Logf("%s: writes %v, flush returned at %v, mark at %v", mode, tw, tf, time.Since(start)) }()
+	}
+	if done != nil {
+		if err := <-done; err != nil {
+			b.Fatal(fmt.Errorf("%s watch: %w", mode, err))
+		}
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	return d, lat, feedLat
+}

@@ -1,0 +1,823 @@
+package kvbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// feedState is a fold of change events: what a subscriber rebuilds.
+type feedState struct {
+	kv   map[string]map[string]string
+	bits map[string]map[uint64]bool // true bits only
+}
+
+func newFeedState() *feedState {
+	return &feedState{kv: map[string]map[string]string{}, bits: map[string]map[uint64]bool{}}
+}
+
+func (s *feedState) apply(e WatchEvent) {
+	switch e.Kind {
+	case EventPut:
+		m := s.kv[e.Keyspace]
+		if m == nil {
+			m = map[string]string{}
+			s.kv[e.Keyspace] = m
+		}
+		m[string(e.Key)] = string(e.Value)
+	case EventDelete:
+		delete(s.kv[e.Keyspace], string(e.Key))
+	case EventDeleteRange:
+		for k := range s.kv[e.Keyspace] {
+			if (e.Key == nil || k >= string(e.Key)) && (e.End == nil || k < string(e.End)) {
+				delete(s.kv[e.Keyspace], k)
+			}
+		}
+	case EventDropKeyspace:
+		delete(s.kv, e.Keyspace)
+	case EventSetBits:
+		m := s.bits[e.Bitslice]
+		if m == nil {
+			m = map[uint64]bool{}
+			s.bits[e.Bitslice] = m
+		}
+		for i := e.Lo; i < e.Hi; i++ {
+			if e.Bit {
+				m[i] = true
+			} else {
+				delete(m, i)
+			}
+		}
+	}
+}
+
+// view is the part of s a watch with opts selects, as text to compare.
+func (s *feedState) view(o *WatchOptions) string {
+	var b strings.Builder
+	all := o == nil || len(o.Keyspaces) == 0 && len(o.Bitslices) == 0
+	for _, ks := range slices.Sorted(maps.Keys(s.kv)) {
+		for _, k := range slices.Sorted(maps.Keys(s.kv[ks])) {
+			if all || watchSelects(o, ks, k) {
+				fmt.Fprintf(&b, "%s/%s=%s\n", ks, k, s.kv[ks][k])
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.bits)) {
+		if !all && !slices.Contains(o.Bitslices, name) {
+			continue
+		}
+		for _, i := range slices.Sorted(maps.Keys(s.bits[name])) {
+			fmt.Fprintf(&b, "%s[%d]\n", name, i)
+		}
+	}
+	return b.String()
+}
+
+func watchSelects(o *WatchOptions, ks, key string) bool {
+	for _, w := range o.Keyspaces {
+		if w.Name == ks && strings.HasPrefix(key, string(w.Prefix)) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostLog is a host's log: every op's changes, recorded when the op is
+// numbered (before it is written), as WatchEvents.
+type hostLog struct {
+	mu   sync.Mutex
+	next uint64
+	ops  map[uint64][]WatchEvent
+}
+
+func (h *hostLog) changes(op uint64) []WatchEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ops[op]
+}
+
+// replayer folds the host's log in op order up to a resolved mark: the
+// state a subscriber must have at that mark.
+type replayer struct {
+	h    *hostLog
+	st   *feedState
+	upTo uint64
+}
+
+func (r *replayer) to(n uint64) *feedState {
+	for ; r.upTo < n; r.upTo++ {
+		for _, e := range r.h.changes(r.upTo + 1) {
+			r.st.apply(e)
+		}
+	}
+	return r.st
+}
+
+// nextEvent reads one event with a deadline, failing the test on error.
+func nextEvent(t testing.TB, w *Watch) WatchEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := w.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return e
+}
+
+// readUntil folds w's events into st until a resolved mark >= n, returning
+// the events read and the mark.
+func readUntil(t testing.TB, w *Watch, st *feedState, n uint64) ([]WatchEvent, WatchEvent) {
+	t.Helper()
+	var evs []WatchEvent
+	for {
+		e := nextEvent(t, w)
+		if e.Kind == EventResolved {
+			if e.Op >= n {
+				return evs, e
+			}
+			continue
+		}
+		evs = append(evs, e)
+		if st != nil {
+			st.apply(e)
+		}
+	}
+}
+
+func TestWatchBasic(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			db := openT(t, t.TempDir(), &Options{FlushInterval: 10 * time.Millisecond})
+			defer closeT(t, db)
+			k := mustKV(t, db, "a")
+			b := mustBits(t, db, "b")
+			ctx := context.Background()
+			w, err := db.Watch(ctx, &WatchOptions{Durable: durable})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if w.From() != 1 {
+				t.Fatalf("From = %d, want 1", w.From())
+			}
+			mustPut(t, k, "x", "1", 1)
+			mustSet(t, b, 7, true, 2)
+			if err := k.DeleteRange(ctx, []byte("a"), []byte("z"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.EndOp(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			st := newFeedState()
+			evs, mark := readUntil(t, w, st, 3)
+			want := []string{"1 put a x", "2 set-bits b 7", "3 delete-range a a"}
+			var got []string
+			for _, e := range evs {
+				switch e.Kind {
+				case EventPut:
+					got = append(got, fmt.Sprintf("%d %s %s %s", e.Op, e.Kind, e.Keyspace, e.Key))
+				case EventSetBits:
+					got = append(got, fmt.Sprintf("%d %s %s %d", e.Op, e.Kind, e.Bitslice, e.Lo))
+				case EventDeleteRange:
+					got = append(got, fmt.Sprintf("%d %s %s %s", e.Op, e.Kind, e.Keyspace, e.Key))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("events %q, want %q", got, want)
+			}
+			if durable {
+				if mark.Watermark < 3 || db.Watermark() < 3 {
+					t.Fatalf("durable mark %+v, watermark %d: not covered", mark, db.Watermark())
+				}
+			} else if mark.Watermark != 0 {
+				t.Fatalf("visible mark carries watermark %d", mark.Watermark)
+			}
+			if got := st.view(nil); got != "b[7]\n" {
+				t.Fatalf("fold = %q", got)
+			}
+		})
+	}
+}
+
+// TestWatchModel: concurrent hosts' writers (ops begun under a log lock,
+// written and ended in any order; batches, range deletes, DropKV, bit
+// sets) and several subscribers (all or a prefix and a bitslice, visible
+// or durable, from the start or after a snapshot, fast or slow): each
+// subscriber's stream, folded, equals the host's log folded in op order at
+// every resolved mark.
+func TestWatchModel(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	seed := testSeed(t)
+	const goroutines = 6
+	steps := 300
+	if testing.Short() {
+		steps = 100
+	}
+	db := openT(t, t.TempDir(), &Options{FlushInterval: 5 * time.Millisecond, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	shared := mustKV(t, db, "model")
+	bits := mustBits(t, db, "bits")
+	for g := range goroutines {
+		mustKV(t, db, fmt.Sprintf("own-%d", g))
+	}
+	h := &hostLog{ops: map[uint64][]WatchEvent{}}
+
+	type sub struct {
+		name string
+		opts *WatchOptions
+		snap bool // start after a snapshot taken mid-run
+		slow bool
+	}
+	subs := []sub{
+		{name: "all-visible", opts: &WatchOptions{From: 1}},
+		{name: "all-durable", opts: &WatchOptions{From: 1, Durable: true}},
+		{name: "prefix-visible-slow", opts: &WatchOptions{From: 1, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g1/")}}, Bitslices: []string{"bits"}, Buffer: 3}, slow: true},
+		{name: "own2-durable", opts: &WatchOptions{From: 1, Durable: true, Keyspaces: []WatchKeyspace{{Name: "own-2"}}}},
+		{name: "snapshot-visible", opts: &WatchOptions{}, snap: true},
+		{name: "snapshot-durable-prefix", opts: &WatchOptions{Durable: true, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g0/")}}}, snap: true},
+	}
+
+	var writers sync.WaitGroup
+	var done sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 64)
+	marks := make([]int, len(subs))
+	finalOp := make(chan uint64, len(subs))
+	startedWriting := make(chan struct{})
+	var startOnce sync.Once
+
+	for si, s := range subs {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			fail := func(err error) { errs <- fmt.Errorf("%s: %w", s.name, err) }
+			st := newFeedState()
+			rp := &replayer{h: h, st: newFeedState()}
+			opts := *s.opts
+			var checkFrom uint64
+			if s.snap {
+				<-startedWriting
+				time.Sleep(3 * time.Millisecond)
+				sn, err := db.NewSnapshot()
+				if err != nil {
+					fail(err)
+					return
+				}
+				checkFrom = db.Metrics().HighestOp
+				st = snapshotState(sn, []string{"model", "own-0", "own-1", "own-2", "own-3", "own-4", "own-5"}, []string{"bits"})
+				rp.to(sn.Op())
+				opts.From = sn.Op() + 1
+				sn.Close()
+			}
+			w, err := db.Watch(ctx, &opts)
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer w.Close()
+			rng := rand.New(rand.NewPCG(seed, uint64(si)))
+			var final, lastMark uint64
+			for {
+				if final == 0 {
+					select {
+					case final = <-finalOp:
+					default:
+					}
+				}
+				if final != 0 && lastMark >= final {
+					return
+				}
+				nctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				e, err := w.Next(nctx)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					continue
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				if s.slow && rng.IntN(50) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				if e.Kind != EventResolved {
+					if e.Op < opts.From {
+						fail(fmt.Errorf("change of op %d before the start %d", e.Op, opts.From))
+						return
+					}
+					st.apply(e)
+					continue
+				}
+				if opts.Durable && e.Watermark < e.Op {
+					fail(fmt.Errorf("durable mark %d under watermark %d", e.Op, e.Watermark))
+					return
+				}
+				marks[si]++
+				lastMark = e.Op
+				if e.Op >= checkFrom {
+					if got, want := st.view(&opts), rp.to(e.Op).view(&opts); got != want {
+						fail(fmt.Errorf("at resolved op %d: stream folds to\n%s\nhost's log to\n%s", e.Op, got, want))
+						return
+					}
+				}
+			}
+		}()
+	}
+
+	for g := range goroutines {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(100+g)))
+			own := fmt.Sprintf("own-%d", g)
+			for step := 0; step < steps; step++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Choose the op's changes, then number it under the log's
+				// lock and begin it there.
+				var chs []WatchEvent
+				batch := rng.IntN(4) == 0
+				n := 1 + rng.IntN(3)
+				for range n {
+					key := fmt.Sprintf("g%d/%02d", g, rng.IntN(20))
+					switch r := rng.IntN(10); {
+					case r < 5:
+						chs = append(chs, WatchEvent{Kind: EventPut, Keyspace: "model", Key: []byte(key), Value: []byte(fmt.Sprint(step))})
+					case r < 6:
+						chs = append(chs, WatchEvent{Kind: EventDelete, Keyspace: "model", Key: []byte(key)})
+					case r < 7:
+						lo := rng.IntN(20)
+						chs = append(chs, WatchEvent{Kind: EventDeleteRange, Keyspace: "model",
+							Key: fmt.Appendf(nil, "g%d/%02d", g, lo), End: fmt.Appendf(nil, "g%d/%02d", g, lo+rng.IntN(6))})
+					case r < 8:
+						chs = append(chs, WatchEvent{Kind: EventPut, Keyspace: own, Key: []byte(key), Value: []byte("v")})
+					default:
+						i := uint64(g + goroutines*rng.IntN(40))
+						chs = append(chs, WatchEvent{Kind: EventSetBits, Bitslice: "bits", Lo: i, Hi: i + 1, Bit: rng.IntN(2) == 0})
+					}
+				}
+				drop := !batch && rng.IntN(40) == 0
+				if drop {
+					chs = []WatchEvent{{Kind: EventDropKeyspace, Keyspace: own}}
+				}
+				h.mu.Lock()
+				h.next++
+				op := h.next
+				for i := range chs {
+					chs[i].Op = op
+				}
+				h.ops[op] = chs
+				err := db.BeginOp(ctx, op)
+				h.mu.Unlock()
+				if err != nil {
+					errs <- err
+					return
+				}
+				startOnce.Do(func() { close(startedWriting) })
+				if err := writeChanges(ctx, db, shared, bits, chs, op, batch); err != nil {
+					errs <- fmt.Errorf("op %d: %w", op, err)
+					return
+				}
+				if !batch {
+					if err := db.EndOp(ctx, op); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	close(stop)
+	h.mu.Lock()
+	last := h.next
+	h.mu.Unlock()
+	mustFlush(t, db)
+	for range subs {
+		finalOp <- last
+	}
+	waitDone := make(chan struct{})
+	go func() { done.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("subscribers did not reach the last op")
+	}
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	for i, s := range subs {
+		if marks[i] < 2 {
+			t.Errorf("%s: %d resolved marks checked", s.name, marks[i])
+		}
+	}
+	t.Logf("%d ops; marks checked per subscriber %v", last, marks)
+}
+
+// writeChanges writes an op's changes to the engine: one by one, or as a
+// Batch.
+func writeChanges(ctx context.Context, db *DB, shared, bits interface{}, chs []WatchEvent, op uint64, batch bool) error {
+	kv := func(name string) (*KV, error) { return db.KV(name) }
+	if batch {
+		b := db.NewBatch()
+		for _, c := range chs {
+			k, err := kv(c.Keyspace)
+			if c.Kind != EventSetBits && err != nil {
+				return err
+			}
+			switch c.Kind {
+			case EventPut:
+				b.Put(k, c.Key, c.Value)
+			case EventDelete:
+				b.Delete(k, c.Key)
+			case EventDeleteRange:
+				b.DeleteRange(k, c.Key, c.End)
+			case EventSetBits:
+				bs, err := db.Bits(c.Bitslice)
+				if err != nil {
+					return err
+				}
+				b.SetRange(bs, c.Lo, c.Hi, c.Bit)
+			}
+		}
+		return db.Apply(ctx, b, op)
+	}
+	for _, c := range chs {
+		var err error
+		switch c.Kind {
+		case EventDropKeyspace:
+			err = db.DropKV(ctx, c.Keyspace, op)
+		case EventSetBits:
+			var bs *Bits
+			if bs, err = db.Bits(c.Bitslice); err == nil {
+				err = bs.Set(ctx, c.Lo, c.Bit, op)
+			}
+		default:
+			var k *KV
+			if k, err = kv(c.Keyspace); err != nil {
+				return err
+			}
+			switch c.Kind {
+			case EventPut:
+				err = k.Put(ctx, c.Key, c.Value, op)
+			case EventDelete:
+				err = k.Delete(ctx, c.Key, op)
+			case EventDeleteRange:
+				err = k.DeleteRange(ctx, c.Key, c.End, op)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotState reads keyspaces and bitslices of a snapshot as a fold.
+func snapshotState(sn *Snapshot, kvs, bits []string) *feedState {
+	st := newFeedState()
+	for _, name := range kvs {
+		r, err := sn.KV(name)
+		if err != nil {
+			panic(err)
+		}
+		it, err := r.NewIter(nil)
+		if err != nil {
+			panic(err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			st.apply(WatchEvent{Kind: EventPut, Keyspace: name, Key: append([]byte(nil), it.Key()...), Value: append([]byte(nil), it.Value()...)})
+		}
+		_ = it.Close()
+	}
+	for _, name := range bits {
+		r, err := sn.Bits(name)
+		if err != nil {
+			panic(err)
+		}
+		for i := range r.Ones(0) {
+			st.apply(WatchEvent{Kind: EventSetBits, Bitslice: name, Lo: i, Hi: i + 1, Bit: true})
+		}
+	}
+	return st
+}
+
+// TestWatchSnapshotThenWatch: a snapshot followed by a watch from its
+// Op()+1, taken again and again while concurrent writers run (GOMAXPROCS
+// well above the cores), never skips or repeats a change: every change of
+// every op above Op() is delivered exactly once, none at or below it, and
+// the snapshot holds every op at or below it.
+func TestWatchSnapshotThenWatch(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	db := openT(t, t.TempDir(), &Options{FlushInterval: 5 * time.Millisecond, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "s")
+	h := &hostLog{ops: map[uint64][]WatchEvent{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Microsecond): // paced: the feed's buffer holds a round's ops
+				}
+				h.mu.Lock()
+				h.next++
+				op := h.next
+				n := 1 + i%3
+				var chs []WatchEvent
+				for j := range n {
+					chs = append(chs, WatchEvent{Kind: EventPut, Op: op, Keyspace: "s", Key: fmt.Appendf(nil, "op%08d/%d", op, j), Value: []byte("v")})
+				}
+				h.ops[op] = chs
+				err := db.BeginOp(ctx, op)
+				h.mu.Unlock()
+				if err == nil {
+					if g%2 == 0 {
+						err = writeChanges(ctx, db, nil, nil, chs, op, true)
+					} else {
+						err = writeChanges(ctx, db, nil, nil, chs, op, false)
+						if err == nil {
+							err = db.EndOp(ctx, op)
+						}
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	rounds := 20
+	if testing.Short() {
+		rounds = 5
+	}
+	for round := range rounds {
+		time.Sleep(2 * time.Millisecond)
+		sn, err := db.NewSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := sn.Op()
+		r, _ := sn.KV("s")
+		for o := max(op, 100) - 100 + 1; o <= op; o++ {
+			for _, c := range h.changes(o) {
+				if _, err := r.Get(c.Key); err != nil {
+					t.Fatalf("round %d: snapshot at op %d misses %s of op %d: %v", round, op, c.Key, o, err)
+				}
+			}
+		}
+		sn.Close()
+		w, err := db.Watch(ctx, &WatchOptions{From: op + 1, Durable: round%2 == 1})
+		if err != nil {
+			select {
+			case werr := <-errs:
+				t.Fatalf("%v (a writer failed: %v)", err, werr)
+			default:
+			}
+			t.Fatal(err)
+		}
+		target := op + 40
+		seen := map[string]int{}
+		evs, _ := readUntil(t, w, nil, target)
+		w.Close()
+		for _, e := range evs {
+			if e.Op <= op {
+				t.Fatalf("round %d: change of op %d repeated after a snapshot at op %d", round, e.Op, op)
+			}
+			seen[string(e.Key)]++
+		}
+		for o := op + 1; o <= target; o++ {
+			for _, c := range h.changes(o) {
+				if n := seen[string(c.Key)]; n != 1 {
+					t.Fatalf("round %d: %s of op %d delivered %d times (snapshot at op %d)", round, c.Key, o, n, op)
+				}
+			}
+		}
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+	}
+	_ = k
+}
+
+func TestWatchBadInput(t *testing.T) {
+	db := openT(t, t.TempDir(), nil)
+	ctx := context.Background()
+	mustKV(t, db, "a")
+	mustBits(t, db, "b")
+	mustPut(t, mustKV(t, db, "a"), "k", "v", 5)
+	cases := []struct {
+		name string
+		opts *WatchOptions
+		want error
+	}{
+		{"unknown keyspace", &WatchOptions{Keyspaces: []WatchKeyspace{{Name: "nope"}}}, ErrNotFound},
+		{"unknown bitslice", &WatchOptions{Bitslices: []string{"nope"}}, ErrNotFound},
+		{"bad keyspace name", &WatchOptions{Keyspaces: []WatchKeyspace{{Name: "a/b"}}}, ErrBadName},
+		{"bad bitslice name", &WatchOptions{Bitslices: []string{""}}, ErrBadName},
+		{"negative buffer", &WatchOptions{Buffer: -1}, ErrBadOptions},
+		{"start past the highest op", &WatchOptions{From: 7}, ErrBadOp},
+		{"start above MaxOp", &WatchOptions{From: MaxOp + 1}, ErrBadOp},
+		// The feed began recording at the first Watch: op 5 was begun
+		// before, so no watch may start at or below it.
+		{"start below the changes held", &WatchOptions{From: 3}, ErrCompacted},
+	}
+	for _, c := range cases {
+		w, err := db.Watch(ctx, c.opts)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "kvbuf: ") {
+			t.Errorf("%s: error text %q", c.name, err)
+		}
+		if w != nil {
+			w.Close()
+		}
+	}
+	if !errors.Is(ErrCompacted, ErrResync) || !errors.Is(ErrLagged, ErrResync) {
+		t.Fatal("ErrCompacted and ErrLagged must match ErrResync")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := db.Watch(cctx, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	// A watch whose ctx ends stops; Next with an ended ctx returns it.
+	wctx, wcancel := context.WithCancel(ctx)
+	w, err := db.Watch(wctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, scancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	if _, err := w.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with a short ctx: %v", err)
+	}
+	scancel()
+	wcancel()
+	if _, err := w.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after the watch's ctx ended: %v", err)
+	}
+	// Close of the watch ends a blocked Next.
+	w2, err := db.Watch(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(5 * time.Millisecond); w2.Close() }()
+	if _, err := w2.Next(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+	// The engine's Close ends every watch once it read what was ready.
+	w3, err := db.Watch(ctx, &WatchOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustKV(t, db, "a")
+	mustPut(t, a, "k2", "v", 6)
+	if err := db.EndOp(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	closeT(t, db)
+	var got []WatchEvent
+	for {
+		e, err := w3.Next(ctx)
+		if errors.Is(err, ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if len(got) != 2 || got[0].Kind != EventPut || got[1].Kind != EventResolved || got[1].Op != 6 {
+		t.Fatalf("events before Close: %+v", got)
+	}
+	if _, err := db.Watch(ctx, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Watch after Close: %v", err)
+	}
+}
+
+// TestWatchLagThenResync: a watch that does not read while the feed's
+// buffer overflows ends with ErrLagged; a snapshot and a watch from its
+// Op()+1 then go on without a gap.
+func TestWatchLagThenResync(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: time.Millisecond, WatchBufferBytes: 64 << 10, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "a")
+	w, err := db.Watch(ctx, &WatchOptions{From: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	val := strings.Repeat("x", 1000)
+	op := uint64(0)
+	for range 300 {
+		op++
+		mustPut(t, k, fmt.Sprint(op%50), val, op)
+	}
+	mustFlush(t, db)
+	time.Sleep(20 * time.Millisecond)
+	var lagErr error
+	for {
+		if _, lagErr = w.Next(ctx); lagErr != nil {
+			break
+		}
+	}
+	if !errors.Is(lagErr, ErrLagged) || !errors.Is(lagErr, ErrResync) {
+		t.Fatalf("a watch behind the buffer: %v, want ErrLagged", lagErr)
+	}
+	if _, err := db.Watch(ctx, &WatchOptions{From: 1}); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("a watch from a trimmed op: %v, want ErrCompacted", err)
+	}
+	sn, err := db.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := snapshotState(sn, []string{"a"}, nil)
+	w2, err := db.Watch(ctx, &WatchOptions{From: sn.Op() + 1})
+	sn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	for range 10 {
+		op++
+		mustPut(t, k, fmt.Sprint(op%50), fmt.Sprint(op), op)
+	}
+	if err := db.EndOp(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, w2, st, op)
+	for i := op - 9; i <= op; i++ {
+		if got := st.kv["a"][fmt.Sprint(i%50)]; got != fmt.Sprint(i) {
+			t.Fatalf("after resync key %d = %.10q, want %d", i%50, got, i)
+		}
+	}
+}
+
+// TestWatchOpZero: writes of op 0 (a host that does not number ops) are
+// delivered with op 0, at the next resolved mark, in both modes.
+func TestWatchOpZero(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			db := openT(t, t.TempDir(), &Options{FlushInterval: 5 * time.Millisecond})
+			defer closeT(t, db)
+			k := mustKV(t, db, "a")
+			w, err := db.Watch(context.Background(), &WatchOptions{Durable: durable})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			for i := range 5 {
+				mustPut(t, k, fmt.Sprint(i), "v", 0)
+			}
+			if durable {
+				mustFlush(t, db)
+			}
+			st := newFeedState()
+			n := 0
+			for n < 5 {
+				e := nextEvent(t, w)
+				if e.Kind == EventResolved {
+					continue
+				}
+				if e.Op != 0 || string(e.Key) != fmt.Sprint(n) {
+					t.Fatalf("event %d: %+v", n, e)
+				}
+				st.apply(e)
+				n++
+			}
+			if durable && db.Metrics().Flushes == 0 {
+				t.Fatal("no flush")
+			}
+		})
+	}
+}
