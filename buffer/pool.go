@@ -70,6 +70,9 @@ func (p *tablePool) put(t *table) bool {
 		return false
 	}
 	t.clear() // outside the lock: clearing a large table takes a while
+	if testHook != nil {
+		testHook("pool-clear")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bytes+cb > p.limit || len(p.classes[c]) >= poolDepth {

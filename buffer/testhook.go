@@ -7,7 +7,8 @@ package buffer
 // match and loaded the slot's head word, not yet its key words),
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
-// page and not yet its word) and "bits-filter" (a bits Get loaded a view
-// that is not direct and has not yet read the word filters). Tests set it
-// before the readers start and clear it after they stop.
+// page and not yet its word), "bits-filter" (a bits Get loaded a view
+// that is not direct and has not yet read the word filters) and
+// "pool-clear" (the pool cleared a released table and has not yet kept
+// it). Tests set it before the readers start and clear it after they stop.
 var testHook func(point string)
