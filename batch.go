@@ -199,7 +199,8 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	}
 	defer t.End()
 	// The batch's KV changes are numbered from one range and published
-	// together (before End, so a freeze never sees part of the batch):
+	// together (before End, so a freeze never sees part of the batch;
+	// publication order 13 in buffer/protocol.go):
 	// readers see all of them or none, and a concurrent batch over the
 	// same keys is ordered wholly before or after this one.
 	seqs := db.acct.Seq().Reserve(b.kvOps())

@@ -44,7 +44,8 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 		// every overlay's tables first and take the store snapshot after:
 		// a table released before its pin is durable in the store by
 		// then, one released after stays pinned. (The other order loses a
-		// generation written and released between the two.)
+		// generation written and released between the two; publication
+		// order 17 in buffer/protocol.go.)
 		db.mu.Lock()
 		defer db.mu.Unlock()
 		// No op changes while the barrier is held: the ops complete now

@@ -30,7 +30,7 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	if t.Skipped() {
 		return nil
 	}
-	err = apply()
+	err = apply() // publishes its change before End (publication order 13)
 	t.End()
 	return mapErr(err, kind, name)
 }

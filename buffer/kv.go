@@ -74,7 +74,7 @@ type kvReader interface {
 // recycled under the probe), then falls through to the store; it takes no
 // lock and writes no shared memory. Which it loads first, the visible
 // number or the view, depends on the read (publication order 7 in
-// doc/design.md): Get, GetAppend and Has load the visible number, then the
+// protocol.go): Get, GetAppend and Has load the visible number, then the
 // view; GetMany loads the view, then the visible number; NewIter and
 // Snapshot pin the view's tables (under the lock Freeze and Release take),
 // then load the visible number.
@@ -482,6 +482,7 @@ func (kv *KV) Drop() {
 		kv.vmu.Lock()
 		cur := kv.view.Load()
 		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
+		// Publication order 9: a new view, under vmu.
 		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed), retained: cur.retained})
 		kv.vmu.Unlock()
 		a.unlockAll(ss)
@@ -550,7 +551,7 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		h, kw = keyHashSlow(k, kv.seed)
 	}
 	for spins := 0; ; spins++ {
-		// The visible number, then the view (publication order 7):
+		// The visible number, then the view (publication order 7a):
 		// every change numbered at or below vis was stored before vis
 		// was published, so it is in the tables of any view loaded
 		// after, or in the store if its table was released since.
@@ -624,7 +625,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 			kv.vmu.Lock()
 		}
 		// The view first, then the visible number (publication order
-		// 7). Every table sealed in
+		// 7b). Every table sealed in
 		// v was frozen before v was published, with no write in flight
 		// and every change published: its numbers are all at or below
 		// vis, and so is everything a flush may write into the store
@@ -988,6 +989,7 @@ func (kv *KV) replaceActive(v *kvView) *kvView {
 	// No write is in flight: every change numbered so far is in the
 	// tables of v, and every later one goes to next.
 	next.base.Store(kv.seq.Last() + 1)
+	// Publication order 9: a new view, under vmu.
 	nv := &kvView{active: next, sealed: prepend(v.active, v.sealed), retained: v.retained}
 	kv.view.Store(nv)
 	if !kv.dropped.Load() {
@@ -1028,8 +1030,9 @@ func (kv *KV) Release(g uint64) {
 		invariants.Check(t.gen == 0 || t.gen > g, "buffer: release of generation %d before %d", g, t.gen)
 	}
 	gone := v.sealed[cut:]
-	// Publish first, clear after: a reader that still sees v after its
-	// probe finished the probe before any clear began.
+	// Publish first, clear after (publication order 6): a reader that
+	// still sees v after its probe finished the probe before any clear
+	// began.
 	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: v.retained})
 	var freed int64
 	for _, t := range gone {
@@ -1065,7 +1068,7 @@ func (kv *KV) pinView(withActive bool) []*table {
 	}
 	ts = append(ts, v.sealed...)
 	for _, t := range ts {
-		t.pins.Add(1)
+		t.pins.Add(1) // publication order 10: under vmu
 	}
 	return ts
 }

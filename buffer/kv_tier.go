@@ -60,7 +60,7 @@ func (kv *KV) retain(g uint64) int64 {
 	kept := v.sealed[cut:]
 	retained := make([]*table, 0, len(kept)+len(v.retained))
 	retained = append(append(retained, kept...), v.retained...)
-	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: retained})
+	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: retained}) // publication order 9
 	var n int64
 	for _, t := range kept {
 		n += t.bytes()
@@ -86,7 +86,7 @@ func (kv *KV) Evict(g uint64) int64 {
 		return 0
 	}
 	gone := v.retained[cut:]
-	// Publish first, clear after (as Release).
+	// Publish first, clear after (publication order 6, as Release).
 	kv.view.Store(&kvView{active: v.active, sealed: v.sealed, retained: v.retained[:cut:cut]})
 	kv.vmu.Unlock()
 	var n int64

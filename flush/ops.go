@@ -43,10 +43,10 @@ const (
 // a freeze sees no op change half made. Among themselves the methods
 // synchronise through head (compare-and-swap) and mu.
 //
-// Publication order: BeginOp publishes head = (op, explicit) before it
-// appends op to open, both under mu. A write that reads head = (op,
-// explicit) proceeds without mu (the op is open); one that needs open takes
-// mu and so sees the append. Ending an explicit op removes it from open
+// Publication order 15 (buffer/protocol.go): BeginOp publishes head = (op,
+// explicit) before it appends op to open, both under mu. A write that reads
+// head = (op, explicit) proceeds without mu (the op is open); one that
+// needs open takes mu and so sees the append. Ending an explicit op removes it from open
 // before it marks head ended, both under mu; a write racing the end may be
 // admitted or refused (ErrStaleOp), and if admitted it holds the shared
 // barrier, so the freeze that claims the op includes it.
