@@ -121,7 +121,7 @@ func (db *DB) openAllBits() error {
 		e, ok := cat[name]
 		h := enginedir.BitsHeader{Version: f.Version(), Owner: f.Owner(), Gen: f.Gen(), Len: f.Len()}
 		if err := enginedir.CheckBitsFile(name, h, e, ok, id); err != nil {
-			return kverr.Errorf("%w (%s)", err, f.Path())
+			return kverr.Errorf("%s: %w", f.Path(), err)
 		}
 		db.genBase = max(db.genBase, e.Gen, h.Gen)
 		if !ok {

@@ -327,14 +327,14 @@ func (s *Snapshot) Digest(ctx context.Context) (string, error) {
 	}
 	sum, err := d.Sum()
 	if err != nil {
-		return "", kverr.Errorf("digest: %w", err)
+		return "", err // ErrOrder: a bug in the snapshot's order
 	}
 	return sum.String(), nil
 }
 
 // badStream returns an error matching ErrBadStream and ErrCorrupt.
 func badStream(format string, args ...any) error {
-	return kverr.Errorf("%w: "+format, append([]any{ErrBadStream}, args...)...)
+	return kverr.Errorf(format+": %w", append(args, ErrBadStream)...)
 }
 
 // Install creates a new engine in dir from a stream written by

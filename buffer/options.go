@@ -93,13 +93,13 @@ func (o *Options) resolve() (resolved, error) {
 	}
 	switch {
 	case v.Shards < 0 || v.Shards > MaxShards:
-		return r, kverr.Errorf("%w: Shards %d (want 0..%d)", ErrBadOptions, v.Shards, MaxShards)
+		return r, kverr.Errorf("Shards %d (want 0..%d): %w", v.Shards, MaxShards, ErrBadOptions)
 	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
-		return r, kverr.Errorf("%w: MaxKeySize %d (want 0..%d)", ErrBadOptions, v.MaxKeySize, MaxKeySizeLimit)
+		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, MaxKeySizeLimit, ErrBadOptions)
 	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
-		return r, kverr.Errorf("%w: MaxValueSize %d (want 0..%d)", ErrBadOptions, v.MaxValueSize, MaxValueSizeLimit)
+		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, MaxValueSizeLimit, ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
-		return r, kverr.Errorf("%w: MaxBits %d (want at most %d)", ErrBadOptions, v.MaxBits, uint64(bitslice.MaxBits))
+		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), ErrBadOptions)
 	}
 	if v.Shards > 0 {
 		r.shards = 1 << bits.Len(uint(v.Shards-1))
