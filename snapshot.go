@@ -293,3 +293,34 @@ func (r *SnapshotBits) Ones(from uint64) iter.Seq[uint64] {
 		}
 	}
 }
+
+// Has is KV.Has as of the snapshot.
+func (r *SnapshotKV) Has(key []byte) (bool, error) {
+	if r.ks == nil {
+		return false, r.err(checkKey(key, r.s.db.opts.MaxKeySize, nil))
+	}
+	ok, err := r.ks.Has(key)
+	if err = r.err(err); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// All is KV.All as of the snapshot: it sees exactly the snapshot.
+func (r *SnapshotKV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		it, err := r.NewIter(o)
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		it.All()(yield)
+	}
+}
+
+var (
+	_ KVReader   = (*KV)(nil)
+	_ KVReader   = (*SnapshotKV)(nil)
+	_ BitsReader = (*Bits)(nil)
+	_ BitsReader = (*SnapshotBits)(nil)
+)

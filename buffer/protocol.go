@@ -157,7 +157,7 @@ package buffer
 //     and the single writes reserve their numbers and publish them (order
 //     5) before Ticket.End releases the shared side of the flusher's
 //     barrier (batch.go: the deferred Publish runs before the deferred
-//     End; write.go: apply returns after Publish, then End). A freeze
+//     End; DB.write: apply returns after Publish, then End). A freeze
 //     takes the barrier exclusively, so it never seals part of a batch or a
 //     change numbered above the visible number (mutation 42).
 //
