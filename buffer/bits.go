@@ -194,7 +194,7 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 // CheckMany reports the error SetMany would return for idx and vals.
 func (b *Bits) CheckMany(idx []uint64, vals []bool) error {
 	if len(vals) != len(idx) {
-		return kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
+		return kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), kverr.ErrBadRange)
 	}
 	for _, i := range idx {
 		if err := b.checkIndex(i); err != nil {
@@ -207,7 +207,7 @@ func (b *Bits) CheckMany(idx []uint64, vals []bool) error {
 // CheckRange reports the error SetRange would return for [lo, hi).
 func (b *Bits) CheckRange(lo, hi uint64) error {
 	if lo > hi {
-		return kverr.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
+		return kverr.Errorf("bits [%d, %d): %w", lo, hi, kverr.ErrBadRange)
 	}
 	if hi > b.max {
 		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)

@@ -59,6 +59,12 @@
 //     the engine writes bitslices before the store batch that carries the
 //     watermark, and generations commit in order.
 //
+// # Errors
+//
+// The package returns the module's sentinels (package kvbuf exports them:
+// errors.Is(err, kvbuf.ErrDropped)); it exports none of its own, since the
+// engine is its only importer.
+//
 // # Caveats
 //
 //   - A KV table never shrinks. An overwrite of a value of up to 32 bytes

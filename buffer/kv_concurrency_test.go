@@ -261,7 +261,7 @@ func TestKVBatchesAtomic(t *testing.T) {
 				} else {
 					for _, c := range cs {
 						if err == nil {
-							err = r.kv.PutAt(seqs.Next(), c.Key, c.Value)
+							err = r.kv.putAt(seqs.Next(), c.Key, c.Value)
 						}
 					}
 				}

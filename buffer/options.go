@@ -93,13 +93,13 @@ func (o *Options) resolve() (resolved, error) {
 	}
 	switch {
 	case v.Shards < 0 || v.Shards > MaxShards:
-		return r, kverr.Errorf("Shards %d (want 0..%d): %w", v.Shards, MaxShards, ErrBadOptions)
+		return r, kverr.Errorf("Shards %d (want 0..%d): %w", v.Shards, MaxShards, kverr.ErrBadOptions)
 	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
-		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, MaxKeySizeLimit, ErrBadOptions)
+		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, MaxKeySizeLimit, kverr.ErrBadOptions)
 	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
-		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, MaxValueSizeLimit, ErrBadOptions)
+		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, MaxValueSizeLimit, kverr.ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
-		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), ErrBadOptions)
+		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), kverr.ErrBadOptions)
 	}
 	if v.Shards > 0 {
 		r.shards = 1 << bits.Len(uint(v.Shards-1))

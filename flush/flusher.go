@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/internal/stripe"
 )
 
@@ -407,7 +408,7 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-f.closing:
-			return ErrClosed
+			return kverr.ErrClosed
 		}
 	}
 }
@@ -415,7 +416,7 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 // stopsWaiting reports whether a flush failure ends the wait of writes in
 // backpressure (see backpressure).
 func stopsWaiting(err error) bool {
-	return errors.Is(err, ErrDiskFull) || errors.Is(err, ErrSyncFailed)
+	return errors.Is(err, kverr.ErrDiskFull) || errors.Is(err, kverr.ErrSyncFailed)
 }
 
 // Stall reports that the generations in flight cannot complete for now:
@@ -727,7 +728,7 @@ func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, erro
 			if wm := f.persisted.Load(); wm > after {
 				return wm, nil
 			}
-			return wm, ErrClosed
+			return wm, kverr.ErrClosed
 		default:
 		}
 		select {

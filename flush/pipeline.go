@@ -382,7 +382,7 @@ func (f *Flusher) failLocked(err error) {
 	}
 	f.st.failures++
 	f.st.lastErr = err
-	if errors.Is(err, ErrDiskFull) {
+	if errors.Is(err, kverr.ErrDiskFull) {
 		f.st.diskFull++
 	}
 	f.backoff = min(max(2*f.backoff, f.opts.RetryMin), f.opts.RetryMax)
