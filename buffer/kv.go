@@ -272,7 +272,7 @@ func (kv *KV) ApplyAt(first uint64, cs []Change) error {
 	var (
 		pks   [applyChunk]probeKey
 		order [applyChunk]uint8
-		count [MaxShards + 1]uint8
+		count [maxShards + 1]uint8
 	)
 	for base := 0; base < len(cs); base += applyChunk {
 		part := cs[base:min(base+applyChunk, len(cs))]

@@ -171,7 +171,7 @@ const (
 	slotWordsN  = 4
 	longKeyLen  = 40
 	// shardShift: a key's shard is taken from the top 6 bits of its hash
-	// (MaxShards is 64), its preferred slot from the 3 below, its control
+	// (maxShards is 64), its preferred slot from the 3 below, its control
 	// byte from the bottom 7 and its group from the bits above those.
 	shardShift = 58
 )

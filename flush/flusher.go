@@ -453,8 +453,8 @@ func (f *Flusher) unstallLocked() {
 	}
 }
 
-// Stalled returns the error of Stall while the flusher is stalled, else nil.
-func (f *Flusher) Stalled() error {
+// stalled returns the error of Stall while the flusher is stalled, else nil.
+func (f *Flusher) stalled() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stallErr

@@ -64,12 +64,12 @@ func TestUnstall(t *testing.T) {
 	f := mustNew(ft, manual)
 	defer closeOK(t, f)
 	f.Stall(kverr.ErrDiskFull)
-	if err := f.Stalled(); err != kverr.ErrDiskFull {
+	if err := f.stalled(); err != kverr.ErrDiskFull {
 		t.Fatalf("Stalled = %v", err)
 	}
 	f.Unstall()
 	f.Unstall()
-	if err := f.Stalled(); err != nil {
+	if err := f.stalled(); err != nil {
 		t.Fatalf("Stalled after Unstall = %v", err)
 	}
 	if err := put(t.Context(), f, ft, "a", 1); err != nil {
