@@ -121,7 +121,7 @@ func (db *DB) openAllBits() error {
 		e, ok := cat[name]
 		h := enginedir.BitsHeader{Version: f.Version(), Owner: f.Owner(), Gen: f.Gen(), Len: f.Len()}
 		if err := enginedir.CheckBitsFile(name, h, e, ok, id); err != nil {
-			return kverr.Errorf("%w (%s)", err, f.Path())
+			return kverr.Errorf("%s: %w", f.Path(), err)
 		}
 		db.genBase = max(db.genBase, e.Gen, h.Gen)
 		if !ok {
@@ -342,3 +342,13 @@ func (b *Bits) Count() (uint64, error) {
 // engine closes (checked every 32768 bits); use a Snapshot for a
 // point-in-time sequence.
 func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.ov.OnesUntil(from, b.closing) }
+
+// BitsReader is the read side of a bitslice, live (*Bits) or as of a
+// snapshot (*SnapshotBits). The methods are documented on *Bits.
+type BitsReader interface {
+	Get(i uint64) (bool, error)
+	GetMany(idx []uint64, out []bool) error
+	Len() (uint64, error)
+	Count() (uint64, error)
+	Ones(from uint64) iter.Seq[uint64]
+}

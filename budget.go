@@ -509,3 +509,27 @@ func atomicMaxInt(a *atomic.Int64, v int64) {
 		}
 	}
 }
+
+// budgetAdmit waits, before a write begins, for room under the engine's
+// memory budget (budget.go). It waits outside the flusher's gate and write
+// barrier, so the flushes it waits for can freeze. Its errors are the
+// context's (as they are) or ErrClosed. The caller calls budgetDone with
+// granted once the write ended.
+func (db *DB) budgetAdmit(ctx context.Context) (granted bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if db.closing.Load() {
+		return false, ErrClosed
+	}
+	return db.share.b.admit(ctx, db.share)
+}
+
+// budgetDone tells the budget a write ended: the engine's share is synced
+// (before the round ends, so the next round sees the write's bytes).
+func (db *DB) budgetDone(granted bool) {
+	db.share.sync()
+	if granted {
+		db.share.b.done()
+	}
+}

@@ -16,11 +16,23 @@ import (
 //
 // Every error text starts with "kvbuf: " exactly once, then the context,
 // from the outermost in (the keyspace or bitslice, the path, the op, the
-// key), then the sentinel's own text without the prefix:
+// key, the detail that says what is wrong), and ends with the sentinel's
+// own text without the prefix:
 //
 //	kvbuf: keyspace "users": empty key
 //	kvbuf: keyspace "users": key of 300 bytes (max 256): key too large
-//	kvbuf: open /data/e1: locked by another engine
+//	kvbuf: lock /data/e1/LOCK: locked by another engine
+//	kvbuf: EndOp(3): op 3 was never begun (the highest op begun is 2): bad op number
+//
+// One exception: an error caused by another library's or the system's
+// error (pebble's, the file system's), or by a panic (ErrPanicked), ends
+// with that cause (the panic's value), after the sentinel's text, so that
+// nothing the cause says is lost:
+//
+//	kvbuf: commit to "/data/e1/store": write-ahead log write or sync failed: input/output error
+//
+// ErrDiskFull marks an error by its cause and adds no text of its own: the
+// text ends with the cause's ("no space left on device").
 //
 // A sentinel returned as it is reads "kvbuf: closed". ErrNotFound (from
 // the Get family) and ErrClosed are returned as they are, without

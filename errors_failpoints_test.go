@@ -6,7 +6,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/failpoint"
 )
 
@@ -23,5 +22,5 @@ func TestErrorTextsFailpoints(t *testing.T) {
 		disable := failpoint.Enable(failpoint.BitsliceSyncMsync, func() error { panic("injected panic") })
 		defer disable()
 		return db.Flush(ctx)
-	}, []error{ErrPanicked, flush.ErrPanicked}, `kvbuf: flush generation 2 write: flush panicked: injected panic`, false})
+	}, []error{ErrPanicked}, `kvbuf: flush generation 2 write: flush panicked: injected panic`, false})
 }

@@ -9,12 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/storage"
@@ -22,7 +23,8 @@ import (
 
 // errCase is one error a program can get through the public API: run
 // produces it (dir is a fresh temporary directory), is lists every sentinel
-// it must match, text is its exact text ("<dir>" stands for dir), or, with
+// it must match (the one whose text ends the error's first, or after
+// ErrCorrupt), text is its exact text ("<dir>" stands for dir), or, with
 // prefix set, the start of a text whose tail is another library's (pebble's)
 // message.
 type errCase struct {
@@ -56,6 +58,7 @@ func checkErrCase(t *testing.T, c errCase) {
 	case !c.prefix && got != want:
 		t.Errorf("text\n  %s\nwant\n  %s", got, want)
 	}
+	checkTextRule(t, err, c)
 	if !strings.HasPrefix(got, "kvbuf: ") || strings.Contains(got[len("kvbuf: "):], "kvbuf: ") {
 		t.Errorf("text %q does not start with \"kvbuf: \" exactly once", got)
 	}
@@ -127,7 +130,7 @@ func TestErrorTexts(t *testing.T) {
 		{"closed/put", func(t *testing.T, dir string) error {
 			_, k, _ := closedDB(t, dir)
 			return k.Put(ctx, []byte("a"), []byte("1"), 0)
-		}, []error{ErrClosed, flush.ErrClosed, storage.ErrClosed}, "kvbuf: closed", false},
+		}, []error{ErrClosed, storage.ErrClosed}, "kvbuf: closed", false},
 		{"closed/get", func(t *testing.T, dir string) error {
 			_, k, _ := closedDB(t, dir)
 			_, err := k.Get([]byte("a"))
@@ -151,6 +154,17 @@ func TestErrorTexts(t *testing.T) {
 			_, err := db.NewSnapshot()
 			return err
 		}, []error{ErrClosed}, "kvbuf: closed", false},
+
+		// ErrDiskFull: the text is the cause's.
+		{"disk full/flush", func(t *testing.T, dir string) error {
+			d := newDiskModel(filepath.Join(dir, "store"))
+			db := errDB(t, dir, diskFullOptions(d))
+			mustPut(t, mustKV(t, db, "users"), "a", "1", 0)
+			d.full.Store(true)
+			fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			return db.Flush(fctx)
+		}, []error{ErrDiskFull, syscall.ENOSPC}, "kvbuf: ", true},
 
 		// ErrNotFound, bare.
 		{"not found", func(t *testing.T, dir string) error {
@@ -211,7 +225,7 @@ func TestErrorTexts(t *testing.T) {
 				t.Errorf("a bitslice file's damage matches another kind: %v", err)
 			}
 			return err
-		}, []error{ErrCorrupt, ErrCorruptBits, bitslice.ErrCorrupt}, `kvbuf: <dir>/bits/seen.bits: corrupt bitslice file: file is 100 bytes, shorter than the 4096-byte header`, false},
+		}, []error{ErrCorrupt, ErrCorruptBits, bitslice.ErrCorrupt}, `kvbuf: <dir>/bits/seen.bits: file is 100 bytes, shorter than the 4096-byte header: corrupt bitslice file`, false},
 		// A block pebble finds damaged: at Open (the engine's own records
 		// share the first block), and while reading. The tail is pebble's
 		// message (file number, offsets, checksums).
@@ -268,7 +282,7 @@ func TestErrorTexts(t *testing.T) {
 		// Keys, values, ranges.
 		{"empty key", func(t *testing.T, dir string) error {
 			return mustKV(t, errDB(t, dir, nil), "users").Put(ctx, nil, []byte("1"), 0)
-		}, []error{ErrEmptyKey, buffer.ErrEmptyKey}, `kvbuf: keyspace "users": empty key`, false},
+		}, []error{ErrEmptyKey}, `kvbuf: keyspace "users": empty key`, false},
 		{"empty key/get", func(t *testing.T, dir string) error {
 			_, err := mustKV(t, errDB(t, dir, nil), "users").Get(nil)
 			return err
@@ -305,15 +319,15 @@ func TestErrorTexts(t *testing.T) {
 			mustPut(t, k, "a", "1", 1)
 			mustPut(t, k, "a", "2", 2) // ends op 1
 			return k.Put(ctx, []byte("a"), []byte("3"), 1)
-		}, []error{ErrStaleOp, flush.ErrStaleOp}, `kvbuf: keyspace "users": op already claimed by the watermark: op 1 is complete (ended, or below an op begun later; the highest op begun is 2)`, false},
+		}, []error{ErrStaleOp}, `kvbuf: keyspace "users": op 1 is complete (ended, or below an op begun later; the highest op begun is 2): op already claimed by the watermark`, false},
 		{"bad op/end", func(t *testing.T, dir string) error {
 			db := errDB(t, dir, nil)
 			mustPut(t, mustKV(t, db, "users"), "a", "1", 1)
 			return db.EndOp(ctx, 100)
-		}, []error{ErrBadOp}, `kvbuf: bad op number: EndOp(100): op 100 was never begun (the highest op begun is 1)`, false},
+		}, []error{ErrBadOp}, `kvbuf: EndOp(100): op 100 was never begun (the highest op begun is 1): bad op number`, false},
 		{"bad op/write", func(t *testing.T, dir string) error {
 			return mustKV(t, errDB(t, dir, nil), "users").Put(ctx, []byte("a"), nil, MaxOp+1)
-		}, []error{ErrBadOp}, fmt.Sprintf(`kvbuf: keyspace "users": bad op number: write of op %d: above the largest op number %d`, uint64(MaxOp)+1, uint64(MaxOp)), false},
+		}, []error{ErrBadOp}, fmt.Sprintf(`kvbuf: keyspace "users": write of op %d: above the largest op number %d: bad op number`, uint64(MaxOp)+1, uint64(MaxOp)), false},
 
 		// Handles.
 		{"dropped/put", func(t *testing.T, dir string) error {
@@ -323,7 +337,7 @@ func TestErrorTexts(t *testing.T) {
 				t.Fatal(err)
 			}
 			return k.Put(ctx, []byte("a"), nil, 0)
-		}, []error{ErrDropped, buffer.ErrDropped}, `kvbuf: keyspace "users": keyspace dropped`, false},
+		}, []error{ErrDropped}, `kvbuf: keyspace "users": keyspace dropped`, false},
 		{"dropped/get", func(t *testing.T, dir string) error {
 			db := errDB(t, dir, nil)
 			k := mustKV(t, db, "users")
@@ -361,7 +375,7 @@ func TestErrorTexts(t *testing.T) {
 		{"bad stream", func(t *testing.T, dir string) error {
 			_, err := Install(ctx, filepath.Join(dir, "new"), bytes.NewReader([]byte("not a stream at all")), nil)
 			return err
-		}, []error{ErrBadStream, ErrCorrupt}, `kvbuf: install into <dir>/new: bad snapshot stream: frame 0 of 544501614 bytes, larger than this engine's largest record allows (1183744)`, false},
+		}, []error{ErrBadStream, ErrCorrupt}, `kvbuf: install into <dir>/new: frame 0 of 544501614 bytes, larger than this engine's largest record allows (1183744): bad snapshot stream`, false},
 	}
 	seen := map[error]bool{}
 	for _, c := range cases {
@@ -381,15 +395,17 @@ func TestErrorTexts(t *testing.T) {
 }
 
 // TestSentinelTexts pins the text of every sentinel alone and checks that
-// each lower package's name is the engine's value (so errors.Is written
-// against either matches).
+// each name storage and bitslice (usable on their own) and the internal
+// packages export is the engine's value (so errors.Is written against
+// either matches). buffer and flush export none: the root is their only
+// importer, and returns its own.
 func TestSentinelTexts(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		text string
 		same []error
 	}{
-		{ErrClosed, "kvbuf: closed", []error{flush.ErrClosed, storage.ErrClosed, bitslice.ErrClosed}},
+		{ErrClosed, "kvbuf: closed", []error{storage.ErrClosed, bitslice.ErrClosed}},
 		{ErrNotFound, "kvbuf: not found", []error{storage.ErrNotFound}},
 		{ErrLocked, "kvbuf: locked by another engine", []error{storage.ErrLocked, bitslice.ErrLocked, enginedir.ErrLocked}},
 		{ErrCorrupt, "kvbuf: corruption", nil},
@@ -398,17 +414,17 @@ func TestSentinelTexts(t *testing.T) {
 		{ErrCorruptBits, "kvbuf: corrupt bitslice file", []error{bitslice.ErrCorrupt}},
 		{ErrNotEngine, "kvbuf: not a kvbuf directory", []error{enginedir.ErrNotEngine}},
 		{ErrBadName, "kvbuf: bad keyspace or bitslice name", []error{enginedir.ErrBadName}},
-		{ErrBadOptions, "kvbuf: bad options", []error{buffer.ErrBadOptions}},
+		{ErrBadOptions, "kvbuf: bad options", nil},
 		{ErrOutOfRange, "kvbuf: bit index out of range", []error{bitslice.ErrOutOfRange}},
-		{ErrKeyTooLarge, "kvbuf: key too large", []error{buffer.ErrKeyTooLarge}},
-		{ErrValueTooLarge, "kvbuf: value too large", []error{buffer.ErrValueTooLarge}},
-		{ErrEmptyKey, "kvbuf: empty key", []error{buffer.ErrEmptyKey}},
-		{ErrBadRange, "kvbuf: lower bound above upper bound", []error{buffer.ErrBadRange}},
-		{ErrStaleOp, "kvbuf: op already claimed by the watermark", []error{flush.ErrStaleOp}},
-		{ErrBadOp, "kvbuf: bad op number", []error{flush.ErrBadOp}},
-		{ErrDropped, "kvbuf: keyspace dropped", []error{buffer.ErrDropped}},
+		{ErrKeyTooLarge, "kvbuf: key too large", nil},
+		{ErrValueTooLarge, "kvbuf: value too large", nil},
+		{ErrEmptyKey, "kvbuf: empty key", nil},
+		{ErrBadRange, "kvbuf: lower bound above upper bound", nil},
+		{ErrStaleOp, "kvbuf: op already claimed by the watermark", nil},
+		{ErrBadOp, "kvbuf: bad op number", nil},
+		{ErrDropped, "kvbuf: keyspace dropped", nil},
 		{ErrSyncFailed, "kvbuf: write-ahead log write or sync failed", []error{storage.ErrSyncFailed}},
-		{ErrPanicked, "kvbuf: flush panicked", []error{flush.ErrPanicked}},
+		{ErrPanicked, "kvbuf: flush panicked", nil},
 		{ErrForeign, "kvbuf: handle of another engine", nil},
 		{ErrBadStream, "kvbuf: bad snapshot stream", nil},
 	} {
@@ -478,4 +494,63 @@ func corruptSSTables(t *testing.T, dir string, at float64) {
 	if n == 0 {
 		t.Fatal("no sstable to corrupt")
 	}
+}
+
+// checkTextRule checks errors.go's "Texts" rule on err: its text ends
+// with the own text of c's sentinel (c.is[0], or c.is[1] when c.is[0] is
+// ErrCorrupt, which is never returned alone), or with that text followed
+// by the whole text of an error of another library's (or the system's)
+// that err wraps: its cause.
+func checkTextRule(t *testing.T, err error, c errCase) {
+	t.Helper()
+	s := c.is[0]
+	if s == ErrCorrupt && len(c.is) > 1 {
+		s = c.is[1]
+	}
+	got, own := err.Error(), strings.TrimPrefix(s.Error(), "kvbuf: ")
+	if s == ErrDiskFull {
+		// Never returned alone: the text is the cause's (ENOSPC).
+		if !strings.HasSuffix(got, ": "+syscall.ENOSPC.Error()) {
+			t.Errorf("text %q does not end with its cause %q", got, syscall.ENOSPC.Error())
+		}
+		return
+	}
+	if got == s.Error() || strings.HasSuffix(got, ": "+own) {
+		return
+	}
+	i := strings.LastIndex(got, ": "+own+": ")
+	if i < 0 {
+		t.Errorf("text %q does not end with its sentinel's text %q", got, own)
+		return
+	}
+	tail := got[i+len(": "+own+": "):]
+	var pe *flush.PanicError
+	if errors.As(err, &pe) && fmt.Sprint(pe.Value) == tail {
+		return // ErrPanicked: the panic's value is the cause
+	}
+	if !wrapsText(err, tail) {
+		t.Errorf("text %q: %q follows the sentinel's text and is not the text of an error it wraps", got, tail)
+	}
+}
+
+// wrapsText reports whether err's tree holds an error whose text is text
+// and that is not a kvbuf error (its text has no "kvbuf: " prefix).
+func wrapsText(err error, text string) bool {
+	if err == nil {
+		return false
+	}
+	if m := err.Error(); m == text && !strings.HasPrefix(m, "kvbuf: ") {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return wrapsText(u.Unwrap(), text)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if wrapsText(e, text) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvbuf/kvbuf/internal/digest"
+	"github.com/kvbuf/kvbuf/internal/snapstream"
 )
 
 // fillExportEngine writes a mix of content into db: several keyspaces (one
@@ -33,7 +34,7 @@ func fillExportEngine(t testing.TB, db *DB) uint64 {
 		mustPut(t, users, fmt.Sprintf("u%04d", i), strings.Repeat("v", i%50), next())
 	}
 	mustPut(t, orders, "\x00\xff binary", "\x00\x01", next())
-	mustPut(t, orders, "big", strings.Repeat("x", 3*exportFrameSize+17), next())
+	mustPut(t, orders, "big", strings.Repeat("x", 3*snapstream.FrameSize+17), next())
 	mustFlush(t, db)
 	if err := users.Delete(ctx, []byte("u0007"), next()); err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestExportStreams(t *testing.T) {
 	if w.Len() < 2<<20 {
 		t.Fatalf("stream of %d bytes, want more than 2 MiB", w.Len())
 	}
-	if w.maxWrite > exportFrameSize+maxWordsRecord*8+64 {
+	if w.maxWrite > snapstream.FrameSize+snapstream.MaxWordsRecord*8+64 {
 		t.Fatalf("a write of %d bytes: Export buffers more than a frame", w.maxWrite)
 	}
 }
@@ -363,7 +364,7 @@ func frame(payload []byte) []byte {
 }
 
 func header(op uint64) []byte {
-	p := append([]byte(streamMagic), 1, 0, 0, 0)
+	p := append([]byte(snapstream.Magic), 1, 0, 0, 0)
 	return binary.LittleEndian.AppendUint64(p, op)
 }
 
@@ -393,7 +394,7 @@ func trailerFor(t testing.TB, feed func(d *digest.Hasher)) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := []byte{recTrailer}
+	p := []byte{snapstream.RecTrailer}
 	for _, n := range []uint64{ks, pairs, bs, ones} {
 		p = binary.AppendUvarint(p, n)
 	}
@@ -459,27 +460,27 @@ func TestInstallBadContent(t *testing.T) {
 		{"empty stream", nil, io.ErrUnexpectedEOF},
 		{"bad magic", [][]byte{append([]byte("KVBUFSNX"), header(1)[8:]...)}, ErrBadStream},
 		{"short header", [][]byte{header(1)[:12]}, ErrBadStream},
-		{"newer version", [][]byte{append(append([]byte(streamMagic), 2, 0, 0, 0), header(1)[12:]...)}, ErrBadStream},
-		{"no trailer", [][]byte{header(1), rec(recKeyspace, "k")}, io.ErrUnexpectedEOF},
-		{"pair outside a keyspace", [][]byte{header(1), rec(recPair, "a", "1"), good}, ErrBadStream},
-		{"keys out of order", [][]byte{header(1), append(rec(recKeyspace, "k"), append(rec(recPair, "b", "1"), rec(recPair, "a", "1")...)...), good}, ErrBadStream},
-		{"duplicate key", [][]byte{header(1), append(rec(recKeyspace, "k"), append(rec(recPair, "a", "1"), rec(recPair, "a", "1")...)...), good}, ErrBadStream},
-		{"keyspaces out of order", [][]byte{header(1), append(rec(recKeyspace, "z"), rec(recKeyspace, "a")...), good}, ErrBadStream},
-		{"keyspace after a bitslice", [][]byte{header(1), append(rec(recBitslice, "s", 10), rec(recKeyspace, "k")...), good}, ErrBadStream},
-		{"pair after a bitslice", [][]byte{header(1), append(rec(recKeyspace, "k"), append(rec(recBitslice, "s", 10), rec(recPair, "a", "1")...)...), good}, ErrBadStream},
-		{"words outside a bitslice", [][]byte{header(1), rec(recWords, 0, 1, uint64(1)), good}, ErrBadStream},
-		{"words past the length", [][]byte{header(1), append(rec(recBitslice, "s", 10), rec(recWords, 0, 1, uint64(1<<12))...), good}, ErrBadStream},
-		{"words far past the length", [][]byte{header(1), append(rec(recBitslice, "s", 10), rec(recWords, 1<<40, 1, uint64(1))...), good}, ErrBadStream},
-		{"words out of order", [][]byte{header(1), append(rec(recBitslice, "s", 1000), append(rec(recWords, 5, 1, uint64(1)), rec(recWords, 2, 1, uint64(1))...)...), good}, ErrBadStream},
-		{"word count past the frame", [][]byte{header(1), append(rec(recBitslice, "s", 1000), rec(recWords, 0, 3, uint64(1))...), good}, ErrBadStream},
-		{"name past the frame", [][]byte{header(1), []byte{recKeyspace, 40, 'k'}, good}, ErrBadStream},
-		{"bad uvarint", [][]byte{header(1), []byte{recKeyspace, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, good}, ErrBadStream},
+		{"newer version", [][]byte{append(append([]byte(snapstream.Magic), 2, 0, 0, 0), header(1)[12:]...)}, ErrBadStream},
+		{"no trailer", [][]byte{header(1), rec(snapstream.RecKeyspace, "k")}, io.ErrUnexpectedEOF},
+		{"pair outside a keyspace", [][]byte{header(1), rec(snapstream.RecPair, "a", "1"), good}, ErrBadStream},
+		{"keys out of order", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), append(rec(snapstream.RecPair, "b", "1"), rec(snapstream.RecPair, "a", "1")...)...), good}, ErrBadStream},
+		{"duplicate key", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), append(rec(snapstream.RecPair, "a", "1"), rec(snapstream.RecPair, "a", "1")...)...), good}, ErrBadStream},
+		{"keyspaces out of order", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "z"), rec(snapstream.RecKeyspace, "a")...), good}, ErrBadStream},
+		{"keyspace after a bitslice", [][]byte{header(1), append(rec(snapstream.RecBitslice, "s", 10), rec(snapstream.RecKeyspace, "k")...), good}, ErrBadStream},
+		{"pair after a bitslice", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), append(rec(snapstream.RecBitslice, "s", 10), rec(snapstream.RecPair, "a", "1")...)...), good}, ErrBadStream},
+		{"words outside a bitslice", [][]byte{header(1), rec(snapstream.RecWords, 0, 1, uint64(1)), good}, ErrBadStream},
+		{"words past the length", [][]byte{header(1), append(rec(snapstream.RecBitslice, "s", 10), rec(snapstream.RecWords, 0, 1, uint64(1<<12))...), good}, ErrBadStream},
+		{"words far past the length", [][]byte{header(1), append(rec(snapstream.RecBitslice, "s", 10), rec(snapstream.RecWords, 1<<40, 1, uint64(1))...), good}, ErrBadStream},
+		{"words out of order", [][]byte{header(1), append(rec(snapstream.RecBitslice, "s", 1000), append(rec(snapstream.RecWords, 5, 1, uint64(1)), rec(snapstream.RecWords, 2, 1, uint64(1))...)...), good}, ErrBadStream},
+		{"word count past the frame", [][]byte{header(1), append(rec(snapstream.RecBitslice, "s", 1000), rec(snapstream.RecWords, 0, 3, uint64(1))...), good}, ErrBadStream},
+		{"name past the frame", [][]byte{header(1), []byte{snapstream.RecKeyspace, 40, 'k'}, good}, ErrBadStream},
+		{"bad uvarint", [][]byte{header(1), []byte{snapstream.RecKeyspace, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, good}, ErrBadStream},
 		{"unknown record", [][]byte{header(1), []byte{0x7e}, good}, ErrBadStream},
-		{"bad keyspace name", [][]byte{header(1), rec(recKeyspace, "no/slash"), good}, ErrBadName},
-		{"counts differ", [][]byte{header(1), rec(recKeyspace, "k"), good}, ErrBadStream},
-		{"digest differs", [][]byte{header(1), append(rec(recKeyspace, "k"), rec(recPair, "a", "2")...), good}, ErrBadStream},
-		{"short trailer", [][]byte{header(1), append(rec(recKeyspace, "k"), rec(recPair, "a", "1")...), good[:len(good)-3]}, ErrBadStream},
-		{"frame after the trailer", [][]byte{header(1), append(rec(recKeyspace, "k"), rec(recPair, "a", "1")...), good, rec(recKeyspace, "m")}, ErrBadStream},
+		{"bad keyspace name", [][]byte{header(1), rec(snapstream.RecKeyspace, "no/slash"), good}, ErrBadName},
+		{"counts differ", [][]byte{header(1), rec(snapstream.RecKeyspace, "k"), good}, ErrBadStream},
+		{"digest differs", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), rec(snapstream.RecPair, "a", "2")...), good}, ErrBadStream},
+		{"short trailer", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), rec(snapstream.RecPair, "a", "1")...), good[:len(good)-3]}, ErrBadStream},
+		{"frame after the trailer", [][]byte{header(1), append(rec(snapstream.RecKeyspace, "k"), rec(snapstream.RecPair, "a", "1")...), good, rec(snapstream.RecKeyspace, "m")}, ErrBadStream},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -493,7 +494,7 @@ func TestInstallBadContent(t *testing.T) {
 		})
 	}
 	// The good case the bad ones are variations of.
-	s := append(frame(header(1)), frame(append(rec(recKeyspace, "k"), rec(recPair, "a", "1")...))...)
+	s := append(frame(header(1)), frame(append(rec(snapstream.RecKeyspace, "k"), rec(snapstream.RecPair, "a", "1")...))...)
 	s = append(s, frame(good)...)
 	if _, err := installErr(t, s, nil); err != nil {
 		t.Fatalf("the good stream: %v", err)

@@ -2,6 +2,7 @@ package kvbuf
 
 import (
 	"github.com/kvbuf/kvbuf/buffer"
+	"iter"
 )
 
 // Iter iterates over a keyspace in key order, forwards and backwards,
@@ -133,4 +134,19 @@ func (it *Iter) Close() error {
 		return it.err
 	}
 	return it.db.closed()
+}
+
+// All returns the iterator's keys and values from the first one (First) to
+// the last, in increasing order. It ends early, without error, when the
+// loop stops or an error stops the iterator: check Error after the loop.
+// The key and value are valid only until the loop body returns (see
+// Iter.Key). The iterator is left where the loop stopped; it stays open.
+func (it *Iter) All() iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		for ok := it.First(); ok; ok = it.Next() {
+			if !yield(it.Key(), it.Value()) {
+				return
+			}
+		}
+	}
 }

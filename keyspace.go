@@ -2,6 +2,7 @@ package kvbuf
 
 import (
 	"context"
+	"iter"
 
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -260,4 +261,53 @@ func (k *KV) NewIter(o *IterOptions) (*Iter, error) {
 		return nil, err
 	}
 	return &Iter{db: k.db, name: k.name, it: it}, nil
+}
+
+// KVReader is the read side of a keyspace, live (*KV: the newest state,
+// pending changes included) or as of a snapshot (*SnapshotKV: frozen at
+// DB.NewSnapshot). Code written against it serves both, as pebble's Reader
+// serves a DB, a batch and a snapshot. The methods are documented on *KV.
+type KVReader interface {
+	Get(key []byte) ([]byte, error)
+	GetAppend(dst, key []byte) ([]byte, error)
+	GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error)
+	Has(key []byte) (bool, error)
+	NewIter(o *IterOptions) (*Iter, error)
+	All(o *IterOptions) iter.Seq2[[]byte, []byte]
+}
+
+// Has reports whether key is present (the newest pending change, else the
+// store) without copying its value. Errors: ErrEmptyKey, ErrKeyTooLarge,
+// ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock).
+func (k *KV) Has(key []byte) (bool, error) {
+	ok, err := k.ov.Has(key)
+	if err = k.readErr(err); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// All returns the keys and values of the keyspace within o's bounds (nil:
+// all of it) in increasing key order, pending changes merged with the store
+// as NewIter does (see Iter for what a scan concurrent with writes sees;
+// use a Snapshot for a point-in-time one). The iteration holds an iterator,
+// closed when the loop ends, however it ends.
+//
+// Copying: the key and the value passed to the loop body are valid only
+// until it returns (the next step may reuse their memory); copy them to
+// keep them, and do not modify them.
+//
+// An error ends the sequence early, as the end of the keyspace would:
+// ErrBadRange (lower > upper), ErrDropped, ErrClosed, a storage error.
+// Where the difference matters (an export, a backup), iterate with NewIter
+// and Iter.All, and check Iter.Error after the loop.
+func (k *KV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		it, err := k.NewIter(o)
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		it.All()(yield)
+	}
 }

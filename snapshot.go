@@ -44,7 +44,8 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 		// every overlay's tables first and take the store snapshot after:
 		// a table released before its pin is durable in the store by
 		// then, one released after stays pinned. (The other order loses a
-		// generation written and released between the two.)
+		// generation written and released between the two; publication
+		// order 17 in buffer/protocol.go.)
 		db.mu.Lock()
 		defer db.mu.Unlock()
 		// No op changes while the barrier is held: the ops complete now
@@ -292,3 +293,34 @@ func (r *SnapshotBits) Ones(from uint64) iter.Seq[uint64] {
 		}
 	}
 }
+
+// Has is KV.Has as of the snapshot.
+func (r *SnapshotKV) Has(key []byte) (bool, error) {
+	if r.ks == nil {
+		return false, r.err(checkKey(key, r.s.db.opts.MaxKeySize, nil))
+	}
+	ok, err := r.ks.Has(key)
+	if err = r.err(err); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// All is KV.All as of the snapshot: it sees exactly the snapshot.
+func (r *SnapshotKV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		it, err := r.NewIter(o)
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		it.All()(yield)
+	}
+}
+
+var (
+	_ KVReader   = (*KV)(nil)
+	_ KVReader   = (*SnapshotKV)(nil)
+	_ BitsReader = (*Bits)(nil)
+	_ BitsReader = (*SnapshotBits)(nil)
+)

@@ -19,8 +19,9 @@ import (
 // written bitslices first (each msynced before its header records the
 // watermark), then one pebble batch with every keyspace's changes, the
 // catalog and the watermark, committed in generation order. So the receipt
-// is never ahead of the data it covers (contract 4), and a keyspace's data is
-// never in the store without its catalog entry.
+// is never ahead of the data it covers (contract 4; publication order 16 in
+// buffer/protocol.go), and a keyspace's data is never in the store without
+// its catalog entry.
 
 // target is the engine as its flusher sees it: a flush.Target and
 // flush.Settler. It is a distinct type so that these methods are not the
@@ -118,6 +119,8 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	wgen := db.genBase + gen.g
+	// Bitslices first, the batch with the watermark after (publication
+	// order 16).
 	for _, p := range gen.bits {
 		// The header records this write generation with the watermark;
 		// the catalog records it only once the file is durable, so the

@@ -2,7 +2,10 @@
 // file. It is the durable floor under kvbuf's pending-changes buffer: reads
 // are a couple of atomic loads on the mapped words, writes are atomic
 // read-modify-writes on the same words, and Sync makes them durable before
-// it records the caller's watermark.
+// it records the caller's watermark. It is usable on its own, without the
+// engine: its errors are the module's sentinels, exported here too
+// (ErrCorrupt is kvbuf.ErrCorruptBits), so errors.Is works against either
+// name.
 //
 // # On-disk format (version 2)
 //

@@ -109,7 +109,7 @@ func Create(path string, nbits uint64) (*File, error) { return CreateOwned(path,
 // another engine is never taken for its own.
 func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	if nbits > MaxBits {
-		return nil, kverr.Errorf("create %s: length %d bits: %w (maximum %d)", path, nbits, ErrOutOfRange, uint64(MaxBits))
+		return nil, kverr.Errorf("create %s: length %d bits (maximum %d): %w", path, nbits, uint64(MaxBits), ErrOutOfRange)
 	}
 	if _, err := os.Lstat(path); err == nil {
 		return nil, kverr.Errorf("create %s: %w", path, fs.ErrExist)
@@ -192,7 +192,7 @@ func Open(path string) (_ *File, err error) {
 	fd, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, unix.EISDIR) {
 		// O_RDWR fails on a directory before readHeader could say so.
-		return nil, kverr.Errorf("%s: %w: is a directory", path, ErrCorrupt)
+		return nil, kverr.Errorf("%s: is a directory: %w", path, ErrCorrupt)
 	}
 	if err != nil {
 		return nil, kverr.Errorf("%w", err) // a *PathError naming path
@@ -229,10 +229,10 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 		return parsed{}, 0, err
 	}
 	if st.IsDir() {
-		return parsed{}, 0, kverr.Errorf("%w: is a directory", ErrCorrupt)
+		return parsed{}, 0, kverr.Errorf("is a directory: %w", ErrCorrupt)
 	}
 	if !st.Mode().IsRegular() {
-		return parsed{}, 0, kverr.Errorf("%w: not a regular file (%v)", ErrCorrupt, st.Mode().Type())
+		return parsed{}, 0, kverr.Errorf("not a regular file (%v): %w", st.Mode().Type(), ErrCorrupt)
 	}
 	size := st.Size()
 	buf := make([]byte, min(size, DataOffset))
@@ -386,7 +386,7 @@ func (f *File) Set(i uint64, v bool) error {
 		return f.errClosed()
 	}
 	if i >= vw.nbits {
-		return kverr.Errorf("%s: set bit %d: %w (length %d)", f.path, i, ErrOutOfRange, vw.nbits)
+		return kverr.Errorf("%s: set bit %d (length %d): %w", f.path, i, vw.nbits, ErrOutOfRange)
 	}
 	bit := uint64(1) << (i & 63)
 	if v {
@@ -413,14 +413,14 @@ func (f *File) ApplyWords(changes []WordChange) error {
 	n := uint64(len(vw.words))
 	for k, c := range changes {
 		if c.Word >= n {
-			return kverr.Errorf("%s: apply word change %d: word %d: %w (%d words)", f.path, k, c.Word, ErrOutOfRange, n)
+			return kverr.Errorf("%s: apply word change %d: word %d (%d words): %w", f.path, k, c.Word, n, ErrOutOfRange)
 		}
 		if c.Mask&^tailMask(vw.nbits, c.Word) != 0 {
 			return kverr.Errorf("%s: apply word change %d: mask %#x selects bits past length %d: %w",
 				f.path, k, c.Mask, vw.nbits, ErrOutOfRange)
 		}
 		if k > 0 && c.Word < changes[k-1].Word {
-			return kverr.Errorf("%s: apply word change %d: word %d after word %d: %w: changes not sorted by word",
+			return kverr.Errorf("%s: apply word change %d: word %d after word %d (changes not sorted by word): %w",
 				f.path, k, c.Word, changes[k-1].Word, ErrOutOfRange)
 		}
 	}
@@ -480,7 +480,7 @@ func (f *File) Grow(nbits uint64) error {
 		return nil
 	}
 	if nbits > MaxBits {
-		return kverr.Errorf("%s: grow to %d bits: %w (maximum %d)", f.path, nbits, ErrOutOfRange, uint64(MaxBits))
+		return kverr.Errorf("%s: grow to %d bits (maximum %d): %w", f.path, nbits, uint64(MaxBits), ErrOutOfRange)
 	}
 	need := dataSize(nbits)
 	if need > f.size {

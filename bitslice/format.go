@@ -143,7 +143,7 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 		if len(buf) >= len(magic) && [8]byte(buf[:8]) != magic {
 			hint = fmt.Sprintf(" and starts %q (not a kvbuf bitslice file)", buf[:8])
 		}
-		return parsed{}, kverr.Errorf("%w: file is %d bytes, shorter than the %d-byte header%s", ErrCorrupt, fileSize, DataOffset, hint)
+		return parsed{}, kverr.Errorf("file is %d bytes, shorter than the %d-byte header%s: %w", fileSize, DataOffset, hint, ErrCorrupt)
 	}
 	var (
 		p       parsed
@@ -153,7 +153,7 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 	for i := range 2 {
 		h, err := decodeSlot(buf[i*slotStride:i*slotStride+slotSize], i)
 		if errors.Is(err, errVersion) {
-			return parsed{}, kverr.Errorf("%w: header slot %d: %v", ErrCorrupt, i, err)
+			return parsed{}, kverr.Errorf("header slot %d: %v: %w", i, err, ErrCorrupt)
 		}
 		if err != nil {
 			reasons[i] = err
@@ -165,14 +165,14 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 		}
 	}
 	if !found {
-		return parsed{}, kverr.Errorf("%w: no valid header slot (slot 0: %v; slot 1: %v)", ErrCorrupt, reasons[0], reasons[1])
+		return parsed{}, kverr.Errorf("no valid header slot (slot 0: %v; slot 1: %v): %w", reasons[0], reasons[1], ErrCorrupt)
 	}
 	if need := dataSize(p.nbits); fileSize < need {
-		return parsed{}, kverr.Errorf("%w: truncated: file is %d bytes, header (seq %d) says %d bits, which needs %d bytes",
-			ErrCorrupt, fileSize, p.seq, p.nbits, need)
+		return parsed{}, kverr.Errorf("truncated: file is %d bytes, header (seq %d) says %d bits, which needs %d bytes: %w",
+			fileSize, p.seq, p.nbits, need, ErrCorrupt)
 	}
 	if (fileSize-DataOffset)%8 != 0 {
-		return parsed{}, kverr.Errorf("%w: data area is %d bytes, not a whole number of 8-byte words", ErrCorrupt, fileSize-DataOffset)
+		return parsed{}, kverr.Errorf("data area is %d bytes, not a whole number of 8-byte words: %w", fileSize-DataOffset, ErrCorrupt)
 	}
 	return p, nil
 }

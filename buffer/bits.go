@@ -203,7 +203,7 @@ func (b *Bits) CheckMany(idx []uint64, vals []bool) error {
 // checkMany is CheckMany that also returns the lowest and highest index.
 func (b *Bits) checkMany(idx []uint64, vals []bool) (lo, hi uint64, err error) {
 	if len(vals) != len(idx) {
-		return 0, 0, kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), ErrBadRange)
+		return 0, 0, kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), kverr.ErrBadRange)
 	}
 	lo = ^uint64(0)
 	for _, i := range idx {
@@ -222,7 +222,7 @@ func (b *Bits) checkMany(idx []uint64, vals []bool) (lo, hi uint64, err error) {
 // CheckRange reports the error SetRange would return for [lo, hi).
 func (b *Bits) CheckRange(lo, hi uint64) error {
 	if lo > hi {
-		return kverr.Errorf("bits [%d, %d): %w", lo, hi, ErrBadRange)
+		return kverr.Errorf("bits [%d, %d): %w", lo, hi, kverr.ErrBadRange)
 	}
 	if hi > b.max {
 		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)

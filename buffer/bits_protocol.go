@@ -3,7 +3,8 @@ package buffer
 // Bits publication order. Every word a lock-free reader of a Bits overlay
 // loads is written with sync/atomic, in every build. The rules below are
 // what a reader may observe between two stores and why it is enough; the
-// code cites them by number (B1 ... B11).
+// code cites them by number (B1 ... B11). They are publication order 11 of
+// the engine's protocol (protocol.go), which lists every rule.
 //
 // B1. View. Everything a reader consults first (the direct-read limit, the
 //     file's words and length, the active table, the sealed tables newest

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // faultyFile wraps a real bitslice file and fails ApplyWords or Sync on
@@ -396,13 +397,13 @@ func TestBitsBadInput(t *testing.T) {
 	if err := r.b.Set(1000, true); !errors.Is(err, bitslice.ErrOutOfRange) {
 		t.Errorf("Set(max) = %v", err)
 	}
-	if err := r.b.SetRange(5, 4, true); !errors.Is(err, ErrBadRange) {
+	if err := r.b.SetRange(5, 4, true); !errors.Is(err, kverr.ErrBadRange) {
 		t.Errorf("SetRange(5, 4) = %v", err)
 	}
 	if err := r.b.SetRange(0, 1001, true); !errors.Is(err, bitslice.ErrOutOfRange) {
 		t.Errorf("SetRange(0, 1001) = %v", err)
 	}
-	if err := r.b.SetMany([]uint64{1, 2}, []bool{true}); !errors.Is(err, ErrBadRange) {
+	if err := r.b.SetMany([]uint64{1, 2}, []bool{true}); !errors.Is(err, kverr.ErrBadRange) {
 		t.Errorf("SetMany(2 indexes, 1 value) = %v", err)
 	}
 	if err := r.b.SetMany([]uint64{1, 1000}, []bool{true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
@@ -411,7 +412,7 @@ func TestBitsBadInput(t *testing.T) {
 	if r.b.Get(1) || r.b.Count() != 0 {
 		t.Error("a refused SetMany set a bit")
 	}
-	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, ErrBadOptions) {
+	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, kverr.ErrBadOptions) {
 		t.Errorf("NewBits(MaxBits too large) = %v", err)
 	}
 }

@@ -29,8 +29,9 @@
 // where no reader can load it before an atomic store that is ordered after
 // the plain one: a new key's words in a slot array never cleared (its
 // control byte publishes them), a version record (the reference to it),
-// a grown array (the array pointer). doc/design.md ("Publication orders")
-// numbers these rules; the code that keeps each one cites its number.
+// a grown array (the array pointer). protocol.go numbers every publication
+// order, the ones that cross packages included; the code that keeps each
+// one cites its number.
 //
 // # Protocol
 //
@@ -57,6 +58,12 @@
 //   - A cancelled flush leaving one component durably ahead of the receipt:
 //     the engine writes bitslices before the store batch that carries the
 //     watermark, and generations commit in order.
+//
+// # Errors
+//
+// The package returns the module's sentinels (package kvbuf exports them:
+// errors.Is(err, kvbuf.ErrDropped)); it exports none of its own, since the
+// engine is its only importer.
 //
 // # Caveats
 //

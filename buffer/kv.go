@@ -58,8 +58,8 @@ type kvReader interface {
 // Every change carries a sequence number from the Seq of the overlay's
 // Account (shared by the overlays of one engine). A single Put, Delete or
 // DeleteRange reserves one and publishes it before it returns; a batch
-// reserves a range (Seq.Reserve), applies each change with PutAt, DeleteAt
-// or DeleteRangeAt and publishes the range at once (SeqRange.Publish).
+// reserves a range (Seq.Reserve), applies its changes with ApplyAt and
+// publishes the range at once (SeqRange.Publish).
 // Reads ignore changes numbered above the visible sequence number, so a
 // reader sees all of a batch or none of it, and a change never replaces one
 // with a higher number, so concurrent batches over the same keys end as
@@ -74,7 +74,7 @@ type kvReader interface {
 // recycled under the probe), then falls through to the store; it takes no
 // lock and writes no shared memory. Which it loads first, the visible
 // number or the view, depends on the read (publication order 7 in
-// doc/design.md): Get, GetAppend and Has load the visible number, then the
+// protocol.go): Get, GetAppend and Has load the visible number, then the
 // view; GetMany loads the view, then the visible number; NewIter and
 // Snapshot pin the view's tables (under the lock Freeze and Release take),
 // then load the visible number.
@@ -156,9 +156,9 @@ func (kv *KV) Keyspace() storage.KeyspaceID { return kv.ks }
 func (kv *KV) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
-		return ErrEmptyKey
+		return kverr.ErrEmptyKey
 	case len(key) > kv.opt.maxKey:
-		return kverr.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, ErrKeyTooLarge)
+		return kverr.Errorf("key of %d bytes (max %d): %w", len(key), kv.opt.maxKey, kverr.ErrKeyTooLarge)
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func (kv *KV) CheckPut(key, value []byte) error {
 		return err
 	}
 	if len(value) > kv.opt.maxVal {
-		return kverr.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, ErrValueTooLarge)
+		return kverr.Errorf("value of %d bytes (max %d): %w", len(value), kv.opt.maxVal, kverr.ErrValueTooLarge)
 	}
 	return nil
 }
@@ -182,7 +182,7 @@ func (kv *KV) CheckKey(key []byte) error { return kv.checkKey(key) }
 // bounds (nil = open).
 func CheckRange(lower, upper []byte) error {
 	if lower != nil && upper != nil && string(lower) > string(upper) {
-		return kverr.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), ErrBadRange)
+		return kverr.Errorf("[%q, %q): %w", trunc(lower), trunc(upper), kverr.ErrBadRange)
 	}
 	return nil
 }
@@ -206,16 +206,6 @@ func (kv *KV) Put(key, value []byte) error {
 	return kv.write(r.Next(), key, value, false)
 }
 
-// PutAt is Put as change seq of a batch: seq must come from a SeqRange of
-// kv.Seq() that is not yet published, and the change is visible once the
-// range is. Errors as Put.
-func (kv *KV) PutAt(seq uint64, key, value []byte) error {
-	if err := kv.CheckPut(key, value); err != nil {
-		return err
-	}
-	return kv.write(seq, key, value, false)
-}
-
 // Delete records a tombstone for key: reads report storage.ErrNotFound and
 // scans skip it until a later Put; the flush deletes the stored key.
 func (kv *KV) Delete(key []byte) error {
@@ -225,14 +215,6 @@ func (kv *KV) Delete(key []byte) error {
 	r := kv.seq.Reserve(1)
 	defer r.Publish()
 	return kv.write(r.Next(), key, nil, true)
-}
-
-// DeleteAt is Delete as change seq of a batch (see PutAt).
-func (kv *KV) DeleteAt(seq uint64, key []byte) error {
-	if err := kv.checkKey(key); err != nil {
-		return err
-	}
-	return kv.write(seq, key, nil, true)
 }
 
 // ChangeKind is the kind of a Change.
@@ -259,8 +241,8 @@ const applyChunk = 64
 
 // ApplyAt applies cs as the changes numbered first, first+1, ... of a batch
 // (the numbers come from a SeqRange of kv.Seq() not yet published; see
-// SeqRange.Take): as PutAt, DeleteAt and DeleteRangeAt would, but grouped
-// by shard, each shard locked once for all of its changes (a mutex is a
+// SeqRange.Take): as Put, Delete and DeleteRange would with those numbers,
+// but grouped by shard, each shard locked once for all of its changes (a mutex is a
 // memory fence), and every key's lines loaded before any is stored, so
 // that the cache misses of a shard's new keys overlap instead of each
 // waiting for the last (an atomic store waits for every earlier store).
@@ -281,7 +263,7 @@ func (kv *KV) ApplyAt(first uint64, cs []Change) error {
 		case ChangeDeleteRange:
 			err = CheckRange(c.Key, c.Value)
 		default:
-			err = kverr.Errorf("change kind %d: %w", c.Kind, ErrBadRange)
+			err = kverr.Errorf("change kind %d: %w", c.Kind, kverr.ErrBadRange)
 		}
 		if err != nil {
 			return err
@@ -290,7 +272,7 @@ func (kv *KV) ApplyAt(first uint64, cs []Change) error {
 	var (
 		pks   [applyChunk]probeKey
 		order [applyChunk]uint8
-		count [MaxShards + 1]uint8
+		count [maxShards + 1]uint8
 	)
 	for base := 0; base < len(cs); base += applyChunk {
 		part := cs[base:min(base+applyChunk, len(cs))]
@@ -375,7 +357,7 @@ func (kv *KV) writeShard(first uint64, part []Change, pks []probeKey, idx []uint
 // publishing the next table).
 func (kv *KV) sealedRetry(spins int) error {
 	if kv.dropped.Load() {
-		return ErrDropped
+		return kverr.ErrDropped
 	}
 	if invariants.Enabled {
 		invariants.Check(spins < 1<<20, "buffer: a write spun %d times on a sealed table", spins)
@@ -415,14 +397,6 @@ func (kv *KV) DeleteRange(lower, upper []byte) error {
 	r := kv.seq.Reserve(1)
 	defer r.Publish()
 	return kv.deleteRange(r.Next(), lower, upper)
-}
-
-// DeleteRangeAt is DeleteRange as change seq of a batch (see PutAt).
-func (kv *KV) DeleteRangeAt(seq uint64, lower, upper []byte) error {
-	if err := CheckRange(lower, upper); err != nil {
-		return err
-	}
-	return kv.deleteRange(seq, lower, upper)
 }
 
 func (kv *KV) deleteRange(seq uint64, lower, upper []byte) error {
@@ -482,6 +456,7 @@ func (kv *KV) Drop() {
 		kv.vmu.Lock()
 		cur := kv.view.Load()
 		invariants.Check(cur.active == a, "buffer: active table changed under its shard locks")
+		// Publication order 9: a new view, under vmu.
 		kv.view.Store(&kvView{active: next, sealed: prepend(a, cur.sealed), retained: cur.retained})
 		kv.vmu.Unlock()
 		a.unlockAll(ss)
@@ -550,7 +525,7 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		h, kw = keyHashSlow(k, kv.seed)
 	}
 	for spins := 0; ; spins++ {
-		// The visible number, then the view (publication order 7):
+		// The visible number, then the view (publication order 7a):
 		// every change numbered at or below vis was stored before vis
 		// was published, so it is in the tables of any view loaded
 		// after, or in the store if its table was released since.
@@ -624,7 +599,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 			kv.vmu.Lock()
 		}
 		// The view first, then the visible number (publication order
-		// 7). Every table sealed in
+		// 7b). Every table sealed in
 		// v was frozen before v was published, with no write in flight
 		// and every change published: its numbers are all at or below
 		// vis, and so is everything a flush may write into the store
@@ -661,7 +636,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 // checkMany checks GetMany's arguments.
 func (kv *KV) checkMany(keys, vals [][]byte) error {
 	if len(vals) < len(keys) {
-		return kverr.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), ErrBadRange)
+		return kverr.Errorf("GetMany: %d keys but room for %d values: %w", len(keys), len(vals), kverr.ErrBadRange)
 	}
 	for _, k := range keys {
 		if len(k) == 0 || len(k) > kv.opt.maxKey {
@@ -988,6 +963,7 @@ func (kv *KV) replaceActive(v *kvView) *kvView {
 	// No write is in flight: every change numbered so far is in the
 	// tables of v, and every later one goes to next.
 	next.base.Store(kv.seq.Last() + 1)
+	// Publication order 9: a new view, under vmu.
 	nv := &kvView{active: next, sealed: prepend(v.active, v.sealed), retained: v.retained}
 	kv.view.Store(nv)
 	if !kv.dropped.Load() {
@@ -1028,8 +1004,9 @@ func (kv *KV) Release(g uint64) {
 		invariants.Check(t.gen == 0 || t.gen > g, "buffer: release of generation %d before %d", g, t.gen)
 	}
 	gone := v.sealed[cut:]
-	// Publish first, clear after: a reader that still sees v after its
-	// probe finished the probe before any clear began.
+	// Publish first, clear after (publication order 6): a reader that
+	// still sees v after its probe finished the probe before any clear
+	// began.
 	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: v.retained})
 	var freed int64
 	for _, t := range gone {
@@ -1065,7 +1042,7 @@ func (kv *KV) pinView(withActive bool) []*table {
 	}
 	ts = append(ts, v.sealed...)
 	for _, t := range ts {
-		t.pins.Add(1)
+		t.pins.Add(1) // publication order 10: under vmu
 	}
 	return ts
 }

@@ -91,7 +91,8 @@ func (sh *shard) alloc(n int) (uint64, []uint64) {
 	return ref, w
 }
 
-// addChunk publishes c as the next chunk of the shard's directory.
+// addChunk publishes c as the next chunk of the shard's directory, before
+// any record in it is referenced (publication order 2d).
 //
 // The index space (2^24 chunks per shard, each at least 1 KiB, at least
 // 128 KiB once the shard holds more than a few MiB) outlasts any memory: a
@@ -223,7 +224,7 @@ func (sh *shard) newRec(v []byte, del bool, seq, prev uint64, roomy bool) uint64
 	}
 	// Fresh words, unseen by any reader: the atomic store that publishes
 	// the reference (a slot head, a prev link) orders these plain stores
-	// before every reader's loads (publication order 2).
+	// before every reader's loads (publication order 2a).
 	w[1], w[0] = seq, h
 	return ref
 }

@@ -261,7 +261,7 @@ func TestKVBatchesAtomic(t *testing.T) {
 				} else {
 					for _, c := range cs {
 						if err == nil {
-							err = r.kv.PutAt(seqs.Next(), c.Key, c.Value)
+							err = r.kv.putAt(seqs.Next(), c.Key, c.Value)
 						}
 					}
 				}
@@ -705,4 +705,44 @@ func TestKVStaleReaderOfRecycledSlot(t *testing.T) {
 			t.Fatalf("Get = %q, %v; want \"b\"", r.v, r.err)
 		}
 	})
+}
+
+// TestKVReleaseClearsAfterPublishing: Release publishes the view without
+// the released tables before the pool clears any of them (publication
+// order 6). A generation can hold several tables (a snapshot seals the
+// active one): here the older holds key=old and the newer key=new.
+// A Get made just after the pool cleared the newer table must not find
+// the older one still in the published view (which would answer "old");
+// it must see the view without both and read "new" from the store.
+func TestKVReleaseClearsAfterPublishing(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling compiled out (kvbuf_nopool): no table is cleared")
+	}
+	r := newKVRig(t, &Options{Shards: 1})
+	r.put("key", "old")
+	r.kv.Snapshot().Close() // seals the table holding key=old
+	r.put("key", "new")
+	r.freeze()
+	if n := len(r.queue[0].tables); n != 2 {
+		t.Fatalf("the generation holds %d tables, want 2", n)
+	}
+	r.write(false)
+	var got []string
+	testHook = func(point string) {
+		if point == "pool-clear" {
+			v, err := r.kv.Get([]byte("key"))
+			got = append(got, fmt.Sprintf("%q %v", v, err))
+		}
+	}
+	defer func() { testHook = nil }()
+	r.release()
+	testHook = nil
+	if len(got) == 0 {
+		t.Fatal("the pool cleared no table")
+	}
+	for i, g := range got {
+		if g != `"new" <nil>` {
+			t.Errorf("Get after the pool's clear %d = %s, want \"new\"", i, g)
+		}
+	}
 }

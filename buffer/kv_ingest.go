@@ -51,7 +51,7 @@ func (g *KVGen) flushTables() []*table {
 // tombstone, then every key's newest change in key order, unless a
 // tombstone of the generation numbered above it hides it. It may be called
 // again after a failed ingest (the tables are unchanged until Release).
-// pace, if not nil, is called every PaceKeys keys: the flusher's CPU bound
+// pace, if not nil, is called every paceKeys keys: the flusher's CPU bound
 // (it may yield or sleep). Errors: ctx's.
 func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) error {
 	ks := g.kv.ks
@@ -71,14 +71,14 @@ func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) e
 	return ingestMerged(ctx, in, ks, tables, pace)
 }
 
-// PaceKeys is how many keys IngestTo writes between two calls of its pace
+// paceKeys is how many keys IngestTo writes between two calls of its pace
 // function: about 20-50µs of work.
-const PaceKeys = 256
+const paceKeys = 256
 
-// step is called once per key of a flush: every PaceKeys keys it calls
+// step is called once per key of a flush: every paceKeys keys it calls
 // pace, every 64k it checks ctx.
 func step(ctx context.Context, i int, pace func()) error {
-	if i%PaceKeys == PaceKeys-1 && pace != nil {
+	if i%paceKeys == paceKeys-1 && pace != nil {
 		pace()
 	}
 	if i&0xffff == 0xffff {

@@ -147,7 +147,7 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	// numbered above vis (a table is sealed, so frozen and written,
 	// only after its changes were published).
 	//
-	// The pins come before the visible number (publication order 7): a
+	// The pins come before the visible number (publication order 7c): a
 	// writer rewrites a record in place only in an unpinned table and
 	// only below a change visible before it checked the pins (see
 	// shard.reuse), so a number loaded after the pin is never older than
@@ -160,9 +160,9 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 		testHook("iter-pin")
 	}
 	for _, t := range ts {
-		t.pins.Add(1)
+		t.pins.Add(1) // publication order 10: under vmu
 	}
-	vis := kv.seq.Visible()
+	vis := kv.seq.Visible() // publication order 7c: after the pins
 	st, err := kv.st.NewIter(kv.ks, lower, upper)
 	kv.vmu.Unlock()
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 //     arrays no longer resolves, and the next reader sorts the new arrays'
 //     logs (which list every key, in array order).
 //
-// Publication order 4 (doc/design.md, "Publication orders"): a writer
+// Publication order 4 (protocol.go): a writer
 // logs a new key (log entry, then log count) under the shard mutex before
 // it releases the mutex, and its change is published after that (order
 // 5); an iterator pins its tables and then loads its visible sequence

@@ -12,7 +12,7 @@ import (
 // change tagged with its own number, then publishes the whole range
 // (SeqRange.Publish). A read loads the visible sequence number once and
 // ignores every change above it (where in its loads it takes the number
-// depends on the read: publication order 7 in doc/design.md), so a batch
+// depends on the read: publication order 7 in protocol.go), so a batch
 // becomes visible to readers in one
 // step, when Publish moves the visible number past it; and a write never
 // replaces a change with a higher number, so concurrent batches over the
@@ -62,6 +62,7 @@ type SeqRange struct {
 // Reserve reserves n sequence numbers (none if n < 1: the range's Publish
 // does nothing, and Next must not be called). Callers must apply and
 // Publish promptly: every batch reserved after this one waits for it.
+// Ranges are handed out in order (publication order 5a).
 func (q *Seq) Reserve(n int) SeqRange {
 	if n < 1 {
 		return SeqRange{}
@@ -95,7 +96,7 @@ func (r *SeqRange) Take(n int) uint64 {
 // Publish makes every change of the range visible, once every range
 // reserved before it is published, and returns then.
 //
-// Publication order 5 (doc/design.md, "Publication orders"): every change
+// Publication order 5b (protocol.go): every change
 // of the range is stored before Publish, and the compare-and-swap that
 // moves the visible number past the range comes after those stores, so a
 // reader whose load of the visible number sees the new value sees every

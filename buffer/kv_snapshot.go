@@ -36,9 +36,9 @@ func (kv *KV) Snapshot() *KVSnapshot {
 	}
 	ts := append([]*table(nil), v.sealed...)
 	for _, t := range ts {
-		t.pins.Add(1)
+		t.pins.Add(1) // publication order 10: under vmu
 	}
-	vis := kv.seq.Visible()
+	vis := kv.seq.Visible() // publication order 7c: after the pins
 	kv.vmu.Unlock()
 	s := &KVSnapshot{kv: kv, tables: ts, vis: vis}
 	if len(ts) > 0 {

@@ -22,15 +22,15 @@ import (
 //     atomic loads, and read only bytes that were published to them and are
 //     never written again (arena chunks are never reused; see chunkDir).
 //     Every word a reader may load while a writer stores it is stored with
-//     sync/atomic, in every build (publication order 8 of doc/design.md,
-//     "Publication orders"; the numbers below are that list's).
+//     sync/atomic, in every build (publication order 8; the numbers are
+//     those of protocol.go).
 //  2. Writers serialise on the shard mutex. A new key's control byte is
 //     stored (atomically) after its slot words and log entry: it publishes
 //     them to every reader that loads it (see place; publication order 1);
 //     the change's sequence number, published after, tells a reader
 //     whether to use it. A version record is written before the slot head
 //     or prev link that publishes it (an atomic store: readers follow heads
-//     whatever their visible number; publication order 2).
+//     whatever their visible number; publication orders 2a, 2c).
 //  3. Keys are never removed while the table is live: an overwrite or
 //     delete adds a version (sequence-numbered) to the key, or rewrites
 //     the record below a visible head in place when no reader can need it
@@ -171,7 +171,7 @@ const (
 	slotWordsN  = 4
 	longKeyLen  = 40
 	// shardShift: a key's shard is taken from the top 6 bits of its hash
-	// (MaxShards is 64), its preferred slot from the 3 below, its control
+	// (maxShards is 64), its preferred slot from the 3 below, its control
 	// byte from the bottom 7 and its group from the bits above those.
 	shardShift = 58
 )
@@ -299,7 +299,7 @@ func prefSlot(h uint64) int { return int(h >> 55 & (groupSlots - 1)) }
 // publishes its control byte. Writers only (under the shard mutex), on a
 // published array (grow fills its private one with placePrivate).
 //
-// Publication order 1 (doc/design.md, "Publication orders"): the control
+// Publication order 1 (protocol.go): the control
 // byte is stored last, atomically, and a reader reaches a slot's key words
 // (w1..w3) only through a control word it loaded with the byte set, so
 // that store happens before the reader's loads of them: they are stored
@@ -405,7 +405,7 @@ func (t *table) versionAt(sh *shard, sw *slotWords, vis uint64) (version, uint8)
 // chainVersionAt is versionAt for the record chain from ref, with d a
 // directory of sh's arena loaded after the head ref was.
 //
-// Publication order 2: a record's chunk is published in the shard's
+// Publication order 2d: a record's chunk is published in the shard's
 // directory (addChunk's store of sh.dir) before any reference to the record
 // is stored (a slot head or a prev link), so a directory loaded after a
 // reference resolves it. The head was loaded before d, but the prev links
@@ -827,7 +827,8 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 		} else {
 			head = sh.newRec(oval, odel, oseq, sh.newRec(v, del, seq, 0, false), false)
 		}
-		// The key's bytes stay in w1..w3; only the head changes.
+		// The key's bytes stay in w1..w3; only the head changes, after
+		// the records (publication order 2a).
 		atomic.StoreUint64(&p[0], modeChain<<modeShift|uint64(klen)<<klenShift|head)
 		return
 	}
@@ -841,6 +842,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 			atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|hh&refMask)
 			return
 		}
+		// Publication order 2a: the record (newRec), then the head.
 		atomic.StoreUint64(&p[0], sw.w0&^uint64(refMask)|sh.newRec(v, del, seq, head, true))
 		return
 	}
@@ -859,6 +861,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 				continue
 			}
 		}
+		// Publication order 2c: the record, then its predecessor's link.
 		ref := sh.newRec(v, del, seq, next, false)
 		atomic.StoreUint64(&x[0], xh&^uint64(refMask)|ref)
 		return
@@ -875,7 +878,7 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 // between flushes keeps two records instead of a chain of them. The caller
 // stores the record's reference as the slot's head.
 //
-// Publication order 2, a rewrite in place (readers load without locks):
+// Publication order 2b, a rewrite in place (readers load without locks):
 //  1. The head's prev link is cut (refCut): a reader that reaches the cut
 //     read its visible number before the head became visible, and reads
 //     again with a newer one, which stops at the head.
@@ -885,10 +888,10 @@ func (sh *shard) overwrite(t *table, p []uint64, sw slotWords, v []byte, del boo
 //     that tells it to read again (the seqlock of the record layout).
 //  3. The caller stores the slot's head.
 //
-// The pin check comes after the caller loaded the visible number: an
-// iterator that pins t after it loads its visible number afterwards
-// (NewIter pins first), at or above the head's number, and never reads
-// below the head.
+// The pin check (publication order 10) comes after the caller loaded the
+// visible number: an iterator that pins t after it loads its visible
+// number afterwards (NewIter pins first, order 7c), at or above the head's
+// number, and never reads below the head.
 func (sh *shard) reuse(t *table, d *chunkDir, hw []uint64, hh uint64, v []byte, del bool, seq, head uint64) bool {
 	prev := hh & refMask
 	if prev == 0 || prev == refCut || t.pins.Load() != 0 {
@@ -929,7 +932,7 @@ func (sh *shard) grow(t *table, old *slotArray) *slotArray {
 			arr.placePrivate(t.slotHash(&sw, sh), sw)
 		}
 	}
-	sh.arr.Store(arr)
+	sh.arr.Store(arr) // publication order 3: filled privately, then published
 	sh.bytes.Add(arr.bytes() - old.bytes())
 	return arr
 }

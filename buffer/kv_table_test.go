@@ -243,13 +243,13 @@ func seqModelRun(t *testing.T, rng *rand.Rand, r *seqRig, steps int) {
 					err = kv.ApplyAt(o.seq, cs)
 					i = j
 				case o.c.Kind == ChangePut:
-					err = kv.PutAt(o.seq, o.c.Key, o.c.Value)
+					err = kv.putAt(o.seq, o.c.Key, o.c.Value)
 					i++
 				case o.c.Kind == ChangeDelete:
-					err = kv.DeleteAt(o.seq, o.c.Key)
+					err = kv.deleteAt(o.seq, o.c.Key)
 					i++
 				default:
-					err = kv.DeleteRangeAt(o.seq, o.c.Key, o.c.Value)
+					err = kv.deleteRangeAt(o.seq, o.c.Key, o.c.Value)
 					i++
 				}
 				if err != nil {

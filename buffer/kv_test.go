@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -61,20 +62,20 @@ func TestKVBasics(t *testing.T) {
 		key, val []byte
 		want     error
 	}{
-		{nil, nil, ErrEmptyKey},
-		{[]byte{}, nil, ErrEmptyKey},
-		{bytes.Repeat([]byte("k"), DefaultMaxKeySize+1), nil, ErrKeyTooLarge},
-		{[]byte("k"), make([]byte, DefaultMaxValueSize+1), ErrValueTooLarge},
+		{nil, nil, kverr.ErrEmptyKey},
+		{[]byte{}, nil, kverr.ErrEmptyKey},
+		{bytes.Repeat([]byte("k"), DefaultMaxKeySize+1), nil, kverr.ErrKeyTooLarge},
+		{[]byte("k"), make([]byte, DefaultMaxValueSize+1), kverr.ErrValueTooLarge},
 	} {
 		if err := kv.Put(c.key, c.val); !errors.Is(err, c.want) {
 			t.Errorf("Put(%d-byte key, %d-byte value) = %v; want %v", len(c.key), len(c.val), err, c.want)
 		}
 	}
-	if err := kv.DeleteRange([]byte("b"), []byte("a")); !errors.Is(err, ErrBadRange) {
-		t.Errorf("DeleteRange(b, a) = %v; want ErrBadRange", err)
+	if err := kv.DeleteRange([]byte("b"), []byte("a")); !errors.Is(err, kverr.ErrBadRange) {
+		t.Errorf("DeleteRange(b, a) = %v; want kverr.ErrBadRange", err)
 	}
-	if _, err := kv.NewIter([]byte("b"), []byte("a")); !errors.Is(err, ErrBadRange) {
-		t.Errorf("NewIter(b, a) = %v; want ErrBadRange", err)
+	if _, err := kv.NewIter([]byte("b"), []byte("a")); !errors.Is(err, kverr.ErrBadRange) {
+		t.Errorf("NewIter(b, a) = %v; want kverr.ErrBadRange", err)
 	}
 	// An unpositioned or exhausted iterator has no key (no panic).
 	it, err := kv.NewIter(nil, nil)
@@ -316,10 +317,10 @@ func TestKVDropIsPermanent(t *testing.T) {
 	r.flush()
 	r.put("k100", "pending")
 	r.kv.Drop()
-	if err := r.kv.Put([]byte("a"), nil); !errors.Is(err, ErrDropped) {
+	if err := r.kv.Put([]byte("a"), nil); !errors.Is(err, kverr.ErrDropped) {
 		t.Fatalf("Put after Drop = %v", err)
 	}
-	if err := r.kv.DeleteRange(nil, nil); !errors.Is(err, ErrDropped) {
+	if err := r.kv.DeleteRange(nil, nil); !errors.Is(err, kverr.ErrDropped) {
 		t.Fatalf("DeleteRange after Drop = %v", err)
 	}
 	universe := []string{keyName(0), keyName(9), "k100"}
@@ -329,7 +330,7 @@ func TestKVDropIsPermanent(t *testing.T) {
 	if !r.kv.Idle() {
 		t.Fatal("dropped overlay not idle after its flush")
 	}
-	if err := r.kv.Put([]byte("a"), nil); !errors.Is(err, ErrDropped) {
+	if err := r.kv.Put([]byte("a"), nil); !errors.Is(err, kverr.ErrDropped) {
 		t.Fatalf("Put after the drop's flush = %v", err)
 	}
 }

@@ -60,7 +60,7 @@ func (kv *KV) retain(g uint64) int64 {
 	kept := v.sealed[cut:]
 	retained := make([]*table, 0, len(kept)+len(v.retained))
 	retained = append(append(retained, kept...), v.retained...)
-	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: retained})
+	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: retained}) // publication order 9
 	var n int64
 	for _, t := range kept {
 		n += t.bytes()
@@ -71,10 +71,10 @@ func (kv *KV) retain(g uint64) int64 {
 	return n
 }
 
-// Evict drops the retained tables of generations up to g from the read
+// evict drops the retained tables of generations up to g from the read
 // tier (tier rule T3) and returns the bytes they held. Evicting a
 // generation the overlay does not retain is a no-op.
-func (kv *KV) Evict(g uint64) int64 {
+func (kv *KV) evict(g uint64) int64 {
 	kv.vmu.Lock()
 	v := kv.view.Load()
 	cut := len(v.retained)
@@ -86,7 +86,7 @@ func (kv *KV) Evict(g uint64) int64 {
 		return 0
 	}
 	gone := v.retained[cut:]
-	// Publish first, clear after (as Release).
+	// Publish first, clear after (publication order 6, as Release).
 	kv.view.Store(&kvView{active: v.active, sealed: v.sealed, retained: v.retained[:cut:cut]})
 	kv.vmu.Unlock()
 	var n int64
@@ -97,15 +97,6 @@ func (kv *KV) Evict(g uint64) int64 {
 	return n
 }
 
-// RetainedBytes returns the memory of the overlay's read tier.
-func (kv *KV) RetainedBytes() int64 {
-	var n int64
-	for _, t := range kv.view.Load().retained {
-		n += t.bytes()
-	}
-	return n
-}
-
-// Evict is KV.Evict of the generation: it drops the generation's tables
+// Evict is KV.evict of the generation: it drops the generation's tables
 // (and any older ones) from the overlay's read tier.
-func (g *KVGen) Evict() int64 { return g.kv.Evict(g.g) }
+func (g *KVGen) Evict() int64 { return g.kv.evict(g.g) }

@@ -10,9 +10,9 @@ import (
 // Defaults of Options. The engine (package kvbuf) documents them to users and
 // passes resolved values down; they are declared here, once.
 const (
-	// DefaultShards is the KV table shard count. Reads take no lock, so
+	// defaultShards is the KV table shard count. Reads take no lock, so
 	// shards only spread writers; a handful keeps scans' merge cheap.
-	DefaultShards = 8
+	defaultShards = 8
 	// DefaultMaxKeySize is the largest KV key in bytes.
 	DefaultMaxKeySize = 4096
 	// DefaultMaxValueSize is the largest KV value in bytes.
@@ -27,8 +27,8 @@ const (
 
 // Limits Options are checked against.
 const (
-	// MaxShards is the largest Options.Shards.
-	MaxShards = 64
+	// maxShards is the largest Options.Shards.
+	maxShards = 64
 	// MaxKeySizeLimit is the largest Options.MaxKeySize: a key lives inline
 	// in its table node, whose sizes are a fixed ladder.
 	MaxKeySizeLimit = 64 << 10
@@ -40,7 +40,7 @@ const (
 // means that field's default.
 type Options struct {
 	// Shards is the number of shards of a KV table, rounded up to a power of
-	// two. Default: DefaultShards. At most MaxShards.
+	// two. Default: defaultShards. At most maxShards.
 	Shards int
 
 	// MaxKeySize is the largest KV key; longer keys get ErrKeyTooLarge.
@@ -85,21 +85,21 @@ func (o *Options) resolve() (resolved, error) {
 		v = *o
 	}
 	r := resolved{
-		shards:    DefaultShards,
+		shards:    defaultShards,
 		maxKey:    DefaultMaxKeySize,
 		maxVal:    DefaultMaxValueSize,
 		poolBytes: DefaultPoolBytes,
 		maxBits:   DefaultMaxBits,
 	}
 	switch {
-	case v.Shards < 0 || v.Shards > MaxShards:
-		return r, kverr.Errorf("%w: Shards %d (want 0..%d)", ErrBadOptions, v.Shards, MaxShards)
+	case v.Shards < 0 || v.Shards > maxShards:
+		return r, kverr.Errorf("Shards %d (want 0..%d): %w", v.Shards, maxShards, kverr.ErrBadOptions)
 	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
-		return r, kverr.Errorf("%w: MaxKeySize %d (want 0..%d)", ErrBadOptions, v.MaxKeySize, MaxKeySizeLimit)
+		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, MaxKeySizeLimit, kverr.ErrBadOptions)
 	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
-		return r, kverr.Errorf("%w: MaxValueSize %d (want 0..%d)", ErrBadOptions, v.MaxValueSize, MaxValueSizeLimit)
+		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, MaxValueSizeLimit, kverr.ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
-		return r, kverr.Errorf("%w: MaxBits %d (want at most %d)", ErrBadOptions, v.MaxBits, uint64(bitslice.MaxBits))
+		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), kverr.ErrBadOptions)
 	}
 	if v.Shards > 0 {
 		r.shards = 1 << bits.Len(uint(v.Shards-1))

@@ -56,7 +56,8 @@ func (p *tablePool) get(want int64) *table {
 
 // put clears t and keeps it if the bounds allow; it reports whether t was
 // kept. A table still pinned is never kept (the garbage collector frees it
-// once its readers are done).
+// once its readers are done): the caller published the view without t
+// first, so no pin is taken after this check (publication order 10).
 func (p *tablePool) put(t *table) bool {
 	if p.limit <= 0 || t.pins.Load() != 0 || !t.reusable() {
 		return false
@@ -70,6 +71,9 @@ func (p *tablePool) put(t *table) bool {
 		return false
 	}
 	t.clear() // outside the lock: clearing a large table takes a while
+	if testHook != nil {
+		testHook("pool-clear")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bytes+cb > p.limit || len(p.classes[c]) >= poolDepth {

@@ -10,8 +10,9 @@ package buffer
 // page and not yet its word), "bits-filter" (a bits Get loaded a view
 // that is not direct and has not yet read the word filters),
 // "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
-// OR and has not yet cleared it with its AND) and "bits-fill" (SetMany
+// OR and has not yet cleared it with its AND), "bits-fill" (SetMany
 // filled a page for a directory entry it found empty and has not yet
-// installed it). Tests set it before the readers start and clear it
+// installed it) and "pool-clear" (the pool cleared a released table and
+// has not yet kept it). Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)

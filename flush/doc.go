@@ -106,6 +106,13 @@
 // observers wait. Reads do not enter the Flusher's gate: the engine reads
 // first and checks its own closing flag after.
 //
+// # Errors
+//
+// The package returns the module's sentinels (package kvbuf exports them:
+// errors.Is(err, kvbuf.ErrStaleOp)), and *PanicError for a target that
+// panicked; it exports no sentinel of its own, since the engine is its
+// only importer.
+//
 // # Caveats
 //
 //   - Changes the Target makes outside BeginWrite (or Exclusive) are seen as

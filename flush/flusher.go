@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/internal/stripe"
 )
 
@@ -407,7 +408,7 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-f.closing:
-			return ErrClosed
+			return kverr.ErrClosed
 		}
 	}
 }
@@ -415,7 +416,7 @@ func (f *Flusher) backpressure(ctx context.Context) error {
 // stopsWaiting reports whether a flush failure ends the wait of writes in
 // backpressure (see backpressure).
 func stopsWaiting(err error) bool {
-	return errors.Is(err, ErrDiskFull) || errors.Is(err, ErrSyncFailed)
+	return errors.Is(err, kverr.ErrDiskFull) || errors.Is(err, kverr.ErrSyncFailed)
 }
 
 // Stall reports that the generations in flight cannot complete for now:
@@ -452,8 +453,8 @@ func (f *Flusher) unstallLocked() {
 	}
 }
 
-// Stalled returns the error of Stall while the flusher is stalled, else nil.
-func (f *Flusher) Stalled() error {
+// stalled returns the error of Stall while the flusher is stalled, else nil.
+func (f *Flusher) stalled() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stallErr
@@ -557,7 +558,8 @@ func (f *Flusher) Enter() (Ticket, error) {
 }
 
 // Exclusive runs fn inside the gate with the write barrier held exclusively:
-// no write is in flight and no freeze runs while fn does (snapshots use it).
+// no write is in flight and no freeze runs while fn does (snapshots use it;
+// publication order 14 in buffer/protocol.go).
 // It returns ErrClosed once Close has begun and ctx.Err() if ctx is already
 // done; taking the barrier waits for the writes in flight without watching
 // ctx. A panic in fn releases the barrier and the gate and propagates.
@@ -726,7 +728,7 @@ func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, erro
 			if wm := f.persisted.Load(); wm > after {
 				return wm, nil
 			}
-			return wm, ErrClosed
+			return wm, kverr.ErrClosed
 		default:
 		}
 		select {

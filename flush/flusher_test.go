@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 var errInjected = errors.New("injected I/O error")
@@ -521,7 +522,7 @@ func TestPanicsInEveryStage(t *testing.T) {
 					for range n {
 						err := <-errs
 						var pe *PanicError
-						if !errors.Is(err, ErrPanicked) || !errors.As(err, &pe) {
+						if !errors.Is(err, kverr.ErrPanicked) || !errors.As(err, &pe) {
 							t.Fatalf("Flush = %v, want a *PanicError", err)
 						}
 						if !strings.Contains(err.Error(), stage) {
@@ -646,8 +647,8 @@ func TestEndOpAndWatermarkOnlyGeneration(t *testing.T) {
 	if n := ft.numFrozen(); n != 1 {
 		t.Fatalf("%d generations, want 1 (nothing to claim)", n)
 	}
-	if err := f.EndOp(ctx, 9); !errors.Is(err, ErrBadOp) {
-		t.Fatalf("EndOp of an op never begun: %v, want ErrBadOp", err)
+	if err := f.EndOp(ctx, 9); !errors.Is(err, kverr.ErrBadOp) {
+		t.Fatalf("EndOp of an op never begun: %v, want kverr.ErrBadOp", err)
 	}
 	if err := f.BeginOp(ctx, 9); err != nil {
 		t.Fatal(err)
@@ -1058,10 +1059,10 @@ func TestCloseDuringPipeline(t *testing.T) {
 		go func() { closed <- f.Close() }()
 		synctest.Wait()
 		pending(t, closed, "Close")
-		if _, err := f.BeginWrite(t.Context(), 4, false); !errors.Is(err, ErrClosed) {
+		if _, err := f.BeginWrite(t.Context(), 4, false); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("BeginWrite during Close = %v", err)
 		}
-		if err := f.Flush(t.Context()); !errors.Is(err, ErrClosed) {
+		if err := f.Flush(t.Context()); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("Flush during Close = %v", err)
 		}
 		waits.open(1)
@@ -1126,19 +1127,19 @@ func TestOperationsAfterClose(t *testing.T) {
 	f := mustNew(ft, nil)
 	closeOK(t, f)
 	ctx := t.Context()
-	if err := f.Flush(ctx); !errors.Is(err, ErrClosed) {
+	if err := f.Flush(ctx); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Flush = %v", err)
 	}
-	if _, err := f.BeginWrite(ctx, 1, false); !errors.Is(err, ErrClosed) {
+	if _, err := f.BeginWrite(ctx, 1, false); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("BeginWrite = %v", err)
 	}
-	if err := f.EndOp(ctx, 1); !errors.Is(err, ErrClosed) {
+	if err := f.EndOp(ctx, 1); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("EndOp = %v", err)
 	}
-	if _, err := f.Enter(); !errors.Is(err, ErrClosed) {
+	if _, err := f.Enter(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Enter = %v", err)
 	}
-	if err := f.Exclusive(ctx, func() { t.Error("fn ran after Close") }); !errors.Is(err, ErrClosed) {
+	if err := f.Exclusive(ctx, func() { t.Error("fn ran after Close") }); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Exclusive = %v", err)
 	}
 	if err := f.Wait(ctx); err != nil {
@@ -1390,8 +1391,8 @@ func TestBackpressure(t *testing.T) {
 				t.Fatalf("Close = %v, want the final flush's error", err)
 			}
 			for range 8 {
-				if err := <-errs; !errors.Is(err, ErrClosed) {
-					t.Fatalf("blocked writer got %v, want ErrClosed", err)
+				if err := <-errs; !errors.Is(err, kverr.ErrClosed) {
+					t.Fatalf("blocked writer got %v, want kverr.ErrClosed", err)
 				}
 			}
 		})
@@ -1627,7 +1628,7 @@ func TestCloseRaceStress(t *testing.T) {
 				for i := 0; ; i++ {
 					key := fmt.Sprintf("r%d-g%d-%d", round, g, i)
 					if _, err := ops.put(t.Context(), f, ft, key); err != nil {
-						if !errors.Is(err, ErrClosed) {
+						if !errors.Is(err, kverr.ErrClosed) {
 							t.Errorf("write: %v", err)
 						}
 						return
@@ -1636,7 +1637,7 @@ func TestCloseRaceStress(t *testing.T) {
 					done = append(done, key)
 					mu.Unlock()
 					if i%4 == 0 {
-						if err := f.Flush(t.Context()); err != nil && !errors.Is(err, ErrClosed) {
+						if err := f.Flush(t.Context()); err != nil && !errors.Is(err, kverr.ErrClosed) {
 							t.Errorf("Flush: %v", err)
 						}
 					}
@@ -1723,9 +1724,9 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 		if w, err := f.BeginWrite(ctx, 11, false); err != nil || !w.Skipped() {
 			t.Fatalf("write of persisted op 11: %v (skipped %v)", err, w.Skipped())
 		}
-		if w, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, ErrStaleOp) {
+		if w, err := f.BeginWrite(ctx, 12, false); !errors.Is(err, kverr.ErrStaleOp) {
 			w.End() // admitted by mistake: let Close drain it
-			t.Fatalf("write of op 12, claimed but not persisted: %v, want ErrStaleOp", err)
+			t.Fatalf("write of op 12, claimed but not persisted: %v, want kverr.ErrStaleOp", err)
 		}
 		waits.open(2)
 		if err := <-second; err != nil {
@@ -1746,11 +1747,11 @@ func TestRedeliveredOpsSkipped(t *testing.T) {
 			t.Fatalf("Redelivered %d, want 22", st.Redelivered)
 		}
 		closeOK(t, f)
-		if _, err := f.BeginWrite(ctx, 5, false); !errors.Is(err, ErrClosed) {
-			t.Fatalf("redelivered write after Close: %v, want ErrClosed", err)
+		if _, err := f.BeginWrite(ctx, 5, false); !errors.Is(err, kverr.ErrClosed) {
+			t.Fatalf("redelivered write after Close: %v, want kverr.ErrClosed", err)
 		}
-		if err := f.EndOp(ctx, 5); !errors.Is(err, ErrClosed) {
-			t.Fatalf("redelivered EndOp after Close: %v, want ErrClosed", err)
+		if err := f.EndOp(ctx, 5); !errors.Is(err, kverr.ErrClosed) {
+			t.Fatalf("redelivered EndOp after Close: %v, want kverr.ErrClosed", err)
 		}
 	})
 }
@@ -1844,8 +1845,8 @@ func TestWatermarkNotify(t *testing.T) {
 		}()
 		synctest.Wait()
 		closeOK(t, f)
-		if err := <-waiting; !errors.Is(err, ErrClosed) {
-			t.Fatalf("WaitWatermark across Close: %v, want ErrClosed", err)
+		if err := <-waiting; !errors.Is(err, kverr.ErrClosed) {
+			t.Fatalf("WaitWatermark across Close: %v, want kverr.ErrClosed", err)
 		}
 		if !isClosed(ch) {
 			t.Fatal("channel still open after Close")
@@ -1856,8 +1857,8 @@ func TestWatermarkNotify(t *testing.T) {
 		if wm, err := f.WaitWatermark(ctx, 3); wm != 4 || err != nil {
 			t.Fatalf("WaitWatermark(3) after Close = %d, %v; want 4, nil", wm, err)
 		}
-		if _, err := f.WaitWatermark(ctx, 4); !errors.Is(err, ErrClosed) {
-			t.Fatalf("WaitWatermark(4) after Close: %v, want ErrClosed", err)
+		if _, err := f.WaitWatermark(ctx, 4); !errors.Is(err, kverr.ErrClosed) {
+			t.Fatalf("WaitWatermark(4) after Close: %v, want kverr.ErrClosed", err)
 		}
 	})
 }
@@ -1890,8 +1891,8 @@ func TestNewBadOptions(t *testing.T) {
 		{RetryMax: -time.Second},
 	} {
 		f, err := New(newFake(t), o)
-		if !errors.Is(err, ErrBadOptions) || f != nil {
-			t.Errorf("New(%+v) = %v, %v; want nil, ErrBadOptions", *o, f, err)
+		if !errors.Is(err, kverr.ErrBadOptions) || f != nil {
+			t.Errorf("New(%+v) = %v, %v; want nil, kverr.ErrBadOptions", *o, f, err)
 		}
 	}
 	for _, o := range []*Options{nil, {}, {PipelineDepth: MaxPipelineDepth}, {PipelineDepth: 1}} {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/internal/stripe"
 )
 
@@ -84,7 +85,7 @@ func (g *Gate) Enter() (Token, error) {
 	for {
 		v := c.Load()
 		if v < 0 {
-			return Token{}, ErrClosed
+			return Token{}, kverr.ErrClosed
 		}
 		if c.CompareAndSwap(v, v+1) {
 			return Token{c: c}, nil

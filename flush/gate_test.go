@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestGateZeroValue(t *testing.T) {
@@ -29,8 +31,8 @@ func TestGateZeroValue(t *testing.T) {
 		t.Fatalf("InFlight = %d, want 0", n)
 	}
 	g.Close()
-	if _, err := g.Enter(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Enter after Close = %v, want ErrClosed", err)
+	if _, err := g.Enter(); !errors.Is(err, kverr.ErrClosed) {
+		t.Fatalf("Enter after Close = %v, want kverr.ErrClosed", err)
 	}
 	<-g.Done()
 	if err := g.Wait(context.Background()); err != nil {
@@ -47,8 +49,8 @@ func TestGateCloseNeverEntered(t *testing.T) {
 		t.Fatal("second Shut reported true")
 	}
 	<-g.Done()
-	if _, err := g.Enter(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Enter = %v, want ErrClosed", err)
+	if _, err := g.Enter(); !errors.Is(err, kverr.ErrClosed) {
+		t.Fatalf("Enter = %v, want kverr.ErrClosed", err)
 	}
 	if n := g.InFlight(); n != 0 {
 		t.Fatalf("InFlight after refused Enter = %d", n)
@@ -105,7 +107,7 @@ func gateCloseWaits(t *testing.T, striped bool) {
 		closed := make(chan struct{})
 		go func() { g.Close(); close(closed) }()
 		synctest.Wait()
-		if _, err := g.Enter(); !errors.Is(err, ErrClosed) {
+		if _, err := g.Enter(); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("Enter during drain = %v", err)
 		}
 		for i, tok := range toks {
@@ -168,7 +170,7 @@ func gateStress(t *testing.T, striped bool) {
 				for range 200 {
 					tok, err := g.Enter()
 					if err != nil {
-						if !errors.Is(err, ErrClosed) {
+						if !errors.Is(err, kverr.ErrClosed) {
 							t.Errorf("Enter: %v", err)
 						}
 						return

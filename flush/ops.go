@@ -43,10 +43,10 @@ const (
 // a freeze sees no op change half made. Among themselves the methods
 // synchronise through head (compare-and-swap) and mu.
 //
-// Publication order: BeginOp publishes head = (op, explicit) before it
-// appends op to open, both under mu. A write that reads head = (op,
-// explicit) proceeds without mu (the op is open); one that needs open takes
-// mu and so sees the append. Ending an explicit op removes it from open
+// Publication order 15 (buffer/protocol.go): BeginOp publishes head = (op,
+// explicit) before it appends op to open, both under mu. A write that reads
+// head = (op, explicit) proceeds without mu (the op is open); one that
+// needs open takes mu and so sees the append. Ending an explicit op removes it from open
 // before it marks head ended, both under mu; a write racing the end may be
 // admitted or refused (ErrStaleOp), and if admitted it holds the shared
 // barrier, so the freeze that claims the op includes it.
@@ -81,7 +81,7 @@ func (t *opTracker) highest() uint64 {
 
 func checkOpRange(what string, op uint64) error {
 	if op > MaxOp {
-		return kverr.Errorf("%w: %s of op %d: above the largest op number %d", ErrBadOp, what, op, uint64(MaxOp))
+		return kverr.Errorf("%s of op %d: above the largest op number %d: %w", what, op, uint64(MaxOp), kverr.ErrBadOp)
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ func (t *opTracker) begin(op uint64) error {
 		h := t.head.Load()
 		hop, _ := unpackHead(h)
 		if op <= hop {
-			return kverr.Errorf("%w: BeginOp(%d) out of order: op %d was begun already (ops are begun in increasing order, under the host's log lock)", ErrBadOp, op, hop)
+			return kverr.Errorf("BeginOp(%d) out of order: op %d was begun already (ops are begun in increasing order, under the host's log lock): %w", op, hop, kverr.ErrBadOp)
 		}
 		if t.head.CompareAndSwap(h, packHead(op, headExplicit)) {
 			if invariants.Enabled {
@@ -164,7 +164,7 @@ func (t *opTracker) end(op uint64) error {
 		hop, st := unpackHead(h)
 		switch {
 		case op > hop:
-			return kverr.Errorf("%w: EndOp(%d): op %d was never begun (the highest op begun is %d)", ErrBadOp, op, op, hop)
+			return kverr.Errorf("EndOp(%d): op %d was never begun (the highest op begun is %d): %w", op, op, hop, kverr.ErrBadOp)
 		case op == hop && st == headImplicit:
 			if t.head.CompareAndSwap(h, packHead(op, headEnded)) {
 				return nil
@@ -221,7 +221,7 @@ func (t *opTracker) find(op uint64) (int, bool) {
 }
 
 func (t *opTracker) staleErr(op uint64) error {
-	return kverr.Errorf("%w: op %d is complete (ended, or below an op begun later; the highest op begun is %d)", ErrStaleOp, op, t.highest())
+	return kverr.Errorf("op %d is complete (ended, or below an op begun later; the highest op begun is %d): %w", op, t.highest(), kverr.ErrStaleOp)
 }
 
 // completed returns the highest op n such that every op <= n has ended.

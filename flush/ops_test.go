@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // flushWM flushes and returns the watermark.
@@ -60,8 +62,8 @@ func TestOutOfOrderCompletion(t *testing.T) {
 				if err == nil {
 					w.End() // admitted by mistake: let Close drain it
 				}
-				if !errors.Is(err, ErrStaleOp) {
-					t.Fatalf("write of ended op %d: %v, want ErrStaleOp", op, err)
+				if !errors.Is(err, kverr.ErrStaleOp) {
+					t.Fatalf("write of ended op %d: %v, want kverr.ErrStaleOp", op, err)
 				}
 			}
 		}
@@ -125,8 +127,8 @@ func TestBatchEndsBegunOp(t *testing.T) {
 	if err := batch(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := batch(2); !errors.Is(err, ErrStaleOp) {
-		t.Fatalf("second batch of op 2: %v, want ErrStaleOp", err)
+	if err := batch(2); !errors.Is(err, kverr.ErrStaleOp) {
+		t.Fatalf("second batch of op 2: %v, want kverr.ErrStaleOp", err)
 	}
 	if err := batch(1); err != nil {
 		t.Fatal(err)
@@ -166,11 +168,11 @@ func TestSequentialHostNeedsNoCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := put(ctx, f, ft, "late", 3); !errors.Is(err, ErrStaleOp) {
-		t.Fatalf("write of skipped op 3 after op 5 began: %v, want ErrStaleOp", err)
+	if err := put(ctx, f, ft, "late", 3); !errors.Is(err, kverr.ErrStaleOp) {
+		t.Fatalf("write of skipped op 3 after op 5 began: %v, want kverr.ErrStaleOp", err)
 	}
-	if err := put(ctx, f, ft, "late", 2); !errors.Is(err, ErrStaleOp) {
-		t.Fatalf("write of op 2 after op 5 began: %v, want ErrStaleOp", err)
+	if err := put(ctx, f, ft, "late", 2); !errors.Is(err, kverr.ErrStaleOp) {
+		t.Fatalf("write of op 2 after op 5 began: %v, want kverr.ErrStaleOp", err)
 	}
 	if wm := flushWM(t, f); wm != 4 {
 		t.Fatalf("watermark %d, want 4 (op 5 may get more writes; 3 and 4 were skipped)", wm)
@@ -222,27 +224,27 @@ func TestBadOpsRefused(t *testing.T) {
 	if err := put(ctx, f, ft, "a", 7); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.EndOp(ctx, 20); !errors.Is(err, ErrBadOp) {
-		t.Fatalf("EndOp(20) after writing op 7: %v, want ErrBadOp", err)
+	if err := f.EndOp(ctx, 20); !errors.Is(err, kverr.ErrBadOp) {
+		t.Fatalf("EndOp(20) after writing op 7: %v, want kverr.ErrBadOp", err)
 	}
-	if err := f.BeginOp(ctx, 7); !errors.Is(err, ErrBadOp) {
-		t.Fatalf("BeginOp(7) after op 7 began: %v, want ErrBadOp", err)
+	if err := f.BeginOp(ctx, 7); !errors.Is(err, kverr.ErrBadOp) {
+		t.Fatalf("BeginOp(7) after op 7 began: %v, want kverr.ErrBadOp", err)
 	}
-	if err := f.BeginOp(ctx, 3); !errors.Is(err, ErrBadOp) {
-		t.Fatalf("BeginOp(3) after op 7 began: %v, want ErrBadOp", err)
+	if err := f.BeginOp(ctx, 3); !errors.Is(err, kverr.ErrBadOp) {
+		t.Fatalf("BeginOp(3) after op 7 began: %v, want kverr.ErrBadOp", err)
 	}
 	for _, op := range []uint64{MaxOp + 1, 1 << 63, ^uint64(0)} {
-		if err := refused(f, op, false); !errors.Is(err, ErrBadOp) {
-			t.Fatalf("write of op %d: %v, want ErrBadOp", op, err)
+		if err := refused(f, op, false); !errors.Is(err, kverr.ErrBadOp) {
+			t.Fatalf("write of op %d: %v, want kverr.ErrBadOp", op, err)
 		}
-		if err := refused(f, op, true); !errors.Is(err, ErrBadOp) {
-			t.Fatalf("batch of op %d: %v, want ErrBadOp", op, err)
+		if err := refused(f, op, true); !errors.Is(err, kverr.ErrBadOp) {
+			t.Fatalf("batch of op %d: %v, want kverr.ErrBadOp", op, err)
 		}
-		if err := f.BeginOp(ctx, op); !errors.Is(err, ErrBadOp) {
-			t.Fatalf("BeginOp(%d): %v, want ErrBadOp", op, err)
+		if err := f.BeginOp(ctx, op); !errors.Is(err, kverr.ErrBadOp) {
+			t.Fatalf("BeginOp(%d): %v, want kverr.ErrBadOp", op, err)
 		}
-		if err := f.EndOp(ctx, op); !errors.Is(err, ErrBadOp) {
-			t.Fatalf("EndOp(%d): %v, want ErrBadOp", op, err)
+		if err := f.EndOp(ctx, op); !errors.Is(err, kverr.ErrBadOp) {
+			t.Fatalf("EndOp(%d): %v, want kverr.ErrBadOp", op, err)
 		}
 	}
 	if wm := flushWM(t, f); wm != 6 {

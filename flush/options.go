@@ -114,11 +114,11 @@ func (o *Options) Validate() error {
 	}
 	switch {
 	case o.PipelineDepth < 0 || o.PipelineDepth > MaxPipelineDepth:
-		return kverr.Errorf("PipelineDepth %d (want 1..%d, 0 for the default): %w", o.PipelineDepth, MaxPipelineDepth, ErrBadOptions)
+		return kverr.Errorf("PipelineDepth %d (want 1..%d, 0 for the default): %w", o.PipelineDepth, MaxPipelineDepth, kverr.ErrBadOptions)
 	case o.RetryMin < 0:
-		return kverr.Errorf("RetryMin %v: %w", o.RetryMin, ErrBadOptions)
+		return kverr.Errorf("RetryMin %v: %w", o.RetryMin, kverr.ErrBadOptions)
 	case o.RetryMax < 0:
-		return kverr.Errorf("RetryMax %v: %w", o.RetryMax, ErrBadOptions)
+		return kverr.Errorf("RetryMax %v: %w", o.RetryMax, kverr.ErrBadOptions)
 	}
 	return nil
 }

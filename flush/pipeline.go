@@ -233,7 +233,8 @@ func (f *Flusher) freeze(grp *group) {
 }
 
 // freezeExclusive takes the barrier exclusively, applies the claim rule and
-// calls Freeze, unless there is nothing to freeze (nil).
+// calls Freeze, unless there is nothing to freeze (nil). Writers excluded
+// (publication order 14 in buffer/protocol.go).
 func (f *Flusher) freezeExclusive() *gen {
 	f.barrier.Lock()
 	defer f.barrier.Unlock()
@@ -381,7 +382,7 @@ func (f *Flusher) failLocked(err error) {
 	}
 	f.st.failures++
 	f.st.lastErr = err
-	if errors.Is(err, ErrDiskFull) {
+	if errors.Is(err, kverr.ErrDiskFull) {
 		f.st.diskFull++
 	}
 	f.backoff = min(max(2*f.backoff, f.opts.RetryMin), f.opts.RetryMax)
@@ -457,7 +458,9 @@ func (f *Flusher) afterWait(it waitItem, err error) {
 	f.release(gn)
 }
 
-// release calls gn's Release, then wakes its callers.
+// release calls gn's Release, then wakes its callers. Only after gn's
+// wait returned: the generation is durable (publication order 18 in
+// buffer/protocol.go).
 func (f *Flusher) release(gn *gen) {
 	if invariants.Enabled {
 		r := f.released.Load()
@@ -512,7 +515,8 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 }
 
 // settle calls Settle with the barrier held exclusively if no generation is
-// in flight (a freeze takes the same barrier, so the check cannot race one).
+// in flight (a freeze takes the same barrier, so the check cannot race one;
+// publication order 14 in buffer/protocol.go).
 func (f *Flusher) settle() {
 	err := call(func() {
 		f.barrier.Lock()

@@ -26,7 +26,7 @@ func TestStall(t *testing.T) {
 		first := flushAsync(t.Context(), f)
 		synctest.Wait() // generation 1 written, its wait blocks
 		pending(t, first, "Flush of a generation whose wait blocks")
-		stall := kverr.Errorf("store waits for disk space: %w", ErrDiskFull)
+		stall := kverr.Errorf("store waits for disk space: %w", kverr.ErrDiskFull)
 		f.Stall(stall)
 		f.Stall(errInjected) // the first error stays
 		if err := <-first; err != stall {
@@ -63,13 +63,13 @@ func TestUnstall(t *testing.T) {
 	ft := newFake(t)
 	f := mustNew(ft, manual)
 	defer closeOK(t, f)
-	f.Stall(ErrDiskFull)
-	if err := f.Stalled(); err != ErrDiskFull {
+	f.Stall(kverr.ErrDiskFull)
+	if err := f.stalled(); err != kverr.ErrDiskFull {
 		t.Fatalf("Stalled = %v", err)
 	}
 	f.Unstall()
 	f.Unstall()
-	if err := f.Stalled(); err != nil {
+	if err := f.stalled(); err != nil {
 		t.Fatalf("Stalled after Unstall = %v", err)
 	}
 	if err := put(t.Context(), f, ft, "a", 1); err != nil {
@@ -90,8 +90,8 @@ func TestBackpressureGivesUpOnDiskFull(t *testing.T) {
 		err     error
 		givesUp bool
 	}{
-		{"disk-full", kverr.Errorf("grow: %w", ErrDiskFull), true},
-		{"sync-failed", kverr.Errorf("commit: %w", ErrSyncFailed), true},
+		{"disk-full", kverr.Errorf("grow: %w", kverr.ErrDiskFull), true},
+		{"sync-failed", kverr.Errorf("commit: %w", kverr.ErrSyncFailed), true},
 		{"other", errInjected, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -78,7 +78,7 @@ func (e *PanicError) Error() string {
 // Unwrap returns ErrPanicked and, if the panic value is an error, that error.
 func (e *PanicError) Unwrap() []error {
 	if err, ok := e.Value.(error); ok {
-		return []error{ErrPanicked, err}
+		return []error{kverr.ErrPanicked, err}
 	}
-	return []error{ErrPanicked}
+	return []error{kverr.ErrPanicked}
 }

@@ -1,6 +1,9 @@
 // Package storage is kvbuf's durable key-value store: a thin layer over
 // pebble (github.com/cockroachdb/pebble/v2) that adds what the buffer and
-// the flusher need and pebble does not give directly.
+// the flusher need and pebble does not give directly. It is usable on its
+// own, without the engine (as pebble's sstable and vfs are without a DB):
+// its errors are the module's sentinels, exported here too (ErrNotFound is
+// kvbuf.ErrNotFound), so errors.Is works against either name.
 //
 //   - Keyspaces and namespaces. User keys live in numbered keyspaces
 //     (KeyspaceID); named meta entries (SetMeta) and the flush watermark

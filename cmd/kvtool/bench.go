@@ -284,7 +284,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer func() {
 			if err := stop(); err != nil {
-				fmt.Fprintf(stderr, "kvtool bench: %v\n", err)
+				fmt.Fprintf(stderr, "kvtool bench: %s\n", errText(err))
 			}
 		}()
 	}

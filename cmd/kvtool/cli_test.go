@@ -42,7 +42,8 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 }
 
 // checkError asserts the error contract: exit 1, nothing on stdout, one
-// line on stderr, no panic or stack trace, and the line contains want.
+// line on stderr, no panic or stack trace, one prefix (kvtool's: no
+// "kvbuf: " in the line), and the line contains want.
 func checkError(t *testing.T, code int, stdout, stderr, want string) {
 	t.Helper()
 	if code != 1 {
@@ -50,6 +51,9 @@ func checkError(t *testing.T, code int, stdout, stderr, want string) {
 	}
 	if stdout != "" || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("want one stderr line and no stdout; got stdout %q stderr %q", stdout, stderr)
+	}
+	if !strings.HasPrefix(stderr, "kvtool ") || strings.Contains(stderr, "kvbuf: ") {
+		t.Errorf("stderr %q: want kvtool's prefix alone", stderr)
 	}
 	for _, bad := range []string{"panic", "goroutine ", ".go:"} {
 		if strings.Contains(stderr, bad) {

@@ -553,7 +553,7 @@ func notBitsliceError(path string, err error) error {
 	case bytes.HasPrefix(head, bitsMagic):
 		// Its own reason, without the package's path prefix.
 		msg := strings.TrimPrefix(err.Error(), kverr.Prefix+path+": ")
-		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimPrefix(msg, kverr.Trim(bitslice.ErrCorrupt.Error())+": "))
+		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimSuffix(msg, ": "+kverr.Trim(bitslice.ErrCorrupt.Error())))
 	case base == enginedir.ManifestName && bytes.HasPrefix(head, []byte("kvbuf engine directory\n")):
 		return fmt.Errorf("%s is the manifest of the kvbuf engine directory %s, not a bitslice file (inspect the directory: kvtool inspect %s)", path, dir, dir)
 	case base == enginedir.LockName:

@@ -113,11 +113,22 @@ func usage(w io.Writer) {
 }
 
 // fail prints err as one line on stderr, prefixed with the command, and
-// returns exitError.
+// returns exitError. The line carries one prefix, kvtool's: the engine's
+// "kvbuf: " is dropped wherever an engine error's text starts (at the
+// front, or after kvtool's own context: ": kvbuf: ").
 func fail(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "kvtool %s: %s\n", cmd, oneLine(err.Error()))
+	fmt.Fprintf(stderr, "kvtool %s: %s\n", cmd, errText(err))
 	return exitError
 }
+
+// errText is err's text in one line, without the engine's prefix.
+func errText(err error) string {
+	s := strings.ReplaceAll(err.Error(), ": "+kvbufPrefix, ": ")
+	return oneLine(strings.TrimPrefix(s, kvbufPrefix))
+}
+
+// kvbufPrefix starts every engine error's text.
+const kvbufPrefix = "kvbuf: "
 
 // usageError prints a one-line usage complaint and returns exitUsage.
 func usageError(stderr io.Writer, cmd, msg string) int {

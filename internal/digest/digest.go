@@ -19,9 +19,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	mbits "math/bits"
 
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/zeebo/xxh3"
 )
 
@@ -36,7 +36,7 @@ func (s Sum) String() string { return hex.EncodeToString(s[:]) }
 // keyspaces or bitslices not in increasing name order, keys not increasing
 // within a keyspace, bits not increasing within a bitslice, a pair before
 // any keyspace, a bit before any bitslice, or a keyspace after a bitslice.
-var ErrOrder = errors.New("digest: input out of order")
+var ErrOrder = errors.New("kvbuf: digest input out of order")
 
 // Hasher accumulates a digest. Feed it every keyspace (Keyspace, then its
 // pairs with Pair, in increasing key order), in increasing name order,
@@ -79,7 +79,7 @@ func New() *Hasher { return &Hasher{h: xxh3.New128()} }
 
 func (d *Hasher) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrOrder}, args...)...)
+		d.err = kverr.Errorf("digest: "+format+": %w", append(args, ErrOrder)...)
 	}
 }
 
