@@ -146,6 +146,9 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 		var labels []string
 		if ok {
 			ownCell, ownCPU = cell(l, own), cpuCell(own)
+			if l.memory {
+				ownCPU = "–" // the row's CPU is the GC's (the same run), not the memory's
+			}
 			if own.Label != "" {
 				labels = append(labels, own.Label)
 			}
@@ -168,7 +171,11 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 				continue
 			}
 			baseCells = append(baseCells, name+" "+cell(l, base))
-			cpus = append(cpus, name+" "+cpuCell(base))
+			if l.memory {
+				cpus = append(cpus, name+" –")
+			} else {
+				cpus = append(cpus, name+" "+cpuCell(base))
+			}
 			switch {
 			case !ok, l.memory:
 				ratios = append(ratios, "–")
