@@ -235,16 +235,9 @@ func (b *Bits) CheckRange(lo, hi uint64) error {
 func (b *Bits) beneath(w uint64) uint64 {
 	for {
 		v := b.view.Load()
-		var m, val uint64
-		for _, t := range v.sealed {
-			p := t.word(w)
-			tm := p >> 32 &^ m
-			val |= p & tm
-			m |= tm
-		}
-		fw := v.fileWord(w>>1) >> (32 * (w & 1)) & lowHalf
+		x := v.beneathWord(w)
 		if b.view.Load() == v {
-			return val | fw&^m
+			return x
 		}
 	}
 }
@@ -347,15 +340,7 @@ func (b *Bits) beneathMany(idx []uint64, slots []*uint64, under []uint64) {
 		v := b.view.Load()
 		for k, i := range idx {
 			w := i >> 5
-			var m, val uint64
-			for _, t := range v.sealed {
-				p := t.word(w)
-				tm := p >> 32 &^ m
-				val |= p & tm
-				m |= tm
-			}
-			fw := v.fileWord(w>>1) >> (32 * (w & 1)) & lowHalf
-			under[k] = val | fw&^m
+			under[k] = v.beneathWord(w)
 			touch += atomic.LoadUint64(slots[k])
 		}
 		if b.view.Load() == v {

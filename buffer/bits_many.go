@@ -174,15 +174,7 @@ func (b *Bits) applyPage(a *bitsTable, s *manyScratch, pi uint64, ws *[pageWords
 				continue
 			}
 			w := w0 + uint64(j)
-			var m, val uint64
-			for _, t := range v.sealed {
-				p := t.word(w)
-				tm := p >> 32 &^ m
-				val |= p & tm
-				m |= tm
-			}
-			fw := v.fileWord(w>>1) >> (32 * (w & 1)) & lowHalf
-			under[j] = val | fw&^m
+			under[j] = v.beneathWord(w)
 		}
 		if b.view.Load() == v {
 			break

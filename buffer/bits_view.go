@@ -153,6 +153,21 @@ func (v *bitsView) fileWord(w uint64) uint64 {
 	return x
 }
 
+// beneathWord returns the values of packed word w beneath the active
+// table: the sealed tables' pending values, newest first, over the file's.
+// The caller re-validates v against recycling.
+func (v *bitsView) beneathWord(w uint64) uint64 {
+	var m, val uint64
+	for _, t := range v.sealed {
+		p := t.word(w)
+		tm := p >> 32 &^ m
+		val |= p & tm
+		m |= tm
+	}
+	fw := v.fileWord(w>>1) >> (32 * (w & 1)) & lowHalf
+	return val | fw&^m
+}
+
 // fold returns the pending mask and values of packed word w across every
 // table of the view, newest first.
 func (v *bitsView) fold(w uint64) (m, val uint64) {
