@@ -127,10 +127,13 @@ type (
 	w1Atomic    struct{ s *w1State }
 )
 
-func (x w1Kvbuf) Loop(_, lo, hi int) (int64, error) {
+func (x w1Kvbuf) Loop(_, lo, hi int) (int64, error) { return getLoopOf(x.b, x.s.lookups[lo:hi]) }
+
+// getLoopOf is the engine's lookup row of W1 and W10: Get of every index,
+// the set bits counted.
+func getLoopOf(b *kvbuf.Bits, lookups []uint64) (int64, error) {
 	var n int64
-	b := x.b
-	for _, i := range x.s.lookups[lo:hi] {
+	for _, i := range lookups {
 		v, err := b.Get(i)
 		if err != nil {
 			return n, err
@@ -138,6 +141,21 @@ func (x w1Kvbuf) Loop(_, lo, hi int) (int64, error) {
 		n += b2i(v)
 	}
 	return n, nil
+}
+
+// countRound is the engine's count row of W1 and W10: w1CountReps Counts
+// of b, the last one checked.
+func countRound(b *kvbuf.Bits) RoundFunc {
+	return func(context.Context, int) (RoundResult, error) {
+		var c uint64
+		var err error
+		for range w1CountReps {
+			if c, err = b.Count(); err != nil {
+				return RoundResult{}, err
+			}
+		}
+		return RoundResult{Ops: w1CountReps, Checks: int64(c)}, nil
+	}
 }
 
 func (x w1KvbufMany) Loop(_, lo, hi int) (int64, error) {
@@ -388,16 +406,7 @@ func (st *w1State) featureWorkloads(s *Suite) []*Workload {
 	}
 	return []*Workload{
 		{Name: "W1/count-with-pending-changes", Unit: "count", Impls: []Impl{
-			{Name: ImplKvbuf, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-				var c uint64
-				var err error
-				for range w1CountReps {
-					if c, err = st.bits.Count(); err != nil {
-						return RoundResult{}, err
-					}
-				}
-				return RoundResult{Ops: w1CountReps, Checks: int64(c)}, nil
-			})},
+			{Name: ImplKvbuf, Round: countRound(st.bits)},
 			{Name: ImplGetLoop, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
 				n, _, err := getLoop(st.bits)
 				return RoundResult{Ops: 1, Checks: n}, err

@@ -188,16 +188,7 @@ func (st *w10State) workloads() []*Workload {
 			{Name: ImplRaw, Loop: w10Raw{st}},
 		}},
 		{Name: "W10/count-sparse", Unit: "count", Impls: []Impl{
-			{Name: ImplKvbuf, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-				var c uint64
-				var err error
-				for range w1CountReps {
-					if c, err = st.bits.Count(); err != nil {
-						return RoundResult{}, err
-					}
-				}
-				return RoundResult{Ops: w1CountReps, Checks: int64(c)}, nil
-			})},
+			{Name: ImplKvbuf, Round: countRound(st.bits)},
 			{Name: ImplRoaring, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
 				var c uint64
 				for range w1CountReps {
@@ -219,18 +210,7 @@ type (
 	w10Raw      struct{ st *w10State }
 )
 
-func (x w10Get) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	b := x.st.bits
-	for _, i := range x.st.lookups[lo:hi] {
-		v, err := b.Get(i)
-		if err != nil {
-			return n, err
-		}
-		n += b2i(v)
-	}
-	return n, nil
-}
+func (x w10Get) Loop(_, lo, hi int) (int64, error) { return getLoopOf(x.st.bits, x.st.lookups[lo:hi]) }
 
 func (x w10Contains) Loop(_, lo, hi int) (int64, error) {
 	var n int64
