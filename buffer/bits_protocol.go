@@ -112,4 +112,5 @@ package buffer
 //
 // B11. Pins. Snapshot pins the tables of the view under vmu; Release takes
 //     tables out of the view under vmu and resets only unpinned ones, so a
-//     table is never pinned after it left the view.
+//     table is never pinned after it left the view. (Pins and the
+//     generation cut are the view core's, view.go, shared with KV.)

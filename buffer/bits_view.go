@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/internal/invariants"
 )
 
 // This file is the Bits overlay's lifecycle: views, freeze, release,
@@ -300,11 +299,8 @@ func prependBits(t *bitsTable, ts []*bitsTable) []*bitsTable {
 func (b *Bits) Release(g uint64) {
 	b.vmu.Lock()
 	v := b.view.Load()
-	cut := len(v.sealed)
-	for cut > 0 && v.sealed[cut-1].gen == g {
-		cut--
-	}
-	if cut == len(v.sealed) {
+	cut, ok := sealedCut(v.sealed, g)
+	if !ok {
 		b.vmu.Unlock()
 		return
 	}
@@ -460,9 +456,7 @@ func (b *Bits) Snapshot() *BitsSnapshot {
 		b.publish(v) // B1
 	}
 	ts := append([]*bitsTable(nil), v.sealed...)
-	for _, t := range ts {
-		t.pins.Add(1) // B11: under vmu
-	}
+	pinTables(ts) // B11: under vmu
 	s := &BitsSnapshot{b: b, tables: ts, lastGen: b.lastGen, fileLen: b.file.Len(), ones: b.Count()}
 	s.length = max(s.fileLen, b.hi.Load())
 	b.snaps[s] = s.lastGen
@@ -479,11 +473,7 @@ func (s *BitsSnapshot) Close() {
 	delete(b.snaps, s)
 	b.trimUndoLocked()
 	b.vmu.Unlock()
-	for _, t := range s.tables {
-		if t.pins.Add(-1) < 0 {
-			invariants.Check(false, "buffer: bits table unpinned more often than pinned")
-		}
-	}
+	unpinTables(s.tables)
 }
 
 // Len is Bits.Len as of the snapshot.

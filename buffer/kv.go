@@ -990,34 +990,50 @@ func (kv *KV) Idle() bool {
 // store, and recycles those no iterator or snapshot pins. Generations must be
 // released in order.
 func (kv *KV) Release(g uint64) {
-	kv.vmu.Lock()
-	v := kv.view.Load()
-	cut := len(v.sealed)
-	for cut > 0 && v.sealed[cut-1].gen == g {
-		cut--
-	}
-	if cut == len(v.sealed) {
-		kv.vmu.Unlock()
-		return
-	}
-	for _, t := range v.sealed[:cut] {
-		invariants.Check(t.gen == 0 || t.gen > g, "buffer: release of generation %d before %d", g, t.gen)
-	}
-	gone := v.sealed[cut:]
-	// Publish first, clear after (publication order 6): a reader that
-	// still sees v after its probe finished the probe before any clear
-	// began.
-	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: v.retained})
-	var freed int64
-	for _, t := range gone {
-		freed += t.bytes()
-		kv.lastCap.Store(max(kv.lastCap.Load()/2, t.capacityBytes()))
-	}
-	kv.vmu.Unlock()
-	kv.acct.add(-freed)
+	gone, _ := kv.cutGen(g, false)
+	// Publish first (cutGen), clear after (publication order 6): a reader
+	// that still sees the old view after its probe finished the probe
+	// before any clear began.
 	for _, t := range gone {
 		kv.pool.put(t)
 	}
+}
+
+// cutGen takes generation g's tables out of the sealed list, Release's and
+// Retain's common step: it publishes the view without them (publication
+// order 9; with retain, with them in front of the read tier's older
+// generations, tier rule T1), debits the account for their bytes and
+// returns them with those bytes. It returns no table if g has none there.
+// The caller may recycle what it returns only after (publication order 6):
+// cutGen has published the view that no longer holds them.
+func (kv *KV) cutGen(g uint64, retain bool) (gone []*table, n int64) {
+	kv.vmu.Lock()
+	v := kv.view.Load()
+	cut, ok := sealedCut(v.sealed, g)
+	if !ok {
+		kv.vmu.Unlock()
+		return nil, 0
+	}
+	for _, t := range v.sealed[:cut] {
+		invariants.Check(t.gen == 0 || t.gen > g, "buffer: release or retain of generation %d before %d", g, t.gen)
+	}
+	gone = v.sealed[cut:]
+	nv := &kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: v.retained}
+	if retain {
+		for _, t := range v.retained {
+			invariants.Check(t.gen < g, "buffer: retain of generation %d after %d", g, t.gen)
+		}
+		nv.retained = make([]*table, 0, len(gone)+len(v.retained))
+		nv.retained = append(append(nv.retained, gone...), v.retained...)
+	}
+	kv.view.Store(nv) // publication order 9
+	for _, t := range gone {
+		n += t.bytes()
+		kv.lastCap.Store(max(kv.lastCap.Load()/2, t.capacityBytes()))
+	}
+	kv.vmu.Unlock()
+	kv.acct.add(-n)
+	return gone, n
 }
 
 // PendingBytes returns the memory held by the overlay's pending changes.
@@ -1041,18 +1057,8 @@ func (kv *KV) pinView(withActive bool) []*table {
 		ts = append(ts, v.active)
 	}
 	ts = append(ts, v.sealed...)
-	for _, t := range ts {
-		t.pins.Add(1) // publication order 10: under vmu
-	}
+	pinTables(ts) // publication order 10: under vmu
 	return ts
-}
-
-func unpin(ts []*table) {
-	for _, t := range ts {
-		if t.pins.Add(-1) < 0 {
-			invariants.Check(false, "buffer: table unpinned more often than pinned")
-		}
-	}
 }
 
 func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }

@@ -159,17 +159,15 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 	if testHook != nil {
 		testHook("iter-pin")
 	}
-	for _, t := range ts {
-		t.pins.Add(1) // publication order 10: under vmu
-	}
+	pinTables(ts)           // publication order 10: under vmu
 	vis := kv.seq.Visible() // publication order 7c: after the pins
 	st, err := kv.st.NewIter(kv.ks, lower, upper)
 	kv.vmu.Unlock()
 	if err != nil {
-		unpin(ts)
+		unpinTables(ts)
 		return nil, err
 	}
-	return newIter(ts, vis, kv.policy, st, lower, upper, func() { unpin(ts) }), nil
+	return newIter(ts, vis, kv.policy, st, lower, upper, func() { unpinTables(ts) }), nil
 }
 
 func newIter(ts []*table, vis uint64, policy orderPolicy, st *storage.Iter, lower, upper []byte, release func()) *Iter {

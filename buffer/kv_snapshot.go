@@ -35,9 +35,7 @@ func (kv *KV) Snapshot() *KVSnapshot {
 		v = kv.replaceActive(v)
 	}
 	ts := append([]*table(nil), v.sealed...)
-	for _, t := range ts {
-		t.pins.Add(1) // publication order 10: under vmu
-	}
+	pinTables(ts)           // publication order 10: under vmu
 	vis := kv.seq.Visible() // publication order 7c: after the pins
 	kv.vmu.Unlock()
 	s := &KVSnapshot{kv: kv, tables: ts, vis: vis}
@@ -129,23 +127,21 @@ func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
 	// The snapshot's pins keep the tables from being recycled; the
 	// iterator adds its own so that it stays correct if the snapshot is
 	// closed first.
-	for _, t := range s.tables {
-		t.pins.Add(1)
-	}
+	pinTables(s.tables)
 	sit, err := st.NewIter(s.kv.ks, lower, upper)
 	if err != nil {
-		unpin(s.tables)
+		unpinTables(s.tables)
 		return nil, err
 	}
 	ts := s.tables
-	return newIter(ts, s.vis, s.kv.policy, sit, lower, upper, func() { unpin(ts) }), nil
+	return newIter(ts, s.vis, s.kv.policy, sit, lower, upper, func() { unpinTables(ts) }), nil
 }
 
 // Close releases the snapshot's tables. It is idempotent. The store snapshot
 // is not the KVSnapshot's: its owner closes it.
 func (s *KVSnapshot) Close() {
 	if s.closed.CompareAndSwap(false, true) {
-		unpin(s.tables)
+		unpinTables(s.tables)
 	}
 }
 

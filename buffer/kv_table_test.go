@@ -126,7 +126,7 @@ func TestKVTableModel(t *testing.T) {
 				opts.PoolBytes = -1
 			}
 			r := &seqRig{kvRig: newKVRig(t, opts), m: newSeqModel(), history: round < 3}
-			defer func() { unpin(r.pinned) }()
+			defer func() { unpinTables(r.pinned) }()
 			if round%3 == 2 {
 				r.kv.policy = orderResort
 			}
@@ -406,7 +406,7 @@ func (r *seqRig) iterAt(t *testing.T, vis uint64, policy orderPolicy, lo, hi *st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newIter(ts, vis, policy, st, bptr(lo), bptr(hi), func() { unpin(ts) })
+	return newIter(ts, vis, policy, st, bptr(lo), bptr(hi), func() { unpinTables(ts) })
 }
 
 // checkStore compares the store with the model at the last release.

@@ -1,7 +1,5 @@
 package buffer
 
-import "github.com/kvbuf/kvbuf/internal/invariants"
-
 // The read tier keeps the tables of recently flushed generations readable
 // after they are durable, so that a key read again soon after its flush
 // (skewed access) is answered from memory instead of by a store Get. The
@@ -41,33 +39,7 @@ import "github.com/kvbuf/kvbuf/internal/invariants"
 func (g *KVGen) Retain() int64 { return g.kv.retain(g.g) }
 
 func (kv *KV) retain(g uint64) int64 {
-	kv.vmu.Lock()
-	v := kv.view.Load()
-	cut := len(v.sealed)
-	for cut > 0 && v.sealed[cut-1].gen == g {
-		cut--
-	}
-	if cut == len(v.sealed) {
-		kv.vmu.Unlock()
-		return 0
-	}
-	for _, t := range v.sealed[:cut] {
-		invariants.Check(t.gen == 0 || t.gen > g, "buffer: retain of generation %d before %d", g, t.gen)
-	}
-	for _, t := range v.retained {
-		invariants.Check(t.gen < g, "buffer: retain of generation %d after %d", g, t.gen)
-	}
-	kept := v.sealed[cut:]
-	retained := make([]*table, 0, len(kept)+len(v.retained))
-	retained = append(append(retained, kept...), v.retained...)
-	kv.view.Store(&kvView{active: v.active, sealed: v.sealed[:cut:cut], retained: retained}) // publication order 9
-	var n int64
-	for _, t := range kept {
-		n += t.bytes()
-		kv.lastCap.Store(max(kv.lastCap.Load()/2, t.capacityBytes()))
-	}
-	kv.vmu.Unlock()
-	kv.acct.add(-n)
+	_, n := kv.cutGen(g, true)
 	return n
 }
 

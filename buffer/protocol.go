@@ -139,6 +139,11 @@ package buffer
 //     after it left the view, and a pinned table is never cleared or
 //     rewritten in place (mutation 05).
 //
+//     The steps of orders 6 and 10 that the KV and Bits overlays take the
+//     same way (finding a generation's tables in the sealed list, pinning
+//     and unpinning) are written once, in view.go; each overlay publishes
+//     its own view type.
+//
 //  11. Bits: the bit overlay's own rules B1-B11 (bits_protocol.go): its
 //     view (B1), leaving and regaining the direct path (B2, B3), the packed
 //     words' CAS/OR/AND (B4) and word filters (B4a), pages (B5), the count
