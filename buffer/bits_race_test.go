@@ -34,12 +34,7 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 	var failure firstFailure
 	var flushes, reads atomic.Int64
 	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for !stopped(stop) {
 			r.bar.Lock()
 			r.gen++
 			g := r.b.Freeze(r.gen)
@@ -69,12 +64,7 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			p := &prog[w]
-			for k := int64(0); ; {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for k := int64(0); !stopped(stop); {
 				n := int64(1)
 				if k%5 == 0 {
 					n = 8 // a SetMany of the next 8 writes

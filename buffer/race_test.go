@@ -71,12 +71,7 @@ func raceProcs(t *testing.T, n int) {
 // kvFlushLoop freezes, writes and releases generations until stop is closed.
 func kvFlushLoop(r *kvRig, stop <-chan struct{}, wg *sync.WaitGroup, flushes *atomic.Int64) {
 	defer wg.Done()
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for !stopped(stop) {
 		r.bar.Lock()
 		r.gen++
 		g := r.kv.Freeze(r.gen)
@@ -118,12 +113,7 @@ func TestKVReadYourWritesWithPinnedTables(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stopped(stop) {
 				it, err := r.kv.NewIter(nil, nil)
 				if err != nil {
 					panic(err)
@@ -240,12 +230,7 @@ func TestBitsNoStaleReadDuringFlush(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for !stopped(stop) {
 			r.bar.Lock()
 			r.gen++
 			g := r.b.Freeze(r.gen)
@@ -284,12 +269,7 @@ func TestBitsNoStaleReadDuringFlush(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stopped(stop) {
 				i := published.Load()
 				if i < 0 {
 					continue
@@ -310,4 +290,15 @@ func TestBitsNoStaleReadDuringFlush(t *testing.T) {
 		t.Fatalf("stale read: %s (%d flushes, %d reads)", *msg, flushes.Load(), reads.Load())
 	}
 	t.Logf("%d flushes, %d reads", flushes.Load(), reads.Load())
+}
+
+// stopped reports whether stop is closed: the loops of the race tests run
+// until it is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
