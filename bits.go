@@ -5,16 +5,12 @@ import (
 	"errors"
 	"io/fs"
 	"iter"
-	"maps"
-	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Bits is a named bit vector: a bitslice file in the engine directory behind
@@ -50,155 +46,6 @@ func (db *DB) Bits(name string) (*Bits, error) {
 		return b, nil
 	}
 	return db.openBits(name, true)
-}
-
-// Bitslice identity. Every bitslice is in the bitslice catalog (a store meta
-// entry, enginedir.BitsCatalog), with the write generation and length of its
-// last write the store made durable; its file's header carries the engine's
-// id and the generation of its last write. The file is synced before the
-// store batch that records the generation, so the header's generation is
-// never below the catalog's. Open checks every file against the catalog:
-// a catalogued file that is missing, an older copy (lower generation), a
-// shorter one, another engine's file or a format-1 file the engine never
-// had fail Open with ErrCorruptDir, and only DB.Bits creates a bitslice. A
-// file the engine made and no flush recorded yet (a crash right after
-// DB.Bits) is adopted: no write of it can be covered by the watermark, as
-// the flush that would have written it records it in the same batch.
-//
-// Write generations: the flush generation g of this session writes
-// generation genBase+g, where genBase is the highest generation in the
-// catalog or in any header at Open, so generations grow across sessions.
-
-// openAllBits loads the engine id and the bitslice catalog and opens every
-// bitslice, checking each file's identity. Called by Open, before the
-// flusher starts. An engine of an earlier format (no id) gets an id, its
-// files are catalogued and stamped with it.
-func (db *DB) openAllBits() error {
-	id, cat, fresh, err := db.loadIdentity()
-	if err != nil {
-		return err
-	}
-	names, err := enginedir.BitsNames(db.dir.Path())
-	if err != nil {
-		return err
-	}
-	onDisk := map[string]bool{}
-	for _, name := range names {
-		onDisk[name] = true
-	}
-	for _, name := range slices.Sorted(maps.Keys(cat)) {
-		if !onDisk[name] {
-			return kverr.Errorf("bitslice %q is in the engine's catalog (written at generation %d, %d bits) but %s is missing: %w",
-				name, cat[name].Gen, cat[name].Len, db.dir.BitsPath(name), ErrCorruptDir)
-		}
-	}
-	if fresh && db.dir.Fresh() && len(names) > 0 {
-		return kverr.Errorf("%s: bitslice files %v in an engine being initialised (kvbuf makes none there): %w", db.dir.BitsDirPath(), names, ErrCorruptDir)
-	}
-	files := make([]*bitslice.File, len(names))
-	for i, name := range names {
-		b, err := db.openBits(name, false)
-		if err != nil {
-			return err
-		}
-		files[i] = b.file
-	}
-	if fresh {
-		// An engine of format 1 had no catalog: its files are what it
-		// had, taken as they are (as that engine would have).
-		for i, name := range names {
-			f := files[i]
-			if f.Version() != 1 {
-				return kverr.Errorf("bitslice %q: a format-%d file (owner %016x) in an engine of format 1 (%s): %w", name, f.Version(), f.Owner(), f.Path(), ErrCorruptDir)
-			}
-			cat[name] = enginedir.BitsEntry{Len: f.Len(), V1: true}
-		}
-	}
-	// Check every file before anything is written: a refused Open changes
-	// nothing.
-	for i, name := range names {
-		f := files[i]
-		e, ok := cat[name]
-		h := enginedir.BitsHeader{Version: f.Version(), Owner: f.Owner(), Gen: f.Gen(), Len: f.Len()}
-		if err := enginedir.CheckBitsFile(name, h, e, ok, id); err != nil {
-			return kverr.Errorf("%s: %w", f.Path(), err)
-		}
-		db.genBase = max(db.genBase, e.Gen, h.Gen)
-		if !ok {
-			db.bitsAdded[name] = enginedir.BitsEntry{Gen: h.Gen, Len: h.Len}
-		}
-	}
-	if fresh {
-		if err := db.putIdentity(id, cat); err != nil {
-			return err
-		}
-	}
-	db.engineID, db.catW = id, cat
-	upgraded := false
-	for i, name := range names {
-		if e := cat[name]; e.V1 {
-			// Stamp the engine's id: from now on the file is version 2.
-			files[i].SetOwner(id)
-			if err := files[i].Sync(); err != nil {
-				return kverr.Errorf("bitslice %q: record the engine id: %w", name, err)
-			}
-			cat[name] = enginedir.BitsEntry{Gen: e.Gen, Len: e.Len}
-			upgraded = true
-		}
-	}
-	if upgraded {
-		return db.putIdentity(id, cat)
-	}
-	return nil
-}
-
-// loadIdentity reads the engine id and the bitslice catalog from the store.
-// An engine without an id (a new one, or one of format 1) gets a random
-// one; fresh reports that, and that the catalog must be made and written.
-func (db *DB) loadIdentity() (id uint64, cat enginedir.BitsCatalog, fresh bool, err error) {
-	b, err := db.store.GetMeta(enginedir.EngineIDMeta)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		for id == 0 {
-			id = rand.Uint64()
-		}
-		return id, enginedir.BitsCatalog{}, true, nil
-	case err != nil:
-		return 0, nil, false, err
-	}
-	if id, err = enginedir.ParseEngineID(b); err != nil {
-		return 0, nil, false, kverr.Errorf("%s: %w", db.Dir(), err)
-	}
-	b, err = db.store.GetMeta(enginedir.BitsCatalogMeta)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return id, enginedir.BitsCatalog{}, false, nil
-	case err != nil:
-		return 0, nil, false, err
-	}
-	if cat, err = enginedir.ParseBitsCatalog(b); err != nil {
-		return 0, nil, false, kverr.Errorf("%s: %w", db.Dir(), err)
-	}
-	return id, cat, false, nil
-}
-
-// putIdentity makes the engine id and the bitslice catalog durable in the
-// store (Open only: the flusher has not started), in an sstable, not only
-// in the write-ahead log: the id must outlive damage to the newest log,
-// which the store survives by dropping its newest commits, or every file
-// stamped with it would look foreign.
-func (db *DB) putIdentity(id uint64, cat enginedir.BitsCatalog) error {
-	batch := db.store.NewBatch()
-	batch.SetMeta(enginedir.EngineIDMeta, enginedir.EncodeEngineID(id))
-	batch.SetMeta(enginedir.BitsCatalogMeta, cat.Encode())
-	err := db.store.Apply(batch)
-	if err == nil {
-		err = db.store.Flush()
-	}
-	if err != nil {
-		return kverr.Errorf("%s: record the engine id and bitslice catalog: %w", db.Dir(), err)
-	}
-	return nil
 }
 
 // openBits opens (or, with create, creates, stamped with the engine id)

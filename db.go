@@ -2,9 +2,6 @@ package kvbuf
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
-	"io/fs"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -128,7 +125,7 @@ type DB struct {
 	// engineID is stamped in every bitslice file the engine creates or
 	// adopts; genBase + a flush generation's number is the write
 	// generation recorded in the headers of the bitslices it writes (see
-	// bits.go: "Bitslice identity").
+	// open.go: "Bitslice identity").
 	engineID uint64
 	genBase  uint64
 
@@ -178,174 +175,6 @@ type DB struct {
 type targetSet struct {
 	kvs  []*KV
 	bits []*Bits
-}
-
-// Open opens the engine in dir, creating dir and an empty engine if dir does
-// not exist or is empty. A nil opts means defaults (see Options). An engine
-// whose creation a crash interrupted (its manifest still says
-// initialising: it acknowledged nothing) is finished, a store that its
-// creation left half made begun again.
-//
-// Errors: ErrLocked if another engine has dir open; ErrNotEngine for a
-// non-empty directory kvbuf did not create (nothing is written to it);
-// ErrCorrupt for damaged files, through one of its finer kinds
-// (ErrCorruptDir for the manifest, catalogs or layout, ErrCorruptBits for a
-// bitslice file, ErrCorruptBlock for what the pebble store reports);
-// ErrBadOptions. On error every file Open opened is closed again.
-func Open(dir string, opts *Options) (*DB, error) {
-	o := opts.EnsureDefaults()
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	db := &DB{
-		opts:      o,
-		bopts:     o.bufferOptions(),
-		keyspaces: map[string]*KV{},
-		bits:      map[string]*Bits{},
-		snaps:     map[*Snapshot]struct{}{},
-		bitsAdded: enginedir.BitsCatalog{},
-	}
-	if o.MemoryBudget != nil {
-		// Before the directory is touched: a closed budget creates nothing.
-		var err error
-		if db.share, err = o.MemoryBudget.attach(dir, db); err != nil {
-			return nil, err
-		}
-	}
-	d, err := enginedir.Open(dir, &enginedir.Options{StoreFS: o.storeFS})
-	if err != nil {
-		if db.share != nil {
-			db.share.detach()
-		}
-		return nil, err
-	}
-	db.dir = d
-	db.targets.Store(&targetSet{})
-	db.feed.init(db)
-	db.pacer = newFlushPacer(o.FlushQuantum, o.FlushCPUPercent)
-	if err := db.open(); err != nil {
-		if db.share != nil {
-			db.share.detach()
-		}
-		db.closeFiles()
-		return nil, err
-	}
-	return db, nil
-}
-
-func (db *DB) open() error {
-	fresh := db.dir.Fresh()
-	so := db.opts.storageOptions()
-	so.FS = db.guardStore()
-	so.ErrorIfNotExists = !fresh // a ready manifest without a store means lost data
-	st, err := storage.Open(db.dir.StorePath(), so)
-	if fresh && errors.Is(err, ErrCorrupt) {
-		// An engine still initialising has acknowledged nothing: a store
-		// its creation left half made is begun again (a power cut in
-		// pebble's creation can leave the marker naming a MANIFEST
-		// whose directory entry did not reach the disk).
-		if rerr := removeStoreDir(so.FS, db.dir.StorePath()); rerr == nil {
-			st, err = storage.Open(db.dir.StorePath(), so)
-		}
-	}
-	if !fresh && errors.Is(err, fs.ErrNotExist) {
-		// A ready manifest is written only once the store is durable.
-		return kverr.Errorf("%s has a ready manifest but no store: %w: %w", db.Dir(), ErrCorruptDir, err)
-	}
-	if err != nil {
-		return err
-	}
-	db.store = st
-	if err := db.loadCatalog(); err != nil {
-		return err
-	}
-	if err := db.openAllBits(); err != nil {
-		return err
-	}
-	if fresh {
-		if err := db.dir.MarkReady(); err != nil {
-			return err
-		}
-	}
-	// The engine id and the bitslice catalog are durable: a format-1
-	// directory may now say it is of the current format.
-	if err := db.dir.Upgrade(); err != nil {
-		return err
-	}
-	wm, err := st.Watermark()
-	if err != nil {
-		return err
-	}
-	highest, err := db.loadHighestOp()
-	if err != nil {
-		return err
-	}
-	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
-	if err != nil {
-		return err
-	}
-	if db.opts.WatchFromOpen {
-		db.feed.startAtOpen(wm)
-	}
-	// From now on a store write that finds the disk full waits for space
-	// and stalls the flusher (diskfull.go); during Open it failed instead.
-	db.stallTo.Store(db.flusher)
-	db.guard.Resume()
-	return nil
-}
-
-// loadHighestOp reads the highest op seen as of the latest flush (0 if the
-// engine never wrote it).
-func (db *DB) loadHighestOp() (uint64, error) {
-	b, err := db.store.GetMeta(enginedir.HighestOpMeta)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	case len(b) != 8:
-		return 0, kverr.Errorf("%s: highest op record of %d bytes: %w", db.Dir(), len(b), ErrCorruptBlock)
-	}
-	return binary.BigEndian.Uint64(b), nil
-}
-
-// loadCatalog reads the keyspace catalog and makes an overlay per keyspace.
-func (db *DB) loadCatalog() error {
-	b, err := db.store.GetMeta(enginedir.CatalogMeta)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		db.catalog = enginedir.NewCatalog()
-		return nil
-	case err != nil:
-		return err
-	}
-	c, err := enginedir.ParseCatalog(b)
-	if err != nil {
-		return kverr.Errorf("%s: keyspace catalog: %w", db.dir.Path(), err)
-	}
-	db.catalog = c
-	if len(c.Dropped) > 0 {
-		// Keyspaces whose drop was not yet durable: finish it with the
-		// next flush (the catalog is rewritten without them).
-		db.catDirty = true
-	}
-	for name, id := range c.Keyspaces {
-		if _, err := db.newKV(name, storage.KeyspaceID(id)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// closeFiles releases whatever Open acquired, for a failed Open.
-func (db *DB) closeFiles() {
-	for _, b := range db.bits {
-		_ = b.file.Close()
-	}
-	if db.store != nil {
-		_ = db.store.Close()
-	}
-	_ = db.dir.Discard()
 }
 
 // addTarget adds an overlay to the flush target list. db.mu held.
