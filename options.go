@@ -53,11 +53,11 @@ type Options struct {
 	GroupWait time.Duration
 
 	// MaxKeySize is the largest KV key in bytes. Default:
-	// buffer.DefaultMaxKeySize (4096); at most buffer.MaxKeySizeLimit.
+	// buffer.DefaultMaxKeySize (4096); at most 64 KiB.
 	MaxKeySize int
 
 	// MaxValueSize is the largest KV value in bytes. Default:
-	// buffer.DefaultMaxValueSize (1 MiB); at most buffer.MaxValueSizeLimit.
+	// buffer.DefaultMaxValueSize (1 MiB); at most 1 GiB.
 	MaxValueSize int
 
 	// MaxBits bounds a bitslice's length: Set of an index at or past it

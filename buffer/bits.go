@@ -448,18 +448,16 @@ func (b *Bits) update(a *bitsTable, w, m uint64, v bool) {
 	}
 }
 
-// Ones returns the indexes of set bits at or after from, in increasing
+// OnesUntil returns the indexes of set bits at or after from, in increasing
 // order, pending changes included. The sequence is read live, a batch of
 // up to 256 bits at a time: a write concurrent with the iteration may or
 // may not be seen. Pages with nothing pending are read through the file's
 // region summary (B9): a sparse page's set bits are listed there, so it
 // costs no file word; a denser one costs the lines the summary marks.
-func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.OnesUntil(from, nil) }
-
-// OnesUntil is Ones that ends early, without error, once *stop is set (if
-// stop is not nil): it checks it before each page (32768 bits), so that a
-// caller that must end iterations at Close pays a load per page instead of
-// one per bit.
+//
+// It ends early, without error, once *stop is set (if stop is not nil): it
+// checks it before each page (32768 bits), so that a caller that must end
+// iterations at Close pays a load per page instead of one per bit.
 func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
 	// Small: inlined with the loop that ranges over it, so that each bit
 	// costs the loop body, not a call (onesCursor).

@@ -350,16 +350,6 @@ func (b *Bits) Settle() {
 // direct reports whether reads take the direct path (tests).
 func (b *Bits) direct() bool { return b.view.Load().direct }
 
-// PendingBytes returns the memory held by the overlay's pending changes.
-func (b *Bits) PendingBytes() int64 {
-	v := b.view.Load()
-	n := v.active.bytes()
-	for _, t := range v.sealed {
-		n += t.bytes()
-	}
-	return n
-}
-
 // undoLayer holds the file words one batch of a generation's write
 // overwrote, for snapshots older than the generation: sorted by word.
 type undoLayer struct {

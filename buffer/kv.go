@@ -147,12 +147,6 @@ func newKV(st kvReader, ks storage.KeyspaceID, acct *Account, r resolved) *KV {
 	return kv
 }
 
-// Seq returns the sequencer the overlay's changes are numbered by.
-func (kv *KV) Seq() *Seq { return kv.seq }
-
-// Keyspace returns the keyspace id the overlay writes to.
-func (kv *KV) Keyspace() storage.KeyspaceID { return kv.ks }
-
 func (kv *KV) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
@@ -240,7 +234,7 @@ type Change struct {
 const applyChunk = 64
 
 // ApplyAt applies cs as the changes numbered first, first+1, ... of a batch
-// (the numbers come from a SeqRange of kv.Seq() not yet published; see
+// (the numbers come from a SeqRange of the overlay's Seq, not yet published; see
 // SeqRange.Take): as Put, Delete and DeleteRange would with those numbers,
 // but grouped by shard, each shard locked once for all of its changes (a mutex is a
 // memory fence), and every key's lines loaded before any is stored, so
@@ -1034,16 +1028,6 @@ func (kv *KV) cutGen(g uint64, retain bool) (gone []*table, n int64) {
 	kv.vmu.Unlock()
 	kv.acct.add(-n)
 	return gone, n
-}
-
-// PendingBytes returns the memory held by the overlay's pending changes.
-func (kv *KV) PendingBytes() int64 {
-	v := kv.view.Load()
-	n := v.active.bytes()
-	for _, t := range v.sealed {
-		n += t.bytes()
-	}
-	return n
 }
 
 // pinView pins the tables of the current view (all of them, or only the

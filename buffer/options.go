@@ -29,11 +29,11 @@ const (
 const (
 	// maxShards is the largest Options.Shards.
 	maxShards = 64
-	// MaxKeySizeLimit is the largest Options.MaxKeySize: a key lives inline
+	// maxKeySizeLimit is the largest Options.MaxKeySize: a key lives inline
 	// in its table node, whose sizes are a fixed ladder.
-	MaxKeySizeLimit = 64 << 10
-	// MaxValueSizeLimit is the largest Options.MaxValueSize.
-	MaxValueSizeLimit = 1 << 30
+	maxKeySizeLimit = 64 << 10
+	// maxValueSizeLimit is the largest Options.MaxValueSize.
+	maxValueSizeLimit = 1 << 30
 )
 
 // Options configures an overlay. A nil *Options means defaults; a zero field
@@ -44,12 +44,12 @@ type Options struct {
 	Shards int
 
 	// MaxKeySize is the largest KV key; longer keys get ErrKeyTooLarge.
-	// Default: DefaultMaxKeySize. At most MaxKeySizeLimit.
+	// Default: DefaultMaxKeySize. At most 64 KiB (maxKeySizeLimit).
 	MaxKeySize int
 
 	// MaxValueSize is the largest KV value; longer values get
 	// ErrValueTooLarge. Default: DefaultMaxValueSize. At most
-	// MaxValueSizeLimit.
+	// 1 GiB (maxValueSizeLimit).
 	MaxValueSize int
 
 	// PoolBytes bounds the memory of released tables kept for the next
@@ -94,10 +94,10 @@ func (o *Options) resolve() (resolved, error) {
 	switch {
 	case v.Shards < 0 || v.Shards > maxShards:
 		return r, kverr.Errorf("Shards %d (want 0..%d): %w", v.Shards, maxShards, kverr.ErrBadOptions)
-	case v.MaxKeySize < 0 || v.MaxKeySize > MaxKeySizeLimit:
-		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, MaxKeySizeLimit, kverr.ErrBadOptions)
-	case v.MaxValueSize < 0 || v.MaxValueSize > MaxValueSizeLimit:
-		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, MaxValueSizeLimit, kverr.ErrBadOptions)
+	case v.MaxKeySize < 0 || v.MaxKeySize > maxKeySizeLimit:
+		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, maxKeySizeLimit, kverr.ErrBadOptions)
+	case v.MaxValueSize < 0 || v.MaxValueSize > maxValueSizeLimit:
+		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, maxValueSizeLimit, kverr.ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
 		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), kverr.ErrBadOptions)
 	}

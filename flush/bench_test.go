@@ -373,7 +373,7 @@ func BenchmarkW5(b *testing.B) {
 		b.Run("kvbuf", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				var g Gate
+				var g drainGate
 				tok, _ := g.Enter()
 				go g.Leave(tok)
 				g.Close()
@@ -415,7 +415,7 @@ func BenchmarkW5(b *testing.B) {
 			b.Run("kvbuf", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					var g Gate
+					var g drainGate
 					for range 4 {
 						tok, _ := g.Enter()
 						go func() {
@@ -489,9 +489,9 @@ func BenchmarkW5(b *testing.B) {
 	b.Run("wait-after-work", func(b *testing.B) {
 		b.Run("kvbuf", func(b *testing.B) {
 			b.ReportAllocs()
-			var toks [4]Token
+			var toks [4]gateToken
 			for b.Loop() {
-				var g Gate
+				var g drainGate
 				for i := range toks {
 					toks[i], _ = g.Enter()
 				}
@@ -547,7 +547,7 @@ func BenchmarkW5(b *testing.B) {
 		b.Run("kvbuf", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				var g Gate
+				var g drainGate
 				var obs sync.WaitGroup
 				tok, _ := g.Enter()
 				for range 4 {
@@ -619,7 +619,7 @@ func BenchmarkW5(b *testing.B) {
 			})
 		})
 		b.Run("kvbuf", func(b *testing.B) {
-			var g Gate
+			var g drainGate
 			g.Stripe() // as the Flusher's gate
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

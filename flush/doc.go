@@ -96,10 +96,11 @@
 //
 // # Drain gate
 //
-// Gate is usable on its own. Enter is a compare-and-swap and Leave an
-// atomic add on one in-flight counter whose sign bit is the closed flag, so
-// a Close racing with Enter can never admit an operation after the drain.
-// The zero Gate has one counter (cheap, wait-group-like); Stripe spreads
+// The Flusher admits every write through its drain gate (drainGate, not
+// exported: the engine is its only user). Enter is a compare-and-swap and
+// Leave an atomic add on one in-flight counter whose sign bit is the closed
+// flag, so a Close racing with Enter can never admit an operation after the
+// drain. The zero gate has one counter (cheap, wait-group-like); Stripe spreads
 // the count over 16 cache-line padded counters picked per goroutine, for
 // gates entered by every write (the Flusher's). Close refuses new
 // operations and waits for admitted ones; Done and Wait let any number of

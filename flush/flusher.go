@@ -92,7 +92,7 @@ type Flusher struct {
 	settler Settler // t's Settler, or nil
 	opts    Options
 
-	gate    Gate
+	gate    drainGate
 	barrier *stripe.RWBarrier
 	mask    uint32
 
@@ -249,7 +249,7 @@ func New(t Target, opts *Options) (*Flusher, error) {
 // once when it is over. The zero Ticket's End does nothing.
 type Ticket struct {
 	f       *Flusher
-	tok     Token
+	tok     gateToken
 	w       *sync.RWMutex // shared side of the write barrier; nil for Enter
 	ended   *atomic.Bool  // set only when invariants are enabled
 	skipped bool
@@ -274,7 +274,7 @@ func (t Ticket) End() {
 	}
 }
 
-func newTicket(f *Flusher, tok Token, w *sync.RWMutex) Ticket {
+func newTicket(f *Flusher, tok gateToken, w *sync.RWMutex) Ticket {
 	t := Ticket{f: f, tok: tok, w: w}
 	if invariants.Enabled {
 		t.ended = new(atomic.Bool)
@@ -351,7 +351,7 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 
 // admitBytes applies FlushBytes and MaxPendingBytes; on error it has left
 // the gate. A panic in PendingBytes leaves the gate too.
-func (f *Flusher) admitBytes(ctx context.Context, tok Token) (err error) {
+func (f *Flusher) admitBytes(ctx context.Context, tok gateToken) (err error) {
 	ok := false
 	defer func() {
 		if !ok {

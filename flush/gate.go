@@ -10,7 +10,7 @@ import (
 	"github.com/kvbuf/kvbuf/internal/stripe"
 )
 
-// Gate is a drain gate: every operation enters it and leaves it, and Close
+// drainGate is a drain gate: every operation enters it and leaves it, and Close
 // refuses new operations and waits until every admitted one has left. Any
 // number of observers can wait for the drain with Done or Wait.
 //
@@ -20,13 +20,13 @@ import (
 // closed, and Leave is a single atomic add. Both are small enough to be
 // inlined. Only the drain pays for reading every counter.
 //
-// The zero Gate is open and ready to use, with one in-flight counter: cheap
+// The zero drainGate is open and ready to use, with one in-flight counter: cheap
 // to create (about 100 bytes), right for a wait-group-like gate. A gate
 // entered from many goroutines at once (every write of an engine) should
 // call Stripe first, which spreads the count over gateStripes cache-line
 // padded counters so that concurrent Enter calls do not bounce one line. A
-// Gate must not be copied after first use.
-type Gate struct {
+// drainGate must not be copied after first use.
+type drainGate struct {
 	s *[gateStripes]stripe.Counter // nil until Stripe; then never changes
 
 	closing atomic.Bool
@@ -58,15 +58,15 @@ const closedBit = math.MinInt64
 // picked per goroutine by stripe.Hint. Call it before the gate is shared:
 // it must not run concurrently with any other method. Calling it again is a
 // no-op.
-func (g *Gate) Stripe() {
+func (g *drainGate) Stripe() {
 	if g.s == nil {
 		g.s = new([gateStripes]stripe.Counter)
 	}
 }
 
-// Token is the proof of one admitted operation; pass it to Leave exactly
-// once. The zero Token is accepted by Leave and does nothing.
-type Token struct {
+// gateToken is the proof of one admitted operation; pass it to Leave exactly
+// once. The zero token is accepted by Leave and does nothing.
+type gateToken struct {
 	c *stripe.Counter
 }
 
@@ -77,7 +77,7 @@ type Token struct {
 // so a Close racing with Enter can never let an operation in after its
 // stripe was closed (the check-flag-then-increment race), and a refused
 // Enter leaves no trace to clean up.
-func (g *Gate) Enter() (Token, error) {
+func (g *drainGate) Enter() (gateToken, error) {
 	c := &g.c0
 	if s := g.s; s != nil {
 		c = &s[stripe.Hint(gateBits)]
@@ -85,18 +85,18 @@ func (g *Gate) Enter() (Token, error) {
 	for {
 		v := c.Load()
 		if v < 0 {
-			return Token{}, kverr.ErrClosed
+			return gateToken{}, kverr.ErrClosed
 		}
 		if c.CompareAndSwap(v, v+1) {
-			return Token{c: c}, nil
+			return gateToken{c: c}, nil
 		}
 	}
 }
 
 // Leave ends the operation admitted with t. Calling it twice with the same
-// Token corrupts the count (the drain may finish early, or the stripe look
-// closed); the zero Token is ignored.
-func (g *Gate) Leave(t Token) {
+// token corrupts the count (the drain may finish early, or the stripe look
+// closed); the zero token is ignored.
+func (g *drainGate) Leave(t gateToken) {
 	if t.c != nil && t.c.Add(-1) < 0 {
 		g.checkDrained()
 	}
@@ -104,7 +104,7 @@ func (g *Gate) Leave(t Token) {
 
 // InFlight returns the number of admitted operations that have not left.
 // It is a racy estimate meant for statistics.
-func (g *Gate) InFlight() int64 {
+func (g *drainGate) InFlight() int64 {
 	n := g.c0.Load() &^ closedBit
 	if g.s != nil {
 		for i := range g.s {
@@ -116,7 +116,7 @@ func (g *Gate) InFlight() int64 {
 
 // Shut begins closing without waiting: once it returns, Enter returns
 // ErrClosed. It reports whether this call was the one that shut the gate.
-func (g *Gate) Shut() bool {
+func (g *drainGate) Shut() bool {
 	first := g.closing.CompareAndSwap(false, true)
 	// Every caller marks every stripe (Or is idempotent), so that Enter fails
 	// after any Shut has returned, not only after the first one finished.
@@ -134,14 +134,14 @@ func (g *Gate) Shut() bool {
 // It is idempotent and safe to call from many goroutines; every call
 // returns once the drain is complete. It waits without a deadline: use Shut
 // and Wait to bound the wait.
-func (g *Gate) Close() {
+func (g *drainGate) Close() {
 	g.Shut()
 	<-g.Done()
 }
 
 // Done returns a channel closed once the gate has been shut and every
 // admitted operation has left.
-func (g *Gate) Done() <-chan struct{} {
+func (g *drainGate) Done() <-chan struct{} {
 	if p := g.doneP.Load(); p != nil {
 		return *p // done is never reassigned once published
 	}
@@ -159,7 +159,7 @@ func (g *Gate) Done() <-chan struct{} {
 
 // Wait blocks until the gate has drained (see Done) or ctx ends, in which
 // case it returns ctx.Err(). It does not shut the gate.
-func (g *Gate) Wait(ctx context.Context) error {
+func (g *drainGate) Wait(ctx context.Context) error {
 	select {
 	case <-g.Done():
 		return nil
@@ -172,7 +172,7 @@ func (g *Gate) Wait(ctx context.Context) error {
 // Leave on a closed stripe. Stripes only decrease once closed, so whichever
 // of the two happens last sees every stripe closed and empty and marks the
 // drain complete.
-func (g *Gate) checkDrained() {
+func (g *drainGate) checkDrained() {
 	if g.c0.Load() != closedBit {
 		return // open (Shut still marking) or busy
 	}

@@ -13,10 +13,10 @@ import (
 )
 
 func TestGateZeroValue(t *testing.T) {
-	var g Gate
+	var g drainGate
 	tok, err := g.Enter()
 	if err != nil {
-		t.Fatalf("Enter on zero Gate: %v", err)
+		t.Fatalf("Enter on zero drainGate: %v", err)
 	}
 	if n := g.InFlight(); n != 1 {
 		t.Fatalf("InFlight = %d, want 1", n)
@@ -41,7 +41,7 @@ func TestGateZeroValue(t *testing.T) {
 }
 
 func TestGateCloseNeverEntered(t *testing.T) {
-	var g Gate
+	var g drainGate
 	if !g.Shut() {
 		t.Fatal("first Shut reported false")
 	}
@@ -58,8 +58,8 @@ func TestGateCloseNeverEntered(t *testing.T) {
 }
 
 func TestGateLeaveZeroToken(t *testing.T) {
-	var g Gate
-	g.Leave(Token{}) // must not panic or go negative
+	var g drainGate
+	g.Leave(gateToken{}) // must not panic or go negative
 	if n := g.InFlight(); n != 0 {
 		t.Fatalf("InFlight = %d", n)
 	}
@@ -82,12 +82,12 @@ func TestGateCloseWaitsAndObservers(t *testing.T) {
 
 func gateCloseWaits(t *testing.T, striped bool) {
 	synctest.Test(t, func(t *testing.T) {
-		var g Gate
+		var g drainGate
 		if striped {
 			g.Stripe()
 			g.Stripe() // no-op
 		}
-		toks := make([]Token, 3)
+		toks := make([]gateToken, 3)
 		for i := range toks {
 			var err error
 			if toks[i], err = g.Enter(); err != nil {
@@ -131,7 +131,7 @@ func gateCloseWaits(t *testing.T, striped bool) {
 }
 
 func TestGateWaitContext(t *testing.T) {
-	var g Gate
+	var g drainGate
 	tok, _ := g.Enter()
 	defer g.Leave(tok)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -155,7 +155,7 @@ func gateStress(t *testing.T, striped bool) {
 		rounds = 50
 	}
 	for range rounds {
-		var g Gate
+		var g drainGate
 		if striped {
 			g.Stripe()
 		}
@@ -204,10 +204,10 @@ func gateStress(t *testing.T, striped bool) {
 
 // Many goroutines in a striped gate: the count stays exact.
 func TestGateStripedInFlight(t *testing.T) {
-	var g Gate
+	var g drainGate
 	g.Stripe()
 	const n = 32
-	toks := make(chan Token, n)
+	toks := make(chan gateToken, n)
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
