@@ -32,21 +32,11 @@ type Bits struct {
 // the next flush. Names follow the keyspace rules (ErrBadName otherwise).
 // It returns ErrClosed after Close has begun.
 func (db *DB) Bits(name string) (*Bits, error) {
-	if err := enginedir.CheckName("bitslice", name); err != nil {
-		return nil, err
-	}
-	t, err := db.flusher.Enter()
-	if err != nil {
-		return nil, err
-	}
-	defer t.End()
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if b, ok := db.bits[name]; ok {
-		return b, nil
-	}
-	return db.openBits(name, true)
+	return handle(db, "bitslice", name, db.bits, db.createBits)
 }
+
+// createBits creates the bitslice called name. db.mu held.
+func (db *DB) createBits(name string) (*Bits, error) { return db.openBits(name, true) }
 
 // openBits opens (or, with create, creates, stamped with the engine id)
 // the bitslice file called name and its overlay. db.mu held (or Open).

@@ -27,19 +27,11 @@ type KV struct {
 // not "." or ".." (ErrBadName otherwise). It returns ErrClosed after Close
 // has begun.
 func (db *DB) KV(name string) (*KV, error) {
-	if err := enginedir.CheckName("keyspace", name); err != nil {
-		return nil, err
-	}
-	t, err := db.flusher.Enter()
-	if err != nil {
-		return nil, err
-	}
-	defer t.End()
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if k, ok := db.keyspaces[name]; ok {
-		return k, nil
-	}
+	return handle(db, "keyspace", name, db.keyspaces, db.createKV)
+}
+
+// createKV creates the keyspace called name. db.mu held.
+func (db *DB) createKV(name string) (*KV, error) {
 	// Add refuses what would make the catalog invalid (a bad name, no id
 	// left) and changes nothing then; it keeps a valid catalog valid, so
 	// the flush can always encode it. (Cloning and encoding the catalog
@@ -57,6 +49,27 @@ func (db *DB) KV(name string) (*KV, error) {
 	}
 	db.catDirty = true
 	return k, nil
+}
+
+// handle returns the handle called name from m, or makes it with create:
+// the steps DB.KV and DB.Bits share. The name is checked first; the
+// flusher is entered (so that Close waits for a creation under way, and
+// none begins after it) and db.mu held around the look-up and create.
+func handle[H any](db *DB, kind, name string, m map[string]*H, create func(string) (*H, error)) (*H, error) {
+	if err := enginedir.CheckName(kind, name); err != nil {
+		return nil, err
+	}
+	t, err := db.flusher.Enter()
+	if err != nil {
+		return nil, err
+	}
+	defer t.End()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if h, ok := m[name]; ok {
+		return h, nil
+	}
+	return create(name)
 }
 
 // newKV makes the handle and overlay of a keyspace. db.mu held (or Open).
