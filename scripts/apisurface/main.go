@@ -67,7 +67,7 @@ func exported(file *ast.File) int {
 			if !d.Name.IsExported() {
 				continue
 			}
-			if d.Recv == nil || receiverExported(d.Recv) {
+			if d.Recv == nil || ast.IsExported(gofiles.ReceiverName(d.Recv)) {
 				n++
 			}
 		case *ast.GenDecl:
@@ -88,21 +88,4 @@ func exported(file *ast.File) int {
 		}
 	}
 	return n
-}
-
-// receiverExported reports whether a method's receiver type is exported
-// (a method of an unexported type cannot be named from outside).
-func receiverExported(recv *ast.FieldList) bool {
-	t := recv.List[0].Type
-	if s, ok := t.(*ast.StarExpr); ok {
-		t = s.X
-	}
-	switch x := t.(type) {
-	case *ast.IndexExpr:
-		t = x.X
-	case *ast.IndexListExpr:
-		t = x.X
-	}
-	id, ok := t.(*ast.Ident)
-	return ok && id.IsExported()
 }

@@ -39,6 +39,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kvbuf/kvbuf/scripts/internal/gofiles"
 )
 
 type listed struct {
@@ -220,7 +222,7 @@ func exportedNames(p *listed) ([]string, error) {
 				}
 				if d.Recv == nil {
 					names = append(names, d.Name.Name)
-				} else if r := recvIdent(d.Recv); r != "" && ast.IsExported(r) {
+				} else if r := gofiles.ReceiverName(d.Recv); r != "" && ast.IsExported(r) {
 					names = append(names, r+"."+d.Name.Name)
 				}
 			case *ast.GenDecl:
@@ -243,23 +245,6 @@ func exportedNames(p *listed) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-func recvIdent(recv *ast.FieldList) string {
-	t := recv.List[0].Type
-	if s, ok := t.(*ast.StarExpr); ok {
-		t = s.X
-	}
-	switch x := t.(type) {
-	case *ast.IndexExpr:
-		t = x.X
-	case *ast.IndexListExpr:
-		t = x.X
-	}
-	if id, ok := t.(*ast.Ident); ok {
-		return id.Name
-	}
-	return ""
 }
 
 // stdMethod reports whether a Type.Method name is one a standard interface

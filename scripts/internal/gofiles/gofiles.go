@@ -38,3 +38,22 @@ func Walk(root string, mode parser.Mode, fn func(path string, fset *token.FileSe
 		return fn(path, fset, file)
 	})
 }
+
+// ReceiverName returns the name of a method's receiver type (T for T, *T,
+// T[P] and *T[P]), or "" if it is not a plain name.
+func ReceiverName(recv *ast.FieldList) string {
+	t := recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
