@@ -131,7 +131,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	}
 	// The log starts at the backup's index, in term 1, with the new
 	// members as voters; the engine pointer names the restored engine.
-	ls, err := openLogStore(filepath.Join(o.Dir, logDir), o.DirMode)
+	ls, err := openLogStore(nodeFS(nil, o.DirMode), filepath.Join(o.Dir, logDir))
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +169,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	// of its own.
 	id := identity{bootstrap: bootstrapHash(fmt.Sprintf("%s\x00restored at %d", o.ClusterToken, idx), o.Peers),
 		node: o.ID, incarnation: randomID(), token: o.ClusterToken}
-	if err := writeIdentity(o.Dir, id, fileMode(o.DirMode)); err != nil {
+	if err := writeIdentity(nodeFS(nil, o.DirMode), o.Dir, id); err != nil {
 		return 0, err
 	}
 	return idx, nil
