@@ -58,3 +58,32 @@ func nodeFS(hooks *testHooks, dirMode os.FileMode) vfs.FS {
 	}
 	return fsutil.ModeFS(dirMode, fileMode(dirMode))
 }
+
+// mkdirAllDurable creates dir and its missing parents on fsys with mode,
+// and syncs the parent of every directory it created: a new directory's
+// entry survives a power cut only once its parent is synced, and a node
+// whose directory entry is lost loses its log and its engine together
+// (pebble does the same for the directories it creates).
+func mkdirAllDurable(fsys vfs.FS, dir string, mode os.FileMode) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return errorf("%w", err)
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir, mode); err != nil {
+		return errorf("%w", err)
+	}
+	for _, d := range created {
+		if err := fsutil.SyncDirWith(fsys.OpenDir, filepath.Dir(d)); err != nil {
+			return errorf("sync %s: %w", filepath.Dir(d), err)
+		}
+	}
+	return nil
+}

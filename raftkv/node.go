@@ -231,12 +231,13 @@ func open(opts *Options, hooks *testHooks) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return nil, errorf("%w", err)
-	}
 	fsys := nodeFS(hooks, o.DirMode)
+	if err := mkdirAllDurable(fsys, o.Dir, o.DirMode); err != nil {
+		return nil, err
+	}
 	if hooks != nil && hooks.fs != nil {
-		if err := fsys.MkdirAll(o.Dir, o.DirMode); err != nil {
+		// The engine directories' side of Dir, on the OS's file system.
+		if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
 			return nil, errorf("%w", err)
 		}
 	}
