@@ -239,9 +239,10 @@ type pcCluster struct {
 	cuts  []*pcCut           // taken, not yet restarted
 	hits  map[string]int     // per boundary, for the armed plan
 
-	cutMu  sync.Mutex     // one cut at a time
-	cutWG  sync.WaitGroup // cuts begun (restart waits for them)
-	cutSeq uint64         // guarded by mu: seeds the images' randomness
+	closeMu sync.RWMutex   // held by the memtable flusher, and by restart while it closes a dead life
+	cutMu   sync.Mutex     // one cut at a time
+	cutWG   sync.WaitGroup // cuts begun (restart waits for them)
+	cutSeq  uint64         // guarded by mu: seeds the images' randomness
 
 	log     []string // the cuts, for a failure's message
 	byMode  map[string]int
@@ -440,7 +441,9 @@ func (pc *pcCluster) restart() error {
 			// Close may report what the dead node ran into after its cut:
 			// nothing of that life is looked at again.
 			pc.c.installed.Add(l.node.Metrics().SnapshotsInstalled)
+			pc.closeMu.Lock()
 			_ = l.node.Close()
+			pc.closeMu.Unlock()
 			dir := pc.c.tn(l.id).dir
 			if err := os.RemoveAll(dir); err != nil {
 				return err
@@ -696,13 +699,25 @@ func TestRaftPowerCut(t *testing.T) {
 				return
 			case <-time.After(150 * time.Millisecond):
 			}
+			pc.closeMu.RLock()
 			for _, id := range c.ids() {
 				if l := pc.life(id); l != nil && !l.dead.Load() {
 					_ = l.node.ls.db.Flush()
 				}
 			}
+			pc.closeMu.RUnlock()
 		}
 	})
+	// A failed test stops the workload before the nodes close.
+	var stopOnce sync.Once
+	stopAll := func() {
+		stopOnce.Do(func() {
+			stop.Store(true)
+			close(flushStop)
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stopAll)
 
 	began := time.Now()
 	modes := []struct {
@@ -754,9 +769,7 @@ func TestRaftPowerCut(t *testing.T) {
 			t.Fatalf("cut %d (seed %d): %v", r, seed, err)
 		}
 	}
-	stop.Store(true)
-	close(flushStop)
-	wg.Wait()
+	stopAll()
 	elapsed := time.Since(began).Round(time.Millisecond)
 
 	c.converge(60 * time.Second)
