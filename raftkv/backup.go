@@ -104,8 +104,9 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, errorf("restore into %s: %w", o.Dir, err)
 	}
-	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return 0, errorf("%w", err)
+	// Durably, as Open makes it (see mkdirAllDurable).
+	if err := mkdirAllDurable(nodeFS(nil, o.DirMode), o.Dir, o.DirMode); err != nil {
+		return 0, err
 	}
 	defer func() {
 		if err != nil {
