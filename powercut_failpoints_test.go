@@ -41,7 +41,7 @@ package kvbuf
 // KVBUF_POWERCUTS=N) takes N (10,000 for the soak). The test logs
 // the cuts per mode and per sync boundary, and fails if a boundary was
 // never cut at in a run of 200 cuts or more. The raft log store
-// (package raftkv) is not part of this model.
+// (package raftkv) has its own test, raftkv's TestRaftPowerCut.
 
 import (
 	"context"

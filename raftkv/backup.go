@@ -104,8 +104,9 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, errorf("restore into %s: %w", o.Dir, err)
 	}
-	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return 0, errorf("%w", err)
+	// Durably, as Open makes it (see mkdirAllDurable).
+	if err := mkdirAllDurable(nodeFS(nil, o.DirMode), o.Dir, o.DirMode); err != nil {
+		return 0, err
 	}
 	defer func() {
 		if err != nil {
@@ -131,7 +132,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	}
 	// The log starts at the backup's index, in term 1, with the new
 	// members as voters; the engine pointer names the restored engine.
-	ls, err := openLogStore(filepath.Join(o.Dir, logDir), o.DirMode)
+	ls, err := openLogStore(nodeFS(nil, o.DirMode), filepath.Join(o.Dir, logDir))
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +170,7 @@ func Restore(ctx context.Context, opts *Options, r io.Reader) (index uint64, err
 	// of its own.
 	id := identity{bootstrap: bootstrapHash(fmt.Sprintf("%s\x00restored at %d", o.ClusterToken, idx), o.Peers),
 		node: o.ID, incarnation: randomID(), token: o.ClusterToken}
-	if err := writeIdentity(o.Dir, id, fileMode(o.DirMode)); err != nil {
+	if err := writeIdentity(nodeFS(nil, o.DirMode), o.Dir, id); err != nil {
 		return 0, err
 	}
 	return idx, nil

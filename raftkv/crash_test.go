@@ -170,7 +170,7 @@ func TestCrashReplaysFromWatermark(t *testing.T) {
 // require to be synced) was lost.
 func setCommit(t *testing.T, dir string, commit uint64) {
 	t.Helper()
-	ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+	ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestRestartBelowWatermark(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+	ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("log names a missing engine", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+		ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 	t.Run("engine behind the compacted log", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+		ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestOpenInconsistentDataDir(t *testing.T) {
 		for _, key := range [][]byte{keyHardState, keyTrunc} {
 			dir := filepath.Join(t.TempDir(), "node")
 			singleNode(t, dir, nil)
-			ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+			ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 			if err != nil {
 				t.Fatal(err)
 			}

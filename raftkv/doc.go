@@ -131,6 +131,13 @@
 //	engine/           the kvbuf engine, or engine-<index>/ after a snapshot install
 //	engine-<index>.staging/  a snapshot being received
 //
+// The node creates the directory and its missing parents durably (each
+// created directory's parent is synced), so that a power cut after a
+// bootstrap cannot lose the log while the engine stays. Power cuts of one
+// node, a majority and the whole cluster, at the log store's sync
+// boundaries and at random, are tested (TestRaftPowerCut; doc/design.md,
+// "Power cuts").
+//
 // # Backups
 //
 // Backup streams the engine of a running node as of one applied index, in

@@ -48,6 +48,7 @@ type faults struct {
 	drop  float64            // probability of dropping a request
 	delay time.Duration      // requests wait up to this long (uniform)
 	cut   map[[2]uint64]bool // directed links that drop everything
+	down  map[uint64]bool    // nodes whose every link drops everything (TestRaftPowerCut's dead nodes; partition leaves them)
 
 	dropped atomic.Int64
 }
@@ -59,6 +60,18 @@ func newFaults(seed uint64) *faults {
 		base: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8, DisableCompression: true},
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		cut:  map[[2]uint64]bool{},
+		down: map[uint64]bool{},
+	}
+}
+
+// setDown cuts (or restores) every link of node id, apart from partitions.
+func (f *faults) setDown(id uint64, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if down {
+		f.down[id] = true
+	} else {
+		delete(f.down, id)
 	}
 }
 
@@ -66,7 +79,7 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 	from, _ := strconv.ParseUint(req.Header.Get(headerFrom), 10, 64)
 	to, _ := strconv.ParseUint(req.Header.Get(headerTo), 10, 64)
 	f.mu.Lock()
-	cut := f.cut[[2]uint64{from, to}]
+	cut := f.cut[[2]uint64{from, to}] || f.down[from] || f.down[to]
 	drop := f.drop > 0 && f.rng.Float64() < f.drop
 	var d time.Duration
 	if f.delay > 0 {
@@ -117,7 +130,7 @@ func (b *faultyBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	f := b.f
 	f.mu.Lock()
-	cut := f.cut[[2]uint64{b.from, b.to}]
+	cut := f.cut[[2]uint64{b.from, b.to}] || f.down[b.from] || f.down[b.to]
 	drop := f.drop > 0 && f.rng.Float64() < f.drop
 	var d time.Duration
 	if f.delay > 0 {

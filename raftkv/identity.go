@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 )
@@ -109,14 +111,22 @@ func decodeIdentity(b []byte) (identity, error) {
 	return id, nil
 }
 
-// readIdentity returns the identity of dir, ok = false if it has none.
-func readIdentity(dir string) (identity, bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+// readIdentity returns the identity of dir on fsys, ok = false if it has
+// none.
+func readIdentity(fsys vfs.FS, dir string) (identity, bool, error) {
+	f, err := fsys.Open(fsys.PathJoin(dir, identityFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return identity{}, false, nil
 	}
 	if err != nil {
 		return identity{}, false, errorf("%w", err)
+	}
+	b, err := io.ReadAll(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return identity{}, false, errorf("read %s: %w", identityFile, err)
 	}
 	id, err := decodeIdentity(b)
 	return id, err == nil, err
@@ -124,13 +134,14 @@ func readIdentity(dir string) (identity, bool, error) {
 
 // writeIdentity records the identity of the node's directory durably.
 func (n *Node) writeIdentity(id identity) error {
-	return writeIdentity(n.dir, id, fileMode(n.opts.DirMode))
+	return writeIdentity(n.fs, n.dir, id)
 }
 
-// writeIdentity records dir's identity durably, in a file of mode mode.
-func writeIdentity(dir string, id identity, mode os.FileMode) error {
+// writeIdentity records dir's identity durably on fsys (which gives the
+// file its mode: see nodeFS).
+func writeIdentity(fsys vfs.FS, dir string, id identity) error {
 	tmp := filepath.Join(dir, identityFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, mode)
+	f, err := fsys.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return errorf("%w", err)
 	}
@@ -142,13 +153,13 @@ func writeIdentity(dir string, id identity, mode os.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, identityFile))
+		err = fsys.Rename(tmp, filepath.Join(dir, identityFile))
 	}
 	if err == nil {
-		err = fsutil.SyncDir(dir)
+		err = fsutil.SyncDirWith(fsys.OpenDir, dir)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
+		_ = fsys.Remove(tmp)
 		return errorf("write %s: %w", identityFile, err)
 	}
 	return nil

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -179,10 +178,11 @@ func decodeMembership(b []byte) (membership, error) {
 	return m, nil
 }
 
-// openLogStore opens (creating if needed) the log store in dir, whose
-// directories and files get dirMode (see fsmode.go).
-func openLogStore(dir string, dirMode os.FileMode) (*logStore, error) {
-	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsutil.ModeFS(dirMode, fileMode(dirMode))}))
+// openLogStore opens (creating if needed) the log store in dir on fsys
+// (nodeFS: the OS's, whose directories and files get the node's modes, see
+// fsmode.go).
+func openLogStore(fsys vfs.FS, dir string) (*logStore, error) {
+	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsys}))
 	if err != nil {
 		return nil, errorf("open raft log store %s: %w", dir, err)
 	}

@@ -82,7 +82,7 @@ func TestCommandRoundTrip(t *testing.T) {
 
 func TestLogStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "log")
-	ls, err := openLogStore(dir, DefaultDirMode)
+	ls, err := openLogStore(nodeFS(nil, DefaultDirMode), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestLogStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything survives a reopen, read from pebble (no cache).
-	ls, err = openLogStore(dir, DefaultDirMode)
+	ls, err = openLogStore(nodeFS(nil, DefaultDirMode), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestLogStoreNoGap(t *testing.T) {
 	for _, step := range []string{"compact", "install"} {
 		t.Run(step, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "log")
-			ls, err := openLogStore(dir, DefaultDirMode)
+			ls, err := openLogStore(nodeFS(nil, DefaultDirMode), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestLogStoreNoGap(t *testing.T) {
 			if err := ls.close(); err != nil {
 				t.Fatal(err)
 			}
-			if ls, err = openLogStore(dir, DefaultDirMode); err != nil {
+			if ls, err = openLogStore(nodeFS(nil, DefaultDirMode), dir); err != nil {
 				t.Fatal(err)
 			}
 			defer ls.close()

@@ -91,7 +91,7 @@ func TestRaftPanicStopsNode(t *testing.T) {
 func TestOpenCommitPastLog(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "node")
 	singleNode(t, dir, nil)
-	ls, err := openLogStore(filepath.Join(dir, logDir), DefaultDirMode)
+	ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/xxh3"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -38,7 +40,8 @@ type Node struct {
 	id   uint64
 	dir  string
 	log  *slog.Logger
-	lock *os.File // the data directory's lock
+	lock io.Closer // the data directory's lock
+	fs   vfs.FS    // the file system of the log store, IDENTITY and LOCK (nodeFS)
 	ls   *logStore
 	rn   *raft.RawNode // the Ready loop's alone (see loop.go)
 	tr   *transport
@@ -211,7 +214,12 @@ func Open(opts *Options) (*Node, error) { return open(opts, nil) }
 // noLogSync writes the raft log without syncs (W9's -w9.nologsync: how
 // much of a write's cost the log's syncs are; never safe); afterCancel
 // widens stop's window (TestCloseCancelsApply).
+//
+// fs is the file system of the node's own files (the log store, IDENTITY,
+// LOCK; the engine directories stay on the OS's): TestRaftPowerCut puts
+// them on pebble's crashable MemFS.
 type testHooks struct {
+	fs          vfs.FS
 	newSM       func(dir string) (stateMachine, error)
 	noLogSync   bool
 	afterCancel func() // runs in stop, between cancelling the context and closing stopc
@@ -223,13 +231,21 @@ func open(opts *Options, hooks *testHooks) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
-		return nil, errorf("%w", err)
+	fsys := nodeFS(hooks, o.DirMode)
+	if err := mkdirAllDurable(fsys, o.Dir, o.DirMode); err != nil {
+		return nil, err
+	}
+	if hooks != nil && hooks.fs != nil {
+		// The engine directories' side of Dir, on the OS's file system.
+		if err := os.MkdirAll(o.Dir, o.DirMode); err != nil {
+			return nil, errorf("%w", err)
+		}
 	}
 	eo := o.Engine.EnsureDefaults()
 	n := &Node{
 		opts:       o,
 		hooks:      hooks,
+		fs:         fsys,
 		propKick:   make(chan struct{}, 1),
 		maxPayload: enginedir.MaxNameLen + eo.MaxKeySize + eo.MaxValueSize,
 		id:         o.ID,
@@ -270,12 +286,12 @@ func open(opts *Options, hooks *testHooks) (*Node, error) {
 func (n *Node) start() error {
 	o := n.opts
 	n.checkDirMode(n.dir, o.DirMode)
-	lock, err := lockDir(n.dir, fileMode(o.DirMode))
+	lock, err := n.lockNodeDir()
 	if err != nil {
 		return err
 	}
 	n.lock = lock
-	id, haveID, err := readIdentity(n.dir)
+	id, haveID, err := readIdentity(n.fs, n.dir)
 	if err != nil {
 		return err
 	}
@@ -284,7 +300,7 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ls, err := openLogStore(filepath.Join(n.dir, logDir), o.DirMode)
+	ls, err := openLogStore(n.fs, filepath.Join(n.dir, logDir))
 	if err != nil {
 		return err
 	}

@@ -237,7 +237,7 @@ func TestClusterIDRandomPerBootstrap(t *testing.T) {
 	for range 2 {
 		dir := filepath.Join(t.TempDir(), "node")
 		singleNode(t, dir, nil)
-		id, ok, err := readIdentity(dir)
+		id, ok, err := readIdentity(nodeFS(nil, DefaultDirMode), dir)
 		if err != nil || !ok {
 			t.Fatal(ok, err)
 		}
