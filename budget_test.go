@@ -349,8 +349,12 @@ func TestMemoryBudgetWaitEnds(t *testing.T) {
 			t.Fatalf("a write that gave up waiting was applied: %v", err)
 		}
 	}
+	// Each wait ended with its 20 ms context, but the budget's clock
+	// starts when the write begins to wait, after the context was made
+	// (39.9 ms for the two at GOMAXPROCS=8 under -race): at least 15 ms
+	// each.
 	m := b.Metrics()
-	if m.Waits != 2 || m.Waiting != 0 || m.WaitTime < 40*time.Millisecond || m.ForcedFlushErrors == 0 {
+	if m.Waits != 2 || m.Waiting != 0 || m.WaitTime < 30*time.Millisecond || m.ForcedFlushErrors == 0 {
 		t.Fatalf("budget after two writes gave up: %+v", m)
 	}
 	if em := dbs[0].Metrics(); em.BudgetWaits != 2 || em.BudgetWaitTime != m.WaitTime || em.BudgetForcedFlushes == 0 {
