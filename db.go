@@ -284,7 +284,12 @@ func (db *DB) open() error {
 	if err != nil {
 		return err
 	}
-	if db.opts.WatchFromOpen {
+	if db.opts.WatchRetain != nil {
+		if err := db.feed.openRetained(wm); err != nil {
+			return err
+		}
+	}
+	if db.opts.WatchFromOpen || db.opts.WatchRetain != nil {
 		db.feed.startAtOpen(wm)
 	}
 	// From now on a store write that finds the disk full waits for space

@@ -157,6 +157,15 @@ type Options struct {
 	// Recording costs every write a copy of its change. Default: false.
 	WatchFromOpen bool
 
+	// WatchRetain keeps the change feed's changes in the store, written in
+	// the same flush as the data they belong to (the same batch or ingest
+	// as its watermark), so that a watch may resume after a restart, a
+	// crash included, from any op the store still retains: DB.Watch from
+	// an op below what memory holds reads the retained changes, then goes
+	// on with the live feed. Retention implies WatchFromOpen. Default:
+	// nil, nothing retained. See WatchRetention.
+	WatchRetain *WatchRetention
+
 	// storeTune, if set, replaces the store options the engine chooses
 	// (storageOptions; CacheSize is still the engine's): benchmarks of
 	// this package compare store set-ups with it. A pointer, so that
@@ -245,6 +254,13 @@ func (o *Options) EnsureDefaults() *Options {
 	if r.WatchBufferBytes == 0 {
 		r.WatchBufferBytes = DefaultWatchBufferBytes
 	}
+	if r.WatchRetain != nil {
+		wr := *r.WatchRetain
+		if wr.MaxBytes == 0 {
+			wr.MaxBytes = DefaultWatchRetainBytes
+		}
+		r.WatchRetain = &wr
+	}
 	return &r
 }
 
@@ -258,6 +274,9 @@ func (o *Options) Validate() error {
 	}
 	if r.WatchBufferBytes < 0 {
 		return kverr.Errorf("WatchBufferBytes %d (negative): %w", r.WatchBufferBytes, ErrBadOptions)
+	}
+	if err := r.WatchRetain.validate(); err != nil {
+		return err
 	}
 	if err := r.bufferOptions().Validate(); err != nil {
 		return err

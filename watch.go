@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -178,7 +179,11 @@ type Watch struct {
 	bits    map[string]bool
 	batch   int
 
+	start    uint64 // the first op delivered (From)
 	pos      uint64 // next log position to read
+	stored   bool   // reading retained changes from the store (watch_retain.go)
+	rop      uint64 // with stored: the op and index of the next entry to read
+	ridx     uint32
 	buf      []WatchEvent
 	i        int
 	lastMark uint64
@@ -290,7 +295,7 @@ func (w *Watch) select_(o WatchOptions) error {
 
 // From returns the first op the watch delivers (WatchOptions.From, or the
 // op "now" stood for).
-func (w *Watch) From() uint64 { return w.from }
+func (w *Watch) From() uint64 { return w.start }
 
 // Next returns the next event: a change, or a resolved mark. It blocks
 // until one is ready, ctx ends (ctx's error; the watch goes on) or the
@@ -303,6 +308,7 @@ func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 		if w.i < len(w.buf) {
 			e := w.buf[w.i]
 			w.i++
+			w.f.delivered.Add(1)
 			return e, nil
 		}
 		if w.err != nil {
@@ -312,8 +318,17 @@ func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 			w.err = w.f.endErr(w)
 			continue
 		}
+		if w.stored {
+			if err := w.f.readStored(w); err != nil {
+				w.f.endWith(err)
+				w.err = err
+				w.Close()
+			}
+			continue
+		}
 		ch, err := w.f.read(w)
 		if err != nil {
+			w.f.endWith(err)
 			w.err = err
 			w.Close()
 			continue
@@ -443,6 +458,7 @@ type feed struct {
 	floor    uint64 // every change of every op >= floor is held
 	durable  uint64 // log positions below it are durable
 	dstep    int    // index in steps of the first step not yet durable
+	durOp    uint64 // the newest durable step's mark
 	released uint64 // newest generation released
 	visible  int    // open visible-mode watches
 	watches  map[*Watch]struct{}
@@ -455,6 +471,17 @@ type feed struct {
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
+
+	// resMu serialises process: the resolver, and a flush that needs its
+	// generation's changes resolved (retainWrite).
+	resMu sync.Mutex
+	// ret is the retention in the store (watch_retain.go); nil without
+	// Options.WatchRetain. Its state is under mu.
+	ret *retainer
+	// Counters for Metrics.
+	delivered atomic.Uint64 // events returned by Next
+	lagged    atomic.Uint64 // watches ended by ErrLagged
+	overflows atomic.Uint64 // overflows (every watch lagged)
 }
 
 // feedCut is an instant where no write was in flight: every op <= n had
@@ -541,28 +568,51 @@ func (f *feed) add(w *Watch) error {
 	if w.from == 0 {
 		w.from = max(f.floor, f.db.flusher.CompletedOp()+1)
 	}
-	if w.from < f.floor {
-		return kverr.Errorf("watch from op %d: the feed holds every change from op %d: %w", w.from, f.floor, ErrCompacted)
-	}
-	// Start after the last mark below from: every later change is of an
-	// op above that mark (or of op 0).
-	i, _ := slices.BinarySearchFunc(f.steps, w.from, func(s feedStep, from uint64) int {
-		if s.n < from {
-			return -1
-		}
-		return 1
-	})
-	w.pos = f.base
-	if i > 0 {
-		w.pos = f.steps[i-1].markPos() + 1
-	}
+	w.start = w.from
 	w.lastMark = w.from - 1
+	if w.from < f.floor {
+		r := f.ret
+		if r == nil || w.from < r.floor || !r.covers(w) {
+			held := f.floor
+			if r != nil && r.covers(w) {
+				held = r.floor
+			}
+			return kverr.Errorf("watch from op %d: the feed holds every change from op %d: %w", w.from, held, ErrCompacted)
+		}
+		// The store retains it (watch_retain.go, R3).
+		w.stored, w.rop, w.ridx = true, w.from, 0
+	} else {
+		w.pos = f.logPos(w.from)
+	}
 	f.watches[w] = struct{}{}
 	if !w.durable {
 		f.visible++
 	}
 	f.kickRun()
 	return nil
+}
+
+// logPos is where a watch from op from starts in the log: after the last
+// mark below from (every later change is of an op above that mark, or of
+// op 0). f.mu held.
+func (f *feed) logPos(from uint64) uint64 {
+	i, _ := slices.BinarySearchFunc(f.steps, from, func(s feedStep, from uint64) int {
+		if s.n < from {
+			return -1
+		}
+		return 1
+	})
+	if i > 0 {
+		return f.steps[i-1].markPos() + 1
+	}
+	return f.base
+}
+
+// endWith counts how a watch ended.
+func (f *feed) endWith(err error) {
+	if errors.Is(err, ErrLagged) {
+		f.lagged.Add(1)
+	}
 }
 
 // remove unregisters w. f.mu held.
@@ -785,6 +835,13 @@ func (f *feed) overflow() {
 	defer f.mu.Unlock()
 	f.dropLog()
 	f.floor = max(f.floor, hi+1)
+	f.overflows.Add(1)
+	if f.ret != nil {
+		// R4: changes of ops up to hi were lost.
+		clear(f.ret.pool)
+		f.ret.pool = f.ret.pool[:0]
+		f.ret.raiseFloor(hi + 1)
+	}
 	f.lastN = max(f.lastN, hi)
 	f.broadcast()
 }
@@ -824,6 +881,9 @@ func (f *feed) releaseHook(g uint64) {
 	}
 	f.mu.Lock()
 	f.released = max(f.released, g)
+	if f.ret != nil {
+		f.ret.released(g)
+	}
 	f.mu.Unlock()
 	f.kickRun()
 }
@@ -869,6 +929,8 @@ func (f *feed) run() {
 // process resolves the cuts queued, advances the durable position, trims
 // the log to its bound and wakes the watches.
 func (f *feed) process() {
+	f.resMu.Lock()
+	defer f.resMu.Unlock()
 	f.mu.Lock()
 	cuts := f.cuts
 	f.cuts = nil
@@ -888,6 +950,7 @@ func (f *feed) process() {
 			break
 		}
 		st.wm = wm
+		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
 		grew = true
@@ -973,10 +1036,17 @@ func (f *feed) resolve(c feedCut) bool {
 			return 0
 		})
 	}
+	var recs []retRec
+	if f.ret != nil {
+		recs = f.ret.collect(evs)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if epoch != f.epoch {
 		return false // an overflow dropped the log: every watch lags
+	}
+	if f.ret != nil {
+		f.ret.pool = append(f.ret.pool, recs...)
 	}
 	mark = max(mark, f.lastN)
 	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}

@@ -1,0 +1,318 @@
+package kvbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// retainHost is a host that numbers its ops, writes each as one Batch and
+// keeps every op's changes in its log (as the events a watch reports).
+type retainHost struct {
+	ops map[uint64][]string
+	rng *rand.Rand
+}
+
+func newRetainHost(seed uint64) *retainHost {
+	return &retainHost{ops: map[uint64][]string{}, rng: rand.New(rand.NewPCG(seed, 31))}
+}
+
+// evText renders a change event for comparison.
+func evText(e WatchEvent) string {
+	switch e.Kind {
+	case EventSetBits:
+		return fmt.Sprintf("%d %s %s %d-%d %v", e.Op, e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit)
+	case EventDeleteRange:
+		return fmt.Sprintf("%d %s %s %q-%q %v %v", e.Op, e.Kind, e.Keyspace, e.Key, e.End, e.Key == nil, e.End == nil)
+	}
+	return fmt.Sprintf("%d %s %s %q=%q", e.Op, e.Kind, e.Keyspace, e.Key, e.Value)
+}
+
+// write writes ops [from, to] to db (keyspaces "a" and "b", bitslice
+// "bits"); big makes some ops large enough for a flush by ingestion.
+func (h *retainHost) write(t testing.TB, db *DB, from, to uint64, big bool) {
+	t.Helper()
+	ctx := context.Background()
+	ka, kb, bs := mustKV(t, db, "a"), mustKV(t, db, "b"), mustBits(t, db, "bits")
+	for op := from; op <= to; op++ {
+		b := db.NewBatch()
+		var evs []string
+		n := 1 + h.rng.IntN(4)
+		if big && h.rng.IntN(4) == 0 {
+			n = 64
+		}
+		for i := range n {
+			k, name := ka, "a"
+			if h.rng.IntN(3) == 0 {
+				k, name = kb, "b"
+			}
+			key := []byte(fmt.Sprintf("k%03d-%d", h.rng.IntN(200), i))
+			switch h.rng.IntN(6) {
+			case 0:
+				b.Delete(k, key)
+				evs = append(evs, evText(WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: key}))
+			case 1:
+				lo := []byte(fmt.Sprintf("k%03d", h.rng.IntN(200)))
+				var hi []byte
+				if h.rng.IntN(3) > 0 {
+					hi = append(slices.Clone(lo), 'z')
+				}
+				b.DeleteRange(k, lo, hi)
+				evs = append(evs, evText(WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name, Key: lo, End: hi}))
+			case 2:
+				i := uint64(h.rng.IntN(5000))
+				v := h.rng.IntN(2) == 0
+				b.Set(bs, i, v)
+				evs = append(evs, evText(WatchEvent{Kind: EventSetBits, Op: op, Bitslice: "bits", Lo: i, Hi: i + 1, Bit: v}))
+			default:
+				val := []byte(fmt.Sprintf("v%d-%s", op, strings.Repeat("x", h.rng.IntN(120))))
+				b.Put(k, key, val)
+				evs = append(evs, evText(WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: key, Value: val}))
+			}
+		}
+		if err := db.Apply(ctx, b, op); err != nil {
+			t.Fatalf("apply op %d: %v", op, err)
+		}
+		h.ops[op] = evs
+	}
+}
+
+// want is the host's log of ops [from, to] in op order.
+func (h *retainHost) want(from, to uint64) []string {
+	var out []string
+	for op := from; op <= to; op++ {
+		out = append(out, h.ops[op]...)
+	}
+	return out
+}
+
+// readTo reads w until a resolved mark >= n, returning the changes read;
+// marks must not go back.
+func readTo(t testing.TB, w *Watch, n uint64) []string {
+	t.Helper()
+	var out []string
+	var last uint64
+	for {
+		e := nextEvent(t, w)
+		if e.Kind == EventResolved {
+			if e.Op < last {
+				t.Fatalf("mark %d after mark %d", e.Op, last)
+			}
+			last = e.Op
+			if e.Op >= n {
+				return out
+			}
+			continue
+		}
+		out = append(out, evText(e))
+	}
+}
+
+func checkSame(t testing.TB, what string, got, want []string) {
+	t.Helper()
+	if slices.Equal(got, want) {
+		return
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Fatalf("%s: %d events, want %d; first difference at %d: %s, want %s", what, len(got), len(want), i, got[i], want[i])
+		}
+	}
+	t.Fatalf("%s: %d events, want %d", what, len(got), len(want))
+}
+
+// TestWatchRetainRestart: with retention, a watch from any retained op
+// after Close and Open gets exactly the host's changes after it, in op
+// order, then goes on with the live feed without a gap or a repeat; flushes
+// by batch and by ingestion; trims by ops; a session without retention
+// leaves a gap a watch cannot start in (ErrCompacted).
+func TestWatchRetainRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	h := newRetainHost(uint64(testSeed(t)))
+	opts := &Options{FlushInterval: -1, IngestThreshold: 4 << 10, WatchRetain: &WatchRetention{}}
+	db := openT(t, dir, opts)
+	for op := uint64(1); op <= 60; op += 10 {
+		h.write(t, db, op, op+9, true)
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if db.Metrics().IngestedGenerations == 0 {
+		t.Fatal("no flush by ingestion: the test covers only batches")
+	}
+	closeT(t, db)
+
+	db = openT(t, dir, opts)
+	if wm := db.Watermark(); wm != 60 {
+		t.Fatalf("watermark %d after reopen, want 60", wm)
+	}
+	for _, from := range []uint64{1, 2, 17, 59, 60} {
+		for _, durable := range []bool{false, true} {
+			w, err := db.Watch(ctx, &WatchOptions{From: from, Durable: durable})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.From() != from {
+				t.Fatalf("From() = %d, want %d", w.From(), from)
+			}
+			checkSame(t, fmt.Sprintf("from %d durable %v", from, durable), readTo(t, w, 60), h.want(from, 60))
+			w.Close()
+		}
+	}
+	// Resume, then the live feed: ops 61-90 written after the watch began.
+	wv, err := db.Watch(ctx, &WatchOptions{From: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := db.Watch(ctx, &WatchOptions{From: 5, Durable: true, Keyspaces: []WatchKeyspace{{Name: "a"}, {Name: "b"}}, Bitslices: []string{"bits"}, Buffer: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, db, 61, 75, false)
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, db, 76, 90, true)
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, "visible from 5 across the restart", readTo(t, wv, 90), h.want(5, 90))
+	checkSame(t, "durable from 5 across the restart", readTo(t, wd, 90), h.want(5, 90))
+	wv.Close()
+	wd.Close()
+	m := db.Metrics()
+	if m.WatchRetainedBytes <= 0 || m.WatchRetainedFrom != 1 || m.WatchDelivered == 0 {
+		t.Fatalf("metrics: retained %d bytes from op %d, %d delivered", m.WatchRetainedBytes, m.WatchRetainedFrom, m.WatchDelivered)
+	}
+	closeT(t, db)
+
+	// Trim by ops: only the last 20 ops at the watermark are kept.
+	opts2 := &Options{FlushInterval: -1, WatchRetain: &WatchRetention{MaxOps: 20}}
+	db = openT(t, dir, opts2)
+	h.write(t, db, 91, 100, false)
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Watch(ctx, &WatchOptions{From: 80}); !errors.Is(err, ErrCompacted) || !errors.Is(err, ErrResync) {
+		t.Fatalf("watch below the retained ops: %v, want ErrCompacted", err)
+	}
+	w, err := db.Watch(ctx, &WatchOptions{From: 81, Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, "from 81 after a trim", readTo(t, w, 100), h.want(81, 100))
+	w.Close()
+	closeT(t, db)
+
+	// A session without retention: its ops are not retained.
+	db = openT(t, dir, &Options{FlushInterval: -1})
+	h.write(t, db, 101, 105, false)
+	closeT(t, db)
+	db = openT(t, dir, opts2)
+	defer closeT(t, db)
+	if _, err := db.Watch(ctx, &WatchOptions{From: 95}); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("watch across a session without retention: %v, want ErrCompacted", err)
+	}
+	w, err = db.Watch(ctx, &WatchOptions{From: 106})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, db, 106, 110, false)
+	checkSame(t, "from 106", readTo(t, w, 110), h.want(106, 110))
+	w.Close()
+}
+
+// TestWatchRetainSelection: retention of some keyspaces: a watch from the
+// store may select only what is retained; what it gets is filtered.
+func TestWatchRetainSelection(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	h := newRetainHost(uint64(testSeed(t)))
+	opts := &Options{FlushInterval: -1, WatchRetain: &WatchRetention{Keyspaces: []string{"a"}}}
+	db := openT(t, dir, opts)
+	h.write(t, db, 1, 30, false)
+	closeT(t, db)
+	db = openT(t, dir, opts)
+	defer closeT(t, db)
+	for _, o := range []*WatchOptions{{From: 1}, {From: 1, Keyspaces: []WatchKeyspace{{Name: "b"}}}, {From: 1, Bitslices: []string{"bits"}}} {
+		if _, err := db.Watch(ctx, o); !errors.Is(err, ErrCompacted) {
+			t.Fatalf("watch %+v of what is not retained: %v, want ErrCompacted", o, err)
+		}
+	}
+	w, err := db.Watch(ctx, &WatchOptions{From: 3, Keyspaces: []WatchKeyspace{{Name: "a", Prefix: []byte("k1")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, s := range h.want(3, 30) {
+		if strings.Contains(s, " a \"k1") || strings.Contains(s, "delete-range a") {
+			want = append(want, s)
+		}
+	}
+	got := readTo(t, w, 30)
+	var gotPuts, wantPuts []string
+	for _, s := range got {
+		if !strings.Contains(s, "delete-range") {
+			gotPuts = append(gotPuts, s)
+		}
+	}
+	for _, s := range want {
+		if !strings.Contains(s, "delete-range") {
+			wantPuts = append(wantPuts, s)
+		}
+	}
+	checkSame(t, "prefix k1 of a", gotPuts, wantPuts)
+	w.Close()
+}
+
+// TestWatchRetainBadOptions: retention's options are checked.
+func TestWatchRetainBadOptions(t *testing.T) {
+	for _, r := range []*WatchRetention{{MaxBytes: -1}, {Keyspaces: []string{""}}, {Bitslices: []string{".."}}} {
+		if _, err := Open(t.TempDir(), &Options{WatchRetain: r}); !errors.Is(err, ErrBadOptions) {
+			t.Fatalf("WatchRetain %+v: %v, want ErrBadOptions", r, err)
+		}
+	}
+	if got := (&Options{WatchRetain: &WatchRetention{}}).EnsureDefaults().WatchRetain.MaxBytes; got != DefaultWatchRetainBytes {
+		t.Fatalf("default MaxBytes %d", got)
+	}
+}
+
+// TestWatchRetainBytesBound: retention past MaxBytes deletes the oldest
+// ops' changes; a watch from the floor still gets everything after it.
+func TestWatchRetainBytesBound(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	h := newRetainHost(uint64(testSeed(t)))
+	opts := &Options{FlushInterval: -1, WatchRetain: &WatchRetention{MaxBytes: 8 << 10}}
+	db := openT(t, dir, opts)
+	for op := uint64(1); op <= 200; op += 20 {
+		h.write(t, db, op, op+19, false)
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := db.Metrics()
+	closeT(t, db)
+	if m.WatchRetainedFrom <= 1 || m.WatchRetainedBytes > 8<<10+64<<10 {
+		t.Fatalf("retained %d bytes from op %d: not trimmed", m.WatchRetainedBytes, m.WatchRetainedFrom)
+	}
+	db = openT(t, dir, opts)
+	defer closeT(t, db)
+	floor := m.WatchRetainedFrom
+	if _, err := db.Watch(ctx, &WatchOptions{From: floor - 1}); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("watch below the floor %d: %v", floor, err)
+	}
+	w, err := db.Watch(ctx, &WatchOptions{From: floor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, "from the floor", readTo(t, w, 200), h.want(floor, 200))
+	w.Close()
+	_ = time.Second
+}
