@@ -381,9 +381,20 @@ func decodeRetKey(k []byte) (uint64, uint32, bool) {
 	return binary.BigEndian.Uint64(k), binary.BigEndian.Uint32(k[8:]), true
 }
 
+// retRecBytes is the size of r's store entry: key and value, as Open
+// counts them.
 func retRecBytes(r *retRec) int64 {
 	e := &r.ev
-	return int64(12+16+len(e.Keyspace)+len(e.Bitslice)+len(e.Key)+len(e.Value)+len(e.End)) + 8
+	uv := func(x uint64) int { return len(binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64), x)) }
+	name := e.Keyspace
+	if e.Kind == EventSetBits {
+		name = e.Bitslice
+	}
+	n := 12 + 2 + uv(uint64(len(name))) + len(name) + uv(e.Lo) + uv(e.Hi)
+	for _, b := range [][]byte{e.Key, e.Value, e.End} {
+		n += uv(uint64(len(b))) + len(b)
+	}
+	return int64(n)
 }
 
 // Value encoding: kind, flags (1: Key set, 2: End set, 4: Bit), then the
