@@ -220,7 +220,15 @@ type Watch struct {
 // a keyspace or bitslice name that is bad or does not exist; ErrBadOp for a
 // From above the op after the highest op seen, or above MaxOp;
 // ErrCompacted (matching ErrResync) for a From below the oldest op the feed
-// holds whole; ErrClosed; ctx's error.
+// holds whole (in memory, or retained in the store with
+// Options.WatchRetain for a watch that selects only what is retained);
+// ErrClosed; ctx's error.
+//
+// With Options.WatchRetain a From below what memory holds is served from
+// the store: the retained changes of the ops from From to the watermark of
+// the newest flush released, a resolved mark there, then the live feed,
+// with nothing skipped or repeated (doc/design.md, "Retention in the
+// store"). This is how a subscriber resumes after either side restarted.
 func (db *DB) Watch(ctx context.Context, opts *WatchOptions) (*Watch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -397,9 +397,9 @@ func retRecBytes(r *retRec) int64 {
 	return int64(n)
 }
 
-// Value encoding: kind, flags (1: Key set, 2: End set, 4: Bit), then the
-// name, key, value and end as uvarint-prefixed bytes, then Lo and Hi as
-// uvarints.
+// encode returns r's store key and value. The value: kind, flags (1: Key
+// set, 2: End set, 4: Bit), then the name, key, value and end as
+// uvarint-prefixed bytes, then Lo and Hi as uvarints.
 func (r *retRec) encode(key, val []byte) ([]byte, []byte) {
 	key = retKey(key, r.op, r.idx)
 	e := &r.ev
