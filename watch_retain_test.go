@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -315,4 +318,196 @@ func TestWatchRetainBytesBound(t *testing.T) {
 	checkSame(t, "from the floor", readTo(t, w, 200), h.want(floor, 200))
 	w.Close()
 	_ = time.Second
+}
+
+// TestWatchModelRestart is the feed's model test over restarts: in each of
+// several sessions, concurrent host writers (ops numbered and begun under
+// the log's lock, single calls or batches, range deletes, DropKV, bit
+// sets) and subscribers that resume, after each Close and Open, from their
+// last resolved mark + 1 (read from the retained feed, then live); at every
+// resolved mark each subscriber's stream, folded across the sessions,
+// equals the host's log folded in op order.
+func TestWatchModelRestart(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	seed := testSeed(t)
+	const goroutines, sessions = 4, 4
+	steps := 80
+	if testing.Short() {
+		steps = 30
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	opts := &Options{FlushInterval: 5 * time.Millisecond, IngestThreshold: 2 << 10, WatchRetain: &WatchRetention{}}
+	h := &hostLog{ops: map[uint64][]WatchEvent{}}
+	type sub struct {
+		name string
+		opts WatchOptions
+		st   *feedState
+		rp   *replayer
+		last uint64
+		// quits: the subscriber keeps a checkpoint (its fold at a mark
+		// chosen at random) and, after each restart, resumes from it as a
+		// subscriber that lost its later progress: from the store.
+		quits  bool
+		ck     uint64
+		ckFold *feedState
+	}
+	subs := []*sub{
+		{name: "all-visible", opts: WatchOptions{}},
+		{name: "all-durable", opts: WatchOptions{Durable: true}},
+		{name: "prefix-durable-quits", opts: WatchOptions{Durable: true, Buffer: 3, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g1/")}}, Bitslices: []string{"bits"}}, quits: true},
+		{name: "prefix-visible-quits", opts: WatchOptions{Buffer: 5, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g2/")}, {Name: "own-3"}}}, quits: true},
+		{name: "all-visible-quits", opts: WatchOptions{}, quits: true},
+	}
+	for _, s := range subs {
+		s.st, s.rp, s.ckFold = newFeedState(), &replayer{h: h, st: newFeedState()}, newFeedState()
+	}
+	for session := range sessions {
+		db := openT(t, dir, opts)
+		shared := mustKV(t, db, "model")
+		bits := mustBits(t, db, "bits")
+		for g := range goroutines {
+			mustKV(t, db, fmt.Sprintf("own-%d", g))
+		}
+		if wm := db.Watermark(); wm != h.next {
+			t.Fatalf("session %d: watermark %d at Open, the host's last op is %d", session, wm, h.next)
+		}
+		errs := make(chan error, 16)
+		var readers sync.WaitGroup
+		for si, s := range subs {
+			if s.quits {
+				s.last, s.st = s.ck, s.ckFold.clone()
+				s.rp = &replayer{h: h, st: newFeedState()}
+				s.rp.to(s.last)
+			}
+			o := s.opts
+			o.From = s.last + 1
+			w, err := db.Watch(ctx, &o)
+			if err != nil {
+				t.Fatalf("session %d: %s resumes from %d: %v", session, s.name, o.From, err)
+			}
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				defer w.Close()
+				rng := rand.New(rand.NewPCG(seed, uint64(session*10+si)))
+				for {
+					e, err := w.Next(ctx)
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", s.name, err)
+						return
+					}
+					if o.Buffer > 0 && rng.IntN(40) == 0 {
+						time.Sleep(time.Millisecond) // a slow consumer
+					}
+					if e.Kind != EventResolved {
+						if e.Op <= s.last {
+							errs <- fmt.Errorf("%s: change of op %d at or below the last mark %d", s.name, e.Op, s.last)
+							return
+						}
+						s.st.apply(e)
+						continue
+					}
+					if e.Op < s.last {
+						errs <- fmt.Errorf("%s: mark %d after mark %d", s.name, e.Op, s.last)
+						return
+					}
+					s.last = e.Op
+					if s.quits && rng.IntN(4) == 0 {
+						s.ck, s.ckFold = e.Op, s.st.clone()
+					}
+					if got, want := s.st.view(&s.opts), s.rp.to(e.Op).view(&s.opts); got != want {
+						errs <- fmt.Errorf("%s, session %d: at resolved op %d the stream folds to\n%s\nthe host's log to\n%s", s.name, session, e.Op, got, want)
+						return
+					}
+				}
+			}()
+		}
+		var writers sync.WaitGroup
+		for g := range goroutines {
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(1000+session*10+g)))
+				own := fmt.Sprintf("own-%d", g)
+				for step := range steps {
+					var chs []WatchEvent
+					batch := rng.IntN(3) == 0
+					for range 1 + rng.IntN(3) {
+						key := fmt.Sprintf("g%d/%02d", g, rng.IntN(20))
+						switch r := rng.IntN(10); {
+						case r < 5:
+							chs = append(chs, WatchEvent{Kind: EventPut, Keyspace: "model", Key: []byte(key), Value: []byte(fmt.Sprint(session, step))})
+						case r < 6:
+							chs = append(chs, WatchEvent{Kind: EventDelete, Keyspace: "model", Key: []byte(key)})
+						case r < 7:
+							lo := rng.IntN(20)
+							chs = append(chs, WatchEvent{Kind: EventDeleteRange, Keyspace: "model",
+								Key: fmt.Appendf(nil, "g%d/%02d", g, lo), End: fmt.Appendf(nil, "g%d/%02d", g, lo+rng.IntN(6))})
+						case r < 8:
+							chs = append(chs, WatchEvent{Kind: EventPut, Keyspace: own, Key: []byte(key), Value: []byte(strings.Repeat("v", rng.IntN(300)))})
+						default:
+							i := uint64(g + goroutines*rng.IntN(40))
+							chs = append(chs, WatchEvent{Kind: EventSetBits, Bitslice: "bits", Lo: i, Hi: i + 1, Bit: rng.IntN(2) == 0})
+						}
+					}
+					if !batch && rng.IntN(40) == 0 {
+						chs = []WatchEvent{{Kind: EventDropKeyspace, Keyspace: own}}
+					}
+					h.mu.Lock()
+					h.next++
+					op := h.next
+					for i := range chs {
+						chs[i].Op = op
+					}
+					h.ops[op] = chs
+					err := db.BeginOp(ctx, op)
+					h.mu.Unlock()
+					if err == nil {
+						err = writeChanges(ctx, db, shared, bits, chs, op, batch)
+					}
+					if err == nil && !batch {
+						err = db.EndOp(ctx, op)
+					}
+					if err != nil {
+						errs <- fmt.Errorf("op %d: %w", op, err)
+						return
+					}
+				}
+			}()
+		}
+		writers.Wait()
+		mustFlush(t, db)
+		m := db.Metrics()
+		if m.WatchRetainedFrom != 1 || m.WatchRetainedBytes == 0 {
+			t.Fatalf("session %d: retained %d bytes from op %d (watermark %d, %d generations)", session, m.WatchRetainedBytes, m.WatchRetainedFrom, m.Watermark, m.Generations)
+		}
+		closeT(t, db) // the final flush; the watches read what is ready, then end
+		readers.Wait()
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		for _, s := range subs {
+			if s.last != h.next {
+				t.Fatalf("session %d: %s's last mark %d, the host's last op %d", session, s.name, s.last, h.next)
+			}
+			t.Logf("session %d: %s at mark %d of %d, checkpoint %d", session, s.name, s.last, h.next, s.ck)
+		}
+	}
+}
+
+func (s *feedState) clone() *feedState {
+	c := newFeedState()
+	for ks, m := range s.kv {
+		c.kv[ks] = maps.Clone(m)
+	}
+	for b, m := range s.bits {
+		c.bits[b] = maps.Clone(m)
+	}
+	return c
 }
