@@ -12,13 +12,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // retainHost is a host that numbers its ops, writes each as one Batch and
 // keeps every op's changes in its log (as the events a watch reports).
 type retainHost struct {
-	ops map[uint64][]string
-	rng *rand.Rand
+	ops    map[uint64][]string
+	rng    *rand.Rand
+	noBits bool // KV changes only
 }
 
 func newRetainHost(seed uint64) *retainHost {
@@ -41,7 +45,11 @@ func evText(e WatchEvent) string {
 func (h *retainHost) write(t testing.TB, db *DB, from, to uint64, big bool) {
 	t.Helper()
 	ctx := context.Background()
-	ka, kb, bs := mustKV(t, db, "a"), mustKV(t, db, "b"), mustBits(t, db, "bits")
+	ka, kb := mustKV(t, db, "a"), mustKV(t, db, "b")
+	var bs *Bits
+	if !h.noBits {
+		bs = mustBits(t, db, "bits")
+	}
 	for op := from; op <= to; op++ {
 		b := db.NewBatch()
 		var evs []string
@@ -55,7 +63,11 @@ func (h *retainHost) write(t testing.TB, db *DB, from, to uint64, big bool) {
 				k, name = kb, "b"
 			}
 			key := []byte(fmt.Sprintf("k%03d-%d", h.rng.IntN(200), i))
-			switch h.rng.IntN(6) {
+			kind := h.rng.IntN(6)
+			if h.noBits && kind == 2 {
+				kind = 3
+			}
+			switch kind {
 			case 0:
 				b.Delete(k, key)
 				evs = append(evs, evText(WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: key}))
@@ -510,4 +522,82 @@ func (s *feedState) clone() *feedState {
 		c.bits[b] = maps.Clone(m)
 	}
 	return c
+}
+
+// TestWatchRetainPowerCut: a power cut at every WAL sync and every
+// ingested table's sync of a run (flushes by batch and by ingestion, the
+// host flushing at random): each image, opened, has a retained feed that
+// is exactly the changes of the ops up to its watermark, from op 1, with
+// its first mark at the watermark (R1: the retained changes and the
+// watermark are in one commit).
+func TestWatchRetainPowerCut(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	mem := vfs.NewCrashableMem()
+	syncedMkdirAll(t, mem, dir)
+	const maxImages = 40
+	var (
+		mu     sync.Mutex
+		images []*vfs.MemFS
+	)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !storeOpMatches("pebble/wal-sync", op) && !storeOpMatches("ingest/sst-sync", op) {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(images) < maxImages {
+			images = append(images, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
+		}
+		return nil
+	})
+	h := newRetainHost(uint64(testSeed(t)))
+	h.noBits = true
+	opts := &Options{FlushInterval: -1, IngestThreshold: 4 << 10, storeFS: errorfs.Wrap(mem, inj), WatchRetain: &WatchRetention{}}
+	db := openT(t, dir, opts)
+	for op := uint64(1); op <= 300; {
+		n := 1 + uint64(h.rng.IntN(12))
+		h.write(t, db, op, op+n-1, true)
+		op += n
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeT(t, db)
+	mu.Lock()
+	defer mu.Unlock()
+	checked := 0
+	for i, img := range images {
+		db, err := Open(dir, &Options{FlushInterval: -1, storeFS: img, WatchRetain: &WatchRetention{}})
+		if err != nil {
+			t.Fatalf("image %d: %v", i, err)
+		}
+		wm := db.Watermark()
+		if wm > 0 {
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: i%2 == 0})
+			if err != nil {
+				t.Fatalf("image %d, watermark %d: %v", i, wm, err)
+			}
+			var got []string
+			for {
+				e := nextEvent(t, w)
+				if e.Kind == EventResolved {
+					if e.Op != wm {
+						t.Fatalf("image %d: first mark %d, watermark %d", i, e.Op, wm)
+					}
+					break
+				}
+				got = append(got, evText(e))
+			}
+			w.Close()
+			checkSame(t, fmt.Sprintf("image %d, watermark %d", i, wm), got, h.want(1, wm))
+			checked++
+		}
+		if err := db.Close(); err != nil {
+			t.Fatalf("image %d: close: %v", i, err)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("%d power-cut images with a watermark, want at least 10", checked)
+	}
 }
