@@ -37,9 +37,10 @@ var (
 	ErrResync = kverr.ErrResync
 
 	// ErrLagged ends a watch (Watch.Next) that fell behind the change
-	// feed's bounded buffer (Options.WatchBufferBytes): the changes it had
-	// not read were dropped. It matches ErrResync. Text: "kvbuf: watch fell
-	// behind the change buffer".
+	// feed's bounded buffer (Options.WatchBufferBytes), or, reading changes
+	// retained in the store, behind their trimming (WatchRetention): the
+	// changes it had not read were dropped. It matches ErrResync. Text:
+	// "kvbuf: watch fell behind the change buffer".
 	ErrLagged = kverr.ErrLagged
 
 	// ErrCompacted is returned by DB.Watch for a start op below the oldest
