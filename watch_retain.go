@@ -536,7 +536,13 @@ func (f *feed) readStored(w *Watch) error {
 	}
 	m := WatchEvent{Kind: EventResolved, Op: top, Watermark: top}
 	w.match(&m)
+	w.rop, w.ridx = top+1, 0
 	if f.floor > top+1 {
+		if f.ret.relWM > top {
+			// The log dropped durable steps meanwhile: they are in the
+			// store now; read on there.
+			return nil
+		}
 		// R4: the in-memory feed lost changes above what the store holds.
 		return kverr.Errorf("watch from op %d: at op %d: %w", w.start, top, ErrLagged)
 	}
