@@ -39,8 +39,10 @@ var (
 	// ErrLagged ends a watch (Watch.Next) that fell behind the change
 	// feed's bounded buffer (Options.WatchBufferBytes), or, reading changes
 	// retained in the store, behind their trimming (WatchRetention): the
-	// changes it had not read were dropped. It matches ErrResync. Text:
-	// "kvbuf: watch fell behind the change buffer".
+	// changes it had not read were dropped. A watch that selects only what
+	// the store retains does not lag behind the buffer: it reads the
+	// changes the buffer dropped from the store. It matches ErrResync.
+	// Text: "kvbuf: watch fell behind the change buffer".
 	ErrLagged = kverr.ErrLagged
 
 	// ErrCompacted is returned by DB.Watch for a start op below the oldest
@@ -185,6 +187,8 @@ type Watch struct {
 	stored   bool   // reading retained changes from the store (watch_retain.go)
 	rop      uint64 // with stored: the op and index of the next entry to read
 	ridx     uint32
+	mop      uint64 // reading the log: the op and index (among its op's
+	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
 	i        int
 	lastMark uint64
@@ -592,6 +596,7 @@ func (f *feed) add(w *Watch) error {
 		w.stored, w.rop, w.ridx = true, w.from, 0
 	} else {
 		w.pos = f.logPos(w.from)
+		w.mop = w.from
 	}
 	f.watches[w] = struct{}{}
 	if !w.durable {
@@ -615,6 +620,27 @@ func (f *feed) logPos(from uint64) uint64 {
 		return f.steps[i-1].markPos() + 1
 	}
 	return f.base
+}
+
+// trackChange advances the watch's place in op order (mop, midx: the key
+// of the first retained change it has not processed, should it read on in
+// the store) past a change of op. Changes of op 0 are not retained; those
+// of ops before the place were processed before it.
+func (w *Watch) trackChange(op uint64) {
+	if op == 0 || op < w.mop {
+		return
+	}
+	if op > w.mop {
+		w.mop, w.midx = op, 0
+	}
+	w.midx++
+}
+
+// trackMark advances the watch's place past a mark at n.
+func (w *Watch) trackMark(n uint64) {
+	if n+1 > w.mop {
+		w.mop, w.midx = n+1, 0
+	}
 }
 
 // endWith counts how a watch ended.
@@ -649,7 +675,14 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if w.pos < f.base {
-		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.from, w.lastMark, ErrLagged)
+		if r := f.ret; r != nil && r.covers(w) && w.mop >= r.floor {
+			// The log dropped durable steps the watch had not read:
+			// the store retains them. Read on there from the first
+			// change not processed (R3).
+			w.stored, w.rop, w.ridx = true, w.mop, w.midx
+			return nil, nil
+		}
+		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.start, w.lastMark, ErrLagged)
 	}
 	limit := f.end
 	if w.durable {
@@ -672,8 +705,11 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		st := &f.steps[i]
 		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
 			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
-				w.match(&st.changes[c])
+				e := &st.changes[c]
+				w.trackChange(e.Op)
+				w.match(e)
 			} else {
+				w.trackMark(st.n)
 				m := st.at(w.pos)
 				w.match(&m)
 			}

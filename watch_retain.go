@@ -549,6 +549,7 @@ func (f *feed) readStored(w *Watch) error {
 	w.stored = false
 	w.from = max(w.from, top+1)
 	w.pos = f.logPos(w.from)
+	w.mop, w.midx = w.from, 0
 	f.delivered.Add(uint64(len(w.buf)))
 	return nil
 }

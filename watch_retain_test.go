@@ -601,3 +601,67 @@ func TestWatchRetainPowerCut(t *testing.T) {
 		t.Fatalf("%d power-cut images with a watermark, want at least 10", checked)
 	}
 }
+
+// TestWatchRetainTrimmedLog: with a tiny in-memory buffer every durable
+// step leaves memory at once, so a watch reading the store while ops are
+// written and flushed finds the log's floor past what it read; it reads on
+// in the store (R3) and gets exactly the host's log, in both modes.
+func TestWatchRetainTrimmedLog(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	h := newRetainHost(uint64(testSeed(t)))
+	opts := &Options{FlushInterval: -1, WatchBufferBytes: 1, WatchRetain: &WatchRetention{}}
+	db := openT(t, dir, opts)
+	h.write(t, db, 1, 40, false)
+	closeT(t, db)
+	db = openT(t, dir, opts)
+	defer closeT(t, db)
+	ws := make([]*Watch, 2)
+	for i := range ws {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: i == 1, Buffer: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws[i] = w
+	}
+	const last = 400
+	got := make([][]string, len(ws))
+	errs := make(chan error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				e, err := w.Next(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if e.Kind == EventResolved {
+					if e.Op >= last {
+						return
+					}
+					continue
+				}
+				got[i] = append(got[i], evText(e))
+			}
+		}()
+	}
+	for op := uint64(41); op <= last; op += 4 {
+		h.write(t, db, op, op+3, false)
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	for i := range ws {
+		checkSame(t, fmt.Sprintf("watch %d", i), got[i], h.want(1, last))
+	}
+}
