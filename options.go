@@ -141,8 +141,9 @@ type Options struct {
 	// WatchBufferBytes bounds the memory of the change feed (DB.Watch):
 	// the changes it holds for watches, resolved or not. Beyond it the
 	// oldest durable changes are dropped (a watch that had not read them
-	// ends with ErrLagged; a watch may no longer start there,
-	// ErrCompacted), and if the changes of ops not yet complete outgrow it
+	// ends with ErrLagged, unless the store retains them (WatchRetain) and
+	// it reads on there; a watch may no longer start there but from the
+	// store, else ErrCompacted), and if the changes of ops not yet complete outgrow it
 	// alone (an op held open while others write) every watch lags.
 	// Changes not yet durable are not dropped for the bound: they are
 	// bounded by MaxPendingBytes. Default: DefaultWatchBufferBytes;

@@ -616,16 +616,16 @@ func TestWatchRetainTrimmedLog(t *testing.T) {
 	closeT(t, db)
 	db = openT(t, dir, opts)
 	defer closeT(t, db)
-	ws := make([]*Watch, 2)
+	ws := make([]*Watch, 6)
 	for i := range ws {
-		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: i == 1, Buffer: 1})
+		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: i%2 == 1, Buffer: 1 + i/2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
 		ws[i] = w
 	}
-	const last = 400
+	const last = 800
 	got := make([][]string, len(ws))
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
@@ -650,7 +650,7 @@ func TestWatchRetainTrimmedLog(t *testing.T) {
 		}()
 	}
 	for op := uint64(41); op <= last; op += 4 {
-		h.write(t, db, op, op+3, false)
+		h.write(t, db, op, op+3, true) // some ops of 64 changes
 		if err := db.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
