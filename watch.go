@@ -314,7 +314,9 @@ func (w *Watch) From() uint64 { return w.start }
 // until one is ready, ctx ends (ctx's error; the watch goes on) or the
 // watch ends: ErrLagged (matching ErrResync) if it fell behind the feed's
 // buffer, the Watch ctx's error once it ended, ErrClosed after Close of
-// the watch, or of the engine once every event ready before it was read.
+// the watch, or of the engine once every event ready before it was read
+// (a watch reading changes retained in the store ends with ErrClosed when
+// the engine closes; it resumes from the store after the next Open).
 // Once the watch has ended every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 	for {

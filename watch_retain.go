@@ -215,10 +215,13 @@ func (f *feed) openRetained(wm uint64) error {
 		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		op, _, ok := decodeRetKey(it.Key())
+		k := it.Key()
+		op, _, ok := decodeRetKey(k)
 		if !ok {
-			_ = it.Close()
-			return kverr.Errorf("%s: retained feed key %x: %w", f.db.Dir(), it.Key(), ErrCorrupt)
+			if err := it.Close(); err != nil {
+				return err
+			}
+			return kverr.Errorf("%s: retained feed key %x: %w", f.db.Dir(), k, ErrCorrupt)
 		}
 		if op < r.floor || op > wm {
 			continue
@@ -512,10 +515,13 @@ func (f *feed) readStored(w *Watch) error {
 			done = false
 			break
 		}
-		e, ok := decodeRetained(it.Key(), it.Value())
+		k := it.Key()
+		e, ok := decodeRetained(k, it.Value())
 		if !ok {
-			_ = it.Close()
-			return kverr.Errorf("%s: retained feed entry %x: %w", f.db.Dir(), it.Key(), ErrCorrupt)
+			if err := it.Close(); err != nil {
+				return err // the store closed under it (ErrClosed), or a read failed
+			}
+			return kverr.Errorf("%s: retained feed entry %x: %w", f.db.Dir(), k, ErrCorrupt)
 		}
 		_, idx, _ := decodeRetKey(it.Key())
 		w.match(&e)

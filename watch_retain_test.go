@@ -505,7 +505,10 @@ func TestWatchModelRestart(t *testing.T) {
 		default:
 		}
 		for _, s := range subs {
-			if s.last != h.next {
+			// A subscriber still reading the store when the engine
+			// closes ends with ErrClosed (it resumes from its
+			// checkpoint next time); the others read everything.
+			if !s.quits && s.last != h.next {
 				t.Fatalf("session %d: %s's last mark %d, the host's last op %d", session, s.name, s.last, h.next)
 			}
 			t.Logf("session %d: %s at mark %d of %d, checkpoint %d", session, s.name, s.last, h.next, s.ck)
