@@ -88,12 +88,24 @@ import (
 //     snapshot is closed.
 //   - A new keyspace is persisted with the next flush, together with its
 //     first data.
-//   - The change feed (DB.Watch) holds its changes in memory only: after
-//     a restart a watch may start only above the watermark at Open (with
-//     Options.WatchFromOpen; without it, at ops begun after the first
-//     Watch), and the host's replay from Watermark()+1 delivers those ops
-//     again. Once recording begins, every write copies its change into
-//     the feed until Close, watched or not.
+//   - Without Options.WatchRetain the change feed (DB.Watch) holds its
+//     changes in memory only: after a restart a watch may start only above
+//     the watermark at Open (with Options.WatchFromOpen; without it, at
+//     ops begun after the first Watch), and the host's replay from
+//     Watermark()+1 delivers those ops again. Once recording begins, every
+//     write copies its change into the feed until Close, watched or not.
+//   - With Options.WatchRetain every flush also writes the retained
+//     changes of the ops its watermark covers (store space and flush work
+//     in proportion to the changes retained). Writes of op 0 are not
+//     retained (they have no place in op order). The keyspaces and
+//     bitslices retained are not recorded in the store: a watch from the
+//     store is checked against the Options of this Open, so reopening with
+//     a wider selection than an earlier session retained lets a watch of
+//     the wider selection start at ops whose changes were not retained. A
+//     session opened without WatchRetain leaves a gap: the next session
+//     with it retains from its Open's watermark + 1 on. One flush's
+//     retained changes are never trimmed by that flush, so a flush larger
+//     than WatchRetention.MaxBytes passes the bound until the next one.
 //   - Writes of op 0 have no place in the feed's op order: each is
 //     delivered with op 0 after the numbered changes of the first resolved
 //     mark cut after it, in record order. Two writes of one key in the

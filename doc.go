@@ -121,8 +121,16 @@
 // ErrLagged, and a watch from an op the buffer no longer holds fails with
 // ErrCompacted; both match ErrResync. A subscriber resyncs with a Snapshot
 // and a watch from its Op()+1: that pair never skips or repeats a change.
-// Changes are held in memory only: a watch resumes across a restart of the
-// subscriber, from its last mark + 1, only while the engine stays open.
+// Without retention changes are held in memory only: a watch resumes across
+// a restart of the subscriber, from its last mark + 1, only while the
+// engine stays open. With Options.WatchRetain the engine also keeps the
+// changes (of every keyspace and bitslice, or of those named) in its store,
+// written in the same flush as the data and the watermark they belong to,
+// and trimmed by bytes (WatchRetention.MaxBytes, 64 MiB by default) or by
+// ops (MaxOps): a watch from any retained op, after a restart or a crash of
+// either side, gets exactly the changes of the durable ops after it, then
+// the live feed; a start below the oldest op retained is ErrCompacted.
+// "kvtool watch DIR" prints an engine's retained changes.
 //
 // # Backups
 //

@@ -79,6 +79,28 @@ type Metrics struct {
 	BudgetForcedFlushes int64
 	BudgetWaits         int64
 	BudgetWaitTime      time.Duration
+	// The change feed (DB.Watch). WatchSubscribers is the number of open
+	// watches; WatchDelivered counts the events (changes and marks) Next
+	// returned; WatchLagged the watches ended by ErrLagged; WatchOverflows
+	// the times unresolved changes outgrew the feed's bound and every
+	// watch lagged. WatchBufferBytes is the memory the feed holds
+	// (resolved and unresolved changes, counted as WatchBufferBytes
+	// bounds them). WatchResolvedOp is the op of the newest resolved mark
+	// and WatchDurableOp that of the newest mark durable-mode watches may
+	// read; a watch's lag is the newest mark minus the last it read.
+	// WatchRetainedBytes and WatchRetainedFrom describe the retention in
+	// the store (Options.WatchRetain; 0 without): the durable retained
+	// changes' bytes and the lowest op a watch may resume from. Only
+	// WatchDelivered, WatchLagged and WatchOverflows count from Open.
+	WatchSubscribers   int
+	WatchDelivered     uint64
+	WatchLagged        uint64
+	WatchOverflows     uint64
+	WatchBufferBytes   int64
+	WatchResolvedOp    uint64
+	WatchDurableOp     uint64
+	WatchRetainedBytes int64
+	WatchRetainedFrom  uint64
 	// FlushLatency is the distribution of Flush calls' durations.
 	FlushLatency LatencyHistogram
 	// InFlight is the number of generations frozen and not yet durable;
@@ -205,6 +227,7 @@ func (db *DB) Metrics() Metrics {
 		m.BudgetWaits = s.waits.Load()
 		m.BudgetWaitTime = time.Duration(s.waitNs.Load())
 	}
+	db.feed.metrics(&m)
 	return m
 }
 

@@ -36,7 +36,9 @@ import (
 //  6. The manifest marked ready (a new engine) and upgraded to the
 //     current format.
 //  7. The flusher, from the store's watermark and the highest op of the
-//     latest flush (the host replays its log from Watermark()+1).
+//     latest flush (the host replays its log from Watermark()+1); the
+//     change feed's retained range read from the store (with
+//     Options.WatchRetain) and its recording begun at the watermark.
 //  8. The disk-full guard switched from failing to waiting.
 //
 // From step 2 on, a step's error names the file or directory it concerns
@@ -140,7 +142,12 @@ func (db *DB) open() error {
 	if err != nil {
 		return err
 	}
-	if db.opts.WatchFromOpen {
+	if db.opts.WatchRetain != nil {
+		if err := db.feed.openRetained(wm); err != nil {
+			return err
+		}
+	}
+	if db.opts.WatchFromOpen || db.opts.WatchRetain != nil {
 		db.feed.startAtOpen(wm)
 	}
 	// 8. From now on a store write that finds the disk full waits for space

@@ -141,8 +141,9 @@ type Options struct {
 	// WatchBufferBytes bounds the memory of the change feed (DB.Watch):
 	// the changes it holds for watches, resolved or not. Beyond it the
 	// oldest durable changes are dropped (a watch that had not read them
-	// ends with ErrLagged; a watch may no longer start there,
-	// ErrCompacted), and if the changes of ops not yet complete outgrow it
+	// ends with ErrLagged, unless the store retains them (WatchRetain) and
+	// it reads on there; a watch may no longer start there but from the
+	// store, else ErrCompacted), and if the changes of ops not yet complete outgrow it
 	// alone (an op held open while others write) every watch lags.
 	// Changes not yet durable are not dropped for the bound: they are
 	// bounded by MaxPendingBytes. Default: DefaultWatchBufferBytes;
@@ -156,6 +157,15 @@ type Options struct {
 	// Watch call on, and a watch may start only at ops begun after it.
 	// Recording costs every write a copy of its change. Default: false.
 	WatchFromOpen bool
+
+	// WatchRetain keeps the change feed's changes in the store, written in
+	// the same flush as the data they belong to (the same batch or ingest
+	// as its watermark), so that a watch may resume after a restart, a
+	// crash included, from any op the store still retains: DB.Watch from
+	// an op below what memory holds reads the retained changes, then goes
+	// on with the live feed. Retention implies WatchFromOpen. Default:
+	// nil, nothing retained. See WatchRetention.
+	WatchRetain *WatchRetention
 
 	// storeTune, if set, replaces the store options the engine chooses
 	// (storageOptions; CacheSize is still the engine's): benchmarks of
@@ -245,6 +255,13 @@ func (o *Options) EnsureDefaults() *Options {
 	if r.WatchBufferBytes == 0 {
 		r.WatchBufferBytes = DefaultWatchBufferBytes
 	}
+	if r.WatchRetain != nil {
+		wr := *r.WatchRetain
+		if wr.MaxBytes == 0 {
+			wr.MaxBytes = DefaultWatchRetainBytes
+		}
+		r.WatchRetain = &wr
+	}
 	return &r
 }
 
@@ -258,6 +275,9 @@ func (o *Options) Validate() error {
 	}
 	if r.WatchBufferBytes < 0 {
 		return kverr.Errorf("WatchBufferBytes %d (negative): %w", r.WatchBufferBytes, ErrBadOptions)
+	}
+	if err := r.WatchRetain.validate(); err != nil {
+		return err
 	}
 	if err := r.bufferOptions().Validate(); err != nil {
 		return err

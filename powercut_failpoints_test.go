@@ -266,6 +266,7 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 		// or the larger ones (64 KiB); the batch path in the others.
 		IngestThreshold: []int64{1, 64 << 10, -1, -1}[rng.IntN(4)],
 		storeFS:         errorfs.Wrap(mem, inj),
+		WatchRetain:     &WatchRetention{}, // pcVerify checks the retained feed
 	}
 	ctx := context.Background()
 	dir := filepath.Join(root, "engine")
@@ -381,7 +382,7 @@ func pcVerify(ctx context.Context, root string, c *pcCut, log []pcOp, st *pcStat
 	if err != nil {
 		return err
 	}
-	db, err := Open(filepath.Join(root, "engine"), &Options{FlushInterval: -1, storeFS: fs})
+	db, err := Open(filepath.Join(root, "engine"), &Options{FlushInterval: -1, storeFS: fs, WatchRetain: &WatchRetention{}})
 	if err != nil {
 		return fmt.Errorf("Open after the cut: %w", err)
 	}
@@ -400,6 +401,10 @@ func pcVerify(ctx context.Context, root string, c *pcCut, log []pcOp, st *pcStat
 	if err := pcCheckAt(wm, got, pcStateAt(log, wm), pcLaterOf(log[wm:c.started])); err != nil {
 		return err
 	}
+	// The retained feed is exactly the ops up to the watermark.
+	if err := pcCheckFeed(ctx, db, log, wm); err != nil {
+		return fmt.Errorf("after the cut: %w", err)
+	}
 	// The host replays its log from the watermark.
 	for _, o := range log[wm:c.started] {
 		if err := pcApply(ctx, db, o); err != nil {
@@ -417,6 +422,11 @@ func pcVerify(ctx context.Context, root string, c *pcCut, log []pcOp, st *pcStat
 		return err
 	}
 	if err := pcEqual(got, pcStateAt(log, c.started)); err != nil {
+		return fmt.Errorf("after replaying ops %d..%d: %w", wm+1, c.started, err)
+	}
+	// The replay's changes follow the retained ones: none missing, none
+	// twice.
+	if err := pcCheckFeed(ctx, db, log, c.started); err != nil {
 		return fmt.Errorf("after replaying ops %d..%d: %w", wm+1, c.started, err)
 	}
 	if err := db.Close(); err != nil {
@@ -491,4 +501,68 @@ func pcVerifyCheckpoint(dir string, fs vfs.FS, wm, started uint64, log []pcOp) e
 		return err
 	}
 	return db.Close()
+}
+
+// pcCheckFeed checks that a durable watch from op 1 gets exactly the
+// changes of ops 1..wm of the log, in op order, then a mark at wm: the
+// retained change feed after a power cut (and a replay) is the durable
+// state.
+func pcCheckFeed(ctx context.Context, db *DB, log []pcOp, wm uint64) error {
+	if wm == 0 {
+		return nil
+	}
+	if from := db.Metrics().WatchRetainedFrom; from != 1 {
+		return fmt.Errorf("the retained feed starts at op %d, not 1", from)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	w, err := db.Watch(wctx, &WatchOptions{From: 1, Durable: true})
+	if err != nil {
+		return fmt.Errorf("watch from op 1: %w", err)
+	}
+	defer w.Close()
+	var want []string
+	for _, o := range log[:wm] {
+		for _, x := range o.writes {
+			e := WatchEvent{Op: o.n}
+			switch x.kind {
+			case 'p':
+				e.Kind, e.Keyspace, e.Key, e.Value = EventPut, x.ks, []byte(x.key), []byte(x.value)
+			case 'd':
+				e.Kind, e.Keyspace, e.Key = EventDelete, x.ks, []byte(x.key)
+			case 'r':
+				e.Kind, e.Keyspace, e.Key, e.End = EventDeleteRange, x.ks, []byte(x.key), []byte(x.hi)
+			case 'x':
+				e.Kind, e.Keyspace = EventDropKeyspace, x.ks
+			case 'S':
+				e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, x.bs, x.lo, x.hiBit, x.v
+			default: // 's', 'c'
+				e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, x.bs, x.lo, x.lo+1, x.v
+			}
+			want = append(want, evText(e))
+		}
+	}
+	var got []string
+	for {
+		e, err := w.Next(wctx)
+		if err != nil {
+			return fmt.Errorf("watch from op 1: %w", err)
+		}
+		if e.Kind == EventResolved {
+			if e.Op != wm {
+				return fmt.Errorf("watch from op 1: first mark %d, watermark %d", e.Op, wm)
+			}
+			break
+		}
+		got = append(got, evText(e))
+	}
+	if !slices.Equal(got, want) {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				return fmt.Errorf("retained feed to op %d: %d changes, want %d; first difference at %d: %s, want %s", wm, len(got), len(want), i, got[i], want[i])
+			}
+		}
+		return fmt.Errorf("retained feed to op %d: %d changes, want %d", wm, len(got), len(want))
+	}
+	return nil
 }

@@ -136,8 +136,11 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 			db.catW[name] = e
 		}
 	}
+	// The change feed's retained changes of the ops this watermark covers
+	// go into the same batch or ingest (watch_retain.go, R1).
+	rw := db.feed.retainWrite(gen.g, wm)
 	if db.opts.IngestThreshold > 0 && gen.kvBytes() >= db.opts.IngestThreshold {
-		return nil, gen.ingest(ctx, wm)
+		return nil, gen.ingest(ctx, wm, rw)
 	}
 	batch := db.store.NewBatch()
 	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
@@ -156,6 +159,9 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	}
 	if gen.highest > 0 {
 		batch.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
+	}
+	if rw != nil {
+		rw.addToBatch(batch)
 	}
 	batch.SetWatermark(wm)
 	c, err := gen.db.store.Commit(batch)
@@ -183,7 +189,7 @@ func (gen *generation) kvBytes() int64 {
 // written after the failure was settled would land with a watermark that
 // covers this one: ingest rule 6 in storage/ingest_commit.go). The
 // bitslices were written and synced before (Write).
-func (gen *generation) ingest(ctx context.Context, wm uint64) error {
+func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) error {
 	db := gen.db
 	db.pacer.begin()
 	in := db.store.NewIngest()
@@ -196,6 +202,9 @@ func (gen *generation) ingest(ctx context.Context, wm uint64) error {
 	}
 	if gen.highest > 0 {
 		in.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
+	}
+	if rw != nil {
+		rw.ingestMeta(in)
 	}
 	// An ingest takes keyspaces in increasing order; a keyspace whose drop
 	// an earlier session left unfinished comes before one of this
@@ -216,6 +225,9 @@ func (gen *generation) ingest(ctx context.Context, wm uint64) error {
 			in.Abort()
 			return kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
 		}
+	}
+	if rw != nil {
+		rw.addToIngest(in) // feedKS is above every keyspace
 	}
 	c, err := db.store.CommitIngest(in)
 	if err != nil {

@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,9 +37,12 @@ var (
 	ErrResync = kverr.ErrResync
 
 	// ErrLagged ends a watch (Watch.Next) that fell behind the change
-	// feed's bounded buffer (Options.WatchBufferBytes): the changes it had
-	// not read were dropped. It matches ErrResync. Text: "kvbuf: watch fell
-	// behind the change buffer".
+	// feed's bounded buffer (Options.WatchBufferBytes), or, reading changes
+	// retained in the store, behind their trimming (WatchRetention): the
+	// changes it had not read were dropped. A watch that selects only what
+	// the store retains does not lag behind the buffer: it reads the
+	// changes the buffer dropped from the store. It matches ErrResync.
+	// Text: "kvbuf: watch fell behind the change buffer".
 	ErrLagged = kverr.ErrLagged
 
 	// ErrCompacted is returned by DB.Watch for a start op below the oldest
@@ -178,7 +182,13 @@ type Watch struct {
 	bits    map[string]bool
 	batch   int
 
+	start    uint64 // the first op delivered (From)
 	pos      uint64 // next log position to read
+	stored   bool   // reading retained changes from the store (watch_retain.go)
+	rop      uint64 // with stored: the op and index of the next entry to read
+	ridx     uint32
+	mop      uint64 // reading the log: the op and index (among its op's
+	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
 	i        int
 	lastMark uint64
@@ -215,7 +225,15 @@ type Watch struct {
 // a keyspace or bitslice name that is bad or does not exist; ErrBadOp for a
 // From above the op after the highest op seen, or above MaxOp;
 // ErrCompacted (matching ErrResync) for a From below the oldest op the feed
-// holds whole; ErrClosed; ctx's error.
+// holds whole (in memory, or retained in the store with
+// Options.WatchRetain for a watch that selects only what is retained);
+// ErrClosed; ctx's error.
+//
+// With Options.WatchRetain a From below what memory holds is served from
+// the store: the retained changes of the ops from From to the watermark of
+// the newest flush released, a resolved mark there, then the live feed,
+// with nothing skipped or repeated (doc/design.md, "Retention in the
+// store"). This is how a subscriber resumes after either side restarted.
 func (db *DB) Watch(ctx context.Context, opts *WatchOptions) (*Watch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -290,19 +308,22 @@ func (w *Watch) select_(o WatchOptions) error {
 
 // From returns the first op the watch delivers (WatchOptions.From, or the
 // op "now" stood for).
-func (w *Watch) From() uint64 { return w.from }
+func (w *Watch) From() uint64 { return w.start }
 
 // Next returns the next event: a change, or a resolved mark. It blocks
 // until one is ready, ctx ends (ctx's error; the watch goes on) or the
 // watch ends: ErrLagged (matching ErrResync) if it fell behind the feed's
 // buffer, the Watch ctx's error once it ended, ErrClosed after Close of
-// the watch, or of the engine once every event ready before it was read.
+// the watch, or of the engine once every event ready before it was read
+// (a watch reading changes retained in the store ends with ErrClosed when
+// the engine closes; it resumes from the store after the next Open).
 // Once the watch has ended every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 	for {
 		if w.i < len(w.buf) {
 			e := w.buf[w.i]
 			w.i++
+			w.f.delivered.Add(1)
 			return e, nil
 		}
 		if w.err != nil {
@@ -312,8 +333,17 @@ func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 			w.err = w.f.endErr(w)
 			continue
 		}
+		if w.stored {
+			if err := w.f.readStored(w); err != nil {
+				w.f.endWith(err)
+				w.err = err
+				w.Close()
+			}
+			continue
+		}
 		ch, err := w.f.read(w)
 		if err != nil {
+			w.f.endWith(err)
 			w.err = err
 			w.Close()
 			continue
@@ -443,6 +473,7 @@ type feed struct {
 	floor    uint64 // every change of every op >= floor is held
 	durable  uint64 // log positions below it are durable
 	dstep    int    // index in steps of the first step not yet durable
+	durOp    uint64 // the newest durable step's mark
 	released uint64 // newest generation released
 	visible  int    // open visible-mode watches
 	watches  map[*Watch]struct{}
@@ -455,6 +486,17 @@ type feed struct {
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
+
+	// resMu serialises process: the resolver, and a flush that needs its
+	// generation's changes resolved (retainWrite).
+	resMu sync.Mutex
+	// ret is the retention in the store (watch_retain.go); nil without
+	// Options.WatchRetain. Its state is under mu.
+	ret *retainer
+	// Counters for Metrics.
+	delivered atomic.Uint64 // events returned by Next
+	lagged    atomic.Uint64 // watches ended by ErrLagged
+	overflows atomic.Uint64 // overflows (every watch lagged)
 }
 
 // feedCut is an instant where no write was in flight: every op <= n had
@@ -541,28 +583,73 @@ func (f *feed) add(w *Watch) error {
 	if w.from == 0 {
 		w.from = max(f.floor, f.db.flusher.CompletedOp()+1)
 	}
-	if w.from < f.floor {
-		return kverr.Errorf("watch from op %d: the feed holds every change from op %d: %w", w.from, f.floor, ErrCompacted)
-	}
-	// Start after the last mark below from: every later change is of an
-	// op above that mark (or of op 0).
-	i, _ := slices.BinarySearchFunc(f.steps, w.from, func(s feedStep, from uint64) int {
-		if s.n < from {
-			return -1
-		}
-		return 1
-	})
-	w.pos = f.base
-	if i > 0 {
-		w.pos = f.steps[i-1].markPos() + 1
-	}
+	w.start = w.from
 	w.lastMark = w.from - 1
+	if w.from < f.floor {
+		r := f.ret
+		if r == nil || w.from < r.floor || !r.covers(w) {
+			held := f.floor
+			if r != nil && r.covers(w) {
+				held = r.floor
+			}
+			return kverr.Errorf("watch from op %d: the feed holds every change from op %d: %w", w.from, held, ErrCompacted)
+		}
+		// The store retains it (watch_retain.go, R3).
+		w.stored, w.rop, w.ridx = true, w.from, 0
+	} else {
+		w.pos = f.logPos(w.from)
+		w.mop = w.from
+	}
 	f.watches[w] = struct{}{}
 	if !w.durable {
 		f.visible++
 	}
 	f.kickRun()
 	return nil
+}
+
+// logPos is where a watch from op from starts in the log: after the last
+// mark below from (every later change is of an op above that mark, or of
+// op 0). f.mu held.
+func (f *feed) logPos(from uint64) uint64 {
+	i, _ := slices.BinarySearchFunc(f.steps, from, func(s feedStep, from uint64) int {
+		if s.n < from {
+			return -1
+		}
+		return 1
+	})
+	if i > 0 {
+		return f.steps[i-1].markPos() + 1
+	}
+	return f.base
+}
+
+// trackChange advances the watch's place in op order (mop, midx: the key
+// of the first retained change it has not processed, should it read on in
+// the store) past a change of op. Changes of op 0 are not retained; those
+// of ops before the place were processed before it.
+func (w *Watch) trackChange(op uint64) {
+	if op == 0 || op < w.mop {
+		return
+	}
+	if op > w.mop {
+		w.mop, w.midx = op, 0
+	}
+	w.midx++
+}
+
+// trackMark advances the watch's place past a mark at n.
+func (w *Watch) trackMark(n uint64) {
+	if n+1 > w.mop {
+		w.mop, w.midx = n+1, 0
+	}
+}
+
+// endWith counts how a watch ended.
+func (f *feed) endWith(err error) {
+	if errors.Is(err, ErrLagged) {
+		f.lagged.Add(1)
+	}
 }
 
 // remove unregisters w. f.mu held.
@@ -590,7 +677,14 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if w.pos < f.base {
-		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.from, w.lastMark, ErrLagged)
+		if r := f.ret; r != nil && r.covers(w) && w.mop >= r.floor {
+			// The log dropped durable steps the watch had not read:
+			// the store retains them. Read on there from the first
+			// change not processed (R3).
+			w.stored, w.rop, w.ridx = true, w.mop, w.midx
+			return nil, nil
+		}
+		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.start, w.lastMark, ErrLagged)
 	}
 	limit := f.end
 	if w.durable {
@@ -613,8 +707,11 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		st := &f.steps[i]
 		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
 			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
-				w.match(&st.changes[c])
+				e := &st.changes[c]
+				w.trackChange(e.Op)
+				w.match(e)
 			} else {
+				w.trackMark(st.n)
 				m := st.at(w.pos)
 				w.match(&m)
 			}
@@ -785,6 +882,13 @@ func (f *feed) overflow() {
 	defer f.mu.Unlock()
 	f.dropLog()
 	f.floor = max(f.floor, hi+1)
+	f.overflows.Add(1)
+	if f.ret != nil {
+		// R4: changes of ops up to hi were lost.
+		clear(f.ret.pool)
+		f.ret.pool = f.ret.pool[:0]
+		f.ret.raiseFloor(hi + 1)
+	}
 	f.lastN = max(f.lastN, hi)
 	f.broadcast()
 }
@@ -824,6 +928,9 @@ func (f *feed) releaseHook(g uint64) {
 	}
 	f.mu.Lock()
 	f.released = max(f.released, g)
+	if f.ret != nil {
+		f.ret.released(g)
+	}
 	f.mu.Unlock()
 	f.kickRun()
 }
@@ -869,6 +976,8 @@ func (f *feed) run() {
 // process resolves the cuts queued, advances the durable position, trims
 // the log to its bound and wakes the watches.
 func (f *feed) process() {
+	f.resMu.Lock()
+	defer f.resMu.Unlock()
 	f.mu.Lock()
 	cuts := f.cuts
 	f.cuts = nil
@@ -888,6 +997,7 @@ func (f *feed) process() {
 			break
 		}
 		st.wm = wm
+		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
 		grew = true
@@ -973,10 +1083,17 @@ func (f *feed) resolve(c feedCut) bool {
 			return 0
 		})
 	}
+	var recs []retRec
+	if f.ret != nil {
+		recs = f.ret.collect(evs)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if epoch != f.epoch {
 		return false // an overflow dropped the log: every watch lags
+	}
+	if f.ret != nil {
+		f.ret.pool = append(f.ret.pool, recs...)
 	}
 	mark = max(mark, f.lastN)
 	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}

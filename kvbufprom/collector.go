@@ -31,6 +31,9 @@
 //	kvbuf_budget_forced_flushes_total    flushes the engine's memory budget forced on it (BudgetForcedFlushes)
 //	kvbuf_budget_waits_total             writes that waited because the memory budget was full (BudgetWaits)
 //	kvbuf_budget_wait_seconds_total      the time those writes waited (BudgetWaitTime)
+//	kvbuf_watch_delivered_total      change-feed events (changes and marks) watches read (WatchDelivered)
+//	kvbuf_watch_lagged_total         watches ended because they fell behind the feed's buffer (WatchLagged)
+//	kvbuf_watch_overflows_total      times unresolved changes outgrew the feed's bound and every watch lagged (WatchOverflows)
 //
 // Gauges:
 //
@@ -54,6 +57,12 @@
 //	kvbuf_read_tier_bytes            memory held by the read tier (ReadTierBytes)
 //	kvbuf_read_tier_generations      generations the read tier holds (ReadTierGenerations)
 //	kvbuf_budget_bytes               the engine's share of its memory budget (BudgetBytes)
+//	kvbuf_watch_subscribers          open watches (WatchSubscribers)
+//	kvbuf_watch_buffer_bytes         memory the change feed holds (WatchBufferBytes)
+//	kvbuf_watch_resolved_op          the op of the feed's newest resolved mark (WatchResolvedOp)
+//	kvbuf_watch_durable_op           the op of the newest mark durable-mode watches may read (WatchDurableOp)
+//	kvbuf_watch_retained_bytes       bytes of changes retained in the store for resuming watches (WatchRetainedBytes)
+//	kvbuf_watch_retained_from_op     the lowest op a watch may resume from the store (WatchRetainedFrom)
 //
 // Histogram:
 //
@@ -119,6 +128,10 @@ type collector struct {
 	flushYields, flushThrottled                     *prometheus.Desc
 	budgetBytes, budgetForced                       *prometheus.Desc
 	budgetWaits, budgetWaitSeconds                  *prometheus.Desc
+	watchSubs, watchDelivered, watchLagged          *prometheus.Desc
+	watchOverflows, watchBuffer                     *prometheus.Desc
+	watchResolved, watchDurable                     *prometheus.Desc
+	watchRetained, watchRetainedFrom                *prometheus.Desc
 }
 
 // NewCollector returns a collector of db's metrics (see the package
@@ -199,6 +212,16 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		budgetForced:      desc("budget_forced_flushes_total", "Flushes the engine's memory budget forced on it."),
 		budgetWaits:       desc("budget_waits_total", "Writes that waited because the engine's memory budget was full."),
 		budgetWaitSeconds: desc("budget_wait_seconds_total", "Time writes waited because the engine's memory budget was full."),
+
+		watchSubs:         desc("watch_subscribers", "Open watches of the change feed."),
+		watchDelivered:    desc("watch_delivered_total", "Change-feed events (changes and resolved marks) watches read."),
+		watchLagged:       desc("watch_lagged_total", "Watches ended because they fell behind the change feed's buffer (ErrLagged)."),
+		watchOverflows:    desc("watch_overflows_total", "Times the change feed's unresolved changes outgrew its bound and every watch lagged."),
+		watchBuffer:       desc("watch_buffer_bytes", "Memory the change feed holds: resolved and unresolved changes."),
+		watchResolved:     desc("watch_resolved_op", "The op of the change feed's newest resolved mark."),
+		watchDurable:      desc("watch_durable_op", "The op of the newest resolved mark durable-mode watches may read."),
+		watchRetained:     desc("watch_retained_bytes", "Bytes of changes retained in the store for watches that resume after a restart."),
+		watchRetainedFrom: desc("watch_retained_from_op", "The lowest op a watch may resume from with the changes retained in the store (0 without retention)."),
 	}
 	for i := range kvbuf.LatencyBuckets - 1 { // the last bucket is +Inf
 		if o.AllLatencyBuckets || i%4 == 0 {
@@ -224,6 +247,8 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
 		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
+		c.watchSubs, c.watchDelivered, c.watchLagged, c.watchOverflows, c.watchBuffer,
+		c.watchResolved, c.watchDurable, c.watchRetained, c.watchRetainedFrom,
 	}
 }
 
@@ -288,6 +313,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.budgetForced, float64(m.BudgetForcedFlushes))
 	counter(c.budgetWaits, float64(m.BudgetWaits))
 	counter(c.budgetWaitSeconds, m.BudgetWaitTime.Seconds())
+	gauge(c.watchSubs, float64(m.WatchSubscribers))
+	counter(c.watchDelivered, float64(m.WatchDelivered))
+	counter(c.watchLagged, float64(m.WatchLagged))
+	counter(c.watchOverflows, float64(m.WatchOverflows))
+	gauge(c.watchBuffer, float64(m.WatchBufferBytes))
+	gauge(c.watchResolved, float64(m.WatchResolvedOp))
+	gauge(c.watchDurable, float64(m.WatchDurableOp))
+	gauge(c.watchRetained, float64(m.WatchRetainedBytes))
+	gauge(c.watchRetainedFrom, float64(m.WatchRetainedFrom))
 }
 
 // histogram turns the engine's latency histogram into a Prometheus one:

@@ -64,6 +64,15 @@ var fieldMetric = map[string]string{
 	"BudgetForcedFlushes": "kvbuf_budget_forced_flushes_total",
 	"BudgetWaits":         "kvbuf_budget_waits_total",
 	"BudgetWaitTime":      "kvbuf_budget_wait_seconds_total",
+	"WatchSubscribers":    "kvbuf_watch_subscribers",
+	"WatchDelivered":      "kvbuf_watch_delivered_total",
+	"WatchLagged":         "kvbuf_watch_lagged_total",
+	"WatchOverflows":      "kvbuf_watch_overflows_total",
+	"WatchBufferBytes":    "kvbuf_watch_buffer_bytes",
+	"WatchResolvedOp":     "kvbuf_watch_resolved_op",
+	"WatchDurableOp":      "kvbuf_watch_durable_op",
+	"WatchRetainedBytes":  "kvbuf_watch_retained_bytes",
+	"WatchRetainedFrom":   "kvbuf_watch_retained_from_op",
 }
 
 // fabricated returns Metrics with every field set to a distinct value.
@@ -106,6 +115,15 @@ func fabricated() kvbuf.Metrics {
 		BudgetForcedFlushes: 21,
 		BudgetWaits:         22,
 		BudgetWaitTime:      3500 * time.Millisecond,
+		WatchSubscribers:    23,
+		WatchDelivered:      24,
+		WatchLagged:         25,
+		WatchOverflows:      26,
+		WatchBufferBytes:    27 << 10,
+		WatchResolvedOp:     1002,
+		WatchDurableOp:      999,
+		WatchRetainedBytes:  28 << 10,
+		WatchRetainedFrom:   900,
 	}
 	h := &m.FlushLatency
 	h.Counts[0] = 1                      // under 1.024µs
@@ -253,6 +271,33 @@ kvbuf_budget_waits_total{shard="7"} 22
 # HELP kvbuf_budget_wait_seconds_total Time writes waited because the engine's memory budget was full.
 # TYPE kvbuf_budget_wait_seconds_total counter
 kvbuf_budget_wait_seconds_total{shard="7"} 3.5
+# HELP kvbuf_watch_subscribers Open watches of the change feed.
+# TYPE kvbuf_watch_subscribers gauge
+kvbuf_watch_subscribers{shard="7"} 23
+# HELP kvbuf_watch_delivered_total Change-feed events (changes and resolved marks) watches read.
+# TYPE kvbuf_watch_delivered_total counter
+kvbuf_watch_delivered_total{shard="7"} 24
+# HELP kvbuf_watch_lagged_total Watches ended because they fell behind the change feed's buffer (ErrLagged).
+# TYPE kvbuf_watch_lagged_total counter
+kvbuf_watch_lagged_total{shard="7"} 25
+# HELP kvbuf_watch_overflows_total Times the change feed's unresolved changes outgrew its bound and every watch lagged.
+# TYPE kvbuf_watch_overflows_total counter
+kvbuf_watch_overflows_total{shard="7"} 26
+# HELP kvbuf_watch_buffer_bytes Memory the change feed holds: resolved and unresolved changes.
+# TYPE kvbuf_watch_buffer_bytes gauge
+kvbuf_watch_buffer_bytes{shard="7"} 27648
+# HELP kvbuf_watch_resolved_op The op of the change feed's newest resolved mark.
+# TYPE kvbuf_watch_resolved_op gauge
+kvbuf_watch_resolved_op{shard="7"} 1002
+# HELP kvbuf_watch_durable_op The op of the newest resolved mark durable-mode watches may read.
+# TYPE kvbuf_watch_durable_op gauge
+kvbuf_watch_durable_op{shard="7"} 999
+# HELP kvbuf_watch_retained_bytes Bytes of changes retained in the store for watches that resume after a restart.
+# TYPE kvbuf_watch_retained_bytes gauge
+kvbuf_watch_retained_bytes{shard="7"} 28672
+# HELP kvbuf_watch_retained_from_op The lowest op a watch may resume from with the changes retained in the store (0 without retention).
+# TYPE kvbuf_watch_retained_from_op gauge
+kvbuf_watch_retained_from_op{shard="7"} 900
 # HELP kvbuf_flush_duration_seconds Durations of Flush calls.
 # TYPE kvbuf_flush_duration_seconds histogram
 `)

@@ -10,6 +10,7 @@
 //	flush     flush an engine's pending state and pebble memtables
 //	load      fill an engine with random changes
 //	checkpoint  write a consistent copy of an engine
+//	watch     print the changes an engine retained for its change feed
 //	bench     run workloads W1-W8 against their baselines
 //	ycsb      run YCSB workloads A-F on kvbuf, pebble, badger and bbolt
 //
@@ -60,6 +61,7 @@ func commands() []command {
 		{"flush", "flush an engine's pending state and pebble memtables", runFlush},
 		{"load", "fill an engine with random changes", runLoad},
 		{"checkpoint", "write a consistent copy of an engine into a new directory", runCheckpoint},
+		{"watch", "print the changes an engine retained for its change feed", runWatch},
 		{"bench", "run workloads W1-W8 against their baselines", runBench},
 		{"ycsb", "run YCSB workloads A-F on kvbuf, pebble, badger and bbolt", runYCSB},
 	}
