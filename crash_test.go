@@ -1126,7 +1126,7 @@ func TestCrashableMemStore(t *testing.T) {
 
 func crashableMemRound(t *testing.T, rng *rand.Rand, point string, nth, unsyncedPct, depth int) {
 	dir := t.TempDir()
-	mem := vfs.NewCrashableMem()
+	mem := testutil.NewCrashableMem()
 	bitsDir := filepath.Join(dir, enginedir.BitsDir)
 	var (
 		mu        sync.Mutex // guards the crash image: the hook runs on pebble's goroutines

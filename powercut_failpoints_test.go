@@ -186,7 +186,7 @@ func TestCrashPowerCut(t *testing.T) {
 // its time is up), then checks every image.
 func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 	root := t.TempDir()
-	mem := vfs.NewCrashableMem()
+	mem := testutil.NewCrashableMem()
 	m := newPCModel(root, mem)
 	stopObs := failpoint.Observe(m)
 	defer stopObs()
@@ -345,7 +345,7 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 // pcMemDir makes dir, and every directory above it, durably in mem: the
 // directories a store lives in are on the OS file system, under the
 // model; the MemFS only mirrors them.
-func pcMemDir(mem *vfs.MemFS, dir string) error {
+func pcMemDir(mem *testutil.CrashableMem, dir string) error {
 	if err := mem.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

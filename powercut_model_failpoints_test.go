@@ -48,6 +48,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 
 const (
@@ -58,7 +59,7 @@ const (
 // pcModel is the power-cut model of the OS files under root.
 type pcModel struct {
 	root string
-	mem  *vfs.MemFS // the store's file system
+	mem  *testutil.CrashableMem // the store's file system
 
 	mu    sync.Mutex                    // sync reports and cuts
 	files map[uint64][]byte             // inode -> content synced (its length is the synced size)
@@ -70,7 +71,7 @@ type pcEntry struct {
 	dir bool
 }
 
-func newPCModel(root string, mem *vfs.MemFS) *pcModel {
+func newPCModel(root string, mem *testutil.CrashableMem) *pcModel {
 	m := &pcModel{root: filepath.Clean(root), mem: mem, files: map[uint64][]byte{}, dirs: map[string]map[string]pcEntry{}}
 	// The root exists, empty, durably: the test made it.
 	m.dirs[m.root] = map[string]pcEntry{}

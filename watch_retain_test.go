@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 
 // retainHost is a host that numbers its ops, writes each as one Batch and
@@ -536,7 +537,7 @@ func (s *feedState) clone() *feedState {
 func TestWatchRetainPowerCut(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	mem := vfs.NewCrashableMem()
+	mem := testutil.NewCrashableMem()
 	syncedMkdirAll(t, mem, dir)
 	const maxImages = 40
 	var (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 
 // walGate controls the WAL syncs of a store opened on its filesystem:
@@ -459,7 +460,7 @@ func TestCloseWithPendingCommits(t *testing.T) {
 // covered by that prefix; a clone taken after a Wait returned holds at
 // least that commit.
 func TestCommitCrashPrefix(t *testing.T) {
-	mem := vfs.NewCrashableMem()
+	mem := testutil.NewCrashableMem()
 	gate := newWALGate()
 	s, err := Open("db", &Options{FS: gate.fs(mem)})
 	if err != nil {
