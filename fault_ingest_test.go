@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -91,5 +93,120 @@ func ingestFaultRound(t *testing.T, opts *Options, armed *atomic.Bool, hits *ato
 		t.Fatalf("the fault was injected %d times in 3 failed flushes", n)
 	}
 	fe.recoverAndReopen(ctx, dir, opts, want)
+	checkNoIngestLeftovers(t, dir, opts)
+}
+
+// TestFaultIngestFailsBeforeNextGeneration checks ingest rule 6
+// (storage/ingest_commit.go): the engine waits for an ingestion's result
+// before it writes the next generation. Generation 1's DB.Ingest is held
+// inside pebble, a Flush asks for generation 2, then the ingestion fails;
+// generation 2's table is let through only once the failure is reported.
+// Were generation 2 written while generation 1's result was pending, it
+// would land after the store settled the failure, with a watermark that
+// covers generation 1's ops, which are not in the store (contract 4): the
+// retry of generation 1 is then refused (its watermark is below one
+// committed) or the reopened engine lacks its ops.
+func TestFaultIngestFailsBeforeNextGeneration(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var (
+		mu        sync.Mutex
+		phase     int // 0 pass, 1 armed, 2 the ingestion failed: pass
+		atPebble  = make(chan struct{})
+		release   = make(chan struct{})
+		nextTable = make(chan struct{}) // a table created after atPebble
+		settled   = make(chan struct{})
+	)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.Contains(op.Path, storage.IngestDir) {
+			return nil
+		}
+		mu.Lock()
+		p := phase
+		mu.Unlock()
+		if p != 1 {
+			return nil
+		}
+		switch op.Kind {
+		case errorfs.OpOpen: // pebble reading generation 1's table in DB.Ingest
+			mu.Lock()
+			phase = 2
+			mu.Unlock()
+			close(atPebble)
+			<-release
+			return errorfs.ErrInjected
+		case errorfs.OpCreate:
+			select {
+			case <-atPebble:
+				// A later generation's table while generation 1's
+				// ingestion is pending: held until its failure is
+				// reported.
+				select {
+				case <-nextTable:
+				default:
+					close(nextTable)
+				}
+				<-settled
+			default: // generation 1's own table
+			}
+		}
+		return nil
+	})
+	// The injector closes nextTable under phase 1 only; phase 2 lets a
+	// table created after the failure through at once.
+	opts := &Options{FlushInterval: -1, IngestThreshold: 1, storeFS: errorfs.Wrap(vfs.Default, inj)}
+	fe := openFaultEngine(t, dir, opts)
+	db := fe.db
+	fe.run(50)
+	good := fe.flushAll(ctx, "before the fault")
+	if n := db.Metrics().IngestedGenerations; n == 0 {
+		t.Fatal("the flush before the fault did not ingest: the test does not test ingestion")
+	}
+
+	mu.Lock()
+	phase = 1
+	mu.Unlock()
+	fe.run(30)
+	flush1 := make(chan error, 1)
+	go func() { flush1 <- db.Flush(ctx) }()
+	<-atPebble
+	fe.run(30) // generation 2's ops (KV writes among them: it ingests)
+	flush2 := make(chan error, 1)
+	go func() { flush2 <- db.Flush(ctx) }()
+	// With rule 6 kept, generation 1's Write is waiting for its result and
+	// no later table is created before the failure: the wait is bounded.
+	// Without it, generation 2's table comes within milliseconds.
+	select {
+	case <-nextTable:
+	case <-time.After(2 * time.Second):
+	}
+	close(release)
+	if err := <-flush1; !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("flush with generation 1's ingestion failing = %v, want %v", err, errorfs.ErrInjected)
+	}
+	if wm, err := db.store.Watermark(); err != nil || wm != good {
+		t.Fatalf("generation 1's ingestion failed, yet the store's watermark is %d (%v), want %d", wm, err, good)
+	}
+	close(settled)
+	<-flush2 // failed with generation 1 or made durable by the retry
+
+	last := fe.flushAll(ctx, "after the failure")
+	fe.check("after the failure")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db2, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := db2.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if wm := db2.Watermark(); wm != last {
+		t.Fatalf("watermark %d after reopen, want %d", wm, last)
+	}
+	checkFaultState(t, "after reopen", db2, fe.m)
 	checkNoIngestLeftovers(t, dir, opts)
 }
