@@ -94,8 +94,9 @@ func step(ctx context.Context, i int, pace func()) error {
 // arrays, so every key's slot is a cache miss (and, in a large table, a TLB
 // miss). Read one by one, each miss waits for the writer's work on the key
 // before it; ingestChunk keys' slot words are loaded first in a loop of
-// nothing but loads, so that their misses overlap, then written
-// (BenchmarkIngestTo compares both).
+// nothing but loads, so that their misses overlap, then written, and the
+// next chunk's slots are touched before the writer's work on this one
+// (BenchmarkIngestTo compares the designs).
 func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, pace func()) error {
 	sp := t.rdel.Load()
 	x, ents := t.sortedKeys()
@@ -116,9 +117,10 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 		for j, e := range part {
 			sws[j], shs[j] = x.words(e.ref)
 		}
-		if t.flushDesign == flushPrefetch {
+		if t.flushDesign == flushChunked {
 			// The next chunk's slots' first words, so that their misses
-			// overlap the writer's work on this chunk.
+			// overlap the writer's work on this chunk (BenchmarkIngestTo:
+			// flushNoPrefetch).
 			for _, e := range ents[min(base+chunk, len(ents)):min(base+2*chunk, len(ents))] {
 				x.touch(e.ref)
 			}

@@ -82,10 +82,10 @@ type table struct {
 type flushDesign uint8
 
 const (
-	flushChunked  flushDesign = iota // ingestChunk slots loaded ahead (default)
-	flushByKey                       // one slot at a time
-	flushRanked                      // in slot order, into a buffer by rank
-	flushPrefetch                    // chunked, the next chunk's slots touched ahead
+	flushChunked    flushDesign = iota // ingestChunk slots loaded ahead, the next chunk's touched (default)
+	flushByKey                         // one slot at a time
+	flushRanked                        // in slot order, into a buffer by rank
+	flushNoPrefetch                    // chunked, the next chunk not touched
 )
 
 type shardSet struct{ s []*shard }
