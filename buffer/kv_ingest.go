@@ -94,8 +94,9 @@ func step(ctx context.Context, i int, pace func()) error {
 // arrays, so every key's slot is a cache miss (and, in a large table, a TLB
 // miss). Read one by one, each miss waits for the writer's work on the key
 // before it; ingestChunk keys' slot words are loaded first in a loop of
-// nothing but loads, so that their misses overlap, then written
-// (BenchmarkIngestTo compares both).
+// nothing but loads, so that their misses overlap, then written, and the
+// next chunk's slots are touched before the writer's work on this one
+// (BenchmarkIngestTo compares the designs).
 func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, pace func()) error {
 	sp := t.rdel.Load()
 	x, ents := t.sortedKeys()
@@ -104,14 +105,25 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 		shs [ingestChunk]*shard
 		ib  [inlineBytes]byte
 	)
+	if t.flushDesign == flushRanked {
+		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
+	}
 	chunk := ingestChunk
-	if t.flushByKey {
+	if t.flushDesign == flushByKey {
 		chunk = 1
 	}
 	for base := 0; base < len(ents); base += chunk {
 		part := ents[base:min(base+chunk, len(ents))]
 		for j, e := range part {
 			sws[j], shs[j] = x.words(e.ref)
+		}
+		if t.flushDesign == flushChunked {
+			// The next chunk's slots' first words, so that their misses
+			// overlap the writer's work on this chunk (BenchmarkIngestTo:
+			// flushNoPrefetch).
+			for _, e := range ents[min(base+chunk, len(ents)):min(base+2*chunk, len(ents))] {
+				x.touch(e.ref)
+			}
 		}
 		for j, e := range part {
 			if err := step(ctx, base+j, pace); err != nil {
@@ -131,6 +143,64 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 		}
 	}
 	return nil
+}
+
+// ingestRanked is ingestTable reading the slots in slot order: the rank of
+// each slot in key order is scattered into a per-shard array, the slots are
+// then read array by array and their words scattered into a buffer indexed
+// by rank, which the writer reads in order (an experiment against the
+// chunked loads: BenchmarkIngestTo).
+func ingestRanked(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, sp *spans, x *keyIndex, ents []sortEnt, pace func()) error {
+	buf := wordsByRank(x, ents)
+	var ib [inlineBytes]byte
+	for r, e := range ents {
+		if err := step(ctx, r, pace); err != nil {
+			return err
+		}
+		sh := x.shards[e.ref>>entShardShift]
+		sw := &buf[r]
+		v, st := t.versionAt(sh, sw, ^uint64(0))
+		invariants.Check(st == verFound, "buffer: a sealed table's key has no version (%d)", st)
+		if st != verFound {
+			continue
+		}
+		var k string
+		if sw.w0>>modeShift == modeLong {
+			k, _ = sh.dir.Load().keyBytes(sw.w1&refMask, int(sw.w1>>longKeyLen))
+		} else {
+			k = unsafe.String((*byte)(unsafe.Pointer(&sw.w1)), int(sw.w0>>klenShift&lenMask))
+		}
+		if sp != nil && sp.hides(k, v.seq, ^uint64(0)) {
+			continue
+		}
+		ingestPoint(in, ks, k, sw, &v, &ib)
+	}
+	return nil
+}
+
+// wordsByRank returns the slot words of ents in their order, reading the
+// slots in slot order: the rank of each slot is scattered into a per-shard
+// array, then each shard's slots are read in order and their words
+// scattered to their rank.
+func wordsByRank(x *keyIndex, ents []sortEnt) []slotWords {
+	ranks := make([][]uint32, len(x.arrs))
+	for r, e := range ents {
+		s := e.ref >> entShardShift
+		if ranks[s] == nil {
+			ranks[s] = make([]uint32, len(x.arrs[s].s)/slotWordsN)
+		}
+		ranks[s][e.ref&entSlotMask] = uint32(r) + 1
+	}
+	buf := make([]slotWords, len(ents))
+	for s, rk := range ranks {
+		a := x.arrs[s]
+		for i, r := range rk {
+			if r != 0 {
+				buf[r-1] = a.load(i)
+			}
+		}
+	}
+	return buf
 }
 
 // ingestChunk is the number of keys whose slots ingestTable loads ahead.

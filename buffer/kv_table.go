@@ -73,10 +73,20 @@ type table struct {
 	// gen is the flush generation that froze the table, 0 until frozen;
 	// written and read under the overlay's view mutex.
 	gen uint64
-	// flushByKey makes ingestTable load one key's slot at a time instead
-	// of chunks ahead (BenchmarkIngestTo compares the designs).
-	flushByKey bool
+	// flushDesign selects how ingestTable reads the slots
+	// (BenchmarkIngestTo compares the designs).
+	flushDesign flushDesign
 }
+
+// flushDesign is how ingestTable reads a sealed table's slots in key order.
+type flushDesign uint8
+
+const (
+	flushChunked    flushDesign = iota // ingestChunk slots loaded ahead, the next chunk's touched (default)
+	flushByKey                         // one slot at a time
+	flushRanked                        // in slot order, into a buffer by rank
+	flushNoPrefetch                    // chunked, the next chunk not touched
+)
 
 type shardSet struct{ s []*shard }
 
