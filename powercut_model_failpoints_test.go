@@ -34,11 +34,15 @@ package kvbuf
 // Approximations: a directory's listing is read just after its fsync, so an
 // entry created meanwhile counts as synced (the engine creates bitslices
 // one at a time, under its lock, and syncs the directory after each); the
-// content of a file with no name left is its synced content only.
+// content of a file with no name left is its synced content only. A cut
+// does not stop the engine: a file renamed while the cut reads (a
+// bitslice's creation publishing its temporary file) is read by its inode
+// wherever it is now, never as the empty content of a name it left.
 
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -46,8 +50,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 
@@ -64,6 +71,8 @@ type pcModel struct {
 	mu    sync.Mutex                    // sync reports and cuts
 	files map[uint64][]byte             // inode -> content synced (its length is the synced size)
 	dirs  map[string]map[string]pcEntry // directory -> entries synced
+
+	afterWalk func() // a test's hook: runs in cut between the walk and the listings
 }
 
 type pcEntry struct {
@@ -187,6 +196,9 @@ func (m *pcModel) cut(rng *rand.Rand, mode pcCutMode) *pcImage {
 		}
 		return nil
 	})
+	if m.afterWalk != nil {
+		m.afterWalk()
+	}
 	m.cutDir(img, m.root, rng, mode, paths)
 	return img
 }
@@ -222,19 +234,59 @@ func (m *pcModel) cutDir(img *pcImage, dir string, rng *rand.Rand, mode pcCutMod
 			m.cutDir(img, path, rng, mode, paths)
 			continue
 		}
-		img.files[rel] = m.cutFile(e.ino, paths[e.ino], rng, mode)
+		hint := paths[e.ino]
+		if cok && c.ino == e.ino {
+			hint = path // just listed: the likelier path now
+		}
+		img.files[rel] = m.cutFile(e.ino, hint, rng, mode)
 	}
 }
 
-// cutFile is what a cut leaves of the file with inode ino (at path now,
-// "" if it has no name left).
+// readIno reads the file with inode ino now: at path if the file there is
+// still that inode, else wherever under the root it is now (a cut does not
+// stop the engine, so a file can be renamed, or replaced by a rename over
+// it, after the cut's walk). ok is false if it has no name left.
+func (m *pcModel) readIno(ino uint64, path string) (b []byte, ok bool) {
+	read := func(p string) ([]byte, bool) {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, false
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil || inodeOf(fi) != ino {
+			return nil, false
+		}
+		b, err := io.ReadAll(f)
+		return b, err == nil
+	}
+	if path != "" {
+		if b, ok := read(path); ok {
+			return b, true
+		}
+	}
+	found := ""
+	_ = filepath.WalkDir(m.root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := os.Lstat(p); err == nil && inodeOf(fi) == ino {
+				found = p
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	if found == "" {
+		return nil, false
+	}
+	return read(found)
+}
+
+// cutFile is what a cut leaves of the file with inode ino (at path when
+// the cut looked, "" if it had no name then; see readIno).
 func (m *pcModel) cutFile(ino uint64, path string, rng *rand.Rand, mode pcCutMode) []byte {
 	syn := m.files[ino]
-	var cur []byte
-	if path != "" {
-		cur, _ = os.ReadFile(path)
-	} else {
-		cur = syn
+	cur, ok := m.readIno(ino, path)
+	if !ok {
+		cur = syn // no name left: its synced content only
 	}
 	size := len(syn)
 	if len(cur) != size && rng.IntN(2) == 0 {
@@ -301,4 +353,61 @@ func emptyDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// TestPCModelRenameDuringCut: a cut does not stop the engine, so a file
+// can be renamed between the cut's walk (which maps inodes to paths) and
+// its directory listings: here bitslice.CreateOwned publishes its
+// temporary file meanwhile. Whichever entry the image keeps, a file in
+// it is a whole bitslice: its content was fsynced before the rename. The
+// model once read the renamed file at its old path, got nothing, and
+// could leave a 0-byte x.bits (TestCrashPowerCut's "file is 0 bytes,
+// shorter than the 4096-byte header" for a bitslice being created).
+func TestPCModelRenameDuringCut(t *testing.T) {
+	for seed := range uint64(32) {
+		root := t.TempDir()
+		m := newPCModel(root, testutil.NewCrashableMem())
+		stop := failpoint.Observe(m)
+		walked, renamed := make(chan struct{}), make(chan struct{})
+		m.afterWalk = func() { close(walked); <-renamed }
+		var (
+			img *pcImage
+			wg  sync.WaitGroup
+		)
+		offPublish := failpoint.Enable(failpoint.BitsliceCreatePublish, func() error {
+			wg.Go(func() { img = m.cut(rand.New(rand.NewPCG(seed, 0)), pcCutMode{}) })
+			<-walked
+			return nil
+		})
+		offDirSync := failpoint.Enable(failpoint.BitsliceCreateDirSync, func() error { close(renamed); return nil })
+		f, err := bitslice.CreateOwned(filepath.Join(root, "x.bits"), 1000, 7)
+		wg.Wait()
+		offPublish()
+		offDirSync()
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, ok := img.files["x.bits"]
+		if !ok {
+			continue // the rename did not reach the disk: nothing to check
+		}
+		p := filepath.Join(t.TempDir(), "x.bits")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g, err := bitslice.Open(p)
+		if err != nil {
+			t.Fatalf("seed %d: the cut left x.bits (%d bytes) that does not open: %v", seed, len(b), err)
+		}
+		if g.Len() != 1000 || g.Owner() != 7 {
+			t.Fatalf("seed %d: the cut left x.bits of %d bits, owner %d; want 1000, 7", seed, g.Len(), g.Owner())
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
