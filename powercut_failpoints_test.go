@@ -155,10 +155,15 @@ func TestCrashPowerCut(t *testing.T) {
 	seed := crashTestSeed(t)
 	st := &pcStats{byMode: map[string]int{}, byPoint: map[string]int{}}
 	began := time.Now()
+	nextReport := 1000 // a soak reports its progress (shown with -v)
 	for r := 0; st.cuts < total; r++ {
 		rng := rand.New(rand.NewPCG(seed, uint64(r)))
 		if err := pcRound(t, r, rng, min(6, total-st.cuts), st); err != nil {
 			t.Fatalf("round %d (seed %d; replay with -crash.seed %d): %v", r, seed, seed, err)
+		}
+		if st.cuts >= nextReport && st.cuts < total {
+			t.Logf("%d of %d power cuts survived in %v (round %d)", st.cuts, total, time.Since(began).Round(time.Second), r)
+			nextReport += 1000
 		}
 	}
 	var sb strings.Builder
