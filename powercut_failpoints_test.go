@@ -45,7 +45,6 @@ package kvbuf
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -278,7 +277,7 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 	// The store lives in the engine directory, which is on the OS file
 	// system (the model decides whether it survives a cut); in the MemFS
 	// its path exists, durably, from the start.
-	if err := pcMemDir(mem, dir); err != nil {
+	if err := testutil.MkdirDurable(mem, dir); err != nil {
 		return err
 	}
 	db, err := Open(dir, opts)
@@ -300,7 +299,7 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 	crng := rand.New(rand.NewPCG(rng.Uint64(), 0))
 	h.wg.Go(func() {
 		h.checkpointer(ctx, root, func() { time.Sleep(time.Duration(20+crng.IntN(60)) * time.Millisecond) },
-			func(dir string) error { return pcMemDir(mem, dir) })
+			func(dir string) error { return testutil.MkdirDurable(mem, dir) })
 	})
 	start := time.Now()
 	deadline := start.Add(1500 * time.Millisecond)
@@ -345,27 +344,6 @@ func pcRound(t *testing.T, r int, rng *rand.Rand, want int, st *pcStats) error {
 		st.byPoint[c.point]++
 	}
 	return nil
-}
-
-// pcMemDir makes dir, and every directory above it, durably in mem: the
-// directories a store lives in are on the OS file system, under the
-// model; the MemFS only mirrors them.
-func pcMemDir(mem *testutil.CrashableMem, dir string) error {
-	if err := mem.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		f, err := mem.OpenDir(d)
-		if err != nil {
-			return err
-		}
-		if err := errors.Join(f.Sync(), f.Close()); err != nil {
-			return err
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
-	}
 }
 
 // cutWith is cut with before run under the model's lock before the images

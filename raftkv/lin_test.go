@@ -223,18 +223,26 @@ func runLinearizable(t *testing.T, size int) {
 	if writes < 20 || reads < 20 {
 		t.Fatalf("only %d writes and %d reads completed", writes, reads)
 	}
-	res, info := porcupine.CheckOperationsVerbose(raftLinModel, rec.ops, 2*time.Minute)
+	requireLinearizable(t, raftLinModel, rec.ops, "raftkv-lin", seed)
+}
+
+// requireLinearizable fails t unless porcupine finds ops linearizable
+// under model within two minutes; an illegal history is drawn to
+// <tmp>/<name>-<seed>.html.
+func requireLinearizable(t *testing.T, model porcupine.Model, ops []porcupine.Operation, name string, seed uint64) {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(model, ops, 2*time.Minute)
 	switch res {
 	case porcupine.Ok:
 	case porcupine.Illegal:
-		path := fmt.Sprintf("%s/raftkv-lin-%d.html", os.TempDir(), seed)
+		path := fmt.Sprintf("%s/%s-%d.html", os.TempDir(), name, seed)
 		if f, err := os.Create(path); err == nil {
-			_ = porcupine.Visualize(raftLinModel, info, f)
+			_ = porcupine.Visualize(model, info, f)
 			f.Close()
 		}
-		t.Fatalf("history of %d operations is not linearizable (visualization: %s)", len(rec.ops), path)
+		t.Fatalf("history of %d operations is not linearizable (visualization: %s)", len(ops), path)
 	default:
-		t.Fatalf("porcupine could not decide within its timeout (%d operations)", len(rec.ops))
+		t.Fatalf("porcupine could not decide within its timeout (%d operations)", len(ops))
 	}
 }
 

@@ -199,25 +199,6 @@ func (p *pcFile) SyncTo(n int64) (bool, error) {
 	return p.File.SyncTo(n)
 }
 
-// pcDurableDir makes dir and the directories above it in mem, durably.
-func pcDurableDir(mem *vfs.MemFS, dir string) error {
-	if err := mem.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		f, err := mem.OpenDir(d)
-		if err != nil {
-			return err
-		}
-		if err := errors.Join(f.Sync(), f.Close()); err != nil {
-			return err
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
-	}
-}
-
 // pcLife is one life of a node: its file system and the Node.
 type pcLife struct {
 	id   uint64
@@ -669,7 +650,7 @@ func TestRaftPowerCut(t *testing.T) {
 		// The directories above the node's exist, durably (the test made
 		// them); the node makes its own.
 		mem := vfs.NewCrashableMem()
-		if err := pcDurableDir(mem, filepath.Dir(c.tn(id).dir)); err != nil {
+		if err := testutil.MkdirDurable(mem, filepath.Dir(c.tn(id).dir)); err != nil {
 			t.Fatal(err)
 		}
 		if err := pc.start(id, mem); err != nil {
@@ -821,17 +802,5 @@ func TestRaftPowerCut(t *testing.T) {
 	if acked.writes < 50 {
 		t.Errorf("only %d acknowledged writes", acked.writes)
 	}
-	res, info := porcupine.CheckOperationsVerbose(pcLinModel, rec.ops, 2*time.Minute)
-	switch res {
-	case porcupine.Ok:
-	case porcupine.Illegal:
-		path := fmt.Sprintf("%s/raftkv-powercut-%d.html", os.TempDir(), seed)
-		if f, err := os.Create(path); err == nil {
-			_ = porcupine.Visualize(pcLinModel, info, f)
-			f.Close()
-		}
-		t.Fatalf("history of %d operations is not linearizable (visualization: %s)", len(rec.ops), path)
-	default:
-		t.Fatalf("porcupine could not decide within its timeout (%d operations)", len(rec.ops))
-	}
+	requireLinearizable(t, pcLinModel, rec.ops, "raftkv-powercut", seed)
 }

@@ -1,7 +1,9 @@
 package testutil
 
 import (
+	"errors"
 	"io"
+	"path/filepath"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -55,4 +57,26 @@ func (m *CrashableMem) CrashClone(cfg vfs.CrashCloneCfg) *vfs.MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.MemFS.CrashClone(cfg)
+}
+
+// MkdirDurable makes dir, and every directory above it, in fs, and syncs
+// each of them, so that a crash clone keeps the whole path (the power-cut
+// tests' stores live in directories the model made, which must survive
+// every cut).
+func MkdirDurable(fs vfs.FS, dir string) error {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		f, err := fs.OpenDir(d)
+		if err != nil {
+			return err
+		}
+		if err := errors.Join(f.Sync(), f.Close()); err != nil {
+			return err
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
