@@ -145,14 +145,7 @@ func BenchmarkIngestTo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	val := make([]byte, 16)
-	for range n {
-		binary.BigEndian.PutUint64(val, rng.Uint64())
-		if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64N(4*n)), val); err != nil {
-			b.Fatal(err)
-		}
-	}
+	putRandom(b, kv, n)
 	gen := kv.Freeze(1)
 	gen.tables[0].sortedKeys() // sorted once, as by the first flush
 	designs := []flushDesign{flushNoPrefetch, flushRanked, flushChunked}
@@ -189,14 +182,7 @@ func BenchmarkIngestSlotReads(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	val := make([]byte, 16)
-	for range n {
-		binary.BigEndian.PutUint64(val, rng.Uint64())
-		if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64N(4*n)), val); err != nil {
-			b.Fatal(err)
-		}
-	}
+	putRandom(b, kv, n)
 	gen := kv.Freeze(1)
 	x, ents := gen.tables[0].sortedKeys()
 	var times [2]int64
@@ -229,4 +215,18 @@ func BenchmarkIngestSlotReads(b *testing.B) {
 	b.ReportMetric(float64(times[0])/ops, "chunked-ns/key")
 	b.ReportMetric(float64(times[1])/ops, "ranked-ns/key")
 	b.ReportMetric(float64(times[1])/float64(times[0]), "ranked/chunked")
+}
+
+// putRandom puts n random 8-byte keys (drawn from 4n, so some repeat)
+// with 16-byte values into kv, the same keys on every call: the 1M-key
+// flush of the ingest benchmarks.
+func putRandom(b *testing.B, kv *KV, n int) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 16)
+	for range n {
+		binary.BigEndian.PutUint64(val, rng.Uint64())
+		if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64N(uint64(4*n))), val); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
