@@ -262,20 +262,21 @@ func (db *DB) Watermark() uint64 { return db.flusher.Watermark() }
 func (db *DB) Keyspaces() []string {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	names := make([]string, 0, len(db.keyspaces))
-	for n := range db.keyspaces {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return sortedNames(db.keyspaces)
 }
 
 // Bitslices returns the names of the engine's bitslices, sorted.
 func (db *DB) Bitslices() []string {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	names := make([]string, 0, len(db.bits))
-	for n := range db.bits {
+	return sortedNames(db.bits)
+}
+
+// sortedNames returns m's keys sorted, never nil (hosts print the list as
+// JSON, where an engine without keyspaces shows [], not null).
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
 		names = append(names, n)
 	}
 	slices.Sort(names)

@@ -213,56 +213,35 @@ func (o *Options) EnsureDefaults() *Options {
 	if o != nil {
 		r = *o
 	}
-	if r.FlushInterval == 0 {
-		r.FlushInterval = flush.DefaultInterval
-	}
-	if r.MaxPendingBytes == 0 {
-		r.MaxPendingBytes = flush.DefaultMaxPendingBytes
-	}
-	if r.PipelineDepth == 0 {
-		r.PipelineDepth = flush.DefaultPipelineDepth
-	}
-	if r.GroupWait == 0 {
-		r.GroupWait = flush.DefaultGroupWait
-	}
-	if r.MaxKeySize == 0 {
-		r.MaxKeySize = buffer.DefaultMaxKeySize
-	}
-	if r.MaxValueSize == 0 {
-		r.MaxValueSize = buffer.DefaultMaxValueSize
-	}
-	if r.MaxBits == 0 {
-		r.MaxBits = buffer.DefaultMaxBits
-	}
-	if r.CacheSize == 0 {
-		r.CacheSize = storage.DefaultCacheSize
-	}
-	if r.PoolBytes == 0 {
-		r.PoolBytes = buffer.DefaultPoolBytes
-	}
-	if r.IngestThreshold == 0 {
-		r.IngestThreshold = DefaultIngestThreshold
-	}
-	if r.ReadTierBytes == 0 {
-		r.ReadTierBytes = DefaultReadTierBytes
-	}
-	if r.FlushQuantum == 0 {
-		r.FlushQuantum = DefaultFlushQuantum
-	}
-	if r.FlushCPUPercent == 0 {
-		r.FlushCPUPercent = 100
-	}
-	if r.WatchBufferBytes == 0 {
-		r.WatchBufferBytes = DefaultWatchBufferBytes
-	}
+	setDefault(&r.FlushInterval, flush.DefaultInterval)
+	setDefault(&r.MaxPendingBytes, flush.DefaultMaxPendingBytes)
+	setDefault(&r.PipelineDepth, flush.DefaultPipelineDepth)
+	setDefault(&r.GroupWait, flush.DefaultGroupWait)
+	setDefault(&r.MaxKeySize, buffer.DefaultMaxKeySize)
+	setDefault(&r.MaxValueSize, buffer.DefaultMaxValueSize)
+	setDefault(&r.MaxBits, buffer.DefaultMaxBits)
+	setDefault(&r.CacheSize, storage.DefaultCacheSize)
+	setDefault(&r.PoolBytes, buffer.DefaultPoolBytes)
+	setDefault(&r.IngestThreshold, DefaultIngestThreshold)
+	setDefault(&r.ReadTierBytes, DefaultReadTierBytes)
+	setDefault(&r.FlushQuantum, DefaultFlushQuantum)
+	setDefault(&r.FlushCPUPercent, 100)
+	setDefault(&r.WatchBufferBytes, DefaultWatchBufferBytes)
 	if r.WatchRetain != nil {
 		wr := *r.WatchRetain
-		if wr.MaxBytes == 0 {
-			wr.MaxBytes = DefaultWatchRetainBytes
-		}
+		setDefault(&wr.MaxBytes, DefaultWatchRetainBytes)
 		r.WatchRetain = &wr
 	}
 	return &r
+}
+
+// setDefault sets *p to d when *p is its type's zero value: a zero field of
+// Options means "the default".
+func setDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }
 
 // Validate reports an error wrapping ErrBadOptions for a value out of range.
