@@ -47,6 +47,9 @@ type Node struct {
 	tr   *transport
 
 	calls chan loopCall // work for the Ready loop
+	// appends is the queue to the append loop (appendloop.go); nil if
+	// Readies are handled synchronously.
+	appends *appendQueue
 
 	// The identity (see identity): the cluster ID (0 until assigned), the
 	// bootstrap hash (0 while a joining node has not heard from its
@@ -219,10 +222,13 @@ func Open(opts *Options) (*Node, error) { return open(opts, nil) }
 // LOCK; the engine directories stay on the OS's): TestRaftPowerCut puts
 // them on pebble's crashable MemFS.
 type testHooks struct {
-	fs          vfs.FS
-	newSM       func(dir string) (stateMachine, error)
-	noLogSync   bool
-	afterCancel func() // runs in stop, between cancelling the context and closing stopc
+	fs        vfs.FS
+	newSM     func(dir string) (stateMachine, error)
+	noLogSync bool
+	syncReady bool // handle Readies synchronously (no AsyncStorageWrites): W9's comparison
+	// pendingAppends replaces maxPendingAppends if not 0 (<0: no bound).
+	pendingAppends int
+	afterCancel    func() // runs in stop, between cancelling the context and closing stopc
 }
 
 // open is Open with hooks (nil: none).
@@ -387,6 +393,14 @@ func (n *Node) start() error {
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
 		Logger:                    &raftLogger{l: n.log},
+		AsyncStorageWrites:        n.hooks == nil || !n.hooks.syncReady,
+	}
+	if cfg.AsyncStorageWrites {
+		maxPending := int64(maxPendingAppends)
+		if n.hooks != nil && n.hooks.pendingAppends != 0 {
+			maxPending = int64(n.hooks.pendingAppends)
+		}
+		n.appends = newAppendQueue(maxPending)
 	}
 	n.tr = newTransport(n)
 	for id, addr := range n.peers {
@@ -423,6 +437,10 @@ func (n *Node) start() error {
 	n.loops.Add(2)
 	go n.run()
 	go n.readLoop()
+	if n.appends != nil {
+		n.loops.Add(1)
+		go n.appendLoop()
+	}
 	return nil
 }
 
@@ -549,6 +567,10 @@ func (n *Node) run() {
 	var wmAdvanced <-chan struct{}
 	listen := func() { wmAdvanced = n.sm.durableNotify() }
 	listen()
+	var appended <-chan struct{} // the append loop delivered responses
+	if n.appends != nil {
+		appended = n.appends.done
+	}
 	for {
 		var err error
 		select {
@@ -557,6 +579,8 @@ func (n *Node) run() {
 		case c := <-n.calls:
 			err = n.guard(func() error { n.runCalls(c); return nil })
 		case <-n.propKick:
+		case <-appended:
+			err = n.guard(n.takeAppended)
 		case <-wmAdvanced:
 			listen()
 			n.maybeCompact()
@@ -568,7 +592,9 @@ func (n *Node) run() {
 		if err == nil {
 			err = n.guard(func() error {
 				// The writes queued meanwhile ride this Ready.
-				n.proposeQueued(n.rn)
+				if n.appends.mayPropose() {
+					n.proposeQueued(n.rn)
+				}
 				if err := n.handleReadies(); err != nil {
 					return err
 				}
@@ -609,6 +635,12 @@ func (n *Node) runCalls(c loopCall) {
 func (n *Node) handleReadies() error {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
+		if n.appends != nil {
+			if err := n.handleReadyAsync(rd); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := n.handleReady(rd); err != nil {
 			return err
 		}
