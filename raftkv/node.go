@@ -345,6 +345,15 @@ func (n *Node) start() error {
 	} else if c < trunc {
 		return errorf("%s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
 	}
+	// A node applies only entries its log has made durable, so an engine
+	// ahead of the log means the log lost writes it had synced (or was
+	// restored from an older copy than the engine). raft would start, and
+	// the node would never catch up: it refuses the leader's snapshots,
+	// which are at or below its engine's watermark.
+	if wm > last {
+		return errorf("node %d: %s: its engine has applied up to index %d but its raft log ends at %d: %w; %s",
+			n.id, n.dir, wm, last, ErrLostState, replaceAdvice(n.id))
+	}
 	applied := min(wm, hs.GetCommit())
 	if applied < trunc {
 		return errorf("%s: the engine's watermark %d (commit %d) is below the log's compacted index %d: %w", n.dir, wm, hs.GetCommit(), trunc, ErrDataDir)
