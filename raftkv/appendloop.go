@@ -32,8 +32,10 @@ import (
 //     pebble WAL durable too). A group that changes only the commit index
 //     is not synced (raft.MustSync's rule, as before: the host restarts at
 //     min(engine watermark, commit)).
-//  3. Responses are handed to the Ready loop, which steps those addressed to
-//     this node and sends the rest: raft is only ever touched there.
+//  3. Responses addressed to this node are handed to the Ready loop, which
+//     steps them (raft is only ever touched there); the append loop sends
+//     the rest (a follower's acknowledgements) itself, so that they do not
+//     wait for the Ready loop's next turn.
 //  4. A snapshot is installed on the Ready loop after the append loop has
 //     drained every earlier append (a barrier), because the install
 //     switches the engine, which the loop applies to.
@@ -54,6 +56,7 @@ type appendQueue struct {
 	// the next append together (one entry, one message, one sync).
 	pending    atomic.Int64
 	maxPending int64         // maxPendingAppends, or the test hook's bound (<0: none)
+	direct     bool          // responses for peers are sent by the append loop
 	work       chan struct{} // kicks the append loop (capacity 1)
 	done       chan struct{} // kicks the Ready loop (capacity 1)
 }
@@ -132,7 +135,16 @@ func (n *Node) appendLoop() {
 					q.err = err
 				}
 				if err == nil {
-					q.resps = append(q.resps, resps...)
+					// Rule 3: the responses for peers (a follower's
+					// acknowledgement) leave from here, without waiting
+					// for the Ready loop's turn.
+					for _, m := range resps {
+						if m.GetTo() == n.id || m.GetType() == raftpb.MsgSnap || !n.appends.direct {
+							q.resps = append(q.resps, m)
+						} else {
+							n.tr.sendOff(m)
+						}
+					}
 				}
 				q.mu.Unlock()
 				kick(q.done)

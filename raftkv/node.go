@@ -228,6 +228,7 @@ type testHooks struct {
 	syncReady bool // handle Readies synchronously (no AsyncStorageWrites): W9's comparison
 	// pendingAppends replaces maxPendingAppends if not 0 (<0: no bound).
 	pendingAppends int
+	loopSends      bool   // the append loop's responses for peers are sent by the Ready loop
 	afterCancel    func() // runs in stop, between cancelling the context and closing stopc
 }
 
@@ -410,6 +411,7 @@ func (n *Node) start() error {
 			maxPending = int64(n.hooks.pendingAppends)
 		}
 		n.appends = newAppendQueue(maxPending)
+		n.appends.direct = n.hooks == nil || !n.hooks.loopSends
 	}
 	n.tr = newTransport(n)
 	for id, addr := range n.peers {

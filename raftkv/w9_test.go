@@ -62,6 +62,7 @@ var (
 	w9Sample    = flag.Int("w9.readback", 1000, "W9 write rows: values read back after each row (-1: all)")
 	w9NoLogSync = flag.Bool("w9.nologsync", false, "W9 write rows: never sync the raft log (unsafe; measures what its syncs cost)")
 	w9Pending   = flag.Int("w9.pending", 0, "W9: appends with entries a leader may have in flight before it proposes again (0: raftkv's default, -1: no bound; a design comparison)")
+	w9LoopSends = flag.Bool("w9.loopsends", false, "W9: a follower's acknowledgements leave from the Ready loop, not from the append loop (a design comparison)")
 	w9SyncReady = flag.Bool("w9.syncready", false, "W9: handle raft's Readies synchronously (the design before AsyncStorageWrites; for A/B runs)")
 )
 
@@ -81,7 +82,7 @@ var w9Impls = []string{w9Kvbuf, w9PebbleLog, w9PebbleReady}
 
 // w9Hooks builds a node with the state machine impl.
 func w9Hooks(impl string) *testHooks {
-	h := &testHooks{noLogSync: *w9NoLogSync, syncReady: *w9SyncReady, pendingAppends: *w9Pending}
+	h := &testHooks{noLogSync: *w9NoLogSync, syncReady: *w9SyncReady, pendingAppends: *w9Pending, loopSends: *w9LoopSends}
 	switch impl {
 	case w9PebbleLog:
 		h.newSM = newPebbleSM(false)
