@@ -229,6 +229,7 @@ type testHooks struct {
 	// pendingAppends replaces maxPendingAppends if not 0 (<0: no bound).
 	pendingAppends int
 	loopSends      bool   // the append loop's responses for peers are sent by the Ready loop
+	logMemTable    uint64 // the log store's memtable size (0: storage's default)
 	afterCancel    func() // runs in stop, between cancelling the context and closing stopc
 }
 
@@ -307,7 +308,11 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ls, err := openLogStore(n.fs, filepath.Join(n.dir, logDir))
+	var memTable uint64
+	if n.hooks != nil {
+		memTable = n.hooks.logMemTable
+	}
+	ls, err := openLogStoreSized(n.fs, filepath.Join(n.dir, logDir), memTable)
 	if err != nil {
 		return err
 	}
