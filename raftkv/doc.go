@@ -6,10 +6,16 @@
 // # Log, applied index and durable watermark
 //
 // A node keeps its raft log, HardState and membership in its own pebble
-// database (Dir/log), separate from the engine (Dir/engine). Each Ready is
-// persisted before its messages go out (the leader sends its appends while
-// it writes them, raft thesis 10.2.1), with a sync whenever raft says the
-// Ready needs one (new entries, a new term or vote).
+// database (Dir/log), separate from the engine (Dir/engine). raft runs
+// with Config.AsyncStorageWrites: the Ready loop sends the leader's appends
+// at once (raft thesis 10.2.1) and hands the log's writes to an append
+// loop, which writes the appends queued meanwhile in order and makes them
+// durable with one sync (whenever one carries new entries, a new term or
+// vote) before it delivers their responses: a follower's acknowledgement
+// to the leader, and the node's own, after which raft lets it apply those
+// entries. So no entry is applied, and none acknowledged to a leader,
+// before this node's log has synced it; while a sync runs the Ready loop
+// goes on sending, stepping acknowledgements and applying.
 //
 // Each committed entry is one op of the engine, the entry's index: its
 // commands (one client write, or the writes the leader found queued
@@ -69,8 +75,8 @@
 // there; a follower refuses them with a *NotLeaderError naming the leader
 // (cmd/kvraft forwards them). Concurrent writes share raft entries: the
 // Ready loop proposes every write queued since its last turn as one entry
-// (up to 256 KiB), so that many clients' writes cost one append, one log
-// sync and one message per Ready. Each write is checked once, by the
+// (up to 256 KiB), once its previous append is durable, so that many
+// clients' writes cost one append, one log sync and one message. Each write is checked once, by the
 // engine as it applies it (the same on every node): a refused write
 // changes nothing and returns kvbuf's error (kvbuf.ErrKeyTooLarge, ...),
 // and the other writes of its entry are applied. Keyspaces and bitslices are created

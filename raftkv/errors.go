@@ -92,8 +92,8 @@ var (
 
 	// ErrLostState is returned by Open, and stops a running node (see
 	// Node.Err), when the node lacks raft state the cluster counts on: its
-	// commit index is past its log, or a leader says it holds entries its
-	// log does not have. Its data directory was wiped, restored from an
+	// commit index is past its log, its engine has applied entries past
+	// its log, or a leader says it holds entries its log does not have. Its data directory was wiped, restored from an
 	// old copy, or lost writes; its log and votes can no longer be
 	// trusted. The error says which node and index; the node must be
 	// removed and added back under a new ID with an empty directory.

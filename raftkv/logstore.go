@@ -182,7 +182,13 @@ func decodeMembership(b []byte) (membership, error) {
 // (nodeFS: the OS's, whose directories and files get the node's modes, see
 // fsmode.go).
 func openLogStore(fsys vfs.FS, dir string) (*logStore, error) {
-	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsys}))
+	return openLogStoreSized(fsys, dir, 0)
+}
+
+// openLogStoreSized is openLogStore with a memtable of memTable bytes (0:
+// storage's default; W9 compares sizes).
+func openLogStoreSized(fsys vfs.FS, dir string, memTable uint64) (*logStore, error) {
+	db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{FS: fsys, MemTableSize: memTable}))
 	if err != nil {
 		return nil, errorf("open raft log store %s: %w", dir, err)
 	}

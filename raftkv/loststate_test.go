@@ -3,6 +3,7 @@ package raftkv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -105,6 +107,43 @@ func TestOpenCommitPastLog(t *testing.T) {
 	_, err = Open(crashOptions(dir))
 	if !errors.Is(err, ErrLostState) || !strings.Contains(err.Error(), strconv.FormatUint(last+100, 10)) {
 		t.Fatalf("Open: %v, want ErrLostState naming the commit index", err)
+	}
+	t.Log(err)
+}
+
+// Open refuses a node whose engine has applied entries its log no longer
+// holds (the log lost synced writes: its syncs were off, or it was
+// restored from an older copy than the engine) with ErrLostState, one line
+// naming the node, both indexes and the remedy. Without the check the node
+// started and then never caught up.
+func TestOpenEngineAheadOfLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	singleNode(t, dir, nil)
+	ls, err := openLogStore(nodeFS(nil, DefaultDirMode), filepath.Join(dir, logDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trunc, last := ls.bounds()
+	if last < trunc+3 {
+		t.Fatalf("log (%d, %d]: too short to cut", trunc, last)
+	}
+	// The log loses its last two entries; its commit index stays inside it.
+	if err := ls.db.DeleteRange(entryKey(last-1), entryKey(last+1), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	hs := ls.hardState()
+	hs.Commit = proto.Uint64(last - 2)
+	if err := ls.save(hs, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(crashOptions(dir))
+	msg := fmt.Sprint(err)
+	if !errors.Is(err, ErrLostState) || !strings.Contains(msg, "node 1") || !strings.Contains(msg, "log ends at "+strconv.FormatUint(last-2, 10)) ||
+		!strings.Contains(msg, "new ID") || strings.Contains(msg, "\n") {
+		t.Fatalf("Open: %v, want ErrLostState naming the node, the indexes and the remedy", err)
 	}
 	t.Log(err)
 }

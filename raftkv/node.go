@@ -47,6 +47,9 @@ type Node struct {
 	tr   *transport
 
 	calls chan loopCall // work for the Ready loop
+	// appends is the queue to the append loop (appendloop.go); nil if
+	// Readies are handled synchronously.
+	appends *appendQueue
 
 	// The identity (see identity): the cluster ID (0 until assigned), the
 	// bootstrap hash (0 while a joining node has not heard from its
@@ -219,10 +222,15 @@ func Open(opts *Options) (*Node, error) { return open(opts, nil) }
 // LOCK; the engine directories stay on the OS's): TestRaftPowerCut puts
 // them on pebble's crashable MemFS.
 type testHooks struct {
-	fs          vfs.FS
-	newSM       func(dir string) (stateMachine, error)
-	noLogSync   bool
-	afterCancel func() // runs in stop, between cancelling the context and closing stopc
+	fs        vfs.FS
+	newSM     func(dir string) (stateMachine, error)
+	noLogSync bool
+	syncReady bool // handle Readies synchronously (no AsyncStorageWrites): W9's comparison
+	// pendingAppends replaces maxPendingAppends if not 0 (<0: no bound).
+	pendingAppends int
+	loopSends      bool   // the append loop's responses for peers are sent by the Ready loop
+	logMemTable    uint64 // the log store's memtable size (0: storage's default)
+	afterCancel    func() // runs in stop, between cancelling the context and closing stopc
 }
 
 // open is Open with hooks (nil: none).
@@ -300,7 +308,11 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ls, err := openLogStore(n.fs, filepath.Join(n.dir, logDir))
+	var memTable uint64
+	if n.hooks != nil {
+		memTable = n.hooks.logMemTable
+	}
+	ls, err := openLogStoreSized(n.fs, filepath.Join(n.dir, logDir), memTable)
 	if err != nil {
 		return err
 	}
@@ -338,6 +350,15 @@ func (n *Node) start() error {
 			n.id, n.dir, c, last, ErrLostState, replaceAdvice(n.id))
 	} else if c < trunc {
 		return errorf("%s: the commit index %d is below the log's compacted index %d: %w", n.dir, c, trunc, ErrDataDir)
+	}
+	// A node applies only entries its log has made durable, so an engine
+	// ahead of the log means the log lost writes it had synced (or was
+	// restored from an older copy than the engine). raft would start, and
+	// the node would never catch up: it refuses the leader's snapshots,
+	// which are at or below its engine's watermark.
+	if wm > last {
+		return errorf("node %d: %s: its engine has applied up to index %d but its raft log ends at %d: %w; %s",
+			n.id, n.dir, wm, last, ErrLostState, replaceAdvice(n.id))
 	}
 	applied := min(wm, hs.GetCommit())
 	if applied < trunc {
@@ -387,6 +408,15 @@ func (n *Node) start() error {
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
 		Logger:                    &raftLogger{l: n.log},
+		AsyncStorageWrites:        n.hooks == nil || !n.hooks.syncReady,
+	}
+	if cfg.AsyncStorageWrites {
+		maxPending := int64(maxPendingAppends)
+		if n.hooks != nil && n.hooks.pendingAppends != 0 {
+			maxPending = int64(n.hooks.pendingAppends)
+		}
+		n.appends = newAppendQueue(maxPending)
+		n.appends.direct = n.hooks == nil || !n.hooks.loopSends
 	}
 	n.tr = newTransport(n)
 	for id, addr := range n.peers {
@@ -423,6 +453,10 @@ func (n *Node) start() error {
 	n.loops.Add(2)
 	go n.run()
 	go n.readLoop()
+	if n.appends != nil {
+		n.loops.Add(1)
+		go n.appendLoop()
+	}
 	return nil
 }
 
@@ -549,6 +583,10 @@ func (n *Node) run() {
 	var wmAdvanced <-chan struct{}
 	listen := func() { wmAdvanced = n.sm.durableNotify() }
 	listen()
+	var appended <-chan struct{} // the append loop delivered responses
+	if n.appends != nil {
+		appended = n.appends.done
+	}
 	for {
 		var err error
 		select {
@@ -557,6 +595,8 @@ func (n *Node) run() {
 		case c := <-n.calls:
 			err = n.guard(func() error { n.runCalls(c); return nil })
 		case <-n.propKick:
+		case <-appended:
+			err = n.guard(n.takeAppended)
 		case <-wmAdvanced:
 			listen()
 			n.maybeCompact()
@@ -568,7 +608,9 @@ func (n *Node) run() {
 		if err == nil {
 			err = n.guard(func() error {
 				// The writes queued meanwhile ride this Ready.
-				n.proposeQueued(n.rn)
+				if n.appends.mayPropose() {
+					n.proposeQueued(n.rn)
+				}
 				if err := n.handleReadies(); err != nil {
 					return err
 				}
@@ -609,6 +651,12 @@ func (n *Node) runCalls(c loopCall) {
 func (n *Node) handleReadies() error {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
+		if n.appends != nil {
+			if err := n.handleReadyAsync(rd); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := n.handleReady(rd); err != nil {
 			return err
 		}

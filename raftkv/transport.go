@@ -180,6 +180,20 @@ func (tr *transport) send(m *raftpb.Message) {
 	}
 }
 
+// sendOff is send for a goroutine other than the Ready loop (the append
+// loop): a full queue is reported to raft through the loop's queue.
+func (tr *transport) sendOff(m *raftpb.Message) {
+	p := tr.peer(m.GetTo())
+	if p == nil {
+		return
+	}
+	select {
+	case p.queue <- m:
+	default:
+		tr.n.reportUnreachable(m.GetTo())
+	}
+}
+
 // streamHeaders are the headers a stream was opened with that may change
 // while it is open: the sender's cluster ID and bootstrap hash and the
 // receiver's recorded incarnation.

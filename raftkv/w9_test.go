@@ -56,11 +56,15 @@ import (
 // median over rounds and the per-round ratios with their range.
 
 var (
-	w9Writes    = flag.Int("w9.writes", 1_000_000, "W9 restart rows: writes acknowledged before the crash")
-	w9Rotate    = flag.Int("w9.rotate", 0, "W9: run the implementations in the order of round k (bench.RoundOrder; scripts/w9.sh sets it)")
-	w9Cache     = flag.String("w9.cache", "", "W9 restart rows: keep the crashed data directories here across runs (default: a temporary directory per run)")
-	w9Sample    = flag.Int("w9.readback", 1000, "W9 write rows: values read back after each row (-1: all)")
-	w9NoLogSync = flag.Bool("w9.nologsync", false, "W9 write rows: never sync the raft log (unsafe; measures what its syncs cost)")
+	w9Writes      = flag.Int("w9.writes", 1_000_000, "W9 restart rows: writes acknowledged before the crash")
+	w9Rotate      = flag.Int("w9.rotate", 0, "W9: run the implementations in the order of round k (bench.RoundOrder; scripts/w9.sh sets it)")
+	w9Cache       = flag.String("w9.cache", "", "W9 restart rows: keep the crashed data directories here across runs (default: a temporary directory per run)")
+	w9Sample      = flag.Int("w9.readback", 1000, "W9 write rows: values read back after each row (-1: all)")
+	w9NoLogSync   = flag.Bool("w9.nologsync", false, "W9 write rows: never sync the raft log (unsafe; measures what its syncs cost)")
+	w9Pending     = flag.Int("w9.pending", 0, "W9: appends with entries a leader may have in flight before it proposes again (0: raftkv's default, -1: no bound; a design comparison)")
+	w9LoopSends   = flag.Bool("w9.loopsends", false, "W9: a follower's acknowledgements leave from the Ready loop, not from the append loop (a design comparison)")
+	w9LogMemTable = flag.Uint64("w9.logmemtable", 0, "W9: the raft log store's memtable size in bytes (0: storage's default; a design comparison)")
+	w9SyncReady   = flag.Bool("w9.syncready", false, "W9: handle raft's Readies synchronously (the design before AsyncStorageWrites; for A/B runs)")
 )
 
 const (
@@ -79,7 +83,7 @@ var w9Impls = []string{w9Kvbuf, w9PebbleLog, w9PebbleReady}
 
 // w9Hooks builds a node with the state machine impl.
 func w9Hooks(impl string) *testHooks {
-	h := &testHooks{noLogSync: *w9NoLogSync}
+	h := &testHooks{noLogSync: *w9NoLogSync, syncReady: *w9SyncReady, pendingAppends: *w9Pending, loopSends: *w9LoopSends, logMemTable: *w9LogMemTable}
 	switch impl {
 	case w9PebbleLog:
 		h.newSM = newPebbleSM(false)

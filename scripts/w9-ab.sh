@@ -13,7 +13,9 @@
 # Environment: ROUNDS (default 3), BENCHTIME (default 2s), OUT (a file to
 # keep the raw output in; default a temporary one), ARGS_OLD / ARGS_NEW
 # (extra test flags for one side, e.g. OLD and NEW the same revision and
-# ARGS_NEW=-w9.nologsync to measure what the raft log's syncs cost).
+# ARGS_NEW=-w9.nologsync to measure what the raft log's syncs cost, or
+# ARGS_OLD=-w9.syncready to compare with the synchronous Ready loop; the
+# design flags are listed in doc/workloads.md, W9).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old="$1"
