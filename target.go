@@ -127,7 +127,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		// the catalog records it only once the file is durable, so the
 		// file's is never below the catalog's.
 		p.b.file.SetGen(wgen)
-		if err := p.gen.WriteData(ctx, wm); err != nil {
+		if err := p.gen.WriteLagged(ctx, wm); err != nil {
 			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
 		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
@@ -165,30 +165,11 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		rw.addToBatch(batch)
 	}
 	batch.SetWatermark(wm)
-	// Experiment (design "overlap"): the headers' fdatasync runs while
-	// the batch commits.
-	hdone := make(chan error, 1)
-	go func() {
-		var herr error
-		for _, p := range gen.bits {
-			if err := p.b.file.Sync(); err != nil && herr == nil {
-				herr = err
-			}
-		}
-		hdone <- herr
-	}()
 	c, err := gen.db.store.Commit(batch)
 	if err != nil {
-		<-hdone
 		return nil, kverr.Errorf("flush: commit: %w", err)
 	}
-	return func() error {
-		herr := <-hdone
-		if err := c.Wait(); err != nil {
-			return err
-		}
-		return herr
-	}, nil
+	return c.Wait, nil
 }
 
 // kvBytes is the memory of the generation's KV changes.

@@ -676,23 +676,6 @@ func (f *File) Sync() error {
 	return nil
 }
 
-// SyncData (experiment: design "overlap") msyncs the data only.
-func (f *File) SyncData() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return f.errClosed()
-	}
-	staged := f.staged.Load()
-	v := f.cur.Load()
-	if err := msync(f.reg.m[:len(v.words)*8]); err != nil {
-		return kverr.Errorf("%s: sync: msync: %w", f.path, err)
-	}
-	failpoint.FileSynced(f.fd, DataOffset, int64(len(v.words)*8))
-	f.covered = max(f.covered, staged)
-	return nil
-}
-
 // SyncLagged makes every change that completed before the call durable
 // with one fdatasync instead of Sync's two, for an owner that keeps its
 // own durable receipt (the engine's store) and needs the header for its

@@ -16,19 +16,16 @@ const applyBatch = 1 << 16
 // header). If an open snapshot needs the words it overwrites, it records
 // them first (see BitsSnapshot). It may be called again after a failure: it
 // is idempotent. The order is B7 of bits_protocol.go.
-func (g *BitsGen) Write(ctx context.Context, wm uint64) error { return g.write(ctx, wm, 0) }
+func (g *BitsGen) Write(ctx context.Context, wm uint64) error { return g.write(ctx, wm, false) }
 
 // WriteLagged is Write with the file synced by one fdatasync
 // (bitslice.File.SyncLagged) instead of two: the file's header then
 // records the watermark of the previous write, whose words are durable,
 // and this one's only at the next. For an owner whose receipt is kept
 // elsewhere and written after WriteLagged returns (the engine's store, B7).
-func (g *BitsGen) WriteLagged(ctx context.Context, wm uint64) error { return g.write(ctx, wm, 1) }
+func (g *BitsGen) WriteLagged(ctx context.Context, wm uint64) error { return g.write(ctx, wm, true) }
 
-// WriteData (experiment: design "overlap") syncs the data only.
-func (g *BitsGen) WriteData(ctx context.Context, wm uint64) error { return g.write(ctx, wm, 2) }
-
-func (g *BitsGen) write(ctx context.Context, wm uint64, mode int) error {
+func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 	b := g.b
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
@@ -69,11 +66,8 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, mode int) error {
 	}
 	b.fio.SetWatermark(wm)
 	sync := b.fio.Sync
-	switch mode {
-	case 1:
+	if lagged {
 		sync = b.fio.SyncLagged
-	case 2:
-		sync = b.file.SyncData
 	}
 	if err := sync(); err != nil {
 		return kverr.Errorf("sync: %w", err)
