@@ -127,7 +127,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		// the catalog records it only once the file is durable, so the
 		// file's is never below the catalog's.
 		p.b.file.SetGen(wgen)
-		if err := p.gen.Write(ctx, wm); err != nil {
+		if err := p.gen.WriteLagged(ctx, wm); err != nil {
 			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
 		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
