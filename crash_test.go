@@ -983,7 +983,7 @@ func crashPoints() []string {
 	p := []string{"pebble/wal-write", "pebble/wal-sync", "ingest/sst-write", "ingest/sst-sync",
 		"pebble/manifest-write", "pebble/manifest-sync"}
 	if failpoint.Enabled {
-		p = append(p, failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader,
+		p = append(p, failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader, failpoint.BitsliceSyncHeaderWritten,
 			failpoint.BitsliceApplyWords, failpoint.BitsliceGrowAllocate, failpoint.BitsliceGrowHeader,
 			failpoint.StorageIngestSync, failpoint.StorageIngestApply, failpoint.StorageIngestApplied)
 	}

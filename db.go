@@ -314,6 +314,15 @@ func (db *DB) Close() error {
 		}
 		db.mu.Lock()
 		for _, b := range db.bits {
+			if err == nil {
+				// A flush's header records the previous flush's
+				// watermark (BitsGen.WriteLagged): after the final
+				// flush, whose words are durable, the header records
+				// its watermark too, for inspection (one header write).
+				if serr := b.file.Sync(); serr != nil {
+					err = kverr.Errorf("close bitslice %q: %w", b.name, serr)
+				}
+			}
 			if cerr := b.file.Close(); err == nil && cerr != nil {
 				err = kverr.Errorf("close bitslice %q: %w", b.name, cerr)
 			}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
@@ -837,5 +838,40 @@ func TestCompactKeepsData(t *testing.T) {
 	}
 	if err := db.Compact(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Compact after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A flush writes a bitslice's header with the previous flush's watermark
+// (BitsGen.WriteLagged: one fdatasync, so the header may reach the disk
+// before the data); Close records the last flush's watermark, whose bits
+// are durable, so the file's header matches the engine's watermark after a
+// clean Close, and never runs ahead of it before.
+func TestBitsHeaderWatermarkAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	db := openT(t, dir, &Options{FlushInterval: -1})
+	b := mustBits(t, db, "hw")
+	path := db.dir.BitsPath("hw")
+	for op := uint64(1); op <= 3; op++ {
+		mustSet(t, b, op, true, op)
+		if err := db.EndOp(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+		mustFlush(t, db)
+		info, err := bitslice.ReadInfo(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Watermark >= op || info.Watermark > db.Watermark() {
+			t.Fatalf("after flush %d: header watermark %d, engine's %d: want the previous flush's", op, info.Watermark, db.Watermark())
+		}
+	}
+	wm := db.Watermark()
+	closeT(t, db)
+	info, err := bitslice.ReadInfo(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Watermark != wm || wm != 3 {
+		t.Fatalf("after Close: header watermark %d, engine's %d; want both 3", info.Watermark, wm)
 	}
 }

@@ -84,6 +84,7 @@ type pcPoint struct {
 var pcPoints = []pcPoint{
 	{failpoint.BitsliceSyncMsync, 15},
 	{failpoint.BitsliceSyncHeader, 15},
+	{failpoint.BitsliceSyncHeaderWritten, 15},
 	{failpoint.BitsliceSyncDone, 15},
 	{failpoint.BitsliceApplyWords, 15},
 	{failpoint.BitsliceGrowAllocate, 6},

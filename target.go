@@ -16,8 +16,9 @@ import (
 
 // The engine is its flusher's one Target: a generation is every bitslice's
 // and every keyspace's frozen tables, plus the catalog if it changed. It is
-// written bitslices first (each msynced before its header records the
-// watermark), then one pebble batch with every keyspace's changes, the
+// written bitslices first (each made durable, with a header recording the
+// generation, by one fdatasync: BitsGen.WriteLagged), then one pebble
+// batch with every keyspace's changes, the
 // catalog and the watermark, committed in generation order. So the receipt
 // is never ahead of the data it covers (contract 4; publication order 16 in
 // buffer/protocol.go), and a keyspace's data is never in the store without
@@ -126,7 +127,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		// the catalog records it only once the file is durable, so the
 		// file's is never below the catalog's.
 		p.b.file.SetGen(wgen)
-		if err := p.gen.Write(ctx, wm); err != nil {
+		if err := p.gen.WriteLagged(ctx, wm); err != nil {
 			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
 		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}

@@ -36,6 +36,28 @@ type w6State struct {
 	// readBack is Config.ReadBack: how many values each round reads back.
 	readBack int
 	round    atomic.Uint64 // rounds of every row, so each round's values differ
+	// flips counts the rounds of the rows writing each target (the raw
+	// file, the engine's bitslice, the roaring bitmap): a row's values
+	// are the opposite of the last ones written to its target, so that
+	// every bit a round sets changes and every page it touches is dirty
+	// again (with one parity for all rows, two rows of one target could
+	// write the same values in turn, and the second's words would be
+	// unchanged: nothing to write back, a free msync).
+	flips [w6Targets]atomic.Uint64
+}
+
+// The targets the W6 bit rows write (w6State.flips).
+const (
+	w6Raw = iota
+	w6Engine
+	w6RoaringBitmap
+	w6Targets
+)
+
+// next numbers a round of a row writing target: the round number (for
+// the watermark) and the values' flip.
+func (w *w6State) next(target int) (uint64, bool) {
+	return w.round.Add(1), w.flips[target].Add(1)&1 == 1
 }
 
 // readBackKV reads back a sample of the keys round r wrote, with get.
@@ -272,19 +294,15 @@ func w6KV(w *w6State, m mixedSides, ps w6Sides, def *kvbuf.DB, defKV *kvbuf.KV) 
 // each syncs the file. Every row reads back a sample of the bits after
 // the clock.
 func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
-	flip := func() (uint64, bool) {
-		r := w.round.Add(1)
-		return r, r&1 == 1
-	}
 	syncRaw := func(r uint64) error {
 		m.raw.SetWatermark(r)
 		return m.raw.Sync()
 	}
 	// round runs one round of a row: untimed (if not nil) and timed get the
 	// round number and its flip; get reads the bits back.
-	round := func(row string, get bitGetter, untimed, timed func(ctx context.Context, r uint64, f bool) error) Rounder {
+	round := func(row string, target int, get bitGetter, untimed, timed func(ctx context.Context, r uint64, f bool) error) Rounder {
 		return RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			r, f := flip()
+			r, f := w.next(target)
 			if untimed != nil {
 				if err := untimed(ctx, r, f); err != nil {
 					return RoundResult{}, err
@@ -302,16 +320,16 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 	engine, raw := kvbufBitGetter(m.bits), rawBitGetter(m.raw)
 	var words []bitslice.WordChange
 	return []Impl{
-		{Name: ImplKvbuf, Round: round(ImplKvbuf, engine, nil, func(ctx context.Context, _ uint64, f bool) error {
+		{Name: ImplKvbuf, Round: round(ImplKvbuf, w6Engine, engine, nil, func(ctx context.Context, _ uint64, f bool) error {
 			if err := w.setAll(ctx, m.bits, f); err != nil {
 				return err
 			}
 			return m.db.Flush(ctx)
 		})},
-		{Name: ImplKvbufFlushOnly, Label: LabelComponent, Round: round(ImplKvbufFlushOnly, engine,
+		{Name: ImplKvbufFlushOnly, Label: LabelComponent, Round: round(ImplKvbufFlushOnly, w6Engine, engine,
 			func(ctx context.Context, _ uint64, f bool) error { return w.setAll(ctx, m.bits, f) },
 			func(ctx context.Context, _ uint64, _ bool) error { return m.db.Flush(ctx) })},
-		{Name: ImplFileSetLoop, Round: round(ImplFileSetLoop, raw, nil, func(_ context.Context, r uint64, f bool) error {
+		{Name: ImplFileSetLoop, Round: round(ImplFileSetLoop, w6Raw, raw, nil, func(_ context.Context, r uint64, f bool) error {
 			for k, ch := range w.changes {
 				if err := m.raw.Set(ch.i, w.flipped(k, f)); err != nil {
 					return err
@@ -319,7 +337,7 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 			}
 			return syncRaw(r)
 		})},
-		{Name: ImplApplyWords, Label: LabelComponent, Round: round(ImplApplyWords, raw,
+		{Name: ImplApplyWords, Label: LabelComponent, Round: round(ImplApplyWords, w6Raw, raw,
 			func(_ context.Context, _ uint64, f bool) error { words = w.coalesce(f, nbits); return nil },
 			func(_ context.Context, r uint64, _ bool) error {
 				if err := m.raw.ApplyWords(words); err != nil {
@@ -327,7 +345,7 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 				}
 				return syncRaw(r)
 			})},
-		{Name: ImplCoalesceApply, Round: round(ImplCoalesceApply, raw, nil, func(_ context.Context, r uint64, f bool) error {
+		{Name: ImplCoalesceApply, Round: round(ImplCoalesceApply, w6Raw, raw, nil, func(_ context.Context, r uint64, f bool) error {
 			if err := m.raw.ApplyWords(w.coalesce(f, nbits)); err != nil {
 				return err
 			}

@@ -33,14 +33,10 @@ func w6BitsExtra(s *Suite, w *w6State, m mixedSides) []Impl {
 		vals[0][k] = w.flipped(k, false)
 		vals[1][k] = w.flipped(k, true)
 	}
-	flip := func() (uint64, bool) {
-		r := w.round.Add(1)
-		return r, r&1 == 1
-	}
 	rr := &w6Roaring{path: filepath.Join(s.dir, "roaring.bin"), rb: roaring.New()}
 	return []Impl{
 		{Name: ImplKvbufSetMany, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
-			r, f := flip()
+			r, f := w.next(w6Engine)
 			v := vals[b2i(f)]
 			res := RoundResult{Ops: 1, Checks: int64(w.n)}
 			err := Timed(&res, func() error {
@@ -55,7 +51,7 @@ func w6BitsExtra(s *Suite, w *w6State, m mixedSides) []Impl {
 			return res, err
 		})},
 		{Name: ImplRoaringWriteSync, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
-			r, f := flip()
+			r, f := w.next(w6RoaringBitmap)
 			res := RoundResult{Ops: 1, Checks: int64(w.n)}
 			err := Timed(&res, func() error {
 				for k, ch := range w.changes {

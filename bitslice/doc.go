@@ -65,7 +65,18 @@
 // watermark is therefore never ahead of the data it covers. When only the
 // generation or the owner changed (the watermark did not), the header is
 // written first and one fdatasync makes it and the data durable: it claims
-// nothing about the data. Grow extends the
+// nothing about the data.
+//
+// SyncLagged is the one-fdatasync form for an owner that keeps its own
+// durable receipt (kvbuf's engine keeps its watermark in its store): it
+// writes the next header slot first, then one fdatasync makes the header
+// and the data durable together. A crash during that fdatasync may keep
+// the new header and lose data pages, so (rule L1) its header records the
+// staged generation and owner, which claim nothing about the data, and
+// only the watermark staged when the previous successful Sync or
+// SyncLagged began, whose changes that sync made durable. The persisted
+// watermark therefore lags one SyncLagged behind the staged one, and is
+// still never ahead of the data. Grow extends the
 // file with real blocks (fallocate, or written zeros where fallocate is not
 // supported, never a sparse truncate that could SIGBUS on a full disk),
 // fsyncs, maps, zeroes and msyncs the new words, and only then writes a

@@ -57,6 +57,7 @@ type File struct {
 	closed  bool
 	seq     uint64    // sequence number of the newest header on disk
 	version uint32    // format version of the newest header on disk
+	covered uint64    // watermark staged when the last successful Sync or SyncLagged began: its changes are durable
 	valid   int       // header slots valid on disk (1 or 2)
 	size    int64     // file size in bytes
 	reg     *region   // mapping the current view uses
@@ -264,6 +265,7 @@ func newFile(path string, fd *os.File, p parsed, size int64) (*File, error) {
 	f.nbits.Store(p.nbits)
 	f.staged.Store(p.watermark)
 	f.persisted.Store(p.watermark)
+	f.covered = p.watermark
 	f.stagedOwner.Store(p.owner)
 	f.owner.Store(p.owner)
 	f.stagedGen.Store(p.gen)
@@ -652,6 +654,7 @@ func (f *File) Sync() error {
 		failpoint.FileSynced(f.fd, DataOffset, int64(len(v.words)*8))
 	}
 	if !newWM && !newID {
+		f.covered = max(f.covered, wm)
 		return nil
 	}
 	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
@@ -666,6 +669,73 @@ func (f *File) Sync() error {
 	}
 	f.seq, f.valid, f.version = h.seq, 2, Version
 	f.persisted.Store(wm)
+	f.covered = max(f.covered, wm)
+	f.owner.Store(owner)
+	f.gen.Store(gen)
+	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
+	return nil
+}
+
+// SyncLagged makes every change that completed before the call durable
+// with one fdatasync instead of Sync's two, for an owner that keeps its
+// own durable receipt (the engine's store) and needs the header for its
+// generation: it writes the next header slot first, then fdatasyncs, which
+// writes back the header and the data pages dirtied through the mapping
+// together. Because a crash may keep that header and lose data pages, the
+// header records the staged generation and owner and the lagged watermark:
+// the one staged when the previous successful Sync or SyncLagged began,
+// whose changes that sync made durable, never the one staged since (the
+// next sync records it). So the persisted watermark is still never ahead
+// of the data, and a generation claims nothing about the data (see Sync).
+// With nothing new for the header, only the data is synced. On error the
+// previous header stays in force and SyncLagged can be retried.
+func (f *File) SyncLagged() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return f.errClosed()
+	}
+	v := f.cur.Load()
+	staged := f.staged.Load()
+	wm := max(f.covered, f.persisted.Load()) // L1: durable before this header is written
+	owner, gen := f.stagedOwner.Load(), f.stagedGen.Load()
+	newHeader := wm != f.persisted.Load() || owner != f.owner.Load() || gen != f.gen.Load() || f.version != Version
+	if err := failpoint.Hit(failpoint.BitsliceSyncMsync); err != nil {
+		// Tested by TestFaultSyncLagged under -tags kvbuf_failpoints.
+		return kverr.Errorf("%s: sync: %w", f.path, err)
+	}
+	if !newHeader {
+		if err := msync(f.reg.m[:len(v.words)*8]); err != nil {
+			// Untested: a real msync fails only on an I/O error.
+			return kverr.Errorf("%s: sync: msync: %w", f.path, err)
+		}
+		failpoint.FileSynced(f.fd, DataOffset, int64(len(v.words)*8))
+		f.covered = max(f.covered, staged)
+		return nil
+	}
+	if err := failpoint.Hit(failpoint.BitsliceSyncHeader); err != nil {
+		// Tested by TestFaultSyncLagged under -tags kvbuf_failpoints.
+		return kverr.Errorf("%s: sync: %w", f.path, err)
+	}
+	h := header{seq: f.seq + 1, nbits: v.nbits, watermark: wm, owner: owner, gen: gen}
+	b := encodeSlot(h)
+	// Untested errors: see writeHeader.
+	if _, err := f.fd.WriteAt(b[:], int64(slotFor(h.seq))*slotStride); err != nil {
+		return kverr.Errorf("%s: sync: write header slot %d: %w", f.path, slotFor(h.seq), err)
+	}
+	_ = failpoint.Hit(failpoint.BitsliceSyncHeaderWritten) // a crash point only
+	if err := unix.Fdatasync(int(f.fd.Fd())); err != nil {
+		// Untested: fdatasync fails only on an I/O error. The slot may
+		// reach the disk or not; its claims hold either way, and the
+		// retry writes the same slot again (the other one keeps the
+		// previous header, as for a failed Sync).
+		return kverr.Errorf("%s: sync: fdatasync: %w", f.path, err)
+	}
+	// fdatasync writes back the pages dirtied through the mapping too.
+	failpoint.FileSynced(f.fd, 0, -1)
+	f.seq, f.valid, f.version = h.seq, 2, Version
+	f.persisted.Store(wm)
+	f.covered = max(f.covered, staged)
 	f.owner.Store(owner)
 	f.gen.Store(gen)
 	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only

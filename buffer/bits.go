@@ -21,6 +21,7 @@ type bitsFile interface {
 	ApplyWords(changes []bitslice.WordChange) error
 	SetWatermark(op uint64)
 	Sync() error
+	SyncLagged() error
 }
 
 // Bits is the pending-changes overlay of one bitslice file: Set and SetRange

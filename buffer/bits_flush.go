@@ -16,7 +16,16 @@ const applyBatch = 1 << 16
 // header). If an open snapshot needs the words it overwrites, it records
 // them first (see BitsSnapshot). It may be called again after a failure: it
 // is idempotent. The order is B7 of bits_protocol.go.
-func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
+func (g *BitsGen) Write(ctx context.Context, wm uint64) error { return g.write(ctx, wm, false) }
+
+// WriteLagged is Write with the file synced by one fdatasync
+// (bitslice.File.SyncLagged) instead of two: the file's header then
+// records the watermark of the previous write, whose words are durable,
+// and this one's only at the next. For an owner whose receipt is kept
+// elsewhere and written after WriteLagged returns (the engine's store, B7).
+func (g *BitsGen) WriteLagged(ctx context.Context, wm uint64) error { return g.write(ctx, wm, true) }
+
+func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 	b := g.b
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
@@ -56,7 +65,11 @@ func (g *BitsGen) Write(ctx context.Context, wm uint64) error {
 		}
 	}
 	b.fio.SetWatermark(wm)
-	if err := b.fio.Sync(); err != nil {
+	sync := b.fio.Sync
+	if lagged {
+		sync = b.fio.SyncLagged
+	}
+	if err := sync(); err != nil {
 		return kverr.Errorf("sync: %w", err)
 	}
 	return nil

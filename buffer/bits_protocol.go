@@ -79,7 +79,12 @@ package buffer
 // B7. Flush order (BitsGen.Write). Grow the file and publish a view with
 //     its new words (B1); apply each sealed table's words, oldest first;
 //     update the region summary of every line applied (B9); stage the
-//     watermark and sync (data, then the header). The generation's tables
+//     watermark and sync (data, then the header). WriteLagged syncs once
+//     instead (header written, then one fdatasync for it and the data),
+//     so its header records only the watermark of the previous successful
+//     sync, whose words are durable (bitslice rule L1, File.SyncLagged):
+//     the owner's receipt, written after WriteLagged returns, covers this
+//     one's. The generation's tables
 //     stay in the view, so reads see the same values throughout, and a
 //     failure at any step leaves them there for the next attempt.
 //

@@ -40,6 +40,13 @@ func (f *faultyFile) Sync() error {
 	return f.File.Sync()
 }
 
+func (f *faultyFile) SyncLagged() error {
+	if f.fail.Load() || f.failSync.Load() {
+		return errBitsInjected
+	}
+	return f.File.SyncLagged()
+}
+
 // bitsModel is a dense model of a bitslice.
 type bitsModel struct {
 	bits  []bool
@@ -177,9 +184,10 @@ func TestBitsModel(t *testing.T) {
 
 func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *Account, universe uint64, steps int) {
 	m := newBitsModel(universe)
-	var gen uint64
+	var gen, lastWM uint64 // lastWM: the watermark of the last successful write
 	var queue []*BitsGen
 	var snaps []bitsSnap
+	f := ff.File
 	defer func() {
 		for _, s := range snaps {
 			s.s.Close()
@@ -239,13 +247,25 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 				failSync := fail && rng.IntN(2) == 0
 				ff.fail.Store(fail && !failSync)
 				ff.failSync.Store(failSync)
-				err := queue[0].Write(context.Background(), queue[0].g)
+				// Both syncs: Write (msync, then the header with this
+				// watermark) and WriteLagged (one fdatasync, the header
+				// with the last successful write's watermark).
+				lagged := rng.IntN(2) == 0
+				write := queue[0].Write
+				if lagged {
+					write = queue[0].WriteLagged
+				}
+				err := write(context.Background(), queue[0].g)
 				ff.fail.Store(false)
 				ff.failSync.Store(false)
 				if fail != (err != nil) {
-					t.Fatalf("%s: Write with fail=%v: %v", where, fail, err)
+					t.Fatalf("%s: Write (lagged %v) with fail=%v: %v", where, lagged, fail, err)
 				}
 				if err == nil {
+					if wm := f.Watermark(); (lagged && wm > lastWM) || (!lagged && wm != queue[0].g) {
+						t.Fatalf("%s: header watermark %d after Write (lagged %v) of %d; the previous write's was %d", where, wm, lagged, queue[0].g, lastWM)
+					}
+					lastWM = queue[0].g
 					b.Release(queue[0].g)
 					queue = queue[1:]
 				}

@@ -181,8 +181,9 @@ package buffer
 //     mutations 10, 11, 25, 26).
 //
 //  16. Bitslices before the batch that carries the watermark: a
-//     generation's bitslices are written and synced (their headers record
-//     the watermark; B7) before the store batch with the keyspaces'
+//     generation's bitslices are written and synced (one fdatasync each,
+//     WriteLagged: their headers record the generation and the previous
+//     write's watermark; B7) before the store batch with the keyspaces'
 //     changes, the catalogs and the watermark is committed (kvbuf's
 //     target.go), and generations commit in order. So the receipt is never
 //     ahead of the data it covers (mutation 81).

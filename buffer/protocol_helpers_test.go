@@ -70,6 +70,13 @@ func (f *protoFile) Sync() error {
 	return f.faultyFile.Sync()
 }
 
+func (f *protoFile) SyncLagged() error {
+	if f.failSync {
+		return errBitsInjected
+	}
+	return f.faultyFile.SyncLagged()
+}
+
 func newProtoRig(t testing.TB, withKV, withBits bool, opts *Options) *protoRig {
 	t.Helper()
 	r := &protoRig{t: t, opts: opts, keys: map[string]bool{}, idx: map[uint64]bool{}}

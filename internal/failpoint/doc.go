@@ -47,12 +47,15 @@ type SyncObserver interface {
 
 // The points. Each is named "package/function/where".
 const (
-	// BitsliceSyncMsync is in bitslice.File.Sync before the data msync; an
-	// error fails the Sync as a failed msync would.
+	// BitsliceSyncMsync is in bitslice.File.Sync before the data msync,
+	// and at the start of bitslice.File.SyncLagged; an error fails the sync
+	// as a failed msync would.
 	BitsliceSyncMsync = "bitslice/sync/before-msync"
 	// BitsliceSyncHeader is in bitslice.File.Sync after the data msync and
 	// before the header slot is written: a crash here leaves new data under
-	// the old header (and old watermark). An error fails the Sync.
+	// the old header (and old watermark). In SyncLagged it is before the
+	// header slot is written, with the data not synced yet. An error fails
+	// the sync.
 	BitsliceSyncHeader = "bitslice/sync/before-header"
 	// BitsliceGrowAllocate is in bitslice.File.Grow before the new blocks
 	// are allocated; an error (say, syscall.ENOSPC) fails the Grow as a full
@@ -78,10 +81,15 @@ const (
 	// Sync boundaries that are crash points only (an error fails the step
 	// where noted).
 
-	// BitsliceSyncDone is in bitslice.File.Sync after the header's
+	// BitsliceSyncDone is in bitslice.File.Sync (and SyncLagged) after the header's
 	// fdatasync returned: the new header and the data are durable, the
 	// caller not yet told. Its error is ignored.
 	BitsliceSyncDone = "bitslice/sync/after-header"
+	// BitsliceSyncHeaderWritten is in bitslice.File.SyncLagged after the
+	// header slot is written and before the one fdatasync: a power cut
+	// here may keep the header, any of the data pages, both or neither.
+	// Its error is ignored.
+	BitsliceSyncHeaderWritten = "bitslice/sync-lagged/header-written"
 	// BitsliceCreatePublish is in bitslice.CreateOwned after the new file
 	// (allocated, header written, fsynced) is complete under its temporary
 	// name and before it is renamed into place; an error fails the Create.
