@@ -506,24 +506,45 @@ type feedCut struct{ n, seq, gen uint64 }
 
 // feedStep is a step of the resolved log: its changes, in op order, at
 // positions pos, pos+1, ..., then its mark (op n, durable once generation
-// gen is released and the watermark reaches n).
+// gen is released and the watermark reaches n). The changes are kept as
+// the records made by the writes (a Batch is one record of many changes),
+// sorted by op; a watch expands them into events as it reads them
+// (Watch's read), so a cut costs O(records), not O(changes). ends[i] is
+// the number of changes in recs[:i+1].
 type feedStep struct {
-	pos     uint64
-	changes []WatchEvent
-	n, gen  uint64
-	wm      uint64 // the watermark that covers it, once durable
-	bytes   int64
+	pos    uint64
+	recs   []feedRec
+	ends   []uint64
+	n, gen uint64
+	wm     uint64 // the watermark that covers it, once durable
+	bytes  int64
+}
+
+// nChanges is how many changes s holds.
+func (s *feedStep) nChanges() uint64 {
+	if len(s.ends) == 0 {
+		return 0
+	}
+	return s.ends[len(s.ends)-1]
 }
 
 // markPos is the position of s's mark.
-func (s *feedStep) markPos() uint64 { return s.pos + uint64(len(s.changes)) }
+func (s *feedStep) markPos() uint64 { return s.pos + s.nChanges() }
 
-// at returns the event at position p of s.
-func (s *feedStep) at(p uint64) WatchEvent {
-	if i := p - s.pos; i < uint64(len(s.changes)) {
-		return s.changes[i]
-	}
+// mark returns s's resolved mark.
+func (s *feedStep) mark() WatchEvent {
 	return WatchEvent{Kind: EventResolved, Op: s.n, Watermark: s.wm}
+}
+
+// rec returns the index in s.recs of the record holding change c of s
+// (c < nChanges), and c's index within that record.
+func (s *feedStep) rec(c uint64) (int, int) {
+	i, _ := slices.BinarySearch(s.ends, c+1)
+	lo := uint64(0)
+	if i > 0 {
+		lo = s.ends[i-1]
+	}
+	return i, int(c - lo)
 }
 
 func (f *feed) init(db *DB) {
@@ -705,14 +726,23 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	})
 	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
 		st := &f.steps[i]
+		nc := st.nChanges()
+		var r, j int // the record of w.pos and the change within it
+		if c := w.pos - st.pos; c < nc {
+			r, j = st.rec(c)
+		}
 		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
-			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
-				e := &st.changes[c]
+			if w.pos-st.pos < nc {
+				rec := &st.recs[r]
+				e := rec.event(j)
+				if j++; j == rec.count() {
+					r, j = r+1, 0
+				}
 				w.trackChange(e.Op)
-				w.match(e)
+				w.match(&e)
 			} else {
 				w.trackMark(st.n)
-				m := st.at(w.pos)
+				m := st.mark()
 				w.match(&m)
 			}
 		}
@@ -746,40 +776,58 @@ func (r *feedRec) bytes() int64 {
 	return eventBytes(&r.WatchEvent)
 }
 
-// appendTo appends r's events to evs.
-func (r *feedRec) appendTo(evs []WatchEvent) []WatchEvent {
+// count is how many changes r holds.
+func (r *feedRec) count() int {
+	if r.batch == nil {
+		return 1
+	}
+	return len(r.batch.ops)
+}
+
+// compact drops the changes a batch record's skip marks (a copy of its
+// ops; its data is shared), so that change j of r is r.batch.ops[j].
+func (r *feedRec) compact() {
+	rb := r.batch
+	if rb == nil || rb.skip == nil {
+		return
+	}
+	ops := make([]batchOp, 0, len(rb.ops))
+	for i := range rb.ops {
+		if !rb.skip[i] {
+			ops = append(ops, rb.ops[i])
+		}
+	}
+	r.batch = &recBatch{ops: ops, data: rb.data}
+}
+
+// event returns change j of r (r compacted).
+func (r *feedRec) event(j int) WatchEvent {
 	rb := r.batch
 	if rb == nil {
-		return append(evs, r.WatchEvent)
+		return r.WatchEvent
 	}
-	for i := range rb.ops {
-		if rb.skip != nil && rb.skip[i] {
-			continue
+	o := &rb.ops[j]
+	e := WatchEvent{Op: r.Op}
+	view := func(a, z int) []byte { return rb.data[a:z:z] }
+	switch o.kind {
+	case opPut:
+		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
+	case opDelete:
+		e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
+	case opDeleteRange:
+		e.Kind, e.Keyspace = EventDeleteRange, o.k.name
+		if o.a0 >= 0 {
+			e.Key = view(o.a0, o.a1)
 		}
-		o := &rb.ops[i]
-		e := WatchEvent{Op: r.Op}
-		view := func(a, z int) []byte { return rb.data[a:z:z] }
-		switch o.kind {
-		case opPut:
-			e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
-		case opDelete:
-			e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
-		case opDeleteRange:
-			e.Kind, e.Keyspace = EventDeleteRange, o.k.name
-			if o.a0 >= 0 {
-				e.Key = view(o.a0, o.a1)
-			}
-			if o.b0 >= 0 {
-				e.End = view(o.b0, o.b1)
-			}
-		case opSet:
-			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
-		case opSetRange:
-			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
+		if o.b0 >= 0 {
+			e.End = view(o.b0, o.b1)
 		}
-		evs = append(evs, e)
+	case opSet:
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
+	case opSetRange:
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
 	}
-	return evs
+	return e
 }
 
 // batch records a Batch applied as op (skip: changes it discarded).
@@ -1022,7 +1070,6 @@ func (f *feed) resolve(c feedCut) bool {
 	}
 	var take, keep []feedRec
 	var n, gone int64
-	events := 0
 	sorted, prev := true, uint64(0)
 	for i := range f.pending {
 		r := &f.pending[i]
@@ -1051,11 +1098,6 @@ func (f *feed) resolve(c feedCut) bool {
 			prev = key
 		}
 		n += r.bytes()
-		if r.batch != nil {
-			events += len(r.batch.ops)
-		} else {
-			events++
-		}
 		take = append(take, *r)
 	}
 	clear(f.pending)
@@ -1067,12 +1109,19 @@ func (f *feed) resolve(c feedCut) bool {
 	if len(take) == 0 && mark == last {
 		return false
 	}
-	evs := make([]WatchEvent, 0, events)
+	k = 0
 	for i := range take {
-		evs = take[i].appendTo(evs)
+		if take[i].compact(); take[i].count() > 0 {
+			take[k] = take[i]
+			k++
+		}
 	}
+	clear(take[k:])
+	take = take[:k] // a step's records are not empty (its read relies on it)
 	if !sorted {
-		slices.SortStableFunc(evs, func(a, b WatchEvent) int {
+		// Each record is of one op: sorting the records stably sorts
+		// their changes.
+		slices.SortStableFunc(take, func(a, b feedRec) int {
 			ka, kb := a.Op-1, b.Op-1
 			switch {
 			case ka < kb:
@@ -1083,9 +1132,15 @@ func (f *feed) resolve(c feedCut) bool {
 			return 0
 		})
 	}
+	ends := make([]uint64, len(take))
+	var nc uint64
+	for i := range take {
+		nc += uint64(take[i].count())
+		ends[i] = nc
+	}
 	var recs []retRec
 	if f.ret != nil {
-		recs = f.ret.collect(evs)
+		recs = f.ret.collect(take)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1096,7 +1151,7 @@ func (f *feed) resolve(c feedCut) bool {
 		f.ret.pool = append(f.ret.pool, recs...)
 	}
 	mark = max(mark, f.lastN)
-	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}
+	st := feedStep{pos: f.end, recs: take, ends: ends, n: mark, gen: c.gen, bytes: n + eventOverhead}
 	f.steps = append(f.steps, st)
 	f.end = st.markPos() + 1
 	f.bytes += st.bytes

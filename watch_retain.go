@@ -172,21 +172,23 @@ func (r *retainer) covers(w *Watch) bool {
 	return true
 }
 
-// collect returns the retained changes of a resolved step's events (in
-// op order), numbered within their op.
-func (r *retainer) collect(evs []WatchEvent) []retRec {
+// collect returns the retained changes of a resolved step's records (in
+// op order, compacted), numbered within their op.
+func (r *retainer) collect(recs []feedRec) []retRec {
 	var out []retRec
 	var last uint64
 	var idx uint32
-	for i := range evs {
-		e := &evs[i]
-		if e.Op != last {
-			last, idx = e.Op, 0
+	for i := range recs {
+		rec := &recs[i]
+		if rec.Op != last {
+			last, idx = rec.Op, 0
 		}
-		if r.keeps(e) {
-			out = append(out, retRec{op: e.Op, idx: idx, ev: *e})
+		for j := range rec.count() {
+			if e := rec.event(j); r.keeps(&e) {
+				out = append(out, retRec{op: e.Op, idx: idx, ev: e})
+			}
+			idx++
 		}
-		idx++
 	}
 	return out
 }
