@@ -14,9 +14,11 @@ import (
 
 // BenchmarkW8Watch measures what a watch costs W8's writer (doc/workloads.md:
 // ops of 64 puts applied as one Batch, durable at the end of the round):
-// the same round on a fresh engine without a watch, with one visible-mode
-// watch and with one durable-mode watch read by a subscriber goroutine,
-// in rotating order, b.N rounds each. A round is timed from the first
+// the same round on a fresh engine without a watch ("none"), with one
+// visible-mode watch ("visible") and with one durable-mode watch
+// ("durable") read by a subscriber goroutine, and without a watch but with
+// every change retained in the store ("retain": Options.WatchRetain with
+// defaults), in rotating order, b.N rounds each. A round is timed from the first
 // Apply until Flush returned and, with a watch, the subscriber received
 // the resolved mark of the last op (all of the feed's work is timed). It
 // reports the per-put time of each mode (medians of the rounds), the
@@ -34,7 +36,7 @@ func BenchmarkW8Watch(b *testing.B) {
 		batch    = 64
 		interval = 50 * time.Millisecond
 	)
-	modes := []string{"none", "visible", "durable"}
+	modes := []string{"none", "visible", "durable", "retain"}
 	if m := os.Getenv("KVBUF_WATCH_MODES"); m != "" {
 		modes = strings.Split(m, ",") // profiling one mode; "none" first
 	}
@@ -87,7 +89,11 @@ func BenchmarkW8Watch(b *testing.B) {
 // in durable mode, each op's delivery latency.
 func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration) {
 	b.StopTimer()
-	db, err := Open(b.TempDir(), &Options{FlushInterval: interval})
+	opts := &Options{FlushInterval: interval}
+	if mode == "retain" {
+		opts.WatchRetain = &WatchRetention{}
+	}
+	db, err := Open(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +109,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	var wmAt []time.Time // when the persisted watermark first reached each op
 	var w *Watch
 	var done chan error
-	if mode != "none" {
+	if mode == "visible" || mode == "durable" {
 		if w, err = db.Watch(ctx, &WatchOptions{Durable: mode == "durable"}); err != nil {
 			b.Fatal(err)
 		}
@@ -201,4 +207,99 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	mu.Lock()
 	defer mu.Unlock()
 	return d, lat, feedLat
+}
+
+// BenchmarkWatchRetainFlush measures what retention (Options.WatchRetain)
+// adds to the flush of a generation: W8's ops (64 puts as one Batch) into a
+// fresh engine with interval flushes off, then one Flush timed alone, on an
+// engine without retention ("none") and one retaining every change
+// ("retain"), in rotating order, b.N rounds each. It reports each mode's
+// median flush time, the median of the per-round ratios retain/none with
+// their spread, and how many of the timed flushes were ingestions. Each
+// retained round checks that the store holds every op's changes.
+//
+//	go test -run '^$' -bench BenchmarkWatchRetainFlush -benchtime 8x .
+func BenchmarkWatchRetainFlush(b *testing.B) {
+	ops := 2000
+	if s := os.Getenv("KVBUF_WATCH_OPS"); s != "" {
+		if _, err := fmt.Sscan(s, &ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const batch = 64
+	modes := []string{"none", "retain"}
+	flushT := map[string][]float64{}
+	var ratios []float64
+	ingested := map[string]int64{}
+	val := make([]byte, 16)
+	for round := 0; round < b.N; round++ {
+		t := map[string]time.Duration{}
+		for i := range modes {
+			mode := modes[(i+round)%len(modes)]
+			d, ing := retainFlushRound(b, mode, ops, batch, val)
+			t[mode] = d
+			ingested[mode] += ing
+			flushT[mode] = append(flushT[mode], float64(d.Microseconds())/1000)
+		}
+		ratios = append(ratios, float64(t["retain"])/float64(t["none"]))
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, m := range modes {
+		b.ReportMetric(med(flushT[m]), "flush-ms-"+m)
+		b.ReportMetric(float64(ingested[m]), "ingested-"+m)
+	}
+	b.ReportMetric(med(ratios), "ratio-retain")
+	b.ReportMetric(slices.Min(ratios), "ratio-retain-min")
+	b.ReportMetric(slices.Max(ratios), "ratio-retain-max")
+	b.ReportMetric(0, "ns/op")
+}
+
+// retainFlushRound writes ops on a fresh engine and returns how long the
+// Flush that makes them durable took, and whether it was an ingestion.
+func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (time.Duration, int64) {
+	b.StopTimer()
+	opts := &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30}
+	if mode == "retain" {
+		opts.WatchRetain = &WatchRetention{MaxBytes: 1 << 30}
+	}
+	db, err := Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	bt := db.NewBatch()
+	key := make([]byte, 8)
+	for op := 1; op <= ops; op++ {
+		bt.Reset()
+		for j := range batch {
+			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+			binary.BigEndian.PutUint64(val, uint64(op))
+			bt.Put(k, key, val)
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ing := db.Metrics().IngestedGenerations
+	b.StartTimer()
+	start := time.Now()
+	if err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	m := db.Metrics()
+	if mode == "retain" && (m.WatchRetainedFrom != 1 || m.WatchRetainedBytes < int64(ops*batch*(12+24))) {
+		b.Fatalf("retained from op %d, %d bytes: want every change of ops 1-%d", m.WatchRetainedFrom, m.WatchRetainedBytes, ops)
+	}
+	return d, m.IngestedGenerations - ing
 }
