@@ -762,10 +762,53 @@ type feedRec struct {
 }
 
 // recBatch is a Batch's changes as applied (skip marks those discarded).
+// Its ops hold no pointers (the names are in names), so that recording a
+// batch copies into memory the garbage collector does not scan.
 type recBatch struct {
-	ops  []batchOp
-	data []byte
-	skip []bool
+	ops   []recOp
+	names []string
+	data  []byte
+	skip  []bool
+}
+
+// recOp is a batchOp as recorded: name indexes recBatch.names.
+type recOp struct {
+	kind   batchKind
+	v      bool
+	name   uint32
+	a0, a1 int
+	b0, b1 int
+	lo, hi uint64
+}
+
+// newRecBatch copies b's changes (skip: those it discarded).
+func newRecBatch(b *Batch, skip []bool) *recBatch {
+	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
+	last := ""
+	for i := range b.ops {
+		o := &b.ops[i]
+		name := ""
+		if o.k != nil {
+			name = o.k.name
+		} else if o.b != nil {
+			name = o.b.name
+		}
+		if len(rb.names) == 0 || name != last {
+			j := slices.Index(rb.names, name) // a batch names few keyspaces
+			if j < 0 {
+				j = len(rb.names)
+				rb.names = append(rb.names, name)
+			}
+			last = name
+			rb.ops[i].name = uint32(j)
+		} else {
+			rb.ops[i].name = rb.ops[i-1].name
+		}
+		rb.ops[i].kind, rb.ops[i].v = o.kind, o.v
+		rb.ops[i].a0, rb.ops[i].a1, rb.ops[i].b0, rb.ops[i].b1 = o.a0, o.a1, o.b0, o.b1
+		rb.ops[i].lo, rb.ops[i].hi = o.lo, o.hi
+	}
+	return rb
 }
 
 // bytes is the memory the feed counts for r.
@@ -791,13 +834,13 @@ func (r *feedRec) compact() {
 	if rb == nil || rb.skip == nil {
 		return
 	}
-	ops := make([]batchOp, 0, len(rb.ops))
+	ops := make([]recOp, 0, len(rb.ops))
 	for i := range rb.ops {
 		if !rb.skip[i] {
 			ops = append(ops, rb.ops[i])
 		}
 	}
-	r.batch = &recBatch{ops: ops, data: rb.data}
+	r.batch = &recBatch{ops: ops, names: rb.names, data: rb.data}
 }
 
 // event returns change j of r (r compacted).
@@ -809,13 +852,14 @@ func (r *feedRec) event(j int) WatchEvent {
 	o := &rb.ops[j]
 	e := WatchEvent{Op: r.Op}
 	view := func(a, z int) []byte { return rb.data[a:z:z] }
+	name := rb.names[o.name]
 	switch o.kind {
 	case opPut:
-		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
+		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, name, view(o.a0, o.a1), view(o.b0, o.b1)
 	case opDelete:
-		e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
+		e.Kind, e.Keyspace, e.Key = EventDelete, name, view(o.a0, o.a1)
 	case opDeleteRange:
-		e.Kind, e.Keyspace = EventDeleteRange, o.k.name
+		e.Kind, e.Keyspace = EventDeleteRange, name
 		if o.a0 >= 0 {
 			e.Key = view(o.a0, o.a1)
 		}
@@ -823,17 +867,16 @@ func (r *feedRec) event(j int) WatchEvent {
 			e.End = view(o.b0, o.b1)
 		}
 	case opSet:
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, o.lo, o.lo+1, o.v
 	case opSetRange:
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, o.lo, o.hi, o.v
 	}
 	return e
 }
 
 // batch records a Batch applied as op (skip: changes it discarded).
 func (f *feed) batch(op uint64, b *Batch, skip []bool) {
-	rb := &recBatch{ops: slices.Clone(b.ops), data: bytes.Clone(b.data), skip: skip}
-	r := feedRec{batch: rb}
+	r := feedRec{batch: newRecBatch(b, skip)}
 	r.Op = op
 	f.mu.Lock()
 	f.pending = append(f.pending, r)
