@@ -21,7 +21,7 @@ import (
 // flight (every freeze, and for visible-mode watches a short tick under
 // DB.flusher.Exclusive): at such an instant the ops at or below the
 // flusher's CompletedOp have ended and every write of theirs has recorded
-// its change, so the resolver moves those changes, sorted by op, into the
+// its change, so the resolver moves those records, sorted by op, into the
 // resolved log and appends a resolved mark. A step is durable once the
 // generation that holds its changes is released and the persisted
 // watermark covers its mark. Watches read the resolved log from their own
@@ -754,8 +754,9 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 // side, after it changed the overlay, only when f.on is set.
 
 // feedRec is a recorded change (Kind set), or a whole batch's changes
-// (batch set), of op Op: a batch is recorded as one copy of its changes
-// and expanded into events by the resolver, off the write path.
+// (batch set), of op Op: a batch is recorded as one copy of its changes,
+// kept so in the resolved log, and expanded into events by each watch as
+// it reads them, off the write path and off the resolver's.
 type feedRec struct {
 	WatchEvent
 	batch *recBatch
@@ -1101,8 +1102,8 @@ func (f *feed) process() {
 
 // resolve moves the changes cut c resolves into the log, in op order
 // (changes of op 0 last, in record order), closed by a mark. It takes the
-// records under f.mu, expands and sorts them without it (writers record
-// meanwhile), and appends the step under f.mu unless an overflow dropped
+// records under f.mu, compacts and sorts them without it (writers record
+// meanwhile; O(records), never O(changes)), and appends the step under f.mu unless an overflow dropped
 // the log meanwhile. Only the resolver (or shutdown, after it) calls it.
 func (f *feed) resolve(c feedCut) bool {
 	f.mu.Lock()
