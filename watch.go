@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -763,53 +764,101 @@ type feedRec struct {
 }
 
 // recBatch is a Batch's changes as applied (skip marks those discarded).
-// Its ops hold no pointers (the names are in names), so that recording a
-// batch copies into memory the garbage collector does not scan.
+// Its ops hold no pointers (the names are in names, the bit indexes in
+// bits), so that recording a batch copies into memory the garbage
+// collector does not scan, 24 bytes a change beside the batch's data.
 type recBatch struct {
 	ops   []recOp
 	names []string
+	bits  []uint64 // lo, hi of each bit change
 	data  []byte
 	skip  []bool
 }
 
-// recOp is a batchOp as recorded: name indexes recBatch.names.
+// recOp is a batchOp as recorded: name indexes recBatch.names; a0, a1,
+// b0, b1 are offsets in data (as batchOp's), or for a bit change a0
+// indexes its lo and hi in recBatch.bits.
 type recOp struct {
 	kind   batchKind
 	v      bool
 	name   uint32
-	a0, a1 int
-	b0, b1 int
-	lo, hi uint64
+	a0, a1 int32
+	b0, b1 int32
 }
 
-// newRecBatch copies b's changes (skip: those it discarded).
+// maxRecData bounds the data of a batch recorded as one recBatch (its
+// offsets are int32); a larger batch records each change on its own.
+var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
+
+// newRecBatch copies b's changes (skip: those it discarded); len(b.data)
+// is at most maxRecData.
 func newRecBatch(b *Batch, skip []bool) *recBatch {
 	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
 	last := ""
 	for i := range b.ops {
 		o := &b.ops[i]
+		ro := &rb.ops[i]
 		name := ""
 		if o.k != nil {
 			name = o.k.name
 		} else if o.b != nil {
 			name = o.b.name
 		}
-		if len(rb.names) == 0 || name != last {
+		if i == 0 || name != last {
 			j := slices.Index(rb.names, name) // a batch names few keyspaces
 			if j < 0 {
 				j = len(rb.names)
 				rb.names = append(rb.names, name)
 			}
 			last = name
-			rb.ops[i].name = uint32(j)
+			ro.name = uint32(j)
 		} else {
-			rb.ops[i].name = rb.ops[i-1].name
+			ro.name = rb.ops[i-1].name
 		}
-		rb.ops[i].kind, rb.ops[i].v = o.kind, o.v
-		rb.ops[i].a0, rb.ops[i].a1, rb.ops[i].b0, rb.ops[i].b1 = o.a0, o.a1, o.b0, o.b1
-		rb.ops[i].lo, rb.ops[i].hi = o.lo, o.hi
+		ro.kind, ro.v = o.kind, o.v
+		if o.kind == opSet || o.kind == opSetRange {
+			ro.a0 = int32(len(rb.bits))
+			rb.bits = append(rb.bits, o.lo, o.hi)
+			continue
+		}
+		ro.a0, ro.a1, ro.b0, ro.b1 = int32(o.a0), int32(o.a1), int32(o.b0), int32(o.b1)
 	}
 	return rb
+}
+
+// batchEvents returns b's changes (skip: those it discarded) as events of
+// op with their own copies of the bytes: how a batch too large for a
+// recBatch is recorded.
+func batchEvents(op uint64, b *Batch, skip []bool) []WatchEvent {
+	var evs []WatchEvent
+	for i := range b.ops {
+		if skip != nil && skip[i] {
+			continue
+		}
+		o := &b.ops[i]
+		e := WatchEvent{Op: op}
+		view := func(a, z int) []byte { return bytes.Clone(b.data[a:z]) }
+		switch o.kind {
+		case opPut:
+			e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
+		case opDelete:
+			e.Kind, e.Keyspace, e.Key = EventDelete, o.k.name, view(o.a0, o.a1)
+		case opDeleteRange:
+			e.Kind, e.Keyspace = EventDeleteRange, o.k.name
+			if o.a0 >= 0 {
+				e.Key = view(o.a0, o.a1)
+			}
+			if o.b0 >= 0 {
+				e.End = view(o.b0, o.b1)
+			}
+		case opSet:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.lo+1, o.v
+		case opSetRange:
+			e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, o.b.name, o.lo, o.hi, o.v
+		}
+		evs = append(evs, e)
+	}
+	return evs
 }
 
 // bytes is the memory the feed counts for r.
@@ -841,7 +890,7 @@ func (r *feedRec) compact() {
 			ops = append(ops, rb.ops[i])
 		}
 	}
-	r.batch = &recBatch{ops: ops, names: rb.names, data: rb.data}
+	r.batch = &recBatch{ops: ops, names: rb.names, bits: rb.bits, data: rb.data}
 }
 
 // event returns change j of r (r compacted).
@@ -852,7 +901,7 @@ func (r *feedRec) event(j int) WatchEvent {
 	}
 	o := &rb.ops[j]
 	e := WatchEvent{Op: r.Op}
-	view := func(a, z int) []byte { return rb.data[a:z:z] }
+	view := func(a, z int32) []byte { return rb.data[a:z:z] }
 	name := rb.names[o.name]
 	switch o.kind {
 	case opPut:
@@ -868,15 +917,20 @@ func (r *feedRec) event(j int) WatchEvent {
 			e.End = view(o.b0, o.b1)
 		}
 	case opSet:
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, o.lo, o.lo+1, o.v
+		lo := rb.bits[o.a0]
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, lo, lo+1, o.v
 	case opSetRange:
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, o.lo, o.hi, o.v
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, rb.bits[o.a0], rb.bits[o.a0+1], o.v
 	}
 	return e
 }
 
 // batch records a Batch applied as op (skip: changes it discarded).
 func (f *feed) batch(op uint64, b *Batch, skip []bool) {
+	if len(b.data) > maxRecData {
+		f.events(batchEvents(op, b, skip))
+		return
+	}
 	r := feedRec{batch: newRecBatch(b, skip)}
 	r.Op = op
 	f.mu.Lock()
@@ -931,6 +985,21 @@ func (f *feed) drop(op uint64, ks string) {
 
 func (f *feed) setBits(op uint64, name string, lo, hi uint64, v bool) {
 	f.record(WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: hi, Bit: v}, eventOverhead)
+}
+
+// events records evs under one lock.
+func (f *feed) events(evs []WatchEvent) {
+	f.mu.Lock()
+	for i := range evs {
+		f.pending = append(f.pending, feedRec{WatchEvent: evs[i]})
+		f.pendBytes += eventBytes(&evs[i])
+	}
+	f.recSeq += uint64(len(evs))
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
 }
 
 // setMany records Bits.SetMany's changes under one lock.

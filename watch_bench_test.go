@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -302,4 +303,112 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 		b.Fatalf("retained from op %d, %d bytes: want every change of ops 1-%d", m.WatchRetainedFrom, m.WatchRetainedBytes, ops)
 	}
 	return d, m.IngestedGenerations - ing
+}
+
+// BenchmarkW8WatchWrites isolates what the change feed costs W8's writer
+// itself, flushes aside: the time of W8's Apply calls alone (2,000 ops of
+// 64 puts as one Batch, interval flushes off, under the pending bound so
+// nothing flushes) on a fresh engine without the feed ("none"), with the
+// feed recording but no watch ("record": Options.WatchFromOpen) and with a
+// visible-mode watch read by a subscriber goroutine ("visible": its cuts
+// take the write barrier every watchTick), in rotating order, b.N rounds
+// each. It reports each mode's median time per put and the medians of the
+// per-round ratios to "none" with their spread. Write only: no round makes
+// its writes durable (BenchmarkW8Watch has the end-to-end figures).
+//
+//	go test -run '^$' -bench BenchmarkW8WatchWrites -benchtime 20x .
+func BenchmarkW8WatchWrites(b *testing.B) {
+	const ops, batch = 2000, 64
+	modes := []string{"none", "record", "visible"}
+	perPut := map[string][]float64{}
+	ratios := map[string][]float64{}
+	val := make([]byte, 16)
+	for round := 0; round < b.N; round++ {
+		t := map[string]time.Duration{}
+		for i := range modes {
+			mode := modes[(i+round)%len(modes)]
+			d := w8WritesRound(b, mode, ops, batch, val)
+			t[mode] = d
+			perPut[mode] = append(perPut[mode], float64(d.Nanoseconds())/(ops*batch))
+		}
+		for _, m := range modes[1:] {
+			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
+		}
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, m := range modes {
+		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
+	}
+	for _, m := range modes[1:] {
+		r := ratios[m]
+		b.ReportMetric(med(r), "ratio-"+m)
+		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
+		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// w8WritesRound times W8's Apply calls on a fresh engine in the given mode;
+// a visible watch must then deliver the mark of the last op.
+func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte) time.Duration {
+	b.StopTimer()
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: mode != "none"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var done chan error
+	if mode == "visible" {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		done = make(chan error, 1)
+		go func() {
+			for {
+				e, err := w.Next(ctx)
+				if err != nil || e.Kind == EventResolved && e.Op >= uint64(ops) {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	bt := db.NewBatch()
+	key := make([]byte, 8)
+	runtime.GC() // the garbage of earlier rounds' engines is not this round's
+	b.StartTimer()
+	start := time.Now()
+	for op := 1; op <= ops; op++ {
+		bt.Reset()
+		for j := range batch {
+			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+			binary.BigEndian.PutUint64(val, uint64(op))
+			bt.Put(k, key, val)
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	if done != nil {
+		if err := <-done; err != nil {
+			b.Fatal(fmt.Errorf("visible watch: %w", err))
+		}
+	}
+	if g := db.flusher.Stats().Generations; g > 0 {
+		b.Fatalf("%s: %d generations flushed during the writes", mode, g)
+	}
+	return d
 }
