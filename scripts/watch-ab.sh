@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares revisions of the change feed with BenchmarkW8Watch
-# (watch_bench_test.go): builds the root package's test binary at each
-# revision (from `git archive`, the working tree untouched; the files in
+# (watch_bench_test.go; BENCH names another of its benchmarks): builds
+# the root package's test binary at each revision (from `git archive`,
+# the working tree untouched; the files in
 # OVERLAY are taken from the last revision into every build, so a
 # benchmark changed with the feed runs on the older code too), then runs
 # the benchmark with each binary in turn, ROUNDS times, the order rotating
@@ -12,7 +13,7 @@
 # move on a shared machine.
 #
 # Usage: scripts/watch-ab.sh REV... (e.g. scripts/watch-ab.sh 9cab197~1 9cab197)
-# Environment: ROUNDS (default 3), BENCHTIME (default 6x: rounds of every
+# Environment: BENCH (default BenchmarkW8Watch), ROUNDS (default 3), BENCHTIME (default 6x: rounds of every
 # mode per run), MODES (KVBUF_WATCH_MODES, default none,visible,durable),
 # OVERLAY (default watch_bench_test.go), OUT (a directory to keep the raw
 # output in).
@@ -23,6 +24,7 @@ if [[ $# -lt 1 ]]; then
 	exit 2
 fi
 rounds="${ROUNDS:-3}"
+bench="${BENCH:-BenchmarkW8Watch}"
 benchtime="${BENCHTIME:-6x}"
 overlay="${OVERLAY-watch_bench_test.go}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,13 +44,13 @@ for i in "${!revs[@]}"; do
 	(cd "$work/r$i" && go test -c -o "$work/r$i.test" .)
 	echo "r$i = $rev ($(cd "$repo" && git rev-parse --short "$rev"))" | tee -a "$out/revisions.txt"
 done
-echo "BenchmarkW8Watch -benchtime $benchtime, ROUNDS=$rounds, MODES=${MODES:-all}" | tee "$out/command.txt"
+echo "$bench -benchtime $benchtime, ROUNDS=$rounds, MODES=${MODES:-all}" | tee "$out/command.txt"
 n=${#revs[@]}
 for ((r = 0; r < rounds; r++)); do
 	for ((k = 0; k < n; k++)); do
 		i=$(((k + r) % n))
 		(cd "$work/r$i" && KVBUF_WATCH_MODES="${MODES:-}" "$work/r$i.test" -test.run '^$' \
-			-test.bench BenchmarkW8Watch -test.benchtime "$benchtime") >"$out/r$i-$r.txt"
-		echo "round $r r$i: $(grep '^BenchmarkW8Watch' "$out/r$i-$r.txt" | tr -s ' \t' ' ' | cut -d' ' -f3-)"
+			-test.bench "^$bench\$" -test.benchtime "$benchtime") >"$out/r$i-$r.txt"
+		echo "round $r r$i: $(grep "^$bench-" "$out/r$i-$r.txt" | tr -s ' \t' ' ' | cut -d' ' -f3-)"
 	done
 done
