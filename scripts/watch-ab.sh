@@ -12,6 +12,10 @@
 # watermark. Compare revisions by their within-run ratios: absolute times
 # move on a shared machine.
 #
+# At the end it prints, per revision and metric, the median over the runs
+# and their range (summarize; `scripts/watch-ab.sh --summarize DIR` does
+# it again for a kept OUT directory).
+#
 # Usage: scripts/watch-ab.sh REV... (e.g. scripts/watch-ab.sh 9cab197~1 9cab197)
 # Environment: BENCH (default BenchmarkW8Watch), ROUNDS (default 3), BENCHTIME (default 6x: rounds of every
 # mode per run), MODES (KVBUF_WATCH_MODES, default none,visible,durable),
@@ -19,6 +23,31 @@
 # output in).
 set -euo pipefail
 
+summarize() { # summarize DIR: median (min-max) per revision and metric over the runs
+	local dir="$1" f
+	for f in "$dir"/r*-*.txt; do
+		grep -H '^Benchmark' "$f" || true
+	done | awk '
+		function median(list,   a, n, i, j, t) {
+			n = split(list, a, " ")
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+			return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+		}
+		{
+			rev = $1; sub(/.*\//, "", rev); sub(/-[0-9]+\.txt:.*/, "", rev)
+			for (i = 3; i < NF; i += 2) {
+				k = rev " " $(i+1); v[k] = v[k] " " $i
+				if (!(k in lo) || $i + 0 < lo[k]) lo[k] = $i + 0
+				if (!(k in hi) || $i + 0 > hi[k]) hi[k] = $i + 0
+				n[k]++
+			}
+		}
+		END { for (k in v) printf "%s %.4g (%.4g-%.4g, %d runs)\n", k, median(substr(v[k], 2)), lo[k], hi[k], n[k] }' | sort
+}
+if [[ "${1:-}" == --summarize ]]; then
+	summarize "$2"
+	exit 0
+fi
 if [[ $# -lt 1 ]]; then
 	echo "usage: $0 REV..." >&2
 	exit 2
@@ -54,3 +83,4 @@ for ((r = 0; r < rounds; r++)); do
 		echo "round $r r$i: $(grep "^$bench-" "$out/r$i-$r.txt" | tr -s ' \t' ' ' | cut -d' ' -f3-)"
 	done
 done
+summarize "$out"
