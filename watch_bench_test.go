@@ -320,7 +320,9 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 // visible-mode watch read by a subscriber goroutine ("visible": its cuts
 // take the write barrier every watchTick), in rotating order, b.N rounds
 // each. It reports each mode's median time per put and the medians of the
-// per-round ratios to "none" with their spread. Write only: no round makes
+// per-round ratios to "none" with their spread, and each mode's median
+// bytes allocated per put and process CPU time per put (less noisy on a
+// shared machine than the time). Write only: no round makes
 // its writes durable (BenchmarkW8Watch has the end-to-end figures).
 //
 //	go test -run '^$' -bench BenchmarkW8WatchWrites -benchtime 20x .
@@ -328,13 +330,18 @@ func BenchmarkW8WatchWrites(b *testing.B) {
 	const ops, batch = 2000, 64
 	modes := []string{"none", "record", "visible"}
 	perPut := map[string][]float64{}
+	alloc := map[string][]float64{}
+	cpu := map[string][]float64{}
 	ratios := map[string][]float64{}
 	val := make([]byte, 16)
 	for round := 0; round < b.N; round++ {
 		t := map[string]time.Duration{}
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			d := w8WritesRound(b, mode, ops, batch, val)
+			var allocB, cpuNs float64
+			d := w8WritesRound(b, mode, ops, batch, val, &allocB, &cpuNs)
+			alloc[mode] = append(alloc[mode], allocB)
+			cpu[mode] = append(cpu[mode], cpuNs)
 			t[mode] = d
 			perPut[mode] = append(perPut[mode], float64(d.Nanoseconds())/(ops*batch))
 		}
@@ -349,6 +356,8 @@ func BenchmarkW8WatchWrites(b *testing.B) {
 	}
 	for _, m := range modes {
 		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
+		b.ReportMetric(med(alloc[m]), "alloc-B/put-"+m)
+		b.ReportMetric(med(cpu[m]), "cpu-ns/put-"+m)
 	}
 	for _, m := range modes[1:] {
 		r := ratios[m]
@@ -360,8 +369,10 @@ func BenchmarkW8WatchWrites(b *testing.B) {
 }
 
 // w8WritesRound times W8's Apply calls on a fresh engine in the given mode;
-// a visible watch must then deliver the mark of the last op.
-func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte) time.Duration {
+// a visible watch must then deliver the mark of the last op. It sets the
+// bytes allocated per put during the writes, and the process's CPU time
+// per put until the watch delivered that mark (every goroutine's).
+func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB, cpuNs *float64) time.Duration {
 	b.StopTimer()
 	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: mode != "none"})
 	if err != nil {
@@ -394,6 +405,9 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte) time.D
 	bt := db.NewBatch()
 	key := make([]byte, 8)
 	runtime.GC() // the garbage of earlier rounds' engines is not this round's
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	alloc0, cpu0 := ms.TotalAlloc, processCPU()
 	b.StartTimer()
 	start := time.Now()
 	for op := 1; op <= ops; op++ {
@@ -414,6 +428,9 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte) time.D
 			b.Fatal(fmt.Errorf("visible watch: %w", err))
 		}
 	}
+	runtime.ReadMemStats(&ms)
+	*allocB = float64(ms.TotalAlloc-alloc0) / float64(ops*batch)
+	*cpuNs = float64((processCPU() - cpu0).Nanoseconds()) / float64(ops*batch)
 	if g := db.flusher.Stats().Generations; g > 0 {
 		b.Fatalf("%s: %d generations flushed during the writes", mode, g)
 	}
