@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,7 @@ import (
 // flight (every freeze, and for visible-mode watches a short tick under
 // DB.flusher.Exclusive): at such an instant the ops at or below the
 // flusher's CompletedOp have ended and every write of theirs has recorded
-// its change, so the resolver moves those changes, sorted by op, into the
+// its change, so the resolver moves those records, sorted by op, into the
 // resolved log and appends a resolved mark. A step is durable once the
 // generation that holds its changes is released and the persisted
 // watermark covers its mark. Watches read the resolved log from their own
@@ -506,24 +507,45 @@ type feedCut struct{ n, seq, gen uint64 }
 
 // feedStep is a step of the resolved log: its changes, in op order, at
 // positions pos, pos+1, ..., then its mark (op n, durable once generation
-// gen is released and the watermark reaches n).
+// gen is released and the watermark reaches n). The changes are kept as
+// the records made by the writes (a Batch is one record of many changes),
+// sorted by op; a watch expands them into events as it reads them
+// (Watch's read), so a cut costs O(records), not O(changes). ends[i] is
+// the number of changes in recs[:i+1].
 type feedStep struct {
-	pos     uint64
-	changes []WatchEvent
-	n, gen  uint64
-	wm      uint64 // the watermark that covers it, once durable
-	bytes   int64
+	pos    uint64
+	recs   []feedRec
+	ends   []uint64
+	n, gen uint64
+	wm     uint64 // the watermark that covers it, once durable
+	bytes  int64
+}
+
+// nChanges is how many changes s holds.
+func (s *feedStep) nChanges() uint64 {
+	if len(s.ends) == 0 {
+		return 0
+	}
+	return s.ends[len(s.ends)-1]
 }
 
 // markPos is the position of s's mark.
-func (s *feedStep) markPos() uint64 { return s.pos + uint64(len(s.changes)) }
+func (s *feedStep) markPos() uint64 { return s.pos + s.nChanges() }
 
-// at returns the event at position p of s.
-func (s *feedStep) at(p uint64) WatchEvent {
-	if i := p - s.pos; i < uint64(len(s.changes)) {
-		return s.changes[i]
-	}
+// mark returns s's resolved mark.
+func (s *feedStep) mark() WatchEvent {
 	return WatchEvent{Kind: EventResolved, Op: s.n, Watermark: s.wm}
+}
+
+// rec returns the index in s.recs of the record holding change c of s
+// (c < nChanges), and c's index within that record.
+func (s *feedStep) rec(c uint64) (int, int) {
+	i, _ := slices.BinarySearch(s.ends, c+1)
+	lo := uint64(0)
+	if i > 0 {
+		lo = s.ends[i-1]
+	}
+	return i, int(c - lo)
 }
 
 func (f *feed) init(db *DB) {
@@ -705,14 +727,23 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	})
 	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
 		st := &f.steps[i]
+		nc := st.nChanges()
+		var r, j int // the record of w.pos and the change within it
+		if c := w.pos - st.pos; c < nc {
+			r, j = st.rec(c)
+		}
 		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
-			if c := w.pos - st.pos; c < uint64(len(st.changes)) {
-				e := &st.changes[c]
+			if w.pos-st.pos < nc {
+				rec := &st.recs[r]
+				e := rec.event(j)
+				if j++; j == rec.count() {
+					r, j = r+1, 0
+				}
 				w.trackChange(e.Op)
-				w.match(e)
+				w.match(&e)
 			} else {
 				w.trackMark(st.n)
-				m := st.at(w.pos)
+				m := st.mark()
 				w.match(&m)
 			}
 		}
@@ -724,41 +755,89 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 // side, after it changed the overlay, only when f.on is set.
 
 // feedRec is a recorded change (Kind set), or a whole batch's changes
-// (batch set), of op Op: a batch is recorded as one copy of its changes
-// and expanded into events by the resolver, off the write path.
+// (batch set), of op Op: a batch is recorded as one copy of its changes,
+// kept so in the resolved log, and expanded into events by each watch as
+// it reads them, off the write path and off the resolver's.
 type feedRec struct {
 	WatchEvent
 	batch *recBatch
 }
 
 // recBatch is a Batch's changes as applied (skip marks those discarded).
+// Its ops hold no pointers (the names are in names, the bit indexes in
+// bits), so that recording a batch copies into memory the garbage
+// collector does not scan, 24 bytes a change beside the batch's data.
 type recBatch struct {
-	ops  []batchOp
-	data []byte
-	skip []bool
+	ops   []recOp
+	names []string
+	bits  []uint64 // lo, hi of each bit change
+	data  []byte
+	skip  []bool
 }
 
-// bytes is the memory the feed counts for r.
-func (r *feedRec) bytes() int64 {
-	if r.batch != nil {
-		return int64(len(r.batch.data)) + int64(len(r.batch.ops))*eventOverhead
-	}
-	return eventBytes(&r.WatchEvent)
+// recOp is a batchOp as recorded: name indexes recBatch.names; a0, a1,
+// b0, b1 are offsets in data (as batchOp's), or for a bit change a0
+// indexes its lo and hi in recBatch.bits.
+type recOp struct {
+	kind   batchKind
+	v      bool
+	name   uint32
+	a0, a1 int32
+	b0, b1 int32
 }
 
-// appendTo appends r's events to evs.
-func (r *feedRec) appendTo(evs []WatchEvent) []WatchEvent {
-	rb := r.batch
-	if rb == nil {
-		return append(evs, r.WatchEvent)
-	}
-	for i := range rb.ops {
-		if rb.skip != nil && rb.skip[i] {
+// maxRecData bounds the data of a batch recorded as one recBatch (its
+// offsets are int32); a larger batch records each change on its own.
+var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
+
+// newRecBatch copies b's changes (skip: those it discarded); len(b.data)
+// is at most maxRecData.
+func newRecBatch(b *Batch, skip []bool) *recBatch {
+	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
+	last := ""
+	for i := range b.ops {
+		o := &b.ops[i]
+		ro := &rb.ops[i]
+		name := ""
+		if o.k != nil {
+			name = o.k.name
+		} else if o.b != nil {
+			name = o.b.name
+		}
+		if i == 0 || name != last {
+			j := slices.Index(rb.names, name) // a batch names few keyspaces
+			if j < 0 {
+				j = len(rb.names)
+				rb.names = append(rb.names, name)
+			}
+			last = name
+			ro.name = uint32(j)
+		} else {
+			ro.name = rb.ops[i-1].name
+		}
+		ro.kind, ro.v = o.kind, o.v
+		if o.kind == opSet || o.kind == opSetRange {
+			ro.a0 = int32(len(rb.bits))
+			rb.bits = append(rb.bits, o.lo, o.hi)
 			continue
 		}
-		o := &rb.ops[i]
-		e := WatchEvent{Op: r.Op}
-		view := func(a, z int) []byte { return rb.data[a:z:z] }
+		ro.a0, ro.a1, ro.b0, ro.b1 = int32(o.a0), int32(o.a1), int32(o.b0), int32(o.b1)
+	}
+	return rb
+}
+
+// batchEvents returns b's changes (skip: those it discarded) as events of
+// op with their own copies of the bytes: how a batch too large for a
+// recBatch is recorded.
+func batchEvents(op uint64, b *Batch, skip []bool) []WatchEvent {
+	var evs []WatchEvent
+	for i := range b.ops {
+		if skip != nil && skip[i] {
+			continue
+		}
+		o := &b.ops[i]
+		e := WatchEvent{Op: op}
+		view := func(a, z int) []byte { return bytes.Clone(b.data[a:z]) }
 		switch o.kind {
 		case opPut:
 			e.Kind, e.Keyspace, e.Key, e.Value = EventPut, o.k.name, view(o.a0, o.a1), view(o.b0, o.b1)
@@ -782,10 +861,77 @@ func (r *feedRec) appendTo(evs []WatchEvent) []WatchEvent {
 	return evs
 }
 
+// bytes is the memory the feed counts for r.
+func (r *feedRec) bytes() int64 {
+	if r.batch != nil {
+		return int64(len(r.batch.data)) + int64(len(r.batch.ops))*eventOverhead
+	}
+	return eventBytes(&r.WatchEvent)
+}
+
+// count is how many changes r holds.
+func (r *feedRec) count() int {
+	if r.batch == nil {
+		return 1
+	}
+	return len(r.batch.ops)
+}
+
+// compact drops the changes a batch record's skip marks (a copy of its
+// ops; its data is shared), so that change j of r is r.batch.ops[j].
+func (r *feedRec) compact() {
+	rb := r.batch
+	if rb == nil || rb.skip == nil {
+		return
+	}
+	ops := make([]recOp, 0, len(rb.ops))
+	for i := range rb.ops {
+		if !rb.skip[i] {
+			ops = append(ops, rb.ops[i])
+		}
+	}
+	r.batch = &recBatch{ops: ops, names: rb.names, bits: rb.bits, data: rb.data}
+}
+
+// event returns change j of r (r compacted).
+func (r *feedRec) event(j int) WatchEvent {
+	rb := r.batch
+	if rb == nil {
+		return r.WatchEvent
+	}
+	o := &rb.ops[j]
+	e := WatchEvent{Op: r.Op}
+	view := func(a, z int32) []byte { return rb.data[a:z:z] }
+	name := rb.names[o.name]
+	switch o.kind {
+	case opPut:
+		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, name, view(o.a0, o.a1), view(o.b0, o.b1)
+	case opDelete:
+		e.Kind, e.Keyspace, e.Key = EventDelete, name, view(o.a0, o.a1)
+	case opDeleteRange:
+		e.Kind, e.Keyspace = EventDeleteRange, name
+		if o.a0 >= 0 {
+			e.Key = view(o.a0, o.a1)
+		}
+		if o.b0 >= 0 {
+			e.End = view(o.b0, o.b1)
+		}
+	case opSet:
+		lo := rb.bits[o.a0]
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, lo, lo+1, o.v
+	case opSetRange:
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, rb.bits[o.a0], rb.bits[o.a0+1], o.v
+	}
+	return e
+}
+
 // batch records a Batch applied as op (skip: changes it discarded).
 func (f *feed) batch(op uint64, b *Batch, skip []bool) {
-	rb := &recBatch{ops: slices.Clone(b.ops), data: bytes.Clone(b.data), skip: skip}
-	r := feedRec{batch: rb}
+	if len(b.data) > maxRecData {
+		f.events(batchEvents(op, b, skip))
+		return
+	}
+	r := feedRec{batch: newRecBatch(b, skip)}
 	r.Op = op
 	f.mu.Lock()
 	f.pending = append(f.pending, r)
@@ -839,6 +985,21 @@ func (f *feed) drop(op uint64, ks string) {
 
 func (f *feed) setBits(op uint64, name string, lo, hi uint64, v bool) {
 	f.record(WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: hi, Bit: v}, eventOverhead)
+}
+
+// events records evs under one lock.
+func (f *feed) events(evs []WatchEvent) {
+	f.mu.Lock()
+	for i := range evs {
+		f.pending = append(f.pending, feedRec{WatchEvent: evs[i]})
+		f.pendBytes += eventBytes(&evs[i])
+	}
+	f.recSeq += uint64(len(evs))
+	over := f.pendBytes > f.pendLimit()
+	f.mu.Unlock()
+	if over {
+		f.overflow()
+	}
 }
 
 // setMany records Bits.SetMany's changes under one lock.
@@ -1010,8 +1171,8 @@ func (f *feed) process() {
 
 // resolve moves the changes cut c resolves into the log, in op order
 // (changes of op 0 last, in record order), closed by a mark. It takes the
-// records under f.mu, expands and sorts them without it (writers record
-// meanwhile), and appends the step under f.mu unless an overflow dropped
+// records under f.mu, compacts and sorts them without it (writers record
+// meanwhile; O(records), never O(changes)), and appends the step under f.mu unless an overflow dropped
 // the log meanwhile. Only the resolver (or shutdown, after it) calls it.
 func (f *feed) resolve(c feedCut) bool {
 	f.mu.Lock()
@@ -1022,7 +1183,6 @@ func (f *feed) resolve(c feedCut) bool {
 	}
 	var take, keep []feedRec
 	var n, gone int64
-	events := 0
 	sorted, prev := true, uint64(0)
 	for i := range f.pending {
 		r := &f.pending[i]
@@ -1051,11 +1211,6 @@ func (f *feed) resolve(c feedCut) bool {
 			prev = key
 		}
 		n += r.bytes()
-		if r.batch != nil {
-			events += len(r.batch.ops)
-		} else {
-			events++
-		}
 		take = append(take, *r)
 	}
 	clear(f.pending)
@@ -1067,12 +1222,19 @@ func (f *feed) resolve(c feedCut) bool {
 	if len(take) == 0 && mark == last {
 		return false
 	}
-	evs := make([]WatchEvent, 0, events)
+	k = 0
 	for i := range take {
-		evs = take[i].appendTo(evs)
+		if take[i].compact(); take[i].count() > 0 {
+			take[k] = take[i]
+			k++
+		}
 	}
+	clear(take[k:])
+	take = take[:k] // a step's records are not empty (its read relies on it)
 	if !sorted {
-		slices.SortStableFunc(evs, func(a, b WatchEvent) int {
+		// Each record is of one op: sorting the records stably sorts
+		// their changes.
+		slices.SortStableFunc(take, func(a, b feedRec) int {
 			ka, kb := a.Op-1, b.Op-1
 			switch {
 			case ka < kb:
@@ -1083,9 +1245,15 @@ func (f *feed) resolve(c feedCut) bool {
 			return 0
 		})
 	}
+	ends := make([]uint64, len(take))
+	var nc uint64
+	for i := range take {
+		nc += uint64(take[i].count())
+		ends[i] = nc
+	}
 	var recs []retRec
 	if f.ret != nil {
-		recs = f.ret.collect(evs)
+		recs = f.ret.collect(take)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1096,7 +1264,7 @@ func (f *feed) resolve(c feedCut) bool {
 		f.ret.pool = append(f.ret.pool, recs...)
 	}
 	mark = max(mark, f.lastN)
-	st := feedStep{pos: f.end, changes: evs, n: mark, gen: c.gen, bytes: n + eventOverhead}
+	st := feedStep{pos: f.end, recs: take, ends: ends, n: mark, gen: c.gen, bytes: n + eventOverhead}
 	f.steps = append(f.steps, st)
 	f.end = st.markPos() + 1
 	f.bytes += st.bytes

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +15,11 @@ import (
 
 // BenchmarkW8Watch measures what a watch costs W8's writer (doc/workloads.md:
 // ops of 64 puts applied as one Batch, durable at the end of the round):
-// the same round on a fresh engine without a watch, with one visible-mode
-// watch and with one durable-mode watch read by a subscriber goroutine,
-// in rotating order, b.N rounds each. A round is timed from the first
+// the same round on a fresh engine without a watch ("none"), with one
+// visible-mode watch ("visible") and with one durable-mode watch
+// ("durable") read by a subscriber goroutine, and without a watch but with
+// every change retained in the store ("retain": Options.WatchRetain with
+// defaults), in rotating order, b.N rounds each. A round is timed from the first
 // Apply until Flush returned and, with a watch, the subscriber received
 // the resolved mark of the last op (all of the feed's work is timed). It
 // reports the per-put time of each mode (medians of the rounds), the
@@ -24,8 +27,10 @@ import (
 // ratios, with their spread), and the durable-mode delivery latency: for
 // every op, from its Apply's return to the durable resolved mark that
 // covers it, p50 and p99 over every round, beside the flush interval,
-// and the feed's own part of it: from the persisted watermark reaching
-// the op to the mark's delivery (after-watermark-p99-ms).
+// and its two parts: from the Apply to the persisted watermark reaching
+// the op (watermark-p99-ms: the engine's own durability latency, which no
+// feed can beat) and from there to the mark's delivery, the feed's own
+// part (after-watermark-p99-ms).
 //
 //	go test -run '^$' -bench BenchmarkW8Watch -benchtime 8x .
 func BenchmarkW8Watch(b *testing.B) {
@@ -34,20 +39,21 @@ func BenchmarkW8Watch(b *testing.B) {
 		batch    = 64
 		interval = 50 * time.Millisecond
 	)
-	modes := []string{"none", "visible", "durable"}
+	modes := []string{"none", "visible", "durable", "retain"}
 	if m := os.Getenv("KVBUF_WATCH_MODES"); m != "" {
 		modes = strings.Split(m, ",") // profiling one mode; "none" first
 	}
 	perPut := map[string][]float64{}
 	ratios := map[string][]float64{}
-	var lat, feedLat []time.Duration
+	var lat, feedLat, wmLat []time.Duration
 	val := make([]byte, 16)
 	for round := 0; round < b.N; round++ {
 		t := map[string]time.Duration{}
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			d, l, fl := w8WatchRound(b, mode, ops, batch, interval, val)
+			d, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
 			feedLat = append(feedLat, fl...)
+			wmLat = append(wmLat, wl...)
 			t[mode] = d
 			perPut[mode] = append(perPut[mode], float64(d.Nanoseconds())/(ops*batch))
 			lat = append(lat, l...)
@@ -79,15 +85,22 @@ func BenchmarkW8Watch(b *testing.B) {
 	if len(feedLat) > 0 {
 		slices.Sort(feedLat)
 		b.ReportMetric(float64(feedLat[len(feedLat)*99/100].Microseconds())/1000, "after-watermark-p99-ms")
+		slices.Sort(wmLat)
+		b.ReportMetric(float64(wmLat[len(wmLat)*99/100].Microseconds())/1000, "watermark-p99-ms")
 	}
 	b.ReportMetric(0, "ns/op")
 }
 
 // w8WatchRound runs one round on a fresh engine and returns its time and,
-// in durable mode, each op's delivery latency.
-func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration) {
+// in durable mode, each op's delivery latency, the part of it after the
+// watermark reached the op, and the part before.
+func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration, []time.Duration) {
 	b.StopTimer()
-	db, err := Open(b.TempDir(), &Options{FlushInterval: interval})
+	opts := &Options{FlushInterval: interval}
+	if mode == "retain" {
+		opts.WatchRetain = &WatchRetention{}
+	}
+	db, err := Open(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,11 +112,11 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	ctx := context.Background()
 	applied := make([]time.Time, ops+1)
 	var mu sync.Mutex
-	var lat, feedLat []time.Duration
+	var lat, feedLat, wmLat []time.Duration
 	var wmAt []time.Time // when the persisted watermark first reached each op
 	var w *Watch
 	var done chan error
-	if mode != "none" {
+	if mode == "visible" || mode == "durable" {
 		if w, err = db.Watch(ctx, &WatchOptions{Durable: mode == "durable"}); err != nil {
 			b.Fatal(err)
 		}
@@ -151,6 +164,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 						lat = append(lat, now.Sub(applied[o]))
 						if !wmAt[o].IsZero() {
 							feedLat = append(feedLat, now.Sub(wmAt[o]))
+							wmLat = append(wmLat, wmAt[o].Sub(applied[o]))
 						}
 					}
 					mu.Unlock()
@@ -200,5 +214,225 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
-	return d, lat, feedLat
+	return d, lat, feedLat, wmLat
+}
+
+// BenchmarkWatchRetainFlush measures what retention (Options.WatchRetain)
+// adds to the flush of a generation: W8's ops (64 puts as one Batch) into a
+// fresh engine with interval flushes off, then one Flush timed alone, on an
+// engine without retention ("none") and one retaining every change
+// ("retain"), in rotating order, b.N rounds each. It reports each mode's
+// median flush time, the median of the per-round ratios retain/none with
+// their spread, and how many of the timed flushes were ingestions. Each
+// retained round checks that the store holds every op's changes.
+//
+//	go test -run '^$' -bench BenchmarkWatchRetainFlush -benchtime 8x .
+func BenchmarkWatchRetainFlush(b *testing.B) {
+	ops := 2000
+	if s := os.Getenv("KVBUF_WATCH_OPS"); s != "" {
+		if _, err := fmt.Sscan(s, &ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const batch = 64
+	modes := []string{"none", "retain"}
+	flushT := map[string][]float64{}
+	var ratios []float64
+	ingested := map[string]int64{}
+	val := make([]byte, 16)
+	for round := 0; round < b.N; round++ {
+		t := map[string]time.Duration{}
+		for i := range modes {
+			mode := modes[(i+round)%len(modes)]
+			d, ing := retainFlushRound(b, mode, ops, batch, val)
+			t[mode] = d
+			ingested[mode] += ing
+			flushT[mode] = append(flushT[mode], float64(d.Microseconds())/1000)
+		}
+		ratios = append(ratios, float64(t["retain"])/float64(t["none"]))
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, m := range modes {
+		b.ReportMetric(med(flushT[m]), "flush-ms-"+m)
+		b.ReportMetric(float64(ingested[m]), "ingested-"+m)
+	}
+	b.ReportMetric(med(ratios), "ratio-retain")
+	b.ReportMetric(slices.Min(ratios), "ratio-retain-min")
+	b.ReportMetric(slices.Max(ratios), "ratio-retain-max")
+	b.ReportMetric(0, "ns/op")
+}
+
+// retainFlushRound writes ops on a fresh engine and returns how long the
+// Flush that makes them durable took, and whether it was an ingestion.
+func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (time.Duration, int64) {
+	b.StopTimer()
+	opts := &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30}
+	if mode == "retain" {
+		opts.WatchRetain = &WatchRetention{MaxBytes: 1 << 30}
+	}
+	db, err := Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	bt := db.NewBatch()
+	key := make([]byte, 8)
+	for op := 1; op <= ops; op++ {
+		bt.Reset()
+		for j := range batch {
+			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+			binary.BigEndian.PutUint64(val, uint64(op))
+			bt.Put(k, key, val)
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ing := db.Metrics().IngestedGenerations
+	b.StartTimer()
+	start := time.Now()
+	if err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	m := db.Metrics()
+	if mode == "retain" && (m.WatchRetainedFrom != 1 || m.WatchRetainedBytes < int64(ops*batch*(12+24))) {
+		b.Fatalf("retained from op %d, %d bytes: want every change of ops 1-%d", m.WatchRetainedFrom, m.WatchRetainedBytes, ops)
+	}
+	return d, m.IngestedGenerations - ing
+}
+
+// BenchmarkW8WatchWrites isolates what the change feed costs W8's writer
+// itself, flushes aside: the time of W8's Apply calls alone (2,000 ops of
+// 64 puts as one Batch, interval flushes off, under the pending bound so
+// nothing flushes) on a fresh engine without the feed ("none"), with the
+// feed recording but no watch ("record": Options.WatchFromOpen) and with a
+// visible-mode watch read by a subscriber goroutine ("visible": its cuts
+// take the write barrier every watchTick), in rotating order, b.N rounds
+// each. It reports each mode's median time per put and the medians of the
+// per-round ratios to "none" with their spread, and each mode's median
+// bytes allocated per put and process CPU time per put (less noisy on a
+// shared machine than the time). Write only: no round makes
+// its writes durable (BenchmarkW8Watch has the end-to-end figures).
+//
+//	go test -run '^$' -bench BenchmarkW8WatchWrites -benchtime 20x .
+func BenchmarkW8WatchWrites(b *testing.B) {
+	const ops, batch = 2000, 64
+	modes := []string{"none", "record", "visible"}
+	perPut := map[string][]float64{}
+	alloc := map[string][]float64{}
+	cpu := map[string][]float64{}
+	ratios := map[string][]float64{}
+	val := make([]byte, 16)
+	for round := 0; round < b.N; round++ {
+		t := map[string]time.Duration{}
+		for i := range modes {
+			mode := modes[(i+round)%len(modes)]
+			var allocB, cpuNs float64
+			d := w8WritesRound(b, mode, ops, batch, val, &allocB, &cpuNs)
+			alloc[mode] = append(alloc[mode], allocB)
+			cpu[mode] = append(cpu[mode], cpuNs)
+			t[mode] = d
+			perPut[mode] = append(perPut[mode], float64(d.Nanoseconds())/(ops*batch))
+		}
+		for _, m := range modes[1:] {
+			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
+		}
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, m := range modes {
+		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
+		b.ReportMetric(med(alloc[m]), "alloc-B/put-"+m)
+		b.ReportMetric(med(cpu[m]), "cpu-ns/put-"+m)
+	}
+	for _, m := range modes[1:] {
+		r := ratios[m]
+		b.ReportMetric(med(r), "ratio-"+m)
+		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
+		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// w8WritesRound times W8's Apply calls on a fresh engine in the given mode;
+// a visible watch must then deliver the mark of the last op. It sets the
+// bytes allocated per put during the writes, and the process's CPU time
+// per put until the watch delivered that mark (every goroutine's).
+func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB, cpuNs *float64) time.Duration {
+	b.StopTimer()
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: mode != "none"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var done chan error
+	if mode == "visible" {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		done = make(chan error, 1)
+		go func() {
+			for {
+				e, err := w.Next(ctx)
+				if err != nil || e.Kind == EventResolved && e.Op >= uint64(ops) {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	bt := db.NewBatch()
+	key := make([]byte, 8)
+	runtime.GC() // the garbage of earlier rounds' engines is not this round's
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	alloc0, cpu0 := ms.TotalAlloc, processCPU()
+	b.StartTimer()
+	start := time.Now()
+	for op := 1; op <= ops; op++ {
+		bt.Reset()
+		for j := range batch {
+			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+			binary.BigEndian.PutUint64(val, uint64(op))
+			bt.Put(k, key, val)
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	if done != nil {
+		if err := <-done; err != nil {
+			b.Fatal(fmt.Errorf("visible watch: %w", err))
+		}
+	}
+	runtime.ReadMemStats(&ms)
+	*allocB = float64(ms.TotalAlloc-alloc0) / float64(ops*batch)
+	*cpuNs = float64((processCPU() - cpu0).Nanoseconds()) / float64(ops*batch)
+	if g := db.flusher.Stats().Generations; g > 0 {
+		b.Fatalf("%s: %d generations flushed during the writes", mode, g)
+	}
+	return d
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 
@@ -89,11 +90,16 @@ func (r *WatchRetention) validate() error {
 	return nil
 }
 
-// retRec is a resolved change the store is to retain.
+// retRec is a resolved record whose changes (those the retainer keeps)
+// the store is to retain: its op, the index among its op's changes of its
+// first change, and the store's size of its kept changes. The changes are
+// expanded only when a flush encodes them (retWrite.each), so resolving a
+// step costs no copy of its changes.
 type retRec struct {
-	op  uint64
-	idx uint32
-	ev  WatchEvent
+	op    uint64
+	idx   uint32
+	rec   feedRec
+	bytes int64
 }
 
 // retOp is the store's size of one retained op's changes.
@@ -172,21 +178,27 @@ func (r *retainer) covers(w *Watch) bool {
 	return true
 }
 
-// collect returns the retained changes of a resolved step's events (in
-// op order), numbered within their op.
-func (r *retainer) collect(evs []WatchEvent) []retRec {
-	var out []retRec
+// collect returns the retained records of a resolved step's records (in
+// op order, compacted), numbered within their op.
+func (r *retainer) collect(recs []feedRec) []retRec {
+	out := make([]retRec, 0, len(recs))
 	var last uint64
 	var idx uint32
-	for i := range evs {
-		e := &evs[i]
-		if e.Op != last {
-			last, idx = e.Op, 0
+	for i := range recs {
+		rec := &recs[i]
+		if rec.Op != last {
+			last, idx = rec.Op, 0
 		}
-		if r.keeps(e) {
-			out = append(out, retRec{op: e.Op, idx: idx, ev: *e})
+		var n int64
+		for j := range rec.count() {
+			if e := rec.event(j); r.keeps(&e) {
+				n += retEventBytes(&e)
+			}
 		}
-		idx++
+		if n > 0 {
+			out = append(out, retRec{op: rec.Op, idx: idx, rec: *rec, bytes: n})
+		}
+		idx += uint32(rec.count())
 	}
 	return out
 }
@@ -243,6 +255,7 @@ func (f *feed) openRetained(wm uint64) error {
 
 // retWrite is what a generation's flush adds to its batch or ingest (R1).
 type retWrite struct {
+	r       *retainer // its selection (set at Open, read without a lock)
 	recs    []retRec
 	del     bool // delete every entry below floor
 	floor   uint64
@@ -266,14 +279,14 @@ func (f *feed) retainWrite(g, wm uint64) *retWrite {
 	}
 	i := sort.Search(len(r.pool), func(i int) bool { return r.pool[i].op > lo })
 	j := sort.Search(len(r.pool), func(i int) bool { return r.pool[i].op > wm })
-	w := &retWrite{recs: slices.Clone(r.pool[i:j]), through: wm}
+	w := &retWrite{r: r, recs: slices.Clone(r.pool[i:j]), through: wm}
 	floor := r.floor
 	if r.maxOps > 0 && wm >= r.maxOps {
 		floor = max(floor, wm-r.maxOps+1)
 	}
 	total := r.bytes
 	for k := range w.recs {
-		total += retRecBytes(&w.recs[k])
+		total += w.recs[k].bytes
 	}
 	for _, o := range r.index {
 		if total <= r.maxBytes && o.op >= floor {
@@ -325,7 +338,7 @@ func (r *retainer) released(g uint64) {
 		if rec.op < r.floor {
 			continue
 		}
-		n := retRecBytes(rec)
+		n := rec.bytes
 		if m := len(r.index); m > 0 && r.index[m-1].op == rec.op {
 			r.index[m-1].bytes += n
 		} else {
@@ -342,11 +355,7 @@ func (w *retWrite) addToBatch(b *storage.Batch) {
 	if w.del {
 		b.DeleteRange(feedKS, nil, binary.BigEndian.AppendUint64(nil, w.floor))
 	}
-	var key, val []byte
-	for i := range w.recs {
-		key, val = w.recs[i].encode(key[:0], val[:0])
-		b.Put(feedKS, key, val)
-	}
+	w.each(func(key, val []byte) { b.Put(feedKS, key, val) })
 	b.SetMeta(feedRetainMeta, w.meta())
 }
 
@@ -356,10 +365,21 @@ func (w *retWrite) addToIngest(in *storage.Ingest) {
 	if w.del {
 		in.DeleteRange(feedKS, nil, binary.BigEndian.AppendUint64(nil, w.floor))
 	}
+	w.each(func(key, val []byte) { in.Put(feedKS, key, val) })
+}
+
+// each calls put with the store key and value of every retained change of
+// w, in key order; the slices are reused after put returns.
+func (w *retWrite) each(put func(key, val []byte)) {
 	var key, val []byte
 	for i := range w.recs {
-		key, val = w.recs[i].encode(key[:0], val[:0])
-		in.Put(feedKS, key, val)
+		rr := &w.recs[i]
+		for j := range rr.rec.count() {
+			if e := rr.rec.event(j); w.r.keeps(&e) {
+				key, val = encodeRetained(key[:0], val[:0], rr.idx+uint32(j), &e)
+				put(key, val)
+			}
+		}
 	}
 }
 
@@ -384,28 +404,25 @@ func decodeRetKey(k []byte) (uint64, uint32, bool) {
 	return binary.BigEndian.Uint64(k), binary.BigEndian.Uint32(k[8:]), true
 }
 
-// retRecBytes is the size of r's store entry: key and value, as Open
+// retEventBytes is the size of e's store entry: key and value, as Open
 // counts them.
-func retRecBytes(r *retRec) int64 {
-	e := &r.ev
-	uv := func(x uint64) int { return len(binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64), x)) }
+func retEventBytes(e *WatchEvent) int64 {
+	uv := func(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 	name := e.Keyspace
 	if e.Kind == EventSetBits {
 		name = e.Bitslice
 	}
 	n := 12 + 2 + uv(uint64(len(name))) + len(name) + uv(e.Lo) + uv(e.Hi)
-	for _, b := range [][]byte{e.Key, e.Value, e.End} {
-		n += uv(uint64(len(b))) + len(b)
-	}
+	n += uv(uint64(len(e.Key))) + len(e.Key) + uv(uint64(len(e.Value))) + len(e.Value) + uv(uint64(len(e.End))) + len(e.End)
 	return int64(n)
 }
 
-// encode returns r's store key and value. The value: kind, flags (1: Key
-// set, 2: End set, 4: Bit), then the name, key, value and end as
-// uvarint-prefixed bytes, then Lo and Hi as uvarints.
-func (r *retRec) encode(key, val []byte) ([]byte, []byte) {
-	key = retKey(key, r.op, r.idx)
-	e := &r.ev
+// encodeRetained returns the store key and value of e, change idx of its
+// op. The value: kind, flags (1: Key set, 2: End set, 4: Bit), then the
+// name, key, value and end as uvarint-prefixed bytes, then Lo and Hi as
+// uvarints.
+func encodeRetained(key, val []byte, idx uint32, e *WatchEvent) ([]byte, []byte) {
+	key = retKey(key, e.Op, idx)
 	var fl byte
 	if e.Key != nil {
 		fl |= 1

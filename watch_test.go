@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -819,5 +820,64 @@ func TestWatchOpZero(t *testing.T) {
 				t.Fatal("no flush")
 			}
 		})
+	}
+}
+
+// TestWatchBatchRecordForms: a batch is recorded as one pointer-free
+// record (recBatch) unless its data passes maxRecData, when each change is
+// recorded on its own; both forms, read through several short reads (a
+// read starting inside a record), give the same events: every kind, two
+// keyspaces and a bitslice in one batch, a change skipped by a drop in
+// neither.
+func TestWatchBatchRecordForms(t *testing.T) {
+	var streams [2][]WatchEvent
+	for i, limit := range []int{maxRecData, 0} {
+		func() {
+			old := maxRecData
+			maxRecData = limit
+			defer func() { maxRecData = old }()
+			db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+			defer closeT(t, db)
+			ctx := context.Background()
+			a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
+			bs, err := db.Bits("s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Buffer: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			for op := uint64(1); op <= 3; op++ {
+				bt := db.NewBatch()
+				bt.Put(a, []byte(fmt.Sprint("k", op)), []byte(fmt.Sprint("v", op)))
+				bt.Set(bs, op, true)
+				bt.Delete(b, []byte("gone"))
+				bt.DeleteRange(a, nil, []byte("c"))
+				bt.DeleteRange(b, []byte("m"), nil)
+				bt.SetRange(bs, 10, 10+op, op%2 == 0)
+				bt.Put(b, []byte("x"), []byte(fmt.Sprint("y", op)))
+				if err := db.Apply(ctx, bt, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				e := nextEvent(t, w)
+				if e.Kind == EventResolved {
+					if e.Op >= 3 {
+						break
+					}
+					continue
+				}
+				streams[i] = append(streams[i], e)
+			}
+		}()
+	}
+	if len(streams[0]) != 21 || !reflect.DeepEqual(streams[0], streams[1]) {
+		t.Fatalf("one record per batch:\n%+v\none record per change:\n%+v", streams[0], streams[1])
+	}
+	if e := streams[0][19]; e.Kind != EventSetBits || e.Op != 3 || e.Lo != 10 || e.Hi != 13 || e.Bit {
+		t.Fatalf("change 19: %+v", e)
 	}
 }
