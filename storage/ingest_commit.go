@@ -139,6 +139,7 @@ func (s *Store) runIngest(in *Ingest) error {
 		in.removeFiles()
 		return s.wrapErr("ingest", err)
 	}
+	s.pit.bump() // point-read rule P1: ingested, hence visible
 	// pebble removed the paths (its links remain).
 	in.created, in.paths = nil, nil
 	_ = failpoint.Hit(failpoint.StorageIngestApplied) // a crash point only
@@ -179,6 +180,7 @@ func (s *Store) startNextLocked() {
 			s.failQueueLocked(err)
 			return
 		}
+		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = g
 	}
 }
