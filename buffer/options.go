@@ -61,7 +61,22 @@ type Options struct {
 	// beyond it is an error wrapping bitslice.ErrOutOfRange. Default:
 	// DefaultMaxBits. At most bitslice.MaxBits.
 	MaxBits uint64
+
+	// IngestWriters is the number of goroutines that write the sstables of
+	// one keyspace's generation when it is flushed by ingestion (KVGen.
+	// IngestTo): the sorted keys are cut into that many ranges, each
+	// written into its own table by its own goroutine (storage.Ingest.
+	// Parts), all ingested in one call. Only a generation of one table
+	// with no range deletion and at least ingestPartMinKeys keys per
+	// writer is cut. Default (0): min(GOMAXPROCS, maxIngestWriters). 1
+	// writes on the flusher's goroutine only (the engine asks for that
+	// under Options.FlushCPUPercent, whose bound is one core's share).
+	// Negative is an error.
+	IngestWriters int
 }
+
+// maxIngestWriters caps the default IngestWriters.
+const maxIngestWriters = 4
 
 // resolved is Options with every default filled in and every value checked.
 type resolved struct {
@@ -70,6 +85,7 @@ type resolved struct {
 	maxVal    int
 	poolBytes int64 // 0: pooling off
 	maxBits   uint64
+	writers   int // IngestWriters; 0: min(GOMAXPROCS, maxIngestWriters) at the flush
 }
 
 // Validate reports an error wrapping ErrBadOptions for a value out of range.
@@ -98,6 +114,8 @@ func (o *Options) resolve() (resolved, error) {
 		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, maxKeySizeLimit, kverr.ErrBadOptions)
 	case v.MaxValueSize < 0 || v.MaxValueSize > maxValueSizeLimit:
 		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, maxValueSizeLimit, kverr.ErrBadOptions)
+	case v.IngestWriters < 0:
+		return r, kverr.Errorf("IngestWriters %d (want 0 or more): %w", v.IngestWriters, kverr.ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
 		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), kverr.ErrBadOptions)
 	}
@@ -119,5 +137,6 @@ func (o *Options) resolve() (resolved, error) {
 	if v.MaxBits > 0 {
 		r.maxBits = v.MaxBits
 	}
+	r.writers = v.IngestWriters
 	return r, nil
 }

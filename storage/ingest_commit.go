@@ -71,6 +71,9 @@ func (s *Store) CommitIngest(in *Ingest) (*Commit, error) {
 	if in.done {
 		return nil, kverr.Errorf("ingest into %q: committed or aborted already: %w", s.dir, ErrClosed)
 	}
+	if in.part {
+		return nil, kverr.Errorf("ingest into %q: a part of an ingest is committed with the ingest: %w", s.dir, ErrBadRange)
+	}
 	if in.ig == nil {
 		in.done = true
 		return nil, kverr.Errorf("ingest into %q: %w", s.dir, ErrReadOnly)
