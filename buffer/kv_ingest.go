@@ -3,7 +3,6 @@ package buffer
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -101,24 +100,21 @@ func step(ctx context.Context, i int, pace func()) error {
 // next chunk's slots are touched before the writer's work on this one
 // (BenchmarkIngestTo compares the designs).
 //
-// A large table with no range deletion is cut into writers key ranges,
-// each written into its own part of the ingest (its own sstable) by its
-// own goroutine: the table writer (encoding, compression, filters) is most
-// of a large flush's time (BenchmarkIngestTo: writers=1, 2, 4). Only the
-// first range, on the caller's goroutine, calls pace (the engine asks for
-// one writer when the pacer bounds the flusher's CPU share).
+// With Options.IngestWriters > 1, a large table with no range deletion is
+// cut into that many key ranges, each written into its own part of the
+// ingest (its own sstable) by its own goroutine: the table writer
+// (encoding, compression, filters) is most of a large flush's time
+// (BenchmarkIngestToWriters: 1, 2, 4 writers). Only the first range, on
+// the caller's goroutine, calls pace.
 func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, writers int, pace func()) error {
 	sp := t.rdel.Load()
 	x, ents := t.sortedKeys()
 	if t.flushDesign == flushRanked {
 		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
 	}
-	switch {
-	case t.flushParts != 0: // a test's or benchmark's choice, any size
+	if t.flushParts != 0 { // a test's or benchmark's choice, any size
 		writers = min(t.flushParts, len(ents))
-	case writers == 0:
-		writers = min(runtime.GOMAXPROCS(0), maxIngestWriters, len(ents)/ingestPartMinKeys)
-	default:
+	} else {
 		writers = min(writers, len(ents)/ingestPartMinKeys)
 	}
 	if writers < 2 || sp != nil {
@@ -129,9 +125,13 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 	var wg sync.WaitGroup
 	for i := 1; i < writers; i++ {
 		lo, hi := len(ents)*i/writers, len(ents)*(i+1)/writers
-		wg.Go(func() { errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], nil) })
+		wg.Go(func() {
+			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], nil)
+			parts[i].Done() // its table's tail and sync on this goroutine too
+		})
 	}
 	errs[0] = ingestEnts(ctx, parts[0], ks, t, sp, x, ents[:len(ents)/writers], pace)
+	parts[0].Done()
 	wg.Wait() // the parts are joined by the ingest's next use
 	return errors.Join(errs...)
 }

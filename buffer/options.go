@@ -67,16 +67,15 @@ type Options struct {
 	// IngestTo): the sorted keys are cut into that many ranges, each
 	// written into its own table by its own goroutine (storage.Ingest.
 	// Parts), all ingested in one call. Only a generation of one table
-	// with no range deletion and at least ingestPartMinKeys keys per
-	// writer is cut. Default (0): min(GOMAXPROCS, maxIngestWriters). 1
-	// writes on the flusher's goroutine only (the engine asks for that
-	// under Options.FlushCPUPercent, whose bound is one core's share).
-	// Negative is an error.
+	// with no range deletion and at least 64k keys per writer is cut, and
+	// only the first writer calls IngestTo's pace function. Default (0)
+	// and 1: the caller's goroutine alone. On the shared 2-core machine
+	// where it was measured, 2 and 4 writers took less CPU per key but
+	// more time than one (BenchmarkIngestToWriters; doc/design.md, "Flush
+	// by ingestion"), so the engine keeps the default. Negative is an
+	// error.
 	IngestWriters int
 }
-
-// maxIngestWriters caps the default IngestWriters.
-const maxIngestWriters = 4
 
 // resolved is Options with every default filled in and every value checked.
 type resolved struct {
@@ -85,7 +84,7 @@ type resolved struct {
 	maxVal    int
 	poolBytes int64 // 0: pooling off
 	maxBits   uint64
-	writers   int // IngestWriters; 0: min(GOMAXPROCS, maxIngestWriters) at the flush
+	writers   int // IngestWriters
 }
 
 // Validate reports an error wrapping ErrBadOptions for a value out of range.

@@ -463,6 +463,18 @@ func (in *Ingest) Parts(n int) []*Ingest {
 	return parts
 }
 
+// Done finishes a part's table (written and synced) on the calling
+// goroutine, so that parts written at once also finish at once; a part's
+// writer calls it after its last change (the join finishes a part whose
+// writer did not). It is a no-op on an ingest that is not a part.
+func (in *Ingest) Done() {
+	if in.part && in.w != nil && in.err == nil {
+		if err := in.finishTable(); err != nil {
+			in.fail(err)
+		}
+	}
+}
+
 // joinParts takes the parts' tables into the ingest, checking that they
 // are in order (see Parts).
 func (in *Ingest) joinParts() {
