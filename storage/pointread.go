@@ -39,6 +39,9 @@ import (
 //
 // An idle cached iterator pins the version it was created on until the
 // next point read or Close: at most maxCachedIters of them.
+
+// pointIters is the store's cache of point-read iterators and the epoch
+// that says which of them may still be used (the rules above).
 type pointIters struct {
 	epoch atomic.Uint64
 	mu    sync.Mutex
