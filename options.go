@@ -125,10 +125,8 @@ type Options struct {
 	// FlushQuantum of work it sleeps long enough to stay within it
 	// (Metrics.FlushThrottled). It trades flush throughput (and so, under
 	// a sustained write load, more time at MaxPendingBytes) for readers'
-	// CPU. Below 100 a large generation's sstables are written by the
-	// flusher's goroutine alone; at 100 by up to min(GOMAXPROCS, 4)
-	// goroutines at once. Default: 100 (no sleep; the flusher only
-	// yields). At least 1, at most 100, else ErrBadOptions.
+	// CPU. Default: 100 (no sleep; the flusher only yields). At least 1,
+	// at most 100, else ErrBadOptions.
 	FlushCPUPercent int
 
 	// MemoryBudget, if set, is shared with the other engines opened with
@@ -322,19 +320,12 @@ func (o *Options) storageOptions() *storage.Options {
 }
 
 func (o *Options) bufferOptions() *buffer.Options {
-	bo := &buffer.Options{
+	return &buffer.Options{
 		MaxKeySize:   o.MaxKeySize,
 		MaxValueSize: o.MaxValueSize,
 		PoolBytes:    o.PoolBytes,
 		MaxBits:      o.MaxBits,
 	}
-	if o.FlushCPUPercent > 0 && o.FlushCPUPercent < 100 {
-		// The pacer's bound is a share of one core: a large generation's
-		// tables are then written by the flusher alone, not by parallel
-		// writers (buffer.Options.IngestWriters).
-		bo.IngestWriters = 1
-	}
-	return bo
 }
 
 func (o *Options) flushOptions(wm, highest uint64) *flush.Options {
