@@ -20,6 +20,10 @@ type readTier struct {
 
 	bytes   atomic.Int64 // memory held, for Metrics
 	evicted atomic.Int64 // generations evicted
+
+	// noFilters turns the tables' filters off (tier rule T5): set by
+	// BenchmarkMissRead before the first flush, to compare.
+	noFilters bool
 }
 
 type tierGen struct {
@@ -59,6 +63,19 @@ func (rt *readTier) retain(gen *generation, budget int64) {
 		}
 		rt.bytes.Add(-old.bytes)
 		rt.evicted.Add(1)
+	}
+	// The generation stayed: give its tables their filters (tier rule
+	// T5), under mu so that no Evict recycles a table while its filter is
+	// built. Not before the evictions: a generation over the budget would
+	// pay for a filter it never uses (W6's 1M-key flush). The filters'
+	// bytes count in the tier's memory.
+	if n := len(rt.gens); n > 0 && rt.gens[n-1].g == gen.g && !rt.noFilters {
+		var fb int64
+		for _, k := range rt.gens[n-1].kvs {
+			fb += k.Filter()
+		}
+		rt.gens[n-1].bytes += fb
+		rt.bytes.Add(fb)
 	}
 }
 

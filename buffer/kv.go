@@ -488,7 +488,7 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 		dst, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
 	}
 	for i := 0; kind == probeAbsent && i < len(v.retained); i++ {
-		dst, kind = v.retained[i].getAppend(dst, k, h, kw, vis) // tier rule T4
+		dst, kind = v.retained[i].tierGetAppend(dst, k, h, kw, vis) // tier rules T4, T5
 	}
 	return dst, kind
 }
@@ -532,7 +532,7 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		// Tier rule T4: the read tier after every pending table, before
 		// the store, under the same re-validation.
 		for i := 0; kind == probeAbsent && i < len(v.retained); i++ {
-			out, kind = v.retained[i].getAppend(dst, k, h, kw, vis)
+			out, kind = v.retained[i].tierGetAppend(dst, k, h, kw, vis) // tier rule T5
 		}
 		if kv.view.Load() != v || kind == probeRetry {
 			// A released table (the view changed), or a record

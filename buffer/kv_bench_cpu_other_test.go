@@ -6,3 +6,5 @@ import "time"
 
 // threadCPU is not available: benchmarks report wall time only.
 func threadCPU() (time.Duration, bool) { return 0, false }
+
+func processCPU() (time.Duration, bool) { return 0, false }

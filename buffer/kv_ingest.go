@@ -2,7 +2,9 @@ package buffer
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
@@ -66,7 +68,7 @@ func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) e
 		}
 	}
 	if len(tables) == 1 {
-		return ingestTable(ctx, in, ks, tables[0], pace)
+		return ingestTable(ctx, in, ks, tables[0], g.kv.opt.writers, pace)
 	}
 	return ingestMerged(ctx, in, ks, tables, pace)
 }
@@ -97,17 +99,54 @@ func step(ctx context.Context, i int, pace func()) error {
 // nothing but loads, so that their misses overlap, then written, and the
 // next chunk's slots are touched before the writer's work on this one
 // (BenchmarkIngestTo compares the designs).
-func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, pace func()) error {
+//
+// With Options.IngestWriters > 1, a large table with no range deletion is
+// cut into that many key ranges, each written into its own part of the
+// ingest (its own sstable) by its own goroutine: the table writer
+// (encoding, compression, filters) is most of a large flush's time
+// (BenchmarkIngestToWriters: 1, 2, 4 writers). Only the first range, on
+// the caller's goroutine, calls pace.
+func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, writers int, pace func()) error {
 	sp := t.rdel.Load()
 	x, ents := t.sortedKeys()
+	if t.flushDesign == flushRanked {
+		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
+	}
+	if t.flushParts != 0 { // a test's or benchmark's choice, any size
+		writers = min(t.flushParts, len(ents))
+	} else {
+		writers = min(writers, len(ents)/ingestPartMinKeys)
+	}
+	if writers < 2 || sp != nil {
+		return ingestEnts(ctx, in, ks, t, sp, x, ents, pace)
+	}
+	parts := in.Parts(writers)
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := 1; i < writers; i++ {
+		lo, hi := len(ents)*i/writers, len(ents)*(i+1)/writers
+		wg.Go(func() {
+			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], nil)
+			parts[i].Done() // its table's tail and sync on this goroutine too
+		})
+	}
+	errs[0] = ingestEnts(ctx, parts[0], ks, t, sp, x, ents[:len(ents)/writers], pace)
+	parts[0].Done()
+	wg.Wait() // the parts are joined by the ingest's next use
+	return errors.Join(errs...)
+}
+
+// ingestPartMinKeys is the fewest keys ingestTable gives one writer: below
+// it a goroutine and a table more cost more than they save.
+const ingestPartMinKeys = 1 << 16
+
+// ingestEnts writes the points of ents, a key range of table t, into in.
+func ingestEnts(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, sp *spans, x *keyIndex, ents []sortEnt, pace func()) error {
 	var (
 		sws [ingestChunk]slotWords
 		shs [ingestChunk]*shard
 		ib  [inlineBytes]byte
 	)
-	if t.flushDesign == flushRanked {
-		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
-	}
 	chunk := ingestChunk
 	if t.flushDesign == flushByKey {
 		chunk = 1

@@ -3,6 +3,7 @@ package buffer
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -101,6 +103,7 @@ func TestKVIngestMatchesBatch(t *testing.T) {
 		}
 		for _, t := range gen.tables { // every design of ingestTable
 			t.flushDesign = flushDesign(rng.IntN(int(flushNoPrefetch) + 1))
+			t.flushParts = rng.IntN(5) // 0: the default; 2-4: parallel parts
 		}
 		in := viaIngest.NewIngest()
 		if err := gen.IngestTo(ctx, in, nil); err != nil {
@@ -172,6 +175,55 @@ func BenchmarkIngestTo(b *testing.B) {
 	b.ReportMetric(float64(times[2])/float64(times[0]), "prefetch/chunked")
 }
 
+// BenchmarkIngestToWriters is BenchmarkIngestTo's 1M-key table written
+// (the default design, synced, not committed) by 1, 2 and 4 writers
+// (ingestTable's parts, each its own sstable on its own goroutine), in
+// rotating order within each op: ns/key and CPU ns/key (the process's
+// user+sys) per writer count and the time ratios to one writer.
+func BenchmarkIngestToWriters(b *testing.B) {
+	const n = 1 << 20
+	st, err := storage.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	kv, err := NewKV(st, 1, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	putRandom(b, kv, n)
+	gen := kv.Freeze(1)
+	gen.tables[0].sortedKeys() // sorted once, as by the first flush
+	writers := []int{1, 2, 4}
+	times := make([]int64, len(writers))
+	cpus := make([]int64, len(writers))
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		for j := range writers {
+			d := (i + j) % len(writers)
+			gen.tables[0].flushParts = writers[d]
+			c0, _ := processCPU()
+			t0 := time.Now()
+			in := st.NewIngest()
+			if err := gen.IngestTo(ctx, in, nil); err != nil {
+				b.Fatal(err)
+			}
+			in.Abort() // joins the parts: every table is written and synced
+			times[d] += int64(time.Since(t0))
+			c1, _ := processCPU()
+			cpus[d] += int64(c1 - c0)
+		}
+	}
+	ops := float64(b.N) * float64(kv.PendingKeys())
+	for d, w := range writers {
+		b.ReportMetric(float64(times[d])/ops, fmt.Sprintf("w%d-ns/key", w))
+		b.ReportMetric(float64(cpus[d])/ops, fmt.Sprintf("w%d-cpu-ns/key", w))
+		if d > 0 {
+			b.ReportMetric(float64(times[d])/float64(times[0]), fmt.Sprintf("w%d/w1", w))
+		}
+	}
+}
+
 // BenchmarkIngestSlotReads isolates the slot reads of a 1M-key flush (the
 // table of BenchmarkIngestTo, nothing written): the chunked loads of
 // ingestTable against wordsByRank (ranks scattered, slots read in slot
@@ -228,5 +280,15 @@ func putRandom(b *testing.B, kv *KV, n int) {
 		if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64N(uint64(4*n))), val); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestIngestWritersOption: a negative IngestWriters is refused.
+func TestIngestWritersOption(t *testing.T) {
+	if _, err := NewKV(nil, 1, nil, &Options{IngestWriters: -1}); !errors.Is(err, kverr.ErrBadOptions) {
+		t.Fatalf("NewKV with IngestWriters -1 = %v, want ErrBadOptions", err)
+	}
+	if err := (&Options{IngestWriters: 4}).Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,6 +56,9 @@ type table struct {
 	rdel   atomic.Pointer[spans]    // range tombstones; nil if none
 	ord    atomic.Pointer[order]    // cached key order; nil until asked for
 	base   atomic.Uint64            // lowest sequence number the table may hold
+	// filter is the read tier's filter of the table's keys (tier rule
+	// T5): nil unless the table is retained and the engine asked for one.
+	filter atomic.Pointer[tierFilter]
 
 	smask   uint64 // nshards - 1: a key's shard is hash>>shardShift & smask
 	nshards int
@@ -76,6 +79,9 @@ type table struct {
 	// flushDesign selects how ingestTable reads the slots
 	// (BenchmarkIngestTo compares the designs).
 	flushDesign flushDesign
+	// flushParts, if not 0, overrides the overlay's IngestWriters for the
+	// table's flush (BenchmarkIngestTo compares 1, 2 and 4).
+	flushParts int
 }
 
 // flushDesign is how ingestTable reads a sealed table's slots in key order.
@@ -1082,6 +1088,7 @@ func (t *table) clear() {
 	t.sealLocked(ss)
 	t.rdel.Store(nil)
 	t.ord.Store(nil)
+	t.filter.Store(nil) // tier rule T5: a filter is for one life of the table
 	t.gen = 0
 	if ss != nil {
 		for _, sh := range ss.s {

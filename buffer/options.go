@@ -61,6 +61,20 @@ type Options struct {
 	// beyond it is an error wrapping bitslice.ErrOutOfRange. Default:
 	// DefaultMaxBits. At most bitslice.MaxBits.
 	MaxBits uint64
+
+	// IngestWriters is the number of goroutines that write the sstables of
+	// one keyspace's generation when it is flushed by ingestion (KVGen.
+	// IngestTo): the sorted keys are cut into that many ranges, each
+	// written into its own table by its own goroutine (storage.Ingest.
+	// Parts), all ingested in one call. Only a generation of one table
+	// with no range deletion and at least 64k keys per writer is cut, and
+	// only the first writer calls IngestTo's pace function. Default (0)
+	// and 1: the caller's goroutine alone. On the shared 2-core machine
+	// where it was measured, 2 and 4 writers took less CPU per key but
+	// more time than one (BenchmarkIngestToWriters; doc/design.md, "Flush
+	// by ingestion"), so the engine keeps the default. Negative is an
+	// error.
+	IngestWriters int
 }
 
 // resolved is Options with every default filled in and every value checked.
@@ -70,6 +84,7 @@ type resolved struct {
 	maxVal    int
 	poolBytes int64 // 0: pooling off
 	maxBits   uint64
+	writers   int // IngestWriters
 }
 
 // Validate reports an error wrapping ErrBadOptions for a value out of range.
@@ -98,6 +113,8 @@ func (o *Options) resolve() (resolved, error) {
 		return r, kverr.Errorf("MaxKeySize %d (want 0..%d): %w", v.MaxKeySize, maxKeySizeLimit, kverr.ErrBadOptions)
 	case v.MaxValueSize < 0 || v.MaxValueSize > maxValueSizeLimit:
 		return r, kverr.Errorf("MaxValueSize %d (want 0..%d): %w", v.MaxValueSize, maxValueSizeLimit, kverr.ErrBadOptions)
+	case v.IngestWriters < 0:
+		return r, kverr.Errorf("IngestWriters %d (want 0 or more): %w", v.IngestWriters, kverr.ErrBadOptions)
 	case v.MaxBits > bitslice.MaxBits:
 		return r, kverr.Errorf("MaxBits %d (want at most %d): %w", v.MaxBits, uint64(bitslice.MaxBits), kverr.ErrBadOptions)
 	}
@@ -119,5 +136,6 @@ func (o *Options) resolve() (resolved, error) {
 	if v.MaxBits > 0 {
 		r.maxBits = v.MaxBits
 	}
+	r.writers = v.IngestWriters
 	return r, nil
 }

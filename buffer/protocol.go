@@ -150,11 +150,13 @@ package buffer
 //     (B6), the flush order (B7), release (B8, as order 6), the region
 //     summary (B9), undo layers (B10) and pins (B11, as order 10).
 //
-//  12. The read tier: T1-T4 (kv_tier.go): retain publishes one view that
+//  12. The read tier: T1-T5 (kv_tier.go): retain publishes one view that
 //     moves a generation from the pending list to the retained list (T1),
 //     retained tables are a suffix of the flushed generations (T2), Evict
-//     is order 6 (T3), and point reads probe the tier after every pending
-//     table and re-validate (T4).
+//     is order 6 (T3), point reads probe the tier after every pending
+//     table and re-validate (T4), and a retained table's filter is built
+//     once it is sealed and published with one store, ruling out a key
+//     only for the table's slots, never its range tombstones (T5).
 //
 // # Across packages
 //

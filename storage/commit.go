@@ -107,6 +107,7 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 			// committing: it is not reused.
 			return nil, s.wrapErr("commit", err)
 		}
+		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = &group{pb: pb, commits: []*Commit{c}}
 		s.kickSyncer()
 	} else {

@@ -71,6 +71,9 @@ func (s *Store) CommitIngest(in *Ingest) (*Commit, error) {
 	if in.done {
 		return nil, kverr.Errorf("ingest into %q: committed or aborted already: %w", s.dir, ErrClosed)
 	}
+	if in.part {
+		return nil, kverr.Errorf("ingest into %q: a part of an ingest is committed with the ingest: %w", s.dir, ErrBadRange)
+	}
 	if in.ig == nil {
 		in.done = true
 		return nil, kverr.Errorf("ingest into %q: %w", s.dir, ErrReadOnly)
@@ -139,6 +142,7 @@ func (s *Store) runIngest(in *Ingest) error {
 		in.removeFiles()
 		return s.wrapErr("ingest", err)
 	}
+	s.pit.bump() // point-read rule P1: ingested, hence visible
 	// pebble removed the paths (its links remain).
 	in.created, in.paths = nil, nil
 	_ = failpoint.Hit(failpoint.StorageIngestApplied) // a crash point only
@@ -179,6 +183,7 @@ func (s *Store) startNextLocked() {
 			s.failQueueLocked(err)
 			return
 		}
+		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = g
 	}
 }

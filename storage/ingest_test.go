@@ -570,3 +570,81 @@ func TestIngestLeftoversRemovedAtOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestIngestParts: parts of an ingest written by concurrent goroutines land
+// in the one ingest (with its watermark); parts out of order, a range
+// deletion in a part, or a part committed on its own fail the ingest and
+// leave nothing behind.
+func TestIngestParts(t *testing.T) {
+	fsys := vfs.NewMem()
+	s := openMemDesign(t, fsys, 0)
+	in := s.NewIngest()
+	in.SetWatermark(5)
+	in.Put(1, []byte("a"), []byte("0"))
+	parts := in.Parts(3)
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Go(func() {
+			if i == 1 {
+				return // an empty part
+			}
+			for j := range 100 {
+				p.Put(1, fmt.Appendf(nil, "k%d-%03d", i, j), []byte("v"))
+			}
+		})
+	}
+	wg.Wait()
+	in.Put(2, []byte("z"), []byte("after")) // above every part
+	if got := in.Len(); got != 202 {
+		t.Fatalf("Len = %d, want 202", got)
+	}
+	mustIngest(t, s, in)
+	wantGetKS(t, s, 1, "a", "0")
+	wantGetKS(t, s, 1, "k0-000", "v")
+	wantGetKS(t, s, 1, "k2-099", "v")
+	wantGetKS(t, s, 2, "z", "after")
+	if wm, _ := s.Watermark(); wm != 5 {
+		t.Fatalf("watermark %d, want 5", wm)
+	}
+
+	bad := []struct {
+		name string
+		fill func(in *Ingest, parts []*Ingest)
+	}{
+		{"parts out of order", func(in *Ingest, parts []*Ingest) {
+			parts[0].Put(1, []byte("m"), []byte("x"))
+			parts[1].Put(1, []byte("c"), []byte("x"))
+		}},
+		{"a part below the ingest", func(in *Ingest, parts []*Ingest) {
+			parts[1].Put(1, []byte("0"), []byte("x"))
+		}},
+		{"range deletion in a part", func(in *Ingest, parts []*Ingest) {
+			parts[0].DeleteRange(1, []byte("p"), []byte("q"))
+		}},
+		{"a change below the parts after them", func(in *Ingest, parts []*Ingest) {
+			parts[0].Put(1, []byte("m"), []byte("x"))
+			in.Put(1, []byte("c"), []byte("x"))
+		}},
+	}
+	for _, c := range bad {
+		in := s.NewIngest()
+		in.SetWatermark(9)
+		in.Put(1, []byte("b"), []byte("bad"))
+		parts := in.Parts(2)
+		c.fill(in, parts)
+		if _, err := s.CommitIngest(parts[0]); !errors.Is(err, ErrBadRange) {
+			t.Fatalf("%s: CommitIngest of a part = %v, want ErrBadRange", c.name, err)
+		}
+		if _, err := s.CommitIngest(in); !errors.Is(err, ErrBadRange) {
+			t.Fatalf("%s: CommitIngest = %v, want ErrBadRange", c.name, err)
+		}
+		wantGetKS(t, s, 1, "a", "0") // nothing of it landed
+		wantNotFoundKS(t, s, 1, "b")
+		if wm, _ := s.Watermark(); wm != 5 {
+			t.Fatalf("%s: watermark %d, want 5", c.name, wm)
+		}
+		if ls, _ := fsys.List(fsys.PathJoin("db", IngestDir)); len(ls) != 0 {
+			t.Fatalf("%s: files left in the ingest directory: %v", c.name, ls)
+		}
+	}
+}
