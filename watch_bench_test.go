@@ -62,20 +62,7 @@ func BenchmarkW8Watch(b *testing.B) {
 			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
 		}
 	}
-	med := func(v []float64) float64 {
-		v = slices.Clone(v)
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
-	for _, m := range modes {
-		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
-	}
-	for _, m := range modes[1:] {
-		r := ratios[m]
-		b.ReportMetric(med(r), "ratio-"+m)
-		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
-		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
-	}
+	reportModes(b, modes, perPut, ratios)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "durable-p50-ms")
@@ -89,6 +76,30 @@ func BenchmarkW8Watch(b *testing.B) {
 		b.ReportMetric(float64(wmLat[len(wmLat)*99/100].Microseconds())/1000, "watermark-p99-ms")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// median returns the median of v (the upper one of an even count), leaving
+// v as it was.
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// reportModes reports, for benchmarks that run every mode once a round in
+// rotating order, each mode's median time per put and, for every mode but
+// the first (the reference), the median, min and max of its per-round
+// time ratio to the first.
+func reportModes(b *testing.B, modes []string, perPut, ratios map[string][]float64) {
+	for _, m := range modes {
+		b.ReportMetric(median(perPut[m]), "ns/put-"+m)
+	}
+	for _, m := range modes[1:] {
+		r := ratios[m]
+		b.ReportMetric(median(r), "ratio-"+m)
+		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
+		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
+	}
 }
 
 // w8WatchRound runs one round on a fresh engine and returns its time and,
@@ -251,16 +262,11 @@ func BenchmarkWatchRetainFlush(b *testing.B) {
 		}
 		ratios = append(ratios, float64(t["retain"])/float64(t["none"]))
 	}
-	med := func(v []float64) float64 {
-		v = slices.Clone(v)
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
 	for _, m := range modes {
-		b.ReportMetric(med(flushT[m]), "flush-ms-"+m)
+		b.ReportMetric(median(flushT[m]), "flush-ms-"+m)
 		b.ReportMetric(float64(ingested[m]), "ingested-"+m)
 	}
-	b.ReportMetric(med(ratios), "ratio-retain")
+	b.ReportMetric(median(ratios), "ratio-retain")
 	b.ReportMetric(slices.Min(ratios), "ratio-retain-min")
 	b.ReportMetric(slices.Max(ratios), "ratio-retain-max")
 	b.ReportMetric(0, "ns/op")
@@ -349,22 +355,11 @@ func BenchmarkW8WatchWrites(b *testing.B) {
 			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
 		}
 	}
-	med := func(v []float64) float64 {
-		v = slices.Clone(v)
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
 	for _, m := range modes {
-		b.ReportMetric(med(perPut[m]), "ns/put-"+m)
-		b.ReportMetric(med(alloc[m]), "alloc-B/put-"+m)
-		b.ReportMetric(med(cpu[m]), "cpu-ns/put-"+m)
+		b.ReportMetric(median(alloc[m]), "alloc-B/put-"+m)
+		b.ReportMetric(median(cpu[m]), "cpu-ns/put-"+m)
 	}
-	for _, m := range modes[1:] {
-		r := ratios[m]
-		b.ReportMetric(med(r), "ratio-"+m)
-		b.ReportMetric(slices.Min(r), "ratio-"+m+"-min")
-		b.ReportMetric(slices.Max(r), "ratio-"+m+"-max")
-	}
+	reportModes(b, modes, perPut, ratios)
 	b.ReportMetric(0, "ns/op")
 }
 

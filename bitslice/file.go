@@ -667,12 +667,7 @@ func (f *File) Sync() error {
 		// at this step (TestFaultSync, -tags kvbuf_failpoints).
 		return kverr.Errorf("%s: sync: %w", f.path, err)
 	}
-	f.seq, f.valid, f.version = h.seq, 2, Version
-	f.persisted.Store(wm)
-	f.covered = max(f.covered, wm)
-	f.owner.Store(owner)
-	f.gen.Store(gen)
-	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
+	f.synced(h, wm)
 	return nil
 }
 
@@ -733,13 +728,19 @@ func (f *File) SyncLagged() error {
 	}
 	// fdatasync writes back the pages dirtied through the mapping too.
 	failpoint.FileSynced(f.fd, 0, -1)
-	f.seq, f.valid, f.version = h.seq, 2, Version
-	f.persisted.Store(wm)
-	f.covered = max(f.covered, staged)
-	f.owner.Store(owner)
-	f.gen.Store(gen)
-	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
+	f.synced(h, staged)
 	return nil
+}
+
+// synced records header h as the one in force after Sync or SyncLagged made
+// it durable, with every change staged up to covered durable too.
+func (f *File) synced(h header, covered uint64) {
+	f.seq, f.valid, f.version = h.seq, 2, Version
+	f.persisted.Store(h.watermark)
+	f.covered = max(f.covered, covered)
+	f.owner.Store(h.owner)
+	f.gen.Store(h.gen)
+	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
 }
 
 // Close releases the mapping, the lock and the descriptor. It waits for

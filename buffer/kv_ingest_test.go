@@ -138,19 +138,7 @@ func TestKVIngestMatchesBatch(t *testing.T) {
 // into a buffer by rank first ("ranked", wordsByRank). (One key at a time,
 // flushByKey, was 1.5x slower than chunked: doc/design.md.)
 func BenchmarkIngestTo(b *testing.B) {
-	const n = 1 << 20
-	st, err := storage.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	kv, err := NewKV(st, 1, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	putRandom(b, kv, n)
-	gen := kv.Freeze(1)
-	gen.tables[0].sortedKeys() // sorted once, as by the first flush
+	st, kv, gen := ingestBenchGen(b)
 	designs := []flushDesign{flushNoPrefetch, flushRanked, flushChunked}
 	var times [3]int64
 	ctx := context.Background()
@@ -175,25 +163,32 @@ func BenchmarkIngestTo(b *testing.B) {
 	b.ReportMetric(float64(times[2])/float64(times[0]), "prefetch/chunked")
 }
 
+// ingestBenchGen returns a store and the sealed generation of 1M random
+// keys the ingest benchmarks write (8-byte keys, 16-byte values, as W6),
+// its table sorted once, as by the first flush; the store closes with b.
+func ingestBenchGen(b *testing.B) (*storage.Store, *KV, *KVGen) {
+	st, err := storage.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	kv, err := NewKV(st, 1, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	putRandom(b, kv, 1<<20)
+	gen := kv.Freeze(1)
+	gen.tables[0].sortedKeys() // sorted once, as by the first flush
+	return st, kv, gen
+}
+
 // BenchmarkIngestToWriters is BenchmarkIngestTo's 1M-key table written
 // (the default design, synced, not committed) by 1, 2 and 4 writers
 // (ingestTable's parts, each its own sstable on its own goroutine), in
 // rotating order within each op: ns/key and CPU ns/key (the process's
 // user+sys) per writer count and the time ratios to one writer.
 func BenchmarkIngestToWriters(b *testing.B) {
-	const n = 1 << 20
-	st, err := storage.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	kv, err := NewKV(st, 1, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	putRandom(b, kv, n)
-	gen := kv.Freeze(1)
-	gen.tables[0].sortedKeys() // sorted once, as by the first flush
+	st, kv, gen := ingestBenchGen(b)
 	writers := []int{1, 2, 4}
 	times := make([]int64, len(writers))
 	cpus := make([]int64, len(writers))

@@ -446,15 +446,7 @@ func (in *Ingest) Parts(n int) []*Ingest {
 	if in.err == nil && in.done {
 		in.err = kverr.Errorf("ingest: parts after the ingest was committed or aborted: %w", ErrClosed)
 	}
-	if in.err == nil && !in.started {
-		in.started = true
-		in.err = in.writeHeader()
-	}
-	if in.err == nil && in.w != nil {
-		if err := in.finishTable(); err != nil {
-			in.fail(err)
-		}
-	}
+	in.finishWritten()
 	parts := make([]*Ingest, n)
 	for i := range parts {
 		parts[i] = &Ingest{s: in.s, ig: in.ig, started: true, part: true, lastKS: in.lastKS, last: slices.Clone(in.last), err: in.err}
@@ -513,10 +505,9 @@ func (in *Ingest) joinParts() {
 	}
 }
 
-// finish finishes the table being written; the ingest is then ready to be
-// handed to pebble.
-func (in *Ingest) finish() error {
-	in.joinParts()
+// finishWritten writes the header of an ingest that wrote nothing yet and
+// finishes the table being written, recording the first failure in in.err.
+func (in *Ingest) finishWritten() {
 	if in.err == nil && !in.started {
 		in.started = true
 		in.err = in.writeHeader()
@@ -526,6 +517,13 @@ func (in *Ingest) finish() error {
 			in.fail(err)
 		}
 	}
+}
+
+// finish finishes the table being written; the ingest is then ready to be
+// handed to pebble.
+func (in *Ingest) finish() error {
+	in.joinParts()
+	in.finishWritten()
 	return in.err
 }
 
