@@ -75,9 +75,11 @@ import (
 //     returns the same engine flushes everything (no reopen).
 //     Metrics.DiskFull counts these, Metrics.DiskFullWaiting reports a
 //     wait. A Checkpoint on a full disk fails and leaves nothing. Close on
-//     a full disk does not wait for space: its final flush fails with
-//     ErrDiskFull, which Close returns (replay from Watermark, as after a
-//     crash).
+//     a full disk does not wait for space to flush: its final flush fails
+//     with ErrDiskFull, which Close returns (replay from Watermark, as
+//     after a crash); but if one of pebble's background flushes or
+//     compactions is writing the MANIFEST and found no space, Close waits
+//     for space with it (pebble cannot abandon that write).
 //   - A flush by ingestion (Options.IngestThreshold) writes a log record of its own when it overlaps
 //     pebble's memtable: pebble ends the process if that write fails, as
 //     it does for a failed MANIFEST write.

@@ -33,8 +33,10 @@ import (
 //
 // Metrics.DiskFull counts the episodes; Metrics.DiskFullWaiting says that
 // the store is waiting for space now. Close on a full disk stops the
-// store's waiting: the final flush fails with ErrDiskFull, which Close
-// returns, and the host replays from the watermark after the reopen.
+// store's waiting for its log: the final flush fails with ErrDiskFull,
+// which Close returns, and the host replays from the watermark after the
+// reopen. A MANIFEST write of one of pebble's background flushes or
+// compactions is never abandoned: Close waits for space with it.
 
 // guardStore returns the store's file system, guarded, and keeps the guard.
 func (db *DB) guardStore() vfs.FS {
