@@ -78,6 +78,17 @@ func BenchmarkW8Watch(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// fillW8Batch resets bt to op's W8 batch: batch puts of unique 8-byte keys
+// (a multiplicative hash of the put's number) in k, each valued op.
+func fillW8Batch(bt *Batch, k *KV, key, val []byte, op, batch int) {
+	bt.Reset()
+	for j := range batch {
+		binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+		binary.BigEndian.PutUint64(val, uint64(op))
+		bt.Put(k, key, val)
+	}
+}
+
 // median returns the median of v (the upper one of an even count), leaving
 // v as it was.
 func median(v []float64) float64 {
@@ -193,12 +204,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	b.StartTimer()
 	start := time.Now()
 	for op := 1; op <= ops; op++ {
-		bt.Reset()
-		for j := range batch {
-			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
-			binary.BigEndian.PutUint64(val, uint64(op))
-			bt.Put(k, key, val)
-		}
+		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
 			b.Fatal(err)
 		}
@@ -293,12 +299,7 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 	bt := db.NewBatch()
 	key := make([]byte, 8)
 	for op := 1; op <= ops; op++ {
-		bt.Reset()
-		for j := range batch {
-			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
-			binary.BigEndian.PutUint64(val, uint64(op))
-			bt.Put(k, key, val)
-		}
+		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
 			b.Fatal(err)
 		}
@@ -406,12 +407,7 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	b.StartTimer()
 	start := time.Now()
 	for op := 1; op <= ops; op++ {
-		bt.Reset()
-		for j := range batch {
-			binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
-			binary.BigEndian.PutUint64(val, uint64(op))
-			bt.Put(k, key, val)
-		}
+		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
 			b.Fatal(err)
 		}
