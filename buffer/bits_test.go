@@ -487,39 +487,83 @@ func TestBitsFreezeRetriedWithSameGeneration(t *testing.T) {
 	}
 }
 
-// TestBitsFilterUnionPastCover: two sealed tables written past the word
-// filter's cover of their day (unfiltered: B4a) and a newer sealed one
-// with a larger cover (the file grew meanwhile). A lookup of a bit past
-// the older covers but within the newer must not trust the union of the
-// filters there: the newest pending value of the bit is in a table whose
-// filter does not reach it.
+// TestBitsFilterUnionPastCover: a sealed table written past the word
+// filter's cover of its day (unfiltered: B4a; the first table, made over
+// the empty file) and a newer sealed one with a larger cover (made for the
+// overlay's length since). A lookup of a bit past the older cover but
+// within the newer must not trust the union of the filters there: the
+// newest pending value of the bit is in a table whose filter does not
+// reach it.
 func TestBitsFilterUnionPastCover(t *testing.T) {
-	r := newBitsRig(t, &Options{PoolBytes: -1}) // every table new: covers grow with the file
-	const x = 1<<20 + 100                       // past the cover of a table made over an empty file
+	r := newBitsRig(t, &Options{PoolBytes: -1})
+	const x = 1<<20 + 100 // past the cover of a table made over an empty file
 	if err := r.b.Set(x, true); err != nil {
 		t.Fatal(err)
 	}
-	g1 := r.b.Freeze(1)
-	if err := g1.Write(context.Background(), 1); err != nil { // the file grows past x
+	if a := r.b.view.Load().active; !a.unfiltered.Load() {
+		t.Fatal("the first table is not unfiltered past its cover")
+	}
+	r.b.Freeze(1) // not written: x stays pending, the file empty
+	if err := r.b.Set(5, true); err != nil { // the table made at Freeze(1), covering x
 		t.Fatal(err)
 	}
-	if err := r.b.Set(x, false); err != nil { // the table made at Freeze(1), over the empty file
-		t.Fatal(err)
+	if a := r.b.view.Load().active; a.unfiltered.Load() || uint64(len(a.lines))*filterWordBits <= x {
+		t.Fatal("the second table's filter does not cover x")
 	}
 	r.b.Freeze(2)
-	if err := r.b.Set(5, true); err != nil { // the table made at Freeze(2), covering x
-		t.Fatal(err)
+	if r.f.Get(x) {
+		t.Fatal("x reached the file")
 	}
-	r.b.Freeze(3)
-	if r.f.Get(x) != true {
-		t.Fatal("generation 1 did not reach the file")
-	}
-	if r.b.Get(x) {
-		t.Fatal("bit past the older filters' cover read as the file's 1, not the pending 0")
+	if !r.b.Get(x) {
+		t.Fatal("bit past the older filter's cover read as the file's 0, not the pending 1")
 	}
 	out := make([]bool, 1)
-	if r.b.GetMany([]uint64{x}, out); out[0] {
-		t.Fatal("GetMany read the file's 1, not the pending 0")
+	if r.b.GetMany([]uint64{x}, out); !out[0] {
+		t.Fatal("GetMany read the file's 0, not the pending 1")
+	}
+}
+
+// TestBitsFilterFollowsGrowth: a bitslice created empty and grown by its
+// first flush past the line filter's cover of the tables made then (pooled
+// tables included) keeps filtering lookups afterwards: the active table of
+// each later generation covers the file, so a few sets leave it filtered,
+// not dense, and a lookup of a word no write touched reads the file alone
+// (no table page probed). With pooling on, as the engine runs it.
+func TestBitsFilterFollowsGrowth(t *testing.T) {
+	for _, opts := range []*Options{nil, {PoolBytes: -1}} {
+		r := newBitsRig(t, opts)
+		const n = 4 << 20 // past the 1M-bit cover of a table made over the empty file
+		for i := uint64(0); i < n; i += 4099 {
+			if err := r.b.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for gen := range 5 {
+			r.flush()
+			for k := range uint64(16) {
+				if err := r.b.Set(n-1-k*9973, gen%2 == 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := r.b.view.Load().active
+			if a.unfiltered.Load() || a.dense.Load() {
+				t.Fatalf("opts %+v, generation %d: the active table's filter covers %d bits of %d (unfiltered %v, dense %v)",
+					opts, gen, uint64(len(a.lines))*filterWordBits, r.b.Len(), a.unfiltered.Load(), a.dense.Load())
+			}
+			var probed int
+			testHook = func(point string) {
+				if point == "bits-page" {
+					probed++
+				}
+			}
+			// Word 1 (bits 64-127): set only before the first flush, if at
+			// all; nothing pending there now.
+			got := r.b.Get(100)
+			testHook = nil
+			if got != r.f.Get(100) || probed != 0 {
+				t.Fatalf("generation %d: Get(100) = %v (file %v), %d table pages probed", gen, got, r.f.Get(100), probed)
+			}
+		}
 	}
 }
 

@@ -116,11 +116,22 @@ func (b *Bits) dirGrown(t *bitsTable) {
 }
 
 // newTable returns a new empty table whose directory growth republishes
-// the view.
+// the view, its line filter sized for the overlay's length.
 func (b *Bits) newTable() *bitsTable {
-	t := newBitsTable(b.acct, b.file.Len())
+	t := newBitsTable(b.acct, b.Len())
 	t.grown = b.dirGrown
 	return t
+}
+
+// fits reports whether table t's line filter covers the overlay's length,
+// so that t may be reused as the active table. A filter is sized when its
+// table is made and never grows: a reused table made when the file was
+// short would go unfiltered (B4a) at the first write past its cover, and
+// every lookup would then probe the tables until the next Freeze, each
+// generation again (a bitslice created empty and filled by its first
+// flushes kept such tables in the pool forever).
+func (b *Bits) fits(t *bitsTable) bool {
+	return uint64(len(t.lines))*filterWordBits >= b.Len()
 }
 
 // setFile makes v read the file through fv (nil after Close: no words).
@@ -283,7 +294,9 @@ func (b *Bits) Freeze(g uint64) *BitsGen {
 func (b *Bits) takeSpare() *bitsTable {
 	if t := b.spare; t != nil {
 		b.spare = nil
-		return t
+		if b.fits(t) {
+			return t
+		}
 	}
 	return b.newTable()
 }
@@ -315,7 +328,7 @@ func (b *Bits) Release(g uint64) {
 	var reuse *bitsTable
 	if b.spare == nil && b.keep > 0 {
 		for _, t := range gone {
-			if t.pins.Load() == 0 { // B11
+			if t.pins.Load() == 0 && b.fits(t) { // B11
 				reuse = t
 				break
 			}
