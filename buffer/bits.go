@@ -53,6 +53,8 @@ type Bits struct {
 	sum  atomic.Pointer[bitsSummary] // written by the flush only (B9)
 	_    [64]byte                    // keep the read-mostly fields above off the writers' lines
 
+	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
+
 	vmu     sync.Mutex // view changes, pinning, snapshots and undo layers
 	spare   *bitsTable // a reset table for the next active one
 	lastGen uint64     // highest generation frozen
@@ -102,12 +104,29 @@ func (b *Bits) Get(i uint64) bool {
 	if testHook != nil {
 		testHook("bits-filter")
 	}
-	if !v.active.dense.Load() && !v.maybe(i>>filterShift) {
-		// No table can hold the bit (B4a): the file alone. The filters
-		// are the tables' and a released table's is reset (zeroed) while
-		// the view may still be read: re-validate (B8) as a fold does, or
-		// the view's file words may predate the growth that holds the bit.
-		x := v.fileWord(i >> 6)
+	// No table can hold the bit if neither filter marks its word (B4a):
+	// the file alone. Below fn, one word of each filter decides (read
+	// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
+	// tables). A dense table has every word marked (B4a): no flag to load.
+	// The filters are the tables' and a released table's is reset
+	// (zeroed) while the view may still be read: re-validate (B8) as a
+	// fold does, or the view's file words may predate the growth that
+	// holds the bit.
+	l := i >> filterShift
+	var pending bool
+	if k := l >> 6; k < v.fn {
+		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
+		pending = f>>(l&63)&1 != 0
+	} else {
+		pending = v.maybe(l)
+	}
+	if !pending {
+		var x uint64
+		if i < v.nbits {
+			// No bounds check: nbits <= 64*len(words).
+			x = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
+		}
 		if b.view.Load() == v {
 			return x>>(i&63)&1 != 0
 		}

@@ -32,6 +32,11 @@ type bitsView struct {
 	afilt  []uint64
 	sfilt  []uint64
 	sunf   bool
+	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
+	// word is below it loads one word of each and nothing else to decide
+	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
+	// written) as long as afilt, so that the check is the same.
+	fn uint64
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
@@ -49,6 +54,13 @@ func (b *Bits) publish(v *bitsView) {
 	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
 		v.sfilt, v.sunf = unionFilters(v.sealed)
 	}
+	if len(v.sealed) == 0 && len(v.sfilt) < len(v.afilt) {
+		if len(b.zeros) < len(v.afilt) {
+			b.zeros = make([]uint64, len(v.afilt))
+		}
+		v.sfilt = b.zeros[:len(v.afilt)]
+	}
+	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
 	b.view.Store(v)
 }
 
