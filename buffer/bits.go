@@ -42,16 +42,20 @@ type bitsFile interface {
 // which holds the bit (the loads overlap), and re-loads the view to detect
 // a table recycled under it (B8).
 type Bits struct {
+	// Read-mostly: the view, loaded twice by every lookup, on a line no
+	// write stores to (the set-bit count and the end, stored by writes,
+	// are below the padding).
 	view atomic.Pointer[bitsView]
 	file *bitslice.File
 	fio  bitsFile
-	hi   atomic.Uint64 // highest index ever set + 1
-	ones atomic.Int64  // set bits, pending changes included
 	acct *Account
 	max  uint64
 	keep int64
 	sum  atomic.Pointer[bitsSummary] // written by the flush only (B9)
 	_    [64]byte                    // keep the read-mostly fields above off the writers' lines
+
+	hi   atomic.Uint64 // highest index ever set + 1
+	ones atomic.Int64  // set bits, pending changes included
 
 	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
 
