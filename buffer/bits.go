@@ -37,7 +37,10 @@ type bitsFile interface {
 //
 // With nothing pending anywhere a read loads the view, finds it direct and
 // loads the file's word from the mapping the view holds: one check and one
-// load more than the file alone (B1-B3). Otherwise a read folds the packed
+// load more than the file alone (B1-B3). Otherwise it checks the word of
+// the bit in the active table's filter and in the sealed tables' union
+// (B4a): with neither marked (few bits pending, the common case) it reads
+// the file's word and re-loads the view (B8). Else it folds the packed
 // word of every table of the view and the file's word without branching on
 // which holds the bit (the loads overlap), and re-loads the view to detect
 // a table recycled under it (B8).

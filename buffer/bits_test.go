@@ -504,7 +504,8 @@ func TestBitsFilterUnionPastCover(t *testing.T) {
 		t.Fatal("the first table is not unfiltered past its cover")
 	}
 	r.b.Freeze(1) // not written: x stays pending, the file empty
-	if err := r.b.Set(5, true); err != nil { // the table made at Freeze(1), covering x
+	// The table made at Freeze(1), covering x:
+	if err := r.b.Set(5, true); err != nil {
 		t.Fatal(err)
 	}
 	if a := r.b.view.Load().active; a.unfiltered.Load() || uint64(len(a.lines))*filterWordBits <= x {

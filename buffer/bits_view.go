@@ -29,14 +29,14 @@ type bitsView struct {
 	// the sealed tables change) and sunf whether one of them is unfiltered
 	// past sfilt's cover. A lookup of a bit whose line neither marks reads
 	// the file alone (B4a).
-	afilt  []uint64
-	sfilt  []uint64
-	sunf   bool
+	afilt []uint64
+	sfilt []uint64
+	sunf  bool
 	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
 	// word is below it loads one word of each and nothing else to decide
 	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
 	// written) as long as afilt, so that the check is the same.
-	fn uint64
+	fn     uint64
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
