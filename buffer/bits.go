@@ -60,6 +60,8 @@ type Bits struct {
 	hi   atomic.Uint64 // highest index ever set + 1
 	ones atomic.Int64  // set bits, pending changes included
 
+	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
+
 	vmu     sync.Mutex // view changes, pinning, snapshots and undo layers
 	spare   *bitsTable // a reset table for the next active one
 	lastGen uint64     // highest generation frozen
@@ -120,10 +122,8 @@ func (b *Bits) Get(i uint64) bool {
 	l := i >> filterShift
 	var pending bool
 	if k := l >> 6; k < v.fn {
-		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))
-		if v.sealed1 {
-			f |= *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-		}
+		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
 		pending = f>>(l&63)&1 != 0
 	} else {
 		pending = v.maybe(l)

@@ -32,15 +32,14 @@ type bitsView struct {
 	afilt []uint64
 	sfilt []uint64
 	sunf  bool
-	// fn is len(afilt), or min(len(afilt), len(sfilt)) with sealed tables
-	// (sealed): a lookup of a bit whose filter word is below it loads that
-	// word of afilt, and of sfilt if sealed, and nothing else to decide
-	// (Get).
-	fn      uint64
-	sealed1 bool
-	fv      *bitslice.View
-	active  *bitsTable
-	sealed  []*bitsTable // newest first
+	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
+	// word is below it loads one word of each and nothing else to decide
+	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
+	// written) as long as afilt, so that the check is the same.
+	fn     uint64
+	fv     *bitslice.View
+	active *bitsTable
+	sealed []*bitsTable // newest first
 }
 
 // publish stores v as the view (B1), its limit set from its other fields.
@@ -55,11 +54,13 @@ func (b *Bits) publish(v *bitsView) {
 	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
 		v.sfilt, v.sunf = unionFilters(v.sealed)
 	}
-	v.sealed1 = len(v.sealed) > 0
-	v.fn = uint64(len(v.afilt))
-	if v.sealed1 {
-		v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
+	if len(v.sealed) == 0 && len(v.sfilt) < len(v.afilt) {
+		if len(b.zeros) < len(v.afilt) {
+			b.zeros = make([]uint64, len(v.afilt))
+		}
+		v.sfilt = b.zeros[:len(v.afilt)]
 	}
+	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
 	b.view.Store(v)
 }
 
