@@ -762,7 +762,16 @@ func TestWatchRetainRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkSame(t, fmt.Sprintf("buffer %d", buf), readTo(t, w, 4), want)
+		var got []string
+		for e := nextEvent(t, w); e.Kind != EventResolved || e.Op < 4; e = nextEvent(t, w) {
+			if e.Kind == EventResolved {
+				continue
+			}
+			if got = append(got, evText(e)); len(got) > len(want) {
+				break // a repeat: checkSame reports it
+			}
+		}
+		checkSame(t, fmt.Sprintf("buffer %d", buf), got, want)
 		w.Close()
 	}
 }
