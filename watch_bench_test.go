@@ -325,7 +325,7 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 // nothing flushes) on a fresh engine without the feed ("none"), with the
 // feed recording but no watch ("record": Options.WatchFromOpen) and with a
 // visible-mode watch read by a subscriber goroutine ("visible": its cuts
-// take the write barrier every watchTick), in rotating order, b.N rounds
+// drain the writes in flight every watchTick), in rotating order, b.N rounds
 // each. It reports each mode's median time per put and the medians of the
 // per-round ratios to "none" with their spread, and each mode's median
 // bytes allocated per put and process CPU time per put (less noisy on a
