@@ -198,6 +198,7 @@ type Watch struct {
 	mop      uint64 // reading the log: the op and index (among its op's
 	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
+	steps    []feedStep // read's copies of the steps it reads
 	i        int
 	lastMark uint64
 	unmarked bool // changes delivered since the last mark
@@ -717,10 +718,20 @@ func (f *feed) endErr(w *Watch) error {
 
 // read fills w.buf from the log. It returns a channel to wait on when
 // nothing is ready, nil when it read something (or skipped events).
+//
+// It holds f.mu only to find its place and copy the headers of the steps
+// it reads (at most readSteps); it expands their records into events
+// after unlocking: a step's records and counts are never changed once the
+// step is in the log (resolve builds them before appending it; trim and
+// an overflow drop steps from the log, never change them; the watermark
+// of a durable step is set under f.mu before the durable position passes
+// it, so the copies hold it for every position below the limit), so
+// writers recording under f.mu do not wait while a watch expands a buffer
+// of events.
 func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if w.pos < f.base {
+		defer f.mu.Unlock()
 		if r := f.ret; r != nil && r.covers(w) && w.mop >= r.floor {
 			// The log dropped durable steps the watch had not read:
 			// the store retains them. Read on there from the first
@@ -735,20 +746,24 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		limit = f.durable
 	}
 	if w.pos >= limit {
+		defer f.mu.Unlock()
 		if f.closed {
 			return nil, ErrClosed
 		}
 		return f.notify, nil
 	}
-	w.buf, w.i = w.buf[:0], 0
 	i, _ := slices.BinarySearchFunc(f.steps, w.pos, func(s feedStep, pos uint64) int {
 		if s.markPos() < pos {
 			return -1
 		}
 		return 1
 	})
-	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
-		st := &f.steps[i]
+	steps := append(w.steps[:0], f.steps[i:min(len(f.steps), i+readSteps)]...)
+	f.mu.Unlock()
+	w.steps = steps
+	w.buf, w.i = w.buf[:0], 0
+	for k := 0; k < len(steps) && w.pos < limit && len(w.buf) < w.batch; k++ {
+		st := &steps[k]
 		nc := st.nChanges()
 		var r, j int // the record of w.pos and the change within it
 		if c := w.pos - st.pos; c < nc {
@@ -770,8 +785,12 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 			}
 		}
 	}
+	clear(steps) // the watch keeps no step alive
 	return nil, nil
 }
+
+// readSteps bounds the steps one read copies under f.mu.
+const readSteps = 32
 
 // Recording. Each method is called by a write holding the barrier's shared
 // side, after it changed the overlay, only when f.on is set.
