@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,12 +19,13 @@ import (
 
 // The change feed (doc/design.md, "Change feed"). Writes record their
 // changes, tagged with their op, while they hold the write barrier; a
-// resolver goroutine cuts the record at instants where no write is in
-// flight (every freeze, and for visible-mode watches a short tick under
-// DB.flusher.Exclusive): at such an instant the ops at or below the
-// flusher's CompletedOp have ended and every write of theirs has recorded
-// its change, so the resolver moves those records, sorted by op, into the
-// resolved log and appends a resolved mark. A step is durable once the
+// resolver goroutine cuts the record where every write of the ops at or
+// below an op n has recorded its changes (every freeze, an instant where
+// no write is in flight; and for visible-mode watches a tick that never
+// stops the writers: n = the flusher's CompletedOp, then a drain of the
+// writes in flight, then the record count, rule C1 below), so the resolver
+// moves those records, sorted by op, into the resolved log and appends a
+// resolved mark. A step is durable once the
 // generation that holds its changes is released and the persisted
 // watermark covers its mark. Watches read the resolved log from their own
 // cursor (visible mode up to its end, durable mode up to the durable
@@ -60,10 +62,15 @@ const DefaultWatchBufferBytes = 32 << 20
 const DefaultWatchBuffer = 1024
 
 // watchTick is how often the resolver cuts the record for visible-mode
-// watches (an exclusive barrier, as a snapshot takes): their delivery
-// latency. Each idle tick costs one load; only a tick with new changes or
-// ops takes the barrier.
+// watches: their delivery latency. Each idle tick costs one load; a tick
+// with new changes or ops reads CompletedOp and drains the writes in
+// flight (flush.Drain: a TryLock of each stripe of the write barrier,
+// never a wait), retried at the next tick if a stripe stayed held.
 const watchTick = 2 * time.Millisecond
+
+// drainTries is how many times a tick polls a drain (yielding between
+// polls) before it leaves the rest to the next tick.
+const drainTries = 4
 
 // WatchEventKind says what a WatchEvent is.
 type WatchEventKind uint8
@@ -191,6 +198,7 @@ type Watch struct {
 	mop      uint64 // reading the log: the op and index (among its op's
 	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
+	steps    []feedStep // read's copies of the steps it reads
 	i        int
 	lastMark uint64
 	unmarked bool // changes delivered since the last mark
@@ -500,9 +508,24 @@ type feed struct {
 	overflows atomic.Uint64 // overflows (every watch lagged)
 }
 
-// feedCut is an instant where no write was in flight: every op <= n had
-// ended, the first seq records were made before it, and all of them are in
-// generation gen or an earlier one.
+// feedCut is a cut of the record: every write of every op <= n has
+// recorded its changes among the first seq records, and all of those are
+// in generation gen or an earlier one.
+//
+// C1 (doc/design.md, "Change feed", rule 2). A freeze's cut is an instant
+// with the write barrier held exclusively. A visible-mode cut does not
+// stop the writers: the resolver reads n = CompletedOp, then drains the
+// writes in flight (flush.Drain: each stripe of the barrier seen free at
+// an instant after), then, under mu, reads seq = recSeq and gen = frozen+1.
+// A write is admitted (its op begun, or for a batch begun and ended) and
+// records its changes while it holds a stripe, so a write of an op <= n,
+// admitted before n was read (a later one would be refused: its op is
+// complete), has recorded before the drain is done, hence before seq. A
+// freeze stores frozen and queues its cut under mu in one step, so a
+// visible cut that reads frozen = g is queued after g's cut and its
+// records past g's are in g+1. Reading n after the drain, or skipping the
+// drain, delivers a batch's changes after a mark at its op (mutations
+// 140, 141; TestWatchVisibleCutOrder).
 type feedCut struct{ n, seq, gen uint64 }
 
 // feedStep is a step of the resolved log: its changes, in op order, at
@@ -695,10 +718,20 @@ func (f *feed) endErr(w *Watch) error {
 
 // read fills w.buf from the log. It returns a channel to wait on when
 // nothing is ready, nil when it read something (or skipped events).
+//
+// It holds f.mu only to find its place and copy the headers of the steps
+// it reads (at most readSteps); it expands their records into events
+// after unlocking: a step's records and counts are never changed once the
+// step is in the log (resolve builds them before appending it; trim and
+// an overflow drop steps from the log, never change them; the watermark
+// of a durable step is set under f.mu before the durable position passes
+// it, so the copies hold it for every position below the limit), so
+// writers recording under f.mu do not wait while a watch expands a buffer
+// of events.
 func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if w.pos < f.base {
+		defer f.mu.Unlock()
 		if r := f.ret; r != nil && r.covers(w) && w.mop >= r.floor {
 			// The log dropped durable steps the watch had not read:
 			// the store retains them. Read on there from the first
@@ -713,20 +746,24 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		limit = f.durable
 	}
 	if w.pos >= limit {
+		defer f.mu.Unlock()
 		if f.closed {
 			return nil, ErrClosed
 		}
 		return f.notify, nil
 	}
-	w.buf, w.i = w.buf[:0], 0
 	i, _ := slices.BinarySearchFunc(f.steps, w.pos, func(s feedStep, pos uint64) int {
 		if s.markPos() < pos {
 			return -1
 		}
 		return 1
 	})
-	for ; i < len(f.steps) && w.pos < limit && len(w.buf) < w.batch; i++ {
-		st := &f.steps[i]
+	steps := append(w.steps[:0], f.steps[i:min(len(f.steps), i+readSteps)]...)
+	f.mu.Unlock()
+	w.steps = steps
+	w.buf, w.i = w.buf[:0], 0
+	for k := 0; k < len(steps) && w.pos < limit && len(w.buf) < w.batch; k++ {
+		st := &steps[k]
 		nc := st.nChanges()
 		var r, j int // the record of w.pos and the change within it
 		if c := w.pos - st.pos; c < nc {
@@ -748,8 +785,12 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 			}
 		}
 	}
+	clear(steps) // the watch keeps no step alive
 	return nil, nil
 }
+
+// readSteps bounds the steps one read copies under f.mu.
+const readSteps = 32
 
 // Recording. Each method is called by a write holding the barrier's shared
 // side, after it changed the overlay, only when f.on is set.
@@ -1064,22 +1105,33 @@ func (f *feed) dropLog() {
 	f.durable = f.base
 }
 
-// cut records a cut; the flusher's barrier is held exclusively (Freeze,
-// or Exclusive with gen = the next generation).
-func (f *feed) cut(gen uint64) {
+// freezeHook is called by Freeze(g), with the barrier held exclusively:
+// a cut (no write in flight). frozen is stored with the cut under f.mu, so
+// a visible cut (visibleCut) that sees frozen = g finds g's cut queued
+// before its own (C1).
+func (f *feed) freezeHook(g uint64) {
+	if !f.on.Load() {
+		f.frozen.Store(g)
+		return
+	}
 	n := f.db.flusher.CompletedOp()
 	f.mu.Lock()
-	f.cuts = append(f.cuts, feedCut{n: n, seq: f.recSeq, gen: gen})
+	f.frozen.Store(g)
+	f.cuts = append(f.cuts, feedCut{n: n, seq: f.recSeq, gen: g})
 	f.mu.Unlock()
 	f.kickRun()
 }
 
-// freezeHook is called by Freeze(g), with the barrier held exclusively.
-func (f *feed) freezeHook(g uint64) {
-	f.frozen.Store(g)
-	if f.on.Load() {
-		f.cut(g)
-	}
+// visibleCut queues a visible-mode cut at n once the drain begun after n
+// was read is done (C1): every write of an op at or below n has recorded.
+// The records counted so far are in the generation after the newest one
+// frozen, or an earlier one. It returns the record count.
+func (f *feed) visibleCut(n uint64) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seq := f.recSeq
+	f.cuts = append(f.cuts, feedCut{n: n, seq: seq, gen: f.frozen.Load() + 1})
+	return seq
 }
 
 // releaseHook is called once generation g is released.
@@ -1111,27 +1163,46 @@ func (f *feed) run() {
 	tick := time.NewTicker(watchTick)
 	defer tick.Stop()
 	var seenSeq, seenOp uint64
+	var d flush.Drain
+	draining := false
+	var dn uint64 // with draining: the cut's op
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-f.kick:
 		case <-tick.C:
-			f.mu.Lock()
-			want := f.visible > 0 && (f.recSeq != seenSeq || f.db.flusher.CompletedOp() != seenOp)
-			f.mu.Unlock()
-			if want {
-				_ = f.db.flusher.Exclusive(context.Background(), func() {
-					f.mu.Lock()
-					seenSeq = f.recSeq
-					f.mu.Unlock()
-					seenOp = f.db.flusher.CompletedOp()
-					f.cut(f.frozen.Load() + 1)
-				})
+			if !draining {
+				f.mu.Lock()
+				want := f.visible > 0 && (f.recSeq != seenSeq || f.db.flusher.CompletedOp() != seenOp)
+				f.mu.Unlock()
+				if want {
+					// C1: n is read before the drain begins.
+					dn = f.db.flusher.CompletedOp()
+					f.db.flusher.BeginDrain(&d)
+					draining = true
+				}
+			}
+			if draining && pollDrain(&d) {
+				draining = false
+				seenOp, seenSeq = dn, f.visibleCut(dn)
 			}
 		}
 		f.process()
 	}
+}
+
+// pollDrain polls d up to drainTries times, yielding between polls.
+func pollDrain(d *flush.Drain) bool {
+	for i := range drainTries {
+		if d.Poll() {
+			return true
+		}
+		if i+1 < drainTries {
+			runtime.Gosched()
+		}
+	}
+	return false
 }
 
 // process resolves the cuts queued, advances the durable position, trims

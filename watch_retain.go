@@ -9,15 +9,22 @@ import (
 	"sort"
 
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
 // Retention of the change feed in the store (Options.WatchRetain;
-// doc/design.md, "Change feed", rules R1-R5). Each retained change is one
-// store entry in the reserved keyspace feedKS, keyed by its op and its
-// index among its op's changes, so a write of the same change twice (a
-// generation written again after a failure) writes the same entry.
+// doc/design.md, "Change feed", rules R1-R5). The retained changes are
+// store entries in the reserved keyspace feedKS: each entry is a run of
+// consecutive changes of one recorded write (a Batch's changes are one run
+// unless the selection leaves some out, or the run passes retRunMax
+// changes or retRunBytes bytes), keyed by its op and the index among its
+// op's changes of its first change, so a generation written again after a
+// failure writes the same entries. A run of one change is stored as a
+// single change (its value starts with its kind, never 0); a longer run's
+// value is 0, the number of changes, then each change's value
+// length-prefixed.
 //
 // R1. The flush of generation g with watermark wm writes, in the same
 //     batch or ingest as its data and its watermark, the retained changes
@@ -92,9 +99,9 @@ func (r *WatchRetention) validate() error {
 
 // retRec is a resolved record whose changes (those the retainer keeps)
 // the store is to retain: its op, the index among its op's changes of its
-// first change, and the store's size of its kept changes. The changes are
-// expanded only when a flush encodes them (retWrite.each), so resolving a
-// step costs no copy of its changes.
+// first change, and the store's size of the entries of its kept changes
+// (retRuns). The changes are expanded only when a flush encodes them
+// (retWrite.each), so resolving a step costs no copy of its changes.
 type retRec struct {
 	op    uint64
 	idx   uint32
@@ -190,11 +197,7 @@ func (r *retainer) collect(recs []feedRec) []retRec {
 			last, idx = rec.Op, 0
 		}
 		var n int64
-		for j := range rec.count() {
-			if e := rec.event(j); r.keeps(&e) {
-				n += retEventBytes(&e)
-			}
-		}
+		r.runs(rec, func(j0, j1 int, size int64) { n += size })
 		if n > 0 {
 			out = append(out, retRec{op: rec.Op, idx: idx, rec: *rec, bytes: n})
 		}
@@ -202,6 +205,54 @@ func (r *retainer) collect(recs []feedRec) []retRec {
 	}
 	return out
 }
+
+// Runs: a retained entry holds at most retRunMax changes and, past its
+// first change, retRunBytes bytes of values, so that a watch reading the
+// store from the middle of a run decodes little it skips.
+const (
+	retRunMax   = 1024
+	retRunBytes = 64 << 10
+)
+
+// runs calls fn with each run of rec's changes that r keeps, in order:
+// changes [j0, j1) of rec, stored as one entry of size bytes (key and
+// value, as Open counts them).
+func (r *retainer) runs(rec *feedRec, fn func(j0, j1 int, size int64)) {
+	n := rec.count()
+	j0, vals, sum := -1, int64(0), int64(0) // the open run, its values' bytes and their prefixed sum
+	flush := func(j1 int) {
+		if j1-j0 == 1 {
+			fn(j0, j1, 12+vals)
+		} else {
+			fn(j0, j1, 12+1+int64(uvLen(uint64(j1-j0)))+sum)
+		}
+		j0, vals, sum = -1, 0, 0
+	}
+	for j := range n {
+		e := rec.event(j)
+		if !r.keeps(&e) {
+			if j0 >= 0 {
+				flush(j)
+			}
+			continue
+		}
+		if j0 >= 0 && (j-j0 == retRunMax || vals >= retRunBytes) {
+			flush(j)
+		}
+		if j0 < 0 {
+			j0 = j
+		}
+		v := retEventBytes(&e) - 12
+		vals += v
+		sum += int64(uvLen(uint64(v))) + v
+	}
+	if j0 >= 0 {
+		flush(n)
+	}
+}
+
+// uvLen is the length of x as a uvarint.
+func uvLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 // openRetained loads the retained feed's state at Open (R5); wm is the
 // store's watermark.
@@ -368,18 +419,33 @@ func (w *retWrite) addToIngest(in *storage.Ingest) {
 	w.each(func(key, val []byte) { in.Put(feedKS, key, val) })
 }
 
-// each calls put with the store key and value of every retained change of
-// w, in key order; the slices are reused after put returns.
+// each calls put with the store key and value of every retained entry of
+// w (a run of changes, retainer.runs), in key order; the slices are reused
+// after put returns.
 func (w *retWrite) each(put func(key, val []byte)) {
-	var key, val []byte
+	var key, val, one []byte
 	for i := range w.recs {
 		rr := &w.recs[i]
-		for j := range rr.rec.count() {
-			if e := rr.rec.event(j); w.r.keeps(&e) {
-				key, val = encodeRetained(key[:0], val[:0], rr.idx+uint32(j), &e)
-				put(key, val)
+		w.r.runs(&rr.rec, func(j0, j1 int, size int64) {
+			key = retKey(key[:0], rr.rec.Op, rr.idx+uint32(j0))
+			val = val[:0]
+			if j1-j0 == 1 {
+				e := rr.rec.event(j0)
+				val = encodeRetained(val, &e)
+			} else {
+				val = binary.AppendUvarint(append(val, 0), uint64(j1-j0))
+				for j := j0; j < j1; j++ {
+					e := rr.rec.event(j)
+					one = encodeRetained(one[:0], &e)
+					val = binary.AppendUvarint(val, uint64(len(one)))
+					val = append(val, one...)
+				}
 			}
-		}
+			if invariants.Enabled {
+				invariants.Check(int64(len(key)+len(val)) == size, "kvbuf: feed retention: an entry of %d bytes counted as %d", len(key)+len(val), size)
+			}
+			put(key, val)
+		})
 	}
 }
 
@@ -407,7 +473,7 @@ func decodeRetKey(k []byte) (uint64, uint32, bool) {
 // retEventBytes is the size of e's store entry: key and value, as Open
 // counts them.
 func retEventBytes(e *WatchEvent) int64 {
-	uv := func(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+	uv := uvLen
 	name := e.Keyspace
 	if e.Kind == EventSetBits {
 		name = e.Bitslice
@@ -417,12 +483,10 @@ func retEventBytes(e *WatchEvent) int64 {
 	return int64(n)
 }
 
-// encodeRetained returns the store key and value of e, change idx of its
-// op. The value: kind, flags (1: Key set, 2: End set, 4: Bit), then the
-// name, key, value and end as uvarint-prefixed bytes, then Lo and Hi as
-// uvarints.
-func encodeRetained(key, val []byte, idx uint32, e *WatchEvent) ([]byte, []byte) {
-	key = retKey(key, e.Op, idx)
+// encodeRetained appends the store value of change e to val: kind,
+// flags (1: Key set, 2: End set, 4: Bit), then the name, key, value and
+// end as uvarint-prefixed bytes, then Lo and Hi as uvarints.
+func encodeRetained(val []byte, e *WatchEvent) []byte {
 	var fl byte
 	if e.Key != nil {
 		fl |= 1
@@ -445,13 +509,49 @@ func encodeRetained(key, val []byte, idx uint32, e *WatchEvent) ([]byte, []byte)
 		val = append(val, b...)
 	}
 	val = binary.AppendUvarint(val, e.Lo)
-	return key, binary.AppendUvarint(val, e.Hi)
+	return binary.AppendUvarint(val, e.Hi)
 }
 
-// decodeRetained decodes a retained entry (its bytes are copied).
-func decodeRetained(key, val []byte) (WatchEvent, bool) {
-	op, _, ok := decodeRetKey(key)
-	if !ok || len(val) < 2 {
+// eachRetained calls fn with each change of the retained entry (key, val)
+// and its index among its op's changes (the bytes are copied), until fn
+// returns false. It returns false for an entry that does not decode.
+func eachRetained(key, val []byte, fn func(idx uint32, e *WatchEvent) bool) bool {
+	op, idx, ok := decodeRetKey(key)
+	if !ok || len(val) == 0 {
+		return false
+	}
+	if val[0] != 0 {
+		e, ok := decodeRetained(op, val)
+		if ok {
+			fn(idx, &e)
+		}
+		return ok
+	}
+	n, k := binary.Uvarint(val[1:])
+	if k <= 0 || n < 2 || n > uint64(len(val)) {
+		return false
+	}
+	val = val[1+k:]
+	for j := range n {
+		m, k := binary.Uvarint(val)
+		if k <= 0 || uint64(len(val)-k) < m {
+			return false
+		}
+		e, ok := decodeRetained(op, val[k:k+int(m)])
+		if !ok {
+			return false
+		}
+		val = val[k+int(m):]
+		if !fn(idx+uint32(j), &e) {
+			return true
+		}
+	}
+	return len(val) == 0
+}
+
+// decodeRetained decodes one retained change of op (its bytes are copied).
+func decodeRetained(op uint64, val []byte) (WatchEvent, bool) {
+	if len(val) < 2 {
 		return WatchEvent{}, false
 	}
 	e := WatchEvent{Kind: WatchEventKind(val[0]), Op: op}
@@ -522,27 +622,32 @@ func (f *feed) readStored(w *Watch) error {
 		return kverr.Errorf("watch from op %d: at op %d: retained changes from op %d: %w", w.start, w.lastMark, floor, ErrLagged)
 	}
 	w.buf, w.i = w.buf[:0], 0
-	it, err := f.db.store.NewIter(feedKS, retKey(nil, w.rop, w.ridx), binary.BigEndian.AppendUint64(nil, top+1))
+	// From the op's first entry: the change at ridx may be inside a run.
+	it, err := f.db.store.NewIter(feedKS, retKey(nil, w.rop, 0), binary.BigEndian.AppendUint64(nil, top+1))
 	if err != nil {
 		return err
 	}
 	done := true
-	for ok := it.First(); ok; ok = it.Next() {
-		if len(w.buf) >= w.batch {
-			done = false
-			break
-		}
+	for ok := it.First(); ok && done; ok = it.Next() {
 		k := it.Key()
-		e, ok := decodeRetained(k, it.Value())
+		ok := eachRetained(k, it.Value(), func(idx uint32, e *WatchEvent) bool {
+			if e.Op == w.rop && idx < w.ridx {
+				return true // read before
+			}
+			if len(w.buf) >= w.batch {
+				done = false
+				return false
+			}
+			w.match(e)
+			w.rop, w.ridx = e.Op, idx+1
+			return true
+		})
 		if !ok {
 			if err := it.Close(); err != nil {
 				return err // the store closed under it (ErrClosed), or a read failed
 			}
 			return kverr.Errorf("%s: retained feed entry %x: %w", f.db.Dir(), k, ErrCorrupt)
 		}
-		_, idx, _ := decodeRetKey(it.Key())
-		w.match(&e)
-		w.rop, w.ridx = e.Op, idx+1
 	}
 	if err := it.Close(); err != nil {
 		return err

@@ -578,6 +578,46 @@ func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
 	return nil
 }
 
+// Drain follows, without blocking writers, the writes (and BeginOp and
+// EndOp calls) that hold the shared side of the write barrier when it
+// begins (BeginDrain) until each has left it: Poll tries each stripe of the
+// barrier not yet seen free, and a stripe seen free at an instant after
+// BeginDrain holds no write that held it at BeginDrain. So once Poll
+// returns true, every write admitted before BeginDrain has ended, and
+// everything it did before Ticket.End is visible to the caller, while no
+// writer ever waited for more than the instant of a stripe's TryLock. The
+// change feed cuts its record so (kvbuf's watch.go: an op counted in
+// CompletedOp before BeginDrain has every write of it ended once the drain
+// is done). A Drain is not safe for concurrent use.
+type Drain struct {
+	b    *stripe.RWBarrier
+	left []int // stripes not yet seen free
+}
+
+// BeginDrain starts d on the writes in flight now.
+func (f *Flusher) BeginDrain(d *Drain) {
+	d.b = f.barrier
+	d.left = d.left[:0]
+	for i := range f.barrier.Stripes() {
+		d.left = append(d.left, i)
+	}
+}
+
+// Poll tries each stripe not yet seen free once and reports whether every
+// stripe has been (every write in flight at BeginDrain has ended). It
+// never waits.
+func (d *Drain) Poll() bool {
+	k := 0
+	for _, i := range d.left {
+		if !d.b.Free(i) {
+			d.left[k] = i
+			k++
+		}
+	}
+	d.left = d.left[:k]
+	return k == 0
+}
+
 // Flush returns nil once every write that ended before the call is durable
 // and a watermark covering every op complete before the call is persisted:
 // the caller joins the open generation, and Flush returns nil when that

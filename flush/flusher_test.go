@@ -1905,3 +1905,75 @@ func TestNewBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestDrain: a drain is done only once every write in flight when it began
+// has ended (each such write's End happens before the Poll that returns
+// true), whatever writes begin meanwhile, and no writer waits for it.
+func TestDrain(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	ft := newFake(t)
+	f := mustNew(ft, manual)
+	defer closeOK(t, f)
+	var d Drain
+	f.BeginDrain(&d)
+	if !d.Poll() {
+		t.Fatal("a drain with no write in flight is not done")
+	}
+	// One write held open: the drain waits for it, not for later writes.
+	w, err := f.BeginWrite(t.Context(), 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.BeginDrain(&d)
+	for range 3 {
+		if d.Poll() {
+			t.Fatal("a drain is done with a write in flight since it began")
+		}
+	}
+	w.End()
+	if !d.Poll() {
+		t.Fatal("a drain is not done after the write it waited for ended")
+	}
+	// Many writers: each write records that it ended; a drain begun while
+	// a write is in flight must see that write's end once done.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var started, ended [8]atomic.Uint64
+	for g := range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w, err := f.BeginWrite(t.Context(), 0, false)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := started[g].Add(1)
+				runtime.Gosched()
+				ended[g].Store(n)
+				w.End()
+			}
+		})
+	}
+	for range 200 {
+		var snap [8]uint64
+		for g := range snap {
+			snap[g] = started[g].Load() // writes begun so far (one may be in flight)
+		}
+		f.BeginDrain(&d)
+		for !d.Poll() {
+			runtime.Gosched()
+		}
+		for g := range snap {
+			if e := ended[g].Load(); e < snap[g] {
+				t.Fatalf("writer %d: drain done with write %d in flight at its start (ended %d)", g, snap[g], e)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

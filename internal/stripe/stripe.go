@@ -105,6 +105,24 @@ func (b *RWBarrier) Lock() {
 	}
 }
 
+// Stripes returns the number of stripes.
+func (b *RWBarrier) Stripes() int { return len(b.s) }
+
+// Free reports whether stripe i had no holder at some instant during the
+// call (a TryLock that succeeded, undone at once). It never waits: a
+// reader that arrives in the instant the stripe is held waits only for the
+// Unlock that follows. A true result orders every RUnlock of the stripe
+// before it (the lock's own happens-before edge), so whatever a reader did
+// while holding the stripe, before this call, is visible after it.
+func (b *RWBarrier) Free(i int) bool {
+	m := &b.s[i].mu
+	if !m.TryLock() {
+		return false
+	}
+	m.Unlock()
+	return true
+}
+
 // Unlock releases every stripe taken by Lock.
 func (b *RWBarrier) Unlock() {
 	for i := range b.s {

@@ -89,3 +89,28 @@ func TestRWBarrierExcludes(t *testing.T) {
 	m.RUnlock()
 	<-locked
 }
+
+func TestRWBarrierFree(t *testing.T) {
+	b := NewRWBarrier(4)
+	if b.Stripes() != 4 {
+		t.Fatalf("Stripes() = %d", b.Stripes())
+	}
+	m := b.RLockAt(2)
+	if b.Free(2) {
+		t.Fatal("Free(2) with a reader on stripe 2")
+	}
+	if !b.Free(1) {
+		t.Fatal("Free(1) with no holder")
+	}
+	m.RUnlock()
+	if !b.Free(2) {
+		t.Fatal("Free(2) after the reader left")
+	}
+	// Free undoes its lock: readers and Lock go on.
+	b.RLockAt(2).RUnlock()
+	b.Lock()
+	if b.Free(0) {
+		t.Fatal("Free(0) under Lock")
+	}
+	b.Unlock()
+}
