@@ -147,17 +147,18 @@ type config struct {
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]")
-	fmt.Fprintln(w, "       kvraft status --endpoints HOST:PORT,... [flags]")
-	fmt.Fprintln(w, "       kvraft snapshot --endpoint HOST:PORT --out FILE [flags]")
-	fmt.Fprintln(w, "       kvraft restore --snapshot FILE --id N --peers ... --data DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP")
-	fmt.Fprintln(w, "API (see 'go doc ./cmd/kvraft') on one address. The client commands print the")
-	fmt.Fprintln(w, "cluster's status, save a snapshot of a running node, and make the data")
-	fmt.Fprintln(w, "directory of a new cluster's node from one ('kvraft COMMAND -h' for their flags).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
+	fmt.Fprint(w, `Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]
+       kvraft status --endpoints HOST:PORT,... [flags]
+       kvraft snapshot --endpoint HOST:PORT --out FILE [flags]
+       kvraft restore --snapshot FILE --id N --peers ... --data DIR
+
+Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP
+API (see 'go doc ./cmd/kvraft') on one address. The client commands print the
+cluster's status, save a snapshot of a running node, and make the data
+directory of a new cluster's node from one ('kvraft COMMAND -h' for their flags).
+
+Flags:
+`)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }

@@ -95,12 +95,13 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	cf.add(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft snapshot --endpoint HOST:PORT --out FILE [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Saves a snapshot of a running node's engine (GET /snapshot) to FILE.")
-			fmt.Fprintln(stdout, "'kvraft restore' makes a new cluster's data directories from it.")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
+			fmt.Fprint(stdout, `Usage: kvraft snapshot --endpoint HOST:PORT --out FILE [flags]
+
+Saves a snapshot of a running node's engine (GET /snapshot) to FILE.
+'kvraft restore' makes a new cluster's data directories from it.
+
+Flags:
+`)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return exitOK
@@ -207,13 +208,14 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	dirMode := fs.String("data-mode", "0700", "permissions of the directories made (as for a node)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft restore --snapshot FILE --id N --peers 1=HOST:PORT,... --data DIR [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Makes DIR the data directory of node N of a new cluster holding the snapshot's")
-			fmt.Fprintln(stdout, "content. Restore every node of the new cluster from the same snapshot with the")
-			fmt.Fprintln(stdout, "same --peers, then start each with its usual command (not --join).")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
+			fmt.Fprint(stdout, `Usage: kvraft restore --snapshot FILE --id N --peers 1=HOST:PORT,... --data DIR [flags]
+
+Makes DIR the data directory of node N of a new cluster holding the snapshot's
+content. Restore every node of the new cluster from the same snapshot with the
+same --peers, then start each with its usual command (not --join).
+
+Flags:
+`)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return exitOK

@@ -28,11 +28,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cf.add(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft status --endpoints HOST:PORT,... [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Prints every node's role, term, commit index, applied index and lag.")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
+			fmt.Fprint(stdout, `Usage: kvraft status --endpoints HOST:PORT,... [flags]
+
+Prints every node's role, term, commit index, applied index and lag.
+
+Flags:
+`)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return exitOK

@@ -12,22 +12,23 @@ import (
 )
 
 func checkpointHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool checkpoint [--json] DIR DEST")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Opens the kvbuf engine in DIR and writes a consistent copy of it into DEST")
-	fmt.Fprintln(w, "(DB.Checkpoint): the store (pebble's checkpoint, hard links where DEST is on")
-	fmt.Fprintln(w, "the same file system) and every bitslice as of the same instant, after a")
-	fmt.Fprintln(w, "flush. DEST becomes an engine directory of its own, with its own engine id")
-	fmt.Fprintln(w, "and the watermark printed: a host restores it by opening it and replaying")
-	fmt.Fprintln(w, "its log from that watermark + 1. DIR is left as it was (it is opened and")
-	fmt.Fprintln(w, "closed, which flushes what pebble recovered from its log).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DEST must not exist or be an empty directory. DIR must be an existing engine")
-	fmt.Fprintln(w, "directory that no running engine holds (a running engine checkpoints")
-	fmt.Fprintln(w, "itself: DB.Checkpoint). An interrupt stops it and removes DEST.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprint(w, `Usage: kvtool checkpoint [--json] DIR DEST
+
+Opens the kvbuf engine in DIR and writes a consistent copy of it into DEST
+(DB.Checkpoint): the store (pebble's checkpoint, hard links where DEST is on
+the same file system) and every bitslice as of the same instant, after a
+flush. DEST becomes an engine directory of its own, with its own engine id
+and the watermark printed: a host restores it by opening it and replaying
+its log from that watermark + 1. DIR is left as it was (it is opened and
+closed, which flushes what pebble recovered from its log).
+
+DEST must not exist or be an empty directory. DIR must be an existing engine
+directory that no running engine holds (a running engine checkpoints
+itself: DB.Checkpoint). An interrupt stops it and removes DEST.
+
+Flags:
+  --json   print JSON instead of text
+`)
 }
 
 // checkpointJSON is checkpoint's --json output.

@@ -13,23 +13,24 @@ import (
 )
 
 func flushHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool flush [--json] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Opens the kvbuf engine in DIR, flushes its pending state and pebble's")
-	fmt.Fprintln(w, "memtables to sstables (synced), closes it, and prints the sstables and")
-	fmt.Fprintln(w, "memtables before and after, the engine's flush metrics (generations")
-	fmt.Fprintln(w, "frozen, generation writes including retries, failures), its keyspaces and")
-	fmt.Fprintln(w, "bitslices, and the persisted watermark before and after. After it, opening")
-	fmt.Fprintln(w, "the engine does not replay pebble's write-ahead log.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DIR must be an existing engine directory that no running engine holds")
-	fmt.Fprintln(w, "(a running engine flushes itself: DB.FlushMemtables). Pending changes live")
-	fmt.Fprintln(w, "in the memory of the process that wrote them, so a freshly opened engine has")
-	fmt.Fprintln(w, "none; what this command moves is what pebble recovered from its log. A")
-	fmt.Fprintln(w, "keyspace drop that was not yet durable is finished by one generation.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprint(w, `Usage: kvtool flush [--json] DIR
+
+Opens the kvbuf engine in DIR, flushes its pending state and pebble's
+memtables to sstables (synced), closes it, and prints the sstables and
+memtables before and after, the engine's flush metrics (generations
+frozen, generation writes including retries, failures), its keyspaces and
+bitslices, and the persisted watermark before and after. After it, opening
+the engine does not replay pebble's write-ahead log.
+
+DIR must be an existing engine directory that no running engine holds
+(a running engine flushes itself: DB.FlushMemtables). Pending changes live
+in the memory of the process that wrote them, so a freshly opened engine has
+none; what this command moves is what pebble recovered from its log. A
+keyspace drop that was not yet durable is finished by one generation.
+
+Flags:
+  --json   print JSON instead of text
+`)
 }
 
 // flushJSON is flush's --json output. Generations, GenerationWrites and

@@ -14,23 +14,24 @@ import (
 )
 
 func loadHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvtool load [flags] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Fills the kvbuf engine in DIR (created if DIR is missing or empty) with N")
-	fmt.Fprintln(w, "seeded random changes, for trying the other commands on real data: half bit")
-	fmt.Fprintln(w, "sets (random index in [0, 8N), random value) in one bitslice, the other half")
-	fmt.Fprintln(w, "KV changes (9 puts to 1 delete, 8-byte big-endian keys in [0, N)) in one")
-	fmt.Fprintln(w, "keyspace. With --ranges, about 1 change in 25 is a range instead: a range")
-	fmt.Fprintln(w, "delete of up to 16 keys or a bit range of up to 256 bits set to one value.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Each change is one op, applied as a batch of its own; op numbers continue")
-	fmt.Fprintln(w, "from the engine's watermark, so the watermark after a load is the number of")
-	fmt.Fprintln(w, "the last op. It ends with a flush of pending changes and pebble memtables,")
-	fmt.Fprintln(w, "and prints a summary. The same seed and flags make the same changes.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "A progress bar is drawn on stderr when stderr is a terminal or with")
-	fmt.Fprintln(w, "--progress. An interrupt stops loading; what was loaded is flushed.")
-	fmt.Fprintln(w)
+	fmt.Fprint(w, `Usage: kvtool load [flags] DIR
+
+Fills the kvbuf engine in DIR (created if DIR is missing or empty) with N
+seeded random changes, for trying the other commands on real data: half bit
+sets (random index in [0, 8N), random value) in one bitslice, the other half
+KV changes (9 puts to 1 delete, 8-byte big-endian keys in [0, N)) in one
+keyspace. With --ranges, about 1 change in 25 is a range instead: a range
+delete of up to 16 keys or a bit range of up to 256 bits set to one value.
+
+Each change is one op, applied as a batch of its own; op numbers continue
+from the engine's watermark, so the watermark after a load is the number of
+the last op. It ends with a flush of pending changes and pebble memtables,
+and prints a summary. The same seed and flags make the same changes.
+
+A progress bar is drawn on stderr when stderr is a terminal or with
+--progress. An interrupt stops loading; what was loaded is flushed.
+
+`)
 	printFlags(w, fs)
 }
 

@@ -103,15 +103,17 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool <command> [flags] [args]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Commands:")
+	fmt.Fprint(w, `Usage: kvtool <command> [flags] [args]
+
+Commands:
+`)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'kvtool <command> -h' for a command's flags.")
-	fmt.Fprintln(w, "Exit status: 0 ok, 1 error, 2 usage error.")
+	fmt.Fprint(w, `
+Run 'kvtool <command> -h' for a command's flags.
+Exit status: 0 ok, 1 error, 2 usage error.
+`)
 }
 
 // fail prints err as one line on stderr, prefixed with the command, and

@@ -17,32 +17,33 @@ import (
 )
 
 func watchHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool watch [flags] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Prints the changes the kvbuf engine in DIR retained for its change feed")
-	fmt.Fprintln(w, "(Options.WatchRetain), from an op to the persisted watermark, in op order,")
-	fmt.Fprintln(w, "one line each, with resolved marks (\"every change of every op up to N was")
-	fmt.Fprintln(w, "printed\"), then exits. A subscriber that crashed resumes from its last")
-	fmt.Fprintln(w, "resolved op + 1; these are the changes it gets.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DIR must be an existing engine directory that no running engine holds:")
-	fmt.Fprintln(w, "the command opens the engine, so nothing else writes while it prints, and")
-	fmt.Fprintln(w, "a running engine serves its feed to its own process (DB.Watch). The")
-	fmt.Fprintln(w, "engine does not record which keyspaces it retained: the command prints")
-	fmt.Fprintln(w, "what the store holds. A --from below the oldest op retained is an error")
-	fmt.Fprintln(w, "(resync from a snapshot).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Text lines: OP KIND NAME and the change (keys and values quoted), or")
-	fmt.Fprintln(w, "\"resolved OP watermark W\". JSON lines (--json): {\"op\",\"kind\",\"keyspace\",")
-	fmt.Fprintln(w, "\"key\",\"value\",\"end\",\"bitslice\",\"lo\",\"hi\",\"bit\",\"watermark\"}; a key,")
-	fmt.Fprintln(w, "value or end that is not UTF-8 is given as key_base64, value_base64 or")
-	fmt.Fprintln(w, "end_base64 instead.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --from OP             first op to print (default: the oldest op retained)")
-	fmt.Fprintln(w, "  --keyspace NAME[=PREFIX]  only this keyspace (keys with PREFIX); repeatable")
-	fmt.Fprintln(w, "  --bitslice NAME       only this bitslice; repeatable")
-	fmt.Fprintln(w, "  --json                print JSON lines instead of text")
+	fmt.Fprint(w, `Usage: kvtool watch [flags] DIR
+
+Prints the changes the kvbuf engine in DIR retained for its change feed
+(Options.WatchRetain), from an op to the persisted watermark, in op order,
+one line each, with resolved marks ("every change of every op up to N was
+printed"), then exits. A subscriber that crashed resumes from its last
+resolved op + 1; these are the changes it gets.
+
+DIR must be an existing engine directory that no running engine holds:
+the command opens the engine, so nothing else writes while it prints, and
+a running engine serves its feed to its own process (DB.Watch). The
+engine does not record which keyspaces it retained: the command prints
+what the store holds. A --from below the oldest op retained is an error
+(resync from a snapshot).
+
+Text lines: OP KIND NAME and the change (keys and values quoted), or
+"resolved OP watermark W". JSON lines (--json): {"op","kind","keyspace",
+"key","value","end","bitslice","lo","hi","bit","watermark"}; a key,
+value or end that is not UTF-8 is given as key_base64, value_base64 or
+end_base64 instead.
+
+Flags:
+  --from OP             first op to print (default: the oldest op retained)
+  --keyspace NAME[=PREFIX]  only this keyspace (keys with PREFIX); repeatable
+  --bitslice NAME       only this bitslice; repeatable
+  --json                print JSON lines instead of text
+`)
 }
 
 // stringList is a repeatable string flag.
