@@ -532,15 +532,21 @@ func (s *server) listNames(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// raftStatus is the raft part of GET /status, first in its answer; kvraft
+// status reads it back into its rows (endpointStatus).
+type raftStatus struct {
+	ID      uint64 `json:"id"`
+	Cluster string `json:"cluster"`
+	State   string `json:"state"`
+	Leader  uint64 `json:"leader"`
+	Term    uint64 `json:"term"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+}
+
 // statusJSON is GET /status; field names are stable.
 type statusJSON struct {
-	ID          uint64            `json:"id"`
-	Cluster     string            `json:"cluster"`
-	State       string            `json:"state"`
-	Leader      uint64            `json:"leader"`
-	Term        uint64            `json:"term"`
-	Commit      uint64            `json:"commit"`
-	Applied     uint64            `json:"applied"`
+	raftStatus
 	Watermark   uint64            `json:"watermark"`
 	LogFirst    uint64            `json:"log_first"`
 	LogLast     uint64            `json:"log_last"`
@@ -557,9 +563,12 @@ type statusJSON struct {
 func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	st := s.n.Status()
 	out := statusJSON{
-		ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
-		Term: st.Term, Commit: st.Commit, Applied: st.Applied, Watermark: st.Watermark,
-		LogFirst: st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
+		raftStatus: raftStatus{
+			ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
+			Term: st.Term, Commit: st.Commit, Applied: st.Applied,
+		},
+		Watermark: st.Watermark,
+		LogFirst:  st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
 		Voters: append([]uint64{}, st.Voters...), Learners: append([]uint64{}, st.Learners...),
 		Engine: st.Engine, Error: st.Err, Metrics: st.Metrics,
 	}
