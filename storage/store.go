@@ -293,26 +293,52 @@ func (s *Store) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, error)
 }
 
 func (s *Store) getUser(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
+	out := dst
+	err := s.userRead("get", ks, key, &s.mu, s.closedErr, func(k []byte) (err error) {
+		// A cached iterator, not DB.Get (pointread.go).
+		out, err = s.pointGet(dst, k, appendMode)
+		return err
+	})
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+// userRead is the guarded read that the point reads (Store's and
+// Snapshot's Get, GetAppend and Has) share: it refuses keyspace 0, builds
+// the stored key in a pooled buffer, and runs read on it under mu's read
+// lock unless closedErr (called under that lock) says the reader is
+// closed; read's error is wrapped with op, the keyspace and the key.
+func (s *Store) userRead(op string, ks KeyspaceID, key []byte, mu *sync.RWMutex, closedErr func() error, read func(k []byte) error) error {
 	if ks == 0 {
-		return dst, errKeyspace("get")
+		return errKeyspace(op)
 	}
 	bp := s.keyBufs.Get().(*[]byte)
 	k := appendUserKey((*bp)[:0], ks, key)
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
+	mu.RLock()
+	if err := closedErr(); err != nil {
+		mu.RUnlock()
 		s.keyBufs.Put(bp)
-		return dst, ErrClosed
+		return err
 	}
-	// A cached iterator, not DB.Get (pointread.go).
-	out, err := s.pointGet(dst, k, appendMode)
-	s.mu.RUnlock()
+	err := read(k)
+	mu.RUnlock()
 	*bp = k
 	s.keyBufs.Put(bp)
 	if err != nil {
-		return dst, s.userKeyErr("get", ks, key, err)
+		return s.userKeyErr(op, ks, key, err)
 	}
-	return out, nil
+	return nil
+}
+
+// closedErr is ErrClosed once Close has begun, nil before. Callers hold
+// s.mu.
+func (s *Store) closedErr() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // GetMeta returns a copy of the meta value set with Batch.SetMeta, or an
