@@ -332,6 +332,26 @@ func (s *Store) userRead(op string, ks KeyspaceID, key []byte, mu *sync.RWMutex,
 	return nil
 }
 
+// closeByStore empties set (the open snapshots or iterators) under mu and
+// closes each one it held for Store.Close, outside mu.
+func closeByStore[T interface {
+	comparable
+	closeByStore() error
+}](mu *sync.Mutex, set map[T]struct{}) error {
+	mu.Lock()
+	all := make([]T, 0, len(set))
+	for x := range set {
+		all = append(all, x)
+	}
+	clear(set)
+	mu.Unlock()
+	var err error
+	for _, x := range all {
+		err = errors.Join(err, x.closeByStore())
+	}
+	return err
+}
+
 // closedErr is ErrClosed once Close has begun, nil before. Callers hold
 // s.mu.
 func (s *Store) closedErr() error {
@@ -572,26 +592,8 @@ func (s *Store) close() error {
 	// Snapshots first: Snapshot.NewIter registers its iterator under the
 	// snapshot's lock, so once every snapshot is closed no iterator can
 	// appear behind the collection below.
-	s.openMu.Lock()
-	snaps := make([]*Snapshot, 0, len(s.snaps))
-	for sn := range s.snaps {
-		snaps = append(snaps, sn)
-	}
-	clear(s.snaps)
-	s.openMu.Unlock()
-	for _, sn := range snaps {
-		err = errors.Join(err, sn.closeByStore())
-	}
-	s.openMu.Lock()
-	iters := make([]*Iter, 0, len(s.iters))
-	for it := range s.iters {
-		iters = append(iters, it)
-	}
-	clear(s.iters)
-	s.openMu.Unlock()
-	for _, it := range iters {
-		err = errors.Join(err, it.closeByStore())
-	}
+	err = errors.Join(err, closeByStore(&s.openMu, s.snaps))
+	err = errors.Join(err, closeByStore(&s.openMu, s.iters))
 	if cerr := s.pit.closeAll(); cerr != nil { // point-read rule P3
 		err = errors.Join(err, cerr)
 	}
