@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
-
-	"github.com/kvbuf/kvbuf"
 )
 
 func checkpointHelp(w io.Writer) {
@@ -45,12 +42,9 @@ type checkpointJSON struct {
 func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	dirs, code, done := parseFlags(fs, args, checkpointHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 2, "want DIR and DEST, got %d arguments", checkpointHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 2 {
-		return usageError(stderr, "checkpoint", fmt.Sprintf("want DIR and DEST, got %d arguments", len(dirs)))
 	}
 	out, err := checkpoint(ctx, dirs[0], dirs[1])
 	if err != nil {
@@ -79,10 +73,7 @@ func checkpoint(ctx context.Context, dir, dest string) (out checkpointJSON, err 
 	if _, err := readManifest(dir); err != nil {
 		return out, err
 	}
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return out, lockedError(dir, "a running engine checkpoints itself: DB.Checkpoint")
-	}
+	db, err := openEngine(dir, nil, "a running engine checkpoints itself: DB.Checkpoint")
 	if err != nil {
 		return out, err
 	}

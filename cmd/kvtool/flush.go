@@ -67,6 +67,16 @@ func (s *storeJSON) sstables() (files, bytes int64) {
 	return files, bytes
 }
 
+// openEngine opens the engine in dir for a command. If a running engine
+// holds it, the error says so and, in instead, what to do (lockedError).
+func openEngine(dir string, o *kvbuf.Options, instead string) (*kvbuf.DB, error) {
+	db, err := kvbuf.Open(dir, o)
+	if errors.Is(err, kvbuf.ErrLocked) {
+		return nil, lockedError(dir, instead)
+	}
+	return db, err
+}
+
 // lockedError explains ErrLocked for a command that needs the engine:
 // what holds the directory, and what to do instead.
 func lockedError(dir, instead string) error {
@@ -77,12 +87,9 @@ func lockedError(dir, instead string) error {
 func runFlush(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("flush", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	dirs, code, done := parseFlags(fs, args, flushHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 1, "want exactly one DIR, got %d", flushHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 1 {
-		return usageError(stderr, "flush", fmt.Sprintf("want exactly one DIR, got %d", len(dirs)))
 	}
 	dir := dirs[0]
 	out, err := flushEngine(ctx, dir)
@@ -136,10 +143,7 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 	}
 	// Open opens every bitslice of the directory, so a damaged one is
 	// reported here rather than skipped.
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return out, lockedError(dir, "a running engine flushes itself: DB.FlushMemtables")
-	}
+	db, err := openEngine(dir, nil, "a running engine flushes itself: DB.FlushMemtables")
 	if err != nil {
 		return out, err
 	}

@@ -132,12 +132,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	withDigest := fs.Bool("digest", false, "also print the engine's content digest")
-	paths, code, done := parseFlags(fs, args, inspectHelp, stdout, stderr)
+	paths, code, done := parseFlagsN(fs, args, 1, "want exactly one PATH, got %d", inspectHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(paths) != 1 {
-		return usageError(stderr, "inspect", fmt.Sprintf("want exactly one PATH, got %d", len(paths)))
 	}
 	path := paths[0]
 	st, err := os.Stat(path)

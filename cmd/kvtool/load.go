@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 
-	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
@@ -105,10 +103,7 @@ func (s *loadSummary) changes() int {
 // as a batch of its own (so a flush running meanwhile never splits an op
 // and no write can be refused as stale), then flushes.
 func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadSummary, err error) {
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return sum, lockedError(dir, "load into it from that process, or stop it first")
-	}
+	db, err := openEngine(dir, nil, "load into it from that process, or stop it first")
 	if err != nil {
 		return sum, err
 	}

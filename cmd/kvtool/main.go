@@ -166,6 +166,17 @@ func parseFlags(fs *flag.FlagSet, args []string, help func(io.Writer), stdout, s
 	}
 }
 
+// parseFlagsN is parseFlags for a command that takes n positional
+// arguments: another count is a usage error, wrong (a format of the count)
+// saying what the command wants.
+func parseFlagsN(fs *flag.FlagSet, args []string, n int, wrong string, help func(io.Writer), stdout, stderr io.Writer) (pos []string, code int, done bool) {
+	pos, code, done = parseFlags(fs, args, help, stdout, stderr)
+	if !done && len(pos) != n {
+		return nil, usageError(stderr, fs.Name(), fmt.Sprintf(wrong, len(pos))), true
+	}
+	return pos, code, done
+}
+
 // printFlags writes fs's flags (except hidden ones) in the help format.
 func printFlags(w io.Writer, fs *flag.FlagSet, hidden ...string) {
 	fmt.Fprintln(w, "Flags:")

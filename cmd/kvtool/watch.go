@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -78,12 +77,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(&keyspaces, "keyspace", "only this keyspace")
 	fs.Var(&bitslices, "bitslice", "only this bitslice")
 	asJSON := fs.Bool("json", false, "print JSON lines")
-	dirs, code, done := parseFlags(fs, args, watchHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 1, "want exactly one DIR, got %d", watchHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 1 {
-		return usageError(stderr, "watch", fmt.Sprintf("want exactly one DIR, got %d", len(dirs)))
 	}
 	var fromOp uint64
 	if *from != "" {
@@ -110,10 +106,7 @@ func watchEngine(ctx context.Context, dir string, from uint64, wo *kvbuf.WatchOp
 	}
 	// Retention with no bound: opening the engine to read its feed never
 	// trims it (a flush at Open, to finish a drop, keeps everything).
-	db, err := kvbuf.Open(dir, &kvbuf.Options{WatchRetain: &kvbuf.WatchRetention{MaxBytes: math.MaxInt64}})
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return lockedError(dir, "a running engine serves its feed with DB.Watch")
-	}
+	db, err := openEngine(dir, &kvbuf.Options{WatchRetain: &kvbuf.WatchRetention{MaxBytes: math.MaxInt64}}, "a running engine serves its feed with DB.Watch")
 	if err != nil {
 		return err
 	}
