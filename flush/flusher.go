@@ -557,6 +557,15 @@ func (f *Flusher) Enter() (Ticket, error) {
 	return newTicket(f, tok, nil), nil
 }
 
+// enter enters the gate for a call that watches ctx only until then:
+// ctx.Err() if ctx is already done, ErrClosed once Close has begun.
+func (f *Flusher) enter(ctx context.Context) (gateToken, error) {
+	if err := ctx.Err(); err != nil {
+		return gateToken{}, err
+	}
+	return f.gate.Enter()
+}
+
 // Exclusive runs fn inside the gate with the write barrier held exclusively:
 // no write is in flight and no freeze runs while fn does (snapshots use it;
 // publication order 14 in buffer/protocol.go).
@@ -564,10 +573,7 @@ func (f *Flusher) Enter() (Ticket, error) {
 // done; taking the barrier waits for the writes in flight without watching
 // ctx. A panic in fn releases the barrier and the gate and propagates.
 func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tok, err := f.gate.Enter()
+	tok, err := f.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -592,10 +598,7 @@ func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
 // the flusher is stalled (Stall) it returns the stall's error at once, and
 // the flush goes on too. After Close has begun it returns ErrClosed.
 func (f *Flusher) Flush(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tok, err := f.gate.Enter()
+	tok, err := f.enter(ctx)
 	if err != nil {
 		return err
 	}
