@@ -315,12 +315,5 @@ func (k *KV) Has(key []byte) (bool, error) {
 // Where the difference matters (an export, a backup), iterate with NewIter
 // and Iter.All, and check Iter.Error after the loop.
 func (k *KV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
-		it, err := k.NewIter(o)
-		if err != nil {
-			return
-		}
-		defer it.Close()
-		it.All()(yield)
-	}
+	return allOf(k.NewIter, o)
 }

@@ -308,14 +308,7 @@ func (r *SnapshotKV) Has(key []byte) (bool, error) {
 
 // All is KV.All as of the snapshot: it sees exactly the snapshot.
 func (r *SnapshotKV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
-		it, err := r.NewIter(o)
-		if err != nil {
-			return
-		}
-		defer it.Close()
-		it.All()(yield)
-	}
+	return allOf(r.NewIter, o)
 }
 
 var (
