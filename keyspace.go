@@ -294,10 +294,8 @@ type KVReader interface {
 // ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock).
 func (k *KV) Has(key []byte) (bool, error) {
 	ok, err := k.ov.Has(key)
-	if err = k.readErr(err); err != nil {
-		return false, err
-	}
-	return ok, nil
+	err = k.readErr(err)
+	return ok && err == nil, err
 }
 
 // All returns the keys and values of the keyspace within o's bounds (nil:

@@ -300,10 +300,8 @@ func (r *SnapshotKV) Has(key []byte) (bool, error) {
 		return false, r.err(checkKey(key, r.s.db.opts.MaxKeySize, nil))
 	}
 	ok, err := r.ks.Has(key)
-	if err = r.err(err); err != nil {
-		return false, err
-	}
-	return ok, nil
+	err = r.err(err)
+	return ok && err == nil, err
 }
 
 // All is KV.All as of the snapshot: it sees exactly the snapshot.
