@@ -185,14 +185,7 @@ type group struct {
 	base   int32        // n at the first release since the last freeze, if open then (under mu)
 }
 
-func (g *group) isDone() bool {
-	select {
-	case <-g.done:
-		return true
-	default:
-		return false
-	}
-}
+func (g *group) isDone() bool { return chanClosed(g.done) }
 
 func (g *group) complete(err error) {
 	g.err = err
@@ -838,9 +831,12 @@ func (f *Flusher) Wait(ctx context.Context) error {
 	}
 }
 
-func (f *Flusher) isClosing() bool {
+func (f *Flusher) isClosing() bool { return chanClosed(f.closing) }
+
+// chanClosed reports whether ch is closed, without blocking.
+func chanClosed(ch <-chan struct{}) bool {
 	select {
-	case <-f.closing:
+	case <-ch:
 		return true
 	default:
 		return false
