@@ -89,40 +89,24 @@ func (s *server) handler() http.Handler {
 	}, maxSmallBody))
 	mux.HandleFunc("GET /bits/{name}/{index}", s.getBit)
 	mux.HandleFunc("GET /members", s.listMembers)
-	mux.HandleFunc("POST /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("POST /members/{id}", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		addr := r.URL.Query().Get("addr")
 		if addr == "" {
 			return badRequest("?addr=HOST:PORT is required")
 		}
 		return s.n.AddLearner(ctx, id, addr)
 	}, 0))
-	mux.HandleFunc("POST /members/{id}/promote", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("POST /members/{id}/promote", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		return s.n.PromoteNode(ctx, id)
 	}, 0))
-	mux.HandleFunc("PUT /members/{id}/addr", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("PUT /members/{id}/addr", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, body []byte) error {
 		addr := strings.TrimSpace(string(body))
 		if addr == "" {
 			return badRequest("the body is the new address, HOST:PORT")
 		}
 		return s.n.UpdateNode(ctx, id, addr)
 	}, maxSmallBody+256))
-	mux.HandleFunc("DELETE /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("DELETE /members/{id}", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		return s.n.RemoveNode(ctx, id)
 	}, 0))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +151,18 @@ func (s *server) deleteRange(ctx context.Context, r *http.Request) error {
 		return badRequest("a range delete needs ?start=, ?end= or ?all=1")
 	}
 	return s.n.DeleteRange(ctx, r.PathValue("ks"), lo, hi)
+}
+
+// memberWrite is write for the /members/{id} endpoints: fn gets the
+// member's ID, parsed from the path (memberID).
+func (s *server) memberWrite(fn func(ctx context.Context, id uint64, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
+	return s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, id, r, body)
+	}, limit)
 }
 
 // write returns the handler of a write: read the body (at most limit
