@@ -236,13 +236,7 @@ func (n *Node) takeAppended() error {
 // handleReadyAsync handles a Ready of raft with AsyncStorageWrites: raft
 // has accepted it already (no Advance).
 func (n *Node) handleReadyAsync(rd raft.Ready) error {
-	if hs := rd.HardState; hs != nil {
-		n.raftTerm.Store(hs.GetTerm())
-		n.raftCommit.Store(hs.GetCommit())
-	}
-	if ss := rd.SoftState; ss != nil {
-		n.softState(ss)
-	}
+	n.readyState(rd)
 	n.checkProposedConfChanges(rd.Entries)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {

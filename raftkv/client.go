@@ -336,14 +336,7 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 		// proposal: it may be in), ErrStopped, or a refusal.
 		return err
 	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
-	case <-n.stopc:
-		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
-	}
+	return n.outcome(ctx, ch)
 }
 
 // ReadOptions chooses how a read is served. nil means linearizable.
