@@ -112,12 +112,7 @@ func (n *Node) appendLoop() {
 	defer n.loops.Done()
 	q := n.appends
 	prev := n.ls.hardState() // the HardState last written
-	for {
-		select {
-		case <-q.work:
-		case <-n.stopc:
-			return
-		}
+	for n.kicked(q.work) {
 		q.mu.Lock()
 		items := q.msgs
 		q.msgs = nil
