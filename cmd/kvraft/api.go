@@ -165,31 +165,42 @@ func (s *server) memberWrite(fn func(ctx context.Context, id uint64, r *http.Req
 	}, limit)
 }
 
+// readBody authenticates a write's request and reads its body, at most
+// limit bytes; if it cannot, it answers the request (401, 413 or 400) and
+// returns false.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if err := s.auth.check(r); err != nil {
+		writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig) && limit == maxValueBody:
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("value larger than %d bytes: %w", limit-1, kvbuf.ErrValueTooLarge))
+		return nil, false
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		return nil, false
+	}
+	return body, true
+}
+
 // write returns the handler of a write: read the body (at most limit
 // bytes; 413 beyond), apply fn on this node, or forward the request to the
 // leader if this node does not lead.
 func (s *server) write(fn func(ctx context.Context, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.auth.check(r); err != nil {
-			writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig) && limit == maxValueBody:
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("value larger than %d bytes: %w", limit-1, kvbuf.ErrValueTooLarge))
-			return
-		case errors.As(err, &tooBig):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
-			return
-		case err != nil:
-			writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		body, ok := s.readBody(w, r, limit)
+		if !ok {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
-		err = fn(ctx, r, body)
+		err := fn(ctx, r, body)
 		if errors.Is(err, raftkv.ErrNotLeader) && r.Header.Get(headerForwarded) == "" {
 			s.forward(w, r, body)
 			return
@@ -298,18 +309,8 @@ type resultJSON struct {
 // refused whole (400, nothing applied); a follower forwards the request to
 // the leader.
 func (s *server) pipeline(w http.ResponseWriter, r *http.Request) {
-	if err := s.auth.check(r); err != nil {
-		writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPipelineBody))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxPipelineBody))
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+	body, ok := s.readBody(w, r, maxPipelineBody)
+	if !ok {
 		return
 	}
 	ws, err := parseWrites(r.PathValue("ks"), body)
