@@ -363,27 +363,21 @@ func parseWrites(ks string, body []byte) ([]raftkv.Write, error) {
 			return nil, badRequest("line %d: %v", line, err)
 		}
 		w := raftkv.Write{Keyspace: ks, Delete: wj.Delete}
+		var hasKey, hasValue, both bool
+		w.Key, hasKey, both = textOrB64(wj.Key, wj.KeyB64)
 		switch {
-		case wj.Key != nil && wj.KeyB64 != nil:
+		case both:
 			return nil, badRequest("line %d: key and key_b64 are one key: give one", line)
-		case wj.Key != nil:
-			w.Key = []byte(*wj.Key)
-		case wj.KeyB64 != nil:
-			w.Key = wj.KeyB64
-		default:
+		case !hasKey:
 			return nil, badRequest("line %d: no key (key or key_b64)", line)
 		}
-		hasValue := wj.Value != nil || wj.ValueB64 != nil
+		w.Value, hasValue, both = textOrB64(wj.Value, wj.ValueB64)
 		switch {
 		case wj.Delete && hasValue:
 			return nil, badRequest("line %d: a delete has no value", line)
-		case wj.Value != nil && wj.ValueB64 != nil:
+		case both:
 			return nil, badRequest("line %d: value and value_b64 are one value: give one", line)
-		case wj.Value != nil:
-			w.Value = []byte(*wj.Value)
-		case wj.ValueB64 != nil:
-			w.Value = wj.ValueB64
-		case !wj.Delete:
+		case !hasValue && !wj.Delete:
 			return nil, badRequest("line %d: a put needs a value (value or value_b64; \"delete\": true to delete)", line)
 		}
 		ws = append(ws, w)
@@ -667,4 +661,17 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// textOrB64 is a pipelined write's field given as text or in base64 (key
+// and key_b64, value and value_b64): its bytes, whether it was given, and
+// whether it was given twice.
+func textOrB64(text *string, b64 []byte) (b []byte, given, both bool) {
+	switch {
+	case text != nil && b64 != nil:
+		return nil, true, true
+	case text != nil:
+		return []byte(*text), true, false
+	}
+	return b64, b64 != nil, false
 }
