@@ -94,11 +94,8 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 		return err
 	}
 	t, err := db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil // redelivered: see \"Ops and the watermark\"
+	if err != nil || t.Skipped() {
+		return err // nil if redelivered: see \"Ops and the watermark\"
 	}
 	defer t.End()
 	db.mu.Lock()
