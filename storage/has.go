@@ -10,22 +10,16 @@ import (
 // value (pebble's block is read and released). Errors: ErrInvalidKeyspace,
 // ErrClosed, ErrCorrupt.
 func (s *Store) Has(ks KeyspaceID, key []byte) (bool, error) {
-	var ok bool
-	err := s.userRead("has", ks, key, &s.mu, s.closedErr, func(k []byte) (err error) {
-		ok, err = has(s.db, k)
-		return err
+	return userRead(s, "has", ks, key, &s.mu, s.closedErr, false, func(k []byte) (bool, error) {
+		return has(s.db, k)
 	})
-	return ok && err == nil, err
 }
 
 // Has is Store.Has as of the snapshot.
 func (sn *Snapshot) Has(ks KeyspaceID, key []byte) (bool, error) {
-	var ok bool
-	err := sn.s.userRead("snapshot has", ks, key, &sn.mu, sn.closedErr, func(k []byte) (err error) {
-		ok, err = has(sn.snap, k)
-		return err
+	return userRead(sn.s, "snapshot has", ks, key, &sn.mu, sn.closedErr, false, func(k []byte) (bool, error) {
+		return has(sn.snap, k)
 	})
-	return ok && err == nil, err
 }
 
 func has(r pebble.Reader, k []byte) (bool, error) {

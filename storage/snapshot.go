@@ -53,15 +53,9 @@ func (sn *Snapshot) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, er
 }
 
 func (sn *Snapshot) get(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
-	out := dst
-	err := sn.s.userRead("snapshot get", ks, key, &sn.mu, sn.closedErr, func(k []byte) (err error) {
-		out, err = readValue(sn.snap, dst, k, appendMode)
-		return err
+	return userRead(sn.s, "snapshot get", ks, key, &sn.mu, sn.closedErr, dst, func(k []byte) ([]byte, error) {
+		return readValue(sn.snap, dst, k, appendMode)
 	})
-	if err != nil {
-		return dst, err
-	}
-	return out, nil
 }
 
 // NewIter returns an iterator over the snapshot's keys k of keyspace ks

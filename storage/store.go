@@ -293,26 +293,20 @@ func (s *Store) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, error)
 }
 
 func (s *Store) getUser(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
-	out := dst
-	err := s.userRead("get", ks, key, &s.mu, s.closedErr, func(k []byte) (err error) {
-		// A cached iterator, not DB.Get (pointread.go).
-		out, err = s.pointGet(dst, k, appendMode)
-		return err
+	return userRead(s, "get", ks, key, &s.mu, s.closedErr, dst, func(k []byte) ([]byte, error) {
+		return s.pointGet(dst, k, appendMode) // a cached iterator, not DB.Get (pointread.go)
 	})
-	if err != nil {
-		return dst, err
-	}
-	return out, nil
 }
 
 // userRead is the guarded read that the point reads (Store's and
 // Snapshot's Get, GetAppend and Has) share: it refuses keyspace 0, builds
 // the stored key in a pooled buffer, and runs read on it under mu's read
 // lock unless closedErr (called under that lock) says the reader is
-// closed; read's error is wrapped with op, the keyspace and the key.
-func (s *Store) userRead(op string, ks KeyspaceID, key []byte, mu *sync.RWMutex, closedErr func() error, read func(k []byte) error) error {
+// closed. On an error it returns failed (false, or Get's dst unchanged);
+// read's error is wrapped with op, the keyspace and the key.
+func userRead[T any](s *Store, op string, ks KeyspaceID, key []byte, mu *sync.RWMutex, closedErr func() error, failed T, read func(k []byte) (T, error)) (T, error) {
 	if ks == 0 {
-		return errKeyspace(op)
+		return failed, errKeyspace(op)
 	}
 	bp := s.keyBufs.Get().(*[]byte)
 	k := appendUserKey((*bp)[:0], ks, key)
@@ -320,16 +314,16 @@ func (s *Store) userRead(op string, ks KeyspaceID, key []byte, mu *sync.RWMutex,
 	if err := closedErr(); err != nil {
 		mu.RUnlock()
 		s.keyBufs.Put(bp)
-		return err
+		return failed, err
 	}
-	err := read(k)
+	v, err := read(k)
 	mu.RUnlock()
 	*bp = k
 	s.keyBufs.Put(bp)
 	if err != nil {
-		return s.userKeyErr(op, ks, key, err)
+		return failed, s.userKeyErr(op, ks, key, err)
 	}
-	return nil
+	return v, nil
 }
 
 // closeByStore empties set (the open snapshots or iterators) under mu and
