@@ -52,7 +52,6 @@ func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, e
 	return sw.Written(), nil
 }
 
-
 // eachKV feeds d every keyspace of the snapshot and its pairs, in order,
 // calling ks and pair (if not nil) for each as well.
 func (s *Snapshot) eachKV(ctx context.Context, d *digest.Hasher, ks func(string) error, pair func(k, v []byte) error) error {
