@@ -198,11 +198,8 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 		defer db.budgetDone(granted)
 	}
 	t, err := db.flusher.BeginWrite(ctx, op, true)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil // redelivered: see \"Ops and the watermark\"
+	if err != nil || t.Skipped() {
+		return err // nil if redelivered: see \"Ops and the watermark\"
 	}
 	defer t.End()
 	// The batch's KV changes are numbered from one range and published

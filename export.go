@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"slices"
 
 	"github.com/kvbuf/kvbuf/internal/digest"
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -53,20 +52,10 @@ func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, e
 	return sw.Written(), nil
 }
 
-// names returns the sorted keys of m.
-func names[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // eachKV feeds d every keyspace of the snapshot and its pairs, in order,
 // calling ks and pair (if not nil) for each as well.
 func (s *Snapshot) eachKV(ctx context.Context, d *digest.Hasher, ks func(string) error, pair func(k, v []byte) error) error {
-	for _, name := range names(s.kvs) {
+	for _, name := range sortedNames(s.kvs) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -111,7 +100,7 @@ func (s *Snapshot) eachKV(ctx context.Context, d *digest.Hasher, ks func(string)
 // in order, calling bs, word and end (if not nil) for each bitslice, word
 // and at the end of each bitslice as well.
 func (s *Snapshot) eachBits(ctx context.Context, d *digest.Hasher, bs func(name string, n uint64) error, word func(w, bits uint64) error, end func() error) error {
-	for _, name := range names(s.bits) {
+	for _, name := range sortedNames(s.bits) {
 		r, err := s.Bits(name)
 		if err != nil {
 			return err

@@ -150,3 +150,17 @@ func (it *Iter) All() iter.Seq2[[]byte, []byte] {
 		}
 	}
 }
+
+// allOf is the sequence of KV.All and SnapshotKV.All: the keys and values
+// of the iterator newIter opens with o, closed when the loop ends; an
+// error opening it ends the sequence at once.
+func allOf(newIter func(*IterOptions) (*Iter, error), o *IterOptions) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		it, err := newIter(o)
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		it.All()(yield)
+	}
+}

@@ -94,11 +94,8 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 		return err
 	}
 	t, err := db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		return err
-	}
-	if t.Skipped() {
-		return nil // redelivered: see \"Ops and the watermark\"
+	if err != nil || t.Skipped() {
+		return err // nil if redelivered: see \"Ops and the watermark\"
 	}
 	defer t.End()
 	db.mu.Lock()
@@ -294,10 +291,8 @@ type KVReader interface {
 // ErrDropped, ErrClosed, and storage errors (ErrCorruptBlock).
 func (k *KV) Has(key []byte) (bool, error) {
 	ok, err := k.ov.Has(key)
-	if err = k.readErr(err); err != nil {
-		return false, err
-	}
-	return ok, nil
+	err = k.readErr(err)
+	return ok && err == nil, err
 }
 
 // All returns the keys and values of the keyspace within o's bounds (nil:
@@ -315,12 +310,5 @@ func (k *KV) Has(key []byte) (bool, error) {
 // Where the difference matters (an export, a backup), iterate with NewIter
 // and Iter.All, and check Iter.Error after the loop.
 func (k *KV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
-		it, err := k.NewIter(o)
-		if err != nil {
-			return
-		}
-		defer it.Close()
-		it.All()(yield)
-	}
+	return allOf(k.NewIter, o)
 }

@@ -300,22 +300,13 @@ func (r *SnapshotKV) Has(key []byte) (bool, error) {
 		return false, r.err(checkKey(key, r.s.db.opts.MaxKeySize, nil))
 	}
 	ok, err := r.ks.Has(key)
-	if err = r.err(err); err != nil {
-		return false, err
-	}
-	return ok, nil
+	err = r.err(err)
+	return ok && err == nil, err
 }
 
 // All is KV.All as of the snapshot: it sees exactly the snapshot.
 func (r *SnapshotKV) All(o *IterOptions) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
-		it, err := r.NewIter(o)
-		if err != nil {
-			return
-		}
-		defer it.Close()
-		it.All()(yield)
-	}
+	return allOf(r.NewIter, o)
 }
 
 var (

@@ -155,12 +155,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 			return nil, kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
 		}
 	}
-	if gen.catalog != nil {
-		batch.SetMeta(enginedir.CatalogMeta, gen.catalog)
-	}
-	if gen.highest > 0 {
-		batch.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
-	}
+	gen.setOpsMeta(batch.SetMeta)
 	if rw != nil {
 		rw.addToBatch(batch)
 	}
@@ -170,6 +165,17 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		return nil, kverr.Errorf("flush: commit: %w", err)
 	}
 	return c.Wait, nil
+}
+
+// setOpsMeta sets, with set (the batch's or the ingest's SetMeta), the
+// keyspace catalog if the generation changed it and its highest op.
+func (gen *generation) setOpsMeta(set func(name string, v []byte)) {
+	if gen.catalog != nil {
+		set(enginedir.CatalogMeta, gen.catalog)
+	}
+	if gen.highest > 0 {
+		set(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
+	}
 }
 
 // kvBytes is the memory of the generation's KV changes.
@@ -198,12 +204,7 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	if len(gen.bits) > 0 || len(gen.bitsAdded) > 0 {
 		in.SetMeta(enginedir.BitsCatalogMeta, db.catW.Encode())
 	}
-	if gen.catalog != nil {
-		in.SetMeta(enginedir.CatalogMeta, gen.catalog)
-	}
-	if gen.highest > 0 {
-		in.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, gen.highest))
-	}
+	gen.setOpsMeta(in.SetMeta)
 	if rw != nil {
 		rw.ingestMeta(in)
 	}

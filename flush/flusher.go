@@ -185,14 +185,7 @@ type group struct {
 	base   int32        // n at the first release since the last freeze, if open then (under mu)
 }
 
-func (g *group) isDone() bool {
-	select {
-	case <-g.done:
-		return true
-	default:
-		return false
-	}
-}
+func (g *group) isDone() bool { return chanClosed(g.done) }
 
 func (g *group) complete(err error) {
 	g.err = err
@@ -557,6 +550,15 @@ func (f *Flusher) Enter() (Ticket, error) {
 	return newTicket(f, tok, nil), nil
 }
 
+// enter enters the gate for a call that watches ctx only until then:
+// ctx.Err() if ctx is already done, ErrClosed once Close has begun.
+func (f *Flusher) enter(ctx context.Context) (gateToken, error) {
+	if err := ctx.Err(); err != nil {
+		return gateToken{}, err
+	}
+	return f.gate.Enter()
+}
+
 // Exclusive runs fn inside the gate with the write barrier held exclusively:
 // no write is in flight and no freeze runs while fn does (snapshots use it;
 // publication order 14 in buffer/protocol.go).
@@ -564,10 +566,7 @@ func (f *Flusher) Enter() (Ticket, error) {
 // done; taking the barrier waits for the writes in flight without watching
 // ctx. A panic in fn releases the barrier and the gate and propagates.
 func (f *Flusher) Exclusive(ctx context.Context, fn func()) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tok, err := f.gate.Enter()
+	tok, err := f.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -632,10 +631,7 @@ func (d *Drain) Poll() bool {
 // the flusher is stalled (Stall) it returns the stall's error at once, and
 // the flush goes on too. After Close has begun it returns ErrClosed.
 func (f *Flusher) Flush(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tok, err := f.gate.Enter()
+	tok, err := f.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -875,9 +871,12 @@ func (f *Flusher) Wait(ctx context.Context) error {
 	}
 }
 
-func (f *Flusher) isClosing() bool {
+func (f *Flusher) isClosing() bool { return chanClosed(f.closing) }
+
+// chanClosed reports whether ch is closed, without blocking.
+func chanClosed(ch <-chan struct{}) bool {
 	select {
-	case <-f.closing:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -1792,8 +1792,8 @@ func TestWatermarkNotify(t *testing.T) {
 		defer func() { waits.open(1); f.Close() }() // a failure must not leave the bubble blocked
 		ctx := t.Context()
 		wm, ch := f.WatermarkNotify()
-		if wm != 3 || isClosed(ch) {
-			t.Fatalf("WatermarkNotify = %d (closed %v), want 3 and an open channel", wm, isClosed(ch))
+		if wm != 3 || chanClosed(ch) {
+			t.Fatalf("WatermarkNotify = %d (closed %v), want 3 and an open channel", wm, chanClosed(ch))
 		}
 		got := make(chan uint64, 1)
 		go func() {
@@ -1807,7 +1807,7 @@ func TestWatermarkNotify(t *testing.T) {
 		f.EndOp(ctx, 4)
 		first := flushAsync(ctx, f)
 		synctest.Wait() // generation 1 frozen and written; its wait blocks
-		if isClosed(ch) || len(got) != 0 {
+		if chanClosed(ch) || len(got) != 0 {
 			t.Fatal("notified before the watermark was persisted")
 		}
 		waits.open(1)
@@ -1815,22 +1815,22 @@ func TestWatermarkNotify(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if !isClosed(ch) {
+		if !chanClosed(ch) {
 			t.Fatal("channel still open after the watermark advanced")
 		}
 		if wm := <-got; wm != 4 {
 			t.Fatalf("WaitWatermark returned %d, want 4", wm)
 		}
 		wm, ch = f.WatermarkNotify()
-		if wm != 4 || isClosed(ch) {
-			t.Fatalf("WatermarkNotify = %d (closed %v), want 4 and an open channel", wm, isClosed(ch))
+		if wm != 4 || chanClosed(ch) {
+			t.Fatalf("WatermarkNotify = %d (closed %v), want 4 and an open channel", wm, chanClosed(ch))
 		}
 		// A generation that persists no higher watermark notifies nobody.
 		put(ctx, f, ft, "b", 0)
 		if err := f.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if isClosed(ch) {
+		if chanClosed(ch) {
 			t.Fatal("notified of a flush that did not move the watermark")
 		}
 		short, cancel := context.WithTimeout(ctx, time.Second)
@@ -1848,11 +1848,11 @@ func TestWatermarkNotify(t *testing.T) {
 		if err := <-waiting; !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("WaitWatermark across Close: %v, want kverr.ErrClosed", err)
 		}
-		if !isClosed(ch) {
+		if !chanClosed(ch) {
 			t.Fatal("channel still open after Close")
 		}
-		if wm, ch := f.WatermarkNotify(); wm != 4 || !isClosed(ch) {
-			t.Fatalf("WatermarkNotify after Close = %d (closed %v), want 4 and a closed channel", wm, isClosed(ch))
+		if wm, ch := f.WatermarkNotify(); wm != 4 || !chanClosed(ch) {
+			t.Fatalf("WatermarkNotify after Close = %d (closed %v), want 4 and a closed channel", wm, chanClosed(ch))
 		}
 		if wm, err := f.WaitWatermark(ctx, 3); wm != 4 || err != nil {
 			t.Fatalf("WaitWatermark(3) after Close = %d, %v; want 4, nil", wm, err)
@@ -1861,15 +1861,6 @@ func TestWatermarkNotify(t *testing.T) {
 			t.Fatalf("WaitWatermark(4) after Close: %v, want kverr.ErrClosed", err)
 		}
 	})
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // mustNew is New for options a test knows are valid.

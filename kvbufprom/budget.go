@@ -37,13 +37,7 @@ func NewBudgetCollector(b *kvbuf.MemoryBudget, opts *Options) prometheus.Collect
 }
 
 func newBudgetCollector(metrics func() kvbuf.BudgetMetrics, opts *Options) *budgetCollector {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("kvbuf_memory_budget_"+name, help, nil, o.ConstLabels)
-	}
+	desc := descMaker("kvbuf_memory_budget_", opts)
 	return &budgetCollector{
 		metrics:         metrics,
 		size:            desc("size_bytes", "The memory budget's size."),
@@ -66,30 +60,21 @@ func (c *budgetCollector) descs() []*prometheus.Desc {
 }
 
 // Describe implements prometheus.Collector.
-func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs() {
-		ch <- d
-	}
-}
+func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) { describe(ch, c.descs()) }
 
 // Collect implements prometheus.Collector.
 func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.metrics()
-	counter := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
-	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
-	}
-	gauge(c.size, float64(m.Size))
-	gauge(c.high, float64(m.HighMark))
-	gauge(c.bytes, float64(m.Bytes))
-	gauge(c.maxBytes, float64(m.MaxBytes))
-	gauge(c.engines, float64(m.Engines))
-	counter(c.forced, float64(m.ForcedFlushes))
-	counter(c.forcedErrors, float64(m.ForcedFlushErrors))
-	gauge(c.flushesInFlight, float64(m.FlushesInProgress))
-	counter(c.waits, float64(m.Waits))
-	counter(c.waitSeconds, m.WaitTime.Seconds())
-	gauge(c.waiting, float64(m.Waiting))
+	out := sink(ch)
+	out.gauge(c.size, float64(m.Size))
+	out.gauge(c.high, float64(m.HighMark))
+	out.gauge(c.bytes, float64(m.Bytes))
+	out.gauge(c.maxBytes, float64(m.MaxBytes))
+	out.gauge(c.engines, float64(m.Engines))
+	out.counter(c.forced, float64(m.ForcedFlushes))
+	out.counter(c.forcedErrors, float64(m.ForcedFlushErrors))
+	out.gauge(c.flushesInFlight, float64(m.FlushesInProgress))
+	out.counter(c.waits, float64(m.Waits))
+	out.counter(c.waitSeconds, m.WaitTime.Seconds())
+	out.gauge(c.waiting, float64(m.Waiting))
 }

@@ -156,9 +156,7 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 	if opts != nil {
 		o = *opts
 	}
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("kvbuf_"+name, help, nil, o.ConstLabels)
-	}
+	desc := descMaker("kvbuf_", &o)
 	c := &collector{
 		metrics: metrics,
 
@@ -231,6 +229,37 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 	return c
 }
 
+// sink is a Collect channel, with the sends of one sample.
+type sink chan<- prometheus.Metric
+
+func (ch sink) counter(d *prometheus.Desc, v float64) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+}
+
+func (ch sink) gauge(d *prometheus.Desc, v float64) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+}
+
+// descMaker returns the constructor of the descriptions of a collector's
+// series: each name gets prefix, and opts' constant labels (opts may be
+// nil).
+func descMaker(prefix string, opts *Options) func(name, help string) *prometheus.Desc {
+	var labels prometheus.Labels
+	if opts != nil {
+		labels = opts.ConstLabels
+	}
+	return func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prefix+name, help, nil, labels)
+	}
+}
+
+// describe sends descs to a Describe channel.
+func describe(ch chan<- *prometheus.Desc, descs []*prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}
+
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{
 		c.pendingBytes, c.pendingKeys,
@@ -253,75 +282,66 @@ func (c *collector) descs() []*prometheus.Desc {
 }
 
 // Describe implements prometheus.Collector.
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs() {
-		ch <- d
-	}
-}
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { describe(ch, c.descs()) }
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	m := c.metrics()
-	counter := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
-	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
-	}
-	gauge(c.pendingBytes, float64(m.PendingBytes))
-	gauge(c.pendingKeys, float64(m.PendingKeys))
-	counter(c.flushes, float64(m.Flushes))
-	counter(c.coalesced, float64(m.Coalesced))
-	counter(c.generations, float64(m.Generations))
-	counter(c.generationWrts, float64(m.GenerationWrites))
-	counter(c.failures, float64(m.Failures))
+	out := sink(ch)
+	out.gauge(c.pendingBytes, float64(m.PendingBytes))
+	out.gauge(c.pendingKeys, float64(m.PendingKeys))
+	out.counter(c.flushes, float64(m.Flushes))
+	out.counter(c.coalesced, float64(m.Coalesced))
+	out.counter(c.generations, float64(m.Generations))
+	out.counter(c.generationWrts, float64(m.GenerationWrites))
+	out.counter(c.failures, float64(m.Failures))
 	lastErr := 0.0
 	if m.LastError != nil {
 		lastErr = 1
 	}
-	gauge(c.lastError, lastErr)
-	counter(c.diskFull, float64(m.DiskFull))
+	out.gauge(c.lastError, lastErr)
+	out.counter(c.diskFull, float64(m.DiskFull))
 	waiting := 0.0
 	if m.DiskFullWaiting {
 		waiting = 1
 	}
-	gauge(c.diskFullWaiting, waiting)
-	counter(c.stalls, float64(m.Stalls))
-	counter(c.stallSeconds, m.StallTime.Seconds())
+	out.gauge(c.diskFullWaiting, waiting)
+	out.counter(c.stalls, float64(m.Stalls))
+	out.counter(c.stallSeconds, m.StallTime.Seconds())
 	ch <- c.histogram(&m.FlushLatency)
-	gauge(c.inFlight, float64(m.InFlight))
-	gauge(c.maxInFlight, float64(m.MaxInFlight))
-	gauge(c.watermark, float64(m.Watermark))
-	gauge(c.highestOp, float64(m.HighestOp))
-	gauge(c.receiptLag, float64(m.ReceiptLag))
-	gauge(c.completedOp, float64(m.CompletedOp))
-	gauge(c.openOps, float64(m.OpenOps))
-	counter(c.redelivered, float64(m.Redelivered))
-	gauge(c.keyspaces, float64(m.Keyspaces))
-	gauge(c.bitslices, float64(m.Bitslices))
-	gauge(c.snapshots, float64(m.Snapshots))
-	gauge(c.storeJobs, float64(m.StoreJobs))
-	gauge(c.storeL0Files, float64(m.StoreL0Files))
-	gauge(c.storeReadAmp, float64(m.StoreReadAmp))
-	counter(c.ingested, float64(m.IngestedGenerations))
-	gauge(c.tierBytes, float64(m.ReadTierBytes))
-	gauge(c.tierGenerations, float64(m.ReadTierGenerations))
-	counter(c.tierEvictions, float64(m.ReadTierEvictions))
-	counter(c.flushYields, float64(m.FlushYields))
-	counter(c.flushThrottled, m.FlushThrottled.Seconds())
-	gauge(c.budgetBytes, float64(m.BudgetBytes))
-	counter(c.budgetForced, float64(m.BudgetForcedFlushes))
-	counter(c.budgetWaits, float64(m.BudgetWaits))
-	counter(c.budgetWaitSeconds, m.BudgetWaitTime.Seconds())
-	gauge(c.watchSubs, float64(m.WatchSubscribers))
-	counter(c.watchDelivered, float64(m.WatchDelivered))
-	counter(c.watchLagged, float64(m.WatchLagged))
-	counter(c.watchOverflows, float64(m.WatchOverflows))
-	gauge(c.watchBuffer, float64(m.WatchBufferBytes))
-	gauge(c.watchResolved, float64(m.WatchResolvedOp))
-	gauge(c.watchDurable, float64(m.WatchDurableOp))
-	gauge(c.watchRetained, float64(m.WatchRetainedBytes))
-	gauge(c.watchRetainedFrom, float64(m.WatchRetainedFrom))
+	out.gauge(c.inFlight, float64(m.InFlight))
+	out.gauge(c.maxInFlight, float64(m.MaxInFlight))
+	out.gauge(c.watermark, float64(m.Watermark))
+	out.gauge(c.highestOp, float64(m.HighestOp))
+	out.gauge(c.receiptLag, float64(m.ReceiptLag))
+	out.gauge(c.completedOp, float64(m.CompletedOp))
+	out.gauge(c.openOps, float64(m.OpenOps))
+	out.counter(c.redelivered, float64(m.Redelivered))
+	out.gauge(c.keyspaces, float64(m.Keyspaces))
+	out.gauge(c.bitslices, float64(m.Bitslices))
+	out.gauge(c.snapshots, float64(m.Snapshots))
+	out.gauge(c.storeJobs, float64(m.StoreJobs))
+	out.gauge(c.storeL0Files, float64(m.StoreL0Files))
+	out.gauge(c.storeReadAmp, float64(m.StoreReadAmp))
+	out.counter(c.ingested, float64(m.IngestedGenerations))
+	out.gauge(c.tierBytes, float64(m.ReadTierBytes))
+	out.gauge(c.tierGenerations, float64(m.ReadTierGenerations))
+	out.counter(c.tierEvictions, float64(m.ReadTierEvictions))
+	out.counter(c.flushYields, float64(m.FlushYields))
+	out.counter(c.flushThrottled, m.FlushThrottled.Seconds())
+	out.gauge(c.budgetBytes, float64(m.BudgetBytes))
+	out.counter(c.budgetForced, float64(m.BudgetForcedFlushes))
+	out.counter(c.budgetWaits, float64(m.BudgetWaits))
+	out.counter(c.budgetWaitSeconds, m.BudgetWaitTime.Seconds())
+	out.gauge(c.watchSubs, float64(m.WatchSubscribers))
+	out.counter(c.watchDelivered, float64(m.WatchDelivered))
+	out.counter(c.watchLagged, float64(m.WatchLagged))
+	out.counter(c.watchOverflows, float64(m.WatchOverflows))
+	out.gauge(c.watchBuffer, float64(m.WatchBufferBytes))
+	out.gauge(c.watchResolved, float64(m.WatchResolvedOp))
+	out.gauge(c.watchDurable, float64(m.WatchDurableOp))
+	out.gauge(c.watchRetained, float64(m.WatchRetainedBytes))
+	out.gauge(c.watchRetainedFrom, float64(m.WatchRetainedFrom))
 }
 
 // histogram turns the engine's latency histogram into a Prometheus one:

@@ -112,12 +112,7 @@ func (n *Node) appendLoop() {
 	defer n.loops.Done()
 	q := n.appends
 	prev := n.ls.hardState() // the HardState last written
-	for {
-		select {
-		case <-q.work:
-		case <-n.stopc:
-			return
-		}
+	for n.kicked(q.work) {
 		q.mu.Lock()
 		items := q.msgs
 		q.msgs = nil
@@ -236,13 +231,7 @@ func (n *Node) takeAppended() error {
 // handleReadyAsync handles a Ready of raft with AsyncStorageWrites: raft
 // has accepted it already (no Advance).
 func (n *Node) handleReadyAsync(rd raft.Ready) error {
-	if hs := rd.HardState; hs != nil {
-		n.raftTerm.Store(hs.GetTerm())
-		n.raftCommit.Store(hs.GetCommit())
-	}
-	if ss := rd.SoftState; ss != nil {
-		n.softState(ss)
-	}
+	n.readyState(rd)
 	n.checkProposedConfChanges(rd.Entries)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {

@@ -336,14 +336,7 @@ func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) erro
 		// proposal: it may be in), ErrStopped, or a refusal.
 		return err
 	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
-	case <-n.stopc:
-		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
-	}
+	return n.outcome(ctx, ch)
 }
 
 // ReadOptions chooses how a read is served. nil means linearizable.
@@ -393,6 +386,17 @@ func (n *Node) linearize(ctx context.Context, o *ReadOptions) error {
 	}
 }
 
+// kicked waits for a kick on ch (a loop's wake-up, capacity 1) and reports
+// true, or false once the node stops.
+func (n *Node) kicked(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-n.stopc:
+		return false
+	}
+}
+
 // readLoop runs ReadIndex rounds, one at a time, for the readers that
 // arrived since the last one began. A round is asked again every
 // ReadIndexRetry until raft answers (a request is lost while there is no
@@ -400,12 +404,7 @@ func (n *Node) linearize(ctx context.Context, o *ReadOptions) error {
 func (n *Node) readLoop() {
 	defer n.loops.Done()
 	var seq uint64
-	for {
-		select {
-		case <-n.readKick:
-		case <-n.stopc:
-			return
-		}
+	for n.kicked(n.readKick) {
 		n.readMu.Lock()
 		r := n.readNext
 		n.readNext = &readRound{done: make(chan struct{})}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Errors. Each is a sentinel to test with errors.Is; the errors a Node
@@ -112,20 +113,11 @@ var (
 
 	// ErrCorruptLog marks a damaged raft log store record or log entry. It
 	// matches kvbuf.ErrCorrupt.
-	ErrCorruptLog error = &sentinel{msg: "corrupt raft log", parent: kvbuf.ErrCorrupt}
+	ErrCorruptLog = kverr.NewKind(prefix+"corrupt raft log", kvbuf.ErrCorrupt)
 )
 
 // prefix starts the text of every raftkv error.
 const prefix = "raftkv: "
-
-// sentinel is a sentinel error that matches a parent (one of kvbuf's).
-type sentinel struct {
-	msg    string
-	parent error
-}
-
-func (e *sentinel) Error() string { return prefix + e.msg }
-func (e *sentinel) Unwrap() error { return e.parent }
 
 // errorf is fmt.Errorf for every raftkv error that adds context: the text
 // is prefix followed by format, with the "raftkv: " and "kvbuf: " prefixes

@@ -58,8 +58,15 @@ func (n *Node) onLoop(ctx context.Context, fn func(rn *raft.RawNode) error) erro
 	if err := n.enqueue(ctx, func(rn *raft.RawNode) { done <- fn(rn) }); err != nil {
 		return err
 	}
+	return n.outcome(ctx, done)
+}
+
+// outcome waits for the result of something the loop took: ch's error, or
+// ErrOutcomeUnknown if ctx ends or the node stops first (what was asked
+// may have happened or may yet happen).
+func (n *Node) outcome(ctx context.Context, ch <-chan error) error {
 	select {
-	case err := <-done:
+	case err := <-ch:
 		return err
 	case <-ctx.Done():
 		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())

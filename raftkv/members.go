@@ -47,10 +47,7 @@ const PromoteMaxLag = 1000
 // change is applied here. Errors: as writes, and kvbuf.ErrBadOptions (a bad id or
 // address), ErrRemovedID, ErrMemberExists, ErrConfChangePending.
 func (n *Node) AddLearner(ctx context.Context, id uint64, addr string) error {
-	if err := checkMemberArgs(id, addr); err != nil {
-		return err
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeAddLearnerNode, id, addr)
+	return n.changeAddr(ctx, raftpb.ConfChangeAddLearnerNode, id, addr)
 }
 
 // AddNode adds node id, reachable at addr ("host:port"), to the cluster as
@@ -59,10 +56,7 @@ func (n *Node) AddLearner(ctx context.Context, id uint64, addr string) error {
 // to commit). AddLearner and then PromoteNode add a node without that
 // risk. Otherwise as AddLearner.
 func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
-	if err := checkMemberArgs(id, addr); err != nil {
-		return err
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeAddNode, id, addr)
+	return n.changeAddr(ctx, raftpb.ConfChangeAddNode, id, addr)
 }
 
 // PromoteNode makes learner id a voter, once its log is within
@@ -71,20 +65,14 @@ func (n *Node) AddNode(ctx context.Context, id uint64, addr string) error {
 // cluster), ErrMemberExists (already a voter), ErrRemovedID,
 // ErrNotCaughtUp, ErrConfChangePending.
 func (n *Node) PromoteNode(ctx context.Context, id uint64) error {
-	if id == 0 {
-		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeAddNode, id, "")
+	return n.changeID(ctx, raftpb.ConfChangeAddNode, id)
 }
 
 // UpdateNode changes the address of member id to addr (the node moved;
 // start it there with its data directory). Errors: as writes, and
 // kvbuf.ErrBadOptions, ErrNotMember, ErrConfChangePending.
 func (n *Node) UpdateNode(ctx context.Context, id uint64, addr string) error {
-	if err := checkMemberArgs(id, addr); err != nil {
-		return err
-	}
-	return n.changeConf(ctx, raftpb.ConfChangeUpdateNode, id, addr)
+	return n.changeAddr(ctx, raftpb.ConfChangeUpdateNode, id, addr)
 }
 
 // RemoveNode removes node id from the cluster and returns once the change
@@ -92,15 +80,36 @@ func (n *Node) UpdateNode(ctx context.Context, id uint64, addr string) error {
 // its data directory can no longer be opened; its ID is never used again.
 // Errors: as writes, and ErrNotMember, ErrLastVoter, ErrConfChangePending.
 func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
+	return n.changeID(ctx, raftpb.ConfChangeRemoveNode, id)
+}
+
+// changeAddr is changeConf for a change that gives the node's address,
+// once id and addr are checked.
+func (n *Node) changeAddr(ctx context.Context, typ raftpb.ConfChangeType, id uint64, addr string) error {
+	if err := checkMemberArgs(id, addr); err != nil {
+		return err
+	}
+	return n.changeConf(ctx, typ, id, addr)
+}
+
+// changeID is changeConf for a change of node id alone, once id is checked.
+func (n *Node) changeID(ctx context.Context, typ raftpb.ConfChangeType, id uint64) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return n.changeConf(ctx, typ, id, "")
+}
+
+func checkID(id uint64) error {
 	if id == 0 {
 		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
 	}
-	return n.changeConf(ctx, raftpb.ConfChangeRemoveNode, id, "")
+	return nil
 }
 
 func checkMemberArgs(id uint64, addr string) error {
-	if id == 0 {
-		return errorf("node ID 0: %w", kvbuf.ErrBadOptions)
+	if err := checkID(id); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return errorf("address %q: %v: %w", addr, err, kvbuf.ErrBadOptions)

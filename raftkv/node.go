@@ -729,7 +729,9 @@ func (n *Node) stopped() error {
 	return ErrStopped
 }
 
-func (n *Node) handleReady(rd raft.Ready) error {
+// readyState records a Ready's hard state (term and commit index) and soft
+// state (leadership): the first step of handleReady and handleReadyAsync.
+func (n *Node) readyState(rd raft.Ready) {
 	if hs := rd.HardState; hs != nil {
 		n.raftTerm.Store(hs.GetTerm())
 		n.raftCommit.Store(hs.GetCommit())
@@ -737,6 +739,10 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if ss := rd.SoftState; ss != nil {
 		n.softState(ss)
 	}
+}
+
+func (n *Node) handleReady(rd raft.Ready) error {
+	n.readyState(rd)
 	leader := n.leader.Load()
 	n.checkProposedConfChanges(rd.Entries)
 	if leader {

@@ -40,8 +40,8 @@ type Iter struct {
 	positioned bool // a First, Last or Seek call ran
 	err        error
 
-	bounds []byte // stored lower then upper bound; pebble requires them to stay put
-	seek   []byte // scratch for stored seek keys
+	bounds  []byte // stored lower then upper bound; pebble requires them to stay put
+	seekKey []byte // scratch for stored seek keys
 
 	// key and val are the iterator's own copies of the current key and
 	// value, made under mu by Key and Value: pebble's buffers are released
@@ -101,73 +101,50 @@ func (s *Store) newIter(r pebble.Reader, ks KeyspaceID, lower, upper []byte) (*I
 // it.mu.
 func (it *Iter) usable() bool { return !it.closed && it.it != nil }
 
-// First moves to the first key in range and reports whether there is one.
-func (it *Iter) First() bool {
+// move runs step under it.mu, on a usable iterator only; a step that
+// positions (First, Last) may come first, the others (Next, Prev) only
+// after one that positioned.
+func (it *Iter) move(positions bool, step func(*pebble.Iterator) bool) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if !it.usable() || !positions && !it.positioned {
+		return false
+	}
+	it.positioned = true
+	return step(it.it)
+}
+
+// seek is move for the seeks, to the stored key of key in the keyspace.
+func (it *Iter) seek(key []byte, step func(*pebble.Iterator, []byte) bool) bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if !it.usable() {
 		return false
 	}
 	it.positioned = true
-	return it.it.First()
+	it.seekKey = appendUserKey(it.seekKey[:0], it.ks, key)
+	return step(it.it, it.seekKey)
 }
+
+// First moves to the first key in range and reports whether there is one.
+func (it *Iter) First() bool { return it.move(true, (*pebble.Iterator).First) }
 
 // Last moves to the last key in range and reports whether there is one.
-func (it *Iter) Last() bool {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if !it.usable() {
-		return false
-	}
-	it.positioned = true
-	return it.it.Last()
-}
+func (it *Iter) Last() bool { return it.move(true, (*pebble.Iterator).Last) }
 
 // Next moves to the next key and reports whether there is one.
-func (it *Iter) Next() bool {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if !it.usable() || !it.positioned {
-		return false
-	}
-	return it.it.Next()
-}
+func (it *Iter) Next() bool { return it.move(false, (*pebble.Iterator).Next) }
 
 // Prev moves to the previous key and reports whether there is one.
-func (it *Iter) Prev() bool {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if !it.usable() || !it.positioned {
-		return false
-	}
-	return it.it.Prev()
-}
+func (it *Iter) Prev() bool { return it.move(false, (*pebble.Iterator).Prev) }
 
 // SeekGE moves to the first key >= key in range and reports whether there
 // is one. A key below the lower bound seeks to the lower bound.
-func (it *Iter) SeekGE(key []byte) bool {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if !it.usable() {
-		return false
-	}
-	it.positioned = true
-	it.seek = appendUserKey(it.seek[:0], it.ks, key)
-	return it.it.SeekGE(it.seek)
-}
+func (it *Iter) SeekGE(key []byte) bool { return it.seek(key, (*pebble.Iterator).SeekGE) }
 
 // SeekLT moves to the last key < key in range and reports whether there is
 // one. A key above the upper bound seeks to the upper bound.
-func (it *Iter) SeekLT(key []byte) bool {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if !it.usable() {
-		return false
-	}
-	it.positioned = true
-	it.seek = appendUserKey(it.seek[:0], it.ks, key)
-	return it.it.SeekLT(it.seek)
-}
+func (it *Iter) SeekLT(key []byte) bool { return it.seek(key, (*pebble.Iterator).SeekLT) }
 
 // Valid reports whether the iterator is positioned at a key.
 func (it *Iter) Valid() bool {

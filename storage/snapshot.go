@@ -53,27 +53,9 @@ func (sn *Snapshot) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, er
 }
 
 func (sn *Snapshot) get(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
-	if ks == 0 {
-		return dst, errKeyspace("snapshot get")
-	}
-	s := sn.s
-	bp := s.keyBufs.Get().(*[]byte)
-	k := appendUserKey((*bp)[:0], ks, key)
-	sn.mu.RLock()
-	if sn.closed {
-		err := sn.closedErr()
-		sn.mu.RUnlock()
-		s.keyBufs.Put(bp)
-		return dst, err
-	}
-	out, err := readValue(sn.snap, dst, k, appendMode)
-	sn.mu.RUnlock()
-	*bp = k
-	s.keyBufs.Put(bp)
-	if err != nil {
-		return dst, s.userKeyErr("snapshot get", ks, key, err)
-	}
-	return out, nil
+	return userRead(sn.s, "snapshot get", ks, key, &sn.mu, sn.closedErr, dst, func(k []byte) ([]byte, error) {
+		return readValue(sn.snap, dst, k, appendMode)
+	})
 }
 
 // NewIter returns an iterator over the snapshot's keys k of keyspace ks
@@ -86,14 +68,18 @@ func (sn *Snapshot) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
 	}
 	sn.mu.RLock()
 	defer sn.mu.RUnlock()
-	if sn.closed {
-		return nil, sn.closedErr()
+	if err := sn.closedErr(); err != nil {
+		return nil, err
 	}
 	return sn.s.newIter(sn.snap, ks, lower, upper)
 }
 
-// closedErr is the error of a closed snapshot's reads. Callers hold sn.mu.
+// closedErr is the error of a closed snapshot's reads, nil while it is
+// open. Callers hold sn.mu.
 func (sn *Snapshot) closedErr() error {
+	if !sn.closed {
+		return nil
+	}
 	if sn.err != nil {
 		return sn.err
 	}

@@ -293,26 +293,66 @@ func (s *Store) GetAppend(dst []byte, ks KeyspaceID, key []byte) ([]byte, error)
 }
 
 func (s *Store) getUser(dst []byte, ks KeyspaceID, key []byte, appendMode bool) ([]byte, error) {
+	return userRead(s, "get", ks, key, &s.mu, s.closedErr, dst, func(k []byte) ([]byte, error) {
+		return s.pointGet(dst, k, appendMode) // a cached iterator, not DB.Get (pointread.go)
+	})
+}
+
+// userRead is the guarded read that the point reads (Store's and
+// Snapshot's Get, GetAppend and Has) share: it refuses keyspace 0, builds
+// the stored key in a pooled buffer, and runs read on it under mu's read
+// lock unless closedErr (called under that lock) says the reader is
+// closed. On an error it returns failed (false, or Get's dst unchanged);
+// read's error is wrapped with op, the keyspace and the key.
+func userRead[T any](s *Store, op string, ks KeyspaceID, key []byte, mu *sync.RWMutex, closedErr func() error, failed T, read func(k []byte) (T, error)) (T, error) {
 	if ks == 0 {
-		return dst, errKeyspace("get")
+		return failed, errKeyspace(op)
 	}
 	bp := s.keyBufs.Get().(*[]byte)
 	k := appendUserKey((*bp)[:0], ks, key)
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
+	mu.RLock()
+	if err := closedErr(); err != nil {
+		mu.RUnlock()
 		s.keyBufs.Put(bp)
-		return dst, ErrClosed
+		return failed, err
 	}
-	// A cached iterator, not DB.Get (pointread.go).
-	out, err := s.pointGet(dst, k, appendMode)
-	s.mu.RUnlock()
+	v, err := read(k)
+	mu.RUnlock()
 	*bp = k
 	s.keyBufs.Put(bp)
 	if err != nil {
-		return dst, s.userKeyErr("get", ks, key, err)
+		return failed, s.userKeyErr(op, ks, key, err)
 	}
-	return out, nil
+	return v, nil
+}
+
+// closeByStore empties set (the open snapshots or iterators) under mu and
+// closes each one it held for Store.Close, outside mu.
+func closeByStore[T interface {
+	comparable
+	closeByStore() error
+}](mu *sync.Mutex, set map[T]struct{}) error {
+	mu.Lock()
+	all := make([]T, 0, len(set))
+	for x := range set {
+		all = append(all, x)
+	}
+	clear(set)
+	mu.Unlock()
+	var err error
+	for _, x := range all {
+		err = errors.Join(err, x.closeByStore())
+	}
+	return err
+}
+
+// closedErr is ErrClosed once Close has begun, nil before. Callers hold
+// s.mu.
+func (s *Store) closedErr() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // GetMeta returns a copy of the meta value set with Batch.SetMeta, or an
@@ -546,26 +586,8 @@ func (s *Store) close() error {
 	// Snapshots first: Snapshot.NewIter registers its iterator under the
 	// snapshot's lock, so once every snapshot is closed no iterator can
 	// appear behind the collection below.
-	s.openMu.Lock()
-	snaps := make([]*Snapshot, 0, len(s.snaps))
-	for sn := range s.snaps {
-		snaps = append(snaps, sn)
-	}
-	clear(s.snaps)
-	s.openMu.Unlock()
-	for _, sn := range snaps {
-		err = errors.Join(err, sn.closeByStore())
-	}
-	s.openMu.Lock()
-	iters := make([]*Iter, 0, len(s.iters))
-	for it := range s.iters {
-		iters = append(iters, it)
-	}
-	clear(s.iters)
-	s.openMu.Unlock()
-	for _, it := range iters {
-		err = errors.Join(err, it.closeByStore())
-	}
+	err = errors.Join(err, closeByStore(&s.openMu, s.snaps))
+	err = errors.Join(err, closeByStore(&s.openMu, s.iters))
 	if cerr := s.pit.closeAll(); cerr != nil { // point-read rule P3
 		err = errors.Join(err, cerr)
 	}

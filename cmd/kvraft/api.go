@@ -89,40 +89,24 @@ func (s *server) handler() http.Handler {
 	}, maxSmallBody))
 	mux.HandleFunc("GET /bits/{name}/{index}", s.getBit)
 	mux.HandleFunc("GET /members", s.listMembers)
-	mux.HandleFunc("POST /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("POST /members/{id}", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		addr := r.URL.Query().Get("addr")
 		if addr == "" {
 			return badRequest("?addr=HOST:PORT is required")
 		}
 		return s.n.AddLearner(ctx, id, addr)
 	}, 0))
-	mux.HandleFunc("POST /members/{id}/promote", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("POST /members/{id}/promote", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		return s.n.PromoteNode(ctx, id)
 	}, 0))
-	mux.HandleFunc("PUT /members/{id}/addr", s.write(func(ctx context.Context, r *http.Request, body []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("PUT /members/{id}/addr", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, body []byte) error {
 		addr := strings.TrimSpace(string(body))
 		if addr == "" {
 			return badRequest("the body is the new address, HOST:PORT")
 		}
 		return s.n.UpdateNode(ctx, id, addr)
 	}, maxSmallBody+256))
-	mux.HandleFunc("DELETE /members/{id}", s.write(func(ctx context.Context, r *http.Request, _ []byte) error {
-		id, err := memberID(r)
-		if err != nil {
-			return err
-		}
+	mux.HandleFunc("DELETE /members/{id}", s.memberWrite(func(ctx context.Context, id uint64, r *http.Request, _ []byte) error {
 		return s.n.RemoveNode(ctx, id)
 	}, 0))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -169,31 +153,54 @@ func (s *server) deleteRange(ctx context.Context, r *http.Request) error {
 	return s.n.DeleteRange(ctx, r.PathValue("ks"), lo, hi)
 }
 
+// memberWrite is write for the /members/{id} endpoints: fn gets the
+// member's ID, parsed from the path (memberID).
+func (s *server) memberWrite(fn func(ctx context.Context, id uint64, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
+	return s.write(func(ctx context.Context, r *http.Request, body []byte) error {
+		id, err := memberID(r)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, id, r, body)
+	}, limit)
+}
+
+// readBody authenticates a write's request and reads its body, at most
+// limit bytes; if it cannot, it answers the request (401, 413 or 400) and
+// returns false.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if err := s.auth.check(r); err != nil {
+		writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig) && limit == maxValueBody:
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("value larger than %d bytes: %w", limit-1, kvbuf.ErrValueTooLarge))
+		return nil, false
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		return nil, false
+	}
+	return body, true
+}
+
 // write returns the handler of a write: read the body (at most limit
 // bytes; 413 beyond), apply fn on this node, or forward the request to the
 // leader if this node does not lead.
 func (s *server) write(fn func(ctx context.Context, r *http.Request, body []byte) error, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.auth.check(r); err != nil {
-			writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max(limit, 1)))
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig) && limit == maxValueBody:
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("value larger than %d bytes: %w", limit-1, kvbuf.ErrValueTooLarge))
-			return
-		case errors.As(err, &tooBig):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
-			return
-		case err != nil:
-			writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		body, ok := s.readBody(w, r, limit)
+		if !ok {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
-		err = fn(ctx, r, body)
+		err := fn(ctx, r, body)
 		if errors.Is(err, raftkv.ErrNotLeader) && r.Header.Get(headerForwarded) == "" {
 			s.forward(w, r, body)
 			return
@@ -302,18 +309,8 @@ type resultJSON struct {
 // refused whole (400, nothing applied); a follower forwards the request to
 // the leader.
 func (s *server) pipeline(w http.ResponseWriter, r *http.Request) {
-	if err := s.auth.check(r); err != nil {
-		writeError(w, http.StatusUnauthorized, fmt.Errorf("node %d: %w", s.n.ID(), err))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPipelineBody))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxPipelineBody))
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+	body, ok := s.readBody(w, r, maxPipelineBody)
+	if !ok {
 		return
 	}
 	ws, err := parseWrites(r.PathValue("ks"), body)
@@ -366,27 +363,21 @@ func parseWrites(ks string, body []byte) ([]raftkv.Write, error) {
 			return nil, badRequest("line %d: %v", line, err)
 		}
 		w := raftkv.Write{Keyspace: ks, Delete: wj.Delete}
+		var hasKey, hasValue, both bool
+		w.Key, hasKey, both = textOrB64(wj.Key, wj.KeyB64)
 		switch {
-		case wj.Key != nil && wj.KeyB64 != nil:
+		case both:
 			return nil, badRequest("line %d: key and key_b64 are one key: give one", line)
-		case wj.Key != nil:
-			w.Key = []byte(*wj.Key)
-		case wj.KeyB64 != nil:
-			w.Key = wj.KeyB64
-		default:
+		case !hasKey:
 			return nil, badRequest("line %d: no key (key or key_b64)", line)
 		}
-		hasValue := wj.Value != nil || wj.ValueB64 != nil
+		w.Value, hasValue, both = textOrB64(wj.Value, wj.ValueB64)
 		switch {
 		case wj.Delete && hasValue:
 			return nil, badRequest("line %d: a delete has no value", line)
-		case wj.Value != nil && wj.ValueB64 != nil:
+		case both:
 			return nil, badRequest("line %d: value and value_b64 are one value: give one", line)
-		case wj.Value != nil:
-			w.Value = []byte(*wj.Value)
-		case wj.ValueB64 != nil:
-			w.Value = wj.ValueB64
-		case !wj.Delete:
+		case !hasValue && !wj.Delete:
 			return nil, badRequest("line %d: a put needs a value (value or value_b64; \"delete\": true to delete)", line)
 		}
 		ws = append(ws, w)
@@ -532,15 +523,21 @@ func (s *server) listNames(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// raftStatus is the raft part of GET /status, first in its answer; kvraft
+// status reads it back into its rows (endpointStatus).
+type raftStatus struct {
+	ID      uint64 `json:"id"`
+	Cluster string `json:"cluster"`
+	State   string `json:"state"`
+	Leader  uint64 `json:"leader"`
+	Term    uint64 `json:"term"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+}
+
 // statusJSON is GET /status; field names are stable.
 type statusJSON struct {
-	ID          uint64            `json:"id"`
-	Cluster     string            `json:"cluster"`
-	State       string            `json:"state"`
-	Leader      uint64            `json:"leader"`
-	Term        uint64            `json:"term"`
-	Commit      uint64            `json:"commit"`
-	Applied     uint64            `json:"applied"`
+	raftStatus
 	Watermark   uint64            `json:"watermark"`
 	LogFirst    uint64            `json:"log_first"`
 	LogLast     uint64            `json:"log_last"`
@@ -557,9 +554,12 @@ type statusJSON struct {
 func (s *server) status(w http.ResponseWriter, r *http.Request) {
 	st := s.n.Status()
 	out := statusJSON{
-		ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
-		Term: st.Term, Commit: st.Commit, Applied: st.Applied, Watermark: st.Watermark,
-		LogFirst: st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
+		raftStatus: raftStatus{
+			ID: st.ID, Cluster: fmt.Sprintf("%016x", st.Cluster), State: st.State, Leader: st.Leader,
+			Term: st.Term, Commit: st.Commit, Applied: st.Applied,
+		},
+		Watermark: st.Watermark,
+		LogFirst:  st.LogFirst, LogLast: st.LogLast, Members: map[string]string{},
 		Voters: append([]uint64{}, st.Voters...), Learners: append([]uint64{}, st.Learners...),
 		Engine: st.Engine, Error: st.Err, Metrics: st.Metrics,
 	}
@@ -661,4 +661,17 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// textOrB64 is a pipelined write's field given as text or in base64 (key
+// and key_b64, value and value_b64): its bytes, whether it was given, and
+// whether it was given twice.
+func textOrB64(text *string, b64 []byte) (b []byte, given, both bool) {
+	switch {
+	case text != nil && b64 != nil:
+		return nil, true, true
+	case text != nil:
+		return []byte(*text), true, false
+	}
+	return b64, b64 != nil, false
 }

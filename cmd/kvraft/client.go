@@ -21,12 +21,15 @@ type clientFlags struct {
 	timeout                              time.Duration
 }
 
-func (c *clientFlags) add(fs *flag.FlagSet) {
+// addClientFlags defines the client commands' common flags in fs.
+func addClientFlags(fs *flag.FlagSet) *clientFlags {
+	c := new(clientFlags)
 	fs.StringVar(&c.caFile, "cacert", "", "CA certificate (PEM) to verify the nodes' certificates with: use HTTPS")
 	fs.StringVar(&c.certFile, "cert", "", "client certificate (PEM) to present (with --key)")
 	fs.StringVar(&c.keyFile, "key", "", "the client certificate's private key (PEM)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding a bearer token to send (writes and admin calls need it, or a client certificate, on a node with TLS)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long one request may take")
+	return c
 }
 
 // apiClient reaches nodes' HTTP API: over HTTPS if a CA was given, with a

@@ -146,27 +146,48 @@ type config struct {
 	sec            security
 }
 
-func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]")
-	fmt.Fprintln(w, "       kvraft status --endpoints HOST:PORT,... [flags]")
-	fmt.Fprintln(w, "       kvraft snapshot --endpoint HOST:PORT --out FILE [flags]")
-	fmt.Fprintln(w, "       kvraft restore --snapshot FILE --id N --peers ... --data DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP")
-	fmt.Fprintln(w, "API (see 'go doc ./cmd/kvraft') on one address. The client commands print the")
-	fmt.Fprintln(w, "cluster's status, save a snapshot of a running node, and make the data")
-	fmt.Fprintln(w, "directory of a new cluster's node from one ('kvraft COMMAND -h' for their flags).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+// usageText is kvraft -h's text; the flags follow it.
+const usageText = `Usage: kvraft --id N --peers 1=HOST:PORT,2=HOST:PORT,... [flags]
+       kvraft status --endpoints HOST:PORT,... [flags]
+       kvraft snapshot --endpoint HOST:PORT --out FILE [flags]
+       kvraft restore --snapshot FILE --id N --peers ... --data DIR
+
+Runs one node of a replicated kvbuf cluster: the raft transport and the HTTP
+API (see 'go doc ./cmd/kvraft') on one address. The client commands print the
+cluster's status, save a snapshot of a running node, and make the data
+directory of a new cluster's node from one ('kvraft COMMAND -h' for their flags).
+
+Flags:
+`
+
+// parseCommand parses a command's flags. For -h it prints help, then the
+// flags, to stdout; for a bad flag, one usage line to stderr (usageErr). ok
+// is false when the caller should return code at once.
+func parseCommand(fs *flag.FlagSet, args []string, help string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, help)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return exitOK, false
+		}
+		return usageErr(fs, stderr, "%v", err), false
+	}
+	return exitOK, true
+}
+
+// usageErr prints a usage error of fs's command in one line, ending with
+// the hint to run the command with -h, and returns exitUsage.
+func usageErr(fs *flag.FlagSet, stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, fs.Name()+": "+format+" (run '"+fs.Name()+" -h' for the flags)\n", a...)
+	return exitUsage
 }
 
 // parseArgs parses the command line; ok = false after a usage error or
 // -h (code says which).
 func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) {
 	fs := flag.NewFlagSet("kvraft", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	id := fs.Uint64("id", 0, "this node's raft ID (non-zero, never reused) (required)")
 	peers := fs.String("peers", "", "the initial members, ID=HOST:PORT,... (required; with --join: members to contact)")
 	data := fs.String("data", "", "data directory (default kvraft-ID in the current directory)")
@@ -181,17 +202,11 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 	dirMode := fs.String("data-mode", "0700", "permissions of the directories the node creates (files get the same without execute bits: 0700 gives 0600)")
 	var sec security
 	sec.add(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(os.Stdout, fs)
-			return cfg, exitOK, false
-		}
-		fmt.Fprintf(stderr, "kvraft: %v (run 'kvraft -h' for the flags)\n", err)
-		return cfg, exitUsage, false
+	if code, ok := parseCommand(fs, args, usageText, os.Stdout, stderr); !ok {
+		return cfg, code, false
 	}
 	bad := func(format string, a ...any) (config, int, bool) {
-		fmt.Fprintf(stderr, "kvraft: "+format+" (run 'kvraft -h' for the flags)\n", a...)
-		return cfg, exitUsage, false
+		return cfg, usageErr(fs, stderr, format, a...), false
 	}
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))

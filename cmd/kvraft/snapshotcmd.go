@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/raftkv"
 )
 
@@ -87,31 +87,14 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
 // mode 0600), and prints its index, size and content digest.
 func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvraft snapshot", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	endpoint := fs.String("endpoint", "", "the node to save a snapshot of, HOST:PORT (required)")
 	out := fs.String("out", "", "the file to write (required; not overwritten)")
 	stale := fs.Bool("stale", false, "the node's applied state as it is, without a ReadIndex round")
-	var cf clientFlags
-	cf.add(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft snapshot --endpoint HOST:PORT --out FILE [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Saves a snapshot of a running node's engine (GET /snapshot) to FILE.")
-			fmt.Fprintln(stdout, "'kvraft restore' makes a new cluster's data directories from it.")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "kvraft snapshot: %v (run 'kvraft snapshot -h' for the flags)\n", err)
-		return exitUsage
+	cf := addClientFlags(fs)
+	if code, ok := parseCommand(fs, args, snapshotHelp, stdout, stderr); !ok {
+		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "kvraft snapshot: "+format+" (run 'kvraft snapshot -h' for the flags)\n", a...)
-		return exitUsage
-	}
+	bad := func(format string, a ...any) int { return usageErr(fs, stderr, format, a...) }
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q", fs.Arg(0))
@@ -167,7 +150,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		err = os.Rename(part, *out)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(*out))
+		err = fsutil.SyncDir(filepath.Dir(*out))
 	}
 	if err != nil {
 		_ = os.Remove(part)
@@ -178,18 +161,6 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return exitOK
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // runRestore implements kvraft restore --snapshot FILE --id N --peers ...
 // --data DIR: it makes DIR
 // the data directory of node N of a new cluster of --peers holding FILE's
@@ -198,33 +169,16 @@ func syncDir(dir string) error {
 // its usual command (not --join).
 func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvraft restore", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	file := fs.String("snapshot", "", "the snapshot file (kvraft snapshot, GET /snapshot) (required)")
 	id := fs.Uint64("id", 0, "the new node's raft ID (required)")
 	peers := fs.String("peers", "", "the new cluster's members, ID=HOST:PORT,... (required)")
 	data := fs.String("data", "", "the data directory to make: must not exist or be empty (required)")
 	token := fs.String("cluster-token", raftkv.DefaultClusterToken, "the new cluster's token (as its nodes will be started with)")
 	dirMode := fs.String("data-mode", "0700", "permissions of the directories made (as for a node)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft restore --snapshot FILE --id N --peers 1=HOST:PORT,... --data DIR [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Makes DIR the data directory of node N of a new cluster holding the snapshot's")
-			fmt.Fprintln(stdout, "content. Restore every node of the new cluster from the same snapshot with the")
-			fmt.Fprintln(stdout, "same --peers, then start each with its usual command (not --join).")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "kvraft restore: %v (run 'kvraft restore -h' for the flags)\n", err)
-		return exitUsage
+	if code, ok := parseCommand(fs, args, restoreHelp, stdout, stderr); !ok {
+		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "kvraft restore: "+format+" (run 'kvraft restore -h' for the flags)\n", a...)
-		return exitUsage
-	}
+	bad := func(format string, a ...any) int { return usageErr(fs, stderr, format, a...) }
 	pm, perr := parsePeers(*peers)
 	mode, merr := strconv.ParseUint(*dirMode, 8, 32)
 	switch {
@@ -264,3 +218,22 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// snapshotHelp is kvraft snapshot -h's text; the flags follow it.
+const snapshotHelp = `Usage: kvraft snapshot --endpoint HOST:PORT --out FILE [flags]
+
+Saves a snapshot of a running node's engine (GET /snapshot) to FILE.
+'kvraft restore' makes a new cluster's data directories from it.
+
+Flags:
+`
+
+// restoreHelp is kvraft restore -h's text; the flags follow it.
+const restoreHelp = `Usage: kvraft restore --snapshot FILE --id N --peers 1=HOST:PORT,... --data DIR [flags]
+
+Makes DIR the data directory of node N of a new cluster holding the snapshot's
+content. Restore every node of the new cluster from the same snapshot with the
+same --peers, then start each with its usual command (not --join).
+
+Flags:
+`

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,29 +20,13 @@ import (
 // otherwise (the row says why), 2 on a usage error.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvraft status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	endpoints := fs.String("endpoints", "", "the nodes to ask, HOST:PORT,... (required)")
 	asJSON := fs.Bool("json", false, "print one JSON object per endpoint instead of a table")
-	var cf clientFlags
-	cf.add(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: kvraft status --endpoints HOST:PORT,... [flags]")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Prints every node's role, term, commit index, applied index and lag.")
-			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Flags:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "kvraft status: %v (run 'kvraft status -h' for the flags)\n", err)
-		return exitUsage
+	cf := addClientFlags(fs)
+	if code, ok := parseCommand(fs, args, statusHelp, stdout, stderr); !ok {
+		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "kvraft status: "+format+" (run 'kvraft status -h' for the flags)\n", a...)
-		return exitUsage
-	}
+	bad := func(format string, a ...any) int { return usageErr(fs, stderr, format, a...) }
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
@@ -112,16 +95,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // it could not be read.
 type endpointStatus struct {
 	Endpoint string `json:"endpoint"`
-	ID       uint64 `json:"id"`
-	Cluster  string `json:"cluster"`
-	State    string `json:"state"`
-	Leader   uint64 `json:"leader"`
-	Term     uint64 `json:"term"`
-	Commit   uint64 `json:"commit"`
-	Applied  uint64 `json:"applied"`
-	Lag      uint64 `json:"lag"`
-	Error    string `json:"error,omitempty"` // the error that stopped the node
-	Err      string `json:"unreachable,omitempty"`
+	raftStatus
+	Lag   uint64 `json:"lag"`
+	Error string `json:"error,omitempty"` // the error that stopped the node
+	Err   string `json:"unreachable,omitempty"`
 }
 
 func fetchStatus(ctx context.Context, ac *apiClient, addr string) endpointStatus {
@@ -148,3 +125,11 @@ func fetchStatus(ctx context.Context, ac *apiClient, addr string) endpointStatus
 	row.Endpoint = addr
 	return row
 }
+
+// statusHelp is kvraft status -h's text; the flags follow it.
+const statusHelp = `Usage: kvraft status --endpoints HOST:PORT,... [flags]
+
+Prints every node's role, term, commit index, applied index and lag.
+
+Flags:
+`

@@ -22,42 +22,44 @@ import (
 )
 
 func benchHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvtool bench [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Runs the workloads of doc/workloads.md (W1 bitslice lookups, W2 key-value")
-	fmt.Fprintln(w, "lookups, scans and memory over pebble, W3 contended tables, W4 flush")
-	fmt.Fprintln(w, "coalescing, W6 flush throughput, W7 reads under write load, W8 batch")
-	fmt.Fprintln(w, "writes, W10 sparse bitslices, W11 1,000 engines under one memory budget;")
-	fmt.Fprintln(w, "W5, the flusher's drain gate, is a go test benchmark of package flush,")
-	fmt.Fprintln(w, "W9 a raftkv one), kvbuf side by side with every baseline in this process, through")
-	fmt.Fprintln(w, "kvbuf's public API, on real engines and stores in a temporary directory that")
-	fmt.Fprintln(w, "is removed afterwards. Every implementation runs one warm-up round, then")
-	fmt.Fprintln(w, "the measured rounds, each running every implementation once in an order")
-	fmt.Fprintln(w, "that gives each one every position (a Williams design). Rows that write")
-	fmt.Fprintln(w, "read back what they wrote after each round and the run fails on a")
-	fmt.Fprintln(w, "difference (a sample of 1000 values per round; every value with --quick).")
-	fmt.Fprintln(w, "For each row it prints the median time per operation (OP says what one")
+	fmt.Fprint(w, `Usage: kvtool bench [flags]
+
+Runs the workloads of doc/workloads.md (W1 bitslice lookups, W2 key-value
+lookups, scans and memory over pebble, W3 contended tables, W4 flush
+coalescing, W6 flush throughput, W7 reads under write load, W8 batch
+writes, W10 sparse bitslices, W11 1,000 engines under one memory budget;
+W5, the flusher's drain gate, is a go test benchmark of package flush,
+W9 a raftkv one), kvbuf side by side with every baseline in this process, through
+kvbuf's public API, on real engines and stores in a temporary directory that
+is removed afterwards. Every implementation runs one warm-up round, then
+the measured rounds, each running every implementation once in an order
+that gives each one every position (a Williams design). Rows that write
+read back what they wrote after each round and the run fails on a
+difference (a sample of 1000 values per round; every value with --quick).
+For each row it prints the median time per operation (OP says what one
+`)
 	fmt.Fprintf(w, "is) and the min-max over rounds (marked * when the max exceeds %gx the\n", bench.NoisyRatio)
-	fmt.Fprintln(w, "min), the user+system CPU time per operation of the whole process over the")
-	fmt.Fprintln(w, "timed part (so that work moved to other goroutines and cores counts),")
-	fmt.Fprintln(w, "allocations per operation (runtime.MemStats.Mallocs over the timed part)")
-	fmt.Fprintln(w, "and, on baseline rows, the kvbuf speedup: in each round the baseline's time")
-	fmt.Fprintln(w, "over the workload's first kvbuf row's, the median over rounds with its")
-	fmt.Fprintln(w, "min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row")
-	fmt.Fprintln(w, "is no headline (write only, a component). Memory rows add the live heap")
-	fmt.Fprintln(w, "per entry (kvbuf rows also the engine's own count), W4 rows physical syncs")
-	fmt.Fprintln(w, "per Flush, Flush latency percentiles and coverage violations (a lower")
-	fmt.Fprintln(w, "bound), W7 rows reader and writer throughput and latency percentiles.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--cpu runs the parallel workloads (W1 and W2 lookups, W3) in each listed")
-	fmt.Fprintln(w, "number of goroutines; their names get -cpuN for N > 1 (default: 1 for W1")
-	fmt.Fprintln(w, "and W2, 1,2 for W3).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--workload takes a glob (path.Match: W1/*, W2/get-*, or a family: W4) or,")
-	fmt.Fprintln(w, "if it matches no name as a glob and uses regular-expression syntax (one of")
-	fmt.Fprintln(w, "^$|()+{}.\\) or no glob syntax (*?[), a regular expression searched in the")
-	fmt.Fprintln(w, "names (scan, g(1|4)$). A pattern that selects nothing is a usage error.")
-	fmt.Fprintln(w, "Names:")
+	fmt.Fprint(w, `min), the user+system CPU time per operation of the whole process over the
+timed part (so that work moved to other goroutines and cores counts),
+allocations per operation (runtime.MemStats.Mallocs over the timed part)
+and, on baseline rows, the kvbuf speedup: in each round the baseline's time
+over the workload's first kvbuf row's, the median over rounds with its
+min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row
+is no headline (write only, a component). Memory rows add the live heap
+per entry (kvbuf rows also the engine's own count), W4 rows physical syncs
+per Flush, Flush latency percentiles and coverage violations (a lower
+bound), W7 rows reader and writer throughput and latency percentiles.
+
+--cpu runs the parallel workloads (W1 and W2 lookups, W3) in each listed
+number of goroutines; their names get -cpuN for N > 1 (default: 1 for W1
+and W2, 1,2 for W3).
+
+--workload takes a glob (path.Match: W1/*, W2/get-*, or a family: W4) or,
+if it matches no name as a glob and uses regular-expression syntax (one of
+^$|()+{}.\) or no glob syntax (*?[), a regular expression searched in the
+names (scan, g(1|4)$). A pattern that selects nothing is a usage error.
+Names:
+`)
 	for _, s := range bench.Catalog() {
 		line := " "
 		for _, name := range s.Workloads {
@@ -69,23 +71,24 @@ func benchHelp(w io.Writer, fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--json writes one JSON object per row to stdout: workload, impl, unit,")
-	fmt.Fprintln(w, "goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,")
-	fmt.Fprintln(w, "allocs_per_op, rounds, ops_per_round, floor, label, read_back; own rows add")
-	fmt.Fprintln(w, "ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and max over")
-	fmt.Fprintln(w, "rounds of the baseline's time / this row's in the same round),")
-	fmt.Fprintln(w, "ratio_vs_noisy and cpu_ratio_vs; memory rows bytes_per_entry (kvbuf rows")
-	fmt.Fprintln(w, "also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,")
-	fmt.Fprintln(w, "violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows")
-	fmt.Fprintln(w, "reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,")
-	fmt.Fprintln(w, "p99_write_ns; W11 rows engine_min_share, engine_max_share, budget_peak.")
-	fmt.Fprintln(w, "go run ./scripts/benchtable turns that output into the README's tables.")
-	fmt.Fprintln(w, "A progress bar is drawn on stderr when it is a terminal or with --progress.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "On SIGINT or SIGTERM it stops after the round in progress, prints the rows")
-	fmt.Fprintln(w, "it finished, removes its temporary directory and exits with status 1.")
-	fmt.Fprintln(w)
+	fmt.Fprint(w, `
+--json writes one JSON object per row to stdout: workload, impl, unit,
+goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,
+allocs_per_op, rounds, ops_per_round, floor, label, read_back; own rows add
+ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and max over
+rounds of the baseline's time / this row's in the same round),
+ratio_vs_noisy and cpu_ratio_vs; memory rows bytes_per_entry (kvbuf rows
+also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,
+violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows
+reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,
+p99_write_ns; W11 rows engine_min_share, engine_max_share, budget_peak.
+go run ./scripts/benchtable turns that output into the README's tables.
+A progress bar is drawn on stderr when it is a terminal or with --progress.
+
+On SIGINT or SIGTERM it stops after the round in progress, prints the rows
+it finished, removes its temporary directory and exits with status 1.
+
+`)
 	printFlags(w, fs)
 }
 

@@ -2,32 +2,30 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
-
-	"github.com/kvbuf/kvbuf"
 )
 
 func checkpointHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool checkpoint [--json] DIR DEST")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Opens the kvbuf engine in DIR and writes a consistent copy of it into DEST")
-	fmt.Fprintln(w, "(DB.Checkpoint): the store (pebble's checkpoint, hard links where DEST is on")
-	fmt.Fprintln(w, "the same file system) and every bitslice as of the same instant, after a")
-	fmt.Fprintln(w, "flush. DEST becomes an engine directory of its own, with its own engine id")
-	fmt.Fprintln(w, "and the watermark printed: a host restores it by opening it and replaying")
-	fmt.Fprintln(w, "its log from that watermark + 1. DIR is left as it was (it is opened and")
-	fmt.Fprintln(w, "closed, which flushes what pebble recovered from its log).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DEST must not exist or be an empty directory. DIR must be an existing engine")
-	fmt.Fprintln(w, "directory that no running engine holds (a running engine checkpoints")
-	fmt.Fprintln(w, "itself: DB.Checkpoint). An interrupt stops it and removes DEST.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprint(w, `Usage: kvtool checkpoint [--json] DIR DEST
+
+Opens the kvbuf engine in DIR and writes a consistent copy of it into DEST
+(DB.Checkpoint): the store (pebble's checkpoint, hard links where DEST is on
+the same file system) and every bitslice as of the same instant, after a
+flush. DEST becomes an engine directory of its own, with its own engine id
+and the watermark printed: a host restores it by opening it and replaying
+its log from that watermark + 1. DIR is left as it was (it is opened and
+closed, which flushes what pebble recovered from its log).
+
+DEST must not exist or be an empty directory. DIR must be an existing engine
+directory that no running engine holds (a running engine checkpoints
+itself: DB.Checkpoint). An interrupt stops it and removes DEST.
+
+Flags:
+  --json   print JSON instead of text
+`)
 }
 
 // checkpointJSON is checkpoint's --json output.
@@ -44,12 +42,9 @@ type checkpointJSON struct {
 func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	dirs, code, done := parseFlags(fs, args, checkpointHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 2, "want DIR and DEST, got %d arguments", checkpointHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 2 {
-		return usageError(stderr, "checkpoint", fmt.Sprintf("want DIR and DEST, got %d arguments", len(dirs)))
 	}
 	out, err := checkpoint(ctx, dirs[0], dirs[1])
 	if err != nil {
@@ -78,10 +73,7 @@ func checkpoint(ctx context.Context, dir, dest string) (out checkpointJSON, err 
 	if _, err := readManifest(dir); err != nil {
 		return out, err
 	}
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return out, lockedError(dir, "a running engine checkpoints itself: DB.Checkpoint")
-	}
+	db, err := openEngine(dir, nil, "a running engine checkpoints itself: DB.Checkpoint")
 	if err != nil {
 		return out, err
 	}

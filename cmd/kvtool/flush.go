@@ -13,23 +13,24 @@ import (
 )
 
 func flushHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool flush [--json] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Opens the kvbuf engine in DIR, flushes its pending state and pebble's")
-	fmt.Fprintln(w, "memtables to sstables (synced), closes it, and prints the sstables and")
-	fmt.Fprintln(w, "memtables before and after, the engine's flush metrics (generations")
-	fmt.Fprintln(w, "frozen, generation writes including retries, failures), its keyspaces and")
-	fmt.Fprintln(w, "bitslices, and the persisted watermark before and after. After it, opening")
-	fmt.Fprintln(w, "the engine does not replay pebble's write-ahead log.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DIR must be an existing engine directory that no running engine holds")
-	fmt.Fprintln(w, "(a running engine flushes itself: DB.FlushMemtables). Pending changes live")
-	fmt.Fprintln(w, "in the memory of the process that wrote them, so a freshly opened engine has")
-	fmt.Fprintln(w, "none; what this command moves is what pebble recovered from its log. A")
-	fmt.Fprintln(w, "keyspace drop that was not yet durable is finished by one generation.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --json   print JSON instead of text")
+	fmt.Fprint(w, `Usage: kvtool flush [--json] DIR
+
+Opens the kvbuf engine in DIR, flushes its pending state and pebble's
+memtables to sstables (synced), closes it, and prints the sstables and
+memtables before and after, the engine's flush metrics (generations
+frozen, generation writes including retries, failures), its keyspaces and
+bitslices, and the persisted watermark before and after. After it, opening
+the engine does not replay pebble's write-ahead log.
+
+DIR must be an existing engine directory that no running engine holds
+(a running engine flushes itself: DB.FlushMemtables). Pending changes live
+in the memory of the process that wrote them, so a freshly opened engine has
+none; what this command moves is what pebble recovered from its log. A
+keyspace drop that was not yet durable is finished by one generation.
+
+Flags:
+  --json   print JSON instead of text
+`)
 }
 
 // flushJSON is flush's --json output. Generations, GenerationWrites and
@@ -66,6 +67,16 @@ func (s *storeJSON) sstables() (files, bytes int64) {
 	return files, bytes
 }
 
+// openEngine opens the engine in dir for a command. If a running engine
+// holds it, the error says so and, in instead, what to do (lockedError).
+func openEngine(dir string, o *kvbuf.Options, instead string) (*kvbuf.DB, error) {
+	db, err := kvbuf.Open(dir, o)
+	if errors.Is(err, kvbuf.ErrLocked) {
+		return nil, lockedError(dir, instead)
+	}
+	return db, err
+}
+
 // lockedError explains ErrLocked for a command that needs the engine:
 // what holds the directory, and what to do instead.
 func lockedError(dir, instead string) error {
@@ -76,12 +87,9 @@ func lockedError(dir, instead string) error {
 func runFlush(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("flush", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	dirs, code, done := parseFlags(fs, args, flushHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 1, "want exactly one DIR, got %d", flushHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 1 {
-		return usageError(stderr, "flush", fmt.Sprintf("want exactly one DIR, got %d", len(dirs)))
 	}
 	dir := dirs[0]
 	out, err := flushEngine(ctx, dir)
@@ -135,10 +143,7 @@ func flushEngine(ctx context.Context, dir string) (flushJSON, error) {
 	}
 	// Open opens every bitslice of the directory, so a damaged one is
 	// reported here rather than skipped.
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return out, lockedError(dir, "a running engine flushes itself: DB.FlushMemtables")
-	}
+	db, err := openEngine(dir, nil, "a running engine flushes itself: DB.FlushMemtables")
 	if err != nil {
 		return out, err
 	}

@@ -95,33 +95,34 @@ type levelJSON struct {
 }
 
 func inspectHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool inspect [--json] [--digest] PATH")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "PATH is a bitslice file or a kvbuf engine directory (of a kvraft node: the")
-	fmt.Fprintln(w, "engine directory inside its data directory, the one its /status names).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "For a bitslice file: validates it and prints its format version, length in")
-	fmt.Fprintln(w, "bits, set bits, persisted watermark, owner (the engine it belongs to), write")
-	fmt.Fprintln(w, "generation, header sequence and file size.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "For an engine directory: prints the engine format version and id, the")
-	fmt.Fprintln(w, "persisted watermark, the store's estimated key count, LSM levels, memtables")
-	fmt.Fprintln(w, "and disk usage, the keyspaces (and dropped ones awaiting deletion), every")
-	fmt.Fprintln(w, "bitslice as above with the engine's record of it, and the total size. It")
-	fmt.Fprintln(w, "checks every bitslice file against that record as opening the engine does:")
-	fmt.Fprintln(w, "a recorded bitslice whose file is missing, an older copy, a shorter file or")
-	fmt.Fprintln(w, "another engine's file is an error naming each one (the engine will not open")
-	fmt.Fprintln(w, "until the file is restored). It opens the store read-only and never writes.")
-	fmt.Fprintln(w, "If a running engine holds the directory, the store cannot be read: inspect")
-	fmt.Fprintln(w, "says so, still describes the bitslice files (which may be mid-update, and")
-	fmt.Fprintln(w, "are not checked) and exits 0.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "A corrupt or foreign file or directory, or a missing PATH, is reported on")
-	fmt.Fprintln(w, "stderr in one line saying what was found, exit status 1.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --json   print JSON instead of text")
-	fmt.Fprintln(w, "  --digest also print the engine's content digest (engine not running)")
+	fmt.Fprint(w, `Usage: kvtool inspect [--json] [--digest] PATH
+
+PATH is a bitslice file or a kvbuf engine directory (of a kvraft node: the
+engine directory inside its data directory, the one its /status names).
+
+For a bitslice file: validates it and prints its format version, length in
+bits, set bits, persisted watermark, owner (the engine it belongs to), write
+generation, header sequence and file size.
+
+For an engine directory: prints the engine format version and id, the
+persisted watermark, the store's estimated key count, LSM levels, memtables
+and disk usage, the keyspaces (and dropped ones awaiting deletion), every
+bitslice as above with the engine's record of it, and the total size. It
+checks every bitslice file against that record as opening the engine does:
+a recorded bitslice whose file is missing, an older copy, a shorter file or
+another engine's file is an error naming each one (the engine will not open
+until the file is restored). It opens the store read-only and never writes.
+If a running engine holds the directory, the store cannot be read: inspect
+says so, still describes the bitslice files (which may be mid-update, and
+are not checked) and exits 0.
+
+A corrupt or foreign file or directory, or a missing PATH, is reported on
+stderr in one line saying what was found, exit status 1.
+
+Flags:
+  --json   print JSON instead of text
+  --digest also print the engine's content digest (engine not running)
+`)
 }
 
 // runInspect implements "kvtool inspect [--json] [--digest] PATH". It only reads: a
@@ -131,12 +132,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	withDigest := fs.Bool("digest", false, "also print the engine's content digest")
-	paths, code, done := parseFlags(fs, args, inspectHelp, stdout, stderr)
+	paths, code, done := parseFlagsN(fs, args, 1, "want exactly one PATH, got %d", inspectHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(paths) != 1 {
-		return usageError(stderr, "inspect", fmt.Sprintf("want exactly one PATH, got %d", len(paths)))
 	}
 	path := paths[0]
 	st, err := os.Stat(path)

@@ -3,34 +3,33 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 
-	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 )
 
 func loadHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvtool load [flags] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Fills the kvbuf engine in DIR (created if DIR is missing or empty) with N")
-	fmt.Fprintln(w, "seeded random changes, for trying the other commands on real data: half bit")
-	fmt.Fprintln(w, "sets (random index in [0, 8N), random value) in one bitslice, the other half")
-	fmt.Fprintln(w, "KV changes (9 puts to 1 delete, 8-byte big-endian keys in [0, N)) in one")
-	fmt.Fprintln(w, "keyspace. With --ranges, about 1 change in 25 is a range instead: a range")
-	fmt.Fprintln(w, "delete of up to 16 keys or a bit range of up to 256 bits set to one value.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Each change is one op, applied as a batch of its own; op numbers continue")
-	fmt.Fprintln(w, "from the engine's watermark, so the watermark after a load is the number of")
-	fmt.Fprintln(w, "the last op. It ends with a flush of pending changes and pebble memtables,")
-	fmt.Fprintln(w, "and prints a summary. The same seed and flags make the same changes.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "A progress bar is drawn on stderr when stderr is a terminal or with")
-	fmt.Fprintln(w, "--progress. An interrupt stops loading; what was loaded is flushed.")
-	fmt.Fprintln(w)
+	fmt.Fprint(w, `Usage: kvtool load [flags] DIR
+
+Fills the kvbuf engine in DIR (created if DIR is missing or empty) with N
+seeded random changes, for trying the other commands on real data: half bit
+sets (random index in [0, 8N), random value) in one bitslice, the other half
+KV changes (9 puts to 1 delete, 8-byte big-endian keys in [0, N)) in one
+keyspace. With --ranges, about 1 change in 25 is a range instead: a range
+delete of up to 16 keys or a bit range of up to 256 bits set to one value.
+
+Each change is one op, applied as a batch of its own; op numbers continue
+from the engine's watermark, so the watermark after a load is the number of
+the last op. It ends with a flush of pending changes and pebble memtables,
+and prints a summary. The same seed and flags make the same changes.
+
+A progress bar is drawn on stderr when stderr is a terminal or with
+--progress. An interrupt stops loading; what was loaded is flushed.
+
+`)
 	printFlags(w, fs)
 }
 
@@ -104,10 +103,7 @@ func (s *loadSummary) changes() int {
 // as a batch of its own (so a flush running meanwhile never splits an op
 // and no write can be refused as stale), then flushes.
 func load(ctx context.Context, dir string, c loadConfig, p *progress) (sum loadSummary, err error) {
-	db, err := kvbuf.Open(dir, nil)
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return sum, lockedError(dir, "load into it from that process, or stop it first")
-	}
+	db, err := openEngine(dir, nil, "load into it from that process, or stop it first")
 	if err != nil {
 		return sum, err
 	}

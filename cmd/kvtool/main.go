@@ -103,15 +103,17 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool <command> [flags] [args]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Commands:")
+	fmt.Fprint(w, `Usage: kvtool <command> [flags] [args]
+
+Commands:
+`)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'kvtool <command> -h' for a command's flags.")
-	fmt.Fprintln(w, "Exit status: 0 ok, 1 error, 2 usage error.")
+	fmt.Fprint(w, `
+Run 'kvtool <command> -h' for a command's flags.
+Exit status: 0 ok, 1 error, 2 usage error.
+`)
 }
 
 // fail prints err as one line on stderr, prefixed with the command, and
@@ -162,6 +164,17 @@ func parseFlags(fs *flag.FlagSet, args []string, help func(io.Writer), stdout, s
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// parseFlagsN is parseFlags for a command that takes n positional
+// arguments: another count is a usage error, wrong (a format of the count)
+// saying what the command wants.
+func parseFlagsN(fs *flag.FlagSet, args []string, n int, wrong string, help func(io.Writer), stdout, stderr io.Writer) (pos []string, code int, done bool) {
+	pos, code, done = parseFlags(fs, args, help, stdout, stderr)
+	if !done && len(pos) != n {
+		return nil, usageError(stderr, fs.Name(), fmt.Sprintf(wrong, len(pos))), true
+	}
+	return pos, code, done
 }
 
 // printFlags writes fs's flags (except hidden ones) in the help format.

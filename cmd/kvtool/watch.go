@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,32 +16,33 @@ import (
 )
 
 func watchHelp(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvtool watch [flags] DIR")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Prints the changes the kvbuf engine in DIR retained for its change feed")
-	fmt.Fprintln(w, "(Options.WatchRetain), from an op to the persisted watermark, in op order,")
-	fmt.Fprintln(w, "one line each, with resolved marks (\"every change of every op up to N was")
-	fmt.Fprintln(w, "printed\"), then exits. A subscriber that crashed resumes from its last")
-	fmt.Fprintln(w, "resolved op + 1; these are the changes it gets.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "DIR must be an existing engine directory that no running engine holds:")
-	fmt.Fprintln(w, "the command opens the engine, so nothing else writes while it prints, and")
-	fmt.Fprintln(w, "a running engine serves its feed to its own process (DB.Watch). The")
-	fmt.Fprintln(w, "engine does not record which keyspaces it retained: the command prints")
-	fmt.Fprintln(w, "what the store holds. A --from below the oldest op retained is an error")
-	fmt.Fprintln(w, "(resync from a snapshot).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Text lines: OP KIND NAME and the change (keys and values quoted), or")
-	fmt.Fprintln(w, "\"resolved OP watermark W\". JSON lines (--json): {\"op\",\"kind\",\"keyspace\",")
-	fmt.Fprintln(w, "\"key\",\"value\",\"end\",\"bitslice\",\"lo\",\"hi\",\"bit\",\"watermark\"}; a key,")
-	fmt.Fprintln(w, "value or end that is not UTF-8 is given as key_base64, value_base64 or")
-	fmt.Fprintln(w, "end_base64 instead.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Flags:")
-	fmt.Fprintln(w, "  --from OP             first op to print (default: the oldest op retained)")
-	fmt.Fprintln(w, "  --keyspace NAME[=PREFIX]  only this keyspace (keys with PREFIX); repeatable")
-	fmt.Fprintln(w, "  --bitslice NAME       only this bitslice; repeatable")
-	fmt.Fprintln(w, "  --json                print JSON lines instead of text")
+	fmt.Fprint(w, `Usage: kvtool watch [flags] DIR
+
+Prints the changes the kvbuf engine in DIR retained for its change feed
+(Options.WatchRetain), from an op to the persisted watermark, in op order,
+one line each, with resolved marks ("every change of every op up to N was
+printed"), then exits. A subscriber that crashed resumes from its last
+resolved op + 1; these are the changes it gets.
+
+DIR must be an existing engine directory that no running engine holds:
+the command opens the engine, so nothing else writes while it prints, and
+a running engine serves its feed to its own process (DB.Watch). The
+engine does not record which keyspaces it retained: the command prints
+what the store holds. A --from below the oldest op retained is an error
+(resync from a snapshot).
+
+Text lines: OP KIND NAME and the change (keys and values quoted), or
+"resolved OP watermark W". JSON lines (--json): {"op","kind","keyspace",
+"key","value","end","bitslice","lo","hi","bit","watermark"}; a key,
+value or end that is not UTF-8 is given as key_base64, value_base64 or
+end_base64 instead.
+
+Flags:
+  --from OP             first op to print (default: the oldest op retained)
+  --keyspace NAME[=PREFIX]  only this keyspace (keys with PREFIX); repeatable
+  --bitslice NAME       only this bitslice; repeatable
+  --json                print JSON lines instead of text
+`)
 }
 
 // stringList is a repeatable string flag.
@@ -77,12 +77,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(&keyspaces, "keyspace", "only this keyspace")
 	fs.Var(&bitslices, "bitslice", "only this bitslice")
 	asJSON := fs.Bool("json", false, "print JSON lines")
-	dirs, code, done := parseFlags(fs, args, watchHelp, stdout, stderr)
+	dirs, code, done := parseFlagsN(fs, args, 1, "want exactly one DIR, got %d", watchHelp, stdout, stderr)
 	if done {
 		return code
-	}
-	if len(dirs) != 1 {
-		return usageError(stderr, "watch", fmt.Sprintf("want exactly one DIR, got %d", len(dirs)))
 	}
 	var fromOp uint64
 	if *from != "" {
@@ -109,10 +106,7 @@ func watchEngine(ctx context.Context, dir string, from uint64, wo *kvbuf.WatchOp
 	}
 	// Retention with no bound: opening the engine to read its feed never
 	// trims it (a flush at Open, to finish a drop, keeps everything).
-	db, err := kvbuf.Open(dir, &kvbuf.Options{WatchRetain: &kvbuf.WatchRetention{MaxBytes: math.MaxInt64}})
-	if errors.Is(err, kvbuf.ErrLocked) {
-		return lockedError(dir, "a running engine serves its feed with DB.Watch")
-	}
+	db, err := openEngine(dir, &kvbuf.Options{WatchRetain: &kvbuf.WatchRetention{MaxBytes: math.MaxInt64}}, "a running engine serves its feed with DB.Watch")
 	if err != nil {
 		return err
 	}

@@ -21,69 +21,70 @@ import (
 )
 
 func ycsbHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "Usage: kvtool ycsb [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Runs YCSB's core workloads against kvbuf and the engines a user would pick")
-	fmt.Fprintln(w, "instead, through the go-ycsb bindings of package bench/ycsb, in temporary")
-	fmt.Fprintln(w, "databases that are removed afterwards. Each engine is loaded once with")
-	fmt.Fprintln(w, "--records records (batches of 256, all --threads' largest count of threads);")
-	fmt.Fprintln(w, "then every workload runs at every thread count for --rounds rounds, each")
-	fmt.Fprintln(w, "round running every engine once in rotating order (round r starts with")
-	fmt.Fprintln(w, "engine r mod n). A run opens the engine, does --warmup operations")
-	fmt.Fprintln(w, "unmeasured (in at most --max-time/5), then --ops measured ones (in at most")
-	fmt.Fprintln(w, "--max-time), and closes it.")
-	fmt.Fprintln(w, "A run's clock stops when what it wrote is durable: its Close is timed (and")
-	fmt.Fprintln(w, "the load until a final sync).")
-	fmt.Fprintln(w, "For each engine it prints the median throughput over rounds, the min-max,")
-	fmt.Fprintln(w, "the kvbuf speedup (kvbuf's ops/s / this engine's in the same round: the")
-	fmt.Fprintln(w, "median over rounds and its min-max; above 1: kvbuf is faster), the CPU time")
-	fmt.Fprintln(w, "per operation (user+system, the whole process, through Close) and, per")
-	fmt.Fprintln(w, "operation type, p50/p99/p999 latencies over all rounds. READ@FLUSH are the")
-	fmt.Fprintln(w, "reads that started or ended while the engine was flushing (kvbuf: a")
-	fmt.Fprintln(w, "generation in flight; pebble: a memtable flush).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--durability runs the comparison in each mode, with its own load:")
-	fmt.Fprintln(w, "  window  the same loss window: kvbuf flushes every FlushInterval and its")
-	fmt.Fprintln(w, "          writes go through a host log (an append-only file, one write")
-	fmt.Fprintln(w, "          per op, synced every FlushInterval); pebble writes NoSync and")
-	fmt.Fprintln(w, "          syncs its WAL (LogData) every FlushInterval, badger calls Sync")
-	fmt.Fprintln(w, "          every FlushInterval; bbolt does not run")
-	fmt.Fprintln(w, "  acked   acknowledged after durable: kvbuf writes then Flushes, pebble")
-	fmt.Fprintln(w, "          and badger sync every write, bbolt commits; concurrent writers")
-	fmt.Fprintln(w, "          share syncs (group commit)")
-	fmt.Fprintln(w, "In both, pebble's and badger's memtables are kvbuf's MaxPendingBytes and")
-	fmt.Fprintln(w, "their block caches kvbuf's CacheSize (-p overrides any of them).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Workloads: a (50% read, 50% update, zipfian), b (95/5), c (read only),")
-	fmt.Fprintln(w, "d (95% read, 5% insert, latest), e (95% scans of up to 100, 5% insert),")
-	fmt.Fprintln(w, "f (50% read, 50% read-modify-write), or the path of a YCSB properties file.")
-	fmt.Fprintln(w, "Records are 10 fields of 100 bytes unless a file or -p says otherwise.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Engines (doc/workloads.md says what each promises in each mode):")
-	fmt.Fprintln(w, "  kvbuf   default Options unless -p kvbuf.*")
-	fmt.Fprintln(w, "  pebble  v2, opened as kvbuf's store (format, Bloom filters)")
-	fmt.Fprintln(w, "  badger  v4, default options")
-	fmt.Fprintln(w, "  bbolt   default options (fsync per commit), DB.Batch with several threads")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "-p key=value sets a property over every workload's: engine options")
-	fmt.Fprintln(w, "(kvbuf.max_pending_bytes, kvbuf.flush_interval, kvbuf.cache_size,")
-	fmt.Fprintln(w, "kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, kvbuf.host_log,")
-	fmt.Fprintln(w, "kvbuf.flush_writes, pebble.cache_size, pebble.memtable_size,")
-	fmt.Fprintln(w, "pebble.sync_writes, pebble.sync_interval, badger.block_cache_size,")
-	fmt.Fprintln(w, "badger.memtable_size, badger.num_memtables, badger.sync_writes,")
-	fmt.Fprintln(w, "badger.sync_interval, bbolt.nosync) or any core workload property")
-	fmt.Fprintln(w, "(requestdistribution, fieldlength, batch.size, ...); it wins over what a")
-	fmt.Fprintln(w, "durability mode sets.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--json writes one JSON object per engine row to stdout: workload, threads,")
-	fmt.Fprintln(w, "db, durability, records, rounds, ops_per_round, ops_per_sec,")
-	fmt.Fprintln(w, "ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,")
-	fmt.Fprintln(w, "kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops")
-	fmt.Fprintln(w, "(operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes")
-	fmt.Fprintln(w, "the tables of the README and doc/workloads.md (one per durability mode) to")
-	fmt.Fprintln(w, "a file. A progress line is drawn on stderr when it is a terminal or with")
-	fmt.Fprintln(w, "--progress.")
-	fmt.Fprintln(w)
+	fmt.Fprint(w, `Usage: kvtool ycsb [flags]
+
+Runs YCSB's core workloads against kvbuf and the engines a user would pick
+instead, through the go-ycsb bindings of package bench/ycsb, in temporary
+databases that are removed afterwards. Each engine is loaded once with
+--records records (batches of 256, all --threads' largest count of threads);
+then every workload runs at every thread count for --rounds rounds, each
+round running every engine once in rotating order (round r starts with
+engine r mod n). A run opens the engine, does --warmup operations
+unmeasured (in at most --max-time/5), then --ops measured ones (in at most
+--max-time), and closes it.
+A run's clock stops when what it wrote is durable: its Close is timed (and
+the load until a final sync).
+For each engine it prints the median throughput over rounds, the min-max,
+the kvbuf speedup (kvbuf's ops/s / this engine's in the same round: the
+median over rounds and its min-max; above 1: kvbuf is faster), the CPU time
+per operation (user+system, the whole process, through Close) and, per
+operation type, p50/p99/p999 latencies over all rounds. READ@FLUSH are the
+reads that started or ended while the engine was flushing (kvbuf: a
+generation in flight; pebble: a memtable flush).
+
+--durability runs the comparison in each mode, with its own load:
+  window  the same loss window: kvbuf flushes every FlushInterval and its
+          writes go through a host log (an append-only file, one write
+          per op, synced every FlushInterval); pebble writes NoSync and
+          syncs its WAL (LogData) every FlushInterval, badger calls Sync
+          every FlushInterval; bbolt does not run
+  acked   acknowledged after durable: kvbuf writes then Flushes, pebble
+          and badger sync every write, bbolt commits; concurrent writers
+          share syncs (group commit)
+In both, pebble's and badger's memtables are kvbuf's MaxPendingBytes and
+their block caches kvbuf's CacheSize (-p overrides any of them).
+
+Workloads: a (50% read, 50% update, zipfian), b (95/5), c (read only),
+d (95% read, 5% insert, latest), e (95% scans of up to 100, 5% insert),
+f (50% read, 50% read-modify-write), or the path of a YCSB properties file.
+Records are 10 fields of 100 bytes unless a file or -p says otherwise.
+
+Engines (doc/workloads.md says what each promises in each mode):
+  kvbuf   default Options unless -p kvbuf.*
+  pebble  v2, opened as kvbuf's store (format, Bloom filters)
+  badger  v4, default options
+  bbolt   default options (fsync per commit), DB.Batch with several threads
+
+-p key=value sets a property over every workload's: engine options
+(kvbuf.max_pending_bytes, kvbuf.flush_interval, kvbuf.cache_size,
+kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, kvbuf.host_log,
+kvbuf.flush_writes, pebble.cache_size, pebble.memtable_size,
+pebble.sync_writes, pebble.sync_interval, badger.block_cache_size,
+badger.memtable_size, badger.num_memtables, badger.sync_writes,
+badger.sync_interval, bbolt.nosync) or any core workload property
+(requestdistribution, fieldlength, batch.size, ...); it wins over what a
+durability mode sets.
+
+--json writes one JSON object per engine row to stdout: workload, threads,
+db, durability, records, rounds, ops_per_round, ops_per_sec,
+ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,
+kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
+(operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes
+the tables of the README and doc/workloads.md (one per durability mode) to
+a file. A progress line is drawn on stderr when it is a terminal or with
+--progress.
+
+`)
 	printFlags(w, fs, "dir", "seed")
 }
 
@@ -346,10 +347,11 @@ func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.")
-	fmt.Fprintln(w, "Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.")
-	fmt.Fprintln(w, "READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.")
+	fmt.Fprint(w, `
+KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.
+Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.
+READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.
+`)
 }
 
 // ycsbMarkdown renders rows as the README tables, one per durability mode:

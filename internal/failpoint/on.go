@@ -41,13 +41,20 @@ func Hit(name string) error {
 // callback, replacing any earlier one; it returns a function that removes
 // it. fn runs as a point's callback does (see Enable).
 func EnableAll(fn func(name string) error) (disable func()) {
+	return install(&table.all, fn)
+}
+
+// install puts v in *slot, a field of table, and returns a function that
+// clears it; both under table.mu.
+func install[T any](slot *T, v T) (remove func()) {
 	table.mu.Lock()
 	defer table.mu.Unlock()
-	table.all = fn
+	*slot = v
 	return func() {
 		table.mu.Lock()
 		defer table.mu.Unlock()
-		table.all = nil
+		var zero T
+		*slot = zero
 	}
 }
 
@@ -76,14 +83,7 @@ func DirSynced(dir string) {
 // Observe installs o as the sync observer, replacing any earlier one, and
 // returns a function that removes it.
 func Observe(o SyncObserver) (stop func()) {
-	table.mu.Lock()
-	defer table.mu.Unlock()
-	table.obs = o
-	return func() {
-		table.mu.Lock()
-		defer table.mu.Unlock()
-		table.obs = nil
-	}
+	return install(&table.obs, o)
 }
 
 // Enable installs fn at the point name, replacing any earlier callback, and

@@ -28,9 +28,16 @@ func (m modeFS) chmod(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return f, err
 	}
-	if err := os.Chmod(name, m.file); err != nil {
+	return chmodOpened(name, m.file, f)
+}
+
+// chmodOpened gives name, just opened as f, mode; if it cannot, f is
+// closed.
+func chmodOpened[F io.Closer](name string, mode os.FileMode, f F) (F, error) {
+	if err := os.Chmod(name, mode); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("chmod %s: %w", name, err)
+		var none F
+		return none, fmt.Errorf("chmod %s: %w", name, err)
 	}
 	return f, nil
 }
@@ -63,11 +70,7 @@ func (m modeFS) Lock(name string) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(name, m.file); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("chmod %s: %w", name, err)
-	}
-	return c, nil
+	return chmodOpened(name, m.file, c)
 }
 
 // Unwrap implements vfs.FS.

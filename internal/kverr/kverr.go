@@ -46,17 +46,25 @@ import (
 // Prefix starts the text of every kvbuf error.
 const Prefix = "kvbuf: "
 
-// sentinel is a sentinel error: its text is Prefix+msg, and it matches its
+// sentinel is a sentinel error: its text is text, and it matches its
 // parent (ErrCorrupt for the corruption sentinels) with errors.Is.
 type sentinel struct {
-	msg    string
+	text   string
 	parent error
 }
 
-func (e *sentinel) Error() string { return Prefix + e.msg }
+func (e *sentinel) Error() string { return e.text }
 func (e *sentinel) Unwrap() error { return e.parent }
 
-func newSentinel(msg string, parent error) error { return &sentinel{msg: msg, parent: parent} }
+func newSentinel(msg string, parent error) error {
+	return &sentinel{text: Prefix + msg, parent: parent}
+}
+
+// NewKind returns a sentinel error of another package whose text is text
+// (with that package's prefix) and that matches parent, one of kvbuf's
+// sentinels, with errors.Is: raftkv's ErrCorruptLog is a kind of
+// ErrCorrupt.
+func NewKind(text string, parent error) error { return &sentinel{text: text, parent: parent} }
 
 // The sentinels. Each comment says what the error means; the packages that
 // return one document when.
