@@ -254,7 +254,9 @@ var sinkBytes []byte
 // Gets of stored keys, in random order, on every row in rotating order:
 // kvbuf (tier on, with its filters), kvbuf-tier-no-filter (tier rule T5's
 // filters off), kvbuf-no-tier, pebble (DB.Get), pebble-iter (one iterator
-// kept open, SeekPrefixGE: what the engine's store does for point reads). keys=hot reads 16k keys adjacent
+// kept open, SeekPrefixGE: what the engine's store does for point reads;
+// on a store of its own, loaded like the pebble row's). keys=hot reads
+// 16k keys adjacent
 // in key order (their blocks stay in the block cache: the per-read
 // overhead), keys=all any of the 1M (most reads miss the cache). Metrics:
 // ns/get per row and each kvbuf row's time over pebble's (the target is at
@@ -324,40 +326,47 @@ func benchMissRead(b *testing.B, hot bool) {
 	}
 	// The engine's own store options: the same L0 thresholds, so the two
 	// stores settle to the same shape.
-	po := storage.PebbleOptions((&Options{}).EnsureDefaults().storageOptions())
-	pdb, err := pebble.Open(b.TempDir(), po)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = pdb.Close() })
 	stored := func(k []byte) []byte { return append([]byte{2, 0, 0, 0, 1}, k...) }
-	bt := pdb.NewBatch()
-	for _, k := range keys[:n] {
-		_ = bt.Set(stored(k), val, nil)
+	// openPebble opens and loads a raw pebble store like the engines'.
+	// The pebble and pebble-iter rows read stores of their own, so that
+	// neither reads blocks (and CPU cache lines) the other warmed.
+	openPebble := func() *pebble.DB {
+		po := storage.PebbleOptions((&Options{}).EnsureDefaults().storageOptions())
+		pdb, err := pebble.Open(b.TempDir(), po)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = pdb.Close() })
+		bt := pdb.NewBatch()
+		for _, k := range keys[:n] {
+			_ = bt.Set(stored(k), val, nil)
+		}
+		if err := bt.Commit(pebble.Sync); err != nil {
+			b.Fatal(err)
+		}
+		if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
+			b.Fatal(err)
+		}
+		bt = pdb.NewBatch()
+		for _, k := range keys[n:] {
+			_ = bt.Set(stored(k), val, nil)
+		}
+		if err := bt.Commit(pebble.Sync); err != nil {
+			b.Fatal(err)
+		}
+		if err := pdb.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		settle(pebbleLSM(pdb))
+		return pdb
 	}
-	if err := bt.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
-	if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
-		b.Fatal(err)
-	}
-	bt = pdb.NewBatch()
-	for _, k := range keys[n:] {
-		_ = bt.Set(stored(k), val, nil)
-	}
-	if err := bt.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
-	if err := pdb.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	settle(pebbleLSM(pdb))
+	pdb, pdbIter := openPebble(), openPebble()
 	pk := make([]byte, 0, 16)
 	// pebble's own answer to DB.Get's per-call cost: one iterator kept open
 	// and repositioned with SeekPrefixGE (valid here: nothing is written
 	// while the rows read), what the engine's store does for its point
 	// reads (storage/pointread.go).
-	pit, err := pdb.NewIter(nil)
+	pit, err := pdbIter.NewIter(nil)
 	if err != nil {
 		b.Fatal(err)
 	}
