@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/kvbuf/kvbuf/storage"
 )
@@ -84,7 +85,11 @@ const w6Pending = 128 << 20
 //   - pebble/batch-sync: one pebble batch of the puts in arrival order,
 //     committed with Sync (the store's options, a memtable as large as the
 //     engines' pending budget);
-//   - pebble/batch-sync-sorted: the same with the keys sorted (not timed).
+//   - pebble/batch-sync-sorted: the same with the keys sorted (not timed);
+//   - kvbuf-rowblocks/puts, kvbuf-rowblocks/batches: as kvbuf/puts and
+//     kvbuf/batches, with the store's IngestTableFormat set to the
+//     row-block sstable.TableFormatPebblev4 (the store's other options as
+//     the engine's).
 //
 // Metrics per row: ns/put (to durability), flush-ns/put (kvbuf: the Flush
 // alone), cpu-ns/put (user+sys of the process over the timed span),
@@ -96,7 +101,10 @@ const w6Pending = 128 << 20
 // pebble batch's time over kvbuf's Flush alone, speedup-flush-vs-batch-
 // path the batch path's Flush over the ingesting one's, cpu-puts/pebble
 // kvbuf/puts's CPU over pebble/batch-sync's (settle-cpu with the
-// background work).
+// background work); speedup-flush-rowblocks and speedup-cpu-rowblocks
+// kvbuf/puts's Flush time and CPU over kvbuf-rowblocks/puts',
+// speedup-rowblocks-batches pebble/batch-sync's time over
+// kvbuf-rowblocks/batches'.
 func BenchmarkFlushW6(b *testing.B) {
 	const n = 1_000_000
 	keys, stored := w6Keys(n, 1)
@@ -111,8 +119,14 @@ func BenchmarkFlushW6(b *testing.B) {
 		scpu  time.Duration
 		bytes uint64
 	}
-	engine := func(name string, ingest int64, batch bool) *row {
-		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, IngestThreshold: ingest})
+	engine := func(name string, ingest int64, batch bool, ingestFormat sstable.TableFormat) *row {
+		opts := &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, IngestThreshold: ingest}
+		if ingestFormat != 0 {
+			so := opts.storageOptions()
+			so.IngestTableFormat = ingestFormat
+			opts.storeTune = so
+		}
+		db, err := Open(b.TempDir(), opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -175,11 +189,13 @@ func BenchmarkFlushW6(b *testing.B) {
 		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
 	}
 	rows := []*row{
-		engine("kvbuf/puts", 0, false),
-		engine("kvbuf/batches", 0, true),
-		engine("kvbuf-batch-path/puts", -1, false),
+		engine("kvbuf/puts", 0, false, 0),
+		engine("kvbuf/batches", 0, true, 0),
+		engine("kvbuf-batch-path/puts", -1, false, 0),
 		raw("pebble/batch-sync", arrival),
 		raw("pebble/batch-sync-sorted", stored),
+		engine("kvbuf-rowblocks/puts", 0, false, sstable.TableFormatPebblev4),
+		engine("kvbuf-rowblocks/batches", 0, true, sstable.TableFormatPebblev4),
 	}
 	round := uint64(0)
 	for b.Loop() {
@@ -221,6 +237,9 @@ func BenchmarkFlushW6(b *testing.B) {
 	b.ReportMetric(float64(rows[0].scpu)/float64(rows[3].scpu), "settle-cpu-puts/pebble")
 	b.ReportMetric(float64(rows[4].total)/float64(rows[0].flush), "speedup-flush-vs-sorted-batch")
 	b.ReportMetric(float64(rows[2].flush)/float64(rows[0].flush), "speedup-flush-vs-batch-path")
+	b.ReportMetric(float64(rows[0].flush)/float64(rows[5].flush), "speedup-flush-rowblocks")
+	b.ReportMetric(float64(rows[0].cpu)/float64(rows[5].cpu), "speedup-cpu-rowblocks")
+	b.ReportMetric(float64(rows[3].total)/float64(rows[6].total), "speedup-rowblocks-batches")
 }
 
 // sink keeps benchmark reads alive.
@@ -235,7 +254,9 @@ var sinkBytes []byte
 // Gets of stored keys, in random order, on every row in rotating order:
 // kvbuf (tier on, with its filters), kvbuf-tier-no-filter (tier rule T5's
 // filters off), kvbuf-no-tier, pebble (DB.Get), pebble-iter (one iterator
-// kept open, SeekPrefixGE: what the engine's store does for point reads). keys=hot reads 16k keys adjacent
+// kept open, SeekPrefixGE: what the engine's store does for point reads;
+// on a store of its own, loaded like the pebble row's). keys=hot reads
+// 16k keys adjacent
 // in key order (their blocks stay in the block cache: the per-read
 // overhead), keys=all any of the 1M (most reads miss the cache). Metrics:
 // ns/get per row and each kvbuf row's time over pebble's (the target is at
@@ -305,40 +326,47 @@ func benchMissRead(b *testing.B, hot bool) {
 	}
 	// The engine's own store options: the same L0 thresholds, so the two
 	// stores settle to the same shape.
-	po := storage.PebbleOptions((&Options{}).EnsureDefaults().storageOptions())
-	pdb, err := pebble.Open(b.TempDir(), po)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = pdb.Close() })
 	stored := func(k []byte) []byte { return append([]byte{2, 0, 0, 0, 1}, k...) }
-	bt := pdb.NewBatch()
-	for _, k := range keys[:n] {
-		_ = bt.Set(stored(k), val, nil)
+	// openPebble opens and loads a raw pebble store like the engines'.
+	// The pebble and pebble-iter rows read stores of their own, so that
+	// neither reads blocks (and CPU cache lines) the other warmed.
+	openPebble := func() *pebble.DB {
+		po := storage.PebbleOptions((&Options{}).EnsureDefaults().storageOptions())
+		pdb, err := pebble.Open(b.TempDir(), po)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = pdb.Close() })
+		bt := pdb.NewBatch()
+		for _, k := range keys[:n] {
+			_ = bt.Set(stored(k), val, nil)
+		}
+		if err := bt.Commit(pebble.Sync); err != nil {
+			b.Fatal(err)
+		}
+		if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
+			b.Fatal(err)
+		}
+		bt = pdb.NewBatch()
+		for _, k := range keys[n:] {
+			_ = bt.Set(stored(k), val, nil)
+		}
+		if err := bt.Commit(pebble.Sync); err != nil {
+			b.Fatal(err)
+		}
+		if err := pdb.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		settle(pebbleLSM(pdb))
+		return pdb
 	}
-	if err := bt.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
-	if err := pdb.Compact(ctx, []byte{2}, []byte{3}, true); err != nil {
-		b.Fatal(err)
-	}
-	bt = pdb.NewBatch()
-	for _, k := range keys[n:] {
-		_ = bt.Set(stored(k), val, nil)
-	}
-	if err := bt.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
-	if err := pdb.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	settle(pebbleLSM(pdb))
+	pdb, pdbIter := openPebble(), openPebble()
 	pk := make([]byte, 0, 16)
 	// pebble's own answer to DB.Get's per-call cost: one iterator kept open
 	// and repositioned with SeekPrefixGE (valid here: nothing is written
 	// while the rows read), what the engine's store does for its point
 	// reads (storage/pointread.go).
-	pit, err := pdb.NewIter(nil)
+	pit, err := pdbIter.NewIter(nil)
 	if err != nil {
 		b.Fatal(err)
 	}

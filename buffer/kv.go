@@ -659,12 +659,12 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 			}
 			m.res[i] = manyRes{}
 		}
-		m.resolve(v.active, part, vis)
+		m.resolve(v.active, nil, part, vis)
 		for _, t := range v.sealed {
-			m.resolve(t, part, vis)
+			m.resolve(t, nil, part, vis)
 		}
 		for _, t := range v.retained {
-			m.resolve(t, part, vis) // tier rule T4
+			m.resolve(t, t.filter.Load(), part, vis) // tier rules T4, T5
 		}
 		for i, k := range part {
 			j := base + i
@@ -765,7 +765,7 @@ const (
 // cache misses of independent keys overlap. The common case (a key of up
 // to 8 bytes with its value in its slot) is decided in those loops; the
 // rest takes the point read's general path.
-func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
+func (m *manyState) resolve(t *table, f *tierFilter, keys [][]byte, vis uint64) {
 	base := t.base.Load()
 	if vis < base {
 		return
@@ -782,6 +782,9 @@ func (m *manyState) resolve(t *table, keys [][]byte, vis uint64) {
 			continue
 		}
 		h := m.hs[i]
+		if f != nil && !f.mayContain(h) {
+			continue // tier rule T5: absent, range tombstones checked below
+		}
 		a := ss.s[h>>shardShift&t.smask].arr.Load()
 		if a == nil {
 			continue
@@ -1086,8 +1089,8 @@ func (v *kvView) presence(pk *probeKey, vis uint64) uint8 {
 		}
 	}
 	for _, t := range v.retained {
-		if r := t.get(pk, vis); r.kind != probeAbsent {
-			return r.kind // tier rule T4
+		if kind := t.tierPresence(pk, vis); kind != probeAbsent {
+			return kind // tier rules T4, T5
 		}
 	}
 	return probeAbsent

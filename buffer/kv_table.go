@@ -79,6 +79,9 @@ type table struct {
 	// flushDesign selects how ingestTable reads the slots
 	// (BenchmarkIngestTo compares the designs).
 	flushDesign flushDesign
+	// sortFromLog makes fullOrder take a sealed shard's keys from its log,
+	// as an active one's (BenchmarkFlushSort compares the designs).
+	sortFromLog bool
 	// flushParts, if not 0, overrides the overlay's IngestWriters for the
 	// table's flush (BenchmarkIngestTo compares 1, 2 and 4).
 	flushParts int

@@ -41,7 +41,8 @@ import "math/bits"
 //	    mutex, which Evict also takes), so a filter never outlives the
 //	    table's life it describes. A filter that says "maybe" costs the
 //	    full probe; one that says "no" is exact (no false negatives), so a
-//	    read with or without it returns the same change.
+//	    read with or without it returns the same change. Every point
+//	    read (Get, GetAppend, GetMany, Has) asks it before the table.
 
 // Retain is Release that keeps the generation's tables readable as the
 // newest generation of the overlay's read tier (tier rule T1), and returns
@@ -175,6 +176,20 @@ func (t *table) tierGetAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, 
 		return t.hiddenAppend(dst, len(dst), k, 0, vis, probeAbsent)
 	}
 	return t.getAppend(dst, k, h, kw, vis)
+}
+
+// tierPresence is what a retained table knows of pk at visible number vis
+// (probeAbsent, probeValue, probeDeleted or probeRetry), for Has: the
+// filter first (tier rule T5), then the table only if the key may be in
+// it.
+func (t *table) tierPresence(pk *probeKey, vis uint64) uint8 {
+	if f := t.filter.Load(); f != nil && !f.mayContain(pk.h) {
+		if sp := t.rdel.Load(); sp != nil && sp.hides(pk.k, 0, vis) {
+			return probeDeleted
+		}
+		return probeAbsent
+	}
+	return t.get(pk, vis).kind
 }
 
 // Filter builds a filter of the generation's retained tables' keys, which

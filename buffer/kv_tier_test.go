@@ -99,6 +99,45 @@ func TestTierFilter(t *testing.T) {
 	if err != nil || string(v) != "v1-"+keys[2] {
 		t.Fatalf("Get(%q) = %q, %v", keys[2], v, err)
 	}
+	if has, err := r.kv.Has([]byte("rd-b")); has || err != nil {
+		t.Fatalf("Has(rd-b) = %v, %v; want the newer retained range deletion to hide it", has, err)
+	}
+	// Has and GetMany ask the filter too: with keys[2] and keys[3]
+	// changed in the store behind the buffer's back, the tier answers
+	// while its filters say "maybe"; filters that rule everything out
+	// send the reads to the store.
+	b = r.st.NewBatch()
+	b.Put(1, []byte(keys[2]), []byte("store"))
+	b.Delete(1, []byte(keys[3]))
+	if c, err := r.st.Commit(b); err != nil || c.Wait() != nil {
+		t.Fatal(err)
+	}
+	many := [][]byte{[]byte("rd-b"), []byte(keys[2]), []byte(keys[3]), []byte("absent")}
+	check := func(when, v2 string, has3 bool) {
+		t.Helper()
+		vals := make([][]byte, len(many))
+		if _, err := r.kv.GetMany(many, vals, nil); err != nil {
+			t.Fatal(err)
+		}
+		want3 := ""
+		if has3 {
+			want3 = "v1-" + keys[3]
+		}
+		if vals[0] != nil || string(vals[1]) != v2 || string(vals[2]) != want3 || vals[3] != nil {
+			t.Errorf("%s: GetMany = %q, want [nil %q %q nil]", when, vals, v2, want3)
+		}
+		if has, err := r.kv.Has([]byte(keys[3])); has != has3 || err != nil {
+			t.Errorf("%s: Has(%q) = %v, %v; want %v", when, keys[3], has, err, has3)
+		}
+		if has, err := r.kv.Has([]byte("rd-b")); has || err != nil {
+			t.Errorf("%s: Has(rd-b) = %v, %v", when, has, err)
+		}
+	}
+	check("filters built", "v1-"+keys[2], true)
+	for _, tb := range g1.tables {
+		tb.filter.Store(newTierFilter(1)) // no bit set: rules every key out
+	}
+	check("filters ruling out every key", "store", false)
 	// Evicting recycles the tables: the filter goes with the table's life.
 	g1.Evict()
 	for _, tb := range g1.tables {

@@ -59,9 +59,12 @@ type ingester struct {
 	// their own; 0 writes one table per ingest. (Both designs are measured
 	// in BenchmarkIngestDesign; see doc/design.md, "Flush by ingestion".)
 	split uint64
+	// format is Options.IngestTableFormat: the table format of ingested
+	// tables if below the store's (0: the store's).
+	format sstable.TableFormat
 }
 
-func newIngester(fsys vfs.FS, storeDir string, po *pebble.Options, split uint64) *ingester {
+func newIngester(fsys vfs.FS, storeDir string, po *pebble.Options, split uint64, format sstable.TableFormat) *ingester {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	opts := po.Clone()
@@ -72,6 +75,7 @@ func newIngester(fsys vfs.FS, storeDir string, po *pebble.Options, split uint64)
 		po:      opts,
 		session: hex.EncodeToString(b[:]),
 		split:   split,
+		format:  format,
 	}
 }
 
@@ -385,6 +389,9 @@ func (in *Ingest) newTable() error {
 	if format == 0 {
 		_ = f.Close()
 		return ErrClosed
+	}
+	if ig.format != 0 && ig.format < format {
+		format = ig.format
 	}
 	in.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), ig.po.MakeWriterOptions(0, format))
 	in.path = path

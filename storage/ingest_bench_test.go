@@ -1,11 +1,18 @@
 package storage
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // flushPath is one way of making a flush generation durable.
@@ -137,4 +144,100 @@ func benchFlushPath(b *testing.B, n int) {
 	b.ReportMetric(float64(wall[2])/float64(wall[0]), "ingest-split/batch")
 	b.ReportMetric(float64(commit[1])/float64(commit[0]), "ingest/batch-commit")
 	b.ReportMetric(float64(commit[2])/float64(commit[0]), "ingest-split/batch-commit")
+}
+
+// writerVariant is one set of sstable writer options for an ingested
+// table, as a change of the store's own (what Ingest uses).
+type writerVariant struct {
+	name string
+	set  func(*sstable.WriterOptions)
+}
+
+var writerVariants = []writerVariant{
+	{name: "store", set: func(*sstable.WriterOptions) {}},
+	{name: "no-compression", set: func(o *sstable.WriterOptions) { o.Compression = sstable.NoCompression }},
+	{name: "no-filter", set: func(o *sstable.WriterOptions) { o.FilterPolicy = nil }},
+	{name: "row-blocks", set: func(o *sstable.WriterOptions) { o.TableFormat = sstable.TableFormatPebblev4 }},
+	{name: "block-32k", set: func(o *sstable.WriterOptions) { o.BlockSize = 32 << 10 }},
+	{name: "bare", set: func(o *sstable.WriterOptions) {
+		o.Compression, o.FilterPolicy, o.TableFormat = sstable.NoCompression, nil, sstable.TableFormatPebblev4
+	}},
+}
+
+// BenchmarkIngestWriter isolates the sstable writer of a large flush: 1M
+// sorted 8-byte keys (in the store's key layout) with 16-byte values, as
+// W6, written with sstable.Writer.Set into a synced file, with the
+// store's writer options (the Ingest's: its table format, Bloom filter
+// and compression) and with one of them changed (writerVariants), in
+// rotating order within each op. Metrics per variant: ns/key, cpu-ns/key
+// (the process's user+sys) and B/key (the file's size); and each
+// variant's time over the store options'. It answers which writer option
+// a flush's CPU would gain from (doc/design.md, "Flush by ingestion").
+func BenchmarkIngestWriter(b *testing.B) {
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	const n = 1 << 20
+	rng := rand.New(rand.NewPCG(n, 26))
+	raw := make([]uint64, n)
+	for i := range raw {
+		raw[i] = rng.Uint64N(4 * n)
+	}
+	slices.Sort(raw)
+	raw = slices.Compact(raw)
+	keys := make([][]byte, len(raw))
+	for i, k := range raw {
+		keys[i] = appendUserKey(nil, ks1, be8(k))
+	}
+	val := make([]byte, 16)
+	dir := b.TempDir()
+	wall := make([]time.Duration, len(writerVariants))
+	cpu := make([]time.Duration, len(writerVariants))
+	size := make([]int64, len(writerVariants))
+	op := 0
+	for b.Loop() {
+		op++
+		for j := range writerVariants {
+			v := (j + op) % len(writerVariants)
+			opts := s.ig.po.MakeWriterOptions(0, s.db.TableFormat())
+			writerVariants[v].set(&opts)
+			path := filepath.Join(dir, fmt.Sprintf("%d.sst", v))
+			c0, _ := processCPU()
+			t0 := time.Now()
+			f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), opts)
+			for i, k := range keys {
+				binary.BigEndian.PutUint64(val, uint64(i))
+				binary.BigEndian.PutUint64(val[8:], uint64(op))
+				if err := w.Set(k, val); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil { // syncs
+				b.Fatal(err)
+			}
+			wall[v] += time.Since(t0)
+			c1, _ := processCPU()
+			cpu[v] += c1 - c0
+			st, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			size[v] += st.Size()
+		}
+	}
+	keysDone := float64(op) * float64(len(keys))
+	for v, wv := range writerVariants {
+		b.ReportMetric(float64(wall[v].Nanoseconds())/keysDone, wv.name+"-ns/key")
+		b.ReportMetric(float64(cpu[v].Nanoseconds())/keysDone, wv.name+"-cpu-ns/key")
+		b.ReportMetric(float64(size[v])/keysDone, wv.name+"-B/key")
+		if v > 0 {
+			b.ReportMetric(float64(wall[v])/float64(wall[0]), wv.name+"/store")
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -645,6 +647,92 @@ func TestIngestParts(t *testing.T) {
 		}
 		if ls, _ := fsys.List(fsys.PathJoin("db", IngestDir)); len(ls) != 0 {
 			t.Fatalf("%s: files left in the ingest directory: %v", c.name, ls)
+		}
+	}
+}
+
+// TestIngestTableFormatOption: Options.IngestTableFormat writes ingested
+// tables in that format (here the row-block Pebblev4, below the store's
+// columnar one), readable with the same filter, before and after a
+// reopen and a compaction; a format above the store's is lowered to the
+// store's; out-of-range values are ErrBadOptions.
+func TestIngestTableFormatOption(t *testing.T) {
+	for _, f := range []sstable.TableFormat{sstable.TableFormatPebblev4, sstable.TableFormatMax} {
+		t.Run(f.String(), func(t *testing.T) {
+			fsys := vfs.NewMem()
+			opts := &Options{FS: fsys, IngestTableFormat: f}
+			s, err := Open("db", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = s.Close() }()
+			in := s.NewIngest()
+			in.SetWatermark(1)
+			for i := range 1000 {
+				in.Put(1, fmt.Appendf(nil, "k%05d", i), fmt.Appendf(nil, "v%d", i))
+			}
+			mustIngest(t, s, in)
+			want := min(f, s.db.TableFormat())
+			tables, err := s.db.SSTables(pebble.WithProperties())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			for _, level := range tables {
+				for _, tb := range level {
+					n++
+					file, err := fsys.Open(fsys.PathJoin("db", fmt.Sprintf("%06d.sst", tb.FileNum)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					readable, err := sstable.NewSimpleReadable(file)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := sstable.NewReader(context.Background(), readable, sstable.ReaderOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := r.TableFormat()
+					_ = r.Close()
+					if err != nil || got != want {
+						t.Errorf("ingested table format %s, %v; want %s", got, err, want)
+					}
+					if !strings.Contains(tb.Properties.FilterPolicyName, "Bloom") {
+						t.Errorf("ingested table's filter %q, want the store's Bloom filter", tb.Properties.FilterPolicyName)
+					}
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d tables, want 1", n)
+			}
+			check := func(s *Store) {
+				t.Helper()
+				for _, i := range []int{0, 1, 500, 999} {
+					wantGetKS(t, s, 1, fmt.Sprintf("k%05d", i), fmt.Sprintf("v%d", i))
+				}
+				wantNotFoundKS(t, s, 1, "k01000")
+				wantWatermark(t, s, 1)
+			}
+			check(s)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := Open("db", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = s2.Close() }()
+			check(s2)
+			if err := s2.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true); err != nil {
+				t.Fatal(err)
+			}
+			check(s2)
+		})
+	}
+	for _, f := range []sstable.TableFormat{sstable.TableFormatLevelDB, sstable.TableFormatMax + 1} {
+		if _, err := Open(t.TempDir(), &Options{IngestTableFormat: f}); !errors.Is(err, ErrBadOptions) {
+			t.Errorf("Open with IngestTableFormat %d: %v, want ErrBadOptions", f, err)
 		}
 	}
 }

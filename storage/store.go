@@ -165,7 +165,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.committedWM = wm
 	s.settledWM = wm
 	if !s.readOnly {
-		s.ig = newIngester(fsys, dir, po, ingestSplit(opts))
+		s.ig = newIngester(fsys, dir, po, ingestSplit(opts), ingestFormat(opts))
 		if err := s.ig.removeLeftovers(); err != nil {
 			_ = db.Close()
 			_ = lock.Close()
