@@ -31,9 +31,9 @@ out="$(cd "$out" && pwd)"
 rev="$(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')"
 echo "revision $rev" >"$out/command.txt"
 
-(cd "$repo" && go test -c -o "$out/buffer.test" ./buffer/ && go build -o "$out/kvtool" ./cmd/kvtool)
+(cd "$repo" && go test -c -o "$out/buffer.test" ./internal/buffer/ && go build -o "$out/kvtool" ./cmd/kvtool)
 
-run() { # name, then the command (run in the repository's buffer/ or in OUTDIR)
+run() { # name, then the command (run in the repository's internal/buffer/ or in OUTDIR)
 	local name="$1"
 	shift
 	echo "$name: $*" >>"$out/command.txt"
