@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
@@ -210,7 +210,7 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 	defer t.End()
 	// The batch's KV changes are numbered from one range and published
 	// together (before End, so a freeze never sees part of the batch;
-	// publication order 13 in buffer/protocol.go):
+	// publication order 13 in internal/buffer/protocol.go):
 	// readers see all of them or none, and a concurrent batch over the
 	// same keys is ordered wholly before or after this one.
 	seqs := db.acct.Seq().Reserve(b.kvOps())

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )

@@ -65,9 +65,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/failpoint"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/testutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
@@ -1287,7 +1287,7 @@ func syncedMkdirAll(t testing.TB, fsys vfs.FS, dir string) {
 // TestCrashRangeDeleteSealRacesRelease is the smallest form of a data race
 // the crash workload found (TestCrashableMemStore under -race): a range
 // delete that seals the active table calls KV.newActive without kv.vmu
-// (buffer/kv.go, KV.DeleteRange), and newActive reads kv.lastCap, which
+// (internal/buffer/kv.go, KV.DeleteRange), and newActive reads kv.lastCap, which
 // KV.Release writes under kv.vmu. It fails only with -race.
 func TestCrashRangeDeleteSealRacesRelease(t *testing.T) {
 	db, err := Open(t.TempDir(), &Options{FlushInterval: -1})

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/diskfull"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

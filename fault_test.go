@@ -48,7 +48,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/testutil"
 	"github.com/kvbuf/kvbuf/storage"
 )

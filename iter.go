@@ -1,7 +1,7 @@
 package kvbuf
 
 import (
-	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"iter"
 )
 

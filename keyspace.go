@@ -4,7 +4,7 @@ import (
 	"context"
 	"iter"
 
-	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"

@@ -3,7 +3,7 @@ package kvbuf
 import (
 	"time"
 
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/storage"
 )
 

@@ -9,8 +9,8 @@ import (
 	"slices"
 
 	"github.com/kvbuf/kvbuf/bitslice"
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )

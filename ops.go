@@ -3,7 +3,7 @@ package kvbuf
 import (
 	"context"
 
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/flush"
 )
 
 // MaxOp is the largest op number: writes, batches, BeginOp and EndOp of a

@@ -5,9 +5,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/fsutil"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"

@@ -60,8 +60,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/failpoint"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 

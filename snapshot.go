@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvbuf/kvbuf/buffer"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -45,7 +45,7 @@ func (db *DB) NewSnapshot() (*Snapshot, error) {
 		// a table released before its pin is durable in the store by
 		// then, one released after stays pinned. (The other order loses a
 		// generation written and released between the two; publication
-		// order 17 in buffer/protocol.go.)
+		// order 17 in internal/buffer/protocol.go.)
 		db.mu.Lock()
 		defer db.mu.Unlock()
 		// No op changes while the barrier is held: the ops complete now

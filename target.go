@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvbuf/kvbuf/buffer"
-	"github.com/kvbuf/kvbuf/flush"
+	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
@@ -21,7 +21,7 @@ import (
 // batch with every keyspace's changes, the
 // catalog and the watermark, committed in generation order. So the receipt
 // is never ahead of the data it covers (contract 4; publication order 16 in
-// buffer/protocol.go), and a keyspace's data is never in the store without
+// internal/buffer/protocol.go), and a keyspace's data is never in the store without
 // its catalog entry.
 
 // target is the engine as its flusher sees it: a flush.Target and

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvbuf/kvbuf/flush"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )

@@ -114,8 +114,8 @@ if [ "$engine_only" = 0 ]; then
 	run bitslice ./bitslice -bench '^(BenchmarkW1|BenchmarkReadPath|BenchmarkW6)$' -count 7 -cpu 1,2
 	run storage-get ./storage -bench '^BenchmarkStoreGet(Overhead)?$' -count 7
 	run storage-w6 ./storage -bench '^(BenchmarkW6|BenchmarkCommitPipeline)$' -benchtime 3x -count 7 -timeout 60m
-	run w4-flush ./flush -bench '^BenchmarkW4Interleaved$' -benchtime 5x -count 7
-	run w5-flush ./flush -bench '^BenchmarkW5$' -benchtime 200ms -count 7 -cpu 1,2
+	run w4-flush ./internal/flush -bench '^BenchmarkW4Interleaved$' -benchtime 5x -count 7
+	run w5-flush ./internal/flush -bench '^BenchmarkW5$' -benchtime 200ms -count 7 -cpu 1,2
 fi
 
 # The engine-level run: every workload, the parallel ones at 1 and 2

@@ -2,7 +2,7 @@
 # W7's bit lookups over the overlay, designs side by side (issue 26): builds
 # the buffer package's test binary at each revision given (from `git
 # archive`, so the working tree is never touched; the benchmark file
-# buffer/bits_w7_bench_test.go of the working tree is copied into each, so
+# internal/buffer/bits_w7_bench_test.go of the working tree is copied into each, so
 # that older revisions run the same benchmark), then runs
 # `-test.bench 'BenchmarkBitsW7$'` with the binaries in rotating order (run
 # r starts with revision r mod N), RUNS times each, and prints per revision
@@ -38,8 +38,11 @@ trap 'rm -rf "$work"' EXIT
 for i in "${!revs[@]}"; do
 	mkdir -p "$work/src$i"
 	(cd "$repo" && git archive "${revs[$i]}") | (cd "$work/src$i" && tar -xf -)
-	cp "$repo/buffer/bits_w7_bench_test.go" "$work/src$i/buffer/"
-	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" ./buffer)
+	# An older revision keeps the package in buffer/, a newer one in internal/buffer/.
+	pkg=internal/buffer
+	[[ -d "$work/src$i/$pkg" ]] || pkg=buffer
+	cp "$repo/internal/buffer/bits_w7_bench_test.go" "$work/src$i/$pkg/"
+	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" "./$pkg")
 	echo "$i = ${revs[$i]} ($(cd "$repo" && git rev-parse --short "${revs[$i]}"))" | tee -a "$out/revisions.txt" >&2
 done
 args=(-test.run '^$' -test.bench 'BenchmarkBitsW7$' -test.benchtime "${iters}x")

@@ -31,9 +31,9 @@ out="$(cd "$out" && pwd)"
 rev="$(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')"
 echo "revision $rev" >"$out/command.txt"
 
-(cd "$repo" && go test -c -o "$out/buffer.test" ./buffer/ && go build -o "$out/kvtool" ./cmd/kvtool)
+(cd "$repo" && go test -c -o "$out/buffer.test" ./internal/buffer/ && go build -o "$out/kvtool" ./cmd/kvtool)
 
-run() { # name, then the command (run in the repository's buffer/ or in OUTDIR)
+run() { # name, then the command (run in the repository's internal/buffer/ or in OUTDIR)
 	local name="$1"
 	shift
 	echo "$name: $*" >>"$out/command.txt"
@@ -41,7 +41,7 @@ run() { # name, then the command (run in the repository's buffer/ or in OUTDIR)
 	"$@" >"$out/$name.txt" 2>&1
 }
 
-cd "$repo/buffer"
+cd "$repo/internal/buffer"
 run buffer-w1 "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsW1$' -test.benchtime 30x -test.count "$count"
 run buffer-few "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsFewPending$' -test.benchtime 30x -test.count "$count"
 run buffer-w6 "$out/buffer.test" -test.run '^$' -test.bench '^BenchmarkBitsW6$' -test.benchtime 10x -test.count "$count"

@@ -52,7 +52,7 @@ trap 'rm -rf "$work"' EXIT
 for i in "${!revs[@]}"; do
 	mkdir -p "$work/src$i"
 	(cd "$repo" && git archive "${revs[$i]}") | (cd "$work/src$i" && tar -xf -)
-	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" ./buffer/)
+	(cd "$work/src$i" && pkg=./internal/buffer && { [[ -d $pkg ]] || pkg=./buffer; } && go test -c -o "$work/buffer$i.test" "$pkg")
 	echo "r$i = ${revs[$i]} ($(cd "$repo" && git rev-parse --short "${revs[$i]}"))" | tee -a "$out/revisions.txt" >&2
 done
 {

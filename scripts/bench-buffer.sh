@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Buffer-level benchmarks of the KV tables (package buffer: BenchmarkW2,
-# BenchmarkW2Interleaved, BenchmarkW3, BenchmarkW8; see buffer/kv_bench_test.go)
+# BenchmarkW2Interleaved, BenchmarkW3, BenchmarkW8; see internal/buffer/kv_bench_test.go)
 # in ROUNDS separate processes of one test binary, every output kept in
 # OUTDIR, then a summary: per row and metric the median over the rounds,
 # and per workload each row's median divided by the kvbuf row's (the
@@ -32,7 +32,7 @@ bench="${BENCH:-^(BenchmarkW2|BenchmarkW2Interleaved|BenchmarkW3|BenchmarkW8)$}"
 benchtime="${BENCHTIME:-1s}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$out"
-(cd "$repo" && go test -c -o "$out/buffer.test" ./buffer/)
+(cd "$repo" && go test -c -o "$out/buffer.test" ./internal/buffer/)
 echo "revision $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')" >"$out/command.txt"
 echo "buffer.test -test.run '^\$' -test.bench '$bench' -test.benchtime $benchtime, $rounds rounds" >>"$out/command.txt"
 for ((r = 1; r <= rounds; r++)); do

@@ -2,7 +2,7 @@
 // the loop of G goroutines each writing, flushing and checking that its own
 // write is durable. Two targets run it: the engine through its public API
 // (bench, behind kvtool bench and go test -bench ./bench), and the flusher
-// alone over a file that syncs like pebble's log (flush/bench_test.go, which
+// alone over a file that syncs like pebble's log (internal/flush/bench_test.go, which
 // cannot import bench: bench imports the engine, which imports flush).
 //
 // # Caveats

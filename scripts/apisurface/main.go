@@ -8,9 +8,12 @@
 // With no argument it walks the current directory. For every directory
 // holding a non-main package it prints the directory and the number of
 // exported top-level constants, variables, types and functions plus the
-// exported methods of exported types, then a total. Test files, testdata,
-// hidden directories and package main (commands, scripts) are skipped;
-// internal packages are counted (they are an API to the module).
+// exported methods of exported types, then a total, then the public part
+// of it: the packages a program outside the module can import (not under
+// internal/; bench, examples and scripts are the repository's tools, not its
+// API, and are left out of that line too). Test files, testdata, hidden
+// directories and package main (commands, scripts) are skipped; internal
+// packages are counted (they are an API to the module).
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/kvbuf/kvbuf/scripts/internal/gofiles"
 )
@@ -36,12 +40,33 @@ func main() {
 		fmt.Fprintln(os.Stderr, "apisurface:", err)
 		os.Exit(2)
 	}
-	total := 0
+	total, public := 0, 0
 	for _, dir := range slices.Sorted(maps.Keys(counts)) {
 		fmt.Printf("%-24s %4d\n", dir, counts[dir])
 		total += counts[dir]
+		if isPublic(dir) {
+			public += counts[dir]
+		}
 	}
 	fmt.Printf("%-24s %4d\n", "total", total)
+	fmt.Printf("%-24s %4d\n", "public", public)
+}
+
+// isPublic reports whether the package at dir (relative to the module's
+// root) is part of the module's API: importable from outside the module
+// (not internal) and not one of the repository's tools.
+func isPublic(dir string) bool {
+	for _, part := range strings.Split(filepath.ToSlash(dir), "/") {
+		if part == "internal" {
+			return false
+		}
+	}
+	first, _, _ := strings.Cut(filepath.ToSlash(dir), "/")
+	switch first {
+	case "bench", "examples", "scripts":
+		return false
+	}
+	return true
 }
 
 // count returns the exported names per package directory under root.

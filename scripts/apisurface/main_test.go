@@ -53,3 +53,23 @@ func TestBadFile(t *testing.T) {
 		t.Fatal("a file that does not parse was counted")
 	}
 }
+
+func TestIsPublic(t *testing.T) {
+	for dir, want := range map[string]bool{
+		".":                true,
+		"storage":          true,
+		"raftkv":           true,
+		"internal/buffer":  false,
+		"a/internal":       false,
+		"a/internal/b":     false,
+		"internalish":      true,
+		"bench":            false,
+		"bench/ycsb":       false,
+		"examples/dochost": false,
+		"scripts/x":        false,
+	} {
+		if got := isPublic(dir); got != want {
+			t.Errorf("isPublic(%q) = %v, want %v", dir, got, want)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func (f *Flusher) freeze(grp *group) {
 
 // freezeExclusive takes the barrier exclusively, applies the claim rule and
 // calls Freeze, unless there is nothing to freeze (nil). Writers excluded
-// (publication order 14 in buffer/protocol.go).
+// (publication order 14 in internal/buffer/protocol.go).
 func (f *Flusher) freezeExclusive() *gen {
 	f.barrier.Lock()
 	defer f.barrier.Unlock()
@@ -460,7 +460,7 @@ func (f *Flusher) afterWait(it waitItem, err error) {
 
 // release calls gn's Release, then wakes its callers. Only after gn's
 // wait returned: the generation is durable (publication order 18 in
-// buffer/protocol.go).
+// internal/buffer/protocol.go).
 func (f *Flusher) release(gn *gen) {
 	if invariants.Enabled {
 		r := f.released.Load()
@@ -516,7 +516,7 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 
 // settle calls Settle with the barrier held exclusively if no generation is
 // in flight (a freeze takes the same barrier, so the check cannot race one;
-// publication order 14 in buffer/protocol.go).
+// publication order 14 in internal/buffer/protocol.go).
 func (f *Flusher) settle() {
 	err := call(func() {
 		f.barrier.Lock()

@@ -15,7 +15,7 @@ import (
 // then the store batch, one generation number for both). Rewrite the
 // expected output with
 //
-//	go test ./buffer -run TestProtocol -rewrite
+//	go test ./internal/buffer -run TestProtocol -rewrite
 //
 // After every command the rig checks that the read paths agree with each
 // other (Get, GetMany and scans both ways for KV; Get, GetMany, Ones and

@@ -174,7 +174,7 @@ package buffer
 //     is in flight when a table is sealed, pinned by a snapshot or when a
 //     bit view goes back to the direct path (mutation 18).
 //
-//  15. The op tracker (flush/ops.go): BeginOp publishes head = (op,
+//  15. The op tracker (internal/flush/ops.go): BeginOp publishes head = (op,
 //     explicit) before it appends op to the open list, both under its
 //     mutex; ending an explicit op removes it from the list before it marks
 //     head ended. The ops are changed under the shared barrier and read at

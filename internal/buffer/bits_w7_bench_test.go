@@ -13,7 +13,7 @@ import (
 // W1's lookups while a writer sets bits at W7's rate and a flusher flushes
 // every 10 ms, against the same lookups in other states, in one process:
 //
-//	go test ./buffer -run '^$' -bench 'BenchmarkBitsW7$' -count 5
+//	go test ./internal/buffer -run '^$' -bench 'BenchmarkBitsW7$' -count 5
 //
 // Each b.Loop iteration runs one pass of the 1M lookups in every state, in
 // rotating order, each pass timed on its own:

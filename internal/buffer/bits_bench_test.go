@@ -21,7 +21,7 @@ import (
 // it reports (row ÷ the first row, per block, then the median) come from
 // the same moments of a shared machine:
 //
-//	go test ./buffer -run '^$' -bench 'BenchmarkBits' -count 5
+//	go test ./internal/buffer -run '^$' -bench 'BenchmarkBits' -count 5
 //
 // Metrics: <row>-ns/op per lookup or set, and <row>/<first row> the median
 // of the per-block ratios.

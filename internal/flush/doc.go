@@ -3,6 +3,9 @@
 // gate, the write barrier that gives every generation a consistent cut, op
 // tracking for the watermark, and backpressure.
 //
+// The package is internal: the engine (package kvbuf) is its one importer,
+// and its API changes with the engine's needs.
+//
 // # Protocol
 //
 // A Flusher drives one Target (the engine). Writers hold the shared side of

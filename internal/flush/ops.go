@@ -43,7 +43,7 @@ const (
 // a freeze sees no op change half made. Among themselves the methods
 // synchronise through head (compare-and-swap) and mu.
 //
-// Publication order 15 (buffer/protocol.go): BeginOp publishes head = (op,
+// Publication order 15 (internal/buffer/protocol.go): BeginOp publishes head = (op,
 // explicit) before it appends op to open, both under mu. A write that reads
 // head = (op, explicit) proceeds without mu (the op is open); one that
 // needs open takes mu and so sees the append. Ending an explicit op removes it from open

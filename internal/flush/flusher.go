@@ -561,7 +561,7 @@ func (f *Flusher) enter(ctx context.Context) (gateToken, error) {
 
 // Exclusive runs fn inside the gate with the write barrier held exclusively:
 // no write is in flight and no freeze runs while fn does (snapshots use it;
-// publication order 14 in buffer/protocol.go).
+// publication order 14 in internal/buffer/protocol.go).
 // It returns ErrClosed once Close has begun and ctx.Err() if ctx is already
 // done; taking the barrier waits for the writes in flight without watching
 // ctx. A panic in fn releases the barrier and the gate and propagates.

@@ -7,6 +7,9 @@
 // the file), and Release drops it once durable. Snapshot gives reads as of
 // one instant.
 //
+// The package is internal: the engine (package kvbuf) is its one importer,
+// and its API changes with the engine's needs.
+//
 // # Views
 //
 // Each overlay publishes one immutable view — the active table, which takes

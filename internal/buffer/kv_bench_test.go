@@ -23,7 +23,7 @@ import (
 // changes at uniform keys of [0, 4,194,304), 8-byte big-endian keys,
 // 16-byte values, 10% deletes); doc/design.md ("KV tables") quotes them:
 //
-//	go test ./buffer -run '^$' -bench 'BenchmarkW[238]' -count 5
+//	go test ./internal/buffer -run '^$' -bench 'BenchmarkW[238]' -count 5
 //
 // Every row reports ns per operation (a lookup, a put, a scan) and
 // allocations; W2/memory adds live heap bytes per pending entry, and
