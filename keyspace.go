@@ -88,7 +88,8 @@ func (db *DB) newKV(name string, id storage.KeyspaceID) (*KV, error) {
 // of op: O(1) in memory (one range tombstone), one range deletion in the
 // store at the next flush, together with the catalog change. Handles to the
 // keyspace then fail with ErrDropped; a later DB.KV(name) creates a new,
-// empty keyspace. Dropping a keyspace that does not exist is not an error.
+// empty keyspace. Dropping a keyspace that does not exist is not an error,
+// and the change feed reports it all the same (EventDropKeyspace).
 func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 	if err := enginedir.CheckName("keyspace", name); err != nil {
 		return err
@@ -100,17 +101,20 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 	defer t.End()
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	k, ok := db.keyspaces[name]
-	if !ok {
-		return nil
+	if k, ok := db.keyspaces[name]; ok {
+		k.ov.Drop()
+		delete(db.keyspaces, name)
+		db.catalog.Drop(name)
+		db.catDirty = true
 	}
-	k.ov.Drop()
 	if db.feed.on.Load() {
+		// Recorded even if there was no such keyspace: a host replaying
+		// the op above the watermark after a restart may find its drop
+		// already durable (a freeze between two of the op's writes), and
+		// the feed of an op is the host's writes of it, whatever the store
+		// held (doc/design.md, "Change feed", rule 1).
 		db.feed.drop(op, name)
 	}
-	delete(db.keyspaces, name)
-	db.catalog.Drop(name)
-	db.catDirty = true
 	return nil
 }
 

@@ -87,7 +87,9 @@ const (
 	EventDeleteRange
 	// EventDropKeyspace: Keyspace was dropped (DB.DropKV) and everything
 	// in it deleted; a later DB.KV of the name creates it again, and the
-	// watch goes on reporting it.
+	// watch goes on reporting it. Every DropKV that is not a redelivery
+	// is reported, even of a keyspace that did not exist (a host's replay
+	// of an op whose drop was already durable).
 	EventDropKeyspace
 	// EventSetBits: bits [Lo, Hi) of Bitslice were set to Bit.
 	EventSetBits

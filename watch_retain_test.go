@@ -775,3 +775,83 @@ func TestWatchRetainRuns(t *testing.T) {
 		w.Close()
 	}
 }
+
+// TestWatchRetainReplayedDrop: a host replays the op above the watermark
+// after a restart, and a freeze between two of its writes may have made
+// part of it durable: here its DropKV. The replayed DropKV finds no such
+// keyspace, yet the retained feed (and the live one) must hold the op's
+// drop, as they hold its other replayed changes: the feed of an op is the
+// host's writes of it, whatever the store already had.
+func TestWatchRetainReplayedDrop(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	opts := &Options{FlushInterval: -1, WatchRetain: &WatchRetention{}}
+	db := openT(t, dir, opts)
+	k, err := db.KV("ks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Put(ctx, []byte("a"), []byte("1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	// Op 2 is written by single calls: the flush between its drop and its
+	// put makes the drop durable but claims op 1 only.
+	if err := db.DropKV(ctx, "ks", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if wm := db.Watermark(); wm != 1 {
+		t.Fatalf("watermark %d with op 2 open, want 1", wm)
+	}
+	closeT(t, db)
+
+	db = openT(t, dir, opts)
+	defer closeT(t, db)
+	if wm := db.Watermark(); wm != 1 {
+		t.Fatalf("watermark %d after reopen, want 1", wm)
+	}
+	wv, err := db.Watch(ctx, &WatchOptions{From: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wv.Close()
+	// The replay of op 2 from its first write, then op 3.
+	if err := db.DropKV(ctx, "ks", 2); err != nil {
+		t.Fatal(err)
+	}
+	if k, err = db.KV("ks"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Put(ctx, []byte("b"), []byte("2"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Put(ctx, []byte("c"), []byte("3"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndOp(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if wm := db.Watermark(); wm != 3 {
+		t.Fatalf("watermark %d, want 3", wm)
+	}
+	want := []string{
+		evText(WatchEvent{Kind: EventPut, Op: 1, Keyspace: "ks", Key: []byte("a"), Value: []byte("1")}),
+		evText(WatchEvent{Kind: EventDropKeyspace, Op: 2, Keyspace: "ks"}),
+		evText(WatchEvent{Kind: EventPut, Op: 2, Keyspace: "ks", Key: []byte("b"), Value: []byte("2")}),
+		evText(WatchEvent{Kind: EventPut, Op: 3, Keyspace: "ks", Key: []byte("c"), Value: []byte("3")}),
+	}
+	checkSame(t, "live feed of the replay", readTo(t, wv, 3), want[1:])
+	for _, durable := range []bool{false, true} {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: durable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSame(t, fmt.Sprintf("retained feed from op 1 (durable %v)", durable), readTo(t, w, 3), want)
+		w.Close()
+	}
+}
