@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -221,7 +222,11 @@ func TestWatchModel(t *testing.T) {
 	const goroutines = 6
 	// Not fewer steps under -short: the check below needs every subscriber
 	// to see two resolved marks, which 100 steps (0.06 s of writes without
-	// -race) did not always give.
+	// -race) did not always give. Even 300 did not in an invariants build on
+	// a quiet machine (a subscriber that starts after a snapshot saw only
+	// the final mark), so the writers go on past steps, up to 20 times as
+	// many, until every subscriber has seen a mark; the final flush gives
+	// the second.
 	const steps = 300
 	db := openT(t, t.TempDir(), &Options{FlushInterval: 5 * time.Millisecond, WatchFromOpen: true})
 	defer closeT(t, db)
@@ -252,13 +257,28 @@ func TestWatchModel(t *testing.T) {
 	var done sync.WaitGroup
 	stop := make(chan struct{})
 	errs := make(chan error, 64)
-	marks := make([]int, len(subs))
+	marks := make([]atomic.Int64, len(subs))
+	everyMarked := func() bool {
+		for i := range marks {
+			if marks[i].Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}
 	finalOp := make(chan uint64, len(subs))
 	startedWriting := make(chan struct{})
 	var startOnce sync.Once
 
+	// The subscribers that start at op 1 open their watches before any
+	// write: one opened later could find its keyspace dropped (own-2 is
+	// dropped at random) and fail with ErrNotFound.
+	var opened sync.WaitGroup
 	for si, s := range subs {
 		done.Add(1)
+		if !s.snap {
+			opened.Add(1)
+		}
 		go func() {
 			defer done.Done()
 			fail := func(err error) { errs <- fmt.Errorf("%s: %w", s.name, err) }
@@ -281,6 +301,9 @@ func TestWatchModel(t *testing.T) {
 				sn.Close()
 			}
 			w, err := db.Watch(ctx, &opts)
+			if !s.snap {
+				opened.Done()
+			}
 			if err != nil {
 				fail(err)
 				return
@@ -323,7 +346,7 @@ func TestWatchModel(t *testing.T) {
 					fail(fmt.Errorf("durable mark %d under watermark %d", e.Op, e.Watermark))
 					return
 				}
-				marks[si]++
+				marks[si].Add(1)
 				lastMark = e.Op
 				if e.Op >= checkFrom {
 					if got, want := st.view(&opts), rp.to(e.Op).view(&opts); got != want {
@@ -335,13 +358,14 @@ func TestWatchModel(t *testing.T) {
 		}()
 	}
 
+	opened.Wait()
 	for g := range goroutines {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(100+g)))
 			own := fmt.Sprintf("own-%d", g)
-			for step := 0; step < steps; step++ {
+			for step := 0; step < steps || (step < 20*steps && !everyMarked()); step++ {
 				select {
 				case <-stop:
 					return
@@ -424,12 +448,14 @@ func TestWatchModel(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
+	counts := make([]int64, len(subs))
 	for i, s := range subs {
-		if marks[i] < 2 {
-			t.Errorf("%s: %d resolved marks checked", s.name, marks[i])
+		counts[i] = marks[i].Load()
+		if counts[i] < 2 {
+			t.Errorf("%s: %d resolved marks checked", s.name, counts[i])
 		}
 	}
-	t.Logf("%d ops; marks checked per subscriber %v", last, marks)
+	t.Logf("%d ops; marks checked per subscriber %v", last, counts)
 }
 
 // writeChanges writes an op's changes to the engine: one by one, or as a
