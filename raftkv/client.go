@@ -185,11 +185,9 @@ func (n *Node) proposeAll(ctx context.Context, cmds []*command, errs []error) {
 			errs[i] = err
 		}
 	}
-	select {
-	case <-n.stopc:
+	if n.halted() {
 		fill(n.stopped())
 		return
-	default:
 	}
 	if !n.leader.Load() {
 		fill(n.notLeader())
@@ -310,10 +308,8 @@ func (n *Node) proposeQueued(rn *raft.RawNode) {
 // proposeWith proposes, on the loop, what prop builds for request id (a
 // conf change), and waits until it is applied here.
 func (n *Node) proposeWith(ctx context.Context, prop func(id uint64) error) error {
-	select {
-	case <-n.stopc:
+	if n.halted() {
 		return n.stopped()
-	default:
 	}
 	if !n.leader.Load() {
 		return n.notLeader()
@@ -356,10 +352,8 @@ func (n *Node) linearize(ctx context.Context, o *ReadOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	select {
-	case <-n.stopc:
+	if n.halted() {
 		return n.stopped()
-	default:
 	}
 	if o != nil && o.Stale {
 		return nil
@@ -458,10 +452,8 @@ func (n *Node) awaitReadState(rctx []byte) (uint64, bool, error) {
 func (n *Node) withSM(fn func(sm stateMachine) error) error {
 	n.engMu.RLock()
 	defer n.engMu.RUnlock()
-	select {
-	case <-n.stopc:
+	if n.halted() {
 		return n.stopped()
-	default:
 	}
 	if err := fn(n.sm); err != nil {
 		return errorf("%w", err)

@@ -369,3 +369,40 @@ func (s *blockingSM) apply(ctx context.Context, index uint64, cmds []*command, r
 	defer close(s.done)
 	return errorf("apply entry %d: %w", index, ctx.Err())
 }
+
+// fail records the error before stop closes stopc; a caller that saw Err
+// return ErrRemoved in between must get ErrRemoved from every call and
+// "removed" from Status (TestRemoveAndReaddWiped once found the removed
+// follower answering a write with "not the leader" there). The hook holds
+// stop in that window.
+func TestRemovedRefusesBeforeStop(t *testing.T) {
+	var node atomic.Pointer[Node]
+	type seen struct {
+		put   error
+		state string
+	}
+	seenc := make(chan seen, 1)
+	hooks := &testHooks{
+		afterCancel: func() {
+			n := node.Load()
+			if n == nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+			defer cancel()
+			seenc <- seen{put: n.Put(ctx, "ks", []byte("k"), []byte("v")), state: n.Status().State}
+		},
+	}
+	c := newClusterHooks(t, 1, nil, hooks)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	l := c.leader(10 * time.Second)
+	node.Store(l)
+	l.removedByPeer(2)
+	s := <-seenc
+	if !errors.Is(s.put, ErrRemoved) {
+		t.Errorf("a write after Err returned ErrRemoved, before stopc closed: %v", s.put)
+	}
+	if s.state != "removed" {
+		t.Errorf("Status after Err returned ErrRemoved, before stopc closed: state %q", s.state)
+	}
+}

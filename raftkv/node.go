@@ -719,6 +719,19 @@ func (n *Node) Err() error {
 	return n.err
 }
 
+// halted reports whether a call must fail with stopped's error: the node
+// stopped, or is stopping after a fatal error or its removal. fail records
+// the error before stop closes stopc, so a caller that saw Err return
+// ErrRemoved must not find the node still taking calls in between.
+func (n *Node) halted() bool {
+	select {
+	case <-n.stopc:
+		return true
+	default:
+	}
+	return n.Err() != nil
+}
+
 // stopped returns the error of a call on a stopped node.
 func (n *Node) stopped() error {
 	if err := n.Err(); errors.Is(err, ErrRemoved) {

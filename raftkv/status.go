@@ -133,15 +133,13 @@ func (n *Node) Status() Status {
 	if err := n.Err(); err != nil {
 		st.Err = err.Error()
 	}
-	select {
-	case <-n.stopc:
+	if n.halted() {
 		st.State = "stopped"
 		if n.removed.Load() {
 			st.State = "removed"
 		}
 		st.Term, st.Commit = n.raftTerm.Load(), n.ls.hardState().GetCommit()
 		return st
-	default:
 	}
 	st.State, st.Leader = stateName(raft.StateType(n.raftRole.Load()).String()), n.lead.Load()
 	st.Term, st.Commit = n.raftTerm.Load(), n.raftCommit.Load()
