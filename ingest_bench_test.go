@@ -86,6 +86,9 @@ const w6Pending = 128 << 20
 //     committed with Sync (the store's options, a memtable as large as the
 //     engines' pending budget);
 //   - pebble/batch-sync-sorted: the same with the keys sorted (not timed);
+//   - kvbuf-one-goroutine/puts: kvbuf/puts with the flush's sort and
+//     tables on the flusher's goroutine alone (buffer.Options.
+//     IngestWriters 1; the default is one goroutine per processor);
 //   - kvbuf-rowblocks/puts, kvbuf-rowblocks/batches: as kvbuf/puts and
 //     kvbuf/batches, with the store's IngestTableFormat set to the
 //     row-block sstable.TableFormatPebblev4 (the store's other options as
@@ -104,7 +107,11 @@ const w6Pending = 128 << 20
 // background work); speedup-flush-rowblocks and speedup-cpu-rowblocks
 // kvbuf/puts's Flush time and CPU over kvbuf-rowblocks/puts',
 // speedup-rowblocks-batches pebble/batch-sync's time over
-// kvbuf-rowblocks/batches'.
+// kvbuf-rowblocks/batches'; speedup-flush-vs-one-goroutine
+// kvbuf-one-goroutine/puts' Flush over kvbuf/puts', cpu-puts/one-goroutine
+// kvbuf/puts' CPU over kvbuf-one-goroutine/puts', and the one-goroutine
+// row's speedup-flush-...-vs-sorted-batch and speedup-puts-... as
+// kvbuf/puts' above.
 func BenchmarkFlushW6(b *testing.B) {
 	const n = 1_000_000
 	keys, stored := w6Keys(n, 1)
@@ -119,8 +126,11 @@ func BenchmarkFlushW6(b *testing.B) {
 		scpu  time.Duration
 		bytes uint64
 	}
-	engine := func(name string, ingest int64, batch bool, ingestFormat sstable.TableFormat) *row {
+	engine := func(name string, ingest int64, batch bool, ingestFormat sstable.TableFormat, writers ...int) *row {
 		opts := &Options{FlushInterval: -1, MaxPendingBytes: w6Pending, IngestThreshold: ingest}
+		if len(writers) > 0 {
+			opts.ingestWriters = writers[0]
+		}
 		if ingestFormat != 0 {
 			so := opts.storageOptions()
 			so.IngestTableFormat = ingestFormat
@@ -196,6 +206,7 @@ func BenchmarkFlushW6(b *testing.B) {
 		raw("pebble/batch-sync-sorted", stored),
 		engine("kvbuf-rowblocks/puts", 0, false, sstable.TableFormatPebblev4),
 		engine("kvbuf-rowblocks/batches", 0, true, sstable.TableFormatPebblev4),
+		engine("kvbuf-one-goroutine/puts", 0, false, 0, 1),
 	}
 	round := uint64(0)
 	for b.Loop() {
@@ -240,6 +251,10 @@ func BenchmarkFlushW6(b *testing.B) {
 	b.ReportMetric(float64(rows[0].flush)/float64(rows[5].flush), "speedup-flush-rowblocks")
 	b.ReportMetric(float64(rows[0].cpu)/float64(rows[5].cpu), "speedup-cpu-rowblocks")
 	b.ReportMetric(float64(rows[3].total)/float64(rows[6].total), "speedup-rowblocks-batches")
+	b.ReportMetric(float64(rows[7].flush)/float64(rows[0].flush), "speedup-flush-vs-one-goroutine")
+	b.ReportMetric(float64(rows[0].cpu)/float64(rows[7].cpu), "cpu-puts/one-goroutine")
+	b.ReportMetric(float64(rows[4].total)/float64(rows[7].flush), "speedup-flush-one-goroutine-vs-sorted-batch")
+	b.ReportMetric(float64(rows[3].total)/float64(rows[7].total), "speedup-puts-one-goroutine")
 }
 
 // sink keeps benchmark reads alive.

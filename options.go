@@ -125,8 +125,11 @@ type Options struct {
 	// FlushQuantum of work it sleeps long enough to stay within it
 	// (Metrics.FlushThrottled). It trades flush throughput (and so, under
 	// a sustained write load, more time at MaxPendingBytes) for readers'
-	// CPU. Default: 100 (no sleep; the flusher only yields). At least 1,
-	// at most 100, else ErrBadOptions.
+	// CPU. Below 100, a flush's sort and tables are also kept on the
+	// flusher's goroutine (at 100 they take one goroutine per processor
+	// for a large generation, each yielding like the flusher; see
+	// doc/design.md, "Flush by ingestion"). Default: 100 (no sleep; the
+	// flusher only yields). At least 1, at most 100, else ErrBadOptions.
 	FlushCPUPercent int
 
 	// MemoryBudget, if set, is shared with the other engines opened with
@@ -172,6 +175,11 @@ type Options struct {
 	// this package compare store set-ups with it. A pointer, so that
 	// Options stays comparable.
 	storeTune *storage.Options
+
+	// ingestWriters is buffer.Options.IngestWriters (0: its default, one
+	// goroutine per processor): benchmarks of this package compare a
+	// flush on one goroutine with the default.
+	ingestWriters int
 
 	// storeFS is the file system the pebble store lives on; nil means the
 	// OS's, with the engine directory's modes (see storeFSOrOS). It is a
@@ -299,12 +307,19 @@ func (o *Options) storageOptions() *storage.Options {
 }
 
 func (o *Options) bufferOptions() *buffer.Options {
-	return &buffer.Options{
-		MaxKeySize:   o.MaxKeySize,
-		MaxValueSize: o.MaxValueSize,
-		PoolBytes:    o.PoolBytes,
-		MaxBits:      o.MaxBits,
+	bo := &buffer.Options{
+		MaxKeySize:    o.MaxKeySize,
+		MaxValueSize:  o.MaxValueSize,
+		PoolBytes:     o.PoolBytes,
+		MaxBits:       o.MaxBits,
+		IngestWriters: o.ingestWriters,
 	}
+	if o.FlushCPUPercent > 0 && o.FlushCPUPercent < 100 {
+		// The cap is a share of one core, kept by the pacer of the
+		// flusher's goroutine: the flush's sort and tables stay on it.
+		bo.IngestWriters = 1
+	}
+	return bo
 }
 
 func (o *Options) flushOptions(wm, highest uint64) *flush.Options {

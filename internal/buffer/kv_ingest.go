@@ -3,6 +3,7 @@ package buffer
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -68,7 +69,11 @@ func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) e
 		}
 	}
 	if len(tables) == 1 {
-		return ingestTable(ctx, in, ks, tables[0], g.kv.opt.writers, pace)
+		writers := g.kv.opt.writers
+		if writers == 0 {
+			writers = runtime.GOMAXPROCS(0)
+		}
+		return ingestTable(ctx, in, ks, tables[0], writers, pace)
 	}
 	return ingestMerged(ctx, in, ks, tables, pace)
 }
@@ -105,10 +110,21 @@ func step(ctx context.Context, i int, pace func()) error {
 // ingest (its own sstable) by its own goroutine: the table writer
 // (encoding, compression, filters) is most of a large flush's time
 // (BenchmarkIngestToWriters: 1, 2, 4 writers). Only the first range, on
-// the caller's goroutine, calls pace.
+// the caller's goroutine, calls pace (the flusher's pacer serves one
+// goroutine); the others yield the processor every paceKeys keys
+// (runtime.Gosched: a reader waiting for a processor runs first, as it
+// does when the pacer yields). The first sort of the table runs on as
+// many goroutines (sortedKeysN).
 func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, writers int, pace func()) error {
 	sp := t.rdel.Load()
-	x, ents := t.sortedKeys()
+	sortWorkers := writers
+	if t.flushParts != 0 {
+		sortWorkers = t.flushParts
+	}
+	if t.flushSortWorkers != 0 {
+		sortWorkers = t.flushSortWorkers
+	}
+	x, ents := t.sortedKeysN(sortWorkers)
 	if t.flushDesign == flushRanked {
 		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
 	}
@@ -126,7 +142,7 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 	for i := 1; i < writers; i++ {
 		lo, hi := len(ents)*i/writers, len(ents)*(i+1)/writers
 		wg.Go(func() {
-			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], nil)
+			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], runtime.Gosched)
 			parts[i].Done() // its table's tail and sync on this goroutine too
 		})
 	}

@@ -2,8 +2,10 @@ package buffer
 
 import (
 	"math/bits"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -172,6 +174,12 @@ func (o *order) tail() []sortEnt {
 // was called. The order is t's cached one, extended or rebuilt first if
 // needed (see the comment at the top of this file).
 func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
+	return t.orderForN(policy, 1)
+}
+
+// orderForN is orderFor, a full sort (if one is needed) run by up to
+// workers goroutines (parallelSort).
+func (t *table) orderForN(policy orderPolicy, workers int) (*order, []sortEnt) {
 	ss := t.shards.Load()
 	if ss == nil {
 		return nil, nil
@@ -199,7 +207,7 @@ func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
 			return next, nil
 		}
 	}
-	next := t.fullOrder(ss)
+	next := t.fullOrder(ss, workers)
 	t.ord.Store(next)
 	return next, nil
 }
@@ -225,8 +233,12 @@ func (o *order) extend(tail []sortEnt) *order {
 // sortedKeys returns the keys of a sealed table in order, as one run: the
 // flush's order. It merges the cached order's runs into one and caches
 // that.
-func (t *table) sortedKeys() (*keyIndex, []sortEnt) {
-	o, tail := t.orderFor(orderRuns)
+func (t *table) sortedKeys() (*keyIndex, []sortEnt) { return t.sortedKeysN(1) }
+
+// sortedKeysN is sortedKeys, a full sort (the first order of a sealed
+// table) run by up to workers goroutines: the flush's (ingestTable).
+func (t *table) sortedKeysN(workers int) (*keyIndex, []sortEnt) {
+	o, tail := t.orderForN(orderRuns, workers)
 	if o == nil {
 		return nil, nil
 	}
@@ -269,7 +281,9 @@ func (o *order) coverOf(tail []sortEnt) []int64 {
 	return c
 }
 
-// fullOrder sorts every key logged in the current slot arrays of ss.
+// fullOrder sorts every key logged in the current slot arrays of ss, with
+// up to workers goroutines (gathering the entries shard by shard, then
+// parallelSort) if there are at least parallelSortMin keys per worker.
 //
 // The entries of a sealed shard (every key logged, none to come) are
 // taken in slot order, a sequential scan of its array, rather than in
@@ -278,10 +292,11 @@ func (o *order) coverOf(tail []sortEnt) []int64 {
 // the sort's result does not depend on the order it is given. An
 // active shard's slots are taken from its log: a key placed after the
 // count was read is in the array but not in the order's cover.
-func (t *table) fullOrder(ss *shardSet) *order {
+func (t *table) fullOrder(ss *shardSet, workers int) *order {
 	o := &order{keyIndex: keyIndex{arrs: make([]*slotArray, len(ss.s)), shards: ss.s}, cover: make([]int64, len(ss.s))}
 	total := int64(0)
 	sealed := make([]bool, len(ss.s))
+	off := make([]int64, len(ss.s)+1) // shard s's entries: ents[off[s]:off[s+1]]
 	for s, sh := range ss.s {
 		if a := sh.arr.Load(); a != nil {
 			o.arrs[s] = a
@@ -290,33 +305,181 @@ func (t *table) fullOrder(ss *shardSet) *order {
 			sh.mu.Unlock()
 			total += o.cover[s]
 		}
+		off[s+1] = total
 	}
-	ents := make([]sortEnt, 0, total)
-	for s, a := range o.arrs {
+	workers = min(workers, int(total/parallelSortMin))
+	ents := make([]sortEnt, total)
+	gather := func(s int) {
+		a := o.arrs[s]
 		if a == nil {
-			continue
+			return
 		}
+		part := ents[off[s]:off[s]:off[s+1]]
 		if sealed[s] {
-			before := len(ents)
-			ents = o.slotOrderEntries(ents, s, a)
-			if int64(len(ents)-before) == o.cover[s] {
-				continue
+			if part = o.slotOrderEntries(part, s, a); int64(len(part)) == o.cover[s] {
+				return
 			}
 			// Not one slot per logged key: cannot be in a sealed
-			// shard; the log is the reference.
-			invariants.Check(false, "buffer: sealed shard %d has %d full slots, %d logged", s, len(ents)-before, o.cover[s])
-			ents = ents[:before]
+			// shard; the log is the reference. (More slots than
+			// that: append moved part elsewhere, ents is intact.)
+			invariants.Check(false, "buffer: sealed shard %d has %d full slots, %d logged", s, len(part), o.cover[s])
+			part = ents[off[s]:off[s]:off[s+1]]
 		}
 		for _, i := range a.log[:o.cover[s]] {
-			ents = append(ents, o.entry(s, int(i)))
+			part = append(part, o.entry(s, int(i)))
 		}
 	}
+	if workers < 2 {
+		for s := range o.arrs {
+			gather(s)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for s := w; s < len(o.arrs); s += workers {
+					gather(s)
+				}
+			})
+		}
+		wg.Wait()
+	}
 	if len(ents) > 0 {
-		ents = o.sort(ents, make([]sortEnt, len(ents)))
+		ents = o.parallelSort(ents, make([]sortEnt, len(ents)), workers)
 		o.runs = [][]sortEnt{ents}
 	}
 	o.n = len(ents)
 	return o
+}
+
+// yieldEvery is how many entries the flush's sort goroutines move between
+// two yields of the processor (runtime.Gosched: a reader waiting for one
+// runs first; the flusher's pacer serves the writer only): about 50µs.
+const yieldEvery = 1 << 14
+
+// parallelSortMin is the fewest keys per goroutine fullOrder sorts with:
+// below it a goroutine costs more than it saves.
+const parallelSortMin = 1 << 15
+
+// parallelSort sorts ents by key with up to workers goroutines and returns
+// the sorted slice (ents or tmp, as long as ents). Every prefix shares
+// its bytes above some byte b (the highest that differs between two
+// prefixes); the entries are cut by the value of byte b into up to
+// workers groups of about equal size, each group's entries are moved
+// into one range of tmp (the groups in key order: every prefix of a
+// group is below every prefix of the next, and equal prefixes share a
+// group), each range by the goroutine that counted them, and each group
+// is sorted by its own goroutine (sort). Every goroutine yields the
+// processor every yieldEvery entries. With one worker, or no byte that
+// differs (all prefixes equal), it is sort. The caller publishes the
+// result only after parallelSort returns, that is after every goroutine
+// finished (wg.Wait): publication order 4 (protocol.go), an order is
+// published whole, after it is sorted.
+func (x *keyIndex) parallelSort(ents, tmp []sortEnt, workers int) []sortEnt {
+	if workers < 2 || len(ents) < 2*radixMin {
+		return x.sort(ents, tmp)
+	}
+	n := len(ents)
+	chunk := func(w int) []sortEnt { return ents[n*w/workers : n*(w+1)/workers] }
+	// Each worker counts the bytes of its chunk's prefixes.
+	cnts := make([][8][256]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			c := &cnts[w]
+			for i, e := range chunk(w) {
+				p := e.prefix
+				for b := range 8 {
+					c[b][byte(p>>(8*b))]++
+				}
+				if i%yieldEvery == yieldEvery-1 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b := 7
+	for ; b >= 0; b-- {
+		v := byte(ents[0].prefix >> (8 * b))
+		all := 0
+		for w := range workers {
+			all += cnts[w][b][v]
+		}
+		if all != n {
+			break
+		}
+	}
+	if b < 0 {
+		return x.sort(ents, tmp) // one prefix: a comparison sort
+	}
+	// Groups: byte values [lo[g], lo[g+1]) with about n/workers entries.
+	var total [256]int
+	for w := range workers {
+		for v, c := range cnts[w][b] {
+			total[v] += c
+		}
+	}
+	group := make([]uint8, 256) // byte value -> group
+	bounds := []int{0}          // group g: tmp[bounds[g]:bounds[g+1]]
+	sum := 0
+	for v := range 256 {
+		group[v] = uint8(len(bounds) - 1)
+		sum += total[v]
+		if sum >= n*len(bounds)/workers && len(bounds) < workers && sum < n {
+			bounds = append(bounds, sum)
+		}
+	}
+	bounds = append(bounds, n)
+	groups := len(bounds) - 1
+	// next[w][g]: where worker w moves its next entry of group g.
+	next := make([][]int, workers)
+	for w := range workers {
+		next[w] = make([]int, groups)
+	}
+	for g := range groups {
+		at := bounds[g]
+		for w := range workers {
+			next[w][g] = at
+			for v, c := range cnts[w][b] {
+				if int(group[v]) == g {
+					at += c
+				}
+			}
+		}
+	}
+	for w := range workers {
+		wg.Go(func() {
+			nx := next[w]
+			for i, e := range chunk(w) {
+				g := group[byte(e.prefix>>(8*b))]
+				tmp[nx[g]] = e
+				nx[g]++
+				if i%yieldEvery == yieldEvery-1 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Sort each group (in tmp, ents as its scratch); a group whose sort
+	// ends in ents is copied back.
+	for g := range groups {
+		wg.Go(func() {
+			lo, hi := bounds[g], bounds[g+1]
+			if hi-lo < 2 {
+				return
+			}
+			if r := x.sortYield(tmp[lo:hi], ents[lo:hi], runtime.Gosched); &r[0] != &tmp[lo] {
+				copy(tmp[lo:hi], r)
+			}
+		})
+	}
+	wg.Wait()
+	if invariants.Enabled {
+		invariants.Check(slices.IsSortedFunc(tmp, x.cmp), "buffer: key order not sorted")
+	}
+	return tmp
 }
 
 // slotOrderEntries appends the sort entries of every full slot of a, the
@@ -333,12 +496,16 @@ func (x *keyIndex) slotOrderEntries(ents []sortEnt, s int, a *slotArray) []sortE
 
 // sort sorts ents by key and returns the sorted slice (ents or tmp, which,
 // if not nil, must be as long as ents).
-func (x *keyIndex) sort(ents, tmp []sortEnt) []sortEnt {
+func (x *keyIndex) sort(ents, tmp []sortEnt) []sortEnt { return x.sortYield(ents, tmp, nil) }
+
+// sortYield is sort calling yield (if not nil) every yieldEvery entries
+// of the radix sort's passes.
+func (x *keyIndex) sortYield(ents, tmp []sortEnt, yield func()) []sortEnt {
 	if len(ents) < radixMin || tmp == nil {
 		slices.SortFunc(ents, x.cmp)
 		return ents
 	}
-	ents = radixSort(ents, tmp)
+	ents = radixSort(ents, tmp, yield)
 	// Keys sharing their first 8 bytes are in arrival order: sort each
 	// such group by whole key.
 	for i := 0; i < len(ents); {
@@ -359,12 +526,17 @@ func (x *keyIndex) sort(ents, tmp []sortEnt) []sortEnt {
 
 // radixSort sorts a by prefix (least significant byte first, skipping the
 // bytes every prefix shares) and returns the sorted slice: a or tmp.
-func radixSort(a, tmp []sortEnt) []sortEnt {
+func radixSort(a, tmp []sortEnt, yield func()) []sortEnt {
 	var cnt [8][256]int
-	for _, e := range a {
-		p := e.prefix
-		for b := range 8 {
-			cnt[b][byte(p>>(8*b))]++
+	for lo := 0; lo < len(a); lo += yieldEvery {
+		for _, e := range a[lo:min(lo+yieldEvery, len(a))] {
+			p := e.prefix
+			for b := range 8 {
+				cnt[b][byte(p>>(8*b))]++
+			}
+		}
+		if yield != nil {
+			yield()
 		}
 	}
 	src, dst := a, tmp
@@ -378,10 +550,15 @@ func radixSort(a, tmp []sortEnt) []sortEnt {
 			c[i] = sum
 			sum += n
 		}
-		for _, e := range src {
-			d := byte(e.prefix >> (8 * b))
-			dst[c[d]] = e
-			c[d]++
+		for lo := 0; lo < len(src); lo += yieldEvery {
+			for _, e := range src[lo:min(lo+yieldEvery, len(src))] {
+				d := byte(e.prefix >> (8 * b))
+				dst[c[d]] = e
+				c[d]++
+			}
+			if yield != nil {
+				yield()
+			}
 		}
 		src, dst = dst, src
 	}

@@ -85,6 +85,9 @@ type table struct {
 	// flushParts, if not 0, overrides the overlay's IngestWriters for the
 	// table's flush (BenchmarkIngestTo compares 1, 2 and 4).
 	flushParts int
+	// flushSortWorkers, if not 0, overrides the goroutines of the flush's
+	// sort (else the flush's writers: IngestWriters or flushParts).
+	flushSortWorkers int
 }
 
 // flushDesign is how ingestTable reads a sealed table's slots in key order.

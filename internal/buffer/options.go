@@ -62,18 +62,21 @@ type Options struct {
 	// DefaultMaxBits. At most bitslice.MaxBits.
 	MaxBits uint64
 
-	// IngestWriters is the number of goroutines that write the sstables of
-	// one keyspace's generation when it is flushed by ingestion (KVGen.
-	// IngestTo): the sorted keys are cut into that many ranges, each
-	// written into its own table by its own goroutine (storage.Ingest.
-	// Parts), all ingested in one call. Only a generation of one table
-	// with no range deletion and at least 64k keys per writer is cut, and
-	// only the first writer calls IngestTo's pace function. Default (0)
-	// and 1: the caller's goroutine alone. On the shared 2-core machine
-	// where it was measured, 2 and 4 writers took less CPU per key but
-	// more time than one (BenchmarkIngestToWriters; doc/design.md, "Flush
-	// by ingestion"), so the engine keeps the default. Negative is an
-	// error.
+	// IngestWriters is the number of goroutines that sort and write one
+	// keyspace's generation when it is flushed by ingestion (KVGen.
+	// IngestTo): the table's first sort runs on that many (parallelSort,
+	// kv_order.go), and its sorted keys are cut into that many ranges,
+	// each written into its own sstable by its own goroutine (storage.
+	// Ingest.Parts), all ingested in one call. Only a generation of one
+	// table with no range deletion and at least 64k keys per writer is
+	// cut (32k keys per goroutine for the sort); only the first writer
+	// calls IngestTo's pace function, the others yield the processor
+	// every few hundred keys. Default (0): runtime.GOMAXPROCS at the
+	// flush, since on the 2-core machine where it was measured two
+	// writers and a two-goroutine sort took the Flush of 1M keys in
+	// about 0.6x the time of one for about the same CPU
+	// (BenchmarkFlushParallel; doc/design.md, "Flush by ingestion"). 1:
+	// the caller's goroutine alone. Negative is an error.
 	IngestWriters int
 }
 
