@@ -74,7 +74,10 @@ package buffer
 //  4. Key order: built and sorted privately, then published with one atomic
 //     store (ordMu serialises builders); the keys it covers are fixed by
 //     the log counts read under the shard mutexes before it was built
-//     (mutation 41).
+//     (mutation 41). An order sorted by several goroutines (a flush's
+//     parallelSort) is stored only after every one of them finished (the
+//     WaitGroup's Wait orders their writes before the store; mutation
+//     190).
 //
 //  5. A batch (Seq, SeqRange): 5a. its range is reserved (Seq.Reserve: one
 //     number per change, ranges handed out in order); every change is
