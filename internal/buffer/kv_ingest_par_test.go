@@ -33,6 +33,9 @@ import (
 //     from byte slices already in key order, synced: the writer's cost
 //     with nothing of the engine's;
 //   - floor-2: the same keys cut in two, two writers on two goroutines;
+//   - floor-bare: floor with what an L0 ingest of small values could drop
+//     dropped (no compression, no Bloom filter, row blocks): the writer's
+//     own minimum;
 //   - pebble-sorted-batch: the same keys and values in key order in one
 //     pebble batch committed with Sync, on a pebble with the store's
 //     options and a 128 MiB memtable (BenchmarkFlushW6's
@@ -62,7 +65,11 @@ func BenchmarkFlushParallel(b *testing.B) {
 	wo.EnsureDefaults()
 	wopts := wo.MakeWriterOptions(0, pdb.TableFormat())
 	floorDir := b.TempDir()
-	floor := func(parts int) error {
+	// The writer's minimum: no compression, no filter, row blocks
+	// (BenchmarkIngestWriter's cheapest variant).
+	bare := wopts
+	bare.Compression, bare.FilterPolicy, bare.TableFormat = sstable.NoCompression, nil, sstable.TableFormatPebblev4
+	floor := func(parts int, wopts sstable.WriterOptions) error {
 		errs := make(chan error, parts)
 		for p := range parts {
 			go func() {
@@ -108,8 +115,9 @@ func BenchmarkFlushParallel(b *testing.B) {
 		{"serial", engine(1, 1)},
 		{"par-write", engine(1, 2)},
 		{"par-all", engine(2, 2)},
-		{"floor", func() error { return floor(1) }},
-		{"floor-2", func() error { return floor(2) }},
+		{"floor", func() error { return floor(1, wopts) }},
+		{"floor-2", func() error { return floor(2, wopts) }},
+		{"floor-bare", func() error { return floor(1, bare) }},
 		{"pebble-sorted-batch", func() error {
 			bt := pdb.NewBatch()
 			for _, k := range keys {
@@ -160,11 +168,12 @@ func BenchmarkFlushParallel(b *testing.B) {
 	}
 }
 
-// TestParallelSort: the order parallelSort builds with 2-5 workers is
-// sort's, for keys whose prefixes differ in their first byte, only in a
-// low byte, not at all (one shared 8-byte prefix), and skewed ones (most
-// keys in one value of the byte the groups are cut at), through a sealed
-// table's flush sort (sortedKeysN) and directly.
+// TestParallelSort: the order parallelSort builds with 2-8 workers is
+// sort's, for keys whose prefixes differ in their first byte, only in
+// low bytes, not at all (one shared 8-byte prefix), skewed ones (most
+// keys in one value of the byte the groups are cut at), short and mixed
+// lengths; and a sealed table's flush sort (sortedKeysN, entries gathered
+// by two goroutines) is the one-goroutine one.
 func TestParallelSort(t *testing.T) {
 	gens := map[string]func(i int, r uint64) []byte{
 		"random": func(i int, r uint64) []byte { return binary.BigEndian.AppendUint64(nil, r) },
@@ -179,52 +188,52 @@ func TestParallelSort(t *testing.T) {
 		"short":    func(i int, r uint64) []byte { return []byte{byte(r), byte(r >> 8)} },
 		"mixedlen": func(i int, r uint64) []byte { return binary.BigEndian.AppendUint64(nil, r)[:1+i%8] },
 	}
-	for name, gen := range gens {
-		t.Run(name, func(t *testing.T) {
-			kv, err := NewKV(nil, 1, nil, nil)
-			if err != nil {
+	fill := func(t *testing.T, n int, gen func(i int, r uint64) []byte) *table {
+		kv, err := NewKV(nil, 1, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := uint64(12345)
+		for i := range n {
+			r = r*6364136223846793005 + 1442695040888963407
+			if err := kv.Put(gen(i, r>>7), []byte("v")); err != nil {
 				t.Fatal(err)
 			}
-			r := uint64(12345)
-			const n = 3 * parallelSortMin
-			for i := range n {
-				r = r*6364136223846793005 + 1442695040888963407
-				if err := kv.Put(gen(i, r>>7), []byte("v")); err != nil {
-					t.Fatal(err)
+		}
+		return kv.Freeze(1).tables[0]
+	}
+	for name, gen := range gens {
+		t.Run(name, func(t *testing.T) {
+			tb := fill(t, 6000, gen)
+			x, want := tb.sortedKeys()
+			for i := 1; i < len(want); i++ {
+				if x.cmp(want[i-1], want[i]) >= 0 {
+					t.Fatalf("key %d %q not above key %d %q", i, x.key(want[i].ref), i-1, x.key(want[i-1].ref))
 				}
 			}
-			tb := kv.Freeze(1).tables[0]
-			var want []string
-			for _, w := range []int{1, 2, 3, 5} {
-				tb.ord.Store(nil)
-				x, ents := tb.sortedKeysN(w)
-				var got []string
-				for _, e := range ents {
-					got = append(got, x.key(e.ref))
-				}
-				for i := 1; i < len(got); i++ {
-					if got[i-1] >= got[i] {
-						t.Fatalf("%d workers: key %d %q not above key %d %q", w, i, got[i], i-1, got[i-1])
-					}
-				}
-				if want == nil {
-					want = got
-				} else if !slices.Equal(got, want) {
-					t.Fatalf("%d workers: order of %d keys differs from one worker's (%d)", w, len(got), len(want))
-				}
-				// Directly, with more workers than fullOrder allows.
-				in := slices.Clone(ents)
-				rng := r
+			rng := uint64(len(want))
+			for _, w := range []int{2, 3, 5, 8} {
+				in := slices.Clone(want)
 				for i := len(in) - 1; i > 0; i-- {
 					rng = rng*6364136223846793005 + 1442695040888963407
 					j := int(rng>>33) % (i + 1)
 					in[i], in[j] = in[j], in[i]
 				}
-				out := x.parallelSort(in, make([]sortEnt, len(in)), w+3)
-				if !slices.Equal(out, ents) {
-					t.Fatalf("parallelSort with %d workers differs from the order", w+3)
+				if out := x.parallelSort(in, make([]sortEnt, len(in)), w); !slices.Equal(out, want) {
+					t.Fatalf("parallelSort with %d workers differs from sort", w)
 				}
 			}
 		})
 	}
+	t.Run("flush-sort", func(t *testing.T) {
+		tb := fill(t, 2*parallelSortMin+1000, gens["random"])
+		var orders [2][]sortEnt
+		for w := range 2 {
+			tb.ord.Store(nil)
+			_, orders[w] = tb.sortedKeysN(w + 1)
+		}
+		if !slices.Equal(orders[0], orders[1]) {
+			t.Fatal("the flush's sort on two goroutines differs from one goroutine's")
+		}
+	})
 }
