@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,9 @@ import (
 //     design).
 //
 // Metrics: ns/key and cpu-ns/key (the process's user+sys) per design,
+// wake-p99-µs (the 99th percentile of how late a goroutine sleeping 100µs
+// at a time woke while the design ran: what a reader waits for a
+// processor),
 // each design's time and CPU over serial's, and pebble-sorted-batch's time
 // over each kvbuf design's (speedup-*; the target is 2).
 func BenchmarkFlushParallel(b *testing.B) {
@@ -132,6 +137,29 @@ func BenchmarkFlushParallel(b *testing.B) {
 	}
 	times := make([]int64, len(designs))
 	cpus := make([]int64, len(designs))
+	// The wake probe: a goroutine sleeping 100µs at a time records how
+	// late it wakes while each design runs (a reader's wait for a
+	// processor the flush's goroutines hold).
+	var (
+		cur   atomic.Int32 // design running + 1; 0 between designs
+		stop  atomic.Bool
+		wakes = make([][]time.Duration, len(designs))
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+	)
+	wg.Go(func() {
+		for !stop.Load() {
+			t0 := time.Now()
+			time.Sleep(100 * time.Microsecond)
+			late := time.Since(t0) - 100*time.Microsecond
+			if d := cur.Load(); d > 0 {
+				mu.Lock()
+				wakes[d-1] = append(wakes[d-1], late)
+				mu.Unlock()
+			}
+		}
+	})
+	defer func() { stop.Store(true); wg.Wait() }()
 	for i := 0; b.Loop(); i++ {
 		binary.BigEndian.PutUint64(val, uint64(i))
 		for j := range designs {
@@ -139,9 +167,11 @@ func BenchmarkFlushParallel(b *testing.B) {
 			runtime.GC() // no design pays for another's garbage
 			c0, _ := processCPU()
 			t0 := time.Now()
+			cur.Store(int32(d + 1))
 			if err := designs[d].run(); err != nil {
 				b.Fatalf("%s: %v", designs[d].name, err)
 			}
+			cur.Store(0)
 			times[d] += int64(time.Since(t0))
 			c1, _ := processCPU()
 			cpus[d] += int64(c1 - c0)
@@ -160,6 +190,12 @@ func BenchmarkFlushParallel(b *testing.B) {
 		if d > 0 {
 			b.ReportMetric(float64(times[d])/float64(times[0]), ds.name+"/serial")
 			b.ReportMetric(float64(cpus[d])/float64(cpus[0]), ds.name+"/serial-cpu")
+		}
+	}
+	for d, ds := range designs {
+		if w := wakes[d]; len(w) > 0 {
+			slices.Sort(w)
+			b.ReportMetric(float64(w[len(w)*99/100].Microseconds()), ds.name+"-wake-p99-µs")
 		}
 	}
 	pb := len(designs) - 1
