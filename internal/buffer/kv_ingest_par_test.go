@@ -204,7 +204,7 @@ func BenchmarkFlushParallel(b *testing.B) {
 	}
 }
 
-// TestParallelSort: the order parallelSort builds with 2-8 workers is
+// TestParallelSort: the order parallelSort builds with 2-300 workers is
 // sort's, for keys whose prefixes differ in their first byte, only in
 // low bytes, not at all (one shared 8-byte prefix), skewed ones (most
 // keys in one value of the byte the groups are cut at), short and mixed
@@ -248,7 +248,7 @@ func TestParallelSort(t *testing.T) {
 				}
 			}
 			rng := uint64(len(want))
-			for _, w := range []int{2, 3, 5, 8} {
+			for _, w := range []int{2, 3, 5, 8, 300} {
 				in := slices.Clone(want)
 				for i := len(in) - 1; i > 0; i-- {
 					rng = rng*6364136223846793005 + 1442695040888963407

@@ -379,6 +379,7 @@ func (x *keyIndex) parallelSort(ents, tmp []sortEnt, workers int) []sortEnt {
 	if workers < 2 || len(ents) < 2*radixMin {
 		return x.sort(ents, tmp)
 	}
+	workers = min(workers, 256) // groups are ranges of one byte's values
 	n := len(ents)
 	chunk := func(w int) []sortEnt { return ents[n*w/workers : n*(w+1)/workers] }
 	// Each worker counts the bytes of its chunk's prefixes.
