@@ -213,6 +213,10 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	// session's with the same id.
 	kvs := slices.Clone(gen.kvs)
 	slices.SortFunc(kvs, func(a, b *buffer.KVGen) int { return cmp.Compare(a.Keyspace(), b.Keyspace()) })
+	pace := db.pacer.pace
+	if db.pacer.quantum <= 0 {
+		pace = nil // never yield (Options.FlushQuantum), nor the flush's other goroutines
+	}
 	drops := slices.Clone(gen.dropIDs)
 	slices.Sort(drops)
 	for len(kvs) > 0 || len(drops) > 0 {
@@ -223,7 +227,7 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 		}
 		k := kvs[0]
 		kvs = kvs[1:]
-		if err := k.IngestTo(ctx, in, db.pacer.pace); err != nil {
+		if err := k.IngestTo(ctx, in, pace); err != nil {
 			in.Abort()
 			return kverr.Errorf("flush keyspace %d: %w", k.Keyspace(), err)
 		}

@@ -111,9 +111,9 @@ func step(ctx context.Context, i int, pace func()) error {
 // (encoding, compression, filters) is most of a large flush's time
 // (BenchmarkIngestToWriters: 1, 2, 4 writers). Only the first range, on
 // the caller's goroutine, calls pace (the flusher's pacer serves one
-// goroutine); the others yield the processor every paceKeys keys
-// (runtime.Gosched: a reader waiting for a processor runs first, as it
-// does when the pacer yields). The first sort of the table runs on as
+// goroutine); the others, if pace is not nil, yield the processor every
+// paceKeys keys (runtime.Gosched: a reader waiting for a processor runs
+// first, as it does when the pacer yields). The first sort of the table runs on as
 // many goroutines (sortedKeysN).
 func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID, t *table, writers int, pace func()) error {
 	sp := t.rdel.Load()
@@ -136,13 +136,17 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 	if writers < 2 || sp != nil {
 		return ingestEnts(ctx, in, ks, t, sp, x, ents, pace)
 	}
+	var yield func() // the other parts' pace: yield if the caller paces
+	if pace != nil {
+		yield = runtime.Gosched
+	}
 	parts := in.Parts(writers)
 	errs := make([]error, writers)
 	var wg sync.WaitGroup
 	for i := 1; i < writers; i++ {
 		lo, hi := len(ents)*i/writers, len(ents)*(i+1)/writers
 		wg.Go(func() {
-			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], runtime.Gosched)
+			errs[i] = ingestEnts(ctx, parts[i], ks, t, sp, x, ents[lo:hi], yield)
 			parts[i].Done() // its table's tail and sync on this goroutine too
 		})
 	}

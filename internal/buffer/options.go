@@ -70,13 +70,15 @@ type Options struct {
 	// Ingest.Parts), all ingested in one call. Only a generation of one
 	// table with no range deletion and at least 64k keys per writer is
 	// cut (32k keys per goroutine for the sort); only the first writer
-	// calls IngestTo's pace function, the others yield the processor
-	// every few hundred keys. Default (0): runtime.GOMAXPROCS at the
-	// flush, since on the 2-core machine where it was measured two
-	// writers and a two-goroutine sort took the Flush of 1M keys in
-	// about 0.6x the time of one for about the same CPU
-	// (BenchmarkFlushParallel; doc/design.md, "Flush by ingestion"). 1:
-	// the caller's goroutine alone. Negative is an error.
+	// calls IngestTo's pace function, the others (if it is not nil)
+	// yield the processor every few hundred keys. Default (0):
+	// runtime.GOMAXPROCS at the flush: on the shared 2-core machine where
+	// it was measured, the parallel sort and two writers took the Flush
+	// of 1M keys in 0.74-0.88x the time of one goroutine when the second
+	// core was free (and 0.99-1.49x when other processes held it) for
+	// 0.65-0.83x the CPU (BenchmarkFlushParallel; doc/design.md, "The
+	// flush on every processor"). 1: the caller's goroutine alone.
+	// Negative is an error.
 	IngestWriters int
 }
 
