@@ -23,8 +23,9 @@ import (
 // BenchmarkFlushParallel is the Flush of W6's generation alone, from a
 // sealed 1M-key table that was never sorted (as a flush finds it): the
 // sort, the slot reads and the sstables written and synced (not
-// committed: BenchmarkIngestTo's span), by each design in rotating order
-// within every op:
+// committed: BenchmarkIngestTo's span), paced as the engine paces it
+// (yielding every 200µs), by each design in rotating order within every
+// op:
 //
 //   - serial: one goroutine sorts and writes one table (IngestWriters 1);
 //   - par-write: one sorts, then two write two tables (IngestWriters 2
@@ -108,7 +109,13 @@ func BenchmarkFlushParallel(b *testing.B) {
 			t.ord.Store(nil) // a flush sorts the sealed table first
 			t.flushSortWorkers, t.flushParts = sortW, writeW
 			in := st.NewIngest()
-			err := gen.IngestTo(ctx, in, nil)
+			last := time.Now()
+			err := gen.IngestTo(ctx, in, func() { // the engine's pacer at its default quantum
+				if time.Since(last) >= 200*time.Microsecond {
+					runtime.Gosched()
+					last = time.Now()
+				}
+			})
 			in.Abort() // joins the parts: every table written and synced
 			return err
 		}
