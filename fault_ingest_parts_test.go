@@ -17,7 +17,8 @@ import (
 
 // TestFaultIngestParts: a generation large enough to be sorted and written
 // on several goroutines (buffer.Options.IngestWriters' default, one per
-// processor: here 4) is flushed in parts, each its own table, all in one
+// processor but one: here 3, of which 140k keys take 2) is flushed in
+// parts, each its own table, all in one
 // ingest; then, while every other table sync of the ingest directory
 // fails (one part fails, the others succeed), each Flush fails, the
 // watermark stays, the pending values are read; once the fault is gone

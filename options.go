@@ -126,10 +126,11 @@ type Options struct {
 	// (Metrics.FlushThrottled). It trades flush throughput (and so, under
 	// a sustained write load, more time at MaxPendingBytes) for readers'
 	// CPU. Below 100, a flush's sort and tables are also kept on the
-	// flusher's goroutine (at 100 they take one goroutine per processor
-	// for a large generation, each yielding like the flusher; see
-	// doc/design.md, "Flush by ingestion"). Default: 100 (no sleep; the
-	// flusher only yields). At least 1, at most 100, else ErrBadOptions.
+	// flusher's goroutine (at 100, a large generation's take one
+	// goroutine per processor but one, each yielding like the flusher;
+	// see doc/design.md, "The flush on every processor"). Default: 100
+	// (no sleep; the flusher only yields). At least 1, at most 100, else
+	// ErrBadOptions.
 	FlushCPUPercent int
 
 	// MemoryBudget, if set, is shared with the other engines opened with
@@ -177,8 +178,8 @@ type Options struct {
 	storeTune *storage.Options
 
 	// ingestWriters is buffer.Options.IngestWriters (0: its default, one
-	// goroutine per processor): benchmarks of this package compare a
-	// flush on one goroutine with the default.
+	// goroutine per processor but one): benchmarks of this package
+	// compare a flush on every processor with the default.
 	ingestWriters int
 
 	// storeFS is the file system the pebble store lives on; nil means the

@@ -71,7 +71,9 @@ func (g *KVGen) IngestTo(ctx context.Context, in *storage.Ingest, pace func()) e
 	if len(tables) == 1 {
 		writers := g.kv.opt.writers
 		if writers == 0 {
-			writers = runtime.GOMAXPROCS(0)
+			// Every processor but one: the one left runs the readers
+			// and writers a flush must not starve (IngestWriters).
+			writers = max(1, runtime.GOMAXPROCS(0)-1)
 		}
 		return ingestTable(ctx, in, ks, tables[0], writers, pace)
 	}

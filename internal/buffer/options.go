@@ -71,14 +71,18 @@ type Options struct {
 	// table with no range deletion and at least 64k keys per writer is
 	// cut (32k keys per goroutine for the sort); only the first writer
 	// calls IngestTo's pace function, the others (if it is not nil)
-	// yield the processor every few hundred keys. Default (0):
-	// runtime.GOMAXPROCS at the flush: on the shared 2-core machine where
-	// it was measured, the parallel sort and two writers took the Flush
-	// of 1M keys in 0.74-0.88x the time of one goroutine when the second
-	// core was free (and 0.99-1.49x when other processes held it) for
-	// 0.65-0.83x the CPU (BenchmarkFlushParallel; doc/design.md, "The
-	// flush on every processor"). 1: the caller's goroutine alone.
-	// Negative is an error.
+	// yield the processor every few hundred keys. Default (0): one
+	// goroutine per processor but one (runtime.GOMAXPROCS at the flush,
+	// minus one; at least one), so that a flush never takes every
+	// processor from the readers and writers. On the shared 2-core
+	// machine where it was measured (so the default there is one
+	// goroutine), the parallel sort and two writers took the Flush of 1M
+	// keys in 0.74-0.88x the time of one goroutine when the second core
+	// was free and 0.99-1.49x when other processes held it, for 0.65-0.83x
+	// the CPU, and made a goroutine that sleeps 100µs at a time wake
+	// 2-4x later at the 99th percentile (BenchmarkFlushParallel;
+	// doc/design.md, "The flush on every processor"). 1: the caller's
+	// goroutine alone. Negative is an error.
 	IngestWriters int
 }
 
