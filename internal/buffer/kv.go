@@ -496,8 +496,11 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 // Get returns a copy of key's value: the newest pending change, else the
 // stored value. Errors: storage.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
-func (kv *KV) Get(key []byte) ([]byte, error) {
-	v, err := kv.GetAppend(nil, key)
+func (kv *KV) Get(key []byte) ([]byte, error) { return ownCopy(kv.GetAppend(nil, key)) }
+
+// ownCopy is Get's result from GetAppend(nil, key): a value found empty is
+// an empty, non-nil slice.
+func ownCopy(v []byte, err error) ([]byte, error) {
 	if err == nil && v == nil {
 		v = []byte{}
 	}
