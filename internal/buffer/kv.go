@@ -87,9 +87,11 @@ type KV struct {
 	seed uint64 // hash seed of every table of the overlay
 	opt  resolved
 
-	// policy is the design of the active table's key order (orderRuns;
-	// benchmarks compare orderResort).
-	policy orderPolicy
+	// orderOf is a test hook: when set, iterators take each table's key
+	// order from it instead of table.orderFor (resortOrder in
+	// kv_order_resort_test.go, the design orderFor's runs were measured
+	// against). Nil outside tests.
+	orderOf func(*table) (*order, []sortEnt)
 
 	dropped atomic.Bool // set by Drop, under the active table's locks
 

@@ -21,12 +21,12 @@ import (
 //   - The active table's order covers a prefix of each log. An iterator
 //     sorts the tail the order does not cover; a short tail stays private
 //     to the iterator, a longer one becomes a new sorted run of the cached
-//     order (orderRuns), merged with the previous runs whenever the last is
+//     order, merged with the previous runs whenever the last is
 //     at least half as long as the one before (so a table of n keys has
 //     about log2(n/minPublishedRun) runs, and each key is merged that many
-//     times). With orderResort, any tail makes the iterator sort the whole
-//     table again (a sort cached until the next write): the design the
-//     runs were measured against (doc/design.md, "KV tables").
+//     times). The design the runs were measured against, sorting the
+//     whole table again after any new key, is kept in kv_order_resort_test.go
+//     (doc/design.md, "KV tables").
 //   - A slot array that grows moves every key: an order built on the old
 //     arrays no longer resolves, and the next reader sorts the new arrays'
 //     logs (which list every key, in array order).
@@ -67,14 +67,6 @@ const (
 	minPublishedRun = 64
 	// radixMin: shorter lists are sorted by comparison.
 	radixMin = 256
-)
-
-// orderPolicy selects the design of the active table's order.
-type orderPolicy uint8
-
-const (
-	orderRuns   orderPolicy = iota // sorted runs plus a sorted tail (default)
-	orderResort                    // sort everything again after any new key
 )
 
 func (x *keyIndex) slot(ref uint64) (*slotArray, *shard, int) {
@@ -171,7 +163,7 @@ func (o *order) tail() []sortEnt {
 // cover (nil if none) that together hold every key t held when orderFor
 // was called. The order is t's cached one, extended or rebuilt first if
 // needed (see the comment at the top of this file).
-func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
+func (t *table) orderFor() (*order, []sortEnt) {
 	ss := t.shards.Load()
 	if ss == nil {
 		return nil, nil
@@ -181,7 +173,7 @@ func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
 		if len(tail) == 0 {
 			return o, nil
 		}
-		if policy == orderRuns && len(tail) < minPublishedRun {
+		if len(tail) < minPublishedRun {
 			o.sort(tail, nil)
 			return o, tail
 		}
@@ -193,11 +185,9 @@ func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
 		if len(tail) == 0 {
 			return o, nil // built meanwhile
 		}
-		if policy == orderRuns {
-			next := o.extend(tail)
-			t.ord.Store(next)
-			return next, nil
-		}
+		next := o.extend(tail)
+		t.ord.Store(next)
+		return next, nil
 	}
 	next := t.fullOrder(ss)
 	t.ord.Store(next)
@@ -226,7 +216,7 @@ func (o *order) extend(tail []sortEnt) *order {
 // flush's order. It merges the cached order's runs into one and caches
 // that.
 func (t *table) sortedKeys() (*keyIndex, []sortEnt) {
-	o, tail := t.orderFor(orderRuns)
+	o, tail := t.orderFor()
 	if o == nil {
 		return nil, nil
 	}

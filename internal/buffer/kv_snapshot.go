@@ -128,7 +128,7 @@ func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
 		return nil, err
 	}
 	ts := s.tables
-	return newIter(ts, s.vis, s.kv.policy, sit, lower, upper, func() { unpinTables(ts) }), nil
+	return newIter(ts, s.vis, s.kv.orderOf, sit, lower, upper, func() { unpinTables(ts) }), nil
 }
 
 // Close releases the snapshot's tables. It is idempotent. The store snapshot
