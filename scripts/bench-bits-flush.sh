@@ -17,29 +17,22 @@
 #
 # Environment: RUNS (default 3) runs of each revision, ROUNDS (default 5)
 # kvtool bench --rounds per run.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 2 ]]; then
-	echo "usage: $0 OUTDIR REV..." >&2
-	exit 2
-fi
+need_args 2 "OUTDIR REV..." "$@"
 out="$1"
 shift
 revs=("$@")
 runs="${RUNS:-3}"
 rounds="${ROUNDS:-5}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-bitsflush.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+out_dir "$out"
+work_dir bitsflush
 
 : >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
-	mkdir -p "$work/src$i"
-	(cd "$repo" && git archive "${revs[$i]}") | (cd "$work/src$i" && tar -xf -)
+	archive "${revs[$i]}" "$work/src$i"
 	(cd "$work/src$i" && go build -o "$work/kvtool$i" ./cmd/kvtool)
-	echo "$i = ${revs[$i]} ($(cd "$repo" && git rev-parse --short "${revs[$i]}"))" | tee -a "$out/revisions.txt" >&2
+	note_rev "$i" "${revs[$i]}"
 done
 args=(bench --json --workload '^W6/flush-bits-1m$' --rounds "$rounds" --dir "$work")
 echo "RUNS=$runs; each run: kvtool ${args[*]}" >"$out/command.txt"

@@ -16,7 +16,7 @@
 #   ROUNDS  kvtool bench --rounds (default 5)
 #
 # On the 2-core machine it takes about 10 minutes.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
 if [[ $# -ne 1 ]]; then
 	echo "usage: $0 OUTDIR" >&2
@@ -25,11 +25,8 @@ fi
 out="$1"
 count="${COUNT:-5}"
 rounds="${ROUNDS:-5}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-rev="$(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')"
-echo "revision $rev" >"$out/command.txt"
+out_dir "$out"
+echo "revision $(head_rev)" >"$out/command.txt"
 
 (cd "$repo" && go test -c -o "$out/buffer.test" ./internal/buffer/ && go build -o "$out/kvtool" ./cmd/kvtool)
 

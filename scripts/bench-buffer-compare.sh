@@ -21,12 +21,9 @@
 #              the kvbuf rows of W2's lookups, W3 and W8)
 #   BENCHTIME  -test.benchtime (default 0.5s)
 #   KVSCALE    -kvscale of BenchmarkW2's fixture (default 0.3)
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 3 ]]; then
-	echo "usage: $0 OUTDIR REV REV..." >&2
-	exit 2
-fi
+need_args 3 "OUTDIR REV REV..." "$@"
 out="$1"
 shift
 revs=("$@")
@@ -43,17 +40,16 @@ rows=(${ROWS:-'^BenchmarkW2$/^get-pending-hit$/^kvbuf-overlay$'
 	'^BenchmarkW8$/^batch-64-puts$/^kvbuf-overlay$'
 	'^BenchmarkW8$/^batch-64-puts$/^kvbuf-single-puts$'
 	'^BenchmarkW8$/^batch-64-puts-hot-keys$/^kvbuf-overlay$'})
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-bcompare.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+out_dir "$out"
+work_dir bcompare
 
 : >"$out/revisions.txt"
+pkgs=()
 for i in "${!revs[@]}"; do
-	mkdir -p "$work/src$i"
-	(cd "$repo" && git archive "${revs[$i]}") | (cd "$work/src$i" && tar -xf -)
-	(cd "$work/src$i" && pkg=./internal/buffer && { [[ -d $pkg ]] || pkg=./buffer; } && go test -c -o "$work/buffer$i.test" "$pkg")
-	echo "r$i = ${revs[$i]} ($(cd "$repo" && git rev-parse --short "${revs[$i]}"))" | tee -a "$out/revisions.txt" >&2
+	archive "${revs[$i]}" "$work/src$i"
+	pkgs+=("$(buffer_pkg "$work/src$i")")
+	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" "./${pkgs[$i]}")
+	note_rev "r$i" "${revs[$i]}"
 done
 {
 	echo "ROUNDS=$rounds BENCHTIME=$benchtime KVSCALE=$kvscale scripts/bench-buffer-compare.sh OUT ${revs[*]}"
@@ -66,7 +62,7 @@ for ((r = 1; r <= rounds; r++)); do
 		for ((k = 0; k < n; k++)); do
 			i=$(((r + j + k) % n))
 			echo "round $r row $j: r$i" >&2
-			(cd "$work/src$i/buffer" && "$work/buffer$i.test" -test.run '^$' -test.bench "${rows[$j]}" \
+			(cd "$work/src$i/${pkgs[$i]}" && "$work/buffer$i.test" -test.run '^$' -test.bench "${rows[$j]}" \
 				-test.benchtime "$benchtime" -kvscale "$kvscale") |
 				awk -v rev="r$i" -v round="$r" '/^Benchmark/ { print rev, round, $0 }' >>"$out/runs.txt"
 		done

@@ -20,7 +20,7 @@
 #   BENCHTIME  -benchtime (default 1s)
 #
 # On the 2-core machine a round takes about 3-5 minutes.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
 if [[ $# -ne 1 ]]; then
 	echo "usage: $0 OUTDIR" >&2
@@ -30,14 +30,13 @@ out="$1"
 rounds="${ROUNDS:-5}"
 bench="${BENCH:-^(BenchmarkW2|BenchmarkW2Interleaved|BenchmarkW3|BenchmarkW8)$}"
 benchtime="${BENCHTIME:-1s}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
+out_dir "$out"
 (cd "$repo" && go test -c -o "$out/buffer.test" ./internal/buffer/)
-echo "revision $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')" >"$out/command.txt"
+echo "revision $(head_rev)" >"$out/command.txt"
 echo "buffer.test -test.run '^\$' -test.bench '$bench' -test.benchtime $benchtime, $rounds rounds" >>"$out/command.txt"
 for ((r = 1; r <= rounds; r++)); do
 	echo "round $r" >&2
-	(cd "$repo/buffer" && "$out/buffer.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime") >"$out/round-$r.txt"
+	(cd "$repo/internal/buffer" && "$out/buffer.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime") >"$out/round-$r.txt"
 done
 rm -f "$out/buffer.test"
 

@@ -13,26 +13,20 @@
 #   e.g. scripts/bench-compare.sh 65247c8 HEAD /tmp/cmp --workload 'W2/get-*' --rounds 3
 #
 # Environment: ROUNDS (default 2) runs of each revision.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 3 ]]; then
-	echo "usage: $0 OLDREV NEWREV OUTDIR [kvtool bench flags...]" >&2
-	exit 2
-fi
+need_args 3 "OLDREV NEWREV OUTDIR [kvtool bench flags...]" "$@"
 old="$1" new="$2" out="$3"
 shift 3
 rounds="${ROUNDS:-2}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-compare.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+out_dir "$out"
+work_dir compare
 
 build() { # build REV NAME
 	local rev="$1" name="$2"
-	mkdir -p "$work/$name"
-	(cd "$repo" && git archive "$rev") | (cd "$work/$name" && tar -xf -)
+	archive "$rev" "$work/$name"
 	(cd "$work/$name" && go build -o "$work/kvtool-$name" ./cmd/kvtool)
-	echo "$name = $(cd "$repo" && git rev-parse --short "$rev")" | tee -a "$out/revisions.txt" >&2
+	echo "$name = $(short_rev "$rev")" | tee -a "$out/revisions.txt" >&2
 }
 : >"$out/revisions.txt"
 build "$old" old

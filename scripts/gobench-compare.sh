@@ -17,30 +17,23 @@
 #        scripts/gobench-compare.sh 608254b 3a32306 ./storage BenchmarkStoreScan
 #
 # Environment: ROUNDS (default 5), BENCHTIME (default 1s), OVERLAY, PAIR.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 4 ]]; then
-	echo "usage: $0 OLDREV NEWREV PKG BENCH [OUTDIR]" >&2
-	exit 2
-fi
+need_args 4 "OLDREV NEWREV PKG BENCH [OUTDIR]" "$@"
 old="$1" new="$2" pkg="$3" bench="$4"
 rounds="${ROUNDS:-5}"
 benchtime="${BENCHTIME:-1s}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-gobench.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-out="${5:-$work/out}"
-mkdir -p "$out"
+work_dir gobench
+out_dir "${5:-$work/out}"
 
 build() { # build REV NAME
 	local rev="$1" name="$2" f
-	mkdir -p "$work/$name"
-	(cd "$repo" && git archive "$rev") | (cd "$work/$name" && tar -xf -)
+	archive "$rev" "$work/$name"
 	for f in ${OVERLAY:-}; do
 		(cd "$repo" && git show "$new:$f") >"$work/$name/$f"
 	done
 	(cd "$work/$name" && go test -c -o "$work/$name.test" "$pkg")
-	echo "$name = $(cd "$repo" && git rev-parse --short "$rev")" | tee -a "$out/revisions.txt" >&2
+	echo "$name = $(short_rev "$rev")" | tee -a "$out/revisions.txt" >&2
 }
 : >"$out/revisions.txt"
 build "$old" old

@@ -16,24 +16,24 @@
 # ARGS_NEW=-w9.nologsync to measure what the raft log's syncs cost, or
 # ARGS_OLD=-w9.syncready to compare with the synchronous Ready loop; the
 # design flags are listed in doc/workloads.md, W9).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib/revisions.sh"
+
+need_args 2 "OLD NEW [ROW-REGEXP]" "$@"
+cd "$repo"
 old="$1"
 new="$2"
 rows="${3:-BenchmarkW9/writes/clients=(1|16|64)/impl=kvbuf\$}"
 rounds="${ROUNDS:-3}"
 benchtime="${BENCHTIME:-2s}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+work_dir w9ab
 raw="${OUT:-$work/raw.txt}"
 : >"$raw"
 for side in old new; do
 	rev="${!side}"
-	mkdir -p "$work/$side"
-	git archive "$rev" | tar -x -C "$work/$side"
+	archive "$rev" "$work/$side"
 	(cd "$work/$side" && go test -buildvcs=false -c -o "$work/$side.test" ./raftkv)
 	args=ARGS_${side^^}
-	echo "$side = $(git rev-parse --short "$rev") ${!args:-}" | tee -a "$raw" >&2
+	echo "$side = $(short_rev "$rev") ${!args:-}" | tee -a "$raw" >&2
 done
 for ((r = 0; r < rounds; r++)); do
 	order=(old new)

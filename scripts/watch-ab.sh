@@ -21,7 +21,7 @@
 # mode per run), MODES (KVBUF_WATCH_MODES, default none,visible,durable),
 # OVERLAY (default watch_bench_test.go), OUT (a directory to keep the raw
 # output in).
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
 summarize() { # summarize DIR: median (min-max) per revision and metric over the runs
 	local dir="$1" f
@@ -48,30 +48,23 @@ if [[ "${1:-}" == --summarize ]]; then
 	summarize "$2"
 	exit 0
 fi
-if [[ $# -lt 1 ]]; then
-	echo "usage: $0 REV..." >&2
-	exit 2
-fi
+need_args 1 "REV..." "$@"
 rounds="${ROUNDS:-3}"
 bench="${BENCH:-BenchmarkW8Watch}"
 benchtime="${BENCHTIME:-6x}"
 overlay="${OVERLAY-watch_bench_test.go}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-watchab.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-out="${OUT:-$work/out}"
-mkdir -p "$out"
+work_dir watchab
+out_dir "${OUT:-$work/out}"
 revs=("$@")
 last="${revs[$((${#revs[@]} - 1))]}"
 for i in "${!revs[@]}"; do
 	rev="${revs[$i]}"
-	mkdir -p "$work/r$i"
-	(cd "$repo" && git archive "$rev") | (cd "$work/r$i" && tar -xf -)
+	archive "$rev" "$work/r$i"
 	for f in $overlay; do
 		(cd "$repo" && git show "$last:$f") >"$work/r$i/$f"
 	done
 	(cd "$work/r$i" && go test -c -o "$work/r$i.test" .)
-	echo "r$i = $rev ($(cd "$repo" && git rev-parse --short "$rev"))" | tee -a "$out/revisions.txt"
+	echo "r$i = $rev ($(short_rev "$rev"))" | tee -a "$out/revisions.txt"
 done
 echo "$bench -benchtime $benchtime, ROUNDS=$rounds, MODES=${MODES:-all}" | tee "$out/command.txt"
 n=${#revs[@]}

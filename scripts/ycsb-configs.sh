@@ -19,12 +19,9 @@
 #   OPS        measured operations per run (default 100000)
 #   THREADS    client threads (default 1)
 #   EXTRA      more kvtool ycsb flags for every run
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 2 ]]; then
-	echo "usage: $0 OUTDIR NAME=PROPS [NAME=PROPS ...]" >&2
-	exit 2
-fi
+need_args 2 "OUTDIR NAME=PROPS [NAME=PROPS ...]" "$@"
 out="$1"
 shift
 rounds="${ROUNDS:-3}"
@@ -32,8 +29,7 @@ workloads="${WORKLOADS:-a,b,d,f}"
 records="${RECORDS:-100000}"
 ops="${OPS:-100000}"
 threads="${THREADS:-1}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
+out_dir "$out"
 (cd "$repo" && go build -o "$out/kvtool" ./cmd/kvtool)
 names=()
 props=()
@@ -43,7 +39,7 @@ for c in "$@"; do
 done
 n=${#names[@]}
 {
-	echo "revision $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD || echo ' (plus uncommitted changes)')"
+	echo "revision $(head_rev)"
 	echo "$0 $out $*"
 	echo "ROUNDS=$rounds WORKLOADS=$workloads RECORDS=$records OPS=$ops THREADS=$threads EXTRA=${EXTRA:-}"
 	echo "start: $(uptime)"

@@ -217,42 +217,45 @@ func (it *Iter) Error() error {
 // Close releases the iterator and returns its error, if any. It is
 // idempotent; after Store.Close closed the iterator it returns ErrClosed.
 func (it *Iter) Close() error {
-	it.mu.Lock()
-	if it.closed {
-		err := it.err
-		it.mu.Unlock()
-		return err
-	}
-	it.closed = true
-	if it.it != nil {
-		if cerr := it.it.Close(); it.err == nil && cerr != nil {
-			it.err = it.s.wrapErr("close iterator", cerr)
-		}
-	}
-	err := it.err
-	it.mu.Unlock()
-
-	it.s.openMu.Lock()
-	delete(it.s.iters, it)
-	it.s.openMu.Unlock()
+	err := it.close(nil)
+	untrack(it.s, it.s.iters, it)
 	return err
 }
 
 // closeByStore is Store.Close closing an iterator its owner left open.
 func (it *Iter) closeByStore() error {
+	return it.close(kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed))
+}
+
+// close closes the iterator if it is open. For its owner (byStore nil) it
+// returns the iterator's error, pebble's Close error included, on every
+// call. For Store.Close, byStore is the error the iterator's calls return
+// from then on (unless it failed before), and close returns pebble's Close
+// error, or nil if the owner closed it first.
+func (it *Iter) close(byStore error) error {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.closed {
-		return nil
+		if byStore != nil {
+			return nil
+		}
+		return it.err
 	}
 	it.closed = true
 	if it.err == nil {
-		it.err = kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed)
+		it.err = byStore
 	}
+	var cerr error
 	if it.it != nil {
-		if cerr := it.it.Close(); cerr != nil {
-			return it.s.wrapErr("close iterator", cerr)
+		if cerr = it.it.Close(); cerr != nil {
+			cerr = it.s.wrapErr("close iterator", cerr)
 		}
 	}
-	return nil
+	if byStore != nil {
+		return cerr
+	}
+	if it.err == nil {
+		it.err = cerr
+	}
+	return it.err
 }

@@ -89,35 +89,31 @@ func (sn *Snapshot) closedErr() error {
 // Close releases the snapshot. It is idempotent: it returns nil after the
 // first call, and ErrClosed if Store.Close closed the snapshot first.
 func (sn *Snapshot) Close() error {
-	sn.mu.Lock()
-	if sn.closed {
-		err := sn.err
-		sn.mu.Unlock()
-		return err
-	}
-	sn.closed = true
-	err := sn.snap.Close()
-	sn.snap = nil
-	sn.mu.Unlock()
-
-	sn.s.openMu.Lock()
-	delete(sn.s.snaps, sn)
-	sn.s.openMu.Unlock()
-	if err != nil {
-		return sn.s.wrapErr("close snapshot", err)
-	}
-	return nil
+	err := sn.close(nil)
+	untrack(sn.s, sn.s.snaps, sn)
+	return err
 }
 
 // closeByStore is Store.Close closing a snapshot its owner left open.
 func (sn *Snapshot) closeByStore() error {
+	return sn.close(kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed))
+}
+
+// close releases the snapshot if it is open and returns pebble's error
+// from doing so. For its owner (byStore nil), a later call returns nil, or
+// the error Store.Close set. For Store.Close, byStore is the error the
+// snapshot's reads (and its owner's Close) return from then on, and close
+// returns nil if the owner closed it first.
+func (sn *Snapshot) close(byStore error) error {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	if sn.closed {
-		return nil
+		if byStore != nil {
+			return nil
+		}
+		return sn.err
 	}
-	sn.closed = true
-	sn.err = kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed)
+	sn.closed, sn.err = true, byStore
 	err := sn.snap.Close()
 	sn.snap = nil
 	if err != nil {

@@ -326,6 +326,14 @@ func userRead[T any](s *Store, op string, ks KeyspaceID, key []byte, mu *sync.RW
 	return v, nil
 }
 
+// untrack removes x from set (the store's open snapshots or iterators):
+// its owner closed it, so Store.Close need not.
+func untrack[T comparable](s *Store, set map[T]struct{}, x T) {
+	s.openMu.Lock()
+	delete(set, x)
+	s.openMu.Unlock()
+}
+
 // closeByStore empties set (the open snapshots or iterators) under mu and
 // closes each one it held for Store.Close, outside mu.
 func closeByStore[T interface {

@@ -161,8 +161,9 @@ Flags:
 `
 
 // parseCommand parses a command's flags. For -h it prints help, then the
-// flags, to stdout; for a bad flag, one usage line to stderr (usageErr). ok
-// is false when the caller should return code at once.
+// flags, to stdout; for a bad flag or an argument (no kvraft command takes
+// one), one usage line to stderr (usageErr). ok is false when the caller
+// should return code at once.
 func parseCommand(fs *flag.FlagSet, args []string, help string, stdout, stderr io.Writer) (code int, ok bool) {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +174,9 @@ func parseCommand(fs *flag.FlagSet, args []string, help string, stdout, stderr i
 			return exitOK, false
 		}
 		return usageErr(fs, stderr, "%v", err), false
+	}
+	if fs.NArg() > 0 {
+		return usageErr(fs, stderr, "unexpected argument %q", fs.Arg(0)), false
 	}
 	return exitOK, true
 }
@@ -207,9 +211,6 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 	}
 	bad := func(format string, a ...any) (config, int, bool) {
 		return cfg, usageErr(fs, stderr, format, a...), false
-	}
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q", fs.Arg(0))
 	}
 	if *id == 0 {
 		return bad("--id is required (a non-zero raft ID)")

@@ -96,8 +96,6 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	bad := func(format string, a ...any) int { return usageErr(fs, stderr, format, a...) }
 	switch {
-	case fs.NArg() > 0:
-		return bad("unexpected argument %q", fs.Arg(0))
 	case *endpoint == "":
 		return bad("--endpoint is required")
 	case *out == "":
@@ -182,8 +180,6 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	pm, perr := parsePeers(*peers)
 	mode, merr := strconv.ParseUint(*dirMode, 8, 32)
 	switch {
-	case fs.NArg() > 0:
-		return bad("unexpected argument %q", fs.Arg(0))
 	case *file == "":
 		return bad("--snapshot is required")
 	case *id == 0:

@@ -26,10 +26,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := parseCommand(fs, args, statusHelp, stdout, stderr); !ok {
 		return code
 	}
-	bad := func(format string, a ...any) int { return usageErr(fs, stderr, format, a...) }
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q", fs.Arg(0))
-	}
 	var addrs []string
 	for _, a := range strings.Split(*endpoints, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -37,11 +33,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	if len(addrs) == 0 {
-		return bad("--endpoints is required")
+		return usageErr(fs, stderr, "--endpoints is required")
 	}
 	ac, err := cf.client()
 	if err != nil {
-		return bad("%v", err)
+		return usageErr(fs, stderr, "%v", err)
 	}
 	rows := make([]endpointStatus, len(addrs))
 	var wg sync.WaitGroup

@@ -87,9 +87,11 @@ type KV struct {
 	seed uint64 // hash seed of every table of the overlay
 	opt  resolved
 
-	// policy is the design of the active table's key order (orderRuns;
-	// benchmarks compare orderResort).
-	policy orderPolicy
+	// orderOf is a test hook: when set, iterators take each table's key
+	// order from it instead of table.orderFor (resortOrder in
+	// kv_order_resort_test.go, the design orderFor's runs were measured
+	// against). Nil outside tests.
+	orderOf func(*table) (*order, []sortEnt)
 
 	dropped atomic.Bool // set by Drop, under the active table's locks
 
@@ -496,8 +498,11 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 // Get returns a copy of key's value: the newest pending change, else the
 // stored value. Errors: storage.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
-func (kv *KV) Get(key []byte) ([]byte, error) {
-	v, err := kv.GetAppend(nil, key)
+func (kv *KV) Get(key []byte) ([]byte, error) { return ownCopy(kv.GetAppend(nil, key)) }
+
+// ownCopy is Get's result from GetAppend(nil, key): a value found empty is
+// an empty, non-nil slice.
+func ownCopy(v []byte, err error) ([]byte, error) {
 	if err == nil && v == nil {
 		v = []byte{}
 	}

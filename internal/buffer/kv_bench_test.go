@@ -374,10 +374,7 @@ func BenchmarkW2(b *testing.B) {
 			}
 		}
 	})
-	for _, p := range []struct {
-		name   string
-		policy orderPolicy
-	}{{"runs", orderRuns}, {"resort", orderResort}} {
+	for _, p := range orderDesigns {
 		b.Run("first-iter-1m/kvbuf-"+p.name, func(b *testing.B) {
 			b.ReportAllocs()
 			runtime.LockOSThread()
@@ -386,7 +383,7 @@ func BenchmarkW2(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				kv := benchKV(b, nil)
-				kv.policy = p.policy
+				kv.orderOf = p.orderOf
 				loadW2(b, kv, f)
 				runtime.GC()
 				b.StartTimer()
@@ -487,13 +484,10 @@ func BenchmarkW2Interleaved(b *testing.B) {
 			}
 		}
 	}
-	for _, p := range []struct {
-		name   string
-		policy orderPolicy
-	}{{"runs", orderRuns}, {"resort", orderResort}} {
+	for _, p := range orderDesigns {
 		b.Run("kvbuf-"+p.name, func(b *testing.B) {
 			kv := benchKV(b, nil)
-			kv.policy = p.policy
+			kv.orderOf = p.orderOf
 			run(b, impl{
 				put: func(k []byte) {
 					if err := kv.Put(k, val); err != nil {

@@ -167,10 +167,13 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 		unpinTables(ts)
 		return nil, err
 	}
-	return newIter(ts, vis, kv.policy, st, lower, upper, func() { unpinTables(ts) }), nil
+	return newIter(ts, vis, kv.orderOf, st, lower, upper, func() { unpinTables(ts) }), nil
 }
 
-func newIter(ts []*table, vis uint64, policy orderPolicy, st *storage.Iter, lower, upper []byte, release func()) *Iter {
+// newIter makes an iterator over the tables ts (newest first) and st. Each
+// table's key order comes from table.orderFor, or from orderOf if not nil
+// (a test hook: KV.orderOf).
+func newIter(ts []*table, vis uint64, orderOf func(*table) (*order, []sortEnt), st *storage.Iter, lower, upper []byte, release func()) *Iter {
 	it := &Iter{tables: ts, vis: vis, st: st, release: release}
 	if lower != nil {
 		it.lower, it.hasLower = string(lower), true
@@ -179,7 +182,13 @@ func newIter(ts []*table, vis uint64, policy orderPolicy, st *storage.Iter, lowe
 		it.upper, it.hasUpper = string(upper), true
 	}
 	for p, t := range ts {
-		o, tail := t.orderFor(policy)
+		var o *order
+		var tail []sortEnt
+		if orderOf != nil {
+			o, tail = orderOf(t)
+		} else {
+			o, tail = t.orderFor()
+		}
 		if o == nil {
 			continue
 		}

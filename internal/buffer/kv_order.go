@@ -23,12 +23,12 @@ import (
 //   - The active table's order covers a prefix of each log. An iterator
 //     sorts the tail the order does not cover; a short tail stays private
 //     to the iterator, a longer one becomes a new sorted run of the cached
-//     order (orderRuns), merged with the previous runs whenever the last is
+//     order, merged with the previous runs whenever the last is
 //     at least half as long as the one before (so a table of n keys has
 //     about log2(n/minPublishedRun) runs, and each key is merged that many
-//     times). With orderResort, any tail makes the iterator sort the whole
-//     table again (a sort cached until the next write): the design the
-//     runs were measured against (doc/design.md, "KV tables").
+//     times). The design the runs were measured against, sorting the
+//     whole table again after any new key, is kept in kv_order_resort_test.go
+//     (doc/design.md, "KV tables").
 //   - A slot array that grows moves every key: an order built on the old
 //     arrays no longer resolves, and the next reader sorts the new arrays'
 //     logs (which list every key, in array order).
@@ -69,14 +69,6 @@ const (
 	minPublishedRun = 64
 	// radixMin: shorter lists are sorted by comparison.
 	radixMin = 256
-)
-
-// orderPolicy selects the design of the active table's order.
-type orderPolicy uint8
-
-const (
-	orderRuns   orderPolicy = iota // sorted runs plus a sorted tail (default)
-	orderResort                    // sort everything again after any new key
 )
 
 func (x *keyIndex) slot(ref uint64) (*slotArray, *shard, int) {
@@ -173,13 +165,13 @@ func (o *order) tail() []sortEnt {
 // cover (nil if none) that together hold every key t held when orderFor
 // was called. The order is t's cached one, extended or rebuilt first if
 // needed (see the comment at the top of this file).
-func (t *table) orderFor(policy orderPolicy) (*order, []sortEnt) {
-	return t.orderForN(policy, 1)
+func (t *table) orderFor() (*order, []sortEnt) {
+	return t.orderForN(1)
 }
 
 // orderForN is orderFor, a full sort (if one is needed) run by up to
 // workers goroutines (parallelSort).
-func (t *table) orderForN(policy orderPolicy, workers int) (*order, []sortEnt) {
+func (t *table) orderForN(workers int) (*order, []sortEnt) {
 	ss := t.shards.Load()
 	if ss == nil {
 		return nil, nil
@@ -189,7 +181,7 @@ func (t *table) orderForN(policy orderPolicy, workers int) (*order, []sortEnt) {
 		if len(tail) == 0 {
 			return o, nil
 		}
-		if policy == orderRuns && len(tail) < minPublishedRun {
+		if len(tail) < minPublishedRun {
 			o.sort(tail, nil)
 			return o, tail
 		}
@@ -201,11 +193,9 @@ func (t *table) orderForN(policy orderPolicy, workers int) (*order, []sortEnt) {
 		if len(tail) == 0 {
 			return o, nil // built meanwhile
 		}
-		if policy == orderRuns {
-			next := o.extend(tail)
-			t.ord.Store(next)
-			return next, nil
-		}
+		next := o.extend(tail)
+		t.ord.Store(next)
+		return next, nil
 	}
 	next := t.fullOrder(ss, workers)
 	t.ord.Store(next)
@@ -238,7 +228,7 @@ func (t *table) sortedKeys() (*keyIndex, []sortEnt) { return t.sortedKeysN(1) }
 // sortedKeysN is sortedKeys, a full sort (the first order of a sealed
 // table) run by up to workers goroutines: the flush's (ingestTable).
 func (t *table) sortedKeysN(workers int) (*keyIndex, []sortEnt) {
-	o, tail := t.orderForN(orderRuns, workers)
+	o, tail := t.orderForN(workers)
 	if o == nil {
 		return nil, nil
 	}

@@ -64,13 +64,7 @@ func (s *KVSnapshot) reader() kvReader {
 }
 
 // Get is KV.Get as of the snapshot. After Close it returns storage.ErrClosed.
-func (s *KVSnapshot) Get(key []byte) ([]byte, error) {
-	v, err := s.GetAppend(nil, key)
-	if err == nil && v == nil {
-		v = []byte{}
-	}
-	return v, err
-}
+func (s *KVSnapshot) Get(key []byte) ([]byte, error) { return ownCopy(s.GetAppend(nil, key)) }
 
 // GetAppend is KV.GetAppend as of the snapshot.
 func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
@@ -134,7 +128,7 @@ func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
 		return nil, err
 	}
 	ts := s.tables
-	return newIter(ts, s.vis, s.kv.policy, sit, lower, upper, func() { unpinTables(ts) }), nil
+	return newIter(ts, s.vis, s.kv.orderOf, sit, lower, upper, func() { unpinTables(ts) }), nil
 }
 
 // Close releases the snapshot's tables. It is idempotent. The store snapshot

@@ -973,15 +973,23 @@ func (t *table) slotHash(sw *slotWords, sh *shard) uint64 {
 
 // keyCount returns the number of keys (points) in the table.
 func (t *table) keyCount() int64 {
+	return t.sumShards(func(sh *shard) int64 {
+		if a := sh.arr.Load(); a != nil {
+			return a.lockedCount(sh)
+		}
+		return 0
+	})
+}
+
+// sumShards adds up f over the table's shards (0 before the first write).
+func (t *table) sumShards(f func(*shard) int64) int64 {
 	ss := t.shards.Load()
 	if ss == nil {
 		return 0
 	}
 	var n int64
 	for _, sh := range ss.s {
-		if a := sh.arr.Load(); a != nil {
-			n += a.lockedCount(sh)
-		}
+		n += f(sh)
 	}
 	return n
 }
@@ -1043,15 +1051,7 @@ func (t *table) unseal() {
 
 // bytes is the memory held by the table's changes.
 func (t *table) bytes() int64 {
-	ss := t.shards.Load()
-	if ss == nil {
-		return 0
-	}
-	var n int64
-	for _, sh := range ss.s {
-		n += sh.bytes.Load()
-	}
-	return n
+	return t.sumShards(func(sh *shard) int64 { return sh.bytes.Load() })
 }
 
 // capacityBytes is the memory a cleared table keeps: shards and slot arrays.

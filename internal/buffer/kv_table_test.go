@@ -128,7 +128,7 @@ func TestKVTableModel(t *testing.T) {
 			r := &seqRig{kvRig: newKVRig(t, opts), m: newSeqModel(), history: round < 3}
 			defer func() { unpinTables(r.pinned) }()
 			if round%3 == 2 {
-				r.kv.policy = orderResort
+				r.kv.orderOf = (*table).resortOrder
 			}
 			steps := 400
 			if raceEnabled {
@@ -358,14 +358,14 @@ func (r *seqRig) checkAt(t *testing.T, rng *rand.Rand, universe []string, vis ui
 		vis = now
 	}
 	want := r.m.keysAt(vis, lo, hi)
-	for _, policy := range []orderPolicy{kv.policy, orderRuns, orderResort} {
-		it := r.iterAt(t, vis, policy, lo, hi)
+	for _, d := range append([]orderDesign{{"the KV's", kv.orderOf}}, orderDesigns...) {
+		it := r.iterAt(t, vis, d.orderOf, lo, hi)
 		var got []string
 		for ok := it.First(); ok; ok = it.Next() {
 			got = append(got, string(it.Key())+"="+string(it.Value()))
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("%s: forward scan [%s, %s) (policy %d)\n got %.300q\nwant %.300q", where, show(lo), show(hi), policy, got, want)
+			t.Fatalf("%s: forward scan [%s, %s) (order %s)\n got %.300q\nwant %.300q", where, show(lo), show(hi), d.name, got, want)
 		}
 		got = got[:0]
 		for ok := it.Last(); ok; ok = it.Prev() {
@@ -373,7 +373,7 @@ func (r *seqRig) checkAt(t *testing.T, rng *rand.Rand, universe []string, vis ui
 		}
 		slices.Reverse(got)
 		if !slices.Equal(got, want) {
-			t.Fatalf("%s: backward scan [%s, %s) (policy %d)\n got %.300q\nwant %.300q", where, show(lo), show(hi), policy, got, want)
+			t.Fatalf("%s: backward scan [%s, %s) (order %s)\n got %.300q\nwant %.300q", where, show(lo), show(hi), d.name, got, want)
 		}
 		// Seeks land on the model's next and previous keys.
 		if len(want) > 0 {
@@ -392,8 +392,9 @@ func (r *seqRig) checkAt(t *testing.T, rng *rand.Rand, universe []string, vis ui
 	}
 }
 
-// iterAt is KV.NewIter at visible number vis with the given order design.
-func (r *seqRig) iterAt(t *testing.T, vis uint64, policy orderPolicy, lo, hi *string) *Iter {
+// iterAt is KV.NewIter at visible number vis with the given order design
+// (a KV.orderOf value).
+func (r *seqRig) iterAt(t *testing.T, vis uint64, orderOf func(*table) (*order, []sortEnt), lo, hi *string) *Iter {
 	kv := r.kv
 	kv.vmu.Lock()
 	v := kv.view.Load()
@@ -406,7 +407,7 @@ func (r *seqRig) iterAt(t *testing.T, vis uint64, policy orderPolicy, lo, hi *st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newIter(ts, vis, policy, st, bptr(lo), bptr(hi), func() { unpinTables(ts) })
+	return newIter(ts, vis, orderOf, st, bptr(lo), bptr(hi), func() { unpinTables(ts) })
 }
 
 // checkStore compares the store with the model at the last release.

@@ -125,14 +125,6 @@ func (g *FS) Abort() {
 	}
 }
 
-// Full reports whether an episode is on: a write found the disk full and
-// none has succeeded since.
-func (g *FS) Full() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.full
-}
-
 // Waiting returns the number of writes waiting for space now.
 func (g *FS) Waiting() int {
 	g.mu.Lock()
