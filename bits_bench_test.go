@@ -16,11 +16,14 @@ import (
 // of them true, W1's changes) and the DB.Flush that makes them durable,
 // against coalescing the same changes into words, File.ApplyWords and a
 // sync of a raw bitslice file (W6's coalesce+apply-words+msync). One
-// iteration is one round of both, in alternating order; the values flip
+// iteration is one round of both and of the split below, in rotating
+// order; the values flip
 // each round, so that every round changes every bit it sets.
 //
 // Metrics: kvbuf-ns/set and coalesce-ns/set (the sets and the coalescing
-// alone), kvbuf-flush-ns and apply-words+msync-ns (the flush and the word
+// alone), overlay-ns/set and admission-ns/set (the split of a Set, on a
+// second engine: the overlay's Set alone, and BeginWrite plus End with
+// nothing applied), kvbuf-flush-ns and apply-words+msync-ns (the flush and the word
 // apply with its sync alone), kvbuf-flush-cpu-ns and apply-cpu-ns (process
 // CPU over the same spans, background goroutines included), and the
 // median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
@@ -43,6 +46,18 @@ func BenchmarkBitsW6(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = db.Close() })
 	bs, err := db.Bits("w6")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A second engine for the split: its overlay's Set alone (no
+	// admission) and its admission alone (BeginWrite and End, nothing
+	// applied), each timed over the same 1M indexes.
+	db2, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db2.Close() })
+	bs2, err := db2.Bits("w6")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,13 +88,34 @@ func BenchmarkBitsW6(b *testing.B) {
 		}
 		return out
 	}
-	var sets, flush, fcpu, coal, apply, acpu time.Duration
+	var sets, flush, fcpu, coal, apply, acpu, ovs, adm time.Duration
 	var all, alone []float64
 	round := uint64(0)
 	for b.Loop() {
 		round++
 		flip := round&1 == 0
-		var ds, df, dfc, dc, da, dac time.Duration
+		var ds, df, dfc, dc, da, dac, dov, dadm time.Duration
+		split := func() {
+			t0 := time.Now()
+			for k, i := range idx {
+				if err := bs2.ov.Set(i, vals[k] != flip); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dov = time.Since(t0)
+			if err := db2.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			t0 = time.Now()
+			for range idx {
+				t, err := db2.flusher.BeginWrite(ctx, 0, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t.End()
+			}
+			dadm = time.Since(t0)
+		}
 		kv := func() {
 			t0 := time.Now()
 			for k, i := range idx {
@@ -108,12 +144,9 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 			dc, da, dac = t1.Sub(t0), time.Since(t1), processCPU()-c0
 		}
-		if round&1 == 0 {
-			kv()
-			base()
-		} else {
-			base()
-			kv()
+		steps := []func(){kv, base, split}
+		for j := range steps {
+			steps[(j+int(round))%len(steps)]()
 		}
 		for k := 0; k < n; k += n / 97 {
 			if v, err := bs.Get(idx[k]); err != nil || v != raw.Get(idx[k]) {
@@ -121,12 +154,15 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 		}
 		sets, flush, fcpu, coal, apply, acpu = sets+ds, flush+df, fcpu+dfc, coal+dc, apply+da, acpu+dac
+		ovs, adm = ovs+dov, adm+dadm
 		all = append(all, float64(dc+da)/float64(ds+df))
 		alone = append(alone, float64(da)/float64(df))
 	}
 	r := float64(max(round, 1))
 	b.ReportMetric(float64(sets.Nanoseconds())/r/n, "kvbuf-ns/set")
 	b.ReportMetric(float64(coal.Nanoseconds())/r/n, "coalesce-ns/set")
+	b.ReportMetric(float64(ovs.Nanoseconds())/r/n, "overlay-ns/set")
+	b.ReportMetric(float64(adm.Nanoseconds())/r/n, "admission-ns/set")
 	b.ReportMetric(float64(flush.Nanoseconds())/r, "kvbuf-flush-ns")
 	b.ReportMetric(float64(apply.Nanoseconds())/r, "apply-words+msync-ns")
 	b.ReportMetric(float64(fcpu.Nanoseconds())/r, "kvbuf-flush-cpu-ns")
