@@ -58,12 +58,8 @@ metrics=(speedup speedup-flush kvbuf-ns/set admission-ns/set overlay-ns/set coal
 for ((i = 0; i < n; i++)); do
 	echo "revision $i = ${revs[$i]}"
 	for m in "${metrics[@]}"; do
-		cat "$out"/rev$i-run*.txt | awk -v m="$m" '
-			/^BenchmarkBitsW6/ { for (k = 1; k < NF; k++) if ($(k+1) == m) v[n++] = $k }
-			END {
-				if (n == 0) exit
-				asort(v)
-				printf "  %-22s %10.4g  (%.4g-%.4g, %d runs)\n", m, v[int((n+1)/2)], v[1], v[n], n
-			}'
+		vals=$(cat "$out"/rev$i-run*.txt | awk -v m="$m" '/^BenchmarkBitsW6/ { for (k = 1; k < NF; k++) if ($(k+1) == m) print $k }' | sort -g)
+		[[ -n "$vals" ]] || continue
+		echo "$vals" | awk -v m="$m" '{ v[NR] = $1 } END { printf "  %-22s %10.4g  (%.4g-%.4g, %d runs)\n", m, v[int((NR+1)/2)], v[1], v[NR], NR }'
 	done
 done | tee "$out/summary.txt"
