@@ -234,7 +234,7 @@ func New(t Target, opts *Options) (*Flusher, error) {
 		gwTimer:    time.NewTimer(time.Hour),
 	}
 	f.settler, _ = t.(Settler)
-	f.gate.Stripe() // every write enters it
+	f.gate.Stripe() // Flush calls, tickets and writes waiting for room enter it from many goroutines
 	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
 	f.ops.init(f.opts.Watermark)
