@@ -1,6 +1,7 @@
 package kvbuf
 
 import (
+	"context"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -23,7 +24,9 @@ import (
 // Metrics: kvbuf-ns/set and coalesce-ns/set (the sets and the coalescing
 // alone), overlay-ns/set and admission-ns/set (the split of a Set, on a
 // second engine: the overlay's Set alone, and BeginWrite plus End with
-// nothing applied), kvbuf-flush-ns and apply-words+msync-ns (the flush and the word
+// nothing applied), direct-ns/set and direct/set (design C, not kept: a
+// Set without DB.write's closure, setDirect, on the second engine, and the
+// median of its per-round ratio to Bits.Set), kvbuf-flush-ns and apply-words+msync-ns (the flush and the word
 // apply with its sync alone), kvbuf-flush-cpu-ns and apply-cpu-ns (process
 // CPU over the same spans, background goroutines included), and the
 // median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
@@ -88,13 +91,14 @@ func BenchmarkBitsW6(b *testing.B) {
 		}
 		return out
 	}
-	var sets, flush, fcpu, coal, apply, acpu, ovs, adm time.Duration
+	var sets, flush, fcpu, coal, apply, acpu, ovs, adm, dir time.Duration
+	var dirRatio []float64
 	var all, alone []float64
 	round := uint64(0)
 	for b.Loop() {
 		round++
 		flip := round&1 == 0
-		var ds, df, dfc, dc, da, dac, dov, dadm time.Duration
+		var ds, df, dfc, dc, da, dac, dov, dadm, ddir time.Duration
 		split := func() {
 			t0 := time.Now()
 			for k, i := range idx {
@@ -115,6 +119,16 @@ func BenchmarkBitsW6(b *testing.B) {
 				t.End()
 			}
 			dadm = time.Since(t0)
+			t0 = time.Now()
+			for k, i := range idx {
+				if err := setDirect(bs2, ctx, i, vals[k] == flip, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ddir = time.Since(t0)
+			if err := db2.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 		kv := func() {
 			t0 := time.Now()
@@ -154,7 +168,8 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 		}
 		sets, flush, fcpu, coal, apply, acpu = sets+ds, flush+df, fcpu+dfc, coal+dc, apply+da, acpu+dac
-		ovs, adm = ovs+dov, adm+dadm
+		ovs, adm, dir = ovs+dov, adm+dadm, dir+ddir
+		dirRatio = append(dirRatio, float64(ddir)/float64(ds))
 		all = append(all, float64(dc+da)/float64(ds+df))
 		alone = append(alone, float64(da)/float64(df))
 	}
@@ -163,6 +178,8 @@ func BenchmarkBitsW6(b *testing.B) {
 	b.ReportMetric(float64(coal.Nanoseconds())/r/n, "coalesce-ns/set")
 	b.ReportMetric(float64(ovs.Nanoseconds())/r/n, "overlay-ns/set")
 	b.ReportMetric(float64(adm.Nanoseconds())/r/n, "admission-ns/set")
+	b.ReportMetric(float64(dir.Nanoseconds())/r/n, "direct-ns/set")
+	medianMetric(b, dirRatio, "direct/set")
 	b.ReportMetric(float64(flush.Nanoseconds())/r, "kvbuf-flush-ns")
 	b.ReportMetric(float64(apply.Nanoseconds())/r, "apply-words+msync-ns")
 	b.ReportMetric(float64(fcpu.Nanoseconds())/r, "kvbuf-flush-cpu-ns")
@@ -182,4 +199,25 @@ func medianMetric(b *testing.B, xs []float64, name string) {
 	b.ReportMetric(s[len(s)/2], name)
 	b.ReportMetric(s[0], name+"-min")
 	b.ReportMetric(s[len(s)-1], name+"-max")
+}
+
+// setDirect is Bits.Set without DB.write's closure and its second index
+// check (design C of doc/design.md's "W6's bit sets": what the wrapper
+// costs; it measured no clear gain, so Bits.Set keeps DB.write).
+func setDirect(b *Bits, ctx context.Context, i uint64, v bool, op uint64) error {
+	if err := b.ov.CheckSet(i); err != nil {
+		return mapErr(err, "bitslice", b.name)
+	}
+	t, err := b.db.flusher.BeginWrite(ctx, op, false)
+	if err != nil {
+		return mapErr(err, "bitslice", b.name)
+	}
+	if !t.Skipped() {
+		err = b.ov.Set(i, v)
+		if err == nil && b.db.feed.on.Load() {
+			b.db.feed.setBits(op, b.name, i, i+1, v)
+		}
+		t.End()
+	}
+	return mapErr(err, "bitslice", b.name)
 }
