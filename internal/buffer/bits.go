@@ -383,11 +383,29 @@ var benchSink atomic.Uint64
 // set records bit i = v in the active table a and keeps the count exact
 // (B4, B6).
 func (b *Bits) set(a *bitsTable, i uint64, v bool) {
-	w := i >> 5
+	w, sh := i>>5, i&31
 	a.mark(i, i+1) // B4a
-	d := setPacked(a.slot(w), i&31, v, func() bool { return b.beneath(w)>>(i&31)&1 != 0 })
-	if d != 0 {
-		b.ones.Add(d)
+	p := a.slot(w)
+	// The table word and the value beneath are loaded before the atomic
+	// OR: the loads are independent, so their cache misses overlap, and
+	// the OR (a full fence) finds its line in cache. The value beneath is
+	// used only if the view did not change meanwhile (re-validated as
+	// beneath does, B8).
+	vw := b.view.Load()
+	under := vw.beneathWord(w)
+	// A bit pending with this value already needs no store and no count
+	// (B4: the word a reader loads already says it); the ends below are
+	// raised all the same (a concurrent write may not have raised them yet).
+	if cur := atomic.LoadUint64(p); cur>>(32+sh)&1 == 0 || cur>>sh&1 != b2u(v) {
+		d := setPacked(p, sh, v, func() bool {
+			if b.view.Load() != vw {
+				return b.beneath(w)>>sh&1 != 0
+			}
+			return under>>sh&1 != 0
+		})
+		if d != 0 {
+			b.ones.Add(d) // B6
+		}
 	}
 	// The table's end is rounded up to its packed word: the flush grows
 	// the file to whole packed words.

@@ -99,13 +99,18 @@
 //
 // # Drain gate
 //
-// The Flusher admits every write through its drain gate (drainGate, not
-// exported: the engine is its only user). Enter is a compare-and-swap and
+// The Flusher admits Flush calls, Enter tickets, Exclusive calls and writes
+// waiting for room through its drain gate (drainGate, not exported: the
+// engine is its only user). A write in progress holds the write barrier's
+// shared side instead and reads the gate's closing flag under it; Close
+// shuts the gate, then takes the barrier once (invariant 13), so a write
+// costs two atomic operations (the barrier's RLock and RUnlock), not four.
+// Enter is a compare-and-swap and
 // Leave an atomic add on one in-flight counter whose sign bit is the closed
 // flag, so a Close racing with Enter can never admit an operation after the
 // drain. The zero gate has one counter (cheap, wait-group-like); Stripe spreads
 // the count over 16 cache-line padded counters picked per goroutine, for
-// gates entered by every write (the Flusher's). Close refuses new
+// gates entered from many goroutines at once (the Flusher's). Close refuses new
 // operations and waits for admitted ones; Done and Wait let any number of
 // observers wait. Reads do not enter the Flusher's gate: the engine reads
 // first and checks its own closing flag after.

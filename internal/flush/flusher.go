@@ -79,7 +79,8 @@ import (
 //     finished before calling Flush are in that generation or an earlier
 //     one.
 //  11. The barrier is taken exclusively only by the writer (freeze), the
-//     waiter (Settle) and Exclusive, always released by a deferred Unlock.
+//     waiter (Settle), Exclusive and Close (invariant 13), always released
+//     by a deferred Unlock or, in Close, at once.
 //     mu is never held while taking the barrier or calling the Target.
 //  12. The writer and waiter goroutines run until Close sets stopping (the
 //     waiter until the writer exited and every wait returned). A
@@ -87,6 +88,14 @@ import (
 //     deferred handler starts a goroutine that records the failure and
 //     resumes the same loop (all loop state lives in the Flusher). That is
 //     the only restart.
+//  13. A write holds the barrier's shared side and not the gate (BeginWrite;
+//     a write that waits for room holds the gate while it waits). It reads
+//     the gate's closing flag after taking the barrier and is refused if it
+//     is set; Close sets the flag (gate Shut) before it takes the barrier
+//     exclusively once. So a write admitted before Close took the barrier
+//     ended before Close went on (its RUnlock happens before that Lock),
+//     and every write after finds the flag set: Close's final flush and the
+//     host's teardown never run beside a write (mutation 200).
 type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
@@ -225,7 +234,7 @@ func New(t Target, opts *Options) (*Flusher, error) {
 		gwTimer:    time.NewTimer(time.Hour),
 	}
 	f.settler, _ = t.(Settler)
-	f.gate.Stripe() // every write enters it
+	f.gate.Stripe() // Flush calls, tickets and writes waiting for room enter it from many goroutines
 	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
 	f.ops.init(f.opts.Watermark)
@@ -253,7 +262,7 @@ type Ticket struct {
 // must change nothing and report success. End is a no-op on such a Ticket.
 func (t Ticket) Skipped() bool { return t.skipped }
 
-// End leaves the write barrier (for writes) and the gate. Ending a Ticket
+// End leaves the write barrier (a write) or the gate (an Enter). Ending a Ticket
 // twice corrupts the gate and the barrier (detected with -tags invariants).
 func (t Ticket) End() {
 	if invariants.Enabled && t.ended != nil {
@@ -277,8 +286,8 @@ func newTicket(f *Flusher, tok gateToken, w *sync.RWMutex) Ticket {
 
 // BeginWrite admits a write of the host's op number op (0: not tracked);
 // closesOp says the write is a whole op (a batch: begun and ended in one
-// call). It enters the gate and the shared side of the write barrier, so a
-// freeze cannot happen while the write is half done, and records the op
+// call). It enters the shared side of the write barrier, so a freeze (or
+// Close, invariant 13) cannot happen while the write is half done, and records the op
 // (see "Ops and the watermark" in the package documentation): a write of an
 // op above every op begun begins it implicitly; a write of an open op
 // (begun and not ended) is always admitted; a batch ends its op. Writes
@@ -307,22 +316,29 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 	if err := checkOpRange("write", op); err != nil {
 		return Ticket{}, err
 	}
-	tok, err := f.gate.Enter()
-	if err != nil {
-		return Ticket{}, err
-	}
 	if op != 0 && op <= f.persisted.Load() {
+		if f.gate.closing.Load() {
+			return Ticket{}, kverr.ErrClosed
+		}
 		// Redelivered: persisted only grows, so the op stays covered.
-		f.gate.Leave(tok)
 		f.redelivered.Add(1)
 		return Ticket{skipped: true}, nil
 	}
 	if f.opts.MaxPendingBytes > 0 {
-		if err := f.admitBytes(ctx, tok); err != nil {
+		if err := f.admitBytes(ctx); err != nil {
 			return Ticket{}, err
 		}
 	}
+	// A write holds the barrier's shared side only, not the gate as well
+	// (two atomic operations a write instead of four): Close shuts the
+	// gate, then takes the barrier exclusively once, so a write that
+	// finds the gate open under the barrier ends before Close goes on,
+	// and every later one finds it shut (invariant 13).
 	w := f.barrier.RLockAt(stripe.Hint(32) & f.mask)
+	if f.gate.closing.Load() {
+		w.RUnlock()
+		return Ticket{}, kverr.ErrClosed
+	}
 	if op != 0 {
 		var err error
 		if closesOp {
@@ -332,44 +348,35 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 		}
 		if err != nil {
 			w.RUnlock()
-			f.gate.Leave(tok)
 			return Ticket{}, err
 		}
 	}
 	if !f.dirty.Load() {
 		f.dirty.Store(true)
 	}
-	return newTicket(f, tok, w), nil
+	return newTicket(nil, gateToken{}, w), nil
 }
 
-// admitBytes applies FlushBytes and MaxPendingBytes; on error it has left
-// the gate. A panic in PendingBytes leaves the gate too.
-func (f *Flusher) admitBytes(ctx context.Context, tok gateToken) (err error) {
-	ok := false
-	defer func() {
-		if !ok {
-			f.gate.Leave(tok)
-		}
-	}()
+// admitBytes applies FlushBytes and MaxPendingBytes. A write that waits for
+// room enters the gate while it waits (Stats.Active counts it; Close wakes
+// it through f.closing and waits for it to leave).
+func (f *Flusher) admitBytes(ctx context.Context) (err error) {
 	if p := f.t.PendingBytes(); p > f.opts.FlushBytes {
 		f.kickAuto()
 		if p > f.opts.MaxPendingBytes {
+			tok, err := f.gate.Enter()
+			if err != nil {
+				return err
+			}
+			defer f.gate.Leave(tok) // a panic in PendingBytes leaves the gate too
 			if err := f.backpressure(ctx); err != nil {
 				return err
 			}
 		}
 	}
-	ok = true
 	return nil
 }
 
-// backpressure waits until pending bytes are within the bound. The progress
-// channel is read before pending bytes are, so a release between the two
-// cannot be missed. It gives up, returning the error, when the flusher is
-// stalled (Stall) or when a flush attempt fails while it waits with an
-// error no retry repairs by itself: a full disk (ErrDiskFull) or a failed
-// write-ahead log (ErrSyncFailed). Waiting on would block the writer until
-// its context ends; the host learns why at once.
 func (f *Flusher) backpressure(ctx context.Context) error {
 	f.stalls.Add(1)
 	start := time.Now()
@@ -826,6 +833,10 @@ func (f *Flusher) Close() error {
 
 	close(f.closing)
 	f.gate.Close()
+	// Writes hold the barrier, not the gate (invariant 13): wait for the
+	// ones that found the gate open.
+	f.barrier.Lock()
+	f.barrier.Unlock() // empty: waiting for the writes is the point
 	var g *group
 	if f.idle() {
 		// Nothing to write: no final generation (and no writer hand-off).

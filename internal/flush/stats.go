@@ -60,8 +60,10 @@ type Stats struct {
 	Watermark uint64
 	// PendingBytes is Target.PendingBytes at the time of the call.
 	PendingBytes int64
-	// Active is the number of operations inside the drain gate (writes,
-	// Flush calls, Enter tickets, Exclusive calls).
+	// Active is the number of operations inside the drain gate (Flush
+	// calls, Enter tickets, Exclusive calls, writes waiting for room).
+	// Writes in progress hold the write barrier instead and are not
+	// counted.
 	Active int64
 	// Latency is the distribution of admitted Flush calls' durations
 	// (whatever their result).

@@ -1,0 +1,223 @@
+package kvbuf
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+)
+
+// BenchmarkBitsW6 is W6/flush-bits-1m at engine level, without the bench
+// harness (so that -cpuprofile sees the engine's set path and flush alone):
+// 1,000,000 Bits.Set calls at random indexes of a 4,194,304-bit slice (half
+// of them true, W1's changes) and the DB.Flush that makes them durable,
+// against coalescing the same changes into words, File.ApplyWords and a
+// sync of a raw bitslice file (W6's coalesce+apply-words+msync). One
+// iteration is one round of both and of the split below, in rotating
+// order; the values flip
+// each round, so that every round changes every bit it sets.
+//
+// Metrics: kvbuf-ns/set and coalesce-ns/set (the sets and the coalescing
+// alone), overlay-ns/set and admission-ns/set (the split of a Set, on a
+// second engine: the overlay's Set alone, and BeginWrite plus End with
+// nothing applied), direct-ns/set and direct/set (design C, not kept: a
+// Set without DB.write's closure, setDirect, on the second engine, and the
+// median of its per-round ratio to Bits.Set), kvbuf-flush-ns and apply-words+msync-ns (the flush and the word
+// apply with its sync alone), kvbuf-flush-cpu-ns and apply-cpu-ns (process
+// CPU over the same spans, background goroutines included), and the
+// median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
+// flush) and speedup-flush (the flush alone), with their min and max.
+// doc/design.md ("W6's bit sets") quotes it with the command.
+func BenchmarkBitsW6(b *testing.B) {
+	const (
+		nbits = 4_194_304
+		n     = 1_000_000
+	)
+	rng := rand.New(rand.NewPCG(1, 7))
+	idx := make([]uint64, n)
+	vals := make([]bool, n)
+	for k := range idx {
+		idx[k], vals[k] = rng.Uint64N(nbits), rng.IntN(2) == 1
+	}
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	bs, err := db.Bits("w6")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A second engine for the split: its overlay's Set alone (no
+	// admission) and its admission alone (BeginWrite and End, nothing
+	// applied), each timed over the same 1M indexes.
+	db2, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db2.Close() })
+	bs2, err := db2.Bits("w6")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := bitslice.Create(filepath.Join(b.TempDir(), "raw.bits"), nbits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = raw.Close() })
+	dense := make([]bitslice.WordChange, nbits/64)
+	coalesce := func(flip bool) []bitslice.WordChange {
+		clear(dense)
+		for k, i := range idx {
+			wc := &dense[i>>6]
+			bit := uint64(1) << (i & 63)
+			wc.Mask |= bit
+			if vals[k] != flip {
+				wc.Bits |= bit
+			} else {
+				wc.Bits &^= bit
+			}
+		}
+		out := dense[:0]
+		for j, wc := range dense {
+			if wc.Mask != 0 {
+				wc.Word = uint64(j)
+				out = append(out, wc)
+			}
+		}
+		return out
+	}
+	var sets, flush, fcpu, coal, apply, acpu, ovs, adm, dir time.Duration
+	var dirRatio []float64
+	var all, alone []float64
+	round := uint64(0)
+	for b.Loop() {
+		round++
+		flip := round&1 == 0
+		var ds, df, dfc, dc, da, dac, dov, dadm, ddir time.Duration
+		split := func() {
+			t0 := time.Now()
+			for k, i := range idx {
+				if err := bs2.ov.Set(i, vals[k] != flip); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dov = time.Since(t0)
+			if err := db2.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			t0 = time.Now()
+			for range idx {
+				t, err := db2.flusher.BeginWrite(ctx, 0, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t.End()
+			}
+			dadm = time.Since(t0)
+			t0 = time.Now()
+			for k, i := range idx {
+				if err := setDirect(bs2, ctx, i, vals[k] == flip, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ddir = time.Since(t0)
+			if err := db2.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		kv := func() {
+			t0 := time.Now()
+			for k, i := range idx {
+				if err := bs.Set(ctx, i, vals[k] != flip, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t1 := time.Now()
+			c0 := processCPU()
+			if err := db.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ds, df, dfc = t1.Sub(t0), time.Since(t1), processCPU()-c0
+		}
+		base := func() {
+			t0 := time.Now()
+			words := coalesce(flip)
+			t1 := time.Now()
+			c0 := processCPU()
+			if err := raw.ApplyWords(words); err != nil {
+				b.Fatal(err)
+			}
+			raw.SetWatermark(round)
+			if err := raw.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			dc, da, dac = t1.Sub(t0), time.Since(t1), processCPU()-c0
+		}
+		steps := []func(){kv, base, split}
+		for j := range steps {
+			steps[(j+int(round))%len(steps)]()
+		}
+		for k := 0; k < n; k += n / 97 {
+			if v, err := bs.Get(idx[k]); err != nil || v != raw.Get(idx[k]) {
+				b.Fatalf("bit %d: engine %v (%v), raw %v", idx[k], v, err, raw.Get(idx[k]))
+			}
+		}
+		sets, flush, fcpu, coal, apply, acpu = sets+ds, flush+df, fcpu+dfc, coal+dc, apply+da, acpu+dac
+		ovs, adm, dir = ovs+dov, adm+dadm, dir+ddir
+		dirRatio = append(dirRatio, float64(ddir)/float64(ds))
+		all = append(all, float64(dc+da)/float64(ds+df))
+		alone = append(alone, float64(da)/float64(df))
+	}
+	r := float64(max(round, 1))
+	b.ReportMetric(float64(sets.Nanoseconds())/r/n, "kvbuf-ns/set")
+	b.ReportMetric(float64(coal.Nanoseconds())/r/n, "coalesce-ns/set")
+	b.ReportMetric(float64(ovs.Nanoseconds())/r/n, "overlay-ns/set")
+	b.ReportMetric(float64(adm.Nanoseconds())/r/n, "admission-ns/set")
+	b.ReportMetric(float64(dir.Nanoseconds())/r/n, "direct-ns/set")
+	medianMetric(b, dirRatio, "direct/set")
+	b.ReportMetric(float64(flush.Nanoseconds())/r, "kvbuf-flush-ns")
+	b.ReportMetric(float64(apply.Nanoseconds())/r, "apply-words+msync-ns")
+	b.ReportMetric(float64(fcpu.Nanoseconds())/r, "kvbuf-flush-cpu-ns")
+	b.ReportMetric(float64(acpu.Nanoseconds())/r, "apply-cpu-ns")
+	medianMetric(b, all, "speedup")
+	medianMetric(b, alone, "speedup-flush")
+}
+
+// medianMetric reports the median, min and max of xs as name, name-min
+// and name-max.
+func medianMetric(b *testing.B, xs []float64, name string) {
+	if len(xs) == 0 {
+		return
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	b.ReportMetric(s[len(s)/2], name)
+	b.ReportMetric(s[0], name+"-min")
+	b.ReportMetric(s[len(s)-1], name+"-max")
+}
+
+// setDirect is Bits.Set without DB.write's closure and its second index
+// check (design C of doc/design.md's "W6's bit sets": what the wrapper
+// costs; it measured no clear gain, so Bits.Set keeps DB.write).
+func setDirect(b *Bits, ctx context.Context, i uint64, v bool, op uint64) error {
+	if err := b.ov.CheckSet(i); err != nil {
+		return mapErr(err, "bitslice", b.name)
+	}
+	t, err := b.db.flusher.BeginWrite(ctx, op, false)
+	if err != nil {
+		return mapErr(err, "bitslice", b.name)
+	}
+	if !t.Skipped() {
+		err = b.ov.Set(i, v)
+		if err == nil && b.db.feed.on.Load() {
+			b.db.feed.setBits(op, b.name, i, i+1, v)
+		}
+		t.End()
+	}
+	return mapErr(err, "bitslice", b.name)
+}
