@@ -18,30 +18,23 @@
 #
 # Environment: RUNS (default 5) runs of each revision, ITERS (default 12)
 # b.Loop iterations (-test.benchtime ITERSx) per run.
-set -euo pipefail
+. "$(dirname "$0")/lib/revisions.sh"
 
-if [[ $# -lt 2 ]]; then
-	echo "usage: $0 OUTDIR REV..." >&2
-	exit 2
-fi
+need_args 2 "OUTDIR REV..." "$@"
 out="$1"
 shift
 revs=("$@")
 runs="${RUNS:-5}"
 iters="${ITERS:-12}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-bitsw6.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+out_dir "$out"
+work_dir bitsw6
 
 : >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
-	mkdir -p "$work/src$i"
-	(cd "$repo" && git archive "${revs[$i]}") | (cd "$work/src$i" && tar -xf -)
+	archive "${revs[$i]}" "$work/src$i"
 	cp "$repo/bits_bench_test.go" "$work/src$i/"
 	(cd "$work/src$i" && go test -c -o "$work/kvbuf$i.test" .)
-	echo "$i = ${revs[$i]} ($(cd "$repo" && git rev-parse --short "${revs[$i]}"))" | tee -a "$out/revisions.txt" >&2
+	note_rev "$i" "${revs[$i]}"
 done
 args=(-test.run '^$' -test.bench 'BenchmarkBitsW6$' -test.benchtime "${iters}x")
 echo "RUNS=$runs; each run: kvbuf.test ${args[*]}" >"$out/command.txt"
