@@ -377,6 +377,13 @@ func (f *Flusher) admitBytes(ctx context.Context) (err error) {
 	return nil
 }
 
+// backpressure waits until pending bytes are within the bound. The progress
+// channel is read before pending bytes are, so a release between the two
+// cannot be missed. It gives up, returning the error, when the flusher is
+// stalled (Stall) or when a flush attempt fails while it waits with an
+// error no retry repairs by itself: a full disk (ErrDiskFull) or a failed
+// write-ahead log (ErrSyncFailed). Waiting on would block the writer until
+// its context ends; the host learns why at once.
 func (f *Flusher) backpressure(ctx context.Context) error {
 	f.stalls.Add(1)
 	start := time.Now()
