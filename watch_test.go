@@ -995,3 +995,125 @@ func TestWatchVisibleCutOrder(t *testing.T) {
 	}
 	_ = k
 }
+
+// TestWatchDurableReadAhead: a durable-mode watch reads resolved steps
+// ahead of durability (WatchOptions.ReadAhead, rule C3) but delivers none
+// of their events before the flush that makes them durable, then every
+// change once, in order, each mark stamped with a watermark that covers
+// it; it never holds more than ReadAhead events ahead; and an overflow
+// that drops the log ends it with ErrLagged without delivering what it had
+// read ahead (mutations 210, 211).
+func TestWatchDurableReadAhead(t *testing.T) {
+	const ops, batch = 20, 10
+	for _, tc := range []struct {
+		name     string
+		ahead    int
+		overflow bool
+	}{{"default", 0, false}, {"five", 5, false}, {"off", -1, false}, {"overflow", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+			defer closeT(t, db)
+			ctx := context.Background()
+			k := mustKV(t, db, "a")
+			// A visible watch makes the resolver cut the record every
+			// watchTick, so steps are resolved long before they are durable.
+			vis, err := db.Watch(ctx, &WatchOptions{From: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vis.Close()
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true, ReadAhead: tc.ahead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			bt := db.NewBatch()
+			for op := 1; op <= ops; op++ {
+				bt.Reset()
+				for j := range batch {
+					bt.Put(k, []byte(fmt.Sprintf("k%03d", op*batch+j)), []byte(fmt.Sprint(op)))
+				}
+				if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			limit := tc.ahead
+			if limit == 0 {
+				limit = DefaultWatchReadAhead
+			}
+			want := ops * batch // changes read ahead once every step is resolved
+			if tc.ahead < 0 {
+				want = 0
+			}
+			want = min(want, limit)
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				c, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+				e, err := w.Next(c)
+				cancel()
+				if err == nil {
+					t.Fatalf("durable watch delivered %+v before any flush (watermark %d)", e, db.Watermark())
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatal(err)
+				}
+				if w.ahead > max(limit, 0) {
+					t.Fatalf("%d events read ahead, ReadAhead %d", w.ahead, limit)
+				}
+				if changesAhead(w) >= want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d changes read ahead, want %d", changesAhead(w), want)
+				}
+			}
+			if tc.overflow {
+				// What an overflow does to the log (feed.overflow): every
+				// watch lags.
+				db.feed.mu.Lock()
+				db.feed.dropLog()
+				db.feed.mu.Unlock()
+			}
+			mustFlush(t, db)
+			next := 1 * batch
+			for {
+				e, err := w.Next(ctx)
+				if tc.overflow {
+					if !errors.Is(err, ErrLagged) {
+						t.Fatalf("after an overflow: %+v, %v; want ErrLagged", e, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Kind == EventResolved {
+					if e.Watermark < e.Op || db.Watermark() < e.Op {
+						t.Fatalf("durable mark %+v, watermark %d: not covered", e, db.Watermark())
+					}
+					if e.Op >= ops {
+						break
+					}
+					continue
+				}
+				if wk := fmt.Sprintf("k%03d", next); string(e.Key) != wk || e.Op != uint64(next/batch) {
+					t.Fatalf("change %+v, want key %s of op %d", e, wk, next/batch)
+				}
+				next++
+			}
+			if next != (ops+1)*batch {
+				t.Fatalf("delivered changes up to %d, want %d", next, (ops+1)*batch)
+			}
+		})
+	}
+}
+
+// changesAhead counts the changes (not marks) w read ahead.
+func changesAhead(w *Watch) int {
+	n := 0
+	for _, e := range w.buf[len(w.buf)-w.ahead:] {
+		if e.Kind != EventResolved {
+			n++
+		}
+	}
+	return n
+}
