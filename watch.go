@@ -30,8 +30,8 @@ import (
 // generation that holds its changes is released and the persisted
 // watermark covers its mark. Watches read the resolved log from their own
 // cursor (visible mode up to its end, durable mode up to the durable
-// position); nothing a slow watch does holds back a writer or another
-// watch.
+// position, reading ahead of it into its own buffer, rule C3); nothing a
+// slow watch does holds back a writer or another watch.
 
 var (
 	// ErrResync is matched by every error that ends a watch because the
@@ -870,6 +870,17 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 // Next, stamping their marks with the watermark of their step, and
 // reports whether it made any ready. f.mu held, the log of the epoch the
 // events were read in.
+//
+// C3 (doc/design.md, "Change feed", rule 5). A durable-mode watch may
+// expand steps past the durable position (read, after unlocking, as for
+// any read) but Next returns an event only once promote, under f.mu, has
+// seen the durable position pass its log position, in the epoch the
+// event was read in: positions only grow, and within an epoch the durable
+// position passes a step only when it is durable (C2); an overflow moves
+// it past every position of the dropped log, so read checks the epoch
+// first and a watch holding events from an earlier one lags. Handing over
+// without the check, or across an overflow, delivers changes before they
+// are durable (mutations 210, 211; TestWatchDurableReadAhead).
 func (w *Watch) promote() bool {
 	f := w.f
 	first := len(w.buf) - w.ahead

@@ -24,7 +24,10 @@ import (
 // the resolved mark of the last op (all of the feed's work is timed). It
 // reports the per-put time of each mode (medians of the rounds), the
 // ratios of the watched modes to the unwatched one (medians of per-round
-// ratios, with their spread), and the durable-mode delivery latency: for
+// ratios, with their spread), each watched mode's tail (tail-ms: the
+// median over rounds of the wait for the last mark after Flush returned,
+// the part of a round that only the watch makes), and the durable-mode
+// delivery latency: for
 // every op, from its Apply's return to the durable resolved mark that
 // covers it, p50 and p99 over every round, beside the flush interval,
 // and its two parts: from the Apply to the persisted watermark reaching
@@ -46,12 +49,14 @@ func BenchmarkW8Watch(b *testing.B) {
 	perPut := map[string][]float64{}
 	ratios := map[string][]float64{}
 	var lat, feedLat, wmLat []time.Duration
+	tails := map[string][]float64{}
 	val := make([]byte, 16)
 	for round := 0; round < b.N; round++ {
 		t := map[string]time.Duration{}
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			d, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
+			d, tail, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
+			tails[mode] = append(tails[mode], float64(tail.Microseconds())/1000)
 			feedLat = append(feedLat, fl...)
 			wmLat = append(wmLat, wl...)
 			t[mode] = d
@@ -63,6 +68,11 @@ func BenchmarkW8Watch(b *testing.B) {
 		}
 	}
 	reportModes(b, modes, perPut, ratios)
+	for _, m := range modes[1:] {
+		if m == "visible" || m == "durable" {
+			b.ReportMetric(median(tails[m]), "tail-ms-"+m)
+		}
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "durable-p50-ms")
@@ -113,10 +123,11 @@ func reportModes(b *testing.B, modes []string, perPut, ratios map[string][]float
 	}
 }
 
-// w8WatchRound runs one round on a fresh engine and returns its time and,
-// in durable mode, each op's delivery latency, the part of it after the
-// watermark reached the op, and the part before.
-func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration, []time.Duration) {
+// w8WatchRound runs one round on a fresh engine and returns its time, the
+// part of it after the final Flush returned (the wait for the watch's last
+// mark), and, in durable mode, each op's delivery latency, the part of it
+// after the watermark reached the op, and the part before.
+func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, time.Duration, []time.Duration, []time.Duration, []time.Duration) {
 	b.StopTimer()
 	opts := &Options{FlushInterval: interval}
 	if mode == "retain" {
@@ -231,7 +242,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
-	return d, lat, feedLat, wmLat
+	return d, d - tf, lat, feedLat, wmLat
 }
 
 // BenchmarkWatchRetainFlush measures what retention (Options.WatchRetain)
