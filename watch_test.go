@@ -1002,14 +1002,16 @@ func TestWatchVisibleCutOrder(t *testing.T) {
 // change once, in order, each mark stamped with a watermark that covers
 // it; it never holds more than ReadAhead events ahead; and an overflow
 // that drops the log ends it with ErrLagged without delivering what it had
-// read ahead (mutations 210, 211).
+// read ahead (mutations 210, 211). Writes of op 0, which no watermark
+// covers, wait for their generation's release too (rule C2, mutation 212).
 func TestWatchDurableReadAhead(t *testing.T) {
 	const ops, batch = 20, 10
 	for _, tc := range []struct {
 		name     string
 		ahead    int
 		overflow bool
-	}{{"default", 0, false}, {"five", 5, false}, {"off", -1, false}, {"overflow", 0, true}} {
+		opZero   bool
+	}{{"default", 0, false, false}, {"five", 5, false, false}, {"off", -1, false, false}, {"overflow", 0, true, false}, {"op-zero", 0, false, true}, {"op-zero-off", -1, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
 			defer closeT(t, db)
@@ -1033,7 +1035,11 @@ func TestWatchDurableReadAhead(t *testing.T) {
 				for j := range batch {
 					bt.Put(k, []byte(fmt.Sprintf("k%03d", op*batch+j)), []byte(fmt.Sprint(op)))
 				}
-				if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+				o := uint64(op)
+				if tc.opZero {
+					o = 0
+				}
+				if err := db.Apply(ctx, bt, o); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -1095,10 +1101,16 @@ func TestWatchDurableReadAhead(t *testing.T) {
 					}
 					continue
 				}
-				if wk := fmt.Sprintf("k%03d", next); string(e.Key) != wk || e.Op != uint64(next/batch) {
-					t.Fatalf("change %+v, want key %s of op %d", e, wk, next/batch)
+				wop := uint64(next / batch)
+				if tc.opZero {
+					wop = 0
 				}
-				next++
+				if wk := fmt.Sprintf("k%03d", next); string(e.Key) != wk || e.Op != wop {
+					t.Fatalf("change %+v, want key %s of op %d", e, wk, wop)
+				}
+				if next++; tc.opZero && next == (ops+1)*batch {
+					break // marks at op 0 are below From: not delivered
+				}
 			}
 			if next != (ops+1)*batch {
 				t.Fatalf("delivered changes up to %d, want %d", next, (ops+1)*batch)
