@@ -182,7 +182,8 @@ type WatchOptions struct {
 	// filtered and ready, held until their step is durable, so that a
 	// flush's release hands them over without expanding them then. It
 	// costs the watch's memory (a WatchEvent each, about 150 bytes; the
-	// byte slices are shared with the feed). Default
+	// byte slices are shared with the feed; the buffer is allocated whole,
+	// Buffer + ReadAhead events, when it first reads ahead). Default
 	// DefaultWatchReadAhead; negative: none. Ignored in visible mode, and
 	// by a watch that selects only what Options.WatchRetain retains (it
 	// may go on reading from the store).
@@ -813,6 +814,14 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	w.aheadEpoch = f.epoch
 	f.mu.Unlock()
 	w.steps = steps
+	if ahead > 0 && cap(w.buf) < w.batch+ahead {
+		// Allocated once, whole: growing it by appending copied every
+		// event held at each growth (with write barriers), which in
+		// BenchmarkW8Watch cost more than the read-ahead saved.
+		nb := make([]WatchEvent, len(w.buf), w.batch+ahead)
+		copy(nb, w.buf)
+		w.buf = nb
+	}
 	if w.ahead == 0 {
 		w.buf, w.bpos, w.i = w.buf[:0], w.bpos[:0], 0
 	} else if w.i > 0 {
