@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -334,10 +335,13 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 // itself, flushes aside: the time of W8's Apply calls alone (2,000 ops of
 // 64 puts as one Batch, interval flushes off, under the pending bound so
 // nothing flushes) on a fresh engine without the feed ("none"), with the
-// feed recording but no watch ("record": Options.WatchFromOpen) and with a
+// feed recording but no watch ("record": Options.WatchFromOpen), with a
 // visible-mode watch read by a subscriber goroutine ("visible": its cuts
-// drain the writes in flight every watchTick), in rotating order, b.N rounds
-// each. It reports each mode's median time per put and the medians of the
+// drain the writes in flight every watchTick) and with a durable-mode one
+// ("durable": with nothing flushed nothing is cut, so this is what a
+// durable watch adds to the writer beyond recording; its subscriber waits
+// throughout), in rotating order, b.N rounds each (KVBUF_WATCH_MODES picks
+// modes, "none" first). It reports each mode's median time per put and the medians of the
 // per-round ratios to "none" with their spread, and each mode's median
 // bytes allocated per put and process CPU time per put (less noisy on a
 // shared machine than the time). Write only: no round makes
@@ -346,7 +350,10 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 //	go test -run '^$' -bench BenchmarkW8WatchWrites -benchtime 20x .
 func BenchmarkW8WatchWrites(b *testing.B) {
 	const ops, batch = 2000, 64
-	modes := []string{"none", "record", "visible"}
+	modes := []string{"none", "record", "visible", "durable"}
+	if m := os.Getenv("KVBUF_WATCH_MODES"); m != "" {
+		modes = strings.Split(m, ",") // "none" first
+	}
 	perPut := map[string][]float64{}
 	alloc := map[string][]float64{}
 	cpu := map[string][]float64{}
@@ -392,8 +399,9 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	}
 	ctx := context.Background()
 	var done chan error
-	if mode == "visible" {
-		w, err := db.Watch(ctx, &WatchOptions{From: 1})
+	var w *Watch
+	if mode == "visible" || mode == "durable" {
+		w, err = db.Watch(ctx, &WatchOptions{From: 1, Durable: mode == "durable"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -425,7 +433,14 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	}
 	d := time.Since(start)
 	b.StopTimer()
-	if done != nil {
+	if mode == "durable" {
+		// Nothing is flushed, so nothing becomes durable: the watch's
+		// subscriber waits until it is closed.
+		w.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			b.Fatalf("durable watch: %v, want ErrClosed", err)
+		}
+	} else if done != nil {
 		if err := <-done; err != nil {
 			b.Fatal(fmt.Errorf("visible watch: %w", err))
 		}
