@@ -2,7 +2,6 @@ package kvbuf
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -30,8 +29,8 @@ import (
 // generation that holds its changes is released and the persisted
 // watermark covers its mark. Watches read the resolved log from their own
 // cursor (visible mode up to its end, durable mode up to the durable
-// position, reading ahead of it into its own buffer, rule C3); nothing a
-// slow watch does holds back a writer or another watch.
+// position); nothing a slow watch does holds back a writer or another
+// watch.
 
 var (
 	// ErrResync is matched by every error that ends a watch because the
@@ -177,22 +176,7 @@ type WatchOptions struct {
 	// returns them one by one without locking). Default DefaultWatchBuffer;
 	// negative is ErrBadOptions.
 	Buffer int
-	// ReadAhead bounds, in durable mode, how many events the watch reads
-	// from the feed ahead of durability, while it waits for the flush:
-	// filtered and ready, held until their step is durable, so that a
-	// flush's release hands them over without expanding them then. It
-	// costs the watch's memory (a WatchEvent each, about 150 bytes; the
-	// byte slices are shared with the feed; the buffer is allocated whole,
-	// Buffer + ReadAhead events, when it first reads ahead). Default
-	// DefaultWatchReadAhead; negative: none. Ignored in visible mode, and
-	// by a watch that selects only what Options.WatchRetain retains (it
-	// may go on reading from the store).
-	ReadAhead int
 }
-
-// DefaultWatchReadAhead is the default WatchOptions.ReadAhead: 65,536
-// events, a 50 ms generation of W8's writes on a 2-core machine.
-const DefaultWatchReadAhead = 1 << 16
 
 // Watch is an open subscription to the engine's changes (DB.Watch). Its
 // methods are not safe for concurrent use, except Close.
@@ -208,26 +192,22 @@ type Watch struct {
 	bits    map[string]bool
 	batch   int
 
-	start      uint64 // the first op delivered (From)
-	pos        uint64 // next log position to read
-	stored     bool   // reading retained changes from the store (watch_retain.go)
-	rop        uint64 // with stored: the op and index of the next entry to read
-	ridx       uint32
-	mop        uint64 // reading the log: the op and index (among its op's
-	midx       uint32 // changes) of the next change not processed
-	buf        []WatchEvent
-	bpos       []uint64   // with readAhead: the log position of each event in buf
-	ahead      int        // events at the end of buf read ahead, not yet durable (C3)
-	readAhead  int        // how many events it may read ahead (WatchOptions.ReadAhead)
-	aheadEpoch uint64     // the feed's epoch when it last read the log
-	steps      []feedStep // read's copies of the steps it reads
-	i          int
-	lastMark   uint64
-	unmarked   bool // changes delivered since the last mark
-	err        error
-	closed     atomic.Bool
-	done       chan struct{} // closed by close
-	once       sync.Once
+	start    uint64 // the first op delivered (From)
+	pos      uint64 // next log position to read
+	stored   bool   // reading retained changes from the store (watch_retain.go)
+	rop      uint64 // with stored: the op and index of the next entry to read
+	ridx     uint32
+	mop      uint64 // reading the log: the op and index (among its op's
+	midx     uint32 // changes) of the next change not processed
+	buf      []WatchEvent
+	steps    []feedStep // read's copies of the steps it reads
+	i        int
+	lastMark uint64
+	unmarked bool // changes delivered since the last mark
+	err      error
+	closed   atomic.Bool
+	done     chan struct{} // closed by close
+	once     sync.Once
 }
 
 // Watch subscribes to the engine's changes: every change of every op from
@@ -279,13 +259,6 @@ func (db *DB) Watch(ctx context.Context, opts *WatchOptions) (*Watch, error) {
 	}
 	if w.batch == 0 {
 		w.batch = DefaultWatchBuffer
-	}
-	switch {
-	case !o.Durable || o.ReadAhead < 0:
-	case o.ReadAhead == 0:
-		w.readAhead = DefaultWatchReadAhead
-	default:
-		w.readAhead = o.ReadAhead
 	}
 	if o.From > flush.MaxOp {
 		return nil, kverr.Errorf("watch from op %d: above the largest op number %d: %w", o.From, uint64(flush.MaxOp), ErrBadOp)
@@ -358,7 +331,7 @@ func (w *Watch) From() uint64 { return w.start }
 // Once the watch has ended every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 	for {
-		if w.i < len(w.buf)-w.ahead {
+		if w.i < len(w.buf) {
 			e := w.buf[w.i]
 			w.i++
 			w.f.delivered.Add(1)
@@ -759,20 +732,6 @@ func (f *feed) endErr(w *Watch) error {
 // of events.
 func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Lock()
-	if w.ahead > 0 {
-		// C3: events read ahead of the durable position (readAhead).
-		if w.aheadEpoch != f.epoch {
-			// An overflow dropped the log: every watch lags, this one
-			// with the events it had read ahead.
-			defer f.mu.Unlock()
-			w.dropAhead()
-			return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.start, w.lastMark, ErrLagged)
-		}
-		if w.promote() {
-			f.mu.Unlock()
-			return nil, nil
-		}
-	}
 	if w.pos < f.base {
 		defer f.mu.Unlock()
 		if r := f.ret; r != nil && r.covers(w) && w.mop >= r.floor {
@@ -785,21 +744,12 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		return nil, kverr.Errorf("watch from op %d: at op %d: %w", w.start, w.lastMark, ErrLagged)
 	}
 	limit := f.end
-	durable := f.end
-	ahead := 0 // how many events the watch may hold past durable
 	if w.durable {
-		limit, durable = f.durable, f.durable
-		if w.readAhead > 0 && (f.ret == nil || !f.ret.covers(w)) {
-			// C3: read on to the log's end, holding what is not durable.
-			limit, ahead = f.end, w.readAhead
-		}
+		limit = f.durable
 	}
-	if w.pos >= limit || w.ahead >= ahead && w.pos >= durable {
+	if w.pos >= limit {
 		defer f.mu.Unlock()
 		if f.closed {
-			// Nothing more becomes durable: what was read ahead and is
-			// not is dropped.
-			w.dropAhead()
 			return nil, ErrClosed
 		}
 		return f.notify, nil
@@ -811,43 +761,17 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		return 1
 	})
 	steps := append(w.steps[:0], f.steps[i:min(len(f.steps), i+readSteps)]...)
-	w.aheadEpoch = f.epoch
 	f.mu.Unlock()
 	w.steps = steps
-	if ahead > 0 && cap(w.buf) < w.batch+ahead {
-		// Allocated once, whole: growing it by appending copied every
-		// event held at each growth (with write barriers), which in
-		// BenchmarkW8Watch cost more than the read-ahead saved.
-		nb := make([]WatchEvent, len(w.buf), w.batch+ahead)
-		copy(nb, w.buf)
-		w.buf = nb
-	}
-	if w.ahead == 0 {
-		w.buf, w.bpos, w.i = w.buf[:0], w.bpos[:0], 0
-	} else if w.i > 0 {
-		// Only events read ahead are left: move them to the front.
-		n := copy(w.buf, w.buf[w.i:])
-		clear(w.buf[n:])
-		w.buf = w.buf[:n]
-		w.bpos = w.bpos[:copy(w.bpos, w.bpos[w.i:])]
-		w.i = 0
-	}
-	// room: the events a read may add, ready (below durable) or ahead.
-	room := func() bool {
-		if w.pos < durable {
-			return len(w.buf)-w.ahead < w.batch
-		}
-		return w.ahead < ahead
-	}
-	for k := 0; k < len(steps) && w.pos < limit && room(); k++ {
+	w.buf, w.i = w.buf[:0], 0
+	for k := 0; k < len(steps) && w.pos < limit && len(w.buf) < w.batch; k++ {
 		st := &steps[k]
 		nc := st.nChanges()
 		var r, j int // the record of w.pos and the change within it
 		if c := w.pos - st.pos; c < nc {
 			r, j = st.rec(c)
 		}
-		for ; w.pos <= st.markPos() && w.pos < limit && room(); w.pos++ {
-			n := len(w.buf)
+		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
 			if w.pos-st.pos < nc {
 				rec := &st.recs[r]
 				e := rec.event(j)
@@ -861,67 +785,10 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 				m := st.mark()
 				w.match(&m)
 			}
-			if ahead > 0 {
-				for range len(w.buf) - n {
-					w.bpos = append(w.bpos, w.pos)
-				}
-				if w.pos >= durable {
-					w.ahead += len(w.buf) - n
-				}
-			}
 		}
 	}
 	clear(steps) // the watch keeps no step alive
 	return nil, nil
-}
-
-// promote makes the events read ahead that are now durable ready for
-// Next, stamping their marks with the watermark of their step, and
-// reports whether it made any ready. f.mu held, the log of the epoch the
-// events were read in.
-//
-// C3 (doc/design.md, "Change feed", rule 5). A durable-mode watch may
-// expand steps past the durable position (read, after unlocking, as for
-// any read) but Next returns an event only once promote, under f.mu, has
-// seen the durable position pass its log position, in the epoch the
-// event was read in: positions only grow, and within an epoch the durable
-// position passes a step only when it is durable (C2); an overflow moves
-// it past every position of the dropped log, so read checks the epoch
-// first and a watch holding events from an earlier one lags. Handing over
-// without the check, or across an overflow, delivers changes before they
-// are durable (mutations 210, 211; TestWatchDurableReadAhead).
-func (w *Watch) promote() bool {
-	f := w.f
-	first := len(w.buf) - w.ahead
-	k := first
-	for k < len(w.buf) && w.bpos[k] < f.durable {
-		if e := &w.buf[k]; e.Kind == EventResolved {
-			e.Watermark = f.markWatermark(w.bpos[k])
-		}
-		k++
-	}
-	w.ahead -= k - first
-	return k > first
-}
-
-// markWatermark is the watermark of the durable step whose mark is at
-// log position p: the step's, or if the log was trimmed past it the
-// persisted watermark now (which covers it too). f.mu held.
-func (f *feed) markWatermark(p uint64) uint64 {
-	i, found := slices.BinarySearchFunc(f.steps, p, func(s feedStep, p uint64) int {
-		return cmp.Compare(s.markPos(), p)
-	})
-	if found {
-		return f.steps[i].wm
-	}
-	return f.db.flusher.Watermark()
-}
-
-// dropAhead drops the events read ahead of the durable position.
-func (w *Watch) dropAhead() {
-	n := len(w.buf) - w.ahead
-	clear(w.buf[n:])
-	w.buf, w.bpos, w.ahead = w.buf[:n], w.bpos[:min(n, len(w.bpos))], 0
 }
 
 // readSteps bounds the steps one read copies under f.mu.
