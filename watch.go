@@ -1160,18 +1160,7 @@ func (f *feed) visibleCut(n uint64) uint64 {
 	return seq
 }
 
-// releaseHook is called once generation g is released, by the flusher's
-// waiter after it stored the persisted watermark g claimed (flush
-// invariants 7, 8).
-//
-// C2 (doc/design.md, "Change feed", rule 4). The durable position moves,
-// under f.mu, only past a step whose generation is released (released is
-// raised here, under f.mu, before the move) and whose mark the persisted
-// watermark covers (read under f.mu, after the release raised it): the
-// resolver (process) and this hook both call advanceDurable, so a durable
-// mark is delivered as soon as the later of the two (the step resolved,
-// the generation released) happens, and never before both.
-
+// releaseHook is called once generation g is released.
 func (f *feed) releaseHook(g uint64) {
 	if !f.on.Load() {
 		return
@@ -1180,13 +1169,6 @@ func (f *feed) releaseHook(g uint64) {
 	f.released = max(f.released, g)
 	if f.ret != nil {
 		f.ret.released(g)
-	}
-	// C2: the steps the resolver already cut in g (or earlier) are
-	// durable now; waking their watches here, not from the resolver, saves
-	// durable-mode delivery a goroutine hand-off. The resolver still runs
-	// (trim, a cut not resolved yet).
-	if f.advanceDurable() {
-		f.broadcast()
 	}
 	f.mu.Unlock()
 	f.kickRun()
@@ -1266,21 +1248,7 @@ func (f *feed) process() {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.advanceDurable() {
-		grew = true
-	}
-	f.trim()
-	if grew {
-		f.broadcast()
-	}
-}
-
-// advanceDurable moves the durable position past every step now durable
-// (rule C2): its generation released and the persisted watermark at or
-// above its mark. It reports whether the position moved. f.mu held.
-func (f *feed) advanceDurable() bool {
 	wm := f.db.flusher.Watermark()
-	moved := false
 	for f.dstep < len(f.steps) {
 		st := &f.steps[f.dstep]
 		if f.released < st.gen || wm < st.n {
@@ -1290,9 +1258,12 @@ func (f *feed) advanceDurable() bool {
 		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
-		moved = true
+		grew = true
 	}
-	return moved
+	f.trim()
+	if grew {
+		f.broadcast()
+	}
 }
 
 // resolve moves the changes cut c resolves into the log, in op order
