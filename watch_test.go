@@ -1000,8 +1000,9 @@ func TestWatchVisibleCutOrder(t *testing.T) {
 // the changes resolved for a visible watch before the flush that makes
 // them durable, then every change once, in order, each mark stamped with a
 // watermark that covers it; writes of op 0, which no watermark covers,
-// wait for their generation's release too (rule C2, mutation 212); an
-// overflow that drops the log before the flush ends it with ErrLagged.
+// wait for their generation's release too (doc/design.md, "Change feed",
+// rule 4; mutation 212); an overflow that drops the log before the flush
+// ends it with ErrLagged.
 func TestWatchDurableAfterRelease(t *testing.T) {
 	const ops, batch = 20, 10
 	for _, tc := range []struct {
