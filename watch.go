@@ -774,12 +774,29 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
 			if w.pos-st.pos < nc {
 				rec := &st.recs[r]
-				e := rec.event(j)
+				if w.all {
+					// What match does for a watch of everything, with the
+					// event built in its place in the buffer, not copied
+					// there (BenchmarkWatchRead).
+					w.buf = append(w.buf, WatchEvent{})
+					e := &w.buf[len(w.buf)-1]
+					rec.eventInto(e, j)
+					op := e.Op
+					if op != 0 && op < w.from {
+						*e = WatchEvent{}
+						w.buf = w.buf[:len(w.buf)-1]
+					} else {
+						w.unmarked = true
+					}
+					w.trackChange(op)
+				} else {
+					e := rec.event(j)
+					w.trackChange(e.Op)
+					w.match(&e)
+				}
 				if j++; j == rec.count() {
 					r, j = r+1, 0
 				}
-				w.trackChange(e.Op)
-				w.match(&e)
 			} else {
 				w.trackMark(st.n)
 				m := st.mark()
@@ -938,12 +955,20 @@ func (r *feedRec) compact() {
 
 // event returns change j of r (r compacted).
 func (r *feedRec) event(j int) WatchEvent {
+	var e WatchEvent
+	r.eventInto(&e, j)
+	return e
+}
+
+// eventInto sets *e, a zero event, to change j of r (r compacted).
+func (r *feedRec) eventInto(e *WatchEvent, j int) {
 	rb := r.batch
 	if rb == nil {
-		return r.WatchEvent
+		*e = r.WatchEvent
+		return
 	}
 	o := &rb.ops[j]
-	e := WatchEvent{Op: r.Op}
+	e.Op = r.Op
 	view := func(a, z int32) []byte { return rb.data[a:z:z] }
 	name := rb.names[o.name]
 	switch o.kind {
@@ -965,7 +990,6 @@ func (r *feedRec) event(j int) WatchEvent {
 	case opSetRange:
 		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, rb.bits[o.a0], rb.bits[o.a0+1], o.v
 	}
-	return e
 }
 
 // batch records a Batch applied as op (skip: changes it discarded).

@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -24,7 +25,10 @@ import (
 // the resolved mark of the last op (all of the feed's work is timed). It
 // reports the per-put time of each mode (medians of the rounds), the
 // ratios of the watched modes to the unwatched one (medians of per-round
-// ratios, with their spread), and the durable-mode delivery latency: for
+// ratios, with their spread), each watched mode's tail (tail-ms: the
+// median over rounds of the wait for the last mark after Flush returned,
+// the part of a round that only the watch makes), and the durable-mode
+// delivery latency: for
 // every op, from its Apply's return to the durable resolved mark that
 // covers it, p50 and p99 over every round, beside the flush interval,
 // and its two parts: from the Apply to the persisted watermark reaching
@@ -46,12 +50,14 @@ func BenchmarkW8Watch(b *testing.B) {
 	perPut := map[string][]float64{}
 	ratios := map[string][]float64{}
 	var lat, feedLat, wmLat []time.Duration
+	tails := map[string][]float64{}
 	val := make([]byte, 16)
 	for round := 0; round < b.N; round++ {
 		t := map[string]time.Duration{}
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			d, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
+			d, tail, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
+			tails[mode] = append(tails[mode], float64(tail.Microseconds())/1000)
 			feedLat = append(feedLat, fl...)
 			wmLat = append(wmLat, wl...)
 			t[mode] = d
@@ -63,6 +69,11 @@ func BenchmarkW8Watch(b *testing.B) {
 		}
 	}
 	reportModes(b, modes, perPut, ratios)
+	for _, m := range modes[1:] {
+		if m == "visible" || m == "durable" {
+			b.ReportMetric(median(tails[m]), "tail-ms-"+m)
+		}
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "durable-p50-ms")
@@ -113,10 +124,11 @@ func reportModes(b *testing.B, modes []string, perPut, ratios map[string][]float
 	}
 }
 
-// w8WatchRound runs one round on a fresh engine and returns its time and,
-// in durable mode, each op's delivery latency, the part of it after the
-// watermark reached the op, and the part before.
-func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, []time.Duration, []time.Duration, []time.Duration) {
+// w8WatchRound runs one round on a fresh engine and returns its time, the
+// part of it after the final Flush returned (the wait for the watch's last
+// mark), and, in durable mode, each op's delivery latency, the part of it
+// after the watermark reached the op, and the part before.
+func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, time.Duration, []time.Duration, []time.Duration, []time.Duration) {
 	b.StopTimer()
 	opts := &Options{FlushInterval: interval}
 	if mode == "retain" {
@@ -231,7 +243,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
-	return d, lat, feedLat, wmLat
+	return d, d - tf, lat, feedLat, wmLat
 }
 
 // BenchmarkWatchRetainFlush measures what retention (Options.WatchRetain)
@@ -323,10 +335,13 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 // itself, flushes aside: the time of W8's Apply calls alone (2,000 ops of
 // 64 puts as one Batch, interval flushes off, under the pending bound so
 // nothing flushes) on a fresh engine without the feed ("none"), with the
-// feed recording but no watch ("record": Options.WatchFromOpen) and with a
+// feed recording but no watch ("record": Options.WatchFromOpen), with a
 // visible-mode watch read by a subscriber goroutine ("visible": its cuts
-// drain the writes in flight every watchTick), in rotating order, b.N rounds
-// each. It reports each mode's median time per put and the medians of the
+// drain the writes in flight every watchTick) and with a durable-mode one
+// ("durable": with nothing flushed nothing is cut, so this is what a
+// durable watch adds to the writer beyond recording; its subscriber waits
+// throughout), in rotating order, b.N rounds each (KVBUF_WATCH_MODES picks
+// modes, "none" first). It reports each mode's median time per put and the medians of the
 // per-round ratios to "none" with their spread, and each mode's median
 // bytes allocated per put and process CPU time per put (less noisy on a
 // shared machine than the time). Write only: no round makes
@@ -335,7 +350,10 @@ func retainFlushRound(b *testing.B, mode string, ops, batch int, val []byte) (ti
 //	go test -run '^$' -bench BenchmarkW8WatchWrites -benchtime 20x .
 func BenchmarkW8WatchWrites(b *testing.B) {
 	const ops, batch = 2000, 64
-	modes := []string{"none", "record", "visible"}
+	modes := []string{"none", "record", "visible", "durable"}
+	if m := os.Getenv("KVBUF_WATCH_MODES"); m != "" {
+		modes = strings.Split(m, ",") // "none" first
+	}
 	perPut := map[string][]float64{}
 	alloc := map[string][]float64{}
 	cpu := map[string][]float64{}
@@ -381,8 +399,9 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	}
 	ctx := context.Background()
 	var done chan error
-	if mode == "visible" {
-		w, err := db.Watch(ctx, &WatchOptions{From: 1})
+	var w *Watch
+	if mode == "visible" || mode == "durable" {
+		w, err = db.Watch(ctx, &WatchOptions{From: 1, Durable: mode == "durable"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -414,7 +433,14 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	}
 	d := time.Since(start)
 	b.StopTimer()
-	if done != nil {
+	if mode == "durable" {
+		// Nothing is flushed, so nothing becomes durable: the watch's
+		// subscriber waits until it is closed.
+		w.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			b.Fatalf("durable watch: %v, want ErrClosed", err)
+		}
+	} else if done != nil {
 		if err := <-done; err != nil {
 			b.Fatal(fmt.Errorf("visible watch: %w", err))
 		}
@@ -426,4 +452,59 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 		b.Fatalf("%s: %d generations flushed during the writes", mode, g)
 	}
 	return d
+}
+
+// BenchmarkWatchRead measures a subscriber's own cost per event: W8's
+// 2,000 ops of 64 puts written and flushed once (interval flushes off,
+// the feed recording from Open), then each iteration a watch from op 1
+// reads every change and the last mark (in memory: the log holds them all)
+// and closes. It reports the time per event delivered by Next, the
+// expansion of the records into events included (CPU-bound: steadier on a
+// shared machine than BenchmarkW8Watch).
+//
+//	go test -run '^$' -bench BenchmarkWatchRead -benchtime 20x .
+func BenchmarkWatchRead(b *testing.B) {
+	const ops, batch = 2000, 64
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true, WatchBufferBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	bt := db.NewBatch()
+	key, val := make([]byte, 8), make([]byte, 16)
+	for op := 1; op <= ops; op++ {
+		fillW8Batch(bt, k, key, val, op, batch)
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	n := 0
+	for range b.N {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			e, err := w.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+			if e.Kind == EventResolved && e.Op >= ops {
+				break
+			}
+		}
+		w.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+	b.ReportMetric(0, "ns/op")
 }

@@ -995,3 +995,115 @@ func TestWatchVisibleCutOrder(t *testing.T) {
 	}
 	_ = k
 }
+
+// TestWatchDurableAfterRelease: a durable-mode watch delivers none of
+// the changes resolved for a visible watch before the flush that makes
+// them durable, then every change once, in order, each mark stamped with a
+// watermark that covers it; writes of op 0, which no watermark covers,
+// wait for their generation's release too (doc/design.md, "Change feed",
+// rule 4; mutation 212); an overflow that drops the log before the flush
+// ends it with ErrLagged.
+func TestWatchDurableAfterRelease(t *testing.T) {
+	const ops, batch = 20, 10
+	for _, tc := range []struct {
+		name     string
+		overflow bool
+		opZero   bool
+	}{{"ops", false, false}, {"overflow", true, false}, {"op-zero", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+			defer closeT(t, db)
+			ctx := context.Background()
+			k := mustKV(t, db, "a")
+			// A visible watch makes the resolver cut the record every
+			// watchTick, so steps are resolved long before they are durable.
+			vis, err := db.Watch(ctx, &WatchOptions{From: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vis.Close()
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			bt := db.NewBatch()
+			for op := 1; op <= ops; op++ {
+				bt.Reset()
+				for j := range batch {
+					bt.Put(k, []byte(fmt.Sprintf("k%03d", op*batch+j)), []byte(fmt.Sprint(op)))
+				}
+				o := uint64(op)
+				if tc.opZero {
+					o = 0
+				}
+				if err := db.Apply(ctx, bt, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Until the visible watch has every change, the durable one
+			// gets nothing.
+			for seen := 0; seen < ops*batch; {
+				e, err := vis.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Kind != EventResolved {
+					seen++
+				}
+				c, cancel := context.WithTimeout(ctx, time.Millisecond)
+				de, err := w.Next(c)
+				cancel()
+				if err == nil {
+					t.Fatalf("durable watch delivered %+v before any flush (watermark %d)", de, db.Watermark())
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatal(err)
+				}
+			}
+			if tc.overflow {
+				// What an overflow does to the log (feed.overflow): every
+				// watch lags.
+				db.feed.mu.Lock()
+				db.feed.dropLog()
+				db.feed.mu.Unlock()
+			}
+			mustFlush(t, db)
+			next := 1 * batch
+			for {
+				e, err := w.Next(ctx)
+				if tc.overflow {
+					if !errors.Is(err, ErrLagged) {
+						t.Fatalf("after an overflow: %+v, %v; want ErrLagged", e, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Kind == EventResolved {
+					if e.Watermark < e.Op || db.Watermark() < e.Op {
+						t.Fatalf("durable mark %+v, watermark %d: not covered", e, db.Watermark())
+					}
+					if e.Op >= ops {
+						break
+					}
+					continue
+				}
+				wop := uint64(next / batch)
+				if tc.opZero {
+					wop = 0
+				}
+				if wk := fmt.Sprintf("k%03d", next); string(e.Key) != wk || e.Op != wop {
+					t.Fatalf("change %+v, want key %s of op %d", e, wk, wop)
+				}
+				if next++; tc.opZero && next == (ops+1)*batch {
+					break // marks at op 0 are below From: not delivered
+				}
+			}
+			if next != (ops+1)*batch {
+				t.Fatalf("delivered changes up to %d, want %d", next, (ops+1)*batch)
+			}
+		})
+	}
+}
