@@ -363,9 +363,10 @@ func BenchmarkGroupWait(b *testing.B) {
 	}
 }
 
-// BenchmarkW5 is W5 (drain / wait group) plus op-gate, the admission cost
-// every write pays (the bare gate, and the Flusher's BeginWrite/End with its
-// barrier and op tracking), and flush-idle, a Flush with nothing pending.
+// BenchmarkW5 is W5 (drain / wait group) plus op-gate, admission costs (the
+// bare gate, which Flush calls and tickets enter, and the Flusher's
+// BeginWrite/End, what every write pays: its barrier and op tracking, no
+// gate since invariant 13), and flush-idle, a Flush with nothing pending.
 // Run op-gate with -cpu 1,2: it uses RunParallel, so the goroutine count is
 // GOMAXPROCS.
 func BenchmarkW5(b *testing.B) {
