@@ -37,13 +37,10 @@ done
 args=(bench --json --workload '^W6/flush-bits-1m$' --rounds "$rounds" --dir "$work")
 echo "RUNS=$runs; each run: kvtool ${args[*]}" >"$out/command.txt"
 n=${#revs[@]}
-for ((r = 0; r < runs; r++)); do
-	for ((k = 0; k < n; k++)); do
-		i=$(((r + k) % n))
-		echo "run $((r + 1)): revision $i" >&2
-		"$work/kvtool$i" "${args[@]}" >"$out/rev$i-run$((r + 1)).json"
-	done
-done
+run_one() { # run_one RUN I
+	"$work/kvtool$2" "${args[@]}" >"$out/rev$2-run$1.json"
+}
+rotate "$runs" "$n" run_one
 
 for ((i = 0; i < n; i++)); do
 	cat "$out"/rev"$i"-run*.json | jq -rs --arg rev "$i = ${revs[$i]}" '

@@ -39,13 +39,10 @@ done
 args=(-test.run '^$' -test.bench 'BenchmarkBitsW7$' -test.benchtime "${iters}x")
 echo "RUNS=$runs; each run: buffer.test ${args[*]} (from $work/buffer)" >"$out/command.txt"
 n=${#revs[@]}
-for ((r = 0; r < runs; r++)); do
-	for ((k = 0; k < n; k++)); do
-		i=$(((r + k) % n))
-		echo "run $((r + 1)): revision $i" >&2
-		(cd "$work" && TMPDIR="$work" "$work/buffer$i.test" "${args[@]}") >"$out/rev$i-run$((r + 1)).txt"
-	done
-done
+run_one() { # run_one RUN I
+	(cd "$work" && TMPDIR="$work" "$work/buffer$2.test" "${args[@]}") >"$out/rev$2-run$1.txt"
+}
+rotate "$runs" "$n" run_one
 
 for ((i = 0; i < n; i++)); do
 	echo "revision $i = ${revs[$i]}"

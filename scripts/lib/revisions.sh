@@ -72,3 +72,18 @@ buffer_pkg() {
 		echo buffer
 	fi
 }
+
+# rotate RUNS N FUNC: runs FUNC RUN I for RUN = 1..RUNS and every revision
+# I = 0..N-1, RUN's order starting with revision (RUN-1) mod N, so that
+# each revision takes every position; "run RUN: revision I" goes to stderr
+# before each.
+rotate() {
+	local runs="$1" n="$2" fn="$3" r k i
+	for ((r = 0; r < runs; r++)); do
+		for ((k = 0; k < n; k++)); do
+			i=$(((r + k) % n))
+			echo "run $((r + 1)): revision $i" >&2
+			"$fn" "$((r + 1))" "$i"
+		done
+	done
+}
