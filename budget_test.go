@@ -52,7 +52,7 @@ func TestMemoryBudgetBadInputs(t *testing.T) {
 		}
 	}
 	b := newBudgetT(t, 1, &BudgetOptions{HighPercent: 100, Policy: BudgetOldestFirst, MaxFlushes: 1})
-	if m := b.Metrics(); m.Size != 1 || m.HighMark != 1 {
+	if m := b.Metrics(); m.Size != 1 || m.HighMark != 1 || m.MaxForcedBytes != 0 {
 		t.Fatalf("Metrics of a 1-byte budget: %+v", m)
 	}
 	if s := BudgetOldestFirst.String() + " " + BudgetLargestFirst.String() + " " + BudgetPolicy(7).String(); s != "oldest-first largest-first BudgetPolicy(7)" {
@@ -273,6 +273,11 @@ func TestMemoryBudgetManyEngines(t *testing.T) {
 	}
 	if m.Waiting != 0 {
 		t.Errorf("writes still waiting: %+v", m)
+	}
+	// A forced flush starts with its engine's share, which is part of the
+	// total: the largest is above zero and at most the highest total.
+	if m.MaxForcedBytes <= 0 || m.MaxForcedBytes > m.MaxBytes {
+		t.Errorf("largest forced share %d, highest total %d", m.MaxForcedBytes, m.MaxBytes)
 	}
 	for w, r := range results {
 		for _, key := range r.ok {

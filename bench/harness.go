@@ -218,9 +218,10 @@ type RoundResult struct {
 	CPUMeasured bool
 
 	// W11: the engines' puts in the round, least and most, over their
-	// mean (1 for every engine alike), and the peak of the memory budget's
-	// total over its size.
-	EngineMinShare, EngineMaxShare, BudgetPeak float64
+	// mean (1 for every engine alike), the peak of the memory budget's
+	// total over its size, and the mean generation the budget forced in
+	// the round over its size.
+	EngineMinShare, EngineMaxShare, BudgetPeak, BudgetGen float64
 
 	// ReadBack is the number of written values the round read back, after
 	// its timed part, and found as written (a Rounder of a Writes workload
@@ -380,9 +381,12 @@ type Row struct {
 	ReadsPerSec, WritesPerSec                        float64
 	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
 	// W11 (BudgetPeak > 0): over every round, the least and the most puts
-	// an engine made over the mean, and the peak of the memory budget's
-	// total over its size.
-	EngineMinShare, EngineMaxShare, BudgetPeak float64
+	// an engine made over the mean, the peak of the memory budget's total
+	// over its size, the smallest mean generation the budget forced in a
+	// round over its size, and the most the total passed the size in a
+	// round, in that round's mean forced generations (the target: at most
+	// 1).
+	EngineMinShare, EngineMaxShare, BudgetPeak, BudgetGen, BudgetOverGen float64
 }
 
 // Ratio compares a baseline row with an own row of the same run round by
@@ -556,6 +560,12 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
 		}
 		row.EngineMaxShare = max(row.EngineMaxShare, res.EngineMaxShare)
 		row.BudgetPeak = max(row.BudgetPeak, res.BudgetPeak)
+		if res.BudgetGen > 0 {
+			if row.BudgetGen == 0 || res.BudgetGen < row.BudgetGen {
+				row.BudgetGen = res.BudgetGen
+			}
+			row.BudgetOverGen = max(row.BudgetOverGen, (res.BudgetPeak-1)/res.BudgetGen)
+		}
 	}
 	row.Flushes += res.Flushes
 	row.Syncs += res.Syncs

@@ -47,6 +47,8 @@ type JSONRow struct {
 	EngineMinShare         *float64           `json:"engine_min_share,omitempty"`
 	EngineMaxShare         *float64           `json:"engine_max_share,omitempty"`
 	BudgetPeak             *float64           `json:"budget_peak,omitempty"`
+	BudgetGen              *float64           `json:"budget_gen,omitempty"`
+	BudgetOverGen          *float64           `json:"budget_over_gen,omitempty"`
 }
 
 // JSON returns r as kvtool bench --json prints it.
@@ -94,7 +96,7 @@ func (r Row) JSON() JSONRow {
 		j.P50ReadNs, j.P99ReadNs, j.P99ReadFlushNs, j.P99WriteNs = &r.P50ReadNs, &r.P99ReadNs, &r.P99ReadFlushNs, &r.P99WriteNs
 	}
 	if r.BudgetPeak > 0 {
-		j.EngineMinShare, j.EngineMaxShare, j.BudgetPeak = &r.EngineMinShare, &r.EngineMaxShare, &r.BudgetPeak
+		j.EngineMinShare, j.EngineMaxShare, j.BudgetPeak, j.BudgetGen, j.BudgetOverGen = &r.EngineMinShare, &r.EngineMaxShare, &r.BudgetPeak, &r.BudgetGen, &r.BudgetOverGen
 	}
 	return j
 }

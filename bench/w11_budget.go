@@ -86,7 +86,8 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 	var out RoundResult
 	var peak atomic.Int64
 	var full atomic.Bool
-	high := r.budget.Metrics().HighMark
+	m0 := r.budget.Metrics()
+	high := m0.HighMark
 	err := Timed(&out, func() error {
 		stop := make(chan struct{})
 		var mon sync.WaitGroup
@@ -161,7 +162,13 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 	}
 	mean := float64(sum) / float64(len(pressed))
 	out.EngineMinShare, out.EngineMaxShare = float64(lo)/mean, float64(hi)/mean
-	out.BudgetPeak = float64(peak.Load()) / float64(r.budget.Size())
+	// The budget's own highest total is exact (it is kept at every
+	// write); the monitor's samples may miss a spike between two ticks.
+	m := r.budget.Metrics()
+	out.BudgetPeak = float64(max(peak.Load(), m.MaxBytes)) / float64(m.Size)
+	if n := m.ForcedFlushes - m0.ForcedFlushes; n > 0 {
+		out.BudgetGen = float64(m.ForcedBytes-m0.ForcedBytes) / float64(n) / float64(m.Size)
+	}
 	// Read back a sample of every engine's puts of the round.
 	rng := rand.New(rand.NewPCG(rd, 11))
 	var key, val []byte

@@ -25,7 +25,10 @@ mkdir -p "$out"
 cache="$(mktemp -d)"
 trap 'rm -rf "$cache"' EXIT
 [ -n "${SUMMARY_ONLY:-}" ] || {
-	echo "revision: $(git rev-parse HEAD)$(git diff --quiet -- . ":(exclude)$out" || echo ' (with uncommitted changes)')"
+	# OUT itself is left out of the check when it is inside the repository.
+	ex=()
+	case "$(realpath -m "$out")/" in "$(pwd -P)"/*) ex=(":(exclude)$out") ;; esac
+	echo "revision: $(git rev-parse HEAD)$(git diff --quiet -- . "${ex[@]}" || echo ' (with uncommitted changes)')"
 	echo "go: $(go version)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 	echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
