@@ -10,9 +10,10 @@ import (
 type budgetCollector struct {
 	metrics func() kvbuf.BudgetMetrics
 
-	size, high, bytes, maxBytes, maxForced, engines *prometheus.Desc
-	forced, forcedErrors, flushesInFlight           *prometheus.Desc
-	waits, waitSeconds, waiting                     *prometheus.Desc
+	size, high, bytes, maxBytes, engines  *prometheus.Desc
+	forcedBytes, maxForced                *prometheus.Desc
+	forced, forcedErrors, flushesInFlight *prometheus.Desc
+	waits, waitSeconds, waiting           *prometheus.Desc
 }
 
 // NewBudgetCollector returns a collector of the metrics of a memory budget
@@ -25,7 +26,8 @@ type budgetCollector struct {
 //	kvbuf_memory_budget_high_mark_bytes          the total past which it forces flushes (HighMark)
 //	kvbuf_memory_budget_bytes                    the engines' pending bytes together (Bytes)
 //	kvbuf_memory_budget_max_bytes                the highest total so far (MaxBytes)
-//	kvbuf_memory_budget_max_forced_bytes         the largest generation it forced (MaxForcedBytes)
+//	kvbuf_memory_budget_forced_bytes_total       the shares its forced flushes started with (ForcedBytes)
+//	kvbuf_memory_budget_max_forced_bytes         the largest of them (MaxForcedBytes)
 //	kvbuf_memory_budget_engines                  engines open with the budget (Engines)
 //	kvbuf_memory_budget_forced_flushes_total     flushes the budget forced (ForcedFlushes)
 //	kvbuf_memory_budget_forced_flush_errors_total  forced flushes that failed (ForcedFlushErrors)
@@ -45,6 +47,7 @@ func newBudgetCollector(metrics func() kvbuf.BudgetMetrics, opts *Options) *budg
 		high:            desc("high_mark_bytes", "The total pending bytes past which the budget forces flushes."),
 		bytes:           desc("bytes", "The pending bytes of the budget's engines together, as of their latest writes and flushes."),
 		maxBytes:        desc("max_bytes", "The highest total pending bytes of the budget's engines so far."),
+		forcedBytes:     desc("forced_bytes_total", "The engines' shares when the budget forced them to flush, summed."),
 		maxForced:       desc("max_forced_bytes", "The largest share an engine held when the budget forced it to flush."),
 		engines:         desc("engines", "Engines open with the budget."),
 		forced:          desc("forced_flushes_total", "Flushes the budget forced."),
@@ -57,7 +60,7 @@ func newBudgetCollector(metrics func() kvbuf.BudgetMetrics, opts *Options) *budg
 }
 
 func (c *budgetCollector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.size, c.high, c.bytes, c.maxBytes, c.maxForced, c.engines,
+	return []*prometheus.Desc{c.size, c.high, c.bytes, c.maxBytes, c.forcedBytes, c.maxForced, c.engines,
 		c.forced, c.forcedErrors, c.flushesInFlight, c.waits, c.waitSeconds, c.waiting}
 }
 
@@ -72,6 +75,7 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	out.gauge(c.high, float64(m.HighMark))
 	out.gauge(c.bytes, float64(m.Bytes))
 	out.gauge(c.maxBytes, float64(m.MaxBytes))
+	out.counter(c.forcedBytes, float64(m.ForcedBytes))
 	out.gauge(c.maxForced, float64(m.MaxForcedBytes))
 	out.gauge(c.engines, float64(m.Engines))
 	out.counter(c.forced, float64(m.ForcedFlushes))

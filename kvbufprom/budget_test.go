@@ -68,8 +68,8 @@ kvbuf_memory_budget_waits_total{budget="main"} 0
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(0, share, 0)), names...); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 12 {
-		t.Errorf("%d series, want 12", n)
+	if n := testutil.CollectAndCount(c); n != 13 {
+		t.Errorf("%d series, want 13", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil || len(problems) > 0 {
