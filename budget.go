@@ -83,15 +83,12 @@ type BudgetOptions struct {
 // flushes engines in the background, one engine per flush, the one
 // BudgetOptions.Policy chooses first, up to BudgetOptions.MaxFlushes at a
 // time, until the total is below the mark. Past half the high mark,
-// writes of every engine queue together and go in rounds, at most one
-// write per waiting writer, oldest first (a writer let through queues
-// again behind the others), so no engine's writes starve while others
-// write; a round starts only with the total within the size and lets
-// through only as many writes as the room left holds at what writes have
-// added to the total so far, so at the size writes wait, with their
-// context, until flushes make room. The total may still pass the size by
-// what a round's writes add beyond that estimate (a table's growth step,
-// as under MaxPendingBytes).
+// writes of every engine queue together and go in rounds, one write per
+// waiting writer (a writer let through queues again behind the others), so
+// no engine's writes starve while others write; a round starts only with
+// the total within the size, so at the size writes wait, with their
+// context, until flushes make room. The writes of one round may overshoot
+// the size by their own sizes, as under MaxPendingBytes.
 //
 // A write waiting for the budget returns ctx.Err() if its context ends
 // first and ErrClosed if its engine is closed meanwhile. Close of an engine
@@ -113,7 +110,6 @@ type MemoryBudget struct {
 	maxFlushes int
 
 	total     atomic.Int64 // the sum of the shares' bytes
-	grown     atomic.Int64 // the shares' increases, summed (B4)
 	maxTotal  atomic.Int64
 	maxForced atomic.Int64 // the largest share a forced flush started with
 	forcedSum atomic.Int64 // the shares forced flushes started with, summed
@@ -128,11 +124,6 @@ type MemoryBudget struct {
 	shares   []*budgetShare
 	queue    []chan struct{} // waiting writes, oldest first
 	flushing int             // forced flushes in progress
-
-	// B4: what the writes of a round added to the total, per write,
-	// smoothed over rounds (0 before the first round ended), and the
-	// current round's size and grown at its start.
-	perWrite, roundN, roundGrown int64
 }
 
 // NewMemoryBudget returns a budget of size bytes for the engines opened
@@ -310,7 +301,6 @@ func (s *budgetShare) sync() {
 		}
 		t := s.b.total.Add(p - old)
 		if p > old {
-			s.b.grown.Add(p - old)
 			atomicMaxInt(&s.b.maxTotal, t)
 		} else {
 			s.b.released(t)
@@ -324,54 +314,42 @@ func (s *budgetShare) sync() {
 func (b *MemoryBudget) released(total int64) {
 	if total <= b.size && b.waiting.Load() > 0 && b.round.Load() == 0 {
 		b.mu.Lock()
-		b.startRoundLocked()
+		b.startRoundLocked(0)
 		b.mu.Unlock()
 	}
 }
 
-// startRoundLocked lets queued writes through, oldest first, if no round
-// is in progress and the total is within the budget: as many as the room
-// left under the size holds at the writes' measured growth (B4), at
-// least one. b.mu held.
-func (b *MemoryBudget) startRoundLocked() {
-	t := b.total.Load()
-	if b.round.Load() != 0 || t > b.size || len(b.queue) == 0 {
-		return
+// startRoundLocked lets every queued write through, plus self more (a
+// write starting the round), if no round is in progress and the total is
+// within the budget; it reports whether it did. b.mu held.
+func (b *MemoryBudget) startRoundLocked(self int64) bool {
+	if b.round.Load() != 0 || b.total.Load() > b.size {
+		return false
 	}
-	// B4: the round that ended taught what a write adds to the total.
-	// Its syncs all happened before its last write's done, which ran
-	// before this round could start.
-	g := b.grown.Load()
-	if b.roundN > 0 {
-		w := (g - b.roundGrown) / b.roundN
-		if b.perWrite > 0 {
-			w = (3*b.perWrite + w) / 4
-		}
-		b.perWrite = max(w, 1)
+	n := int64(len(b.queue)) + self
+	if n == 0 {
+		return true
 	}
-	n := int64(len(b.queue))
-	if b.perWrite > 0 {
-		n = max(min(n, (b.size-t)/b.perWrite), 1)
-	}
-	b.roundN, b.roundGrown = n, g
 	b.round.Store(n)
-	for _, ch := range b.queue[:n] {
+	for _, ch := range b.queue {
 		close(ch)
 	}
-	b.waiting.Add(-n)
-	b.queue = slices.Delete(b.queue, 0, int(n))
+	b.waiting.Add(-int64(len(b.queue)))
+	clear(b.queue)
+	b.queue = b.queue[:0]
+	return true
 }
 
 // admit is called before a write of s's engine begins (doc/design.md,
-// "Memory budget", rules B1-B4). Below half the high mark with nobody
+// "Memory budget", rules B1-B3). Below half the high mark with nobody
 // waiting, the write goes at once (granted false: B1). Otherwise it
 // forces flushes and waits for a round (granted true: the caller must call
 // done once its write ended, applied or not).
 //
 // Rounds (B2) make the budget fair: past half the high mark every write
-// queues, and a round lets the queue through, oldest first, one write per
-// waiting writer, once the previous round's writes have all ended and the
-// total is within the size, as many as the room holds (B4). A writer that was let through queues again behind the others, so
+// queues, and a round lets the whole queue through, one write per waiting writer, once
+// the previous round's writes have all ended and the total is within the
+// size. A writer that was let through queues again behind the others, so
 // however the scheduler favours one goroutine, no engine's writer makes a
 // second write while another's waits (the budget's pending bytes grow in
 // table-sized steps, so a write often adds nothing to the total, and
@@ -392,7 +370,7 @@ func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool,
 func (b *MemoryBudget) done() {
 	if b.round.Add(-1) == 0 && b.waiting.Load() > 0 {
 		b.mu.Lock()
-		b.startRoundLocked()
+		b.startRoundLocked(0)
 		b.mu.Unlock()
 	}
 }
@@ -409,19 +387,17 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 		// processors) get the processor first, to queue for it.
 		runtime.Gosched()
 	}
-	ch := make(chan struct{})
 	b.mu.Lock()
 	b.waiting.Add(1)
-	b.queue = append(b.queue, ch)
-	b.startRoundLocked()
-	b.mu.Unlock()
-	select {
-	case <-ch:
-		// No round in progress and room: the round this write started
-		// let it through.
+	if b.startRoundLocked(1) {
+		// No round in progress and room: this write starts one.
+		b.waiting.Add(-1)
+		b.mu.Unlock()
 		return nil
-	default:
 	}
+	ch := make(chan struct{})
+	b.queue = append(b.queue, ch)
+	b.mu.Unlock()
 	b.waits.Add(1)
 	s.waits.Add(1)
 	start := time.Now()
