@@ -43,7 +43,7 @@ awk '
 	}
 	{
 		split($2, rr, "=")
-		for (i = 6; i < NF; i += 2) { k = rr[2] SUBSEP $(i + 1); v[k, ++c[k]] = $i; m[$(i + 1)] = 1; revs[rr[2]] = 1 }
+		for (i = 5; i < NF; i += 2) { k = rr[2] SUBSEP $(i + 1); v[k, ++c[k]] = $i; m[$(i + 1)] = 1; revs[rr[2]] = 1 }
 	}
 	END {
 		for (name in m) for (rev in revs) {
