@@ -44,8 +44,10 @@ func gcCPU() time.Duration {
 // cpu-batches/pebble (the kvbuf row's CPU over pebble/batch-sync's), each
 // the median of the per-round ratios, with -min and -max the spread.
 //
-// W6PROFILE=puts runs kvbuf/puts' puts alone (no Flush, a new engine each
-// round): the put path for a CPU profile (-cpuprofile).
+// For a CPU profile (-cpuprofile) of kvbuf alone: W6PROFILE=run runs
+// kvbuf/puts alone (1M KV.Put, then DB.Flush, each round; the whole W6
+// run of the engine), W6PROFILE=puts its puts alone (no Flush timed, a new
+// engine each round, whose Close flushes outside the timed part).
 func BenchmarkFlushW6Put(b *testing.B) {
 	const n = 1_000_000
 	keys, stored := w6Keys(n, 1)
@@ -69,6 +71,23 @@ func BenchmarkFlushW6Put(b *testing.B) {
 			b.Fatal(err)
 		}
 		return db, kv
+	}
+	if os.Getenv("W6PROFILE") == "run" {
+		db, kv := open()
+		defer func() { _ = db.Close() }()
+		for round := uint64(1); b.Loop(); round++ {
+			binary.BigEndian.PutUint64(val, round)
+			for _, k := range keys {
+				if err := kv.Put(ctx, k, val, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := db.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/put")
+		return
 	}
 	if os.Getenv("W6PROFILE") == "puts" {
 		var db *DB
