@@ -46,3 +46,21 @@ func TestFreshActiveSized(t *testing.T) {
 		}
 	}
 }
+
+// TestAdviseHuge: advising slot-array slices of every size and alignment
+// (empty, small, just under and over the 4 MiB floor, an unaligned
+// subslice) keeps their contents and never faults outside them.
+func TestAdviseHuge(t *testing.T) {
+	big := make([]uint64, 9<<20/8+3)
+	for i := range big {
+		big[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	for _, s := range [][]uint64{nil, big[:1], big[:4<<20/8-1], big[:4<<20/8], big[3 : 9<<20/8], big} {
+		adviseHuge(s)
+	}
+	for i := range big {
+		if big[i] != uint64(i)*0x9e3779b97f4a7c15 {
+			t.Fatalf("word %d changed by adviseHuge", i)
+		}
+	}
+}
