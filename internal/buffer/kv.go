@@ -476,9 +476,9 @@ func prepend(t *table, ts []*table) []*table {
 // A fresh table's slot arrays are sized for the last frozen table's keys,
 // so that a generation as large as the last one never grows: with half as
 // many (the sizing before), a 1M-key generation grew each array twice
-// (x1.5 a step), moving 1.25 keys per key put, about 8% of a put's CPU in
-// W6 (BenchmarkFlushW6Put, scripts/w6-ab.sh; doc/design.md, "The put path
-// and the flush's CPU"). The arrays are made, and counted in the pending
+// (x1.5 a step), moving 1.25 keys per key put: 14% of the put path's CPU
+// in W6, 9% of the engine's with the Flush (BenchmarkFlushW6Put,
+// scripts/w6-ab.sh; doc/design.md, "The put path and the flush's CPU"). The arrays are made, and counted in the pending
 // memory, only when a shard takes its first key, and they are at most
 // 1/32 larger than the last table's, which the pending budget held a
 // moment ago. The 1/32 more is for the shards that take more than their share: with keys
