@@ -229,6 +229,7 @@ func newSlotArray(groups int) *slotArray {
 		maxKeys: maxKeys,
 	}
 	a.cp, a.sp = unsafe.Pointer(&a.ctrl[0]), unsafe.Pointer(&a.s[0])
+	adviseHuge(a.s) // random slots: huge pages spare a TLB miss each
 	return a
 }
 
