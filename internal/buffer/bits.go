@@ -225,19 +225,31 @@ func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 // Many is a SetMany's changes as CheckMany checked them, with their
 // lowest and highest index: SetChecked records them without a second pass
 // over the indexes (a million indexes take about a millisecond to read).
+// If CheckMany coalesced them (s not nil: a slice large enough whose
+// indexes all lie in one window), s holds the coalesced window, private
+// until SetChecked applies it; a Many never recorded leaves s to the
+// garbage collector.
 type Many struct {
 	idx    []uint64
 	vals   []bool
 	lo, hi uint64
+	s      *manyScratch
+	w0     uint64 // the window's first packed word, if s is not nil
 }
 
 // CheckMany reports the error SetMany would return for idx and vals; with
 // none, it returns the changes for SetChecked (which records them as
 // SetMany would: idx and vals must not change in between, as Max never
-// does).
+// does). A large slice is coalesced in the same pass (see Many), before
+// the caller's admission: nothing shared is read or written.
 func (b *Bits) CheckMany(idx []uint64, vals []bool) (Many, error) {
 	if len(vals) != len(idx) {
 		return Many{}, kverr.Errorf("SetMany: %d indexes and %d values: %w", len(idx), len(vals), kverr.ErrBadRange)
+	}
+	if len(idx) >= b.manyCfg.min {
+		if m, ok, err := b.checkCoalesce(idx, vals); ok || err != nil {
+			return m, err
+		}
 	}
 	lo, hi := ^uint64(0), uint64(0)
 	for _, i := range idx {
@@ -323,6 +335,12 @@ func (b *Bits) SetChecked(m Many) {
 		return
 	}
 	a := b.writable()
+	if m.s != nil {
+		delta := b.applyWindow(a, m.s, m.w0)
+		b.many.Put(m.s)
+		b.finishMany(a, delta, hi)
+		return
+	}
 	if b.manyCfg.coalescible(len(idx), lo, hi) {
 		b.finishMany(a, b.setCoalesced(a, idx, vals, lo, hi), hi)
 		return

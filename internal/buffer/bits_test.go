@@ -432,6 +432,24 @@ func TestBitsBadInput(t *testing.T) {
 	if r.b.Get(1) || r.b.Count() != 0 {
 		t.Error("a refused SetMany set a bit")
 	}
+	// The same through the coalescing pass (CheckMany coalesces while it
+	// checks): refused at the bad index with nothing recorded, and the
+	// scratch it coalesced into comes back clean (the next SetMany, in
+	// the same window, records only its own bits).
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	if err := r.b.SetMany([]uint64{1, 3, 5, 1000, 7}, []bool{true, true, true, true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
+		t.Errorf("coalesced SetMany(1, 3, 5, max, 7) = %v", err)
+	}
+	if r.b.Get(1) || r.b.Count() != 0 {
+		t.Error("a refused coalesced SetMany set a bit")
+	}
+	if err := r.b.SetMany([]uint64{2, 4}, []bool{true, true}); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.Get(1) || r.b.Get(3) || !r.b.Get(2) || !r.b.Get(4) || r.b.Count() != 2 {
+		t.Errorf("after a refused coalesced SetMany, SetMany(2, 4): bits 1-4 %v %v %v %v, count %d (want false true false true, 2)",
+			r.b.Get(1), r.b.Get(2), r.b.Get(3), r.b.Get(4), r.b.Count())
+	}
 	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, kverr.ErrBadOptions) {
 		t.Errorf("NewBits(MaxBits too large) = %v", err)
 	}
