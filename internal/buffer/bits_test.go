@@ -366,6 +366,54 @@ func checkSummary(t testing.TB, b *Bits) {
 	}
 }
 
+// TestBitsSummaryPagesChangeKind flushes a page from sparse to dense, a
+// dense page staying dense and a dense page back to sparse: the first and
+// last need a new index (rule B9), the second keeps the index as it was
+// (summarize publishes none when every page written was and stays
+// unindexed). Ones and the summary must match the file after each.
+func TestBitsSummaryPagesChangeKind(t *testing.T) {
+	r := newBitsRig(t, nil)
+	b := r.b
+	check := func(what string) {
+		t.Helper()
+		checkSummary(t, b)
+		var want []uint64
+		for i := range b.Len() {
+			if b.Get(i) {
+				want = append(want, i)
+			}
+		}
+		if got := slices.Collect(b.Ones(0)); !slices.Equal(got, want) {
+			t.Fatalf("%s: Ones(0) has %d bits, the overlay %d", what, len(got), len(want))
+		}
+	}
+	set := func(lo, hi, step uint64, v bool) {
+		t.Helper()
+		for i := lo; i < hi; i += step {
+			if err := b.Set(i, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	set(0, 2*pageBits, pageBits/4, true) // pages 0 and 1 sparse
+	r.flush()
+	check("sparse")
+	set(pageBits, 2*pageBits, 7, true) // page 1 dense, alone in the flush
+	r.flush()
+	check("page 1 turned dense")
+	before := b.sum.Load().index.Load()
+	set(pageBits+1, 2*pageBits, 11, true) // page 1 stays dense
+	r.flush()
+	check("page 1 stayed dense")
+	if b.sum.Load().index.Load() != before {
+		t.Error("a flush of a page that stays dense published a new index")
+	}
+	set(pageBits, 2*pageBits, 1, false) // page 1 empty again
+	set(pageBits+5, pageBits+6, 1, true)
+	r.flush()
+	check("page 1 back to sparse")
+}
+
 // TestBitsSummaryAtOpen: an overlay over a file that already holds bits
 // builds its summary and count from the file, and Ones skips nothing.
 func TestBitsSummaryAtOpen(t *testing.T) {
