@@ -19,7 +19,11 @@ import (
 // sync of a raw bitslice file (W6's coalesce+apply-words+msync). One
 // iteration is one round of both and of the split below, in rotating
 // order; the values flip
-// each round, so that every round changes every bit it sets.
+// each round, so that every round changes every bit it sets. A third
+// engine runs the host's best call for the same work in the same rounds:
+// the 1M changes in one Bits.SetMany (one admission), then its Flush,
+// read back like the Set row (W6's indexes are random, without runs, so
+// there is no SetRange row).
 //
 // Metrics: kvbuf-ns/set and coalesce-ns/set (the sets and the coalescing
 // alone), overlay-ns/set and admission-ns/set (the split of a Set, on a
@@ -30,7 +34,9 @@ import (
 // apply with its sync alone), kvbuf-flush-cpu-ns and apply-cpu-ns (process
 // CPU over the same spans, background goroutines included), and the
 // median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
-// flush) and speedup-flush (the flush alone), with their min and max.
+// flush) and speedup-flush (the flush alone), with their min and max; for
+// the SetMany row setmany-ns/set, setmany-flush-ns, setmany-flush-cpu-ns
+// and speedup-setmany (baseline ÷ SetMany plus its Flush, min and max).
 // doc/design.md ("W6's bit sets") quotes it with the command.
 func BenchmarkBitsW6(b *testing.B) {
 	const (
