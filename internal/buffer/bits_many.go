@@ -19,7 +19,10 @@ import (
 // scratch: defaultMany), aligned so that each page of the table lies in one window. A
 // slice whose indexes span more than one window is first partitioned by
 // window, in order (a counting sort, stable, so a later change of a bit
-// still wins).
+// still wins). A slice within one window (any slice over a bitslice of at
+// most 4,194,304 bits) is coalesced by CheckMany in the pass that checks
+// it, before the write's admission (checkCoalesce); the admitted write
+// then only applies the window.
 
 // manyConfig says when and how SetMany coalesces. Tests use smaller
 // windows and thresholds, so that small slices take every path.
@@ -71,19 +74,8 @@ func (b *Bits) setCoalesced(a *bitsTable, idx []uint64, vals []bool, lo, hi uint
 	w0 := (lo >> 5) &^ (1<<shift - 1)
 	nwin := int(((hi>>5)-w0)>>shift) + 1
 	var delta int64
-	if nwin == 1 {
-		words, touched := s.words, s.touched
-		vals = vals[:len(idx)]
-		for j, i := range idx {
-			// Plain loads and stores, no branch on the value (random
-			// values would mispredict half the time).
-			o := i - w0<<5
-			w, sh := o>>5&(1<<shift-1), o&31
-			words[w] = (words[w]|1<<(sh+32))&^(1<<sh) | b2u(vals[j])<<sh
-			touched[w>>pageShift] = 1
-		}
-		return b.applyWindow(a, s, w0)
-	}
+	// A slice within one window was coalesced by CheckMany
+	// (checkCoalesce); this one spans several (it also works for one).
 	// Partition by window, stable: counts, then offsets, then scatter.
 	if cap(s.counts) < nwin+1 {
 		s.counts = make([]int, nwin+1)
@@ -154,8 +146,8 @@ func (b *Bits) checkCoalesce(idx []uint64, vals []bool) (Many, bool, error) {
 			return Many{}, false, nil
 		}
 		lo, hi = min(lo, i), max(hi, i)
-		// Plain loads and stores, no branch on the value (as
-		// setCoalesced's).
+		// Plain loads and stores, no branch on the value (random
+		// values would mispredict half the time).
 		o := i - w0<<5
 		w, sh := o>>5, o&31
 		words[w] = (words[w]|1<<(sh+32))&^(1<<sh) | b2u(vals[j])<<sh
