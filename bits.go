@@ -112,12 +112,14 @@ func (b *Bits) Set(ctx context.Context, i uint64, v bool, op uint64) error {
 // len(idx)), ErrOutOfRange (an index at or past Options.MaxBits), and as
 // Set.
 func (b *Bits) SetMany(ctx context.Context, idx []uint64, vals []bool, op uint64) error {
-	return b.db.write(ctx, op, "bitslice", b.name, b.ov.CheckMany(idx, vals), func() error {
-		err := b.ov.SetMany(idx, vals)
-		if err == nil && b.db.feed.on.Load() {
+	// Checked once, before admission (the overlay does not check again).
+	m, err := b.ov.CheckMany(idx, vals)
+	return b.db.write(ctx, op, "bitslice", b.name, err, func() error {
+		b.ov.SetChecked(m)
+		if b.db.feed.on.Load() {
 			b.db.feed.setMany(op, b.name, idx, vals)
 		}
-		return err
+		return nil
 	})
 }
 

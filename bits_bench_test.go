@@ -19,7 +19,11 @@ import (
 // sync of a raw bitslice file (W6's coalesce+apply-words+msync). One
 // iteration is one round of both and of the split below, in rotating
 // order; the values flip
-// each round, so that every round changes every bit it sets.
+// each round, so that every round changes every bit it sets. A third
+// engine runs the host's best call for the same work in the same rounds:
+// the 1M changes in one Bits.SetMany (one admission), then its Flush,
+// read back like the Set row (W6's indexes are random, without runs, so
+// there is no SetRange row).
 //
 // Metrics: kvbuf-ns/set and coalesce-ns/set (the sets and the coalescing
 // alone), overlay-ns/set and admission-ns/set (the split of a Set, on a
@@ -30,7 +34,9 @@ import (
 // apply with its sync alone), kvbuf-flush-cpu-ns and apply-cpu-ns (process
 // CPU over the same spans, background goroutines included), and the
 // median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
-// flush) and speedup-flush (the flush alone), with their min and max.
+// flush) and speedup-flush (the flush alone), with their min and max; for
+// the SetMany row setmany-ns/set, setmany-flush-ns, setmany-flush-cpu-ns
+// and speedup-setmany (baseline ÷ SetMany plus its Flush, min and max).
 // doc/design.md ("W6's bit sets") quotes it with the command.
 func BenchmarkBitsW6(b *testing.B) {
 	const (
@@ -91,14 +97,26 @@ func BenchmarkBitsW6(b *testing.B) {
 		}
 		return out
 	}
-	var sets, flush, fcpu, coal, apply, acpu, ovs, adm, dir time.Duration
+	// A third engine for the SetMany row: the same changes in one
+	// SetMany call (one admission), then its Flush.
+	db3, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db3.Close() })
+	bs3, err := db3.Bits("w6")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mvals := make([]bool, n)
+	var sets, flush, fcpu, coal, apply, acpu, ovs, adm, dir, many, mflush, mcpu time.Duration
 	var dirRatio []float64
-	var all, alone []float64
+	var all, alone, manyAll []float64
 	round := uint64(0)
 	for b.Loop() {
 		round++
 		flip := round&1 == 0
-		var ds, df, dfc, dc, da, dac, dov, dadm, ddir time.Duration
+		var ds, df, dfc, dc, da, dac, dov, dadm, ddir, dm, dmf, dmc time.Duration
 		split := func() {
 			t0 := time.Now()
 			for k, i := range idx {
@@ -158,7 +176,22 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 			dc, da, dac = t1.Sub(t0), time.Since(t1), processCPU()-c0
 		}
-		steps := []func(){kv, base, split}
+		setMany := func() {
+			for k := range mvals {
+				mvals[k] = vals[k] != flip
+			}
+			t0 := time.Now()
+			if err := bs3.SetMany(ctx, idx, mvals, 0); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			c0 := processCPU()
+			if err := db3.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			dm, dmf, dmc = t1.Sub(t0), time.Since(t1), processCPU()-c0
+		}
+		steps := []func(){kv, base, split, setMany}
 		for j := range steps {
 			steps[(j+int(round))%len(steps)]()
 		}
@@ -166,9 +199,14 @@ func BenchmarkBitsW6(b *testing.B) {
 			if v, err := bs.Get(idx[k]); err != nil || v != raw.Get(idx[k]) {
 				b.Fatalf("bit %d: engine %v (%v), raw %v", idx[k], v, err, raw.Get(idx[k]))
 			}
+			if v, err := bs3.Get(idx[k]); err != nil || v != raw.Get(idx[k]) {
+				b.Fatalf("bit %d: SetMany engine %v (%v), raw %v", idx[k], v, err, raw.Get(idx[k]))
+			}
 		}
 		sets, flush, fcpu, coal, apply, acpu = sets+ds, flush+df, fcpu+dfc, coal+dc, apply+da, acpu+dac
 		ovs, adm, dir = ovs+dov, adm+dadm, dir+ddir
+		many, mflush, mcpu = many+dm, mflush+dmf, mcpu+dmc
+		manyAll = append(manyAll, float64(dc+da)/float64(dm+dmf))
 		dirRatio = append(dirRatio, float64(ddir)/float64(ds))
 		all = append(all, float64(dc+da)/float64(ds+df))
 		alone = append(alone, float64(da)/float64(df))
@@ -184,7 +222,11 @@ func BenchmarkBitsW6(b *testing.B) {
 	b.ReportMetric(float64(apply.Nanoseconds())/r, "apply-words+msync-ns")
 	b.ReportMetric(float64(fcpu.Nanoseconds())/r, "kvbuf-flush-cpu-ns")
 	b.ReportMetric(float64(acpu.Nanoseconds())/r, "apply-cpu-ns")
+	b.ReportMetric(float64(many.Nanoseconds())/r/n, "setmany-ns/set")
+	b.ReportMetric(float64(mflush.Nanoseconds())/r, "setmany-flush-ns")
+	b.ReportMetric(float64(mcpu.Nanoseconds())/r, "setmany-flush-cpu-ns")
 	medianMetric(b, all, "speedup")
+	medianMetric(b, manyAll, "speedup-setmany")
 	medianMetric(b, alone, "speedup-flush")
 }
 
@@ -220,4 +262,63 @@ func setDirect(b *Bits, ctx context.Context, i uint64, v bool, op uint64) error 
 		t.End()
 	}
 	return mapErr(err, "bitslice", b.name)
+}
+
+// BenchmarkBitsW6SetMany is BenchmarkBitsW6's SetMany row alone, for
+// -cpuprofile: each iteration sets the same 1,000,000 random indexes of a
+// 4,194,304-bit slice (values flipped each round, so every bit changes) in
+// one Bits.SetMany, then Flushes. Metrics: setmany-ns/set and flush-ns.
+// doc/design.md ("W6's SetMany row and the bit flush") quotes its profile.
+func BenchmarkBitsW6SetMany(b *testing.B) {
+	const (
+		nbits = 4_194_304
+		n     = 1_000_000
+	)
+	rng := rand.New(rand.NewPCG(1, 7))
+	idx := make([]uint64, n)
+	vals := make([]bool, n)
+	for k := range idx {
+		idx[k], vals[k] = rng.Uint64N(nbits), rng.IntN(2) == 1
+	}
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	bs, err := db.Bits("w6")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sets, flush time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		for k := range vals {
+			vals[k] = !vals[k]
+		}
+		t0 := time.Now()
+		if err := bs.SetMany(ctx, idx, vals, 0); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		sets, flush = sets+t1.Sub(t0), flush+time.Since(t1)
+		if v, err := bs.Get(idx[round%n]); err != nil || v != vals[round%n] {
+			// The last change of an index wins: find it.
+			last := -1
+			for k, i := range idx {
+				if i == idx[round%n] {
+					last = k
+				}
+			}
+			if err != nil || v != vals[last] {
+				b.Fatalf("bit %d: %v (%v), want %v", idx[round%n], v, err, vals[last])
+			}
+		}
+	}
+	r := float64(max(round, 1))
+	b.ReportMetric(float64(sets.Nanoseconds())/r/n, "setmany-ns/set")
+	b.ReportMetric(float64(flush.Nanoseconds())/r, "flush-ns")
 }

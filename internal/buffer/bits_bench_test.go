@@ -360,7 +360,7 @@ func BenchmarkBitsW6(b *testing.B) {
 // of each and the medians of the per-iteration ratios to setmany.
 func BenchmarkBitsSets(b *testing.B) {
 	ws := [3]*benchW1{newBenchW1(b), newBenchW1(b), newBenchW1(b)}
-	ws[1].b.manyCfg.min = 1 << 62 // bit by bit
+	ws[2].b.manyCfg.min = 1 << 62 // setmany-bits: bit by bit
 	idx := make([]uint64, len(ws[0].pending))
 	vals := [2][]bool{make([]bool, len(idx)), make([]bool, len(idx))}
 	for k, c := range ws[0].pending {

@@ -19,7 +19,10 @@ import (
 // scratch: defaultMany), aligned so that each page of the table lies in one window. A
 // slice whose indexes span more than one window is first partitioned by
 // window, in order (a counting sort, stable, so a later change of a bit
-// still wins).
+// still wins). A slice within one window (any slice over a bitslice of at
+// most 4,194,304 bits) is coalesced by CheckMany in the pass that checks
+// it, before the write's admission (checkCoalesce); the admitted write
+// then only applies the window.
 
 // manyConfig says when and how SetMany coalesces. Tests use smaller
 // windows and thresholds, so that small slices take every path.
@@ -71,19 +74,8 @@ func (b *Bits) setCoalesced(a *bitsTable, idx []uint64, vals []bool, lo, hi uint
 	w0 := (lo >> 5) &^ (1<<shift - 1)
 	nwin := int(((hi>>5)-w0)>>shift) + 1
 	var delta int64
-	if nwin == 1 {
-		words, touched := s.words, s.touched
-		vals = vals[:len(idx)]
-		for j, i := range idx {
-			// Plain loads and stores, no branch on the value (random
-			// values would mispredict half the time).
-			o := i - w0<<5
-			w, sh := o>>5&(1<<shift-1), o&31
-			words[w] = (words[w]|1<<(sh+32))&^(1<<sh) | b2u(vals[j])<<sh
-			touched[w>>pageShift] = 1
-		}
-		return b.applyWindow(a, s, w0)
-	}
+	// A slice within one window was coalesced by CheckMany
+	// (checkCoalesce); this one spans several (it also works for one).
 	// Partition by window, stable: counts, then offsets, then scatter.
 	if cap(s.counts) < nwin+1 {
 		s.counts = make([]int, nwin+1)
@@ -124,6 +116,55 @@ func (b *Bits) setCoalesced(a *bitsTable, idx []uint64, vals []bool, lo, hi uint
 		start = end
 	}
 	return delta
+}
+
+// checkCoalesce is CheckMany's pass for a large slice: it checks idx and
+// vals, finds their bounds and coalesces them into a window of scratch in
+// one pass over the indexes, betting that they all lie in the window of
+// the first (true of any slice over a bitslice of at most 4,194,304 bits,
+// and of a host's batch of nearby ids). It reports false, with the scratch
+// cleaned and returned, at the first index outside that window (the caller
+// then checks as before and SetChecked partitions); an error at the first
+// index at or past Max (every earlier index was valid, so it is the error
+// CheckMany's ordered check would find).
+func (b *Bits) checkCoalesce(idx []uint64, vals []bool) (Many, bool, error) {
+	shift := b.manyCfg.shift
+	s, _ := b.many.Get().(*manyScratch)
+	if s == nil {
+		s = &manyScratch{words: make([]uint64, 1<<shift), touched: make([]uint8, 1<<(shift-pageShift))}
+	}
+	w0 := (idx[0] >> 5) &^ (1<<shift - 1)
+	words, touched := s.words, s.touched
+	vals = vals[:len(idx)]
+	lo, hi := ^uint64(0), uint64(0)
+	for j, i := range idx {
+		if i >= b.max || (i>>5)-w0 >= 1<<shift {
+			b.dropScratch(s)
+			if i >= b.max {
+				return Many{}, false, b.checkIndex(i)
+			}
+			return Many{}, false, nil
+		}
+		lo, hi = min(lo, i), max(hi, i)
+		// Plain loads and stores, no branch on the value (random
+		// values would mispredict half the time).
+		o := i - w0<<5
+		w, sh := o>>5, o&31
+		words[w] = (words[w]|1<<(sh+32))&^(1<<sh) | b2u(vals[j])<<sh
+		touched[w>>pageShift] = 1
+	}
+	return Many{idx: idx, vals: vals, lo: lo, hi: hi, s: s, w0: w0}, true, nil
+}
+
+// dropScratch zeroes the touched pages of s and returns it to the pool.
+func (b *Bits) dropScratch(s *manyScratch) {
+	for lp, t := range s.touched {
+		if t != 0 {
+			s.touched[lp] = 0
+			clear(s.words[lp*pageWords : (lp+1)*pageWords])
+		}
+	}
+	b.many.Put(s)
 }
 
 // b2u is 1 for true, 0 for false.

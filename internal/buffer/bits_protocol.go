@@ -96,7 +96,8 @@ package buffer
 //
 // B9. Region summary. The flush brings the summary of every page it wrote
 //     up to date (line bits in place, atomically; a new flat index,
-//     published by one atomic pointer store after it is filled) after
+//     published by one atomic pointer store after it is filled, or none
+//     if every page written was and stays unindexed) after
 //     applying the page's words and before the Release that drops the
 //     tables (B8). A grown summary is filled from the old one (only the
 //     flush writes it, under wmu) before it is published. Ones loads, for

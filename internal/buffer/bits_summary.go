@@ -163,12 +163,20 @@ func (b *Bits) growSummary(nbits uint64) {
 }
 
 // summarize brings the summary of the pages words changed up to date with
-// the file (B9): their lines in place, then a new index. words is sorted
-// by word. wmu held.
+// the file (B9): their lines in place, then, if the index changes, a new
+// index. words is sorted by word. wmu held.
+//
+// The pages changed are collected in a slice (words is sorted, so they come
+// in order), not a map: a flush of a dense slice touches every page, and a
+// map grown to that size each flush cost more than the scans. A page that
+// was not indexed (dense) and still is not leaves the index as it was, so
+// a flush that writes only dense pages publishes no new index.
 func (b *Bits) summarize(words []bitslice.WordChange) {
 	s := b.sum.Load()
 	v := b.view.Load()
-	changed := map[uint64]pageSummary{}
+	oi := s.index.Load()
+	changed := b.sumPages[:0]
+	same := true
 	last := ^uint64(0)
 	for _, c := range words {
 		pi := c.Word / pageWords64
@@ -180,17 +188,27 @@ func (b *Bits) summarize(words []bitslice.WordChange) {
 		if atomic.LoadUint64(&s.lines[pi]) != p.lines {
 			atomic.StoreUint64(&s.lines[pi], p.lines)
 		}
-		changed[pi] = p
+		if _, indexed := oi.offsets(pi); indexed || p.n <= maxIndexed {
+			same = false
+		}
+		changed = append(changed, changedPage{pi, p})
 	}
-	if len(changed) == 0 {
+	defer func() {
+		clear(changed) // no offsets kept alive until the next flush
+		b.sumPages = changed[:0]
+	}()
+	if same {
 		return
 	}
-	oi := s.index.Load()
 	np := uint64(len(s.lines))
 	ix := &pageIndex{start: make([]uint32, np+1), dense: make([]uint64, (np+63)/64), flat: make([]uint16, 0, len(oi.flat))}
+	k := 0
 	for pi := range np {
-		p, ok := changed[pi]
-		if !ok {
+		var p pageSummary
+		if k < len(changed) && changed[k].pi == pi {
+			p = changed[k].p
+			k++
+		} else {
 			offs, indexed := oi.offsets(pi)
 			p = pageSummary{n: uint64(len(offs)), offs: offs}
 			if !indexed {
@@ -200,4 +218,10 @@ func (b *Bits) summarize(words []bitslice.WordChange) {
 		ix.add(pi, p)
 	}
 	s.index.Store(ix) // B9: filled, then published
+}
+
+// changedPage is a page summarize scanned, and what it found.
+type changedPage struct {
+	pi uint64
+	p  pageSummary
 }

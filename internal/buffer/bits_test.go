@@ -366,6 +366,54 @@ func checkSummary(t testing.TB, b *Bits) {
 	}
 }
 
+// TestBitsSummaryPagesChangeKind flushes a page from sparse to dense, a
+// dense page staying dense and a dense page back to sparse: the first and
+// last need a new index (rule B9), the second keeps the index as it was
+// (summarize publishes none when every page written was and stays
+// unindexed). Ones and the summary must match the file after each.
+func TestBitsSummaryPagesChangeKind(t *testing.T) {
+	r := newBitsRig(t, nil)
+	b := r.b
+	check := func(what string) {
+		t.Helper()
+		checkSummary(t, b)
+		var want []uint64
+		for i := range b.Len() {
+			if b.Get(i) {
+				want = append(want, i)
+			}
+		}
+		if got := slices.Collect(b.Ones(0)); !slices.Equal(got, want) {
+			t.Fatalf("%s: Ones(0) has %d bits, the overlay %d", what, len(got), len(want))
+		}
+	}
+	set := func(lo, hi, step uint64, v bool) {
+		t.Helper()
+		for i := lo; i < hi; i += step {
+			if err := b.Set(i, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	set(0, 2*pageBits, pageBits/4, true) // pages 0 and 1 sparse
+	r.flush()
+	check("sparse")
+	set(pageBits, 2*pageBits, 7, true) // page 1 dense, alone in the flush
+	r.flush()
+	check("page 1 turned dense")
+	before := b.sum.Load().index.Load()
+	set(pageBits+1, 2*pageBits, 11, true) // page 1 stays dense
+	r.flush()
+	check("page 1 stayed dense")
+	if b.sum.Load().index.Load() != before {
+		t.Error("a flush of a page that stays dense published a new index")
+	}
+	set(pageBits, 2*pageBits, 1, false) // page 1 empty again
+	set(pageBits+5, pageBits+6, 1, true)
+	r.flush()
+	check("page 1 back to sparse")
+}
+
 // TestBitsSummaryAtOpen: an overlay over a file that already holds bits
 // builds its summary and count from the file, and Ones skips nothing.
 func TestBitsSummaryAtOpen(t *testing.T) {
@@ -431,6 +479,24 @@ func TestBitsBadInput(t *testing.T) {
 	}
 	if r.b.Get(1) || r.b.Count() != 0 {
 		t.Error("a refused SetMany set a bit")
+	}
+	// The same through the coalescing pass (CheckMany coalesces while it
+	// checks): refused at the bad index with nothing recorded, and the
+	// scratch it coalesced into comes back clean (the next SetMany, in
+	// the same window, records only its own bits).
+	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
+	if err := r.b.SetMany([]uint64{1, 3, 5, 1000, 7}, []bool{true, true, true, true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
+		t.Errorf("coalesced SetMany(1, 3, 5, max, 7) = %v", err)
+	}
+	if r.b.Get(1) || r.b.Count() != 0 {
+		t.Error("a refused coalesced SetMany set a bit")
+	}
+	if err := r.b.SetMany([]uint64{2, 4}, []bool{true, true}); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.Get(1) || r.b.Get(3) || !r.b.Get(2) || !r.b.Get(4) || r.b.Count() != 2 {
+		t.Errorf("after a refused coalesced SetMany, SetMany(2, 4): bits 1-4 %v %v %v %v, count %d (want false true false true, 2)",
+			r.b.Get(1), r.b.Get(2), r.b.Get(3), r.b.Get(4), r.b.Count())
 	}
 	if _, err := NewBits(r.f, nil, &Options{MaxBits: bitslice.MaxBits + 1}); !errors.Is(err, kverr.ErrBadOptions) {
 		t.Errorf("NewBits(MaxBits too large) = %v", err)
