@@ -202,7 +202,7 @@ func (kv *KV) Put(key, value []byte) error {
 	return kv.write(r.Next(), key, value, false)
 }
 
-// Delete records a tombstone for key: reads report storage.ErrNotFound and
+// Delete records a tombstone for key: reads report kverr.ErrNotFound and
 // scans skip it until a later Put; the flush deletes the stored key.
 func (kv *KV) Delete(key []byte) error {
 	if err := kv.checkKey(key); err != nil {
@@ -496,7 +496,7 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 }
 
 // Get returns a copy of key's value: the newest pending change, else the
-// stored value. Errors: storage.ErrNotFound (absent, deleted or range
+// stored value. Errors: kverr.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
 func (kv *KV) Get(key []byte) ([]byte, error) { return ownCopy(kv.GetAppend(nil, key)) }
 
@@ -554,10 +554,10 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		case probeValue:
 			return out, nil
 		case probeDeleted:
-			return dst, storage.ErrNotFound
+			return dst, kverr.ErrNotFound
 		}
 		if kv.st == nil {
-			return dst, storage.ErrClosed
+			return dst, kverr.ErrClosed
 		}
 		return kv.st.GetAppend(dst, kv.ks, key)
 	}
@@ -705,7 +705,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 			default:
 				vals[j] = nil
 				if st == nil {
-					return buf, storage.ErrClosed
+					return buf, kverr.ErrClosed
 				}
 				start := len(buf)
 				var err error
@@ -1053,7 +1053,7 @@ func (kv *KV) pinView(withActive bool) []*table {
 	return ts
 }
 
-func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, kverr.ErrNotFound) }
 
 // PendingKeys returns the number of keys held by the overlay's tables that
 // are not yet released (a key pending in two generations counts twice).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 var modelSeed = flag.Uint64("model.seed", 0, "seed of TestKVModel and TestBitsModel (0: random, printed)")
@@ -45,7 +44,7 @@ func TestKVBasics(t *testing.T) {
 		t.Fatal("large value mangled")
 	}
 	r.del("a")
-	if _, err := kv.Get([]byte("a")); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := kv.Get([]byte("a")); !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("deleted key: %v", err)
 	}
 	// Returned values are copies.
