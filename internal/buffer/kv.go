@@ -191,11 +191,14 @@ func trunc(b []byte) []byte {
 }
 
 // Put records key = value (both copied) as one change: it is visible to
-// every read once Put returns. Errors: ErrEmptyKey, ErrKeyTooLarge,
-// ErrValueTooLarge, ErrDropped (nothing recorded).
+// every read once Put returns. key and value must pass CheckPut: the
+// engine checks them once, before admission, so that a bad key never
+// begins an op, and Put does not check them again (the invariants build
+// does, and panics). Errors: ErrDropped (nothing recorded).
 func (kv *KV) Put(key, value []byte) error {
-	if err := kv.CheckPut(key, value); err != nil {
-		return err
+	if invariants.Enabled {
+		err := kv.CheckPut(key, value)
+		invariants.Check(err == nil, "buffer: Put of an unchecked key or value: %v", err)
 	}
 	r := kv.seq.Reserve(1)
 	defer r.Publish()
@@ -203,10 +206,13 @@ func (kv *KV) Put(key, value []byte) error {
 }
 
 // Delete records a tombstone for key: reads report kverr.ErrNotFound and
-// scans skip it until a later Put; the flush deletes the stored key.
+// scans skip it until a later Put; the flush deletes the stored key. key
+// must pass CheckKey, as for Put (the engine checks it once; the
+// invariants build checks it again, and panics).
 func (kv *KV) Delete(key []byte) error {
-	if err := kv.checkKey(key); err != nil {
-		return err
+	if invariants.Enabled {
+		err := kv.checkKey(key)
+		invariants.Check(err == nil, "buffer: Delete of an unchecked key: %v", err)
 	}
 	r := kv.seq.Reserve(1)
 	defer r.Publish()

@@ -67,8 +67,8 @@ func TestKVBasics(t *testing.T) {
 		{bytes.Repeat([]byte("k"), DefaultMaxKeySize+1), nil, kverr.ErrKeyTooLarge},
 		{[]byte("k"), make([]byte, DefaultMaxValueSize+1), kverr.ErrValueTooLarge},
 	} {
-		if err := kv.Put(c.key, c.val); !errors.Is(err, c.want) {
-			t.Errorf("Put(%d-byte key, %d-byte value) = %v; want %v", len(c.key), len(c.val), err, c.want)
+		if err := kv.CheckPut(c.key, c.val); !errors.Is(err, c.want) {
+			t.Errorf("CheckPut(%d-byte key, %d-byte value) = %v; want %v", len(c.key), len(c.val), err, c.want)
 		}
 	}
 	if err := kv.DeleteRange([]byte("b"), []byte("a")); !errors.Is(err, kverr.ErrBadRange) {
