@@ -126,8 +126,10 @@ func withEngine(t *testing.T, dir string) {
 }
 
 // TestErrorTexts drives every sentinel of errors.go through the public API
-// and checks errors.Is and the exact text. ErrPanicked needs a failpoint:
-// see TestErrorTextsFailpoints (go test -tags kvbuf_failpoints).
+// (storage's for the four only package storage returns) and checks
+// errors.Is and the exact text. ErrPanicked needs a failpoint: see
+// TestErrorTextsFailpoints (go test -tags kvbuf_failpoints);
+// ErrBatchTooLarge a 4 GiB batch: see storage's TestBatchTooLarge.
 func TestErrorTexts(t *testing.T) {
 	ctx := context.Background()
 	cases := []errCase{
