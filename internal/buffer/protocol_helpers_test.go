@@ -129,6 +129,10 @@ func (r *protoRig) put(key, val string) string {
 	r.noteKey(key)
 	r.kv.bar.RLock()
 	defer r.kv.bar.RUnlock()
+	// As the engine does: check once, then write (Put's precondition).
+	if err := r.kv.kv.CheckPut([]byte(key), []byte(val)); err != nil {
+		return errText(err)
+	}
 	if err := r.kv.kv.Put([]byte(key), []byte(val)); err != nil {
 		return errText(err)
 	}
@@ -139,6 +143,9 @@ func (r *protoRig) del(key string) string {
 	r.noteKey(key)
 	r.kv.bar.RLock()
 	defer r.kv.bar.RUnlock()
+	if err := r.kv.kv.CheckKey([]byte(key)); err != nil {
+		return errText(err)
+	}
 	if err := r.kv.kv.Delete([]byte(key)); err != nil {
 		return errText(err)
 	}
