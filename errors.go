@@ -194,9 +194,9 @@ var (
 // are here because the root is the one place the module's sentinels are
 // exported (see the package docs of storage and bitslice).
 var (
-	// ErrReadOnly is returned by storage's Store.Commit, Apply, Flush and
-	// CommitIngest on a store opened with storage.Options.ReadOnly. Text:
-	// "kvbuf: read-only store".
+	// ErrReadOnly is returned by storage's Store.Commit, Apply, Flush,
+	// Checkpoint and CommitIngest on a store opened with
+	// storage.Options.ReadOnly. Text: "kvbuf: read-only store".
 	ErrReadOnly = kverr.ErrReadOnly
 
 	// ErrBatchTooLarge is returned by storage's Store.Commit and Apply when
