@@ -50,8 +50,8 @@
 //     stored watermark that does not parse.
 //   - kvbuf.ErrBadOptions: Open and Options.Validate, for an option out of
 //     range.
-//   - kvbuf.ErrReadOnly: Commit, Apply, Flush and CommitIngest on a store
-//     opened with Options.ReadOnly.
+//   - kvbuf.ErrReadOnly: Commit, Apply, Flush, Checkpoint and CommitIngest
+//     on a store opened with Options.ReadOnly.
 //   - kvbuf.ErrInvalidKeyspace: keyspace ID 0, from Get, GetAppend and
 //     NewIter directly, and from Commit and Apply for a batch that received
 //     an operation on it (the operation was dropped; nothing of the batch
