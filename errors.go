@@ -6,11 +6,13 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// Errors. Each is a sentinel to test with errors.Is. The engine's packages
-// (buffer, flush, storage, bitslice) share these values, so an error from
-// any layer matches the engine's name for it (storage.ErrNotFound is
-// ErrNotFound) and the engine passes lower errors on without translating
-// them, adding only context.
+// Errors. Each is a sentinel to test with errors.Is. The module's sentinels
+// are exported here only: the engine's packages (buffer, flush, storage,
+// bitslice) return these same values and export no names of their own, so
+// an error from any layer, or from storage or bitslice used on their own,
+// matches the root's name for it (what storage's Get returns for a missing
+// key is ErrNotFound) and the engine passes lower errors on without
+// translating them, adding only context.
 //
 // # Texts
 //
@@ -184,6 +186,35 @@ var (
 	// trailing bytes, counts or a digest that do not match the content.
 	// Text: "kvbuf: bad snapshot stream".
 	ErrBadStream = kverr.ErrBadStream
+)
+
+// Errors of package storage used on its own. The engine never returns them
+// (it opens its store read-write, builds its own batches, numbers keyspaces
+// from 1 and splits a flush into batches well under pebble's limit); they
+// are here because the root is the one place the module's sentinels are
+// exported (see the package docs of storage and bitslice).
+var (
+	// ErrReadOnly is returned by storage's Store.Commit, Apply, Flush,
+	// Checkpoint and CommitIngest on a store opened with
+	// storage.Options.ReadOnly. Text: "kvbuf: read-only store".
+	ErrReadOnly = kverr.ErrReadOnly
+
+	// ErrBatchTooLarge is returned by storage's Store.Commit and Apply when
+	// an operation would have grown the batch past pebble's 4 GiB batch
+	// limit; the operation was dropped and nothing of the batch is applied.
+	// Text: "kvbuf: batch too large".
+	ErrBatchTooLarge = kverr.ErrBatchTooLarge
+
+	// ErrForeignBatch is returned by storage's Store.Commit and Apply for a
+	// batch made by another Store. Text: "kvbuf: batch belongs to another
+	// store".
+	ErrForeignBatch = kverr.ErrForeignBatch
+
+	// ErrInvalidKeyspace is returned by storage's reads for keyspace ID 0,
+	// which the store reserves, and by Store.Commit and Apply for a batch
+	// that received an operation on it (the operation was dropped; nothing
+	// of the batch is applied). Text: "kvbuf: invalid keyspace id".
+	ErrInvalidKeyspace = kverr.ErrInvalidKeyspace
 )
 
 // mapErr is the engine's one translation of an error from a lower layer

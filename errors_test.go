@@ -5,8 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
+	pathpkg "path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -15,7 +21,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/storage"
@@ -121,8 +126,10 @@ func withEngine(t *testing.T, dir string) {
 }
 
 // TestErrorTexts drives every sentinel of errors.go through the public API
-// and checks errors.Is and the exact text. ErrPanicked needs a failpoint:
-// see TestErrorTextsFailpoints (go test -tags kvbuf_failpoints).
+// (storage's for the four only package storage returns) and checks
+// errors.Is and the exact text. ErrPanicked needs a failpoint: see
+// TestErrorTextsFailpoints (go test -tags kvbuf_failpoints);
+// ErrBatchTooLarge a 4 GiB batch: see storage's TestBatchTooLarge.
 func TestErrorTexts(t *testing.T) {
 	ctx := context.Background()
 	cases := []errCase{
@@ -130,7 +137,7 @@ func TestErrorTexts(t *testing.T) {
 		{"closed/put", func(t *testing.T, dir string) error {
 			_, k, _ := closedDB(t, dir)
 			return k.Put(ctx, []byte("a"), []byte("1"), 0)
-		}, []error{ErrClosed, storage.ErrClosed}, "kvbuf: closed", false},
+		}, []error{ErrClosed}, "kvbuf: closed", false},
 		{"closed/get", func(t *testing.T, dir string) error {
 			_, k, _ := closedDB(t, dir)
 			_, err := k.Get([]byte("a"))
@@ -139,7 +146,7 @@ func TestErrorTexts(t *testing.T) {
 		{"closed/set", func(t *testing.T, dir string) error {
 			_, _, b := closedDB(t, dir)
 			return b.Set(ctx, 1, true, 0)
-		}, []error{ErrClosed, bitslice.ErrClosed}, "kvbuf: closed", false},
+		}, []error{ErrClosed}, "kvbuf: closed", false},
 		{"closed/flush", func(t *testing.T, dir string) error {
 			db, _, _ := closedDB(t, dir)
 			return db.Flush(ctx)
@@ -175,7 +182,7 @@ func TestErrorTexts(t *testing.T) {
 		{"not found", func(t *testing.T, dir string) error {
 			_, err := mustKV(t, errDB(t, dir, nil), "users").Get([]byte("nope"))
 			return err
-		}, []error{ErrNotFound, storage.ErrNotFound}, "kvbuf: not found", false},
+		}, []error{ErrNotFound}, "kvbuf: not found", false},
 		{"not found/snapshot", func(t *testing.T, dir string) error {
 			db := errDB(t, dir, nil)
 			mustKV(t, db, "users")
@@ -230,7 +237,7 @@ func TestErrorTexts(t *testing.T) {
 				t.Errorf("a bitslice file's damage matches another kind: %v", err)
 			}
 			return err
-		}, []error{ErrCorrupt, ErrCorruptBits, bitslice.ErrCorrupt}, `kvbuf: <dir>/bits/seen.bits: file is 100 bytes, shorter than the 4096-byte header: corrupt bitslice file`, false},
+		}, []error{ErrCorrupt, ErrCorruptBits}, `kvbuf: <dir>/bits/seen.bits: file is 100 bytes, shorter than the 4096-byte header: corrupt bitslice file`, false},
 		// A block pebble finds damaged: at Open (the engine's own records
 		// share the first block), and while reading. The tail is pebble's
 		// message (file number, offsets, checksums).
@@ -242,7 +249,7 @@ func TestErrorTexts(t *testing.T) {
 				t.Errorf("a corrupt block matches another kind: %v", err)
 			}
 			return err
-		}, []error{ErrCorrupt, ErrCorruptBlock, storage.ErrCorrupt}, `kvbuf: read watermark in "<dir>/store": corrupt store block: pebble: `, true},
+		}, []error{ErrCorrupt, ErrCorruptBlock}, `kvbuf: read watermark in "<dir>/store": corrupt store block: pebble: `, true},
 		{"corrupt store block/read", func(t *testing.T, dir string) error {
 			db := errDB(t, dir, nil)
 			k := mustKV(t, db, "users")
@@ -265,7 +272,7 @@ func TestErrorTexts(t *testing.T) {
 				t.Errorf("a corrupt block matches ErrCorruptDir: %v", err)
 			}
 			return err
-		}, []error{ErrCorrupt, ErrCorruptBlock, storage.ErrCorrupt}, `kvbuf: keyspace "users": iterate in "<dir>/store": corrupt store block: pebble: `, true},
+		}, []error{ErrCorrupt, ErrCorruptBlock}, `kvbuf: keyspace "users": iterate in "<dir>/store": corrupt store block: pebble: `, true},
 
 		// Names, options.
 		{"bad name/kv", func(t *testing.T, dir string) error {
@@ -316,7 +323,7 @@ func TestErrorTexts(t *testing.T) {
 		}, []error{ErrBadRange}, `kvbuf: bitslice "seen": GetMany: 2 indexes but room for 1: lower bound above upper bound`, false},
 		{"out of range", func(t *testing.T, dir string) error {
 			return mustBits(t, errDB(t, dir, &Options{MaxBits: 1000}), "seen").Set(ctx, 1000, true, 0)
-		}, []error{ErrOutOfRange, bitslice.ErrOutOfRange}, `kvbuf: bitslice "seen": bit 1000 (max 1000): bit index out of range`, false},
+		}, []error{ErrOutOfRange}, `kvbuf: bitslice "seen": bit 1000 (max 1000): bit index out of range`, false},
 
 		// Ops.
 		{"stale op", func(t *testing.T, dir string) error {
@@ -374,7 +381,32 @@ func TestErrorTexts(t *testing.T) {
 			mustPut(t, mustKV(t, db, "users"), "a", "1", 1)
 			armed.Store(true)
 			return db.Flush(ctx)
-		}, []error{ErrSyncFailed, storage.ErrSyncFailed, errorfs.ErrInjected}, `kvbuf: flush generation 1 wait: commit to "<dir>/store": write-ahead log write or sync failed: injected error`, false},
+		}, []error{ErrSyncFailed, errorfs.ErrInjected}, `kvbuf: flush generation 1 wait: commit to "<dir>/store": write-ahead log write or sync failed: injected error`, false},
+
+		// Package storage used on its own: its errors are the root's names.
+		{"storage/read-only", func(t *testing.T, dir string) error {
+			mustCloseStore(t, mustStore(t, dir, nil))
+			s := mustStore(t, dir, &storage.Options{ReadOnly: true})
+			defer mustCloseStore(t, s)
+			b := s.NewBatch()
+			b.Put(1, []byte("a"), []byte("1"))
+			return s.Apply(b)
+		}, []error{ErrReadOnly}, `kvbuf: commit to "<dir>": read-only store`, false},
+		{"storage/foreign batch", func(t *testing.T, dir string) error {
+			s := mustStore(t, filepath.Join(dir, "a"), nil)
+			defer mustCloseStore(t, s)
+			other := mustStore(t, filepath.Join(dir, "b"), nil)
+			defer mustCloseStore(t, other)
+			b := other.NewBatch()
+			b.Put(1, []byte("a"), []byte("1"))
+			return s.Apply(b)
+		}, []error{ErrForeignBatch}, `kvbuf: commit to "<dir>/a": batch belongs to another store`, false},
+		{"storage/invalid keyspace", func(t *testing.T, dir string) error {
+			s := mustStore(t, dir, nil)
+			defer mustCloseStore(t, s)
+			_, err := s.Get(0, []byte("a"))
+			return err
+		}, []error{ErrInvalidKeyspace}, `kvbuf: get: keyspace 0: invalid keyspace id`, false},
 
 		// Install.
 		{"bad stream", func(t *testing.T, dir string) error {
@@ -389,57 +421,56 @@ func TestErrorTexts(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) { checkErrCase(t, c) })
 	}
-	// Every sentinel of errors.go but ErrPanicked is driven here.
+	// Every sentinel of errors.go but ErrPanicked and ErrBatchTooLarge is
+	// driven here. ErrBatchTooLarge needs a 4 GiB batch: storage's
+	// TestBatchTooLarge pins its text through the batch's limit, a test hook.
 	for _, s := range []error{ErrClosed, ErrNotFound, ErrLocked, ErrCorrupt, ErrCorruptBlock, ErrCorruptDir,
 		ErrCorruptBits, ErrNotEngine, ErrBadName, ErrBadOptions, ErrOutOfRange, ErrKeyTooLarge, ErrValueTooLarge,
-		ErrEmptyKey, ErrBadRange, ErrStaleOp, ErrBadOp, ErrDropped, ErrSyncFailed, ErrForeign, ErrBadStream} {
+		ErrEmptyKey, ErrBadRange, ErrStaleOp, ErrBadOp, ErrDropped, ErrSyncFailed, ErrForeign, ErrBadStream,
+		ErrReadOnly, ErrForeignBatch, ErrInvalidKeyspace} {
 		if !seen[s] {
 			t.Errorf("no case drives %q", s)
 		}
 	}
 }
 
-// TestSentinelTexts pins the text of every sentinel alone and checks that
-// each name storage and bitslice (usable on their own) and the internal
-// packages export is the engine's value (so errors.Is written against
-// either matches). buffer and flush export none: the root is their only
-// importer, and returns its own.
+// TestSentinelTexts pins the text of every sentinel alone.
+// TestSentinelsExportedByRootOnly checks that no other package exports a
+// name for one.
 func TestSentinelTexts(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		text string
-		same []error
 	}{
-		{ErrClosed, "kvbuf: closed", []error{storage.ErrClosed, bitslice.ErrClosed}},
-		{ErrNotFound, "kvbuf: not found", []error{storage.ErrNotFound}},
-		{ErrLocked, "kvbuf: locked by another engine", []error{storage.ErrLocked, bitslice.ErrLocked, enginedir.ErrLocked}},
-		{ErrCorrupt, "kvbuf: corruption", nil},
-		{ErrCorruptBlock, "kvbuf: corrupt store block", []error{storage.ErrCorrupt}},
-		{ErrCorruptDir, "kvbuf: corrupt engine directory", []error{enginedir.ErrCorrupt}},
-		{ErrCorruptBits, "kvbuf: corrupt bitslice file", []error{bitslice.ErrCorrupt}},
-		{ErrNotEngine, "kvbuf: not a kvbuf directory", []error{enginedir.ErrNotEngine}},
-		{ErrBadName, "kvbuf: bad keyspace or bitslice name", []error{enginedir.ErrBadName}},
-		{ErrBadOptions, "kvbuf: bad options", nil},
-		{ErrOutOfRange, "kvbuf: bit index out of range", []error{bitslice.ErrOutOfRange}},
-		{ErrKeyTooLarge, "kvbuf: key too large", nil},
-		{ErrValueTooLarge, "kvbuf: value too large", nil},
-		{ErrEmptyKey, "kvbuf: empty key", nil},
-		{ErrBadRange, "kvbuf: lower bound above upper bound", nil},
-		{ErrStaleOp, "kvbuf: op already claimed by the watermark", nil},
-		{ErrBadOp, "kvbuf: bad op number", nil},
-		{ErrDropped, "kvbuf: keyspace dropped", nil},
-		{ErrSyncFailed, "kvbuf: write-ahead log write or sync failed", []error{storage.ErrSyncFailed}},
-		{ErrPanicked, "kvbuf: flush panicked", nil},
-		{ErrForeign, "kvbuf: handle of another engine", nil},
-		{ErrBadStream, "kvbuf: bad snapshot stream", nil},
+		{ErrClosed, "kvbuf: closed"},
+		{ErrNotFound, "kvbuf: not found"},
+		{ErrLocked, "kvbuf: locked by another engine"},
+		{ErrCorrupt, "kvbuf: corruption"},
+		{ErrCorruptBlock, "kvbuf: corrupt store block"},
+		{ErrCorruptDir, "kvbuf: corrupt engine directory"},
+		{ErrCorruptBits, "kvbuf: corrupt bitslice file"},
+		{ErrNotEngine, "kvbuf: not a kvbuf directory"},
+		{ErrBadName, "kvbuf: bad keyspace or bitslice name"},
+		{ErrBadOptions, "kvbuf: bad options"},
+		{ErrOutOfRange, "kvbuf: bit index out of range"},
+		{ErrKeyTooLarge, "kvbuf: key too large"},
+		{ErrValueTooLarge, "kvbuf: value too large"},
+		{ErrEmptyKey, "kvbuf: empty key"},
+		{ErrBadRange, "kvbuf: lower bound above upper bound"},
+		{ErrStaleOp, "kvbuf: op already claimed by the watermark"},
+		{ErrBadOp, "kvbuf: bad op number"},
+		{ErrDropped, "kvbuf: keyspace dropped"},
+		{ErrSyncFailed, "kvbuf: write-ahead log write or sync failed"},
+		{ErrPanicked, "kvbuf: flush panicked"},
+		{ErrForeign, "kvbuf: handle of another engine"},
+		{ErrBadStream, "kvbuf: bad snapshot stream"},
+		{ErrReadOnly, "kvbuf: read-only store"},
+		{ErrBatchTooLarge, "kvbuf: batch too large"},
+		{ErrForeignBatch, "kvbuf: batch belongs to another store"},
+		{ErrInvalidKeyspace, "kvbuf: invalid keyspace id"},
 	} {
 		if got := c.err.Error(); got != c.text {
 			t.Errorf("text %q, want %q", got, c.text)
-		}
-		for _, s := range c.same {
-			if s != c.err {
-				t.Errorf("%q: a lower package's sentinel %q is another value", c.text, s)
-			}
 		}
 	}
 	for _, s := range []error{ErrCorruptBlock, ErrCorruptDir, ErrCorruptBits, ErrBadStream} {
@@ -449,6 +480,93 @@ func TestSentinelTexts(t *testing.T) {
 	}
 	if errors.Is(ErrNotEngine, ErrCorrupt) || errors.Is(ErrCorrupt, ErrCorruptDir) {
 		t.Error("ErrNotEngine, or the generic ErrCorrupt, matches a finer corruption")
+	}
+}
+
+// TestSentinelsExportedByRootOnly checks that the root is the one package
+// that exports the module's sentinels: no other package of the module
+// declares an exported variable that is one of internal/kverr's values or
+// the root's (a second name for a sentinel). Packages return the values
+// themselves; callers test them with errors.Is against the root's names.
+// raftkv's and kvtool's own sentinels (made with kverr.NewKind or
+// errors.New) are theirs and allowed.
+func TestSentinelsExportedByRootOnly(t *testing.T) {
+	fset := token.NewFileSet()
+	var found []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if filepath.Dir(path) == "." || filepath.ToSlash(filepath.Dir(path)) == "internal/kverr" ||
+			!strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		names := map[string]bool{} // the names f gives the root and kverr
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			name := pathpkg.Base(p)
+			if im.Name != nil {
+				name = im.Name.Name
+			}
+			if p == "github.com/kvbuf/kvbuf" || p == "github.com/kvbuf/kvbuf/internal/kverr" {
+				names[name] = true
+			}
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if !n.IsExported() || i >= len(vs.Values) {
+						continue
+					}
+					if sel, ok := vs.Values[i].(*ast.SelectorExpr); ok {
+						if x, ok := sel.X.(*ast.Ident); ok && names[x.Name] && strings.HasPrefix(sel.Sel.Name, "Err") {
+							found = append(found, fmt.Sprintf("%s: %s = %s.%s", fset.Position(n.Pos()), n.Name, x.Name, sel.Sel.Name))
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s: a second exported name for a sentinel (export it from the root only)", f)
+	}
+}
+
+// mustStore opens a storage.Store in dir, as a user of package storage
+// alone would.
+func mustStore(t *testing.T, dir string, opts *storage.Options) *storage.Store {
+	t.Helper()
+	s, err := storage.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// mustCloseStore closes s.
+func mustCloseStore(t *testing.T, s *storage.Store) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,7 +15,7 @@ package kvbuf
 //     TestFaultDiskFullDuringGrowth (a real full tmpfs; needs root).
 //   - a failed write or sync of pebble's WAL: not recoverable in-process.
 //     pebble cannot write to a log that failed, so the storage package fails
-//     the commit (storage.ErrSyncFailed) and refuses every later one; reads
+//     the commit (ErrSyncFailed) and refuses every later one; reads
 //     keep working. The engine's flushes then fail until Close, which
 //     reports the error; the host reopens and replays from the watermark, as
 //     after a crash (TestFaultWALFailure). The same must hold when a later
@@ -50,7 +50,6 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/testutil"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 func init() { childRoles["wal-race"] = walRaceChild }
@@ -181,7 +180,7 @@ func checkFaultState(t testing.TB, stage string, db *DB, m *crashModel) {
 
 // TestFaultWALFailure fails pebble's WAL (a sync, or a write) under a flush
 // and checks what the engine does: Flush returns an error wrapping
-// storage.ErrSyncFailed (and the injected error), repeatedly; the
+// ErrSyncFailed (and the injected error), repeatedly; the
 // watermark does not move; everything written stays readable, and writes
 // are still accepted; Close reports the error; a reopen recovers at a
 // watermark at or above the acknowledged one with the state of the ops up to
@@ -226,8 +225,8 @@ func walFailureRound(t *testing.T, point string, depth int) {
 		switch {
 		case err == nil:
 			t.Fatalf("flush %d with the WAL failing (%d injected errors) returned nil", attempt, injected.Load())
-		case !errors.Is(err, storage.ErrSyncFailed) || !errors.Is(err, errorfs.ErrInjected):
-			t.Fatalf("flush %d with the WAL failing = %v; want an error wrapping storage.ErrSyncFailed and the injected error", attempt, err)
+		case !errors.Is(err, ErrSyncFailed) || !errors.Is(err, errorfs.ErrInjected):
+			t.Fatalf("flush %d with the WAL failing = %v; want an error wrapping ErrSyncFailed and the injected error", attempt, err)
 		}
 		if wm := db.Watermark(); wm != acks.wm {
 			t.Fatalf("flush %d failed, yet the watermark moved from %d to %d", attempt, acks.wm, wm)
@@ -239,13 +238,13 @@ func walFailureRound(t *testing.T, point string, depth int) {
 		t.Fatal("no error was injected")
 	}
 	met := db.Metrics()
-	if met.Failures < 3 || !errors.Is(met.LastError, storage.ErrSyncFailed) {
-		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and storage.ErrSyncFailed", met.Failures, met.LastError)
+	if met.Failures < 3 || !errors.Is(met.LastError, ErrSyncFailed) {
+		t.Fatalf("Metrics: Failures %d, LastError %v; want >= 3 and ErrSyncFailed", met.Failures, met.LastError)
 	}
 	lastOp := fe.m.upTo
 	cerr := db.Close()
-	if !errors.Is(cerr, storage.ErrSyncFailed) {
-		t.Fatalf("Close after the WAL failed = %v; want an error wrapping storage.ErrSyncFailed", cerr)
+	if !errors.Is(cerr, ErrSyncFailed) {
+		t.Fatalf("Close after the WAL failed = %v; want an error wrapping ErrSyncFailed", cerr)
 	}
 	if werr := db.Wait(ctx); werr != cerr {
 		t.Fatalf("Wait = %v, Close = %v; want the same", werr, cerr)
@@ -501,10 +500,10 @@ func walRaceChild() int {
 	cerr := db.Close()
 	fmt.Fprintf(os.Stderr, "Close: %v (%d errors injected)\n", cerr, injected.Load())
 	switch {
-	case !errors.Is(errA, storage.ErrSyncFailed):
-		return fail("Flush of generation A = %v, want storage.ErrSyncFailed", errA)
-	case !errors.Is(errF, storage.ErrSyncFailed) && !errors.Is(errF, ErrPanicked):
-		return fail("next Flush = %v, want storage.ErrSyncFailed", errF)
+	case !errors.Is(errA, ErrSyncFailed):
+		return fail("Flush of generation A = %v, want ErrSyncFailed", errA)
+	case !errors.Is(errF, ErrSyncFailed) && !errors.Is(errF, ErrPanicked):
+		return fail("next Flush = %v, want ErrSyncFailed", errF)
 	case cerr == nil:
 		return fail("Close after the WAL failed returned nil")
 	}

@@ -76,7 +76,7 @@ func FuzzOpenDir(f *testing.F) {
 				// The store is fine: only the catalog or the bitslice can
 				// be at fault, and each says so.
 				_, cerr := enginedir.ParseCatalog(catalog)
-				if cerr == nil && !errors.Is(err, bitslice.ErrCorrupt) && !strings.Contains(err.Error(), `bitslice "x"`) {
+				if cerr == nil && !errors.Is(err, ErrCorruptBits) && !strings.Contains(err.Error(), `bitslice "x"`) {
 					t.Fatalf("Open: %v, but the catalog parses and the bitslice is not blamed", err)
 				}
 			}

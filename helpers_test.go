@@ -295,7 +295,7 @@ func storeDump(t testing.TB, dir string) string {
 	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), &storage.Options{ReadOnly: true})
 	if err != nil {
 		return fmt.Sprintf("store: corrupt=%v notexist=%v locked=%v",
-			errors.Is(err, storage.ErrCorrupt), errors.Is(err, fs.ErrNotExist), errors.Is(err, storage.ErrLocked))
+			errors.Is(err, ErrCorruptBlock), errors.Is(err, fs.ErrNotExist), errors.Is(err, ErrLocked))
 	}
 	defer st.Close()
 	var b strings.Builder

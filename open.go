@@ -191,7 +191,7 @@ func (db *DB) openStore() error {
 func (db *DB) loadCatalog() error {
 	b, err := db.store.GetMeta(enginedir.CatalogMeta)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		db.catalog = enginedir.NewCatalog()
 		return nil
 	case err != nil:
@@ -321,7 +321,7 @@ func (db *DB) openAllBits() error {
 func (db *DB) loadIdentity() (id uint64, cat enginedir.BitsCatalog, fresh bool, err error) {
 	b, err := db.store.GetMeta(enginedir.EngineIDMeta)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		for id == 0 {
 			id = rand.Uint64()
 		}
@@ -334,7 +334,7 @@ func (db *DB) loadIdentity() (id uint64, cat enginedir.BitsCatalog, fresh bool, 
 	}
 	b, err = db.store.GetMeta(enginedir.BitsCatalogMeta)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		return id, enginedir.BitsCatalog{}, false, nil
 	case err != nil:
 		return 0, nil, false, err
@@ -369,7 +369,7 @@ func (db *DB) putIdentity(id uint64, cat enginedir.BitsCatalog) error {
 func (db *DB) loadHighestOp() (uint64, error) {
 	b, err := db.store.GetMeta(enginedir.HighestOpMeta)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		return 0, nil
 	case err != nil:
 		return 0, err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/workload"
 	"github.com/kvbuf/kvbuf/storage"
 )
@@ -223,7 +224,7 @@ func w4Baseline(s *Suite, name string, discipline func(func(context.Context) err
 			return append(dst, v...), true, nil
 		}
 		v, err := st.GetAppend(dst, ks, key)
-		if errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, kvbuf.ErrNotFound) {
 			return dst, false, nil
 		}
 		return v, err == nil, err

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Readers, writers, Grow, Sync and finally Close all at once. Run under
@@ -113,7 +115,7 @@ func TestConcurrentSetAndClose(t *testing.T) {
 			wg.Go(func() {
 				for i := uint64(w); i < 1<<12; i += 4 {
 					err := f.Set(i, true)
-					if errors.Is(err, ErrClosed) {
+					if errors.Is(err, kverr.ErrClosed) {
 						return
 					}
 					if err != nil {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // validImage is the image of a 300-bit file with both slots valid
@@ -130,7 +132,7 @@ func TestOpenRejectsCorruptFiles(t *testing.T) {
 				"ReadInfo": func() error { _, err := ReadInfo(path); return err },
 			} {
 				err := fn()
-				if !errors.Is(err, ErrCorrupt) {
+				if !errors.Is(err, kverr.ErrCorruptBits) {
 					t.Fatalf("%s: %v, want ErrCorrupt", op, err)
 				}
 				if msg := err.Error(); !strings.Contains(msg, tc.want) || !strings.Contains(msg, path) {
@@ -141,7 +143,7 @@ func TestOpenRejectsCorruptFiles(t *testing.T) {
 				t.Fatal("a failed Open changed the file")
 			}
 			// The lock was released on the way out.
-			if f, err := Open(path); !errors.Is(err, ErrCorrupt) {
+			if f, err := Open(path); !errors.Is(err, kverr.ErrCorruptBits) {
 				closeIf(f)
 				t.Fatalf("second Open: %v, want ErrCorrupt again (not ErrLocked)", err)
 			}
@@ -166,7 +168,7 @@ func TestOpenOtherErrors(t *testing.T) {
 	if _, err := Open(dir); err == nil {
 		t.Fatal("Open of a directory succeeded")
 	}
-	if _, err := ReadInfo(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "is a directory") {
+	if _, err := ReadInfo(dir); !errors.Is(err, kverr.ErrCorruptBits) || !strings.Contains(err.Error(), "is a directory") {
 		t.Fatalf("ReadInfo of a directory: %v, want ErrCorrupt (is a directory)", err)
 	}
 }
@@ -177,7 +179,7 @@ func TestNewerVersionIsNotSkipped(t *testing.T) {
 	img := validImage(t)
 	binary.LittleEndian.PutUint32(img[8:], 9) // slot 0 (seq 1, older)
 	reseal(img, 0)
-	if _, err := parseHeader(img, int64(len(img))); !errors.Is(err, ErrCorrupt) {
+	if _, err := parseHeader(img, int64(len(img))); !errors.Is(err, kverr.ErrCorruptBits) {
 		t.Fatalf("older slot with a newer version: %v, want ErrCorrupt", err)
 	}
 }

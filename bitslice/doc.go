@@ -3,9 +3,28 @@
 // are a couple of atomic loads on the mapped words, writes are atomic
 // read-modify-writes on the same words, and Sync makes them durable before
 // it records the caller's watermark. It is usable on its own, without the
-// engine: its errors are the module's sentinels, exported here too
-// (ErrCorrupt is kvbuf.ErrCorruptBits), so errors.Is works against either
-// name.
+// engine. Its errors are the module's sentinels, which only the root
+// package exports: test them with errors.Is against kvbuf.ErrCorruptBits,
+// kvbuf.ErrLocked and so on (see Errors).
+//
+// # Errors
+//
+// The package exports no error names. Every error it returns is, or wraps,
+// one of the module's sentinels, exported by the root package
+// github.com/kvbuf/kvbuf; test them with errors.Is against the root's
+// names. Their texts start with "kvbuf: " once.
+//
+//   - kvbuf.ErrCorruptBits (which matches kvbuf.ErrCorrupt): Open and
+//     ReadInfo, for a file that is not a valid bitslice:
+//     wrong magic or version, bad checksums in both header slots, a file
+//     shorter than its header says, absurd sizes.
+//   - kvbuf.ErrLocked: Open, when another open file description (in this
+//     process or another) holds the file's lock.
+//   - kvbuf.ErrClosed: every method that needs the file, after Close.
+//   - kvbuf.ErrOutOfRange: Set, ApplyWords and Grow, for a bit or word
+//     index at or past Len, a length above MaxBits, and unsorted ApplyWords
+//     input (which cannot be range-checked in one pass); Create and
+//     CreateOwned for a length above MaxBits.
 //
 // # On-disk format (version 2)
 //
@@ -106,7 +125,7 @@
 // # Locking
 //
 // Create and Open take an exclusive flock on the file. A second Open of the
-// same file, from this or another process, fails with ErrLocked. ReadInfo
+// same file, from this or another process, fails with kvbuf.ErrLocked. ReadInfo
 // takes no lock and maps nothing; it may observe a file mid-update.
 //
 // # Caveats

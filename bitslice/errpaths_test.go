@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Error paths and fallbacks that the round-trip tests do not reach: a file
@@ -95,7 +97,7 @@ func TestGrowAllocateFails(t *testing.T) {
 	if !bytes.Equal(readFile(t, f.Path()), before) {
 		t.Fatal("failed Grow changed the file")
 	}
-	if err := f.Set(nbits-1, true); !errors.Is(err, ErrOutOfRange) {
+	if err := f.Set(nbits-1, true); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Fatalf("Set past the old length after failed Grow: %v, want ErrOutOfRange", err)
 	}
 	if err := f.Grow(nbits); err != nil {
@@ -120,14 +122,14 @@ func TestOpenNotRegular(t *testing.T) {
 	if err == nil {
 		f.Close()
 	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a regular file") {
+	if !errors.Is(err, kverr.ErrCorruptBits) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("Open of a FIFO: %v, want ErrCorrupt (not a regular file)", err)
 	}
 	// ReadInfo opens read-only, which would block on a FIFO: use a device.
 	if _, err := os.Stat(os.DevNull); err != nil {
 		t.Skip(err)
 	}
-	if _, err := ReadInfo(os.DevNull); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a regular file") {
+	if _, err := ReadInfo(os.DevNull); !errors.Is(err, kverr.ErrCorruptBits) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("ReadInfo(%s): %v, want ErrCorrupt (not a regular file)", os.DevNull, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/kvbuf/kvbuf/internal/failpoint"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // faultFile makes a file with one bit set and watermark 1 synced, then a
@@ -128,7 +129,7 @@ func TestFaultGrow(t *testing.T) {
 			if f.Len() != 1000 || f.Info() != info {
 				t.Fatalf("after failed Grow: Len %d, info %+v; want 1000, %+v", f.Len(), f.Info(), info)
 			}
-			if err := f.Set(nbits-1, true); !errors.Is(err, ErrOutOfRange) {
+			if err := f.Set(nbits-1, true); !errors.Is(err, kverr.ErrOutOfRange) {
 				t.Fatalf("Set past the old length after failed Grow: %v, want ErrOutOfRange", err)
 			}
 			disable()

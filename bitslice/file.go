@@ -99,7 +99,7 @@ type region struct {
 
 // Create makes a new bitslice file of nbits zero bits at path, with no
 // owner, and opens it. It fails with an error wrapping fs.ErrExist if path
-// exists, and with ErrOutOfRange if nbits exceeds MaxBits. The file (mode
+// exists, and with kvbuf.ErrOutOfRange if nbits exceeds MaxBits. The file (mode
 // 0600) is built under a temporary name in the same directory and renamed
 // (without replacing) into place, so a crash never leaves a half-made file
 // at path.
@@ -110,7 +110,7 @@ func Create(path string, nbits uint64) (*File, error) { return CreateOwned(path,
 // another engine is never taken for its own.
 func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 	if nbits > MaxBits {
-		return nil, kverr.Errorf("create %s: length %d bits (maximum %d): %w", path, nbits, uint64(MaxBits), ErrOutOfRange)
+		return nil, kverr.Errorf("create %s: length %d bits (maximum %d): %w", path, nbits, uint64(MaxBits), kverr.ErrOutOfRange)
 	}
 	if _, err := os.Lstat(path); err == nil {
 		return nil, kverr.Errorf("create %s: %w", path, fs.ErrExist)
@@ -187,13 +187,13 @@ func CreateOwned(path string, nbits, owner uint64) (_ *File, err error) {
 // Open opens an existing bitslice file for reading and writing and takes its
 // lock. Everything is validated before anything is mapped: a file that is
 // not a bitslice, is truncated, or has no valid header slot gets an error
-// wrapping ErrCorrupt that says what is wrong; a file someone else holds
-// gets ErrLocked.
+// wrapping kvbuf.ErrCorruptBits that says what is wrong; a file someone else holds
+// gets kvbuf.ErrLocked.
 func Open(path string) (_ *File, err error) {
 	fd, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, unix.EISDIR) {
 		// O_RDWR fails on a directory before readHeader could say so.
-		return nil, kverr.Errorf("%s: is a directory: %w", path, ErrCorrupt)
+		return nil, kverr.Errorf("%s: is a directory: %w", path, kverr.ErrCorruptBits)
 	}
 	if err != nil {
 		return nil, kverr.Errorf("%w", err) // a *PathError naming path
@@ -205,7 +205,7 @@ func Open(path string) (_ *File, err error) {
 	}()
 	if err := unix.Flock(int(fd.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, kverr.Errorf("open %s: %w", path, ErrLocked)
+			return nil, kverr.Errorf("open %s: %w", path, kverr.ErrLocked)
 		}
 		// Untested: besides EWOULDBLOCK, flock fails only with ENOLCK or EINTR.
 		return nil, kverr.Errorf("open %s: lock: %w", path, err)
@@ -230,10 +230,10 @@ func readHeader(fd *os.File) (parsed, int64, error) {
 		return parsed{}, 0, err
 	}
 	if st.IsDir() {
-		return parsed{}, 0, kverr.Errorf("is a directory: %w", ErrCorrupt)
+		return parsed{}, 0, kverr.Errorf("is a directory: %w", kverr.ErrCorruptBits)
 	}
 	if !st.Mode().IsRegular() {
-		return parsed{}, 0, kverr.Errorf("not a regular file (%v): %w", st.Mode().Type(), ErrCorrupt)
+		return parsed{}, 0, kverr.Errorf("not a regular file (%v): %w", st.Mode().Type(), kverr.ErrCorruptBits)
 	}
 	size := st.Size()
 	buf := make([]byte, min(size, DataOffset))
@@ -378,8 +378,8 @@ func tailMask(nbits, w uint64) uint64 {
 	return ^uint64(0)
 }
 
-// Set sets bit i to v. It fails with ErrOutOfRange at or past Len and with
-// ErrClosed after Close.
+// Set sets bit i to v. It fails with kvbuf.ErrOutOfRange at or past Len and with
+// kvbuf.ErrClosed after Close.
 func (f *File) Set(i uint64, v bool) error {
 	f.wmu.RLock()
 	defer f.wmu.RUnlock()
@@ -388,7 +388,7 @@ func (f *File) Set(i uint64, v bool) error {
 		return f.errClosed()
 	}
 	if i >= vw.nbits {
-		return kverr.Errorf("%s: set bit %d (length %d): %w", f.path, i, vw.nbits, ErrOutOfRange)
+		return kverr.Errorf("%s: set bit %d (length %d): %w", f.path, i, vw.nbits, kverr.ErrOutOfRange)
 	}
 	bit := uint64(1) << (i & 63)
 	if v {
@@ -403,7 +403,7 @@ func (f *File) Set(i uint64, v bool) error {
 // ApplyWords applies each word change. changes must be sorted by Word
 // (non-decreasing; later changes to a word apply after earlier ones). Every
 // change is checked before any word is written: unsorted input, a word past
-// the end, or a Mask selecting bits at or past Len fails with ErrOutOfRange
+// the end, or a Mask selecting bits at or past Len fails with kvbuf.ErrOutOfRange
 // and writes nothing.
 func (f *File) ApplyWords(changes []WordChange) error {
 	f.wmu.RLock()
@@ -415,15 +415,15 @@ func (f *File) ApplyWords(changes []WordChange) error {
 	n := uint64(len(vw.words))
 	for k, c := range changes {
 		if c.Word >= n {
-			return kverr.Errorf("%s: apply word change %d: word %d (%d words): %w", f.path, k, c.Word, n, ErrOutOfRange)
+			return kverr.Errorf("%s: apply word change %d: word %d (%d words): %w", f.path, k, c.Word, n, kverr.ErrOutOfRange)
 		}
 		if c.Mask&^tailMask(vw.nbits, c.Word) != 0 {
 			return kverr.Errorf("%s: apply word change %d: mask %#x selects bits past length %d: %w",
-				f.path, k, c.Mask, vw.nbits, ErrOutOfRange)
+				f.path, k, c.Mask, vw.nbits, kverr.ErrOutOfRange)
 		}
 		if k > 0 && c.Word < changes[k-1].Word {
 			return kverr.Errorf("%s: apply word change %d: word %d after word %d (changes not sorted by word): %w",
-				f.path, k, c.Word, changes[k-1].Word, ErrOutOfRange)
+				f.path, k, c.Word, changes[k-1].Word, kverr.ErrOutOfRange)
 		}
 	}
 	for k, c := range changes {
@@ -467,7 +467,7 @@ func (f *File) CountOnes() uint64 {
 }
 
 // Grow extends the file to nbits bits, the new bits zero. It is a no-op if
-// nbits <= Len, and fails with ErrOutOfRange above MaxBits. The new blocks
+// nbits <= Len, and fails with kvbuf.ErrOutOfRange above MaxBits. The new blocks
 // are allocated for real (see the package doc), zeroed and synced before a
 // header with the new length is written; readers and writers carry on
 // meanwhile on the old view, and see the new length once Grow returns.
@@ -482,7 +482,7 @@ func (f *File) Grow(nbits uint64) error {
 		return nil
 	}
 	if nbits > MaxBits {
-		return kverr.Errorf("%s: grow to %d bits (maximum %d): %w", f.path, nbits, uint64(MaxBits), ErrOutOfRange)
+		return kverr.Errorf("%s: grow to %d bits (maximum %d): %w", f.path, nbits, uint64(MaxBits), kverr.ErrOutOfRange)
 	}
 	need := dataSize(nbits)
 	if need > f.size {
@@ -746,7 +746,7 @@ func (f *File) synced(h header, covered uint64) {
 // Close releases the mapping, the lock and the descriptor. It waits for
 // in-flight Set/Apply/ApplyWords calls but does not sync: call Sync first for
 // durability. Close is idempotent; later calls return nil, every other
-// method then fails with ErrClosed (or reads as empty).
+// method then fails with kvbuf.ErrClosed (or reads as empty).
 func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -784,4 +784,4 @@ func syncDir(dir string) error {
 	return nil
 }
 
-func (f *File) errClosed() error { return kverr.Errorf("%s: %w", f.path, ErrClosed) }
+func (f *File) errClosed() error { return kverr.Errorf("%s: %w", f.path, kverr.ErrClosed) }

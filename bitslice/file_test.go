@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestCreateOpenRoundTrip(t *testing.T) {
@@ -53,7 +55,7 @@ func TestCreateZeroBits(t *testing.T) {
 	if f.Len() != 0 || f.Get(0) || f.Word(0) != 0 || f.CountOnes() != 0 {
 		t.Fatal("empty file is not empty")
 	}
-	if err := f.Set(0, true); !errors.Is(err, ErrOutOfRange) {
+	if err := f.Set(0, true); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Fatalf("Set(0) on empty file: %v, want ErrOutOfRange", err)
 	}
 	if err := f.Sync(); err != nil {
@@ -87,10 +89,10 @@ func TestCreateRefusesExistingPath(t *testing.T) {
 func TestCreateErrors(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "big.bits")
-	if _, err := Create(path, MaxBits+1); !errors.Is(err, ErrOutOfRange) {
+	if _, err := Create(path, MaxBits+1); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Fatalf("Create(MaxBits+1): %v, want ErrOutOfRange", err)
 	}
-	if _, err := Create(path, math.MaxUint64); !errors.Is(err, ErrOutOfRange) {
+	if _, err := Create(path, math.MaxUint64); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Fatalf("Create(MaxUint64): %v, want ErrOutOfRange", err)
 	}
 	if _, err := Create(filepath.Join(dir, "missing", "x.bits"), 10); !errors.Is(err, fs.ErrNotExist) {
@@ -139,7 +141,7 @@ func TestGetSetBounds(t *testing.T) {
 		if f.Get(i) {
 			t.Errorf("Get(%d) = true past Len", i)
 		}
-		if err := f.Set(i, true); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), f.Path()) {
+		if err := f.Set(i, true); !errors.Is(err, kverr.ErrOutOfRange) || !strings.Contains(err.Error(), f.Path()) {
 			t.Errorf("Set(%d): %v, want ErrOutOfRange naming the path", i, err)
 		}
 	}
@@ -225,7 +227,7 @@ func TestApplyWords(t *testing.T) {
 		"huge word":          {{Word: math.MaxUint64, Mask: 1, Bits: 1}},
 		"bits past Len only": {{Word: 2, Mask: ^uint64(0), Bits: 0}},
 	} {
-		if err := f.ApplyWords(bad); !errors.Is(err, ErrOutOfRange) {
+		if err := f.ApplyWords(bad); !errors.Is(err, kverr.ErrOutOfRange) {
 			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
 		}
 		if f.Word(0) != 0x1e || f.Word(1) != 0 || f.Word(2) != 0b10 {
@@ -244,7 +246,7 @@ func TestGrow(t *testing.T) {
 	if err := f.Grow(50); err != nil || f.Len() != 100 {
 		t.Fatalf("shrinking Grow: %v, Len %d", err, f.Len())
 	}
-	if err := f.Grow(MaxBits + 1); !errors.Is(err, ErrOutOfRange) || f.Len() != 100 {
+	if err := f.Grow(MaxBits + 1); !errors.Is(err, kverr.ErrOutOfRange) || f.Len() != 100 {
 		t.Fatalf("Grow(MaxBits+1): %v, Len %d", err, f.Len())
 	}
 	// 300 bits stays in the first mapping; 1<<22 bits needs several remaps.
@@ -381,7 +383,7 @@ func TestTornHeader(t *testing.T) {
 	copy(good[32:64], bytes.Repeat([]byte{0xa5}, 32))
 	copy(good[slotStride+32:slotStride+64], bytes.Repeat([]byte{0x5a}, 32))
 	writeFile(t, path, good)
-	if _, err := Open(path); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "bad checksum") {
+	if _, err := Open(path); !errors.Is(err, kverr.ErrCorruptBits) || !strings.Contains(err.Error(), "bad checksum") {
 		t.Fatalf("both slots torn: %v, want ErrCorrupt with bad checksum", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // Regenerate with: go test ./bitslice -run TestFixtures -update
@@ -122,7 +124,7 @@ func TestFixtures(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), bad[name]) {
+		if !errors.Is(err, kverr.ErrCorruptBits) || !strings.Contains(err.Error(), bad[name]) {
 			t.Errorf("ReadInfo(%s): %v; want ErrCorrupt saying %q", name, err, bad[name])
 		}
 	}

@@ -75,7 +75,7 @@ func encodeSlot(h header) [slotSize]byte {
 var errVersion = errors.New("unsupported format version")
 
 // decodeSlot validates slot idx (b is exactly slotSize bytes). The error is a
-// short reason, not yet wrapped in ErrCorrupt.
+// short reason, not yet wrapped in kvbuf.ErrCorruptBits.
 func decodeSlot(b []byte, idx int) (header, error) {
 	allZero := true
 	for _, c := range b {
@@ -136,14 +136,14 @@ type parsed struct {
 }
 
 // parseHeader picks the newest valid slot of the header area buf and checks
-// it against the file size. Errors wrap ErrCorrupt.
+// it against the file size. Errors wrap kvbuf.ErrCorruptBits.
 func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 	if fileSize < DataOffset || len(buf) < DataOffset {
 		hint := ""
 		if len(buf) >= len(magic) && [8]byte(buf[:8]) != magic {
 			hint = fmt.Sprintf(" and starts %q (not a kvbuf bitslice file)", buf[:8])
 		}
-		return parsed{}, kverr.Errorf("file is %d bytes, shorter than the %d-byte header%s: %w", fileSize, DataOffset, hint, ErrCorrupt)
+		return parsed{}, kverr.Errorf("file is %d bytes, shorter than the %d-byte header%s: %w", fileSize, DataOffset, hint, kverr.ErrCorruptBits)
 	}
 	var (
 		p       parsed
@@ -153,7 +153,7 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 	for i := range 2 {
 		h, err := decodeSlot(buf[i*slotStride:i*slotStride+slotSize], i)
 		if errors.Is(err, errVersion) {
-			return parsed{}, kverr.Errorf("header slot %d: %v: %w", i, err, ErrCorrupt)
+			return parsed{}, kverr.Errorf("header slot %d: %v: %w", i, err, kverr.ErrCorruptBits)
 		}
 		if err != nil {
 			reasons[i] = err
@@ -165,14 +165,14 @@ func parseHeader(buf []byte, fileSize int64) (parsed, error) {
 		}
 	}
 	if !found {
-		return parsed{}, kverr.Errorf("no valid header slot (slot 0: %v; slot 1: %v): %w", reasons[0], reasons[1], ErrCorrupt)
+		return parsed{}, kverr.Errorf("no valid header slot (slot 0: %v; slot 1: %v): %w", reasons[0], reasons[1], kverr.ErrCorruptBits)
 	}
 	if need := dataSize(p.nbits); fileSize < need {
 		return parsed{}, kverr.Errorf("truncated: file is %d bytes, header (seq %d) says %d bits, which needs %d bytes: %w",
-			fileSize, p.seq, p.nbits, need, ErrCorrupt)
+			fileSize, p.seq, p.nbits, need, kverr.ErrCorruptBits)
 	}
 	if (fileSize-DataOffset)%8 != 0 {
-		return parsed{}, kverr.Errorf("data area is %d bytes, not a whole number of 8-byte words: %w", fileSize-DataOffset, ErrCorrupt)
+		return parsed{}, kverr.Errorf("data area is %d bytes, not a whole number of 8-byte words: %w", fileSize-DataOffset, kverr.ErrCorruptBits)
 	}
 	return p, nil
 }

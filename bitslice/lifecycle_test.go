@@ -9,18 +9,20 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestLockInProcess(t *testing.T) {
 	f := create(t, 10)
 	// flock locks belong to the open file description, so a second Open in
 	// the same process conflicts just as another process would.
-	if g, err := Open(f.Path()); !errors.Is(err, ErrLocked) {
+	if g, err := Open(f.Path()); !errors.Is(err, kverr.ErrLocked) {
 		closeIf(g)
 		t.Fatalf("second Open while created file is open: %v, want ErrLocked", err)
 	}
 	g := reopen(t, f)
-	if h, err := Open(g.Path()); !errors.Is(err, ErrLocked) {
+	if h, err := Open(g.Path()); !errors.Is(err, kverr.ErrLocked) {
 		closeIf(h)
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
@@ -94,7 +96,7 @@ func TestClose(t *testing.T) {
 		"Grow":       f.Grow(1000),
 		"Sync":       f.Sync(),
 	} {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, kverr.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // lockHelperEnv makes the test binary, re-executed by TestLockOtherProcess,
@@ -49,11 +51,11 @@ func syncLoop(path string) int {
 	return 0
 }
 
-// lockHelper exit statuses: 0 opened, 3 ErrLocked, 4 another error.
+// lockHelper exit statuses: 0 opened, 3 kverr.ErrLocked, 4 another error.
 func lockHelper(path string) int {
 	f, err := Open(path)
 	switch {
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, kverr.ErrLocked):
 		return 3
 	case err != nil:
 		fmt.Fprintln(os.Stderr, err)

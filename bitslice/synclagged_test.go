@@ -3,6 +3,8 @@ package bitslice
 import (
 	"errors"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // SyncLagged writes the header before its one fdatasync, so the header
@@ -74,13 +76,13 @@ func TestSyncLaggedHeaderLags(t *testing.T) {
 	}
 }
 
-// A closed file's SyncLagged fails with ErrClosed.
+// A closed file's SyncLagged fails with kverr.ErrClosed.
 func TestSyncLaggedClosed(t *testing.T) {
 	f := create(t, 10)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.SyncLagged(); !errors.Is(err, ErrClosed) {
+	if err := f.SyncLagged(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("SyncLagged after Close: %v, want ErrClosed", err)
 	}
 }

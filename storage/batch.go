@@ -44,7 +44,7 @@ type Batch struct {
 }
 
 // NewBatch returns an empty batch for s. It works on a closed store too;
-// Commit then reports ErrClosed.
+// Commit then reports kvbuf.ErrClosed.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, pb: s.db.NewBatch(), limit: maxBatchBytes}
 }
@@ -61,10 +61,10 @@ func (b *Batch) fits(keyLen, valueLen int) bool {
 // key (string(key)) so that their key slices do not escape.
 func (b *Batch) fail(what string, badKeyspace bool, valueLen int) {
 	if badKeyspace {
-		b.err = kverr.Errorf("batch: %s: keyspace 0: %w", what, ErrInvalidKeyspace)
+		b.err = kverr.Errorf("batch: %s: keyspace 0: %w", what, kverr.ErrInvalidKeyspace)
 	} else {
 		b.err = kverr.Errorf("batch of %d bytes adding %s with a %d-byte value: %w",
-			b.pb.Len(), what, valueLen, ErrBatchTooLarge)
+			b.pb.Len(), what, valueLen, kverr.ErrBatchTooLarge)
 	}
 }
 

@@ -57,13 +57,13 @@ func (g *group) settle(err error) {
 // nothing; its Commit completes with the latest earlier one.
 //
 // Commit takes over b's contents: when it returns, b is empty and can be
-// reused. When it fails nothing of b was committed. Errors: ErrClosed,
-// ErrReadOnly, ErrForeignBatch, b's ErrBatchTooLarge or ErrInvalidKeyspace,
-// ErrSyncFailed after an earlier commit's sync failed.
+// reused. When it fails nothing of b was committed. Errors: kvbuf.ErrClosed,
+// kvbuf.ErrReadOnly, kvbuf.ErrForeignBatch, b's kvbuf.ErrBatchTooLarge or kvbuf.ErrInvalidKeyspace,
+// kvbuf.ErrSyncFailed after an earlier commit's sync failed.
 func (s *Store) Commit(b *Batch) (*Commit, error) {
 	if b.s != s {
 		b.Reset()
-		return nil, kverr.Errorf("commit to %q: %w", s.dir, ErrForeignBatch)
+		return nil, kverr.Errorf("commit to %q: %w", s.dir, kverr.ErrForeignBatch)
 	}
 	if b.err != nil {
 		err := b.err
@@ -131,8 +131,8 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 // returns the same result on every call, from any goroutine, also after
 // Store.Close (which settles pending commits before closing pebble).
 //
-// A failed sync returns an error wrapping ErrSyncFailed and pebble's error;
-// the store then refuses further writes (see ErrSyncFailed).
+// A failed sync returns an error wrapping kvbuf.ErrSyncFailed and pebble's error;
+// the store then refuses further writes (see kvbuf.ErrSyncFailed).
 func (c *Commit) Wait() error {
 	<-c.done
 	if c.err != nil {
@@ -198,7 +198,7 @@ func (s *Store) syncLoop() {
 			err = g.pb.SyncWait()
 			_ = g.pb.Close()
 			if err != nil {
-				failed := kverr.Errorf("commit to %q: %w: %w", s.dir, ErrSyncFailed, err)
+				failed := kverr.Errorf("commit to %q: %w: %w", s.dir, kverr.ErrSyncFailed, err)
 				s.syncErr.CompareAndSwap(nil, &failed)
 			}
 		}

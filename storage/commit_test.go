@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/internal/testutil"
 )
 
@@ -307,7 +308,7 @@ func TestCommitEmpty(t *testing.T) {
 
 // TestCommitSyncFailure injects a WAL sync failure (pebble v2 reports it
 // to the waiters instead of exiting): the failed commit and the one
-// committed behind it fail with ErrSyncFailed wrapping the injected error,
+// committed behind it fail with kverr.ErrSyncFailed wrapping the injected error,
 // the watermark does not move, later writes are refused without reaching
 // pebble (whose commit path panics once its log has failed), reads still
 // work, Close finishes, and the store reopens.
@@ -332,7 +333,7 @@ func TestCommitSyncFailure(t *testing.T) {
 
 	for i, c := range []*Commit{c2, c1, c2} {
 		err := c.Wait()
-		if !errors.Is(err, ErrSyncFailed) || !errors.Is(err, errorfs.ErrInjected) {
+		if !errors.Is(err, kverr.ErrSyncFailed) || !errors.Is(err, errorfs.ErrInjected) {
 			t.Fatalf("Wait %d = %v, want ErrSyncFailed wrapping the injected error", i, err)
 		}
 	}
@@ -341,17 +342,17 @@ func TestCommitSyncFailure(t *testing.T) {
 	wantGet(t, s, "k1", "v1") // visible, though not durable
 
 	b.Put(ks1, []byte("k3"), []byte("v3"))
-	if _, err := s.Commit(b); !errors.Is(err, ErrSyncFailed) {
+	if _, err := s.Commit(b); !errors.Is(err, kverr.ErrSyncFailed) {
 		t.Fatalf("Commit after a failed sync = %v, want ErrSyncFailed", err)
 	}
 	if b.Len() != 0 {
 		t.Fatal("refused Commit did not empty the batch")
 	}
 	b.Put(ks1, []byte("k3"), []byte("v3"))
-	if err := s.Apply(b); !errors.Is(err, ErrSyncFailed) {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrSyncFailed) {
 		t.Fatalf("Apply after a failed sync = %v, want ErrSyncFailed", err)
 	}
-	if err := s.Flush(); !errors.Is(err, ErrSyncFailed) {
+	if err := s.Flush(); !errors.Is(err, kverr.ErrSyncFailed) {
 		t.Fatalf("Flush after a failed sync = %v, want ErrSyncFailed", err)
 	}
 	wantNotFound(t, s, "k3")
@@ -369,7 +370,7 @@ func TestCommitSyncFailure(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, errorfs.ErrInjected) {
 		t.Fatalf("Close after a failed sync = %v, want the injected error", err)
 	}
-	if err := c1.Wait(); !errors.Is(err, ErrSyncFailed) {
+	if err := c1.Wait(); !errors.Is(err, kverr.ErrSyncFailed) {
 		t.Fatalf("Wait after Close = %v", err)
 	}
 
@@ -438,7 +439,7 @@ func TestCloseWithPendingCommits(t *testing.T) {
 			t.Fatalf("Wait after Close: %v", err)
 		}
 	}
-	if _, err := s.Commit(s.NewBatch()); !errors.Is(err, ErrClosed) {
+	if _, err := s.Commit(s.NewBatch()); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Commit after Close = %v", err)
 	}
 	s, err = Open("db", &Options{FS: mem})
@@ -517,7 +518,7 @@ func TestCommitCrashPrefix(t *testing.T) {
 				present = i
 			case err == nil:
 				t.Fatalf("clone holds commit %d but not %d", i, present+1)
-			case !errors.Is(err, ErrNotFound):
+			case !errors.Is(err, kverr.ErrNotFound):
 				t.Fatal(err)
 			}
 		}

@@ -1,9 +1,10 @@
 // Package storage is kvbuf's durable key-value store: a thin layer over
 // pebble (github.com/cockroachdb/pebble/v2) that adds what the buffer and
 // the flusher need and pebble does not give directly. It is usable on its
-// own, without the engine (as pebble's sstable and vfs are without a DB):
-// its errors are the module's sentinels, exported here too (ErrNotFound is
-// kvbuf.ErrNotFound), so errors.Is works against either name.
+// own, without the engine (as pebble's sstable and vfs are without a DB).
+// Its errors are the module's sentinels, which only the root package
+// exports: test them with errors.Is against kvbuf.ErrNotFound,
+// kvbuf.ErrClosed and so on (see Errors).
 //
 //   - Keyspaces and namespaces. User keys live in numbered keyspaces
 //     (KeyspaceID); named meta entries (SetMeta) and the flush watermark
@@ -22,17 +23,56 @@
 //   - Reads: Get, GetAppend, iterators in both directions (NewIter), and
 //     snapshots (NewSnapshot) that keep reading the store as it was.
 //   - Use after Close is an error, not a panic. pebble panics on use of a
-//     closed DB, iterator or snapshot; every method here returns ErrClosed
+//     closed DB, iterator or snapshot; every method here returns kvbuf.ErrClosed
 //     instead, and calls racing with Close are safe.
-//   - Typed errors: ErrNotFound, ErrClosed, ErrReadOnly, ErrLocked (the
-//     directory is open elsewhere, in this process or another), ErrCorrupt
-//     (pebble reported corruption), ErrInvalidKeyspace, ErrBatchTooLarge,
-//     ErrForeignBatch, ErrSyncFailed, fs.ErrNotExist / fs.ErrExist for the
-//     ErrorIfNotExists / ErrorIfExists / ReadOnly open modes. All work with
-//     errors.Is and carry the directory or key involved, except ErrNotFound
-//     from a user-key Get, returned bare so that a miss does not allocate.
-//     They are the module's sentinels (the engine's ErrNotFound is this
-//     package's), and their texts start with "kvbuf: " once.
+//   - Typed errors: every error wraps one of the module's sentinels and
+//     carries the directory or key involved, except kvbuf.ErrNotFound from
+//     a user-key Get, returned bare so that a miss does not allocate (see
+//     Errors).
+//
+// # Errors
+//
+// The package exports no error names. Every error it returns is, or wraps,
+// one of the module's sentinels, exported by the root package
+// github.com/kvbuf/kvbuf; test them with errors.Is against the root's
+// names. Their texts start with "kvbuf: " once.
+//
+//   - kvbuf.ErrNotFound: Get, GetAppend and GetMeta (of a Store or a
+//     Snapshot) for an absent key, returned bare from a user-key read.
+//   - kvbuf.ErrClosed: every Store method after Store.Close, Snapshot
+//     methods after Snapshot.Close or Store.Close, iterators and snapshots
+//     that Store.Close closed, and an Ingest used after CommitIngest or
+//     Abort.
+//   - kvbuf.ErrLocked: Open, when another Store (in this process or
+//     another) has the directory open.
+//   - kvbuf.ErrCorruptBlock (which matches kvbuf.ErrCorrupt): Open and
+//     reads when pebble reports corruption (pebble.ErrCorruption), and a
+//     stored watermark that does not parse.
+//   - kvbuf.ErrBadOptions: Open and Options.Validate, for an option out of
+//     range.
+//   - kvbuf.ErrReadOnly: Commit, Apply, Flush, Checkpoint and CommitIngest
+//     on a store opened with Options.ReadOnly.
+//   - kvbuf.ErrInvalidKeyspace: keyspace ID 0, from Get, GetAppend and
+//     NewIter directly, and from Commit and Apply for a batch that received
+//     an operation on it (the operation was dropped; nothing of the batch
+//     is applied).
+//   - kvbuf.ErrBatchTooLarge: Commit and Apply, when an operation would
+//     have grown the batch past pebble's 4 GiB batch limit (the operation
+//     was dropped; nothing of the batch is applied).
+//   - kvbuf.ErrForeignBatch: Commit, Apply and CommitIngest, for a batch or
+//     ingest made by another Store.
+//   - kvbuf.ErrSyncFailed: Commit.Wait when pebble failed to write or sync
+//     the write-ahead log, and from then on every Commit, Apply and Flush:
+//     pebble cannot write to a log that failed, so the store accepts no
+//     more writes until it is closed and reopened. Reads still work. The
+//     error wraps pebble's too.
+//   - kvbuf.ErrBadRange: CommitIngest, for an Ingest built out of order
+//     (see Ingest).
+//   - kvbuf.ErrStaleOp: CommitIngest, for an Ingest whose watermark is
+//     below one committed after it was built (watermarks only increase in
+//     commit order).
+//   - fs.ErrNotExist and fs.ErrExist: Open, for the ErrorIfNotExists,
+//     ErrorIfExists and ReadOnly open modes.
 //
 // # Key layout
 //
@@ -100,7 +140,7 @@
 //   - Watermark monotonicity is enforced by this Store instance. Nothing
 //     stops a caller from using raw pebble on the same directory to write a
 //     lower one.
-//   - A failed WAL write or sync (ErrSyncFailed) fails that commit and
+//   - A failed WAL write or sync (kvbuf.ErrSyncFailed) fails that commit and
 //     every commit behind it, and the store refuses writes and Flush from
 //     then on, because pebble's log cannot be written again (its commit
 //     path panics, its WAL rotation panics). No commit reaches pebble after
@@ -109,13 +149,13 @@
 //     Logger.Fatalf (the default logger keeps pebble's exit and only
 //     silences informational and error messages), and failing to create a
 //     new WAL file panics.
-//   - Reads keep working after ErrSyncFailed; they may return data that is
+//   - Reads keep working after kvbuf.ErrSyncFailed; they may return data that is
 //     not durable.
 //   - A Batch is not safe for concurrent use. Committing batches from
 //     several goroutines is safe; commits are serialised while they enter
 //     pebble (not while they sync).
 //   - Iterators and snapshots still open when the Store is closed are
-//     closed by Close; their methods then report ErrClosed (or return
+//     closed by Close; their methods then report kvbuf.ErrClosed (or return
 //     false). Slices returned by Iter.Key and Iter.Value are valid only
 //     until the next positioning call, Iter.Close or Store.Close. An
 //     iterator opened from a snapshot stays usable after Snapshot.Close.
@@ -124,7 +164,7 @@
 //     memtable, nor what range deletions hide. Flush first for a better
 //     estimate.
 //   - A read-only open of an existing store still takes pebble's LOCK file
-//     (creating it if it is missing), so it fails with ErrLocked while
+//     (creating it if it is missing), so it fails with kvbuf.ErrLocked while
 //     another Store has the directory open. It never writes anything else.
 //     A ReadOnly or ErrorIfNotExists open of a directory without a store
 //     fails before taking the lock and leaves the directory as it was.
@@ -133,8 +173,8 @@
 //     travels in the same records, so it drops back with the data it covers
 //     and the host replays its log from there (contract 4 still holds).
 //     Damage pebble does detect (sstable checksums, MANIFEST, OPTIONS,
-//     missing or truncated tables, unknown format version) gives ErrCorrupt.
+//     missing or truncated tables, unknown format version) gives kvbuf.ErrCorruptBlock.
 //   - pebble's default reaction to a corrupt block is Logger.Fatalf (exit);
-//     the store replaces that handler so the read returns ErrCorrupt
+//     the store replaces that handler so the read returns kvbuf.ErrCorruptBlock
 //     instead (PebbleOptions).
 package storage

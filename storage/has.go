@@ -7,8 +7,8 @@ import (
 )
 
 // Has reports whether key is stored in keyspace ks, without copying its
-// value (pebble's block is read and released). Errors: ErrInvalidKeyspace,
-// ErrClosed, ErrCorrupt.
+// value (pebble's block is read and released). Errors: kvbuf.ErrInvalidKeyspace,
+// kvbuf.ErrClosed, kvbuf.ErrCorruptBlock.
 func (s *Store) Has(ks KeyspaceID, key []byte) (bool, error) {
 	return userRead(s, "has", ks, key, &s.mu, s.closedErr, false, func(k []byte) (bool, error) {
 		return has(s.db, k)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // ks1 is the keyspace the single-keyspace tests use.
@@ -86,7 +88,7 @@ func wantNotFound(t testing.TB, r reader, key string) {
 func wantNotFoundKS(t testing.TB, r reader, ks KeyspaceID, key string) {
 	t.Helper()
 	got, err := r.Get(ks, []byte(key))
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("Get(%d, %q) = %q, %v; want ErrNotFound", ks, key, got, err)
 	}
 }

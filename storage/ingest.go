@@ -21,17 +21,6 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// Errors of ingestion, the module's sentinels (see errors.go).
-var (
-	// ErrBadRange is returned by CommitIngest for an Ingest built out of
-	// order (see Ingest).
-	ErrBadRange = kverr.ErrBadRange
-	// ErrStaleOp is returned by CommitIngest for an Ingest whose watermark
-	// is below one committed after it was built: watermarks only increase
-	// in commit order.
-	ErrStaleOp = kverr.ErrStaleOp
-)
-
 // IngestDir is the directory, inside the store's, where an Ingest writes its
 // sstables until pebble links them into the store. Nothing in it is part of
 // the store: Open removes whatever a crash left there, so that a file of an
@@ -158,7 +147,7 @@ type ingestSpan struct{ start, end []byte }
 func (s *Store) NewIngest() *Ingest {
 	in := &Ingest{s: s, ig: s.ig}
 	if s.ig == nil {
-		in.err = kverr.Errorf("ingest into %q: %w", s.dir, ErrReadOnly)
+		in.err = kverr.Errorf("ingest into %q: %w", s.dir, kverr.ErrReadOnly)
 	}
 	return in
 }
@@ -196,10 +185,10 @@ func (in *Ingest) checkHeader(what string) bool {
 	case in.err != nil:
 		return false
 	case in.done:
-		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", what, ErrClosed)
+		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", what, kverr.ErrClosed)
 		return false
 	case in.started:
-		in.err = kverr.Errorf("ingest: %s after the first user change: %w", what, ErrBadRange)
+		in.err = kverr.Errorf("ingest: %s after the first user change: %w", what, kverr.ErrBadRange)
 		return false
 	}
 	return true
@@ -255,7 +244,7 @@ func (in *Ingest) point(ks KeyspaceID, key []byte) []byte {
 	}
 	in.keyBuf = appendUserKey(in.keyBuf[:0], ks, key)
 	if in.last != nil && bytes.Compare(in.keyBuf, in.last) <= 0 {
-		in.err = kverr.Errorf("ingest: keyspace %d key %q not above the previous key: %w", ks, string(key), ErrBadRange)
+		in.err = kverr.Errorf("ingest: keyspace %d key %q not above the previous key: %w", ks, string(key), kverr.ErrBadRange)
 		return nil
 	}
 	if in.part && in.first == nil {
@@ -276,16 +265,16 @@ func (in *Ingest) user(ks KeyspaceID, key, hi []byte, isRange bool) bool {
 	case in.err != nil:
 		return false
 	case in.part && isRange:
-		in.err = kverr.Errorf("ingest: %s in a part of an ingest: %w", describe(key, hi, isRange), ErrBadRange)
+		in.err = kverr.Errorf("ingest: %s in a part of an ingest: %w", describe(key, hi, isRange), kverr.ErrBadRange)
 		return false
 	case in.done:
-		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", describe(key, hi, isRange), ErrClosed)
+		in.err = kverr.Errorf("ingest: %s after the ingest was committed or aborted: %w", describe(key, hi, isRange), kverr.ErrClosed)
 		return false
 	case ks == 0:
 		in.err = errKeyspace("ingest: " + describe(key, hi, isRange))
 		return false
 	case ks < in.lastKS:
-		in.err = kverr.Errorf("ingest: %s of keyspace %d after keyspace %d: %w", describe(key, hi, isRange), ks, in.lastKS, ErrBadRange)
+		in.err = kverr.Errorf("ingest: %s of keyspace %d after keyspace %d: %w", describe(key, hi, isRange), ks, in.lastKS, kverr.ErrBadRange)
 		return false
 	}
 	if !in.started {
@@ -388,7 +377,7 @@ func (in *Ingest) newTable() error {
 	in.s.mu.RUnlock()
 	if format == 0 {
 		_ = f.Close()
-		return ErrClosed
+		return kverr.ErrClosed
 	}
 	if ig.format != 0 && ig.format < format {
 		format = ig.format
@@ -448,10 +437,10 @@ func (in *Ingest) finishTable() error {
 func (in *Ingest) Parts(n int) []*Ingest {
 	in.joinParts()
 	if in.err == nil && in.part {
-		in.err = kverr.Errorf("ingest: parts of a part: %w", ErrBadRange)
+		in.err = kverr.Errorf("ingest: parts of a part: %w", kverr.ErrBadRange)
 	}
 	if in.err == nil && in.done {
-		in.err = kverr.Errorf("ingest: parts after the ingest was committed or aborted: %w", ErrClosed)
+		in.err = kverr.Errorf("ingest: parts after the ingest was committed or aborted: %w", kverr.ErrClosed)
 	}
 	in.finishWritten()
 	parts := make([]*Ingest, n)
@@ -503,7 +492,7 @@ func (in *Ingest) joinParts() {
 		case p.first == nil:
 			// empty part
 		case in.last != nil && bytes.Compare(p.first, in.last) <= 0:
-			in.err = kverr.Errorf("ingest: a part's first key %q not above the previous part's last %q: %w", p.first, in.last, ErrBadRange)
+			in.err = kverr.Errorf("ingest: a part's first key %q not above the previous part's last %q: %w", p.first, in.last, kverr.ErrBadRange)
 		default:
 			in.paths = append(in.paths, p.paths...)
 			in.last = append(in.last[:0], p.last...)

@@ -36,7 +36,7 @@ import (
 //     so that the retry writes its watermark again.
 //  5. The watermark key goes into the ingest's tables when they are
 //     written; CommitIngest refuses an ingest whose watermark is below one
-//     committed meanwhile (ErrStaleOp): watermarks only increase in commit
+//     committed meanwhile (kvbuf.ErrStaleOp): watermarks only increase in commit
 //     order.
 //  6. (Kept by the caller, the engine's target.go.) A caller that must
 //     not commit behind a failed ingest (a flush generation whose
@@ -57,26 +57,26 @@ import (
 // completes with the latest earlier one. Whether it succeeds or not, the
 // ingest's files are removed (pebble keeps its own links to the tables of
 // a successful one) and in cannot be used again. Errors: in's own error
-// (ErrBadRange for an operation out of order, ErrInvalidKeyspace), the
-// file system's, ErrClosed, ErrReadOnly, ErrForeignBatch for an ingest of
-// another store, ErrStaleOp for a watermark below one already committed,
-// ErrSyncFailed after an earlier commit's sync failed. Wait reports a
+// (kvbuf.ErrBadRange for an operation out of order, kvbuf.ErrInvalidKeyspace), the
+// file system's, kvbuf.ErrClosed, kvbuf.ErrReadOnly, kvbuf.ErrForeignBatch for an ingest of
+// another store, kvbuf.ErrStaleOp for a watermark below one already committed,
+// kvbuf.ErrSyncFailed after an earlier commit's sync failed. Wait reports a
 // failed DB.Ingest; nothing of the ingest is then in the store, and
 // commits queued behind it fail too.
 func (s *Store) CommitIngest(in *Ingest) (*Commit, error) {
 	if in.s != s {
 		in.Abort()
-		return nil, kverr.Errorf("ingest into %q: %w", s.dir, ErrForeignBatch)
+		return nil, kverr.Errorf("ingest into %q: %w", s.dir, kverr.ErrForeignBatch)
 	}
 	if in.done {
-		return nil, kverr.Errorf("ingest into %q: committed or aborted already: %w", s.dir, ErrClosed)
+		return nil, kverr.Errorf("ingest into %q: committed or aborted already: %w", s.dir, kverr.ErrClosed)
 	}
 	if in.part {
-		return nil, kverr.Errorf("ingest into %q: a part of an ingest is committed with the ingest: %w", s.dir, ErrBadRange)
+		return nil, kverr.Errorf("ingest into %q: a part of an ingest is committed with the ingest: %w", s.dir, kverr.ErrBadRange)
 	}
 	if in.ig == nil {
 		in.done = true
-		return nil, kverr.Errorf("ingest into %q: %w", s.dir, ErrReadOnly)
+		return nil, kverr.Errorf("ingest into %q: %w", s.dir, kverr.ErrReadOnly)
 	}
 	if err := in.finish(); err != nil {
 		in.Abort()
@@ -100,7 +100,7 @@ func (s *Store) CommitIngest(in *Ingest) (*Commit, error) {
 		if in.wm < wm {
 			in.removeFiles()
 			// Ingest rule 5.
-			return nil, kverr.Errorf("ingest into %q with watermark %d, below %d committed: %w", s.dir, in.wm, wm, ErrStaleOp)
+			return nil, kverr.Errorf("ingest into %q with watermark %d, below %d committed: %w", s.dir, in.wm, wm, kverr.ErrStaleOp)
 		}
 		wm = in.wm
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // ingestDesigns are the two layouts of ingested tables, tested alike.
@@ -100,7 +102,7 @@ func TestIngestBasic(t *testing.T) {
 				if v, err := s.GetMeta("cat"); err != nil || string(v) != "v2" {
 					t.Fatalf("GetMeta(cat) = %q, %v; want v2", v, err)
 				}
-				if _, err := s.GetMeta("gone"); !errors.Is(err, ErrNotFound) {
+				if _, err := s.GetMeta("gone"); !errors.Is(err, kverr.ErrNotFound) {
 					t.Fatalf("GetMeta(gone) = %v, want ErrNotFound", err)
 				}
 				wantWatermark(t, s, 7)
@@ -165,28 +167,28 @@ func TestIngestBadOrder(t *testing.T) {
 		{"key-repeated", func(in *Ingest) {
 			in.Put(1, []byte("a"), nil)
 			in.Put(1, []byte("a"), nil)
-		}, ErrBadRange},
+		}, kverr.ErrBadRange},
 		{"key-down", func(in *Ingest) {
 			in.Put(1, []byte("b"), nil)
 			in.Delete(1, []byte("a"))
-		}, ErrBadRange},
+		}, kverr.ErrBadRange},
 		{"keyspace-down", func(in *Ingest) {
 			in.Put(2, []byte("a"), nil)
 			in.Put(1, []byte("b"), nil)
-		}, ErrBadRange},
+		}, kverr.ErrBadRange},
 		{"range-of-earlier-keyspace", func(in *Ingest) {
 			in.Put(2, []byte("a"), nil)
 			in.DeleteRange(1, nil, nil)
-		}, ErrBadRange},
+		}, kverr.ErrBadRange},
 		{"meta-after-user", func(in *Ingest) {
 			in.Put(1, []byte("a"), nil)
 			in.SetMeta("m", nil)
-		}, ErrBadRange},
+		}, kverr.ErrBadRange},
 		{"watermark-after-user", func(in *Ingest) {
 			in.Put(1, []byte("a"), nil)
 			in.SetWatermark(9)
-		}, ErrBadRange},
-		{"keyspace-0", func(in *Ingest) { in.Put(0, []byte("a"), nil) }, ErrInvalidKeyspace},
+		}, kverr.ErrBadRange},
+		{"keyspace-0", func(in *Ingest) { in.Put(0, []byte("a"), nil) }, kverr.ErrInvalidKeyspace},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -203,7 +205,7 @@ func TestIngestBadOrder(t *testing.T) {
 			if n := ingestFiles(t, fsys, "db"); len(n) != 0 {
 				t.Fatalf("a failed ingest left %v", n)
 			}
-			if _, err := s.CommitIngest(in); !errors.Is(err, ErrClosed) {
+			if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrClosed) {
 				t.Fatalf("second CommitIngest = %v, want ErrClosed", err)
 			}
 		})
@@ -220,7 +222,7 @@ func TestIngestMisuse(t *testing.T) {
 	defer other.Close()
 	in := other.NewIngest()
 	in.Put(1, []byte("a"), []byte("b"))
-	if _, err := s.CommitIngest(in); !errors.Is(err, ErrForeignBatch) {
+	if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrForeignBatch) {
 		t.Fatalf("CommitIngest of another store's ingest = %v, want ErrForeignBatch", err)
 	}
 	if n := ingestFiles(t, fsys, "other"); len(n) != 0 {
@@ -235,7 +237,7 @@ func TestIngestMisuse(t *testing.T) {
 	if n := ingestFiles(t, fsys, "db"); len(n) != 0 {
 		t.Fatalf("Abort left %v", n)
 	}
-	if _, err := s.CommitIngest(in); !errors.Is(err, ErrClosed) {
+	if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("CommitIngest after Abort = %v, want ErrClosed", err)
 	}
 
@@ -246,7 +248,7 @@ func TestIngestMisuse(t *testing.T) {
 	in = s.NewIngest()
 	in.SetWatermark(9)
 	in.Put(1, []byte("a"), []byte("b"))
-	if _, err := s.CommitIngest(in); !errors.Is(err, ErrStaleOp) {
+	if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrStaleOp) {
 		t.Fatalf("CommitIngest with a lower watermark = %v, want ErrStaleOp", err)
 	}
 	wantWatermark(t, s, 10)
@@ -268,7 +270,7 @@ func TestIngestMisuse(t *testing.T) {
 	}
 	in = ro.NewIngest()
 	in.Put(1, []byte("a"), nil)
-	if _, err := ro.CommitIngest(in); !errors.Is(err, ErrReadOnly) {
+	if _, err := ro.CommitIngest(in); !errors.Is(err, kverr.ErrReadOnly) {
 		t.Fatalf("CommitIngest on a read-only store = %v, want ErrReadOnly", err)
 	}
 	_ = ro.Close()
@@ -277,7 +279,7 @@ func TestIngestMisuse(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CommitIngest(in); !errors.Is(err, ErrClosed) {
+	if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("CommitIngest after Close = %v, want ErrClosed", err)
 	}
 	if n := ingestFiles(t, fsys, "db"); len(n) != 0 {
@@ -378,7 +380,7 @@ func TestIngestRacesCommits(t *testing.T) {
 						}
 						k := (i*7 + r) % keys
 						v, err := s.Get(ks1, fmt.Appendf(nil, "k%03d", k))
-						if err != nil && !errors.Is(err, ErrNotFound) {
+						if err != nil && !errors.Is(err, kverr.ErrNotFound) {
 							bad.Store(err.Error())
 							return
 						}
@@ -566,7 +568,7 @@ func TestIngestLeftoversRemovedAtOpen(t *testing.T) {
 			}
 			wantGet(t, s2, "k", "newer")
 			wantWatermark(t, s2, 2)
-			if _, err := s2.GetMeta("m"); !errors.Is(err, ErrNotFound) {
+			if _, err := s2.GetMeta("m"); !errors.Is(err, kverr.ErrNotFound) {
 				t.Fatalf("GetMeta of the leftover's entry = %v, want ErrNotFound", err)
 			}
 		})
@@ -634,10 +636,10 @@ func TestIngestParts(t *testing.T) {
 		in.Put(1, []byte("b"), []byte("bad"))
 		parts := in.Parts(2)
 		c.fill(in, parts)
-		if _, err := s.CommitIngest(parts[0]); !errors.Is(err, ErrBadRange) {
+		if _, err := s.CommitIngest(parts[0]); !errors.Is(err, kverr.ErrBadRange) {
 			t.Fatalf("%s: CommitIngest of a part = %v, want ErrBadRange", c.name, err)
 		}
-		if _, err := s.CommitIngest(in); !errors.Is(err, ErrBadRange) {
+		if _, err := s.CommitIngest(in); !errors.Is(err, kverr.ErrBadRange) {
 			t.Fatalf("%s: CommitIngest = %v, want ErrBadRange", c.name, err)
 		}
 		wantGetKS(t, s, 1, "a", "0") // nothing of it landed
@@ -655,7 +657,7 @@ func TestIngestParts(t *testing.T) {
 // tables in that format (here the row-block Pebblev4, below the store's
 // columnar one), readable with the same filter, before and after a
 // reopen and a compaction; a format above the store's is lowered to the
-// store's; out-of-range values are ErrBadOptions.
+// store's; out-of-range values are kverr.ErrBadOptions.
 func TestIngestTableFormatOption(t *testing.T) {
 	for _, f := range []sstable.TableFormat{sstable.TableFormatPebblev4, sstable.TableFormatMax} {
 		t.Run(f.String(), func(t *testing.T) {
@@ -731,7 +733,7 @@ func TestIngestTableFormatOption(t *testing.T) {
 		})
 	}
 	for _, f := range []sstable.TableFormat{sstable.TableFormatLevelDB, sstable.TableFormatMax + 1} {
-		if _, err := Open(t.TempDir(), &Options{IngestTableFormat: f}); !errors.Is(err, ErrBadOptions) {
+		if _, err := Open(t.TempDir(), &Options{IngestTableFormat: f}); !errors.Is(err, kverr.ErrBadOptions) {
 			t.Errorf("Open with IngestTableFormat %d: %v, want ErrBadOptions", f, err)
 		}
 	}

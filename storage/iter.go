@@ -17,7 +17,7 @@ import (
 //
 // An Iter is not safe for concurrent use, but Store.Close may run
 // concurrently with it: Close closes the iterator, after which its methods
-// return false and Error returns ErrClosed. Key and Value return the
+// return false and Error returns kvbuf.ErrClosed. Key and Value return the
 // iterator's own copies, never pebble's buffers (which Store.Close
 // releases), so what they returned stays readable until the owner's next
 // call, whenever Store.Close runs.
@@ -57,7 +57,7 @@ type Iter struct {
 // same). lower >= upper gives an empty iterator. The iterator reads the
 // store as of this call and is unpositioned. Close it when done.
 //
-// Errors: ErrInvalidKeyspace, ErrClosed.
+// Errors: kvbuf.ErrInvalidKeyspace, kvbuf.ErrClosed.
 func (s *Store) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
 	if ks == 0 {
 		return nil, errKeyspace("new iterator")
@@ -65,7 +65,7 @@ func (s *Store) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, kverr.ErrClosed
 	}
 	return s.newIter(s.db, ks, lower, upper)
 }
@@ -198,7 +198,7 @@ func appendOwned(buf, p []byte) []byte {
 }
 
 // Error returns the first error the iterator met (corruption wraps
-// ErrCorrupt), or ErrClosed after Store.Close closed it.
+// kvbuf.ErrCorruptBlock), or kvbuf.ErrClosed after Store.Close closed it.
 func (it *Iter) Error() error {
 	it.mu.Lock()
 	defer it.mu.Unlock()
@@ -215,7 +215,7 @@ func (it *Iter) Error() error {
 }
 
 // Close releases the iterator and returns its error, if any. It is
-// idempotent; after Store.Close closed the iterator it returns ErrClosed.
+// idempotent; after Store.Close closed the iterator it returns kvbuf.ErrClosed.
 func (it *Iter) Close() error {
 	err := it.close(nil)
 	untrack(it.s, it.s.iters, it)
@@ -224,7 +224,7 @@ func (it *Iter) Close() error {
 
 // closeByStore is Store.Close closing an iterator its owner left open.
 func (it *Iter) closeByStore() error {
-	return it.close(kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, ErrClosed))
+	return it.close(kverr.Errorf("iterator closed by Store.Close of %q: %w", it.s.dir, kverr.ErrClosed))
 }
 
 // close closes the iterator if it is open. For its owner (byStore nil) it

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestIterBounds scans keyspace 1, which lies between the meta namespace
@@ -199,7 +201,7 @@ func TestIterClose(t *testing.T) {
 }
 
 // TestIterLeftOpenAtStoreClose: Store.Close closes iterators still open;
-// they then report ErrClosed and the store closes cleanly.
+// they then report kverr.ErrClosed and the store closes cleanly.
 func TestIterLeftOpenAtStoreClose(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1", "b", "2")
@@ -233,10 +235,10 @@ func TestIterLeftOpenAtStoreClose(t *testing.T) {
 			it.Key() != nil || it.Value() != nil {
 			t.Fatal("iterator usable after Store.Close")
 		}
-		if err := it.Error(); !errors.Is(err, ErrClosed) {
+		if err := it.Error(); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("Error after Store.Close = %v, want ErrClosed", err)
 		}
-		if err := it.Close(); !errors.Is(err, ErrClosed) {
+		if err := it.Close(); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("Iter.Close after Store.Close = %v, want ErrClosed", err)
 		}
 	}
@@ -281,7 +283,7 @@ func TestIterSlicesOutliveStoreClose(t *testing.T) {
 		if string(key) != "b" || string(val) != "value of b" {
 			t.Fatalf("snapshot %v: after Store.Close the slices read %q=%q, want b=value of b", snapshot, key, val)
 		}
-		if it.Key() != nil || it.Value() != nil || it.Next() || !errors.Is(it.Error(), ErrClosed) {
+		if it.Key() != nil || it.Value() != nil || it.Next() || !errors.Is(it.Error(), kverr.ErrClosed) {
 			t.Fatalf("snapshot %v: the iterator is usable after Store.Close", snapshot)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // KeyspaceID names one keyspace of user keys. Keyspaces share the store but
 // not keys: the same user key in two keyspaces is two entries, and an
 // iterator or range deletion over one never touches another. ID 0 is
-// reserved: every method given it fails with ErrInvalidKeyspace.
+// reserved: every method given it fails with kvbuf.ErrInvalidKeyspace.
 type KeyspaceID uint32
 
 // Every pebble key starts with one tag byte naming its namespace, so a user
@@ -64,5 +64,5 @@ func appendMetaKey(dst []byte, name string) []byte {
 
 // errKeyspace is the error for keyspace ID 0.
 func errKeyspace(op string) error {
-	return kverr.Errorf("%s: keyspace 0: %w", op, ErrInvalidKeyspace)
+	return kverr.Errorf("%s: keyspace 0: %w", op, kverr.ErrInvalidKeyspace)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestKeyspaceIsolation writes the same keys, and keys that spell other
@@ -141,7 +143,7 @@ func TestInvalidKeyspace(t *testing.T) {
 	put(t, s, "k", "v")
 	is := func(name string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrInvalidKeyspace) {
+		if !errors.Is(err, kverr.ErrInvalidKeyspace) {
 			t.Errorf("%s = %v, want ErrInvalidKeyspace", name, err)
 		}
 	}

@@ -1,5 +1,7 @@
 package storage
 
+import "github.com/kvbuf/kvbuf/internal/kverr"
+
 // LSMStats is the shape of the store's LSM and the work pebble has done
 // since Open: what flushes by ingestion and by batch cost the store (L0
 // files, read amplification, compactions, bytes written). Counters count
@@ -31,12 +33,12 @@ type LSMStats struct {
 	BackgroundJobs int64
 }
 
-// LSM returns the store's LSM shape and write counters. Errors: ErrClosed.
+// LSM returns the store's LSM shape and write counters. Errors: kvbuf.ErrClosed.
 func (s *Store) LSM() (LSMStats, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return LSMStats{}, ErrClosed
+		return LSMStats{}, kverr.ErrClosed
 	}
 	pm := s.db.Metrics()
 	tot := pm.Total()

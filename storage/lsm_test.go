@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestLSMOptions(t *testing.T) {
@@ -16,7 +18,7 @@ func TestLSMOptions(t *testing.T) {
 		{L0CompactionThreshold: 13}, // above pebble's default stop threshold
 	} {
 		if _, err := Open("db", &Options{FS: vfs.NewMem(), L0CompactionThreshold: o.L0CompactionThreshold,
-			L0StopWritesThreshold: o.L0StopWritesThreshold, MaxConcurrentCompactions: o.MaxConcurrentCompactions}); !errors.Is(err, ErrBadOptions) {
+			L0StopWritesThreshold: o.L0StopWritesThreshold, MaxConcurrentCompactions: o.MaxConcurrentCompactions}); !errors.Is(err, kverr.ErrBadOptions) {
 			t.Errorf("Open(%+v) = %v, want ErrBadOptions", *o, err)
 		}
 	}
@@ -55,7 +57,7 @@ func TestLSMStats(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LSM(); !errors.Is(err, ErrClosed) {
+	if _, err := s.LSM(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("LSM after Close = %v, want ErrClosed", err)
 	}
 }

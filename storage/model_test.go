@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // modelKeyspaces are the keyspaces the model tests write: neighbours, and
@@ -222,7 +224,7 @@ func checkModel(t *testing.T, rng *rand.Rand, s *Store, user kvModel, meta map[s
 		k := randKey(rng, 3)
 		gotM, err := s.GetMeta(string(k))
 		wantM, ok := meta[string(k)]
-		if ok != (err == nil) || (ok && string(gotM) != wantM) || (!ok && !errors.Is(err, ErrNotFound)) {
+		if ok != (err == nil) || (ok && string(gotM) != wantM) || (!ok && !errors.Is(err, kverr.ErrNotFound)) {
 			t.Fatalf("GetMeta(%q) = %q, %v; model %q, %v", k, gotM, err, wantM, ok)
 		}
 	}
@@ -238,7 +240,7 @@ func checkReads(t *testing.T, rng *rand.Rand, r reader, user kvModel) {
 		k := randKey(rng, 3)
 		got, err := r.Get(ks, k)
 		want, ok := user[ks][string(k)]
-		if ok != (err == nil) || (ok && string(got) != want) || (!ok && !errors.Is(err, ErrNotFound)) {
+		if ok != (err == nil) || (ok && string(got) != want) || (!ok && !errors.Is(err, kverr.ErrNotFound)) {
 			t.Fatalf("Get(%d, %q) = %q, %v; model %q, %v", ks, k, got, err, want, ok)
 		}
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 const helperEnv = "KVBUF_STORAGE_HOLD_LOCK_DIR"
@@ -46,7 +48,7 @@ func TestLockedSameProcess(t *testing.T) {
 	}
 	for _, ro := range []bool{false, true} {
 		s2, err := Open(dir, &Options{ReadOnly: ro})
-		if !errors.Is(err, ErrLocked) {
+		if !errors.Is(err, kverr.ErrLocked) {
 			if s2 != nil {
 				s2.Close()
 			}
@@ -74,7 +76,7 @@ func TestLockedMemFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := Open("db", &Options{FS: fs}); !errors.Is(err, ErrLocked) {
+	if _, err := Open("db", &Options{FS: fs}); !errors.Is(err, kverr.ErrLocked) {
 		t.Fatalf("second Open = %v, want ErrLocked", err)
 	}
 }
@@ -104,7 +106,7 @@ func TestLockedByOtherProcess(t *testing.T) {
 		t.Fatalf("child: %q, %v", line, err)
 	}
 	s, err := Open(dir, nil)
-	if !errors.Is(err, ErrLocked) {
+	if !errors.Is(err, kverr.ErrLocked) {
 		if s != nil {
 			s.Close()
 		}
@@ -132,7 +134,7 @@ func TestOpenFileAsDir(t *testing.T) {
 			s.Close()
 			t.Fatalf("Open(file, %+v) succeeded", opts)
 		}
-		if errors.Is(err, ErrLocked) || errors.Is(err, ErrCorrupt) {
+		if errors.Is(err, kverr.ErrLocked) || errors.Is(err, kverr.ErrCorruptBlock) {
 			t.Fatalf("Open(file) = %v: misclassified", err)
 		}
 		if !strings.Contains(err.Error(), path) {
@@ -247,14 +249,14 @@ func TestReadOnly(t *testing.T) {
 	}
 	b = ro.NewBatch()
 	b.Put(ks1, []byte("x"), []byte("y"))
-	if err := ro.Apply(b); !errors.Is(err, ErrReadOnly) {
+	if err := ro.Apply(b); !errors.Is(err, kverr.ErrReadOnly) {
 		t.Fatalf("Apply on read-only = %v", err)
 	}
-	if err := ro.Flush(); !errors.Is(err, ErrReadOnly) {
+	if err := ro.Flush(); !errors.Is(err, kverr.ErrReadOnly) {
 		t.Fatalf("Flush on read-only = %v", err)
 	}
 	b.Put(ks1, []byte("x"), []byte("y"))
-	if _, err := ro.Commit(b); !errors.Is(err, ErrReadOnly) {
+	if _, err := ro.Commit(b); !errors.Is(err, kverr.ErrReadOnly) {
 		t.Fatalf("Commit on read-only = %v", err)
 	}
 	sn, err := ro.NewSnapshot()
@@ -343,7 +345,7 @@ func corrupt(t *testing.T, path string, off int64, n int) {
 }
 
 // TestCorruptOpen damages the files of a store in ways pebble detects at
-// Open; each must give ErrCorrupt and leave no lock behind.
+// Open; each must give kverr.ErrCorruptBlock and leave no lock behind.
 func TestCorruptOpen(t *testing.T) {
 	each := func(t *testing.T, dir, prefix, suffix string, f func(path string)) {
 		for _, p := range filesWithPrefix(t, dir, prefix, suffix) {
@@ -390,7 +392,7 @@ func TestCorruptOpen(t *testing.T) {
 					s.Close()
 					t.Fatalf("Open(ReadOnly=%v) of a damaged store succeeded", ro)
 				}
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), dir) {
+				if !errors.Is(err, kverr.ErrCorruptBlock) || !strings.Contains(err.Error(), dir) {
 					t.Fatalf("Open(ReadOnly=%v) = %v, want ErrCorrupt naming the dir", ro, err)
 				}
 			}
@@ -406,7 +408,7 @@ func TestCorruptTable(t *testing.T) {
 	}
 	s, err := Open(dir, nil)
 	if err != nil {
-		if !errors.Is(err, ErrCorrupt) {
+		if !errors.Is(err, kverr.ErrCorruptBlock) {
 			t.Fatalf("Open = %v, want nil or ErrCorrupt", err)
 		}
 		return
@@ -416,7 +418,7 @@ func TestCorruptTable(t *testing.T) {
 	for i := range 2000 {
 		_, err := s.Get(ks1, fmt.Appendf(nil, "key%05d", i))
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, kverr.ErrCorruptBlock) {
 				t.Fatalf("Get = %v, want nil or ErrCorrupt", err)
 			}
 			if !strings.Contains(err.Error(), fmt.Sprintf("key%05d", i)) {
@@ -435,10 +437,10 @@ func TestCorruptTable(t *testing.T) {
 	}
 	for it.First(); it.Valid(); it.Next() {
 	}
-	if err := it.Error(); !errors.Is(err, ErrCorrupt) {
+	if err := it.Error(); !errors.Is(err, kverr.ErrCorruptBlock) {
 		t.Fatalf("Iter.Error = %v, want ErrCorrupt", err)
 	}
-	if err := it.Close(); !errors.Is(err, ErrCorrupt) {
+	if err := it.Close(); !errors.Is(err, kverr.ErrCorruptBlock) {
 		t.Fatalf("Iter.Close = %v, want ErrCorrupt", err)
 	}
 }
@@ -456,7 +458,7 @@ func TestCorruptWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Open("db", &Options{FS: fs})
-	if !errors.Is(err, ErrCorrupt) {
+	if !errors.Is(err, kverr.ErrCorruptBlock) {
 		t.Fatalf("Open with a 5-byte watermark = %v, want ErrCorrupt", err)
 	}
 	// The failed open released the lock.
@@ -554,7 +556,7 @@ func TestPebbleOptions(t *testing.T) {
 		po.FormatMajorVersion != pebble.FormatNewest-1 || !po.ErrorIfExists {
 		t.Fatalf("PebbleOptions(custom) = %+v", po)
 	}
-	if _, err := Open(t.TempDir(), &Options{CacheSize: -1}); !errors.Is(err, ErrBadOptions) {
+	if _, err := Open(t.TempDir(), &Options{CacheSize: -1}); !errors.Is(err, kverr.ErrBadOptions) {
 		t.Fatalf("Open with CacheSize -1: %v, want ErrBadOptions", err)
 	}
 	po = PebbleOptions(&Options{ReadOnly: true, FormatMajorVersion: pebble.FormatNewest})
@@ -565,7 +567,7 @@ func TestPebbleOptions(t *testing.T) {
 
 // TestBloomFilters: every level's sstables get a Bloom filter of
 // BloomBitsPerKey bits (10 by default), none when it is negative; more
-// than 64 is ErrBadOptions; and a store written with filters answers
+// than 64 is kverr.ErrBadOptions; and a store written with filters answers
 // point reads (present and absent keys) after its memtables went to L0.
 func TestBloomFilters(t *testing.T) {
 	for _, c := range []struct {
@@ -583,7 +585,7 @@ func TestBloomFilters(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Open(t.TempDir(), &Options{BloomBitsPerKey: 65}); !errors.Is(err, ErrBadOptions) {
+	if _, err := Open(t.TempDir(), &Options{BloomBitsPerKey: 65}); !errors.Is(err, kverr.ErrBadOptions) {
 		t.Fatalf("Open with BloomBitsPerKey 65: %v, want ErrBadOptions", err)
 	}
 	st, err := Open(t.TempDir(), nil)
@@ -607,7 +609,7 @@ func TestBloomFilters(t *testing.T) {
 	}
 	for i := range 2000 {
 		_, err := st.Get(1, fmt.Appendf(nil, "key-%04d", i))
-		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, ErrNotFound) {
+		if i%2 == 0 && err != nil || i%2 == 1 && !errors.Is(err, kverr.ErrNotFound) {
 			t.Fatalf("Get(key-%04d) after the flush: %v", i, err)
 		}
 	}
@@ -676,7 +678,7 @@ func TestCompact(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Compact(ctx); !errors.Is(err, ErrClosed) {
+	if err := st.Compact(ctx); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Compact after Close: %v, want ErrClosed", err)
 	}
 	ro, err := Open(dir, &Options{ReadOnly: true})
@@ -684,7 +686,7 @@ func TestCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if err := ro.Compact(ctx); !errors.Is(err, ErrReadOnly) {
+	if err := ro.Compact(ctx); !errors.Is(err, kverr.ErrReadOnly) {
 		t.Fatalf("Compact of a read-only store: %v, want ErrReadOnly", err)
 	}
 }

@@ -37,7 +37,7 @@ type Options struct {
 	Logger pebble.Logger
 
 	// CacheSize is the block cache size in bytes. Default: 8 MiB (pebble's
-	// default too). Negative values are ErrBadOptions.
+	// default too). Negative values are kvbuf.ErrBadOptions.
 	CacheSize int64
 
 	// MemTableSize is the size of one pebble memtable in bytes; batches
@@ -52,7 +52,7 @@ type Options struct {
 	// L0 tables until pebble compacts them, and a read of a key that is
 	// not pending otherwise searches each of them. Default: 10 (about 1%
 	// false positives, 1.25 bytes per key). Negative: no filters (pebble's
-	// own default). At most 64, else ErrBadOptions. Tables written earlier
+	// own default). At most 64, else kvbuf.ErrBadOptions. Tables written earlier
 	// keep what they were written with.
 	BloomBitsPerKey int
 
@@ -63,7 +63,7 @@ type Options struct {
 	FormatMajorVersion pebble.FormatMajorVersion
 
 	// ReadOnly opens an existing store without writing to it (kvtool
-	// inspect). Commit, Apply and Flush return ErrReadOnly. Opening a
+	// inspect). Commit, Apply and Flush return kvbuf.ErrReadOnly. Opening a
 	// missing store fails with an error wrapping fs.ErrNotExist. Default:
 	// false.
 	ReadOnly bool
@@ -79,17 +79,17 @@ type Options struct {
 	// L0CompactionThreshold is the L0 read amplification (sublevels, or
 	// files over L0CompactionFileThreshold's default) at which pebble
 	// starts compacting L0 into the levels below. Default: pebble's (4).
-	// Negative values are ErrBadOptions.
+	// Negative values are kvbuf.ErrBadOptions.
 	L0CompactionThreshold int
 
 	// L0StopWritesThreshold is the L0 read amplification at which pebble
 	// stops writes (commits and memtable flushes wait for compactions).
 	// Default: pebble's (12). Negative values, and values below
-	// L0CompactionThreshold (after defaults), are ErrBadOptions.
+	// L0CompactionThreshold (after defaults), are kvbuf.ErrBadOptions.
 	L0StopWritesThreshold int
 
 	// MaxConcurrentCompactions bounds pebble's concurrent compactions.
-	// Default: 1 (pebble's). Negative values are ErrBadOptions.
+	// Default: 1 (pebble's). Negative values are kvbuf.ErrBadOptions.
 	MaxConcurrentCompactions int
 
 	// IngestTableFormat is the sstable format of the tables an Ingest
@@ -101,7 +101,7 @@ type Options struct {
 	// less CPU than the columnar ones at about the same size
 	// (BenchmarkIngestWriter). Default (0): the store's own format.
 	// Values between 0 and sstable.TableFormatMinSupported, or above
-	// sstable.TableFormatMax, are ErrBadOptions.
+	// sstable.TableFormatMax, are kvbuf.ErrBadOptions.
 	IngestTableFormat sstable.TableFormat
 
 	// ingestSplit selects the design of ingested tables (see ingester.split):
@@ -143,7 +143,7 @@ func (quietLogger) Fatalf(format string, args ...any) {
 // Options fields it installs a DataCorruption event handler that logs to
 // Logger.Errorf, replacing pebble's default, which calls Logger.Fatalf and
 // so exits on the first corrupt block read: the read returns the error
-// instead (ErrCorrupt from the Store). Open also sets Lock, because it
+// instead (kvbuf.ErrCorruptBlock from the Store). Open also sets Lock, because it
 // takes the directory lock itself.
 func PebbleOptions(opts *Options) *pebble.Options {
 	var o Options
@@ -200,22 +200,22 @@ func PebbleOptions(opts *Options) *pebble.Options {
 	return po
 }
 
-// Validate reports an error wrapping ErrBadOptions for a value out of range
+// Validate reports an error wrapping kvbuf.ErrBadOptions for a value out of range
 // (a nil *Options is valid). Open calls it; PebbleOptions trusts its input.
 func (o *Options) Validate() error {
 	if o != nil && o.CacheSize < 0 {
-		return kverr.Errorf("CacheSize %d: %w", o.CacheSize, ErrBadOptions)
+		return kverr.Errorf("CacheSize %d: %w", o.CacheSize, kverr.ErrBadOptions)
 	}
 	if f := ingestFormat(o); f != 0 && (f < sstable.TableFormatMinSupported || f > sstable.TableFormatMax) {
-		return kverr.Errorf("IngestTableFormat %d (0, or %d to %d): %w", f, sstable.TableFormatMinSupported, sstable.TableFormatMax, ErrBadOptions)
+		return kverr.Errorf("IngestTableFormat %d (0, or %d to %d): %w", f, sstable.TableFormatMinSupported, sstable.TableFormatMax, kverr.ErrBadOptions)
 	}
 	if o != nil && o.BloomBitsPerKey > maxBloomBitsPerKey {
-		return kverr.Errorf("BloomBitsPerKey %d (at most %d): %w", o.BloomBitsPerKey, maxBloomBitsPerKey, ErrBadOptions)
+		return kverr.Errorf("BloomBitsPerKey %d (at most %d): %w", o.BloomBitsPerKey, maxBloomBitsPerKey, kverr.ErrBadOptions)
 	}
 	if o != nil {
 		if o.L0CompactionThreshold < 0 || o.L0StopWritesThreshold < 0 || o.MaxConcurrentCompactions < 0 {
 			return kverr.Errorf("L0CompactionThreshold %d, L0StopWritesThreshold %d, MaxConcurrentCompactions %d (none negative): %w",
-				o.L0CompactionThreshold, o.L0StopWritesThreshold, o.MaxConcurrentCompactions, ErrBadOptions)
+				o.L0CompactionThreshold, o.L0StopWritesThreshold, o.MaxConcurrentCompactions, kverr.ErrBadOptions)
 		}
 		compact, stop := o.L0CompactionThreshold, o.L0StopWritesThreshold
 		if compact == 0 {
@@ -225,7 +225,7 @@ func (o *Options) Validate() error {
 			stop = pebbleL0StopWritesThreshold
 		}
 		if stop < compact {
-			return kverr.Errorf("L0StopWritesThreshold %d below L0CompactionThreshold %d: %w", stop, compact, ErrBadOptions)
+			return kverr.Errorf("L0StopWritesThreshold %d below L0CompactionThreshold %d: %w", stop, compact, kverr.ErrBadOptions)
 		}
 	}
 	return nil

@@ -24,12 +24,12 @@ type Snapshot struct {
 
 // NewSnapshot returns a snapshot of the store as it is now: it sees every
 // commit that Commit (or Apply) returned before this call, durable or not.
-// Errors: ErrClosed.
+// Errors: kvbuf.ErrClosed.
 func (s *Store) NewSnapshot() (*Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, kverr.ErrClosed
 	}
 	sn := &Snapshot{s: s, snap: s.db.NewSnapshot()}
 	s.openMu.Lock()
@@ -39,8 +39,8 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 }
 
 // Get returns a copy of the value key had in keyspace ks when the snapshot
-// was taken, or an error wrapping ErrNotFound (or ErrInvalidKeyspace,
-// ErrClosed, ErrCorrupt).
+// was taken, or an error wrapping kvbuf.ErrNotFound (or kvbuf.ErrInvalidKeyspace,
+// kvbuf.ErrClosed, kvbuf.ErrCorruptBlock).
 func (sn *Snapshot) Get(ks KeyspaceID, key []byte) ([]byte, error) {
 	return sn.get(nil, ks, key, false)
 }
@@ -61,7 +61,7 @@ func (sn *Snapshot) get(dst []byte, ks KeyspaceID, key []byte, appendMode bool) 
 // NewIter returns an iterator over the snapshot's keys k of keyspace ks
 // with lower <= k < upper, with Store.NewIter's bounds rules. The iterator
 // stays usable after the snapshot's Close, until its own Close or
-// Store.Close. Errors: ErrInvalidKeyspace, ErrClosed.
+// Store.Close. Errors: kvbuf.ErrInvalidKeyspace, kvbuf.ErrClosed.
 func (sn *Snapshot) NewIter(ks KeyspaceID, lower, upper []byte) (*Iter, error) {
 	if ks == 0 {
 		return nil, errKeyspace("snapshot iterator")
@@ -83,11 +83,11 @@ func (sn *Snapshot) closedErr() error {
 	if sn.err != nil {
 		return sn.err
 	}
-	return ErrClosed
+	return kverr.ErrClosed
 }
 
 // Close releases the snapshot. It is idempotent: it returns nil after the
-// first call, and ErrClosed if Store.Close closed the snapshot first.
+// first call, and kvbuf.ErrClosed if Store.Close closed the snapshot first.
 func (sn *Snapshot) Close() error {
 	err := sn.close(nil)
 	untrack(sn.s, sn.s.snaps, sn)
@@ -96,7 +96,7 @@ func (sn *Snapshot) Close() error {
 
 // closeByStore is Store.Close closing a snapshot its owner left open.
 func (sn *Snapshot) closeByStore() error {
-	return sn.close(kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, ErrClosed))
+	return sn.close(kverr.Errorf("snapshot closed by Store.Close of %q: %w", sn.s.dir, kverr.ErrClosed))
 }
 
 // close releases the snapshot if it is open and returns pebble's error

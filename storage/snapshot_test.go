@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestSnapshotIsolation: a snapshot keeps reading the store as of
@@ -37,7 +39,7 @@ func TestSnapshotIsolation(t *testing.T) {
 	if err != nil || string(got) != "<<1" || &got[0] != &dst[0] {
 		t.Fatalf("Snapshot.GetAppend = %q, %v (or reallocated)", got, err)
 	}
-	if got, err := sn.GetAppend(dst, ks1, []byte("d")); !errors.Is(err, ErrNotFound) || string(got) != "<<" {
+	if got, err := sn.GetAppend(dst, ks1, []byte("d")); !errors.Is(err, kverr.ErrNotFound) || string(got) != "<<" {
 		t.Fatalf("Snapshot.GetAppend(missing) = %q, %v", got, err)
 	}
 	// The wrapper adds no allocation to pebble's own (which allocates
@@ -83,7 +85,7 @@ func TestSnapshotIsolation(t *testing.T) {
 }
 
 // TestSnapshotClose: Close is idempotent; a closed snapshot's reads return
-// ErrClosed; an iterator opened before Close keeps working.
+// kverr.ErrClosed; an iterator opened before Close keeps working.
 func TestSnapshotClose(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "a", "1", "b", "2")
@@ -102,13 +104,13 @@ func TestSnapshotClose(t *testing.T) {
 	if err := sn.Close(); err != nil {
 		t.Fatalf("second Snapshot.Close = %v", err)
 	}
-	if _, err := sn.Get(ks1, []byte("a")); !errors.Is(err, ErrClosed) {
+	if _, err := sn.Get(ks1, []byte("a")); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Get after Close = %v", err)
 	}
-	if got, err := sn.GetAppend([]byte("x"), ks1, []byte("a")); !errors.Is(err, ErrClosed) || string(got) != "x" {
+	if got, err := sn.GetAppend([]byte("x"), ks1, []byte("a")); !errors.Is(err, kverr.ErrClosed) || string(got) != "x" {
 		t.Fatalf("GetAppend after Close = %q, %v", got, err)
 	}
-	if _, err := sn.NewIter(ks1, nil, nil); !errors.Is(err, ErrClosed) {
+	if _, err := sn.NewIter(ks1, nil, nil); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("NewIter after Close = %v", err)
 	}
 	var got []string
@@ -124,7 +126,7 @@ func TestSnapshotClose(t *testing.T) {
 }
 
 // TestSnapshotLeftOpenAtStoreClose: Store.Close closes leftover snapshots
-// and their iterators; afterwards every method returns ErrClosed or false,
+// and their iterators; afterwards every method returns kverr.ErrClosed or false,
 // never panics.
 func TestSnapshotLeftOpenAtStoreClose(t *testing.T) {
 	s, _ := openMem(t)
@@ -150,27 +152,27 @@ func TestSnapshotLeftOpenAtStoreClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("Store.Close with an open snapshot = %v", err)
 	}
-	if _, err := sn.Get(ks1, []byte("a")); !errors.Is(err, ErrClosed) {
+	if _, err := sn.Get(ks1, []byte("a")); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Snapshot.Get after Store.Close = %v", err)
 	}
-	if _, err := sn.GetAppend(nil, ks1, []byte("a")); !errors.Is(err, ErrClosed) {
+	if _, err := sn.GetAppend(nil, ks1, []byte("a")); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Snapshot.GetAppend after Store.Close = %v", err)
 	}
-	if _, err := sn.NewIter(ks1, nil, nil); !errors.Is(err, ErrClosed) {
+	if _, err := sn.NewIter(ks1, nil, nil); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Snapshot.NewIter after Store.Close = %v", err)
 	}
 	if it.Valid() || it.First() || it.Last() || it.Next() || it.Prev() || it.SeekGE(nil) || it.SeekLT(nil) ||
 		it.Key() != nil || it.Value() != nil {
 		t.Fatal("snapshot iterator usable after Store.Close")
 	}
-	if err := it.Error(); !errors.Is(err, ErrClosed) {
+	if err := it.Error(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Iter.Error after Store.Close = %v", err)
 	}
-	if err := it.Close(); !errors.Is(err, ErrClosed) {
+	if err := it.Close(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Iter.Close after Store.Close = %v", err)
 	}
 	for range 2 {
-		if err := sn.Close(); !errors.Is(err, ErrClosed) {
+		if err := sn.Close(); !errors.Is(err, kverr.ErrClosed) {
 			t.Fatalf("Snapshot.Close after Store.Close = %v", err)
 		}
 	}
@@ -181,7 +183,7 @@ func TestSnapshotLeftOpenAtStoreClose(t *testing.T) {
 
 // TestSnapshotConcurrentReaders shares one snapshot between readers (Get,
 // GetAppend, scans) while a writer keeps committing and Store.Close races
-// them: every read returns the snapshot's value or ErrClosed.
+// them: every read returns the snapshot's value or kverr.ErrClosed.
 func TestSnapshotConcurrentReaders(t *testing.T) {
 	s, _ := openMem(t)
 	const n = 50
@@ -196,7 +198,7 @@ func TestSnapshotConcurrentReaders(t *testing.T) {
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	ok := func(err error) bool { return err == nil || errors.Is(err, ErrClosed) }
+	ok := func(err error) bool { return err == nil || errors.Is(err, kverr.ErrClosed) }
 	for g := range 6 {
 		wg.Go(func() {
 			<-start
@@ -245,7 +247,7 @@ func TestSnapshotConcurrentReaders(t *testing.T) {
 		for i := 0; ; i++ {
 			b.Put(ks1, fmt.Appendf(nil, "k%02d", i%n), []byte("new"))
 			if err := s.Apply(b); err != nil {
-				if !errors.Is(err, ErrClosed) {
+				if !errors.Is(err, kverr.ErrClosed) {
 					t.Errorf("writer: %v", err)
 				}
 				return
@@ -263,7 +265,7 @@ func TestSnapshotConcurrentReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if err := sn.Close(); !errors.Is(err, ErrClosed) {
+	if err := sn.Close(); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Snapshot.Close after Store.Close = %v", err)
 	}
 }

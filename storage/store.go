@@ -69,7 +69,7 @@ type Store struct {
 	syncKick   chan struct{}
 	syncerDone chan struct{}
 	// syncErr is the first failed WAL write or sync; from then on the
-	// store refuses writes (ErrSyncFailed).
+	// store refuses writes (kvbuf.ErrSyncFailed).
 	syncErr atomic.Pointer[error]
 	// wm is the persisted watermark: loaded at Open, raised by
 	// Commit.Wait.
@@ -92,11 +92,11 @@ type Store struct {
 // Open opens the store in dir, creating it (and dir) unless opts says
 // otherwise. See Options for defaults.
 //
-// Errors: ErrLocked if dir is open by another Store (this process or
-// another); ErrCorrupt if pebble finds on-disk corruption; fs.ErrNotExist
+// Errors: kvbuf.ErrLocked if dir is open by another Store (this process or
+// another); kvbuf.ErrCorruptBlock if pebble finds on-disk corruption; fs.ErrNotExist
 // for a missing store with ReadOnly or ErrorIfNotExists (dir is then left
 // exactly as it was); fs.ErrExist for an existing one with ErrorIfExists;
-// ErrBadOptions for an option out of range (Options.Validate).
+// kvbuf.ErrBadOptions for an option out of range (Options.Validate).
 func Open(dir string, opts *Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -204,7 +204,7 @@ func mapLockErr(dir string, err error) error {
 	}
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
 		strings.Contains(err.Error(), "lock held by current process") {
-		return kverr.Errorf("open %q: %w: %w", dir, ErrLocked, err)
+		return kverr.Errorf("open %q: %w: %w", dir, kverr.ErrLocked, err)
 	}
 	return kverr.Errorf("open %q: lock: %w", dir, err)
 }
@@ -239,7 +239,7 @@ func isOpenCorruption(err error) bool {
 func mapOpenErr(dir string, err error) error {
 	switch {
 	case isOpenCorruption(err):
-		return kverr.Errorf("open %q: %w: %w", dir, ErrCorrupt, err)
+		return kverr.Errorf("open %q: %w: %w", dir, kverr.ErrCorruptBlock, err)
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return kverr.Errorf("open %q: %w: %w", dir, fs.ErrNotExist, err)
 	case errors.Is(err, pebble.ErrDBAlreadyExists):
@@ -249,13 +249,13 @@ func mapOpenErr(dir string, err error) error {
 }
 
 // wrapErr adds the operation and directory to a pebble error and maps
-// corruption to ErrCorrupt and pebble.ErrReadOnly to ErrReadOnly.
+// corruption to kvbuf.ErrCorruptBlock and pebble.ErrReadOnly to kvbuf.ErrReadOnly.
 func (s *Store) wrapErr(op string, err error) error {
 	switch {
 	case pebble.IsCorruptionError(err):
-		return kverr.Errorf("%s in %q: %w: %w", op, s.dir, ErrCorrupt, err)
+		return kverr.Errorf("%s in %q: %w: %w", op, s.dir, kverr.ErrCorruptBlock, err)
 	case errors.Is(err, pebble.ErrReadOnly):
-		return kverr.Errorf("%s in %q: %w", op, s.dir, ErrReadOnly)
+		return kverr.Errorf("%s in %q: %w", op, s.dir, kverr.ErrReadOnly)
 	}
 	return kverr.Errorf("%s in %q: %w", op, s.dir, err)
 }
@@ -270,7 +270,7 @@ func (s *Store) loadWatermark() (uint64, error) {
 	}
 	defer c.Close()
 	if len(v) != 8 {
-		return 0, kverr.Errorf("watermark in %q has %d bytes, want 8: %w", s.dir, len(v), ErrCorrupt)
+		return 0, kverr.Errorf("watermark in %q has %d bytes, want 8: %w", s.dir, len(v), kverr.ErrCorruptBlock)
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
@@ -279,8 +279,8 @@ func (s *Store) loadWatermark() (uint64, error) {
 func (s *Store) Dir() string { return s.dir }
 
 // Get returns a copy of the value stored under key in keyspace ks, or an
-// error wrapping ErrNotFound (or ErrInvalidKeyspace, ErrClosed,
-// ErrCorrupt).
+// error wrapping kvbuf.ErrNotFound (or kvbuf.ErrInvalidKeyspace, kvbuf.ErrClosed,
+// kvbuf.ErrCorruptBlock).
 func (s *Store) Get(ks KeyspaceID, key []byte) ([]byte, error) {
 	return s.getUser(nil, ks, key, false)
 }
@@ -354,28 +354,28 @@ func closeByStore[T interface {
 	return err
 }
 
-// closedErr is ErrClosed once Close has begun, nil before. Callers hold
+// closedErr is kvbuf.ErrClosed once Close has begun, nil before. Callers hold
 // s.mu.
 func (s *Store) closedErr() error {
 	if s.closed {
-		return ErrClosed
+		return kverr.ErrClosed
 	}
 	return nil
 }
 
 // GetMeta returns a copy of the meta value set with Batch.SetMeta, or an
-// error wrapping ErrNotFound.
+// error wrapping kvbuf.ErrNotFound.
 func (s *Store) GetMeta(name string) ([]byte, error) {
 	k := appendMetaKey(nil, name)
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, ErrClosed
+		return nil, kverr.ErrClosed
 	}
 	v, err := readValue(s.db, nil, k, false)
 	s.mu.RUnlock()
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, kverr.Errorf("meta %q: %w", name, ErrNotFound)
+		return nil, kverr.Errorf("meta %q: %w", name, kverr.ErrNotFound)
 	}
 	if err != nil {
 		return nil, s.wrapErr(fmt.Sprintf("get meta %q", name), err)
@@ -404,12 +404,12 @@ func readValue(r pebble.Reader, dst, k []byte, appendMode bool) ([]byte, error) 
 	return out, nil
 }
 
-// userKeyErr maps a pebble error from reading a user key: ErrNotFound is
+// userKeyErr maps a pebble error from reading a user key: kvbuf.ErrNotFound is
 // returned as is (no allocation on a miss), anything else names the key.
 // It takes the key as a string copy so that callers' slices do not escape.
 func (s *Store) userKeyErr(op string, ks KeyspaceID, key []byte, err error) error {
 	if errors.Is(err, pebble.ErrNotFound) {
-		return ErrNotFound
+		return kverr.ErrNotFound
 	}
 	return s.wrapErr(fmt.Sprintf("%s keyspace %d key %q", op, ks, string(key)), err)
 }
@@ -421,7 +421,7 @@ func (s *Store) Watermark() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, kverr.ErrClosed
 	}
 	return s.wm.Load(), nil
 }
@@ -482,14 +482,14 @@ func (s *Store) Compact(ctx context.Context) error {
 	return nil
 }
 
-// writable returns ErrClosed after Close and, wrapped as `op "dir": ...`,
-// ErrReadOnly for a read-only store. s.mu must be held (read side).
+// writable returns kvbuf.ErrClosed after Close and, wrapped as `op "dir": ...`,
+// kvbuf.ErrReadOnly for a read-only store. s.mu must be held (read side).
 func (s *Store) writable(op string) error {
 	if s.closed {
-		return ErrClosed
+		return kverr.ErrClosed
 	}
 	if s.readOnly {
-		return kverr.Errorf("%s %q: %w", op, s.dir, ErrReadOnly)
+		return kverr.Errorf("%s %q: %w", op, s.dir, kverr.ErrReadOnly)
 	}
 	return nil
 }
@@ -540,7 +540,7 @@ func (s *Store) Metrics() (Metrics, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return Metrics{}, ErrClosed
+		return Metrics{}, kverr.ErrClosed
 	}
 	var m Metrics
 	pm := s.db.Metrics()
@@ -569,7 +569,7 @@ func (s *Store) Metrics() (Metrics, error) {
 // Waits return the sync's result), closes the snapshots and iterators still
 // open, then the pebble database, then releases the directory lock. It
 // waits for in-flight operations. Every call returns the result of the
-// first; every other method then returns ErrClosed. After a failed WAL
+// first; every other method then returns kvbuf.ErrClosed. After a failed WAL
 // sync it reports pebble's error from closing the log.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })

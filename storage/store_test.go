@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestPutGetDelete(t *testing.T) {
@@ -58,7 +59,7 @@ func TestGetAppend(t *testing.T) {
 		t.Fatal("GetAppend reallocated although dst had capacity")
 	}
 	got, err = s.GetAppend(dst, ks1, []byte("missing"))
-	if !errors.Is(err, ErrNotFound) || string(got) != "abc" {
+	if !errors.Is(err, kverr.ErrNotFound) || string(got) != "abc" {
 		t.Fatalf("GetAppend(missing) = %q, %v; want abc, ErrNotFound", got, err)
 	}
 	if raceEnabled || invariants.Enabled {
@@ -156,7 +157,7 @@ func TestNamespaceIsolation(t *testing.T) {
 			t.Fatalf("GetMeta(%q) = %q, %v; want %q", name, got, err, want)
 		}
 	}
-	if _, err := s.GetMeta("wm"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetMeta("wm"); !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("GetMeta(wm) = %v, want ErrNotFound", err)
 	}
 	wantWatermark(t, s, 7)
@@ -192,7 +193,7 @@ func TestNamespaceIsolation(t *testing.T) {
 func TestGetMetaNotFoundNamesKey(t *testing.T) {
 	s, _ := openMem(t)
 	_, err := s.GetMeta("catalog/7")
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "catalog/7") {
+	if !errors.Is(err, kverr.ErrNotFound) || !strings.Contains(err.Error(), "catalog/7") {
 		t.Fatalf("GetMeta = %v; want ErrNotFound naming the key", err)
 	}
 }
@@ -315,7 +316,7 @@ func TestClosed(t *testing.T) {
 	}
 	check := func(name string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, kverr.ErrClosed) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
 	}
@@ -345,13 +346,13 @@ func TestClosed(t *testing.T) {
 }
 
 // TestCloseRacesOperations runs every kind of call against a concurrent
-// Close; each must either succeed or return ErrClosed, never panic.
+// Close; each must either succeed or return kverr.ErrClosed, never panic.
 func TestCloseRacesOperations(t *testing.T) {
 	s, _ := openMem(t)
 	put(t, s, "k", "v")
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	ok := func(err error) bool { return err == nil || errors.Is(err, ErrClosed) }
+	ok := func(err error) bool { return err == nil || errors.Is(err, kverr.ErrClosed) }
 	for g := range 8 {
 		wg.Go(func() {
 			<-start
@@ -423,7 +424,7 @@ func TestCloseRacesOperations(t *testing.T) {
 					t.Errorf("goroutine %d: %v", g, err)
 					return
 				}
-				if errors.Is(err, ErrClosed) || g == 7 {
+				if errors.Is(err, kverr.ErrClosed) || g == 7 {
 					return
 				}
 			}
@@ -431,7 +432,7 @@ func TestCloseRacesOperations(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if _, err := s.Get(ks1, []byte("k")); !errors.Is(err, ErrClosed) {
+	if _, err := s.Get(ks1, []byte("k")); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("Get after racing Close = %v", err)
 	}
 }
@@ -460,8 +461,13 @@ func TestBatchTooLarge(t *testing.T) {
 		t.Fatalf("Len = %d, want 1 (oversize and later ops dropped)", b.Len())
 	}
 	err := s.Apply(b)
-	if !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), "big") {
+	if !errors.Is(err, kverr.ErrBatchTooLarge) || !strings.Contains(err.Error(), "big") {
 		t.Fatalf("Apply = %v, want ErrBatchTooLarge naming the key", err)
+	}
+	// The root's TestErrorTexts cannot build a 4 GiB batch; the text rule
+	// (errors.go "Texts") for kvbuf.ErrBatchTooLarge is pinned here.
+	if got, want := err.Error(), `kvbuf: batch of 26 bytes adding key "big" with a 300-byte value: batch too large`; got != want {
+		t.Fatalf("Apply's text\n  %s\nwant\n  %s", got, want)
 	}
 	wantNotFound(t, s, "small")
 	wantNotFound(t, s, "after")
@@ -471,19 +477,19 @@ func TestBatchTooLarge(t *testing.T) {
 	wantGet(t, s, "again", "v")
 
 	b.SetMeta("meta", bytes.Repeat([]byte("x"), 300))
-	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrBatchTooLarge) {
 		t.Fatalf("Apply(oversize meta) = %v", err)
 	}
 	b.Delete(ks1, bytes.Repeat([]byte("k"), 300))
-	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrBatchTooLarge) {
 		t.Fatalf("Apply(oversize delete key) = %v", err)
 	}
 	b.DeleteRange(ks1, bytes.Repeat([]byte("a"), 100), bytes.Repeat([]byte("b"), 100))
-	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), "range deletion") {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrBatchTooLarge) || !strings.Contains(err.Error(), "range deletion") {
 		t.Fatalf("Apply(oversize range deletion) = %v", err)
 	}
 	b.DeleteMeta(strings.Repeat("m", 300))
-	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrBatchTooLarge) {
 		t.Fatalf("Apply(oversize meta delete) = %v", err)
 	}
 	// A failed batch drops everything after the failure, even what fits.
@@ -494,7 +500,7 @@ func TestBatchTooLarge(t *testing.T) {
 	if b.Len() != 0 {
 		t.Fatalf("Len after a failed op = %d", b.Len())
 	}
-	if err := s.Apply(b); !errors.Is(err, ErrBatchTooLarge) {
+	if err := s.Apply(b); !errors.Is(err, kverr.ErrBatchTooLarge) {
 		t.Fatal(err)
 	}
 	wantGet(t, s, "again", "v")
@@ -513,7 +519,7 @@ func TestDeleteMeta(t *testing.T) {
 		t.Fatalf("Len = %d", b.Len())
 	}
 	mustApply(t, s, b)
-	if _, err := s.GetMeta("a"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetMeta("a"); !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("GetMeta(a) after DeleteMeta = %v", err)
 	}
 	if v, err := s.GetMeta("b"); err != nil || string(v) != "2" {
@@ -527,7 +533,7 @@ func TestForeignBatch(t *testing.T) {
 	s2, _ := openMem(t)
 	b := s1.NewBatch()
 	b.Put(ks1, []byte("k"), []byte("v"))
-	if err := s2.Apply(b); !errors.Is(err, ErrForeignBatch) {
+	if err := s2.Apply(b); !errors.Is(err, kverr.ErrForeignBatch) {
 		t.Fatalf("Apply of another store's batch = %v", err)
 	}
 	wantNotFound(t, s2, "k")

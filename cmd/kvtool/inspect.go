@@ -17,6 +17,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -250,7 +251,7 @@ func checkReady(info enginedir.Info) error {
 		return nil
 	}
 	if info.Locked {
-		return fmt.Errorf("%s: engine initialisation is in progress in a running engine: %w", info.Path, enginedir.ErrLocked)
+		return fmt.Errorf("%s: engine initialisation is in progress in a running engine: %w", info.Path, kvbuf.ErrLocked)
 	}
 	stage := "before its manifest was written"
 	if info.FormatVersion != 0 {
@@ -258,7 +259,7 @@ func checkReady(info enginedir.Info) error {
 	}
 	// The engine finishes an interrupted initialisation when it opens the
 	// directory.
-	return fmt.Errorf("%s: engine initialisation was interrupted (%s); opening it with the engine finishes it: %w", info.Path, stage, enginedir.ErrNotEngine)
+	return fmt.Errorf("%s: engine initialisation was interrupted (%s); opening it with the engine finishes it: %w", info.Path, stage, kvbuf.ErrNotEngine)
 }
 
 // lockShared takes a shared lock on the engine directory so that no engine
@@ -312,7 +313,7 @@ func readStore(dir string) (storeInfo, error) {
 		}
 		var b []byte
 		b, err = st.GetMeta(name)
-		if errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, kvbuf.ErrNotFound) {
 			b, err = nil, nil
 		}
 		return b
@@ -411,7 +412,7 @@ func describeEngine(dir string) (e engineJSON, problems []string, err error) {
 			}
 			h := enginedir.BitsHeader{Version: info.Version, Owner: info.Owner, Gen: info.Gen, Len: info.Len}
 			if err := enginedir.CheckBitsFile(name, h, ent, ok, si.engineID); err != nil {
-				problems = append(problems, strings.TrimSuffix(kverr.Trim(err.Error()), ": "+kverr.Trim(enginedir.ErrCorrupt.Error())))
+				problems = append(problems, strings.TrimSuffix(kverr.Trim(err.Error()), ": "+kverr.Trim(kvbuf.ErrCorruptDir.Error())))
 			}
 		}
 		e.Bitslices = append(e.Bitslices, j)
@@ -546,12 +547,12 @@ func notBitsliceError(path string, err error) error {
 	dir := filepath.Dir(path)
 	base := filepath.Base(path)
 	switch {
-	case !errors.Is(err, bitslice.ErrCorrupt):
+	case !errors.Is(err, kvbuf.ErrCorruptBits):
 		return err
 	case bytes.HasPrefix(head, bitsMagic):
 		// Its own reason, without the package's path prefix.
 		msg := strings.TrimPrefix(err.Error(), kverr.Prefix+path+": ")
-		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimSuffix(msg, ": "+kverr.Trim(bitslice.ErrCorrupt.Error())))
+		return fmt.Errorf("%s: damaged bitslice file: %s", path, strings.TrimSuffix(msg, ": "+kverr.Trim(kvbuf.ErrCorruptBits.Error())))
 	case base == enginedir.ManifestName && bytes.HasPrefix(head, []byte("kvbuf engine directory\n")):
 		return fmt.Errorf("%s is the manifest of the kvbuf engine directory %s, not a bitslice file (inspect the directory: kvtool inspect %s)", path, dir, dir)
 	case base == enginedir.LockName:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -57,7 +58,7 @@ func TestInspectCorruptCatalog(t *testing.T) {
 	setCatalogMeta(t, dir, "users 1\nevents 1\n")
 	code, out, errOut := runCLI(t, "inspect", dir)
 	checkError(t, code, out, errOut, "keyspace catalog")
-	if !strings.Contains(errOut, kverr.Trim(enginedir.ErrCorrupt.Error())) {
+	if !strings.Contains(errOut, kverr.Trim(kvbuf.ErrCorruptDir.Error())) {
 		t.Errorf("stderr %q does not say the directory is corrupt", errOut)
 	}
 }

@@ -214,7 +214,7 @@ func (b *Bits) Count() uint64 { return uint64(max(b.ones.Load(), 0)) }
 
 func (b *Bits) checkIndex(i uint64) error {
 	if i >= b.max {
-		return kverr.Errorf("bit %d (max %d): %w", i, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bit %d (max %d): %w", i, b.max, kverr.ErrOutOfRange)
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ func (b *Bits) CheckRange(lo, hi uint64) error {
 		return kverr.Errorf("bits [%d, %d): %w", lo, hi, kverr.ErrBadRange)
 	}
 	if hi > b.max {
-		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, bitslice.ErrOutOfRange)
+		return kverr.Errorf("bits [%d, %d) (max %d): %w", lo, hi, b.max, kverr.ErrOutOfRange)
 	}
 	return nil
 }
@@ -306,7 +306,7 @@ func (b *Bits) onesBeneath(pi uint64) uint64 {
 
 // Set records bit i = v as pending. Indexes at or beyond the file's length
 // grow it at the next flush; an index at or beyond Max is an error wrapping
-// bitslice.ErrOutOfRange.
+// kverr.ErrOutOfRange.
 func (b *Bits) Set(i uint64, v bool) error {
 	if err := b.checkIndex(i); err != nil {
 		return err

@@ -462,19 +462,19 @@ func TestBitsSummaryAtOpen(t *testing.T) {
 
 func TestBitsBadInput(t *testing.T) {
 	r := newBitsRig(t, &Options{MaxBits: 1000})
-	if err := r.b.Set(1000, true); !errors.Is(err, bitslice.ErrOutOfRange) {
+	if err := r.b.Set(1000, true); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Errorf("Set(max) = %v", err)
 	}
 	if err := r.b.SetRange(5, 4, true); !errors.Is(err, kverr.ErrBadRange) {
 		t.Errorf("SetRange(5, 4) = %v", err)
 	}
-	if err := r.b.SetRange(0, 1001, true); !errors.Is(err, bitslice.ErrOutOfRange) {
+	if err := r.b.SetRange(0, 1001, true); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Errorf("SetRange(0, 1001) = %v", err)
 	}
 	if err := r.b.SetMany([]uint64{1, 2}, []bool{true}); !errors.Is(err, kverr.ErrBadRange) {
 		t.Errorf("SetMany(2 indexes, 1 value) = %v", err)
 	}
-	if err := r.b.SetMany([]uint64{1, 1000}, []bool{true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
+	if err := r.b.SetMany([]uint64{1, 1000}, []bool{true, true}); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Errorf("SetMany(1, max) = %v", err)
 	}
 	if r.b.Get(1) || r.b.Count() != 0 {

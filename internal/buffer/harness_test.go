@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -171,7 +172,7 @@ func checkGet(t testing.TB, get func([]byte) ([]byte, error), m kvModel, univers
 		switch {
 		case ok && (err != nil || string(v) != want):
 			t.Fatalf("%s: Get(%q) = %q, %v; want %q", where, k, v, err, want)
-		case !ok && !errors.Is(err, storage.ErrNotFound):
+		case !ok && !errors.Is(err, kverr.ErrNotFound):
 			t.Fatalf("%s: Get(%q) = %q, %v; want ErrNotFound", where, k, v, err)
 		}
 	}

@@ -191,22 +191,28 @@ func trunc(b []byte) []byte {
 }
 
 // Put records key = value (both copied) as one change: it is visible to
-// every read once Put returns. Errors: ErrEmptyKey, ErrKeyTooLarge,
-// ErrValueTooLarge, ErrDropped (nothing recorded).
+// every read once Put returns. key and value must pass CheckPut: the
+// engine checks them once, before admission, so that a bad key never
+// begins an op, and Put does not check them again (the invariants build
+// does, and panics). Errors: ErrDropped (nothing recorded).
 func (kv *KV) Put(key, value []byte) error {
-	if err := kv.CheckPut(key, value); err != nil {
-		return err
+	if invariants.Enabled {
+		err := kv.CheckPut(key, value)
+		invariants.Check(err == nil, "buffer: Put of an unchecked key or value: %v", err)
 	}
 	r := kv.seq.Reserve(1)
 	defer r.Publish()
 	return kv.write(r.Next(), key, value, false)
 }
 
-// Delete records a tombstone for key: reads report storage.ErrNotFound and
-// scans skip it until a later Put; the flush deletes the stored key.
+// Delete records a tombstone for key: reads report kverr.ErrNotFound and
+// scans skip it until a later Put; the flush deletes the stored key. key
+// must pass CheckKey, as for Put (the engine checks it once; the
+// invariants build checks it again, and panics).
 func (kv *KV) Delete(key []byte) error {
-	if err := kv.checkKey(key); err != nil {
-		return err
+	if invariants.Enabled {
+		err := kv.checkKey(key)
+		invariants.Check(err == nil, "buffer: Delete of an unchecked key: %v", err)
 	}
 	r := kv.seq.Reserve(1)
 	defer r.Publish()
@@ -509,7 +515,7 @@ func (v *kvView) getAppend(dst []byte, k string, h, kw, vis uint64) ([]byte, uin
 }
 
 // Get returns a copy of key's value: the newest pending change, else the
-// stored value. Errors: storage.ErrNotFound (absent, deleted or range
+// stored value. Errors: kverr.ErrNotFound (absent, deleted or range
 // deleted), ErrEmptyKey, ErrKeyTooLarge, the store's errors.
 func (kv *KV) Get(key []byte) ([]byte, error) { return ownCopy(kv.GetAppend(nil, key)) }
 
@@ -567,10 +573,10 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		case probeValue:
 			return out, nil
 		case probeDeleted:
-			return dst, storage.ErrNotFound
+			return dst, kverr.ErrNotFound
 		}
 		if kv.st == nil {
-			return dst, storage.ErrClosed
+			return dst, kverr.ErrClosed
 		}
 		return kv.st.GetAppend(dst, kv.ks, key)
 	}
@@ -718,7 +724,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 			default:
 				vals[j] = nil
 				if st == nil {
-					return buf, storage.ErrClosed
+					return buf, kverr.ErrClosed
 				}
 				start := len(buf)
 				var err error
@@ -1066,7 +1072,7 @@ func (kv *KV) pinView(withActive bool) []*table {
 	return ts
 }
 
-func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, kverr.ErrNotFound) }
 
 // PendingKeys returns the number of keys held by the overlay's tables that
 // are not yet released (a key pending in two generations counts twice).

@@ -12,7 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/kvbuf/kvbuf/storage"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // The publication orders of the KV table (see kv_table.go, kv_order.go,
@@ -457,7 +457,7 @@ func TestKVReadersRacingRecycle(t *testing.T) {
 				}
 				i := n % nkeys
 				v, err := r.kv.Get(keys[i])
-				if err != nil && !errors.Is(err, storage.ErrNotFound) {
+				if err != nil && !errors.Is(err, kverr.ErrNotFound) {
 					fail("Get: %v", err)
 					return
 				}

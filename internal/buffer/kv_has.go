@@ -1,6 +1,10 @@
 package buffer
 
-import "github.com/kvbuf/kvbuf/storage"
+import (
+	"github.com/kvbuf/kvbuf/storage"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
+)
 
 // hasReader is a kvReader that can answer presence without copying a value
 // (storage.Store and storage.Snapshot).
@@ -20,20 +24,20 @@ func (kv *KV) Has(key []byte) (bool, error) {
 		return has, nil
 	}
 	if kv.st == nil {
-		return false, storage.ErrClosed
+		return false, kverr.ErrClosed
 	}
 	return readerHas(kv.st, kv.ks, key)
 }
 
 // Has is KV.Has as of the snapshot. After Close it returns
-// storage.ErrClosed.
+// kverr.ErrClosed.
 func (s *KVSnapshot) Has(key []byte) (bool, error) {
 	if err := s.kv.checkKey(key); err != nil {
 		return false, err
 	}
 	st := s.reader()
 	if st == nil {
-		return false, storage.ErrClosed
+		return false, kverr.ErrClosed
 	}
 	if has, known := s.pendingPresence(key); known {
 		return has, nil

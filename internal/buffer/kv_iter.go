@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -140,7 +141,7 @@ func (kv *KV) NewIter(lower, upper []byte) (*Iter, error) {
 		return nil, err
 	}
 	if kv.st == nil {
-		return nil, storage.ErrClosed
+		return nil, kverr.ErrClosed
 	}
 	// Under vmu no table is frozen or released: the store iterator
 	// holds every change of a table released before the pin, and none

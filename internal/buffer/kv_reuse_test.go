@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvbuf/kvbuf/storage"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // rewriteValue is op i's value of a key in the rewrite tests: i's 8 bytes
@@ -73,7 +73,7 @@ func TestKVOverwritesReuseRecords(t *testing.T) {
 	for _, k := range keys {
 		want, ok := rewriteValue(29_999)
 		got, err := r.kv.Get([]byte(k))
-		if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, storage.ErrNotFound) {
+		if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, kverr.ErrNotFound) {
 			t.Fatalf("Get(%q) = %x, %v; want %x", k, got, err, want)
 		}
 	}
@@ -162,7 +162,7 @@ func TestKVReadersRacingRewrites(t *testing.T) {
 	// check reports whether v (err) is the outcome of an op in [lo, hi].
 	check := func(s *keyState, v []byte, err error, lo, hi uint64, what string) bool {
 		switch {
-		case errors.Is(err, storage.ErrNotFound) || err == nil && v == nil:
+		case errors.Is(err, kverr.ErrNotFound) || err == nil && v == nil:
 			for j := lo; j <= hi; j++ {
 				if _, ok := rewriteValue(j); !ok || j == 0 {
 					return true
@@ -261,7 +261,7 @@ func TestKVReadersRacingRewrites(t *testing.T) {
 				time.Sleep(10 * time.Microsecond) // writers overwrite meanwhile
 			}
 			for i, s := range ks {
-				if !seen[i] && !check(s, nil, storage.ErrNotFound, los[i], his[i], "iterator") {
+				if !seen[i] && !check(s, nil, kverr.ErrNotFound, los[i], his[i], "iterator") {
 					break
 				}
 			}

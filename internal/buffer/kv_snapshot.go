@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -49,7 +50,7 @@ func (kv *KV) Snapshot() *KVSnapshot {
 
 // SetStore sets the store snapshot read beneath the pending tables (see
 // KV.Snapshot). Until it is set, reads that reach the store return
-// storage.ErrClosed.
+// kverr.ErrClosed.
 func (s *KVSnapshot) SetStore(ss *storage.Snapshot) {
 	if ss != nil {
 		s.ss = ss
@@ -63,7 +64,7 @@ func (s *KVSnapshot) reader() kvReader {
 	return s.ss
 }
 
-// Get is KV.Get as of the snapshot. After Close it returns storage.ErrClosed.
+// Get is KV.Get as of the snapshot. After Close it returns kverr.ErrClosed.
 func (s *KVSnapshot) Get(key []byte) ([]byte, error) { return ownCopy(s.GetAppend(nil, key)) }
 
 // GetAppend is KV.GetAppend as of the snapshot.
@@ -73,7 +74,7 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 	}
 	st := s.reader()
 	if st == nil {
-		return dst, storage.ErrClosed
+		return dst, kverr.ErrClosed
 	}
 	k := unsafe.String(unsafe.SliceData(key), len(key))
 	h, kw := keyHash(k, s.kv.seed)
@@ -85,7 +86,7 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 	case probeValue:
 		return out, nil
 	case probeDeleted:
-		return dst, storage.ErrNotFound
+		return dst, kverr.ErrNotFound
 	}
 	return st.GetAppend(dst, s.kv.ks, key)
 }
@@ -94,7 +95,7 @@ func (s *KVSnapshot) GetAppend(dst, key []byte) ([]byte, error) {
 func (s *KVSnapshot) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) {
 	st := s.reader()
 	if st == nil {
-		return buf, storage.ErrClosed
+		return buf, kverr.ErrClosed
 	}
 	if err := s.kv.checkMany(keys, vals); err != nil {
 		return buf, err
@@ -116,7 +117,7 @@ func (s *KVSnapshot) NewIter(lower, upper []byte) (*Iter, error) {
 	}
 	st := s.reader()
 	if st == nil {
-		return nil, storage.ErrClosed
+		return nil, kverr.ErrClosed
 	}
 	// The snapshot's pins keep the tables from being recycled; the
 	// iterator adds its own so that it stays correct if the snapshot is

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvbuf/kvbuf/storage"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // seqModel is the sequential model of one keyspace with sequence numbers:
@@ -319,12 +319,12 @@ func (r *seqRig) checkAt(t *testing.T, rng *rand.Rand, universe []string, vis ui
 		if kind == probeAbsent {
 			got, err = r.st.Get(kv.ks, []byte(k))
 		} else if kind == probeDeleted {
-			err = storage.ErrNotFound
+			err = kverr.ErrNotFound
 		}
 		switch {
 		case ok && (err != nil || string(got) != want):
 			t.Fatalf("%s: Get(%q) = %.40q, %v; want %.40q", where, k, got, err, want)
-		case !ok && !errors.Is(err, storage.ErrNotFound):
+		case !ok && !errors.Is(err, kverr.ErrNotFound):
 			t.Fatalf("%s: Get(%q) = %.40q, %v; want not found", where, k, got, err)
 		}
 	}
@@ -419,7 +419,7 @@ func (r *seqRig) checkStore(t *testing.T, universe []string, where string) {
 		switch {
 		case ok && (err != nil || string(got) != want):
 			t.Fatalf("%s: %q = %.40q, %v; want %.40q", where, k, got, err, want)
-		case !ok && !errors.Is(err, storage.ErrNotFound):
+		case !ok && !errors.Is(err, kverr.ErrNotFound):
 			t.Fatalf("%s: %q = %.40q, %v; want not found", where, k, got, err)
 		}
 	}

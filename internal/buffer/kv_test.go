@@ -12,7 +12,6 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
-	"github.com/kvbuf/kvbuf/storage"
 )
 
 var modelSeed = flag.Uint64("model.seed", 0, "seed of TestKVModel and TestBitsModel (0: random, printed)")
@@ -45,7 +44,7 @@ func TestKVBasics(t *testing.T) {
 		t.Fatal("large value mangled")
 	}
 	r.del("a")
-	if _, err := kv.Get([]byte("a")); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := kv.Get([]byte("a")); !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("deleted key: %v", err)
 	}
 	// Returned values are copies.
@@ -68,8 +67,8 @@ func TestKVBasics(t *testing.T) {
 		{bytes.Repeat([]byte("k"), DefaultMaxKeySize+1), nil, kverr.ErrKeyTooLarge},
 		{[]byte("k"), make([]byte, DefaultMaxValueSize+1), kverr.ErrValueTooLarge},
 	} {
-		if err := kv.Put(c.key, c.val); !errors.Is(err, c.want) {
-			t.Errorf("Put(%d-byte key, %d-byte value) = %v; want %v", len(c.key), len(c.val), err, c.want)
+		if err := kv.CheckPut(c.key, c.val); !errors.Is(err, c.want) {
+			t.Errorf("CheckPut(%d-byte key, %d-byte value) = %v; want %v", len(c.key), len(c.val), err, c.want)
 		}
 	}
 	if err := kv.DeleteRange([]byte("b"), []byte("a")); !errors.Is(err, kverr.ErrBadRange) {

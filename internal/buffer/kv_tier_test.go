@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kvbuf/kvbuf/storage"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // retainOldest writes the oldest queued generation and retains it with its
@@ -92,7 +92,7 @@ func TestTierFilter(t *testing.T) {
 	if c, err := r.st.Commit(b); err != nil || c.Wait() != nil {
 		t.Fatal(err)
 	}
-	if v, err := r.kv.Get([]byte("rd-b")); !errors.Is(err, storage.ErrNotFound) {
+	if v, err := r.kv.Get([]byte("rd-b")); !errors.Is(err, kverr.ErrNotFound) {
 		t.Fatalf("Get(rd-b) = %q, %v; want the newer retained range deletion to hide it", v, err)
 	}
 	v, err := r.kv.GetAppend(nil, []byte(keys[2]))

@@ -58,7 +58,7 @@ type Options struct {
 	PoolBytes int64
 
 	// MaxBits bounds the bit indexes a Bits overlay accepts: an index at or
-	// beyond it is an error wrapping bitslice.ErrOutOfRange. Default:
+	// beyond it is an error wrapping kverr.ErrOutOfRange. Default:
 	// DefaultMaxBits. At most bitslice.MaxBits.
 	MaxBits uint64
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -128,6 +129,10 @@ func (r *protoRig) put(key, val string) string {
 	r.noteKey(key)
 	r.kv.bar.RLock()
 	defer r.kv.bar.RUnlock()
+	// As the engine does: check once, then write (Put's precondition).
+	if err := r.kv.kv.CheckPut([]byte(key), []byte(val)); err != nil {
+		return errText(err)
+	}
 	if err := r.kv.kv.Put([]byte(key), []byte(val)); err != nil {
 		return errText(err)
 	}
@@ -138,6 +143,9 @@ func (r *protoRig) del(key string) string {
 	r.noteKey(key)
 	r.kv.bar.RLock()
 	defer r.kv.bar.RUnlock()
+	if err := r.kv.kv.CheckKey([]byte(key)); err != nil {
+		return errText(err)
+	}
 	if err := r.kv.kv.Delete([]byte(key)); err != nil {
 		return errText(err)
 	}
@@ -477,7 +485,7 @@ func (r *protoRig) isIndex(arg string) (uint64, bool) {
 
 func showKV(k string, v []byte, err error) string {
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, kverr.ErrNotFound):
 		return k + ": not found"
 	case err != nil:
 		return k + ": " + errText(err)
@@ -727,7 +735,7 @@ func (r *protoRig) checkKV(where string, kr protoKVReader, keys map[string]bool)
 	}
 	vals := make([][]byte, len(bkeys))
 	if _, err := kr.GetMany(bkeys, vals, nil); err != nil {
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, kverr.ErrClosed) {
 			return
 		}
 		r.t.Errorf("%s: GetMany: %v", where, err)
@@ -739,9 +747,9 @@ func (r *protoRig) checkKV(where string, kr protoKVReader, keys map[string]bool)
 		switch {
 		case err == nil && (vals[i] == nil || string(vals[i]) != string(v)):
 			r.t.Errorf("%s: Get(%q) = %q, GetMany %q", where, k, v, vals[i])
-		case errors.Is(err, storage.ErrNotFound) && vals[i] != nil:
+		case errors.Is(err, kverr.ErrNotFound) && vals[i] != nil:
 			r.t.Errorf("%s: Get(%q) not found, GetMany %q", where, k, vals[i])
-		case err != nil && !errors.Is(err, storage.ErrNotFound):
+		case err != nil && !errors.Is(err, kverr.ErrNotFound):
 			r.t.Errorf("%s: Get(%q): %v", where, k, err)
 		}
 		if err == nil {

@@ -21,9 +21,9 @@ import (
 // (the bitslice locks are taken): kvtool inspect checks the engine's lock
 // first. For an engine closed cleanly it equals the digest the live engine
 // reported (kvbuf's Snapshot.Digest); after a crash it is the digest of
-// what survived. Errors wrap the lower packages' sentinels
-// (storage.ErrCorrupt, bitslice.ErrCorrupt, bitslice.ErrLocked, ...) and
-// ctx.Err() if ctx ends first.
+// what survived. Errors wrap the module's sentinels the lower packages
+// return (kverr.ErrCorruptBlock, kverr.ErrCorruptBits, kverr.ErrLocked,
+// ...) and ctx.Err() if ctx ends first.
 func Dir(ctx context.Context, dir string) (Sum, error) {
 	st, err := storage.Open(filepath.Join(dir, enginedir.StoreDir), &storage.Options{ReadOnly: true})
 	if err != nil {
@@ -52,7 +52,7 @@ func Dir(ctx context.Context, dir string) (Sum, error) {
 // hashStore feeds d every keyspace of the store's catalog, in name order.
 func hashStore(ctx context.Context, d *Hasher, st *storage.Store) error {
 	b, err := st.GetMeta(enginedir.CatalogMeta)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, kverr.ErrNotFound) {
 		b, err = nil, nil
 	}
 	if err != nil {

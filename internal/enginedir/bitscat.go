@@ -26,10 +26,10 @@ const (
 func EncodeEngineID(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
 // ParseEngineID decodes the engine id meta entry; anything but 8 bytes
-// holding a nonzero id wraps ErrCorrupt.
+// holding a nonzero id wraps kverr.ErrCorruptDir.
 func ParseEngineID(b []byte) (uint64, error) {
 	if len(b) != 8 || binary.BigEndian.Uint64(b) == 0 {
-		return 0, kverr.Errorf("engine id record %x: %w", b, ErrCorrupt)
+		return 0, kverr.Errorf("engine id record %x: %w", b, kverr.ErrCorruptDir)
 	}
 	return binary.BigEndian.Uint64(b), nil
 }
@@ -78,7 +78,7 @@ func (c BitsCatalog) Encode() []byte {
 }
 
 // ParseBitsCatalog decodes a bitslice catalog. Anything malformed (a bad
-// name or number, a name listed twice) wraps ErrCorrupt.
+// name or number, a name listed twice) wraps kverr.ErrCorruptDir.
 func ParseBitsCatalog(b []byte) (BitsCatalog, error) {
 	c := BitsCatalog{}
 	s := strings.TrimSuffix(string(b), "\n")
@@ -87,7 +87,7 @@ func ParseBitsCatalog(b []byte) (BitsCatalog, error) {
 	}
 	for i, line := range strings.Split(s, "\n") {
 		bad := func(why string) (BitsCatalog, error) {
-			return nil, kverr.Errorf("bitslice catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
+			return nil, kverr.Errorf("bitslice catalog line %d %.80q: %s: %w", i+1, line, why, kverr.ErrCorruptDir)
 		}
 		f := strings.Split(line, " ")
 		if len(f) != 3 && (len(f) != 4 || f[3] != "v1") {
@@ -126,12 +126,12 @@ type BitsHeader struct {
 // CheckBitsFile checks that the file of bitslice name, whose header is h,
 // is the one the engine with id engineID recorded as e (ok: it is in the
 // catalog) or, if it is not in the catalog, that the engine made it. The
-// error, wrapping ErrCorrupt, says what is wrong: another engine's file, a
+// error, wrapping kverr.ErrCorruptDir, says what is wrong: another engine's file, a
 // version-1 file where the engine never had one, an older copy (a lower
 // generation), a shorter file.
 func CheckBitsFile(name string, h BitsHeader, e BitsEntry, ok bool, engineID uint64) error {
 	bad := func(format string, args ...any) error {
-		return kverr.Errorf("bitslice %q: "+format+": %w", append([]any{name}, append(args, ErrCorrupt)...)...)
+		return kverr.Errorf("bitslice %q: "+format+": %w", append([]any{name}, append(args, kverr.ErrCorruptDir)...)...)
 	}
 	switch {
 	case h.Version == 1 && !(ok && e.V1):

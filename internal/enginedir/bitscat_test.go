@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestBitsCatalogRoundTrip(t *testing.T) {
@@ -20,7 +22,7 @@ func TestBitsCatalogRoundTrip(t *testing.T) {
 		t.Fatalf("Parse(nil) = %v, %v", got, err)
 	}
 	for _, bad := range []string{"a 1\n", "a 1 2 3\n", "a x 2\n", "a 1 -2\n", "bad name 1 2\n", "a 1 2\na 3 4\n", ".. 1 2\n", "a 1 2 v2\n"} {
-		if _, err := ParseBitsCatalog([]byte(bad)); !errors.Is(err, ErrCorrupt) {
+		if _, err := ParseBitsCatalog([]byte(bad)); !errors.Is(err, kverr.ErrCorruptDir) {
 			t.Errorf("Parse(%q) = %v, want ErrCorrupt", bad, err)
 		}
 	}
@@ -28,7 +30,7 @@ func TestBitsCatalogRoundTrip(t *testing.T) {
 		t.Fatalf("engine id round trip: %x, %v", id, err)
 	}
 	for _, bad := range [][]byte{nil, {1, 2}, make([]byte, 8), make([]byte, 9)} {
-		if _, err := ParseEngineID(bad); !errors.Is(err, ErrCorrupt) {
+		if _, err := ParseEngineID(bad); !errors.Is(err, kverr.ErrCorruptDir) {
 			t.Errorf("ParseEngineID(%x) = %v", bad, err)
 		}
 	}
@@ -63,7 +65,7 @@ func TestCheckBitsFile(t *testing.T) {
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v, want accepted", c.name, err)
-		case c.want != "" && (!errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want)):
+		case c.want != "" && (!errors.Is(err, kverr.ErrCorruptDir) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v, want ErrCorrupt saying %q", c.name, err, c.want)
 		}
 	}

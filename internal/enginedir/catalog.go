@@ -59,7 +59,7 @@ func NewCatalog() Catalog {
 // ParseCatalog decodes a catalog. It reads catalogs written by every kvbuf
 // version (lines "name id" only, the format from before drops existed) as
 // well as Encode's output. Anything malformed is an error wrapping
-// ErrCorrupt: a bad line, name or id, an id of 0 or above MaxKeyspaceID, a
+// kverr.ErrCorruptDir: a bad line, name or id, an id of 0 or above MaxKeyspaceID, a
 // name or an id listed twice, an unknown or repeated "@" directive, a
 // "@next" not above every id.
 func ParseCatalog(b []byte) (Catalog, error) {
@@ -73,7 +73,7 @@ func ParseCatalog(b []byte) (Catalog, error) {
 			continue
 		}
 		bad := func(why string) (Catalog, error) {
-			return Catalog{}, kverr.Errorf("keyspace catalog line %d %.80q: %s: %w", i+1, line, why, ErrCorrupt)
+			return Catalog{}, kverr.Errorf("keyspace catalog line %d %.80q: %s: %w", i+1, line, why, kverr.ErrCorruptDir)
 		}
 		key, arg, ok := strings.Cut(line, " ")
 		if !ok {
@@ -120,7 +120,7 @@ func ParseCatalog(b []byte) (Catalog, error) {
 	c.NextID = maxID + 1 // no overflow: maxID <= MaxKeyspaceID
 	if haveNext {
 		if next <= maxID {
-			return Catalog{}, kverr.Errorf("keyspace catalog: %s %d is not above id %d: %w", directiveNext, next, maxID, ErrCorrupt)
+			return Catalog{}, kverr.Errorf("keyspace catalog: %s %d is not above id %d: %w", directiveNext, next, maxID, kverr.ErrCorruptDir)
 		}
 		c.NextID = next
 	}
@@ -220,7 +220,7 @@ func (c Catalog) Clone() Catalog {
 var errIDsExhausted = errors.New("kvbuf: no keyspace id left")
 
 // Add gives the new keyspace name the next id and returns it. It fails
-// with ErrBadName for a bad name, and if name is already a keyspace or
+// with kverr.ErrBadName for a bad name, and if name is already a keyspace or
 // every id up to MaxKeyspaceID has been used.
 func (c *Catalog) Add(name string) (uint32, error) {
 	if err := CheckName("keyspace", name); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // catalogEqual compares catalogs by content (a nil map or slice equals an
@@ -108,7 +110,7 @@ func TestCatalogMalformed(t *testing.T) {
 	}
 	for _, in := range bad {
 		c, err := ParseCatalog([]byte(in))
-		if !errors.Is(err, ErrCorrupt) {
+		if !errors.Is(err, kverr.ErrCorruptDir) {
 			t.Errorf("ParseCatalog(%q) = %+v, %v; want ErrCorrupt", in, c, err)
 		}
 	}
@@ -216,7 +218,7 @@ func TestCatalogIDsNeverReused(t *testing.T) {
 
 func TestCatalogAddErrors(t *testing.T) {
 	c := NewCatalog()
-	if _, err := c.Add("bad name"); !errors.Is(err, ErrBadName) {
+	if _, err := c.Add("bad name"); !errors.Is(err, kverr.ErrBadName) {
 		t.Fatalf("Add(bad name): %v", err)
 	}
 	if _, err := c.Add("k"); err != nil {
@@ -308,7 +310,7 @@ func legacyParse(b []byte) (map[string]uint32, error) {
 }
 
 // FuzzParseCatalog checks ParseCatalog against the old parser and its own
-// encoder: it never panics; what it refuses is ErrCorrupt; what it accepts
+// encoder: it never panics; what it refuses is kverr.ErrCorruptDir; what it accepts
 // is valid and survives Encode and ParseCatalog unchanged, and Encode is
 // canonical; it reads every catalog the old parser read, except those with
 // an id listed twice or the id 0xffffffff (which the old engine never
@@ -319,7 +321,7 @@ func FuzzParseCatalog(f *testing.F) {
 		c, err := ParseCatalog(b)
 		old, oldErr := legacyParse(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, kverr.ErrCorruptDir) {
 				t.Fatalf("ParseCatalog(%q): %v does not wrap ErrCorrupt", b, err)
 			}
 			if oldErr == nil && !hasDupIDs(old) && !slices.Contains(slices.Collect(maps.Values(old)), math.MaxUint32) {

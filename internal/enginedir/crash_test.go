@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestCrashedInitialisationStates builds, on disk, every state a crash can
@@ -78,7 +80,7 @@ func TestCrashedInitialisationStates(t *testing.T) {
 			info, err := Describe(dir)
 			switch {
 			case len(tc.files) == 0:
-				checkIs(t, err, ErrNotEngine) // an empty directory is no engine yet
+				checkIs(t, err, kverr.ErrNotEngine) // an empty directory is no engine yet
 			case err != nil:
 				t.Fatalf("Describe: %v", err)
 			case tc.ready && info.State != Ready, !tc.ready && info.State != Initialising:

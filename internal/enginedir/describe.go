@@ -27,19 +27,19 @@ type Info struct {
 
 // Describe classifies the directory at path for tools (kvtool inspect)
 // without locking it for longer than a probe and without writing anything.
-// It fails like Open (ErrNotEngine, ErrCorrupt, the OS's errors), and with
-// ErrNotEngine for an empty directory, which is not an engine until Open
+// It fails like Open (kverr.ErrNotEngine, kverr.ErrCorruptDir, the OS's errors), and with
+// kverr.ErrNotEngine for an empty directory, which is not an engine until Open
 // makes it one. It does not look into the store: a ready manifest whose
 // store is missing is reported Ready (opening the store says what is
 // wrong). The lock probe is a shared flock taken and dropped at once: an
-// engine opening the directory at that instant gets ErrLocked.
+// engine opening the directory at that instant gets kverr.ErrLocked.
 func Describe(path string) (Info, error) {
 	l, err := readLayout(path)
 	if err != nil {
 		return Info{}, err
 	}
 	if l.state == 0 && !l.lock && len(l.leftovers) == 0 {
-		return Info{}, kverr.Errorf("%s has no %s manifest: %w", path, ManifestName, ErrNotEngine)
+		return Info{}, kverr.Errorf("%s has no %s manifest: %w", path, ManifestName, kverr.ErrNotEngine)
 	}
 	info := Info{Path: path, State: l.state, FormatVersion: l.version}
 	if info.State == 0 {

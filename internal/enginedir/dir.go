@@ -65,10 +65,10 @@ func hook(point, path string) {
 // initialisation is incomplete: the caller creates the store (bits/ exists
 // already) and calls MarkReady.
 //
-// Errors, wrapped with the path: ErrLocked if another engine holds the
-// directory; ErrNotEngine for a path that is not a directory, or a
+// Errors, wrapped with the path: kverr.ErrLocked if another engine holds the
+// directory; kverr.ErrNotEngine for a path that is not a directory, or a
 // directory kvbuf did not make (in which nothing is created or changed);
-// ErrCorrupt for a damaged or newer manifest, or a ready manifest whose
+// kverr.ErrCorruptDir for a damaged or newer manifest, or a ready manifest whose
 // store or bits directory is missing (or not a directory). A failed Open of
 // an existing engine leaves nothing behind.
 func Open(path string, opts *Options) (*Dir, error) {
@@ -138,7 +138,7 @@ func ensureDir(path string) error {
 	case err != nil:
 		return kverr.Errorf("open %s: %w", path, err)
 	case !st.IsDir():
-		return kverr.Errorf("open %s: not a directory: %w", path, ErrNotEngine)
+		return kverr.Errorf("open %s: not a directory: %w", path, kverr.ErrNotEngine)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (d *Dir) checkDirs() error {
 		err = syscall.ENOTDIR
 	}
 	if err != nil {
-		return kverr.Errorf("%s has a manifest but no usable %s directory: %w: %w", d.path, BitsDir, ErrCorrupt, err)
+		return kverr.Errorf("%s has a manifest but no usable %s directory: %w: %w", d.path, BitsDir, kverr.ErrCorruptDir, err)
 	}
 	return nil
 }
@@ -208,7 +208,7 @@ func (d *Dir) checkStore() error {
 		err = syscall.ENOTDIR
 	}
 	if err != nil {
-		return kverr.Errorf("no usable %s directory: %w: %w", StoreDir, ErrCorrupt, err)
+		return kverr.Errorf("no usable %s directory: %w: %w", StoreDir, kverr.ErrCorruptDir, err)
 	}
 	return nil
 }
@@ -226,7 +226,7 @@ func (d *Dir) makeBitsDir() error {
 		case st.IsDir():
 			err = nil
 		default:
-			err = kverr.Errorf("%w: %w", ErrCorrupt, syscall.ENOTDIR)
+			err = kverr.Errorf("%w: %w", kverr.ErrCorruptDir, syscall.ENOTDIR)
 		}
 	}
 	if err != nil {
@@ -315,7 +315,7 @@ func (d *Dir) SyncBitsDir() error {
 // it makes the engine directory's entries durable, then atomically
 // replaces the initialising manifest with the ready one (temporary file,
 // fsync, rename, directory fsync). From then on a missing store is
-// ErrCorrupt. It does nothing if the directory is not Fresh.
+// kverr.ErrCorruptDir. It does nothing if the directory is not Fresh.
 func (d *Dir) MarkReady() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -394,7 +394,7 @@ func (d *Dir) closeLocked(removeLock bool) error {
 	}
 	if removeLock {
 		// Removed while still locked: an opener that opened it meanwhile
-		// gets ErrLocked now, or the lock on a removed file, which it
+		// gets kverr.ErrLocked now, or the lock on a removed file, which it
 		// notices (sameFile) and looks again.
 		_ = os.Remove(filepath.Join(d.path, LockName))
 	}

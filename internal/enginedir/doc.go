@@ -3,7 +3,10 @@
 // for bitslice and keyspace names, and the encodings of the keyspace and
 // bitslice catalogs and of the engine id.
 // The engine (package kvbuf) and kvtool share it, so neither parses the
-// manifest or knows the format number on its own.
+// manifest or knows the format number on its own. Its errors wrap
+// internal/kverr's sentinels (kverr.ErrNotEngine, kverr.ErrCorruptDir,
+// kverr.ErrLocked, kverr.ErrBadName), which the root exports as
+// kvbuf.ErrNotEngine and so on.
 //
 // # Layout
 //
@@ -29,19 +32,19 @@
 //  1. Create the directory if it is absent, with its missing parents (and
 //     sync the parent of every directory made, up to the closest one that
 //     existed: a power cut keeps no entry that was not synced). A path
-//     that exists and is not a directory is ErrNotEngine.
+//     that exists and is not a directory is kverr.ErrNotEngine.
 //  2. Classify it without the lock, writing nothing. A KVBUF manifest
-//     decides: ready, initialising, damaged or newer (ErrCorrupt), or
-//     foreign (ErrNotEngine; but a foreign, empty or garbage KVBUF next to
+//     decides: ready, initialising, damaged or newer (kverr.ErrCorruptDir), or
+//     foreign (kverr.ErrNotEngine; but a foreign, empty or garbage KVBUF next to
 //     store/ and bits/ directories, which only kvbuf makes and only after
-//     its manifest, is a damaged engine: ErrCorrupt, as is a directory
+//     its manifest, is a damaged engine: kverr.ErrCorruptDir, as is a directory
 //     with store/ and bits/ and no KVBUF). Without one, the directory may hold only what
 //     an interrupted initialisation leaves: a LOCK file holding kvbuf's
 //     text, temporary files, or nothing. Anything else, a LOCK that kvbuf
-//     did not write (an empty one, say) included, is ErrNotEngine, and the
+//     did not write (an empty one, say) included, is kverr.ErrNotEngine, and the
 //     directory is left as it was.
 //  3. Lock. If LOCK exists, open it and flock it (LOCK_EX|LOCK_NB; if
-//     another engine holds it: ErrLocked), then check that the name LOCK
+//     another engine holds it: kverr.ErrLocked), then check that the name LOCK
 //     still refers to the file just locked (if not, start again at 2). If
 //     LOCK does not exist, create LOCK.tmp.<random> (O_EXCL), flock it,
 //     write kvbuf's text into it, fsync it, and publish it as LOCK with a
@@ -50,7 +53,7 @@
 //     LOCK exists, and LOCK is never seen without its text. If LOCK
 //     appeared meanwhile (another opener won the race), or the temporary
 //     file was removed by the holder's clean-up, drop the temporary file
-//     and start again at 2, which then finds LOCK held: ErrLocked.
+//     and start again at 2, which then finds LOCK held: kverr.ErrLocked.
 //  4. Re-check the directory under the lock (step 2 again). A refusal at
 //     this point removes the LOCK this call published, so nothing is left
 //     in a directory that is refused.
@@ -59,7 +62,7 @@
 //     since an earlier crash): create bits/ and fsync the directory; Fresh
 //     reports true, the caller creates the store and calls MarkReady, which
 //     fsyncs the directory and atomically replaces the manifest with the
-//     ready one. Ready: store/ and bits/ must exist, else ErrCorrupt (a
+//     ready one. Ready: store/ and bits/ must exist, else kverr.ErrCorruptDir (a
 //     ready manifest is only written once they are durable, so a missing
 //     one means lost data, never a new engine).
 //  6. Remove leftover temporary files.
@@ -109,7 +112,7 @@
 // checks each file against them at Open (CheckBitsFile), and so does kvtool
 // inspect: a recorded file that is missing, an older copy, a shorter file,
 // another engine's file or a format-1 file the engine never had is
-// ErrCorrupt.
+// kverr.ErrCorruptDir.
 //
 // # The keyspace catalog
 //

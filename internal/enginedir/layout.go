@@ -105,18 +105,18 @@ func readLayoutOnce(path string) (layout, error) {
 		return layout{}, kverr.Errorf("%w", err) // a *PathError naming path
 	}
 	if !st.IsDir() {
-		return layout{}, kverr.Errorf("%s is not a directory: %w", path, ErrNotEngine)
+		return layout{}, kverr.Errorf("%s is not a directory: %w", path, kverr.ErrNotEngine)
 	}
 	mpath := filepath.Join(path, ManifestName)
 	var l layout
 	l.state, l.version, err = readManifest(mpath)
-	if errors.Is(err, ErrNotEngine) && hasEngineDirs(path) {
+	if errors.Is(err, kverr.ErrNotEngine) && hasEngineDirs(path) {
 		// An empty, garbage or foreign KVBUF next to store/ and bits/:
 		// kvbuf's own directory whose manifest was damaged, so that a
 		// host's "restore on corrupt" branch runs.
 		b, _ := readSmallFile(mpath)
 		return layout{}, kverr.Errorf("%s has %s/ and %s/ but its %s manifest is damaged (%d bytes: %.40q): %w",
-			path, StoreDir, BitsDir, ManifestName, len(b), b, ErrCorrupt)
+			path, StoreDir, BitsDir, ManifestName, len(b), b, kverr.ErrCorruptDir)
 	}
 	if err != nil {
 		return layout{}, err
@@ -169,12 +169,12 @@ func readLayoutOnce(path string) (layout, error) {
 	if engineDirs {
 		// kvbuf creates store/ and bits/ only after the manifest, which is
 		// never removed: an engine whose manifest was lost.
-		return layout{}, kverr.Errorf("%s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, ErrCorrupt)
+		return layout{}, kverr.Errorf("%s has %s/ and %s/ but no %s manifest: %w", path, StoreDir, BitsDir, ManifestName, kverr.ErrCorruptDir)
 	}
 	if lockErr != nil {
 		return layout{}, lockErr
 	}
-	return layout{}, kverr.Errorf("%s has %q but no %s: %w", path, foreign, ManifestName, ErrNotEngine)
+	return layout{}, kverr.Errorf("%s has %q but no %s: %w", path, foreign, ManifestName, kverr.ErrNotEngine)
 }
 
 // hasEngineDirs reports whether path holds both a store and a bits
@@ -190,7 +190,7 @@ func hasEngineDirs(path string) bool {
 }
 
 // readManifest reads and classifies the manifest at mpath: state 0 if
-// there is none, ErrNotEngine if it is not kvbuf's, ErrCorrupt if it is
+// there is none, kverr.ErrNotEngine if it is not kvbuf's, kverr.ErrCorruptDir if it is
 // kvbuf's but damaged or of a newer format.
 func readManifest(mpath string) (State, int, error) {
 	b, err := readSmallFile(mpath)
@@ -198,7 +198,7 @@ func readManifest(mpath string) (State, int, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return 0, 0, nil
 	case errors.Is(err, errNotRegular):
-		return 0, 0, kverr.Errorf("%s is not a regular file (kvbuf never makes one): %w", mpath, ErrNotEngine)
+		return 0, 0, kverr.Errorf("%s is not a regular file (kvbuf never makes one): %w", mpath, kverr.ErrNotEngine)
 	case err != nil:
 		return 0, 0, kverr.Errorf("read %s: %w", mpath, err)
 	}
@@ -213,9 +213,9 @@ func readManifest(mpath string) (State, int, error) {
 		return Initialising, 1, nil
 	}
 	if !bytes.HasPrefix(b, []byte(manifestHeader)) {
-		return 0, 0, kverr.Errorf("%s: foreign manifest %.40q: %w", mpath, b, ErrNotEngine)
+		return 0, 0, kverr.Errorf("%s: foreign manifest %.40q: %w", mpath, b, kverr.ErrNotEngine)
 	}
-	return 0, 0, kverr.Errorf("%s: unsupported or damaged manifest %.80q (this kvbuf reads formats 1 and %d): %w", mpath, b, FormatVersion, ErrCorrupt)
+	return 0, 0, kverr.Errorf("%s: unsupported or damaged manifest %.80q (this kvbuf reads formats 1 and %d): %w", mpath, b, FormatVersion, kverr.ErrCorruptDir)
 }
 
 // checkLoneLock checks the LOCK file of a directory without a manifest: it
@@ -228,12 +228,12 @@ func checkLoneLock(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return errAgain // removed since the listing by a refusing opener
 	case errors.Is(err, errNotRegular):
-		return kverr.Errorf("%s has a %s that is not a regular file and no %s manifest: %w", path, LockName, ManifestName, ErrNotEngine)
+		return kverr.Errorf("%s has a %s that is not a regular file and no %s manifest: %w", path, LockName, ManifestName, kverr.ErrNotEngine)
 	case err != nil:
 		return kverr.Errorf("read %s: %w", lpath, err)
 	}
 	if string(b) != lockText {
-		return kverr.Errorf("%s has a %s file kvbuf did not write (%.40q) and no %s manifest: %w", path, LockName, b, ManifestName, ErrNotEngine)
+		return kverr.Errorf("%s has a %s file kvbuf did not write (%.40q) and no %s manifest: %w", path, LockName, b, ManifestName, kverr.ErrNotEngine)
 	}
 	return nil
 }

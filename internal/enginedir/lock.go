@@ -31,7 +31,7 @@ func acquire(path string) (f *os.File, created bool, err error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return publishLock(path)
 	case errors.Is(err, syscall.EISDIR):
-		return nil, false, kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt)
+		return nil, false, kverr.Errorf("lock %s: not a regular file: %w", lpath, kverr.ErrCorruptDir)
 	case err != nil:
 		return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 	}
@@ -47,7 +47,7 @@ func acquire(path string) (f *os.File, created bool, err error) {
 	return f, false, nil
 }
 
-// lockFile flocks f non-blocking: ErrLocked if another holder conflicts.
+// lockFile flocks f non-blocking: kverr.ErrLocked if another holder conflicts.
 func lockFile(f *os.File, lpath string, how int) error {
 	for {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
@@ -57,7 +57,7 @@ func lockFile(f *os.File, lpath string, how int) error {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK):
-			return kverr.Errorf("lock %s: %w", lpath, ErrLocked)
+			return kverr.Errorf("lock %s: %w", lpath, kverr.ErrLocked)
 		}
 		// Untested: besides EWOULDBLOCK and EINTR, flock fails only with
 		// ENOLCK.
@@ -76,7 +76,7 @@ func sameFile(f *os.File, lpath string) error {
 		return kverr.Errorf("lock %s: %w", lpath, err)
 	}
 	if !fst.Mode().IsRegular() {
-		return kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt)
+		return kverr.Errorf("lock %s: not a regular file: %w", lpath, kverr.ErrCorruptDir)
 	}
 	pst, err := os.Lstat(lpath)
 	switch {
@@ -86,7 +86,7 @@ func sameFile(f *os.File, lpath string) error {
 		// Untested: the directory was just read.
 		return kverr.Errorf("lock %s: %w", lpath, err)
 	case !pst.Mode().IsRegular():
-		return kverr.Errorf("lock %s: not a regular file: %w", lpath, ErrCorrupt) // a symbolic link, say
+		return kverr.Errorf("lock %s: not a regular file: %w", lpath, kverr.ErrCorruptDir) // a symbolic link, say
 	case !os.SameFile(fst, pst):
 		return errAgain
 	}
@@ -153,7 +153,7 @@ func createTemp(dir, prefix string) (*os.File, error) {
 
 // ReadLock takes a shared lock on the engine directory at path for a tool
 // that reads it without opening it (kvtool inspect): while the tool holds
-// it, no engine can open the directory (Open returns ErrLocked). If an
+// it, no engine can open the directory (Open returns kverr.ErrLocked). If an
 // engine has the directory open, it returns locked = true and takes no
 // lock. A directory without a LOCK file needs none and gets none: ReadLock
 // never creates anything. release (never nil on success) drops the lock.
@@ -168,7 +168,7 @@ func ReadLock(path string) (release func(), locked bool, err error) {
 			return nil, false, kverr.Errorf("lock %s: %w", lpath, err)
 		}
 		err = lockFile(f, lpath, unix.LOCK_SH)
-		if errors.Is(err, ErrLocked) {
+		if errors.Is(err, kverr.ErrLocked) {
 			f.Close()
 			return nil, true, nil
 		}

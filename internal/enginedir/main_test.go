@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // childEnv makes the re-executed test binary play a role instead of
@@ -50,7 +52,7 @@ func openChild(dir string) int {
 	}
 	d, err := Open(dir, nil)
 	switch {
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, kverr.ErrLocked):
 		fmt.Println("locked")
 		return 0
 	case err != nil:

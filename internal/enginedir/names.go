@@ -27,43 +27,23 @@ const (
 	// the bitslice catalog and version-2 bitslice files; this package also
 	// reads format 1, which the engine upgrades (Dir.Upgrade) once it has
 	// recorded what format 2 needs. Earlier kvbuf versions refuse format 2
-	// as damaged or newer (ErrCorrupt) instead of misreading it.
+	// as damaged or newer (kverr.ErrCorruptDir) instead of misreading it.
 	FormatVersion = 2
 
 	// MaxNameLen is the longest keyspace or bitslice name, in bytes.
 	MaxNameLen = 128
 )
 
-var (
-	// ErrNotEngine: the path is not a kvbuf engine directory (a file, or a
-	// non-empty directory kvbuf did not create), so the engine refuses to
-	// write into it.
-	ErrNotEngine = kverr.ErrNotEngine
-
-	// ErrCorrupt: the directory is a kvbuf engine but damaged: a damaged or
-	// newer manifest, a ready manifest without its store or bits
-	// directory, a malformed keyspace catalog.
-	ErrCorrupt = kverr.ErrCorruptDir
-
-	// ErrLocked: another engine, in this process or another one, has the
-	// directory open.
-	ErrLocked = kverr.ErrLocked
-
-	// ErrBadName: a keyspace or bitslice name that is empty, longer than
-	// MaxNameLen bytes, "." or "..", or has a byte outside [A-Za-z0-9._-].
-	ErrBadName = kverr.ErrBadName
-)
-
 // CheckName enforces the keyspace and bitslice name rule: 1 to MaxNameLen
 // bytes of [A-Za-z0-9._-], not "." or "..". kind ("keyspace", "bitslice")
-// goes into the error, which wraps ErrBadName.
+// goes into the error, which wraps kverr.ErrBadName.
 func CheckName(kind, name string) error {
 	if name == "" || len(name) > MaxNameLen || name == "." || name == ".." {
-		return kverr.Errorf("%s name %q: %w", kind, name, ErrBadName)
+		return kverr.Errorf("%s name %q: %w", kind, name, kverr.ErrBadName)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameByte(name[i]) {
-			return kverr.Errorf("%s name %q: byte %#x: %w", kind, name, name[i], ErrBadName)
+			return kverr.Errorf("%s name %q: byte %#x: %w", kind, name, name[i], kverr.ErrBadName)
 		}
 	}
 	return nil

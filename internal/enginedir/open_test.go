@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 func TestManifestTextsMatchFormatVersion(t *testing.T) {
@@ -95,7 +97,7 @@ func TestOpenExistingFormat(t *testing.T) {
 		if d.Fresh() {
 			t.Fatal("existing engine opened Fresh")
 		}
-		if _, err := Open(dir, nil); !errors.Is(err, ErrLocked) {
+		if _, err := Open(dir, nil); !errors.Is(err, kverr.ErrLocked) {
 			t.Fatalf("second Open: %v, want ErrLocked", err)
 		}
 		closeT(t, d)
@@ -176,7 +178,7 @@ func TestOpenRefusals(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "f")
 			writeFile(t, p, "data")
 			return p
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"path is a symlink to a file", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, "f"), "data")
@@ -184,8 +186,8 @@ func TestOpenRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return filepath.Join(d, "l")
-		}, []error{ErrNotEngine}},
-		{"path is a device", func(t *testing.T) string { return "/dev/null" }, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
+		{"path is a device", func(t *testing.T) string { return "/dev/null" }, []error{kverr.ErrNotEngine}},
 		{"parent is a file", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "f")
 			writeFile(t, p, "")
@@ -195,32 +197,32 @@ func TestOpenRefusals(t *testing.T) {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, "precious.txt"), "x")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"foreign directory with a subdirectory", func(t *testing.T) string {
 			d := t.TempDir()
 			mkdir(t, filepath.Join(d, StoreDir))
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"lone empty LOCK", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, LockName), "")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"lone foreign LOCK", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, LockName), "pid 4242\n")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"lone LOCK with kvbuf's text and more", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, LockName), lockText+"x")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"lone LOCK directory", func(t *testing.T) string {
 			d := t.TempDir()
 			mkdir(t, filepath.Join(d, LockName))
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"lone LOCK symlink to kvbuf's text", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, "elsewhere"), lockText)
@@ -229,41 +231,41 @@ func TestOpenRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return filepath.Join(d, "e")
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"kvbuf LOCK and a foreign file", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, LockName), lockText)
 			writeFile(t, filepath.Join(d, "precious.txt"), "x")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"kvbuf leftovers and a foreign file", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, lockTempPrefix+"0123456789abcdef"), lockText)
 			writeFile(t, filepath.Join(d, legacyManifestTemp), manifestInit)
 			writeFile(t, filepath.Join(d, "precious.txt"), "x")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"kvbuf LOCK and a store but no manifest", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, LockName), lockText)
 			mkdir(t, filepath.Join(d, StoreDir))
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"foreign manifest", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, ManifestName), "something else\n")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"empty manifest", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, ManifestName), "")
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"manifest is a directory", func(t *testing.T) string {
 			d := t.TempDir()
 			mkdir(t, filepath.Join(d, ManifestName))
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"manifest is a symlink", func(t *testing.T) string {
 			d := ready(t)
 			writeFile(t, filepath.Join(d, "real"), manifestReady)
@@ -274,36 +276,36 @@ func TestOpenRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return d // a symlink kvbuf never makes, next to store/ and bits/: damaged
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 		{"manifest is a FIFO", func(t *testing.T) string {
 			d := t.TempDir()
 			if err := syscall.Mkfifo(filepath.Join(d, ManifestName), 0o644); err != nil {
 				t.Skip(err)
 			}
 			return d
-		}, []error{ErrNotEngine}},
+		}, []error{kverr.ErrNotEngine}},
 		{"manifest of a future format", func(t *testing.T) string {
 			d := ready(t)
 			writeFile(t, filepath.Join(d, ManifestName), manifestHeader+"format 3\n")
 			return d
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 		{"truncated manifest", func(t *testing.T) string {
 			d := ready(t)
 			writeFile(t, filepath.Join(d, ManifestName), manifestHeader)
 			return d
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 		{"manifest with garbage after it", func(t *testing.T) string {
 			d := ready(t)
 			writeFile(t, filepath.Join(d, ManifestName), manifestReady+strings.Repeat("x", 5000))
 			return d
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 		{"ready manifest without a store", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.RemoveAll(filepath.Join(d, StoreDir)); err != nil {
 				t.Fatal(err)
 			}
 			return d
-		}, []error{ErrCorrupt, fs.ErrNotExist}},
+		}, []error{kverr.ErrCorruptDir, fs.ErrNotExist}},
 		{"ready manifest without a store or LOCK", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.RemoveAll(filepath.Join(d, StoreDir)); err != nil {
@@ -313,14 +315,14 @@ func TestOpenRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return d
-		}, []error{ErrCorrupt}}, // and the LOCK made meanwhile is gone again
+		}, []error{kverr.ErrCorruptDir}}, // and the LOCK made meanwhile is gone again
 		{"ready manifest without bits", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.RemoveAll(filepath.Join(d, BitsDir)); err != nil {
 				t.Fatal(err)
 			}
 			return d
-		}, []error{ErrCorrupt, fs.ErrNotExist}},
+		}, []error{kverr.ErrCorruptDir, fs.ErrNotExist}},
 		{"store is a file", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.RemoveAll(filepath.Join(d, StoreDir)); err != nil {
@@ -328,7 +330,7 @@ func TestOpenRefusals(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(d, StoreDir), "x")
 			return d
-		}, []error{ErrCorrupt, syscall.ENOTDIR}},
+		}, []error{kverr.ErrCorruptDir, syscall.ENOTDIR}},
 		{"bits is a file", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.RemoveAll(filepath.Join(d, BitsDir)); err != nil {
@@ -336,13 +338,13 @@ func TestOpenRefusals(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(d, BitsDir), "x")
 			return d
-		}, []error{ErrCorrupt, syscall.ENOTDIR}},
+		}, []error{kverr.ErrCorruptDir, syscall.ENOTDIR}},
 		{"initialising, bits is a file, no LOCK", func(t *testing.T) string {
 			d := t.TempDir()
 			writeFile(t, filepath.Join(d, ManifestName), manifestInit)
 			writeFile(t, filepath.Join(d, BitsDir), "x")
 			return d
-		}, []error{ErrCorrupt, syscall.ENOTDIR}},
+		}, []error{kverr.ErrCorruptDir, syscall.ENOTDIR}},
 		{"LOCK is a directory", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.Remove(filepath.Join(d, LockName)); err != nil {
@@ -350,7 +352,7 @@ func TestOpenRefusals(t *testing.T) {
 			}
 			mkdir(t, filepath.Join(d, LockName))
 			return d
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 		{"LOCK is a symlink", func(t *testing.T) string {
 			d := ready(t)
 			if err := os.Remove(filepath.Join(d, LockName)); err != nil {
@@ -361,7 +363,7 @@ func TestOpenRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return d
-		}, []error{ErrCorrupt}},
+		}, []error{kverr.ErrCorruptDir}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -395,7 +397,7 @@ func TestRefusalUnderLockRemovesLock(t *testing.T) {
 	}
 	defer func() { testHook = nil }()
 	_, err := Open(dir, nil)
-	checkIs(t, err, ErrNotEngine)
+	checkIs(t, err, kverr.ErrNotEngine)
 	wantEntries(t, dir, "precious.txt")
 }
 
@@ -436,7 +438,7 @@ func TestLockOnRemovedLockFile(t *testing.T) {
 		t.Fatalf("Open after the holder went away: %v", r.err)
 	}
 	defer closeT(t, r.d)
-	if d, err := Open(dir, nil); !errors.Is(err, ErrLocked) {
+	if d, err := Open(dir, nil); !errors.Is(err, kverr.ErrLocked) {
 		if d != nil {
 			d.Close()
 		}
@@ -517,7 +519,7 @@ func TestLockedAcrossProcesses(t *testing.T) {
 	}
 	before := hashTree(t, dir)
 	_, err = Open(dir, nil)
-	checkIs(t, err, ErrLocked)
+	checkIs(t, err, kverr.ErrLocked)
 	info, err := Describe(dir)
 	if err != nil || !info.Locked || info.State != Initialising {
 		t.Errorf("Describe of a directory another process holds: %+v, %v", info, err)
@@ -555,7 +557,7 @@ func TestReadLock(t *testing.T) {
 		t.Fatalf("second ReadLock: %v, %v", locked, err)
 	}
 	_, err = Open(dir, nil)
-	checkIs(t, err, ErrLocked)
+	checkIs(t, err, kverr.ErrLocked)
 	release()
 	release2()
 	d := openT(t, dir)
@@ -619,9 +621,9 @@ func TestStoreFS(t *testing.T) {
 	}
 	closeT(t, d)
 	_, err = Open(dir, &Options{StoreFS: vfs.NewMem()})
-	checkIs(t, err, ErrCorrupt, fs.ErrNotExist)
+	checkIs(t, err, kverr.ErrCorruptDir, fs.ErrNotExist)
 	_, err = Open(dir, nil) // the OS file system has no store
-	checkIs(t, err, ErrCorrupt, fs.ErrNotExist)
+	checkIs(t, err, kverr.ErrCorruptDir, fs.ErrNotExist)
 }
 
 func TestUnreadableDirectories(t *testing.T) {
@@ -698,7 +700,7 @@ func TestCheckName(t *testing.T) {
 	bad := []string{"", ".", "..", "a b", "a/b", "é", "@next", "a\x00", strings.Repeat("x", MaxNameLen+1)}
 	for _, n := range bad {
 		err := CheckName("bitslice", n)
-		if !errors.Is(err, ErrBadName) || !strings.Contains(err.Error(), "bitslice name") {
+		if !errors.Is(err, kverr.ErrBadName) || !strings.Contains(err.Error(), "bitslice name") {
 			t.Errorf("CheckName(%q) = %v, want ErrBadName", n, err)
 		}
 	}
@@ -733,12 +735,12 @@ func TestDescribe(t *testing.T) {
 		want  want
 		err   []error
 	}{
-		{"empty", func(t *testing.T, dir string) {}, want{}, []error{ErrNotEngine}},
-		{"foreign", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "x"), "") }, want{}, []error{ErrNotEngine}},
-		{"lone empty LOCK", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, LockName), "") }, want{}, []error{ErrNotEngine}},
+		{"empty", func(t *testing.T, dir string) {}, want{}, []error{kverr.ErrNotEngine}},
+		{"foreign", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "x"), "") }, want{}, []error{kverr.ErrNotEngine}},
+		{"lone empty LOCK", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, LockName), "") }, want{}, []error{kverr.ErrNotEngine}},
 		{"damaged manifest", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, ManifestName), manifestHeader+"format 9\n")
-		}, want{}, []error{ErrCorrupt}},
+		}, want{}, []error{kverr.ErrCorruptDir}},
 		{"lone kvbuf LOCK", func(t *testing.T, dir string) {
 			writeFile(t, filepath.Join(dir, LockName), lockText)
 		}, want{state: Initialising}, nil},
@@ -796,7 +798,7 @@ func TestDescribe(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "f")
 		writeFile(t, p, "")
 		_, err := Describe(p)
-		checkIs(t, err, ErrNotEngine)
+		checkIs(t, err, kverr.ErrNotEngine)
 		_, err = Describe(filepath.Join(t.TempDir(), "missing"))
 		checkIs(t, err, fs.ErrNotExist)
 	})
@@ -851,10 +853,10 @@ func TestFormat1UpgradedOnRequest(t *testing.T) {
 }
 
 // Issue 20: a directory with store/ and bits/ but an empty, garbage or
-// missing KVBUF was ErrNotEngine, so a host's "restore on corrupt" branch
+// missing KVBUF was kverr.ErrNotEngine, so a host's "restore on corrupt" branch
 // never ran. kvbuf makes store/ and bits/ only after its manifest: it is a
-// damaged engine, ErrCorrupt, and nothing is changed. With only one of
-// them, or a foreign file, it stays ErrNotEngine.
+// damaged engine, kverr.ErrCorruptDir, and nothing is changed. With only one of
+// them, or a foreign file, it stays kverr.ErrNotEngine.
 func TestEngineDirsWithoutManifestAreCorrupt(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -862,11 +864,11 @@ func TestEngineDirsWithoutManifestAreCorrupt(t *testing.T) {
 		dirs     []string
 		want     error
 	}{
-		{"missing", nil, []string{StoreDir, BitsDir}, ErrCorrupt},
-		{"empty", ptr(""), []string{StoreDir, BitsDir}, ErrCorrupt},
-		{"garbage", ptr("\x00\x01garbage"), []string{StoreDir, BitsDir}, ErrCorrupt},
-		{"missing, only store", nil, []string{StoreDir}, ErrNotEngine},
-		{"garbage, only bits", ptr("garbage"), []string{BitsDir}, ErrNotEngine},
+		{"missing", nil, []string{StoreDir, BitsDir}, kverr.ErrCorruptDir},
+		{"empty", ptr(""), []string{StoreDir, BitsDir}, kverr.ErrCorruptDir},
+		{"garbage", ptr("\x00\x01garbage"), []string{StoreDir, BitsDir}, kverr.ErrCorruptDir},
+		{"missing, only store", nil, []string{StoreDir}, kverr.ErrNotEngine},
+		{"garbage, only bits", ptr("garbage"), []string{BitsDir}, kverr.ErrNotEngine},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -885,7 +887,7 @@ func TestEngineDirsWithoutManifestAreCorrupt(t *testing.T) {
 				t.Fatalf("Open succeeded, want %v", tc.want)
 			}
 			checkIs(t, err, tc.want)
-			if tc.want == ErrCorrupt && errors.Is(err, ErrNotEngine) {
+			if tc.want == kverr.ErrCorruptDir && errors.Is(err, kverr.ErrNotEngine) {
 				t.Fatalf("Open: %v matches ErrNotEngine too", err)
 			}
 			if _, err := Describe(dir); !errors.Is(err, tc.want) {

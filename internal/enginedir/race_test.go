@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 var (
@@ -59,7 +61,7 @@ var raceStarts = []raceStart{
 
 // TestOpenRace races 16 Opens on one directory, round after round, from
 // every starting state: exactly one wins (and finishes the initialisation
-// while the others still try), every other gets ErrLocked, never another
+// while the others still try), every other gets kverr.ErrLocked, never another
 // error, and afterwards the directory is exactly a ready engine.
 func TestOpenRace(t *testing.T) {
 	const openers = 16
@@ -102,7 +104,7 @@ func TestOpenRace(t *testing.T) {
 					t.Fatalf("round %d: %d Opens won", round, len(winners))
 				}
 				for _, err := range others {
-					if !errors.Is(err, ErrLocked) {
+					if !errors.Is(err, kverr.ErrLocked) {
 						t.Fatalf("round %d: a losing Open got %v, want ErrLocked", round, err)
 					}
 				}
@@ -126,7 +128,7 @@ func checkReady(t testing.TB, dir, lock string) {
 }
 
 // TestOpenRaceForeign races Opens on foreign directories: every one gets
-// ErrNotEngine and the directory is left byte for byte as it was.
+// kverr.ErrNotEngine and the directory is left byte for byte as it was.
 func TestOpenRaceForeign(t *testing.T) {
 	starts := map[string]func(t testing.TB, d string){
 		"lone empty LOCK": func(t testing.TB, d string) { writeFile(t, filepath.Join(d, LockName), "") },
@@ -151,7 +153,7 @@ func TestOpenRaceForeign(t *testing.T) {
 						if err == nil {
 							d.Close()
 							t.Error("Open of a foreign directory succeeded")
-						} else if !errors.Is(err, ErrNotEngine) {
+						} else if !errors.Is(err, kverr.ErrNotEngine) {
 							t.Errorf("Open of a foreign directory: %v, want ErrNotEngine", err)
 						}
 					})
@@ -172,7 +174,7 @@ func TestOpenRaceForeign(t *testing.T) {
 // LOCK it made while the others race on; some of them opened that LOCK
 // before it was removed and lock it afterwards, which must not count as
 // holding the engine lock. At most one Open wins, every other fails with
-// ErrLocked or ErrNotEngine, and the directory ends up a ready engine
+// kverr.ErrLocked or kverr.ErrNotEngine, and the directory ends up a ready engine
 // or, if nobody won, as the foreign directory it was.
 func TestOpenRaceWithFailures(t *testing.T) {
 	defer func() { testHook = nil }()
@@ -204,7 +206,7 @@ func TestOpenRaceWithFailures(t *testing.T) {
 					winners = append(winners, d)
 					mu.Unlock()
 				}
-				if err != nil && !errors.Is(err, ErrLocked) && !errors.Is(err, ErrNotEngine) {
+				if err != nil && !errors.Is(err, kverr.ErrLocked) && !errors.Is(err, kverr.ErrNotEngine) {
 					t.Errorf("round %d: Open: %v", round, err)
 				}
 			})
@@ -228,7 +230,7 @@ func TestOpenRaceWithFailures(t *testing.T) {
 
 // TestOpenRaceProcesses races Opens across processes: the test binary is
 // re-executed once per opener, all are released at once, and exactly one
-// may win while every other reports ErrLocked.
+// may win while every other reports kverr.ErrLocked.
 func TestOpenRaceProcesses(t *testing.T) {
 	rounds := *raceProcRuns
 	if testing.Short() {

@@ -2,10 +2,11 @@
 // the one way its packages add context to an error.
 //
 // The engine's packages (buffer, flush, storage, bitslice, the engine
-// directory and the root) re-export these values under their own names
-// (storage.ErrNotFound is ErrNotFound, kvbuf.ErrClosed is ErrClosed), so an
-// errors.Is check written against any layer's name matches the error of
-// every layer, and the root needs no translation table.
+// directory) return these values and export no names for them; the root
+// exports each under one name (kvbuf.ErrClosed is ErrClosed), so an
+// errors.Is check written against the root's name matches the error of
+// every layer, storage and bitslice used on their own included, and the
+// root needs no translation table.
 //
 // # Texts
 //
