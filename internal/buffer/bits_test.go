@@ -485,7 +485,7 @@ func TestBitsBadInput(t *testing.T) {
 	// scratch it coalesced into comes back clean (the next SetMany, in
 	// the same window, records only its own bits).
 	r.b.manyCfg = manyConfig{min: 1, shift: pageShift}
-	if err := r.b.SetMany([]uint64{1, 3, 5, 1000, 7}, []bool{true, true, true, true, true}); !errors.Is(err, bitslice.ErrOutOfRange) {
+	if err := r.b.SetMany([]uint64{1, 3, 5, 1000, 7}, []bool{true, true, true, true, true}); !errors.Is(err, kverr.ErrOutOfRange) {
 		t.Errorf("coalesced SetMany(1, 3, 5, max, 7) = %v", err)
 	}
 	if r.b.Get(1) || r.b.Count() != 0 {
