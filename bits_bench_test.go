@@ -40,24 +40,10 @@ import (
 // doc/design.md ("W6's bit sets") quotes it with the command.
 func BenchmarkBitsW6(b *testing.B) {
 	const (
-		nbits = 4_194_304
-		n     = 1_000_000
+		nbits = w6BitsLen
+		n     = w6BitsN
 	)
-	rng := rand.New(rand.NewPCG(1, 7))
-	idx := make([]uint64, n)
-	vals := make([]bool, n)
-	for k := range idx {
-		idx[k], vals[k] = rng.Uint64N(nbits), rng.IntN(2) == 1
-	}
-	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	bs, err := db.Bits("w6")
-	if err != nil {
-		b.Fatal(err)
-	}
+	idx, vals, db, bs := w6BitsSetup(b)
 	// A second engine for the split: its overlay's Set alone (no
 	// admission) and its admission alone (BeginWrite and End, nothing
 	// applied), each timed over the same 1M indexes.
@@ -271,24 +257,10 @@ func setDirect(b *Bits, ctx context.Context, i uint64, v bool, op uint64) error 
 // doc/design.md ("W6's SetMany row and the bit flush") quotes its profile.
 func BenchmarkBitsW6SetMany(b *testing.B) {
 	const (
-		nbits = 4_194_304
-		n     = 1_000_000
+		nbits = w6BitsLen
+		n     = w6BitsN
 	)
-	rng := rand.New(rand.NewPCG(1, 7))
-	idx := make([]uint64, n)
-	vals := make([]bool, n)
-	for k := range idx {
-		idx[k], vals[k] = rng.Uint64N(nbits), rng.IntN(2) == 1
-	}
-	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	bs, err := db.Bits("w6")
-	if err != nil {
-		b.Fatal(err)
-	}
+	idx, vals, db, bs := w6BitsSetup(b)
 	var sets, flush time.Duration
 	round := 0
 	for b.Loop() {
@@ -321,4 +293,31 @@ func BenchmarkBitsW6SetMany(b *testing.B) {
 	r := float64(max(round, 1))
 	b.ReportMetric(float64(sets.Nanoseconds())/r/n, "setmany-ns/set")
 	b.ReportMetric(float64(flush.Nanoseconds())/r, "flush-ns")
+}
+
+// W6's bit workload: w6BitsN random changes of a w6BitsLen-bit slice.
+const (
+	w6BitsLen = 4_194_304
+	w6BitsN   = 1_000_000
+)
+
+// w6BitsSetup returns W6's indexes and values (the same for every
+// benchmark: seeded) and an engine (closed at the end of b) with its
+// bitslice "w6", flushed only when the benchmark says so.
+func w6BitsSetup(b *testing.B) (idx []uint64, vals []bool, db *DB, bs *Bits) {
+	rng := rand.New(rand.NewPCG(1, 7))
+	idx = make([]uint64, w6BitsN)
+	vals = make([]bool, w6BitsN)
+	for k := range idx {
+		idx[k], vals[k] = rng.Uint64N(w6BitsLen), rng.IntN(2) == 1
+	}
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	if bs, err = db.Bits("w6"); err != nil {
+		b.Fatal(err)
+	}
+	return idx, vals, db, bs
 }

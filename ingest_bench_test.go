@@ -7,6 +7,7 @@ package kvbuf
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -150,23 +151,8 @@ func BenchmarkFlushW6(b *testing.B) {
 		r := &row{name: name, lsm: db.store.LSM}
 		r.run = func(round uint64) (time.Duration, error) {
 			binary.BigEndian.PutUint64(val, round)
-			if batch {
-				bt := db.NewBatch()
-				for i, k := range keys {
-					bt.Put(kv, k, val)
-					if i%1000 == 999 || i == len(keys)-1 {
-						if err := db.Apply(ctx, bt, 0); err != nil {
-							return 0, err
-						}
-						bt.Reset()
-					}
-				}
-			} else {
-				for _, k := range keys {
-					if err := kv.Put(ctx, k, val, 0); err != nil {
-						return 0, err
-					}
-				}
+			if err := w6Write(ctx, db, kv, keys, val, batch); err != nil {
+				return 0, err
 			}
 			t0 := time.Now()
 			err := db.Flush(ctx)
@@ -625,3 +611,27 @@ func BenchmarkSustainedWrites(b *testing.B) {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// w6Write writes W6's keys with value val through the engine: one Put
+// each, or (batch) Batches of 1,000 applied with DB.Apply.
+func w6Write(ctx context.Context, db *DB, kv *KV, keys [][]byte, val []byte, batch bool) error {
+	if !batch {
+		for _, k := range keys {
+			if err := kv.Put(ctx, k, val, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	bt := db.NewBatch()
+	for i, k := range keys {
+		bt.Put(kv, k, val)
+		if i%1000 == 999 || i == len(keys)-1 {
+			if err := db.Apply(ctx, bt, 0); err != nil {
+				return err
+			}
+			bt.Reset()
+		}
+	}
+	return nil
+}

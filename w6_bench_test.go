@@ -117,23 +117,8 @@ func BenchmarkFlushW6Put(b *testing.B) {
 		r := &row{name: name, lsm: db.store.LSM}
 		r.run = func(round uint64) (time.Duration, error) {
 			binary.BigEndian.PutUint64(val, round)
-			if batch {
-				bt := db.NewBatch()
-				for i, k := range keys {
-					bt.Put(kv, k, val)
-					if i%1000 == 999 || i == len(keys)-1 {
-						if err := db.Apply(ctx, bt, 0); err != nil {
-							return 0, err
-						}
-						bt.Reset()
-					}
-				}
-			} else {
-				for _, k := range keys {
-					if err := kv.Put(ctx, k, val, 0); err != nil {
-						return 0, err
-					}
-				}
+			if err := w6Write(ctx, db, kv, keys, val, batch); err != nil {
+				return 0, err
 			}
 			t0 := time.Now()
 			err := db.Flush(ctx)
