@@ -161,23 +161,11 @@ func BenchmarkFlushW6(b *testing.B) {
 		return r
 	}
 	raw := func(name string, order [][]byte) *row {
-		po := storage.PebbleOptions(&storage.Options{MemTableSize: w6Pending})
-		db, err := pebble.Open(b.TempDir(), po)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = db.Close() })
+		db := w6Pebble(b)
 		r := &row{name: name, lsm: pebbleLSM(db)}
 		r.run = func(round uint64) (time.Duration, error) {
 			binary.BigEndian.PutUint64(val, round)
-			bt := db.NewBatch()
-			for _, k := range order {
-				if err := bt.Set(k, val, nil); err != nil {
-					return 0, err
-				}
-			}
-			err := bt.Commit(pebble.Sync)
-			_ = bt.Close()
+			err := w6PebbleBatch(db, order, val)
 			return 0, err
 		}
 		return r
@@ -634,4 +622,28 @@ func w6Write(ctx context.Context, db *DB, kv *KV, keys [][]byte, val []byte, bat
 		}
 	}
 	return nil
+}
+
+// w6Pebble opens W6's pebble baseline (the store's options, a memtable of
+// W6's pending budget), closed at the end of b.
+func w6Pebble(b *testing.B) *pebble.DB {
+	db, err := pebble.Open(b.TempDir(), storage.PebbleOptions(&storage.Options{MemTableSize: w6Pending}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// w6PebbleBatch writes keys in the given order with value val as one
+// synced pebble batch.
+func w6PebbleBatch(db *pebble.DB, order [][]byte, val []byte) error {
+	bt := db.NewBatch()
+	defer func() { _ = bt.Close() }()
+	for _, k := range order {
+		if err := bt.Set(k, val, nil); err != nil {
+			return err
+		}
+	}
+	return bt.Commit(pebble.Sync)
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -137,23 +135,11 @@ func BenchmarkFlushW6Put(b *testing.B) {
 		return r
 	}
 	raw := func(name string, order [][]byte) *row {
-		po := storage.PebbleOptions(&storage.Options{MemTableSize: w6Pending})
-		db, err := pebble.Open(b.TempDir(), po)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = db.Close() })
+		db := w6Pebble(b)
 		r := &row{name: name, lsm: pebbleLSM(db)}
 		r.run = func(round uint64) (time.Duration, error) {
 			binary.BigEndian.PutUint64(val, round)
-			bt := db.NewBatch()
-			for _, k := range order {
-				if err := bt.Set(k, val, nil); err != nil {
-					return 0, err
-				}
-			}
-			err := bt.Commit(pebble.Sync)
-			_ = bt.Close()
+			err := w6PebbleBatch(db, order, val)
 			if err == nil {
 				got, closer, gerr := db.Get(order[n/2])
 				if gerr != nil {
