@@ -170,10 +170,7 @@ func BenchmarkFlushW6(b *testing.B) {
 		}
 		return r
 	}
-	arrival := make([][]byte, n)
-	for i, k := range keys {
-		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
-	}
+	arrival := w6Arrival(keys)
 	rows := []*row{
 		engine("kvbuf/puts", 0, false, 0),
 		engine("kvbuf/batches", 0, true, 0),
@@ -646,4 +643,14 @@ func w6PebbleBatch(db *pebble.DB, order [][]byte, val []byte) error {
 		}
 	}
 	return bt.Commit(pebble.Sync)
+}
+
+// w6Arrival returns W6's keys in arrival order as the engine stores them in
+// pebble (its keyspace prefix first), for the pebble rows.
+func w6Arrival(keys [][]byte) [][]byte {
+	arrival := make([][]byte, len(keys))
+	for i, k := range keys {
+		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
+	}
+	return arrival
 }

@@ -154,10 +154,7 @@ func BenchmarkFlushW6Put(b *testing.B) {
 		}
 		return r
 	}
-	arrival := make([][]byte, n)
-	for i, k := range keys {
-		arrival[i] = append([]byte{2, 0, 0, 0, 1}, k...)
-	}
+	arrival := w6Arrival(keys)
 	rows := []*row{
 		engine("kvbuf/puts", false),
 		engine("kvbuf/batches", true),
