@@ -414,7 +414,10 @@ func (kv *KV) deleteRange(seq uint64, lower, upper []byte) error {
 				invariants.Check(seq >= t.base.Load(), "buffer: range delete %d in a table based at %d", seq, t.base.Load())
 			}
 			t.rdel.Store(t.rdel.Load().with(lo, hi, open, seq))
+			n := spanBytes(lo, hi)
+			t.rbytes.Add(n) // under t.mu: a freeze seals after it
 			t.mu.Unlock()
+			kv.acct.add(n)
 			return nil
 		}
 		t.mu.Unlock()

@@ -42,7 +42,7 @@ func (g *KVGen) Bytes() int64 {
 func (g *KVGen) flushTables() []*table {
 	tables := g.tables
 	for i := len(tables) - 1; i > 0; i-- {
-		if sp := tables[i].rdel.Load(); sp != nil && len(sp.s) == 1 && sp.s[0].lo == "" && sp.s[0].open {
+		if tables[i].rdel.Load().whole() {
 			return tables[i:]
 		}
 	}

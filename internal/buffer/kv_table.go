@@ -54,8 +54,12 @@ import (
 type table struct {
 	shards atomic.Pointer[shardSet] // nil until the first write
 	rdel   atomic.Pointer[spans]    // range tombstones; nil if none
-	ord    atomic.Pointer[order]    // cached key order; nil until asked for
-	base   atomic.Uint64            // lowest sequence number the table may hold
+	// rbytes is the memory of the range tombstones that KV.DeleteRange
+	// added (spanBytes), part of bytes: without it a host deleting ranges
+	// held memory that neither MaxPendingBytes nor the budget saw.
+	rbytes atomic.Int64
+	ord    atomic.Pointer[order] // cached key order; nil until asked for
+	base   atomic.Uint64         // lowest sequence number the table may hold
 	// filter is the read tier's filter of the table's keys (tier rule
 	// T5): nil unless the table is retained and the engine asked for one.
 	filter atomic.Pointer[tierFilter]
@@ -1052,7 +1056,7 @@ func (t *table) unseal() {
 
 // bytes is the memory held by the table's changes.
 func (t *table) bytes() int64 {
-	return t.sumShards(func(sh *shard) int64 { return sh.bytes.Load() })
+	return t.rbytes.Load() + t.sumShards(func(sh *shard) int64 { return sh.bytes.Load() })
 }
 
 // capacityBytes is the memory a cleared table keeps: shards and slot arrays.
@@ -1094,6 +1098,7 @@ func (t *table) clear() {
 	ss := t.lockAll()
 	t.sealLocked(ss)
 	t.rdel.Store(nil)
+	t.rbytes.Store(0)
 	t.ord.Store(nil)
 	t.filter.Store(nil) // tier rule T5: a filter is for one life of the table
 	t.gen = 0
