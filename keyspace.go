@@ -154,8 +154,9 @@ func (k *KV) Delete(ctx context.Context, key []byte, op uint64) error {
 
 // DeleteRange removes every key k with lower <= k < upper (nil = open on
 // that side), pending or stored, as a write of op. It costs O(1) in memory
-// whatever the number of keys (one range tombstone) and one range deletion
-// in the store at the next flush. Errors: ErrBadRange (lower > upper), and
+// whatever the number of keys (one range tombstone, its bounds counted in
+// Metrics.PendingBytes) and one range deletion in the store at the next
+// flush. Errors: ErrBadRange (lower > upper), and
 // as Put.
 func (k *KV) DeleteRange(ctx context.Context, lower, upper []byte, op uint64) error {
 	return k.db.write(ctx, op, "keyspace", k.name, buffer.CheckRange(lower, upper), func() error {

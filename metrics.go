@@ -41,7 +41,8 @@ func (h *LatencyHistogram) Quantile(q float64) time.Duration {
 // other. Counters count since Open.
 type Metrics struct {
 	// PendingBytes is the memory held by pending changes: written, not yet
-	// durable and released (keys, values, nodes, bit chunks).
+	// durable and released (keys, values, nodes, range tombstones, bit
+	// chunks).
 	PendingBytes int64
 	// PendingKeys is the number of KV keys held by pending tables (a key
 	// pending in two generations counts twice).

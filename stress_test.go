@@ -1914,7 +1914,12 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 				reads.Add(int64(len(lows)))
 				for j, v := range vals {
 					if lows[j] >= 0 && (len(v) != 8 || int64(binary.BigEndian.Uint64(v)) < lows[j]) {
-						r.failf("%s(<prefix>%s) = %x after the put of %d returned", how, keys[x0+j][len(prefix):], v, lows[j])
+						// Read again at once: a value found now says the
+						// read path missed it (a visibility bug), none says
+						// the write was lost (a flush bug).
+						again, aerr := k.Get(keys[x0+j])
+						r.failf("%s(<prefix>%s) = %x after the put of %d returned (read again: %x, %v; %d generations)",
+							how, keys[x0+j][len(prefix):], v, lows[j], again, aerr, db.Metrics().Generations)
 						return
 					}
 				}

@@ -89,7 +89,7 @@ func modelFindIn(l []span, k string, above, vis uint64) bool {
 // design before): it counts the spans of every run a with made new (a run
 // of the old set is shared, not copied).
 func TestSpansCopiesAmortized(t *testing.T) {
-	const n = 1 << 14
+	const n = 1 << 12
 	var sp *spans
 	copied := 0
 	for i := range n {
