@@ -147,11 +147,13 @@ func flatWith(list []span, n span) *spans {
 	return res
 }
 
-// mergeSpans merges two runs sorted by lo into a new one.
+// mergeSpans merges two runs sorted by lo into a new one, b's spans (the
+// newer run's) before a's of the same lo, as with placed a new span before
+// the older ones of its lo in the design before.
 func mergeSpans(a, b []span) []span {
 	out := make([]span, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if b[0].lo < a[0].lo {
+		if b[0].lo <= a[0].lo {
 			out, b = append(out, b[0]), b[1:]
 		} else {
 			out, a = append(out, a[0]), a[1:]
