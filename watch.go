@@ -65,7 +65,10 @@ const DefaultWatchBuffer = 1024
 // watches: their delivery latency. Each idle tick costs one load; a tick
 // with new changes or ops reads CompletedOp and drains the writes in
 // flight (flush.Drain: a TryLock of each stripe of the write barrier,
-// never a wait), retried at the next tick if a stripe stayed held.
+// never a wait), retried at the next tick if a stripe stayed held; after
+// flush.DrainPatience polls (16 ticks of drainTries) it waits for the
+// writes in flight on a stripe that writes kept held without a gap, so
+// that sustained writes cannot hold visible-mode delivery off forever.
 const watchTick = 2 * time.Millisecond
 
 // drainTries is how many times a tick polls a drain (yielding between

@@ -1959,6 +1959,38 @@ func TestNewBadOptions(t *testing.T) {
 	}
 }
 
+// TestDrainOverlappingWrites: writes that overlap without a gap keep a
+// stripe held at every TryLock; the drain still ends, at the poll after
+// DrainPatience, once the writes in flight then have ended (before the fix
+// it polled forever: TestDrain ran 10 minutes on a loaded machine).
+func TestDrainOverlappingWrites(t *testing.T) {
+	ft := newFake(t)
+	f := mustNew(ft, manual)
+	defer closeOK(t, f)
+	held := f.barrier.RLockAt(0) // a write in flight at BeginDrain
+	var d Drain
+	f.BeginDrain(&d)
+	for range DrainPatience {
+		if d.Poll() {
+			t.Fatal("a drain is done while its stripe was never free")
+		}
+		next := f.barrier.RLockAt(0) // the next write begins before this one ends
+		held.RUnlock()
+		held = next
+	}
+	done := make(chan bool)
+	go func() { done <- d.Poll() }()
+	select {
+	case <-done:
+		t.Fatal("the poll after DrainPatience returned with a write in flight")
+	case <-time.After(20 * time.Millisecond):
+	}
+	held.RUnlock()
+	if !<-done {
+		t.Fatal("the poll after DrainPatience is not done once the writes in flight ended")
+	}
+}
+
 // TestDrain: a drain is done only once every write in flight when it began
 // has ended (each such write's End happens before the Poll that returns
 // true), whatever writes begin meanwhile, and no writer waits for it.
@@ -1978,7 +2010,7 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.BeginDrain(&d)
-	for range 3 {
+	for range DrainPatience {
 		if d.Poll() {
 			t.Fatal("a drain is done with a write in flight since it began")
 		}
@@ -2018,7 +2050,10 @@ func TestDrain(t *testing.T) {
 			snap[g] = started[g].Load() // writes begun so far (one may be in flight)
 		}
 		f.BeginDrain(&d)
-		for !d.Poll() {
+		for n := 1; !d.Poll(); n++ {
+			if n > DrainPatience {
+				t.Fatalf("a drain not done after %d polls", n)
+			}
 			runtime.Gosched()
 		}
 		for g := range snap {

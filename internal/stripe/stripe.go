@@ -123,6 +123,17 @@ func (b *RWBarrier) Free(i int) bool {
 	return true
 }
 
+// WaitFree returns once every holder of stripe i at the call has left it:
+// it takes the stripe exclusively and releases it at once. Readers that
+// arrive meanwhile wait for that instant (as for a Lock), so it ends even
+// when the stripe's readers overlap without a gap, where Free may never
+// find one. The caller must not hold the stripe.
+func (b *RWBarrier) WaitFree(i int) {
+	m := &b.s[i].mu
+	m.Lock()
+	m.Unlock()
+}
+
 // Unlock releases every stripe taken by Lock.
 func (b *RWBarrier) Unlock() {
 	for i := range b.s {

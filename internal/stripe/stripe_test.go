@@ -3,6 +3,7 @@ package stripe
 import (
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.uber.org/goleak"
@@ -88,6 +89,32 @@ func TestRWBarrierExcludes(t *testing.T) {
 	}
 	m.RUnlock()
 	<-locked
+}
+
+// TestRWBarrierWaitFree: WaitFree returns once the stripe's holders at the
+// call have left, and leaves the stripe free.
+func TestRWBarrierWaitFree(t *testing.T) {
+	b := NewRWBarrier(4)
+	b.WaitFree(3) // no holder: at once
+	m := b.RLockAt(3)
+	left := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		b.WaitFree(3)
+		select {
+		case <-left:
+		default:
+			t.Error("WaitFree returned with a reader on the stripe")
+		}
+		close(done)
+	}()
+	time.Sleep(10 * time.Millisecond) // WaitFree is waiting (not durably blocked: no synctest)
+	close(left)
+	m.RUnlock()
+	<-done
+	if !b.Free(3) {
+		t.Fatal("stripe 3 held after WaitFree")
+	}
 }
 
 func TestRWBarrierFree(t *testing.T) {
