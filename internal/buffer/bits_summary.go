@@ -162,28 +162,40 @@ func (b *Bits) growSummary(nbits uint64) {
 	b.sum.Store(s)
 }
 
-// summarize brings the summary of the pages words changed up to date with
-// the file (B9): their lines in place, then, if the index changes, a new
-// index. words is sorted by word. wmu held.
+// summarizeWords is summarize for the pages of words (sorted by word), each
+// once. wmu held.
+func (b *Bits) summarizeWords(words []bitslice.WordChange) {
+	pages := b.sumTouched[:0]
+	last := ^uint64(0)
+	for _, c := range words {
+		if pi := c.Word / pageWords64; pi != last {
+			pages = append(pages, pi)
+			last = pi
+		}
+	}
+	b.summarize(pages)
+	b.sumTouched = pages[:0]
+}
+
+// summarize brings the summary of the given pages (their indexes, in
+// increasing order, each once) up to date with the file (B9): their lines
+// in place, then, if the index changes, a new index. wmu held.
 //
-// The pages changed are collected in a slice (words is sorted, so they come
-// in order), not a map: a flush of a dense slice touches every page, and a
-// map grown to that size each flush cost more than the scans. A page that
-// was not indexed (dense) and still is not leaves the index as it was, so
-// a flush that writes only dense pages publishes no new index.
-func (b *Bits) summarize(words []bitslice.WordChange) {
+// The pages changed are collected in a slice, not a map: a flush of a
+// dense slice touches every page, and a map grown to that size each flush
+// cost more than the scans. A page that was not indexed (dense) and still
+// is not leaves the index as it was, so a flush that writes only dense
+// pages publishes no new index.
+func (b *Bits) summarize(pages []uint64) {
 	s := b.sum.Load()
 	v := b.view.Load()
 	oi := s.index.Load()
 	changed := b.sumPages[:0]
 	same := true
-	last := ^uint64(0)
-	for _, c := range words {
-		pi := c.Word / pageWords64
-		if pi == last || pi >= uint64(len(s.lines)) {
+	for _, pi := range pages {
+		if pi >= uint64(len(s.lines)) {
 			continue
 		}
-		last = pi
 		p := scanPage(v, pi)
 		if atomic.LoadUint64(&s.lines[pi]) != p.lines {
 			atomic.StoreUint64(&s.lines[pi], p.lines)
