@@ -164,13 +164,6 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	if err != nil {
 		return nil, kverr.Errorf("flush: commit: %w", err)
 	}
-	if len(gen.kvs) == 0 && gen.catalog == nil && len(gen.dropIDs) == 0 && rw == nil {
-		// MEASUREMENT ONLY, NOT SAFE (reverted by the next commit): a
-		// generation of bitslices alone is treated as durable without
-		// waiting for its store commit's WAL sync, to measure what design
-		// B of issue 26 could gain at most.
-		return func() error { return nil }, nil
-	}
 	return c.Wait, nil
 }
 
