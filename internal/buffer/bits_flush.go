@@ -83,15 +83,15 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 
 // applyPages applies table t's words below word nw to the file page by
 // page, straight from the packed words (File.ApplyMasked: no list of word
-// changes in between, the flush's walk of issue 26), then brings the
-// summary of the pages it wrote up to date (B9, before Release). It is
-// write's path when no open snapshot needs the words it overwrites. wmu
-// held.
+// changes in between, the flush's walk of issue 26), and brings the
+// summary of each page it wrote up to date right after (B9, before
+// Release), while the page's words are in cache. It is write's path when
+// no open snapshot needs the words it overwrites. wmu held.
 func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	d := t.dir.Load()
 	mask, bits := &b.pageMask, &b.pageBits
-	pages := b.sumTouched[:0]
-	defer func() { b.sumTouched = pages[:0] }()
+	sum := b.summaryRun()
+	defer sum.done() // B9: the pages applied, also before a failure returns
 	for pi := range d.pages {
 		first := uint64(pi) * pageWords64
 		if first >= nw {
@@ -117,8 +117,7 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		if err := b.fio.ApplyMasked(first, mask[:n], bits[:n]); err != nil {
 			return kverr.Errorf("apply page %d (%d words): %w", pi, n, err)
 		}
-		pages = append(pages, uint64(pi))
+		sum.page(uint64(pi))
 	}
-	b.summarize(pages) // B9: every page applied, before Release
 	return nil
 }
