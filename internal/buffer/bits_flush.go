@@ -105,17 +105,19 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 			return err
 		}
 		n := min(pageWords64, nw-first)
-		var any uint64
+		k := 0 // words changed
 		for j := range n {
 			m, v := pageWord64(c, j<<1)
 			mask[j], bits[j] = m, v&m
-			any |= m
+			if m != 0 {
+				k++
+			}
 		}
-		if any == 0 {
+		if k == 0 {
 			continue
 		}
 		if err := b.fio.ApplyMasked(first, mask[:n], bits[:n]); err != nil {
-			return kverr.Errorf("apply page %d (%d words): %w", pi, n, err)
+			return kverr.Errorf("apply %d words: %w", k, err)
 		}
 		sum.page(uint64(pi))
 	}
