@@ -436,6 +436,51 @@ func (f *File) ApplyWords(changes []WordChange) error {
 	return nil
 }
 
+// ApplyMasked applies len(mask) word changes to the consecutive data words
+// from word first on: word first+j becomes word&^mask[j] | bits[j]&mask[j],
+// one compare-and-swap each as in ApplyWords, and a word whose mask is 0 is
+// not read at all. It is ApplyWords for a caller that holds its changes as
+// a run of words (the engine's overlay, a page of pending bits at a time):
+// no list of changes to build or to check word by word. bits must be as long
+// as mask. Everything is checked before any word is written: a run past the
+// end, or a mask selecting bits at or past Len in the last word, fails with
+// kvbuf.ErrOutOfRange and writes nothing.
+func (f *File) ApplyMasked(first uint64, mask, bits []uint64) error {
+	f.wmu.RLock()
+	defer f.wmu.RUnlock()
+	vw := f.cur.Load()
+	if vw == nil {
+		return f.errClosed()
+	}
+	n := uint64(len(vw.words))
+	if len(bits) != len(mask) {
+		return kverr.Errorf("%s: apply %d masked words: %d bit words: %w", f.path, len(mask), len(bits), kverr.ErrOutOfRange)
+	}
+	if first > n || uint64(len(mask)) > n-first {
+		return kverr.Errorf("%s: apply %d masked words from word %d (%d words): %w", f.path, len(mask), first, n, kverr.ErrOutOfRange)
+	}
+	if last := first + uint64(len(mask)); len(mask) > 0 && last == n {
+		// Only the file's last word may hold bits past Len.
+		if m := mask[len(mask)-1]; m&^tailMask(vw.nbits, n-1) != 0 {
+			return kverr.Errorf("%s: apply masked word %d: mask %#x selects bits past length %d: %w",
+				f.path, n-1, m, vw.nbits, kverr.ErrOutOfRange)
+		}
+	}
+	words := vw.words[first : first+uint64(len(mask))]
+	bits = bits[:len(mask)]
+	half := len(mask) / 2
+	for j, m := range mask {
+		if j == half {
+			_ = failpoint.Hit(failpoint.BitsliceApplyWords) // a crash point only
+		}
+		if m != 0 {
+			storeMasked(&words[j], m, bits[j])
+		}
+	}
+	runtime.KeepAlive(vw)
+	return nil
+}
+
 // storeMasked sets *p = *p&^mask | bits&mask with one compare-and-swap
 // (none if the word already holds the bits; again if a concurrent Set
 // changed it meanwhile). A locked instruction costs about as much as a

@@ -236,6 +236,49 @@ func TestApplyWords(t *testing.T) {
 	}
 }
 
+// ApplyMasked is ApplyWords for a run of consecutive words: every word
+// whose mask is set changes (bits outside the mask left alone), a word
+// whose mask is 0 is not touched, and a run past the end, a mask over the
+// bits past Len, or bits and masks of different lengths fail with
+// ErrOutOfRange before any word is written (mutation 260).
+func TestApplyMasked(t *testing.T) {
+	f := create(t, 130) // words 0, 1 full; word 2 holds bits 128, 129
+	if err := f.Set(64, true); err != nil {
+		t.Fatal(err)
+	}
+	err := f.ApplyMasked(0, []uint64{0xff, 0, 0b11}, []uint64{0x0f | 1<<40, ^uint64(0), 0b10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Word(0) != 0x0f || f.Word(1) != 1 || f.Word(2) != 0b10 {
+		t.Fatalf("Word(0) %#x, Word(1) %#x, Word(2) %#x; want 0xf, 0x1, 0x2", f.Word(0), f.Word(1), f.Word(2))
+	}
+	if err := f.ApplyMasked(1, []uint64{1}, []uint64{0}); err != nil || f.Word(1) != 0 {
+		t.Fatalf("one word from word 1: %v, Word(1) %#x, want 0", err, f.Word(1))
+	}
+	if err := f.ApplyMasked(3, nil, nil); err != nil {
+		t.Fatalf("an empty run at the end: %v", err)
+	}
+	for name, bad := range map[string]struct {
+		first      uint64
+		mask, bits []uint64
+	}{
+		"run past end":       {2, []uint64{1, 1}, []uint64{1, 1}},
+		"first past end":     {4, nil, nil},
+		"huge first":         {math.MaxUint64, []uint64{1}, []uint64{1}},
+		"mask past Len":      {1, []uint64{1, 0b100}, []uint64{1, 0b100}},
+		"bits past Len only": {2, []uint64{^uint64(0)}, []uint64{0}},
+		"lengths differ":     {0, []uint64{1, 1}, []uint64{1}},
+	} {
+		if err := f.ApplyMasked(bad.first, bad.mask, bad.bits); !errors.Is(err, kverr.ErrOutOfRange) {
+			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
+		}
+		if f.Word(0) != 0x0f || f.Word(1) != 0 || f.Word(2) != 0b10 {
+			t.Errorf("%s: failed ApplyMasked wrote words", name)
+		}
+	}
+}
+
 func TestGrow(t *testing.T) {
 	f := create(t, 100)
 	for _, i := range []uint64{0, 99} {

@@ -45,6 +45,14 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 	undo := b.needUndo(g.g)
 	for _, t := range g.tables {
 		nw := (t.hi.Load() + 63) >> 6
+		if !undo {
+			if err := b.applyPages(ctx, t, nw); err != nil {
+				return err
+			}
+			continue
+		}
+		// An open snapshot needs the words this write overwrites (B10):
+		// the changes go through a list, which recordUndo keeps.
 		for w := uint64(0); w < nw; {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -55,13 +63,11 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 			if len(words) == 0 {
 				continue
 			}
-			if undo {
-				b.recordUndo(g.g, words) // B10
-			}
+			b.recordUndo(g.g, words) // B10
 			if err := b.fio.ApplyWords(words); err != nil {
 				return kverr.Errorf("apply %d words: %w", len(words), err)
 			}
-			b.summarize(words) // B9: before Release
+			b.summarizeWords(words) // B9: before Release
 		}
 	}
 	b.fio.SetWatermark(wm)
@@ -71,6 +77,49 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 	}
 	if err := sync(); err != nil {
 		return kverr.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+// applyPages applies table t's words below word nw to the file page by
+// page, straight from the packed words (File.ApplyMasked: no list of word
+// changes in between, the flush's walk of issue 26), and brings the
+// summary of each page it wrote up to date right after (B9, before
+// Release), while the page's words are in cache. It is write's path when
+// no open snapshot needs the words it overwrites. wmu held.
+func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
+	d := t.dir.Load()
+	mask, bits := &b.pageMask, &b.pageBits
+	sum := b.summaryRun()
+	defer sum.done() // B9: the pages applied, also before a failure returns
+	for pi := range d.pages {
+		first := uint64(pi) * pageWords64
+		if first >= nw {
+			break
+		}
+		c := d.pages[pi].Load()
+		if c == nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(pageWords64, nw-first)
+		k := 0 // words changed
+		for j := range n {
+			m, v := pageWord64(c, j<<1)
+			mask[j], bits[j] = m, v&m
+			if m != 0 {
+				k++
+			}
+		}
+		if k == 0 {
+			continue
+		}
+		if err := b.fio.ApplyMasked(first, mask[:n], bits[:n]); err != nil {
+			return kverr.Errorf("apply %d words: %w", k, err)
+		}
+		sum.page(uint64(pi))
 	}
 	return nil
 }

@@ -77,8 +77,10 @@ package buffer
 //     before it returns.
 //
 // B7. Flush order (BitsGen.Write). Grow the file and publish a view with
-//     its new words (B1); apply each sealed table's words, oldest first;
-//     update the region summary of every line applied (B9); stage the
+//     its new words (B1); apply each sealed table's words, oldest first
+//     (page by page from its packed words, File.ApplyMasked, or through a
+//     list of word changes while an open snapshot needs the old words,
+//     B10); update the region summary of every line applied (B9); stage the
 //     watermark and sync (data, then the header). WriteLagged syncs once
 //     instead (header written, then one fdatasync for it and the data),
 //     so its header records only the watermark of the previous successful

@@ -162,42 +162,80 @@ func (b *Bits) growSummary(nbits uint64) {
 	b.sum.Store(s)
 }
 
-// summarize brings the summary of the pages words changed up to date with
-// the file (B9): their lines in place, then, if the index changes, a new
-// index. words is sorted by word. wmu held.
-//
-// The pages changed are collected in a slice (words is sorted, so they come
-// in order), not a map: a flush of a dense slice touches every page, and a
-// map grown to that size each flush cost more than the scans. A page that
-// was not indexed (dense) and still is not leaves the index as it was, so
-// a flush that writes only dense pages publishes no new index.
-func (b *Bits) summarize(words []bitslice.WordChange) {
-	s := b.sum.Load()
-	v := b.view.Load()
-	oi := s.index.Load()
-	changed := b.sumPages[:0]
-	same := true
+// summarizeWords is summarize for the pages of words (sorted by word), each
+// once. wmu held.
+func (b *Bits) summarizeWords(words []bitslice.WordChange) {
+	pages := b.sumTouched[:0]
 	last := ^uint64(0)
 	for _, c := range words {
-		pi := c.Word / pageWords64
-		if pi == last || pi >= uint64(len(s.lines)) {
-			continue
+		if pi := c.Word / pageWords64; pi != last {
+			pages = append(pages, pi)
+			last = pi
 		}
-		last = pi
-		p := scanPage(v, pi)
-		if atomic.LoadUint64(&s.lines[pi]) != p.lines {
-			atomic.StoreUint64(&s.lines[pi], p.lines)
-		}
-		if _, indexed := oi.offsets(pi); indexed || p.n <= maxIndexed {
-			same = false
-		}
-		changed = append(changed, changedPage{pi, p})
 	}
+	b.summarize(pages)
+	b.sumTouched = pages[:0]
+}
+
+// summarize brings the summary of the given pages (their indexes, in
+// increasing order, each once) up to date with the file (B9): their lines
+// in place, then, if the index changes, a new index. wmu held.
+func (b *Bits) summarize(pages []uint64) {
+	r := b.summaryRun()
+	for _, pi := range pages {
+		r.page(pi)
+	}
+	r.done()
+}
+
+// sumRun is one summarize: page scans each page written (in increasing
+// order, each once; the flush's page path calls it right after applying
+// the page, while its words are in cache), done publishes the index if it
+// changed. wmu held throughout.
+//
+// The pages changed are collected in a slice, not a map: a flush of a
+// dense slice touches every page, and a map grown to that size each flush
+// cost more than the scans. A page that was not indexed (dense) and still
+// is not leaves the index as it was, so a flush that writes only dense
+// pages publishes no new index.
+type sumRun struct {
+	b       *Bits
+	s       *bitsSummary
+	v       *bitsView
+	oi      *pageIndex
+	changed []changedPage
+	same    bool
+}
+
+func (b *Bits) summaryRun() sumRun {
+	s := b.sum.Load()
+	return sumRun{b: b, s: s, v: b.view.Load(), oi: s.index.Load(), changed: b.sumPages[:0], same: true}
+}
+
+// page brings page pi's lines up to date and records what it holds.
+func (r *sumRun) page(pi uint64) {
+	s := r.s
+	if pi >= uint64(len(s.lines)) {
+		return
+	}
+	p := scanPage(r.v, pi)
+	if atomic.LoadUint64(&s.lines[pi]) != p.lines {
+		atomic.StoreUint64(&s.lines[pi], p.lines)
+	}
+	if _, indexed := r.oi.offsets(pi); indexed || p.n <= maxIndexed {
+		r.same = false
+	}
+	r.changed = append(r.changed, changedPage{pi, p})
+}
+
+// done publishes a new index if a page written was or is indexed.
+func (r *sumRun) done() {
+	s, oi, changed := r.s, r.oi, r.changed
 	defer func() {
 		clear(changed) // no offsets kept alive until the next flush
-		b.sumPages = changed[:0]
+		r.b.sumPages = changed[:0]
 	}()
-	if same {
+	if r.same {
 		return
 	}
 	np := uint64(len(s.lines))

@@ -15,11 +15,11 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// faultyFile wraps a real bitslice file and fails ApplyWords or Sync on
+// faultyFile wraps a real bitslice file and fails ApplyWords, ApplyMasked or Sync on
 // demand (after applying part of the words, as a torn write would).
 type faultyFile struct {
 	*bitslice.File
-	fail     atomic.Bool // ApplyWords applies half and fails, Sync fails
+	fail     atomic.Bool // ApplyWords and ApplyMasked apply half and fail, Sync fails
 	failSync atomic.Bool // only Sync fails (after every word was applied)
 }
 
@@ -31,6 +31,14 @@ func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
 		return errBitsInjected
 	}
 	return f.File.ApplyWords(c)
+}
+
+func (f *faultyFile) ApplyMasked(first uint64, mask, bits []uint64) error {
+	if f.fail.Load() {
+		_ = f.File.ApplyMasked(first, mask[:len(mask)/2], bits[:len(mask)/2])
+		return errBitsInjected
+	}
+	return f.File.ApplyMasked(first, mask, bits)
 }
 
 func (f *faultyFile) Sync() error {
@@ -741,4 +749,61 @@ func TestBitsOnesBatches(t *testing.T) {
 	}
 	b.Settle()
 	check("flushed")
+}
+
+// TestBitsFlushAppliesPages: with no snapshot open the flush applies each
+// table page by page straight from its packed words (applyPages,
+// File.ApplyMasked): the file must then hold every pending bit, on the
+// first page, past a page with nothing pending (skipped) and on a last
+// page the file's end cuts (its last word holding the last bit), sets to
+// 1 and clears of bits the file held; and the region summary of every
+// page applied must be brought up to date before the release (B9), which
+// Ones and checkSummary read (mutations 261 and 262).
+func TestBitsFlushAppliesPages(t *testing.T) {
+	r := newBitsRig(t, nil)
+	b := r.b
+	want := map[uint64]bool{}
+	set := func(i uint64, v bool) {
+		t.Helper()
+		if err := b.Set(i, v); err != nil {
+			t.Fatal(err)
+		}
+		want[i] = v
+	}
+	check := func(what string) {
+		t.Helper()
+		checkSummary(t, b)
+		var ones []uint64
+		for i := range b.Len() {
+			if got := r.f.Get(i); got != want[i] {
+				t.Fatalf("%s: the file's bit %d is %v, want %v", what, i, got, want[i])
+			}
+			if want[i] {
+				ones = append(ones, i)
+			}
+		}
+		if got := slices.Collect(b.Ones(0)); !slices.Equal(got, ones) {
+			t.Fatalf("%s: Ones(0) has %d bits, want %d", what, len(got), len(ones))
+		}
+	}
+	last := uint64(3*pageBits + 100) // page 3 is cut by the file's end: 2 words of 512
+	for i := uint64(0); i < pageBits; i += 97 {
+		set(i, true) // page 0 sparse, page 1 and 2 nothing pending
+	}
+	for i := uint64(3 * pageBits); i <= last; i += 3 {
+		set(i, true)
+	}
+	set(last, true)
+	r.flush()
+	if b.Len() <= last || b.Len() >= 4*pageBits {
+		t.Fatalf("Len %d after the flush, want above %d and inside page 3", b.Len(), last)
+	}
+	check("first flush")
+	for i := uint64(0); i < pageBits; i += 97 * 2 {
+		set(i, false) // clears of bits the file holds
+	}
+	set(last, false)
+	set(2*pageBits+5, true)
+	r.flush()
+	check("second flush")
 }
