@@ -466,9 +466,6 @@ type feed struct {
 
 	startMu sync.Mutex // serialises start
 
-	// slab holds the bytes and batch ops that writes record.
-	slab recSlab
-
 	mu sync.Mutex
 	// pending holds recorded changes not yet resolved, in record order;
 	// recSeq counts every record ever appended (pending[0] is record
@@ -880,93 +877,25 @@ type recOp struct {
 	b0, b1 int32
 }
 
-// recSlab is where writes copy what they record: the bytes of a put's key
-// and value, a batch's data and its ops, carved from chunks shared by every
-// write (pointer-free memory the garbage collector does not scan) instead
-// of allocated per write. A record holds sub-slices of a chunk, each capped
-// at its end, so a chunk lives as long as a record in it; what a record
-// takes from a chunk is never written again, so readers of a record race
-// with no writer.
-type recSlab struct {
-	mu   sync.Mutex
-	data []byte  // the open chunk: len(data) bytes taken
-	ops  []recOp // the open chunk of ops
-	// names is the names list of the last batch taken for.
-	names []string
-}
-
-// Chunk sizes of recSlab; a take larger than a quarter of a chunk gets
-// memory of its own.
-const (
-	recSlabBytes = 64 << 10
-	recSlabOps   = 2048
-)
-
-// take returns n bytes and m ops of memory no record shares (ops zeroed,
-// bytes to be overwritten) and, with m > 0, the names list []string{name}
-// (shared by the batches that begin with the same name: a list is never
-// changed in place, as its capacity is its length).
-func (s *recSlab) take(n, m int, name string) ([]byte, []recOp, []string) {
-	var data []byte
-	var ops []recOp
-	var names []string
-	big := n > recSlabBytes/4
-	bigOps := m > recSlabOps/4
-	if big {
-		data = make([]byte, n)
-	}
-	if bigOps {
-		ops = make([]recOp, m)
-	}
-	s.mu.Lock()
-	if m > 0 {
-		if len(s.names) == 0 || s.names[0] != name {
-			s.names = []string{name}
-		}
-		names = s.names
-	}
-	if !big {
-		if len(s.data)+n > cap(s.data) {
-			s.data = make([]byte, 0, recSlabBytes)
-		}
-		k := len(s.data)
-		s.data = s.data[:k+n]
-		data = s.data[k : k+n : k+n]
-	}
-	if !bigOps && m > 0 {
-		if len(s.ops)+m > cap(s.ops) {
-			s.ops = make([]recOp, 0, recSlabOps)
-		}
-		k := len(s.ops)
-		s.ops = s.ops[:k+m]
-		ops = s.ops[k : k+m : k+m]
-	}
-	s.mu.Unlock()
-	return data, ops, names
-}
-
 // maxRecData bounds the data of a batch recorded as one recBatch (its
 // offsets are int32); a larger batch records each change on its own.
 var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
 
 // newRecBatch copies b's changes (skip: those it discarded); len(b.data)
 // is at most maxRecData.
-func newRecBatch(s *recSlab, b *Batch, skip []bool) *recBatch {
-	first := ""
-	if len(b.ops) > 0 {
-		first = b.ops[0].name()
-	}
-	data, ops, names := s.take(len(b.data), len(b.ops), first)
-	copy(data, b.data)
-	rb := &recBatch{ops: ops, names: names, data: data, skip: skip}
+func newRecBatch(b *Batch, skip []bool) *recBatch {
+	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
 	last := ""
 	for i := range b.ops {
 		o := &b.ops[i]
 		ro := &rb.ops[i]
-		name := o.name()
-		if i == 0 {
-			last = name // names[0]
-		} else if name != last {
+		name := ""
+		if o.k != nil {
+			name = o.k.name
+		} else if o.b != nil {
+			name = o.b.name
+		}
+		if i == 0 || name != last {
 			j := slices.Index(rb.names, name) // a batch names few keyspaces
 			if j < 0 {
 				j = len(rb.names)
@@ -986,17 +915,6 @@ func newRecBatch(s *recSlab, b *Batch, skip []bool) *recBatch {
 		ro.a0, ro.a1, ro.b0, ro.b1 = int32(o.a0), int32(o.a1), int32(o.b0), int32(o.b1)
 	}
 	return rb
-}
-
-// name is the name of o's keyspace or bitslice.
-func (o *batchOp) name() string {
-	if o.k != nil {
-		return o.k.name
-	}
-	if o.b != nil {
-		return o.b.name
-	}
-	return ""
 }
 
 // batchEvents returns b's changes (skip: those it discarded) as events of
@@ -1143,7 +1061,7 @@ func (f *feed) batch(op uint64, b *Batch, skip []bool) {
 		f.events(batchEvents(op, b, skip))
 		return
 	}
-	r := feedRec{batch: newRecBatch(&f.slab, b, skip)}
+	r := feedRec{batch: newRecBatch(b, skip)}
 	r.Op = op
 	f.mu.Lock()
 	f.pending = append(f.pending, r)
@@ -1177,7 +1095,7 @@ func (f *feed) pendLimit() int64 {
 const eventOverhead = 96 // bytes a WatchEvent costs beyond its slices
 
 func (f *feed) put(op uint64, ks string, key, value []byte) {
-	b, _, _ := f.slab.take(len(key)+len(value), 0, "")
+	b := make([]byte, len(key)+len(value))
 	copy(b, key)
 	copy(b[len(key):], value)
 	f.record(WatchEvent{Kind: EventPut, Op: op, Keyspace: ks, Key: b[:len(key):len(key)], Value: b[len(key):]}, int64(len(b))+eventOverhead)
