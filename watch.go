@@ -1018,7 +1018,7 @@ func (rb *recBatch) eventsInto(dst []WatchEvent, op uint64, j int) {
 		case opSetRange:
 			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
 		default:
-			dst[i] = WatchEvent{}
+			dst[i] = WatchEvent{Op: op} // as eventInto
 		}
 	}
 }
