@@ -688,6 +688,17 @@ func (w *Watch) trackChange(op uint64) {
 	w.midx++
 }
 
+// trackChanges is trackChange for n changes of op.
+func (w *Watch) trackChanges(op uint64, n int) {
+	if op == 0 || op < w.mop {
+		return
+	}
+	if op > w.mop {
+		w.mop, w.midx = op, 0
+	}
+	w.midx += uint32(n)
+}
+
 // trackMark advances the watch's place past a mark at n.
 func (w *Watch) trackMark(n uint64) {
 	if n+1 > w.mop {
@@ -774,7 +785,26 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		if c := w.pos - st.pos; c < nc {
 			r, j = st.rec(c)
 		}
-		for ; w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch; w.pos++ {
+		for w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch {
+			if w.all && w.pos-st.pos < nc && st.recs[r].batch != nil {
+				// A watch of everything takes a batch record's changes
+				// in one run, each event built in its slot of the
+				// buffer (BenchmarkWatchRead).
+				rec := &st.recs[r]
+				n := min(rec.count()-j, int(limit-w.pos), w.batch-len(w.buf))
+				w.trackChanges(rec.Op, n)
+				if rec.Op == 0 || rec.Op >= w.from {
+					b0 := len(w.buf)
+					w.buf = slices.Grow(w.buf, n)[:b0+n]
+					rec.batch.eventsInto(w.buf[b0:], rec.Op, j)
+					w.unmarked = true
+				}
+				w.pos += uint64(n)
+				if j += n; j == rec.count() {
+					r, j = r+1, 0
+				}
+				continue
+			}
 			if w.pos-st.pos < nc {
 				rec := &st.recs[r]
 				if w.all {
@@ -805,6 +835,7 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 				m := st.mark()
 				w.match(&m)
 			}
+			w.pos++
 		}
 	}
 	clear(steps) // the watch keeps no step alive
@@ -961,6 +992,38 @@ func (r *feedRec) event(j int) WatchEvent {
 	var e WatchEvent
 	r.eventInto(&e, j)
 	return e
+}
+
+// eventsInto sets dst to changes j, j+1, ... of rb (compacted), of op
+// op: eventInto's loop over a run of one record.
+func (rb *recBatch) eventsInto(dst []WatchEvent, op uint64, j int) {
+	ops := rb.ops[j : j+len(dst)]
+	for i := range dst {
+		o := &ops[i]
+		name := rb.names[o.name]
+		switch o.kind {
+		case opPut:
+			dst[i] = WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
+		case opDelete:
+			dst[i] = WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
+		case opDeleteRange:
+			e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
+			if o.a0 >= 0 {
+				e.Key = rb.data[o.a0:o.a1:o.a1]
+			}
+			if o.b0 >= 0 {
+				e.End = rb.data[o.b0:o.b1:o.b1]
+			}
+			dst[i] = e
+		case opSet:
+			lo := rb.bits[o.a0]
+			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
+		case opSetRange:
+			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
+		default:
+			dst[i] = WatchEvent{Op: op} // as eventInto
+		}
+	}
 }
 
 // eventInto sets *e, a zero event, to change j of r (r compacted).

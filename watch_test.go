@@ -1107,3 +1107,48 @@ func TestWatchDurableAfterRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchEventBytesOwn: an event's Key and Value are capped at their
+// ends (a put's key and value share one copy, a batch's changes share its
+// data), so that a subscriber appending to one never changes another's
+// bytes: single puts, and batches expanded in runs (recBatch.eventsInto).
+func TestWatchEventBytesOwn(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "a")
+	w, err := db.Watch(ctx, &WatchOptions{From: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	want := map[string]string{}
+	for op := uint64(1); op <= 4; op++ {
+		key, val := fmt.Sprint("k", op), fmt.Sprint("v", op)
+		want[key] = val
+		if op%2 == 0 {
+			bt := db.NewBatch()
+			bt.Put(k, []byte(key), []byte(val))
+			if err := db.Apply(ctx, bt, op); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := k.Put(ctx, []byte(key), []byte(val), op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []WatchEvent
+	for len(got) < 4 {
+		if e := nextEvent(t, w); e.Kind == EventPut {
+			got = append(got, e)
+		}
+	}
+	for _, e := range got {
+		_ = append(e.Key, 'X') // one byte: within an uncapped slice's capacity
+		_ = append(e.Value, 'Y')
+	}
+	for _, e := range got {
+		if want[string(e.Key)] != string(e.Value) {
+			t.Fatalf("op %d: event %q=%q after appends to the events, want one of %v", e.Op, e.Key, e.Value, want)
+		}
+	}
+}
