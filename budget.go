@@ -2,9 +2,7 @@ package kvbuf
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -126,12 +124,7 @@ type MemoryBudget struct {
 	shares   []*budgetShare
 	queue    []chan struct{} // waiting writes, oldest first
 	flushing int             // forced flushes in progress
-	nextID   int
 }
-
-// budgetDebug logs the budget's growth steps past its size and its
-// forced flushes to stderr (a diagnostic, KVBUF_BUDGET_DEBUG=1).
-var budgetDebug = os.Getenv("KVBUF_BUDGET_DEBUG") != ""
 
 // NewMemoryBudget returns a budget of size bytes for the engines opened
 // with it. A nil opts means defaults. A size of 0 or less, or an option
@@ -251,7 +244,6 @@ type budgetShare struct {
 
 	flushing bool // b.mu held
 	failedAt time.Time
-	id       int
 }
 
 // attach adds db to the budget.
@@ -262,8 +254,7 @@ func (b *MemoryBudget) attach(dir string, db *DB) (*budgetShare, error) {
 		return nil, kverr.Errorf("open %s: %w", dir, ErrBudgetClosed)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &budgetShare{b: b, db: db, done: make(chan struct{}), ctx: ctx, cancel: cancel, id: b.nextID}
-	b.nextID++
+	s := &budgetShare{b: b, db: db, done: make(chan struct{}), ctx: ctx, cancel: cancel}
 	b.shares = append(b.shares, s)
 	return s, nil
 }
@@ -309,9 +300,6 @@ func (s *budgetShare) sync() {
 			s.since.Store(time.Now().UnixNano())
 		}
 		t := s.b.total.Add(p - old)
-		if budgetDebug && p > old && t > s.b.size {
-			fmt.Fprintf(os.Stderr, "BUDGETDBG over=%d step=%d share=%d eng=%d round=%d waiting=%d\n", t-s.b.size, p-old, p, s.id, s.b.round.Load(), s.b.waiting.Load())
-		}
 		if p > old {
 			atomicMaxInt(&s.b.maxTotal, t)
 		} else {
@@ -458,9 +446,6 @@ func (b *MemoryBudget) force() {
 		s.flushing = true
 		b.flushing++
 		n := s.bytes.Load()
-		if budgetDebug {
-			fmt.Fprintf(os.Stderr, "BUDGETDBG force eng=%d n=%d total=%d\n", s.id, n, b.total.Load())
-		}
 		b.forcedSum.Add(n)
 		atomicMaxInt(&b.maxForced, n)
 		b.forced.Add(1)
