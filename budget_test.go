@@ -454,3 +454,54 @@ func TestMemoryBudgetFairness(t *testing.T) {
 		closeT(t, db)
 	}
 }
+
+// TestMemoryBudgetOverGen is issue 31's bound under many small engines
+// (W11's geometry at --quick: 100 engines, 256 KiB each, a writer each,
+// 12-byte keys and 100-byte values): the total passes the size by at most
+// one mean forced generation. Oldest-first forcing flushes of engines
+// just flushed (their first write's time kept while their writer never
+// lets them empty) made the mean generation a few KiB and failed it
+// (mutation 270).
+func TestMemoryBudgetOverGen(t *testing.T) {
+	engines, per := 100, 3000
+	if raceEnabled() || testing.Short() {
+		engines, per = 32, 2000
+	}
+	size := int64(engines) * 256 << 10
+	for _, p := range []BudgetPolicy{BudgetOldestFirst, BudgetLargestFirst} {
+		t.Run(p.String(), func(t *testing.T) {
+			b := newBudgetT(t, size, &BudgetOptions{Policy: p})
+			dbs, kvs := budgetEngines(t, engines, b, newBudgetFaultFS(1, 0))
+			var wg sync.WaitGroup
+			for e := range engines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					val := make([]byte, 100)
+					for i := range per {
+						key := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(e)), uint32(i))
+						if err := kvs[e].Put(context.Background(), key, val, 0); err != nil {
+							t.Errorf("engine %d: %v", e, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			m := b.Metrics()
+			if m.ForcedFlushes == 0 {
+				t.Fatalf("no forced flush: peak %d of %d", m.MaxBytes, size)
+			}
+			gen := m.ForcedBytes / m.ForcedFlushes
+			over := m.MaxBytes - size
+			t.Logf("%s: peak %d (%.4f of the size), mean forced generation %d (%.4f), %d forced flushes, over/gen %.2f",
+				p, m.MaxBytes, float64(m.MaxBytes)/float64(size), gen, float64(gen)/float64(size), m.ForcedFlushes, float64(over)/float64(gen))
+			if over > gen {
+				t.Errorf("%s: the total passed the size by %d bytes, %.2f mean forced generations of %d (want at most 1)", p, over, float64(over)/float64(gen), gen)
+			}
+			for _, db := range dbs {
+				closeT(t, db)
+			}
+		})
+	}
+}
