@@ -505,3 +505,61 @@ func TestMemoryBudgetOverGen(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryBudgetOldestRestarts: an engine written while the budget
+// flushes it, after the flush froze its changes and before it released
+// them (so that its pending bytes never return to 0), is not the oldest
+// any more once the flush succeeded: oldest-first picks the engine whose
+// changes are older (mutation 270).
+func TestMemoryBudgetOldestRestarts(t *testing.T) {
+	b := newBudgetT(t, 1<<30, &BudgetOptions{Policy: BudgetOldestFirst}) // no flush forced on its own
+	var during atomic.Bool
+	var kvs []*KV
+	ctx := context.Background()
+	putT := func(kv *KV, key string) {
+		if err := kv.Put(ctx, []byte(key), []byte("v"), 0); err != nil {
+			t.Errorf("Put %q: %v", key, err)
+		}
+	}
+	// Engine 0 flushes by ingestion into ffs: its first ingested file's
+	// creation (after the freeze, before the release) writes "a2".
+	ffs := &budgetFaultFS{}
+	ffs.fs = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpCreate && strings.Contains(op.Path, storage.IngestDir) && during.CompareAndSwap(true, false) {
+			putT(kvs[0], "a2")
+		}
+		return nil
+	}))
+	dbs, kvs := budgetEngines(t, 2, b, ffs)
+	a, other := dbs[0].share, dbs[1].share
+	putT(kvs[0], "a1")
+	for time.Now().UnixNano() <= a.since.Load() {
+		runtime.Gosched() // the other engine's changes strictly newer
+	}
+	putT(kvs[1], "b1")
+	for time.Now().UnixNano() <= other.since.Load() {
+		runtime.Gosched()
+	}
+	if a.since.Load() >= other.since.Load() {
+		t.Fatalf("since %d and %d: want the first engine's older", a.since.Load(), other.since.Load())
+	}
+	during.Store(true)
+	b.mu.Lock()
+	a.flushing = true
+	b.flushing++
+	a.wg.Add(1)
+	b.mu.Unlock()
+	a.forcedFlush()
+	if during.Load() || a.bytes.Load() <= 0 {
+		t.Fatalf("engine holds %d bytes after its flush (write during it: %v)", a.bytes.Load(), !during.Load())
+	}
+	b.mu.Lock()
+	got := b.pickLocked()
+	b.mu.Unlock()
+	if got != other {
+		t.Errorf("oldest-first picked the engine just flushed (since %d, the other's %d)", a.since.Load(), other.since.Load())
+	}
+	for _, db := range dbs {
+		closeT(t, db)
+	}
+}
