@@ -122,8 +122,8 @@ type MemoryBudget struct {
 	mu       sync.Mutex // guards the fields below
 	closed   bool
 	shares   []*budgetShare
-	queue    []chan struct{} // waiting writes, oldest first
-	flushing int             // forced flushes in progress
+	queue    []queued // waiting writes, oldest first
+	flushing int      // forced flushes in progress
 }
 
 // NewMemoryBudget returns a budget of size bytes for the engines opened
@@ -221,6 +221,13 @@ func (b *MemoryBudget) Metrics() BudgetMetrics {
 	}
 }
 
+// queued is a waiting write: its channel (closed to let it through) and
+// its engine's share.
+type queued struct {
+	ch chan struct{}
+	s  *budgetShare
+}
+
 // detachedShare marks a share's bytes once its engine has left the budget:
 // a sync racing the detach then changes nothing.
 const detachedShare = math.MinInt64
@@ -234,6 +241,10 @@ type budgetShare struct {
 
 	bytes atomic.Int64 // detachedShare once detached
 	since atomic.Int64 // unix nanos when bytes last became > 0; 0 with none
+	// step is the largest growth one sync saw (a table-sized step: an
+	// arena chunk, a slot array), halved at each release: what a round
+	// reserves for a write of the engine (startRoundLocked).
+	step atomic.Int64
 
 	forced, waits, waitNs atomic.Int64
 
@@ -299,6 +310,11 @@ func (s *budgetShare) sync() {
 		case old <= 0:
 			s.since.Store(time.Now().UnixNano())
 		}
+		if p > old {
+			atomicMaxInt(&s.step, p-old)
+		} else {
+			s.step.Store(s.step.Load() / 2)
+		}
 		t := s.b.total.Add(p - old)
 		if p > old {
 			atomicMaxInt(&s.b.maxTotal, t)
@@ -331,30 +347,49 @@ func (s *budgetShare) restart(start int64) {
 func (b *MemoryBudget) released(total int64) {
 	if total <= b.size && b.waiting.Load() > 0 && b.round.Load() == 0 {
 		b.mu.Lock()
-		b.startRoundLocked(0)
+		b.startRoundLocked(nil)
 		b.mu.Unlock()
 	}
 }
 
-// startRoundLocked lets every queued write through, plus self more (a
-// write starting the round), if no round is in progress and the total is
-// within the budget; it reports whether it did. b.mu held.
-func (b *MemoryBudget) startRoundLocked(self int64) bool {
-	if b.round.Load() != 0 || b.total.Load() > b.size {
+// startRoundLocked starts a round if none is in progress and the total is
+// within the budget: it lets queued writes through, oldest first, while
+// the total plus the steps their engines may grow by (each engine's step,
+// reserved per write) stays within the size, and at least one; then self
+// (a write starting the round, of share ss) if every queued write went
+// and it fits too, or if none did. It reports whether self went (with
+// self 0: whether a round started or nothing waits). b.mu held.
+func (b *MemoryBudget) startRoundLocked(self *budgetShare) bool {
+	t := b.total.Load()
+	if b.round.Load() != 0 || t > b.size {
 		return false
 	}
-	n := int64(len(b.queue)) + self
-	if n == 0 {
+	if len(b.queue) == 0 && self == nil {
 		return true
 	}
-	b.round.Store(n)
-	for _, ch := range b.queue {
-		close(ch)
+	k := 0
+	for _, q := range b.queue {
+		r := q.s.step.Load()
+		if k > 0 && t+r > b.size {
+			break
+		}
+		t += r
+		k++
 	}
-	b.waiting.Add(-int64(len(b.queue)))
-	clear(b.queue)
-	b.queue = b.queue[:0]
-	return true
+	selfGoes := self != nil && k == len(b.queue) && (k == 0 || t+self.step.Load() <= b.size)
+	n := int64(k)
+	if selfGoes {
+		n++
+	}
+	b.round.Store(n)
+	for _, q := range b.queue[:k] {
+		close(q.ch)
+	}
+	b.waiting.Add(-int64(k))
+	rest := copy(b.queue, b.queue[k:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return self == nil || selfGoes
 }
 
 // admit is called before a write of s's engine begins (doc/design.md,
@@ -387,7 +422,7 @@ func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool,
 func (b *MemoryBudget) done() {
 	if b.round.Add(-1) == 0 && b.waiting.Load() > 0 {
 		b.mu.Lock()
-		b.startRoundLocked(0)
+		b.startRoundLocked(nil)
 		b.mu.Unlock()
 	}
 }
@@ -406,14 +441,14 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 	}
 	b.mu.Lock()
 	b.waiting.Add(1)
-	if b.startRoundLocked(1) {
+	if b.startRoundLocked(s) {
 		// No round in progress and room: this write starts one.
 		b.waiting.Add(-1)
 		b.mu.Unlock()
 		return nil
 	}
 	ch := make(chan struct{})
-	b.queue = append(b.queue, ch)
+	b.queue = append(b.queue, queued{ch: ch, s: s})
 	b.mu.Unlock()
 	b.waits.Add(1)
 	s.waits.Add(1)
@@ -437,7 +472,7 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 // let it through meanwhile, it ends its part of the round instead.
 func (b *MemoryBudget) dequeue(ch chan struct{}, err error) error {
 	b.mu.Lock()
-	i := slices.Index(b.queue, ch)
+	i := slices.IndexFunc(b.queue, func(q queued) bool { return q.ch == ch })
 	if i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
 		b.waiting.Add(-1)
