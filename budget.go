@@ -418,9 +418,15 @@ func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool,
 }
 
 // done ends a write let through by a round; the last one starts the next
-// round if writes wait and the total allows.
+// round if writes wait and the total allows, and forces flushes if the
+// round's writes took the total past the high mark (the writes waiting
+// may have queued below it, forcing none, and with rounds of one write
+// whose step passes the size nothing else would).
 func (b *MemoryBudget) done() {
 	if b.round.Add(-1) == 0 && b.waiting.Load() > 0 {
+		if b.total.Load() > b.high {
+			b.force()
+		}
 		b.mu.Lock()
 		b.startRoundLocked(nil)
 		b.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -561,5 +562,110 @@ func TestMemoryBudgetOldestRestarts(t *testing.T) {
 	}
 	for _, db := range dbs {
 		closeT(t, db)
+	}
+}
+
+// TestMemoryBudgetRoundReserves: a round lets queued writes through,
+// oldest first, while the total plus each one's engine step stays within
+// the size, and always at least one; the rest stay queued in order, and a
+// write starting a round goes only behind every queued one (mutation 271).
+func TestMemoryBudgetRoundReserves(t *testing.T) {
+	const size = 1000
+	b := newBudgetT(t, size, nil)
+	steps := []int64{100, 300, 50, 400, 10}
+	var q []queued
+	for _, st := range steps {
+		s := &budgetShare{b: b}
+		s.step.Store(st)
+		q = append(q, queued{ch: make(chan struct{}), s: s})
+	}
+	closed := func() (n int) {
+		for _, x := range q {
+			select {
+			case <-x.ch:
+				n++
+			default:
+			}
+		}
+		return n
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue = slices.Clone(q)
+	b.waiting.Store(int64(len(q)))
+	b.total.Store(500) // room 500: 100, 300 and 50 fit; 400 does not
+	if !b.startRoundLocked(nil) {
+		t.Fatal("no round started with the total within the size")
+	}
+	if n := closed(); n != 3 || b.round.Load() != 3 || len(b.queue) != 2 || b.waiting.Load() != 2 {
+		t.Fatalf("round let %d through (round %d, %d queued, waiting %d); want 3, 3, 2, 2", n, b.round.Load(), len(b.queue), b.waiting.Load())
+	}
+	if b.queue[0] != q[3] || b.queue[1] != q[4] {
+		t.Fatal("the writes left queued are not the youngest ones in order")
+	}
+	// No room for the first queued write, but within the size: it goes
+	// alone (at least one per round), and a write starting the round
+	// goes only behind every queued one.
+	self := &budgetShare{b: b}
+	b.round.Store(0)
+	b.total.Store(size - 60)
+	if b.startRoundLocked(self) {
+		t.Fatal("a write starting a round went ahead of a queued write")
+	}
+	if n := closed(); n != 4 || b.round.Load() != 1 || len(b.queue) != 1 {
+		t.Fatalf("%d let through in all, round %d, %d queued; want 4, 1, 1", n, b.round.Load(), len(b.queue))
+	}
+	// Past the size: none.
+	b.round.Store(0)
+	b.total.Store(size + 1)
+	if b.startRoundLocked(nil) || closed() != 4 {
+		t.Fatal("a round started past the size")
+	}
+	// With the queue empty, a write starting a round goes if it fits.
+	b.total.Store(size - 20)
+	b.startRoundLocked(nil) // the last queued write (step 10) goes
+	b.round.Store(0)
+	self.step.Store(10)
+	if closed() != 5 || !b.startRoundLocked(self) || b.round.Load() != 1 {
+		t.Fatal("a write starting a round with nothing queued did not go")
+	}
+}
+
+// TestMemoryBudgetStepsLargerThanSize: engines whose every growth step is
+// larger than the whole budget still make progress (a round lets at least
+// one write through whenever the total is within the size, and writes
+// wait for the budget only before they begin, holding nothing a flush
+// needs), and the writes all land.
+func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
+	const engines, per = 4, 200
+	b := newBudgetT(t, 2<<10, nil)
+	dbs, kvs := budgetEngines(t, engines, b, newBudgetFaultFS(1, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // 1-2 s when it holds
+	defer cancel()
+	var wg sync.WaitGroup
+	for e := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			val := make([]byte, 100)
+			for i := range per {
+				if err := kvs[e].Put(ctx, binary.BigEndian.AppendUint32(nil, uint32(i)), val, 0); err != nil {
+					t.Errorf("engine %d, put %d: %v", e, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for e, db := range dbs {
+		for i := range per {
+			if _, err := kvs[e].Get(binary.BigEndian.AppendUint32(nil, uint32(i))); err != nil {
+				t.Fatalf("engine %d, key %d: %v", e, i, err)
+			}
+		}
+		closeT(t, db)
+	}
+	if m := b.Metrics(); m.ForcedFlushes == 0 || m.Waits == 0 {
+		t.Errorf("%d forced flushes, %d waits: the budget never held writes back", m.ForcedFlushes, m.Waits)
 	}
 }
