@@ -669,3 +669,32 @@ func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
 		t.Errorf("%d forced flushes, %d waits: the budget never held writes back", m.ForcedFlushes, m.Waits)
 	}
 }
+
+// TestMemoryBudgetRoundEndForces: the last write of a round that left the
+// total past the high mark forces a flush, for the writes queued behind it
+// (mutation 272).
+func TestMemoryBudgetRoundEndForces(t *testing.T) {
+	b := newBudgetT(t, 1<<10, nil)
+	dbs, kvs := budgetEngines(t, 1, b, newBudgetFaultFS(1, 0))
+	if err := kvs[0].Put(context.Background(), []byte("k"), make([]byte, 100), 0); err != nil { // below the fair mark: at once
+		t.Fatal(err)
+	}
+	if m := b.Metrics(); m.Bytes <= m.HighMark || m.ForcedFlushes != 0 {
+		t.Fatalf("total %d (high mark %d), %d forced flushes: want past the mark, none", m.Bytes, m.HighMark, m.ForcedFlushes)
+	}
+	// As if the put had been a round's only write, with a write queued
+	// behind it below the mark.
+	w := queued{ch: make(chan struct{}), s: &budgetShare{b: b}}
+	b.mu.Lock()
+	b.queue = append(b.queue, w)
+	b.waiting.Add(1)
+	b.round.Store(1)
+	b.mu.Unlock()
+	b.done()
+	if n := b.Metrics().ForcedFlushes; n != 1 {
+		t.Fatalf("%d forced flushes at the round's end; want 1", n)
+	}
+	<-w.ch // the flush's release starts the next round
+	b.done()
+	closeT(t, dbs[0])
+}
