@@ -35,8 +35,8 @@ const (
 	// RocksDB's WriteBufferManager does).
 	BudgetLargestFirst BudgetPolicy = iota + 1
 	// BudgetOldestFirst flushes first the engine whose pending bytes
-	// became non-zero the longest ago: no engine's changes stay in memory
-	// long while others flush. The default: W11 measured it faster than
+	// became non-zero, or whose latest forced flush began, the longest
+	// ago: no engine's changes stay in memory long while others flush. The default: W11 measured it faster than
 	// BudgetLargestFirst (doc/design.md, "Memory budget").
 	BudgetOldestFirst
 )
@@ -83,12 +83,15 @@ type BudgetOptions struct {
 // flushes engines in the background, one engine per flush, the one
 // BudgetOptions.Policy chooses first, up to BudgetOptions.MaxFlushes at a
 // time, until the total is below the mark. Past half the high mark,
-// writes of every engine queue together and go in rounds, one write per
-// waiting writer (a writer let through queues again behind the others), so
-// no engine's writes starve while others write; a round starts only with
-// the total within the size, so at the size writes wait, with their
-// context, until flushes make room. The writes of one round may overshoot
-// the size by their own sizes, as under MaxPendingBytes.
+// writes of every engine queue together and go in rounds, at most one write
+// per waiting writer (a writer let through queues again behind the
+// others), so no engine's writes starve while others write; a round starts
+// only with the total within the size, so at the size writes wait, with
+// their context, until flushes make room. A round reserves for each write
+// the largest step its engine's pending bytes grew by (tables grow by
+// arena chunks and slot arrays) and lets writes through while the total
+// plus their reserves fits, at least one; a write growing by more than its
+// reserve may overshoot the size, as under MaxPendingBytes.
 //
 // A write waiting for the budget returns ctx.Err() if its context ends
 // first and ErrClosed if its engine is closed meanwhile. Close of an engine
@@ -399,9 +402,10 @@ func (b *MemoryBudget) startRoundLocked(self *budgetShare) bool {
 // done once its write ended, applied or not).
 //
 // Rounds (B2) make the budget fair: past half the high mark every write
-// queues, and a round lets the whole queue through, one write per waiting writer, once
-// the previous round's writes have all ended and the total is within the
-// size. A writer that was let through queues again behind the others, so
+// queues, and a round lets the queue through, oldest first, one write per
+// waiting writer, once the previous round's writes have all ended and the
+// total is within the size, as many as fit with their engines' steps
+// reserved (startRoundLocked). A writer that was let through queues again behind the others, so
 // however the scheduler favours one goroutine, no engine's writer makes a
 // second write while another's waits (the budget's pending bytes grow in
 // table-sized steps, so a write often adds nothing to the total, and
