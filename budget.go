@@ -316,6 +316,8 @@ func (s *budgetShare) sync() {
 		if p > old {
 			atomicMaxInt(&s.step, p-old)
 		} else {
+			// Not atomic with a concurrent raise: a lost one only
+			// reserves less until the engine's next step.
 			s.step.Store(s.step.Load() / 2)
 		}
 		t := s.b.total.Add(p - old)
