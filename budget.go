@@ -83,15 +83,13 @@ type BudgetOptions struct {
 // flushes engines in the background, one engine per flush, the one
 // BudgetOptions.Policy chooses first, up to BudgetOptions.MaxFlushes at a
 // time, until the total is below the mark. Past half the high mark,
-// writes of every engine queue together and go in rounds, at most one write
-// per waiting writer (a writer let through queues again behind the
-// others), so no engine's writes starve while others write; a round starts
-// only with the total within the size, so at the size writes wait, with
-// their context, until flushes make room. A round reserves for each write
-// the largest step its engine's pending bytes grew by (tables grow by
-// arena chunks and slot arrays) and lets writes through while the total
-// plus their reserves fits, at least one; a write growing by more than its
-// reserve may overshoot the size, as under MaxPendingBytes.
+// writes of every engine queue together and go in rounds, one write per
+// waiting writer (a writer let through queues again behind the others), so
+// no engine's writes starve while others write; a round starts only with
+// the total within the size, so at the size writes wait, with their
+// context, until flushes make room. The writes of one round may overshoot
+// the size by what they grow their engines' tables by (arena chunks and
+// slot arrays), as under MaxPendingBytes.
 //
 // A write waiting for the budget returns ctx.Err() if its context ends
 // first and ErrClosed if its engine is closed meanwhile. Close of an engine
@@ -125,8 +123,8 @@ type MemoryBudget struct {
 	mu       sync.Mutex // guards the fields below
 	closed   bool
 	shares   []*budgetShare
-	queue    []queued // waiting writes, oldest first
-	flushing int      // forced flushes in progress
+	queue    []chan struct{} // waiting writes, oldest first
+	flushing int             // forced flushes in progress
 }
 
 // NewMemoryBudget returns a budget of size bytes for the engines opened
@@ -224,13 +222,6 @@ func (b *MemoryBudget) Metrics() BudgetMetrics {
 	}
 }
 
-// queued is a waiting write: its channel (closed to let it through) and
-// its engine's share.
-type queued struct {
-	ch chan struct{}
-	s  *budgetShare
-}
-
 // detachedShare marks a share's bytes once its engine has left the budget:
 // a sync racing the detach then changes nothing.
 const detachedShare = math.MinInt64
@@ -244,10 +235,6 @@ type budgetShare struct {
 
 	bytes atomic.Int64 // detachedShare once detached
 	since atomic.Int64 // unix nanos when bytes last became > 0; 0 with none
-	// step is the largest growth one sync saw (a table-sized step: an
-	// arena chunk, a slot array), halved at each release: what a round
-	// reserves for a write of the engine (startRoundLocked).
-	step atomic.Int64
 
 	forced, waits, waitNs atomic.Int64
 
@@ -313,13 +300,6 @@ func (s *budgetShare) sync() {
 		case old <= 0:
 			s.since.Store(time.Now().UnixNano())
 		}
-		if p > old {
-			atomicMaxInt(&s.step, p-old)
-		} else {
-			// Not atomic with a concurrent raise: a lost one only
-			// reserves less until the engine's next step.
-			s.step.Store(s.step.Load() / 2)
-		}
 		t := s.b.total.Add(p - old)
 		if p > old {
 			atomicMaxInt(&s.b.maxTotal, t)
@@ -352,49 +332,30 @@ func (s *budgetShare) restart(start int64) {
 func (b *MemoryBudget) released(total int64) {
 	if total <= b.size && b.waiting.Load() > 0 && b.round.Load() == 0 {
 		b.mu.Lock()
-		b.startRoundLocked(nil)
+		b.startRoundLocked(0)
 		b.mu.Unlock()
 	}
 }
 
-// startRoundLocked starts a round if none is in progress and the total is
-// within the budget: it lets queued writes through, oldest first, while
-// the total plus the steps their engines may grow by (each engine's step,
-// reserved per write) stays within the size, and at least one; then self
-// (a write starting the round, of share ss) if every queued write went
-// and it fits too, or if none did. It reports whether self went (with
-// self 0: whether a round started or nothing waits). b.mu held.
-func (b *MemoryBudget) startRoundLocked(self *budgetShare) bool {
-	t := b.total.Load()
-	if b.round.Load() != 0 || t > b.size {
+// startRoundLocked lets every queued write through, plus self more (a
+// write starting the round), if no round is in progress and the total is
+// within the budget; it reports whether it did. b.mu held.
+func (b *MemoryBudget) startRoundLocked(self int64) bool {
+	if b.round.Load() != 0 || b.total.Load() > b.size {
 		return false
 	}
-	if len(b.queue) == 0 && self == nil {
+	n := int64(len(b.queue)) + self
+	if n == 0 {
 		return true
 	}
-	k := 0
-	for _, q := range b.queue {
-		r := q.s.step.Load()
-		if k > 0 && t+r > b.size {
-			break
-		}
-		t += r
-		k++
-	}
-	selfGoes := self != nil && k == len(b.queue) && (k == 0 || t+self.step.Load() <= b.size)
-	n := int64(k)
-	if selfGoes {
-		n++
-	}
 	b.round.Store(n)
-	for _, q := range b.queue[:k] {
-		close(q.ch)
+	for _, ch := range b.queue {
+		close(ch)
 	}
-	b.waiting.Add(-int64(k))
-	rest := copy(b.queue, b.queue[k:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	return self == nil || selfGoes
+	b.waiting.Add(-int64(len(b.queue)))
+	clear(b.queue)
+	b.queue = b.queue[:0]
+	return true
 }
 
 // admit is called before a write of s's engine begins (doc/design.md,
@@ -404,10 +365,9 @@ func (b *MemoryBudget) startRoundLocked(self *budgetShare) bool {
 // done once its write ended, applied or not).
 //
 // Rounds (B2) make the budget fair: past half the high mark every write
-// queues, and a round lets the queue through, oldest first, one write per
-// waiting writer, once the previous round's writes have all ended and the
-// total is within the size, as many as fit with their engines' steps
-// reserved (startRoundLocked). A writer that was let through queues again behind the others, so
+// queues, and a round lets the whole queue through, one write per waiting
+// writer, once the previous round's writes have all ended and the total is
+// within the size. A writer that was let through queues again behind the others, so
 // however the scheduler favours one goroutine, no engine's writer makes a
 // second write while another's waits (the budget's pending bytes grow in
 // table-sized steps, so a write often adds nothing to the total, and
@@ -426,15 +386,15 @@ func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool,
 // done ends a write let through by a round; the last one starts the next
 // round if writes wait and the total allows, and forces flushes if the
 // round's writes took the total past the high mark (the writes waiting
-// may have queued below it, forcing none, and with rounds of one write
-// whose step passes the size nothing else would).
+// may have queued below it, forcing none, and if no forced flush is in
+// progress nothing else would).
 func (b *MemoryBudget) done() {
 	if b.round.Add(-1) == 0 && b.waiting.Load() > 0 {
 		if b.total.Load() > b.high {
 			b.force()
 		}
 		b.mu.Lock()
-		b.startRoundLocked(nil)
+		b.startRoundLocked(0)
 		b.mu.Unlock()
 	}
 }
@@ -453,14 +413,14 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 	}
 	b.mu.Lock()
 	b.waiting.Add(1)
-	if b.startRoundLocked(s) {
+	if b.startRoundLocked(1) {
 		// No round in progress and room: this write starts one.
 		b.waiting.Add(-1)
 		b.mu.Unlock()
 		return nil
 	}
 	ch := make(chan struct{})
-	b.queue = append(b.queue, queued{ch: ch, s: s})
+	b.queue = append(b.queue, ch)
 	b.mu.Unlock()
 	b.waits.Add(1)
 	s.waits.Add(1)
@@ -484,7 +444,7 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 // let it through meanwhile, it ends its part of the round instead.
 func (b *MemoryBudget) dequeue(ch chan struct{}, err error) error {
 	b.mu.Lock()
-	i := slices.IndexFunc(b.queue, func(q queued) bool { return q.ch == ch })
+	i := slices.Index(b.queue, ch)
 	if i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
 		b.waiting.Add(-1)

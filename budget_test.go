@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -565,77 +564,10 @@ func TestMemoryBudgetOldestRestarts(t *testing.T) {
 	}
 }
 
-// TestMemoryBudgetRoundReserves: a round lets queued writes through,
-// oldest first, while the total plus each one's engine step stays within
-// the size, and always at least one; the rest stay queued in order, and a
-// write starting a round goes only behind every queued one (mutation 271).
-func TestMemoryBudgetRoundReserves(t *testing.T) {
-	const size = 1000
-	b := newBudgetT(t, size, nil)
-	steps := []int64{100, 300, 50, 400, 10}
-	var q []queued
-	for _, st := range steps {
-		s := &budgetShare{b: b}
-		s.step.Store(st)
-		q = append(q, queued{ch: make(chan struct{}), s: s})
-	}
-	closed := func() (n int) {
-		for _, x := range q {
-			select {
-			case <-x.ch:
-				n++
-			default:
-			}
-		}
-		return n
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.queue = slices.Clone(q)
-	b.waiting.Store(int64(len(q)))
-	b.total.Store(500) // room 500: 100, 300 and 50 fit; 400 does not
-	if !b.startRoundLocked(nil) {
-		t.Fatal("no round started with the total within the size")
-	}
-	if n := closed(); n != 3 || b.round.Load() != 3 || len(b.queue) != 2 || b.waiting.Load() != 2 {
-		t.Fatalf("round let %d through (round %d, %d queued, waiting %d); want 3, 3, 2, 2", n, b.round.Load(), len(b.queue), b.waiting.Load())
-	}
-	if b.queue[0] != q[3] || b.queue[1] != q[4] {
-		t.Fatal("the writes left queued are not the youngest ones in order")
-	}
-	// No room for the first queued write, but within the size: it goes
-	// alone (at least one per round), and a write starting the round
-	// goes only behind every queued one.
-	self := &budgetShare{b: b}
-	b.round.Store(0)
-	b.total.Store(size - 60)
-	if b.startRoundLocked(self) {
-		t.Fatal("a write starting a round went ahead of a queued write")
-	}
-	if n := closed(); n != 4 || b.round.Load() != 1 || len(b.queue) != 1 {
-		t.Fatalf("%d let through in all, round %d, %d queued; want 4, 1, 1", n, b.round.Load(), len(b.queue))
-	}
-	// Past the size: none.
-	b.round.Store(0)
-	b.total.Store(size + 1)
-	if b.startRoundLocked(nil) || closed() != 4 {
-		t.Fatal("a round started past the size")
-	}
-	// With the queue empty, a write starting a round goes if it fits.
-	b.total.Store(size - 20)
-	b.startRoundLocked(nil) // the last queued write (step 10) goes
-	b.round.Store(0)
-	self.step.Store(10)
-	if closed() != 5 || !b.startRoundLocked(self) || b.round.Load() != 1 {
-		t.Fatal("a write starting a round with nothing queued did not go")
-	}
-}
-
 // TestMemoryBudgetStepsLargerThanSize: engines whose every growth step is
-// larger than the whole budget still make progress (a round lets at least
-// one write through whenever the total is within the size, and writes
-// wait for the budget only before they begin, holding nothing a flush
-// needs), and the writes all land.
+// larger than the whole budget still make progress (writes wait for the
+// budget only before they begin, holding nothing a flush needs, and a
+// round's end past the high mark forces flushes), and the writes all land.
 func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
 	const engines, per = 4, 200
 	b := newBudgetT(t, 2<<10, nil)
@@ -684,7 +616,7 @@ func TestMemoryBudgetRoundEndForces(t *testing.T) {
 	}
 	// As if the put had been a round's only write, with a write queued
 	// behind it below the mark.
-	w := queued{ch: make(chan struct{}), s: &budgetShare{b: b}}
+	w := make(chan struct{})
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
 	b.waiting.Add(1)
@@ -694,7 +626,7 @@ func TestMemoryBudgetRoundEndForces(t *testing.T) {
 	if n := b.Metrics().ForcedFlushes; n != 1 {
 		t.Fatalf("%d forced flushes at the round's end; want 1", n)
 	}
-	<-w.ch // the flush's release starts the next round
+	<-w // the flush's release starts the next round
 	b.done()
 	closeT(t, dbs[0])
 }
