@@ -36,8 +36,9 @@ const (
 	BudgetLargestFirst BudgetPolicy = iota + 1
 	// BudgetOldestFirst flushes first the engine whose pending bytes
 	// became non-zero, or whose latest forced flush began, the longest
-	// ago: no engine's changes stay in memory long while others flush. The default: W11 measured it faster than
-	// BudgetLargestFirst (doc/design.md, "Memory budget").
+	// ago: no engine's changes stay in memory long while others flush.
+	// The default: W11 measured it faster than BudgetLargestFirst
+	// (doc/design.md, "Memory budget").
 	BudgetOldestFirst
 )
 
@@ -367,9 +368,9 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 // Rounds (B2) make the budget fair: past half the high mark every write
 // queues, and a round lets the whole queue through, one write per waiting
 // writer, once the previous round's writes have all ended and the total is
-// within the size. A writer that was let through queues again behind the others, so
-// however the scheduler favours one goroutine, no engine's writer makes a
-// second write while another's waits (the budget's pending bytes grow in
+// within the size. A writer that was let through queues again behind the
+// others, so however the scheduler favours one goroutine, no engine's
+// writer makes a second write while another's waits (the budget's pending bytes grow in
 // table-sized steps, so a write often adds nothing to the total, and
 // without rounds the writer running first would write on alone).
 func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool, err error) {
