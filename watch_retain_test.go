@@ -620,9 +620,18 @@ func TestWatchRetainTrimmedLog(t *testing.T) {
 	closeT(t, db)
 	db = openT(t, dir, opts)
 	defer closeT(t, db)
-	ws := make([]*Watch, 6)
+	ws := make([]*Watch, 8)
 	for i := range ws {
-		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: i%2 == 1, Buffer: 1 + i/2})
+		o := &WatchOptions{From: 1, Durable: i%2 == 1, Buffer: 1 + i/2}
+		if i >= 6 {
+			// A filter that selects everything: these watches take
+			// each change on its own (Watch.trackChange), the others
+			// a batch record's changes in one run (trackChanges).
+			o.Buffer = 1
+			o.Keyspaces = []WatchKeyspace{{Name: "a"}, {Name: "b"}}
+			o.Bitslices = []string{"bits"}
+		}
+		w, err := db.Watch(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
