@@ -237,8 +237,10 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 				err = o.k.ov.ApplyAt(first+uint64(c-i), changes)
 			}
 			if err != nil && !errors.Is(err, ErrDropped) {
-				// Every change was validated above: this is a bug,
-				// not bad input, and the batch is half applied.
+				// Every change was checked once, when it was added
+				// to the batch (ApplyAt does not check again): this
+				// is a bug, not bad input, and the batch is half
+				// applied.
 				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
 			}
 			if err != nil && db.feed.on.Load() {
