@@ -9,8 +9,9 @@ import (
 // lines in cache (issues 25 and 26: the single-op write path without the
 // misses of W6's random slots), so that admission's share shows: rows
 // admission (Flusher.BeginWrite and Ticket.End, nothing applied, with
-// changes pending as during W6), admission-idle (the same with nothing
-// pending: the first write after a flush), bits-set (Bits.Set over 65,536
+// changes pending as during W6), admission-write (the same through
+// Flusher.Write, no Ticket, an empty apply), admission-idle (BeginWrite
+// and End with nothing pending: the first write after a flush), bits-set (Bits.Set over 65,536
 // bits), bits-overlay (the overlay's Set alone, same bits) and kv-put
 // (KV.Put overwriting 1,024 keys of 8 bytes with 16-byte values). Each
 // row's ns/op is one write. doc/design.md ("admit7") quotes it with the
@@ -44,6 +45,18 @@ func BenchmarkWriteHot(b *testing.B) {
 				b.Fatal(err)
 			}
 			t.End()
+		}
+	})
+	b.Run("admission-write", func(b *testing.B) {
+		db, bs := bits(b)
+		if err := bs.Set(ctx, 1, true, 0); err != nil { // something pending
+			b.Fatal(err)
+		}
+		nop := func() error { return nil }
+		for b.Loop() {
+			if err := db.flusher.Write(ctx, 0, nop); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("admission-idle", func(b *testing.B) {

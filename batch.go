@@ -342,17 +342,15 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 		}
 		defer db.budgetDone(granted)
 	}
-	t, err := db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return mapErr(err, kind, name)
-	}
-	if t.Skipped() {
+	// One call, no Ticket: apply runs under the write barrier (and
+	// publishes its change before the barrier is left, publication
+	// order 13); a redelivered op returns nil without it.
+	err := db.flusher.Write(ctx, op, apply)
+	if err == nil {
 		return nil
 	}
-	err = apply() // publishes its change before End (publication order 13)
-	t.End()
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
 	return mapErr(err, kind, name)
 }
