@@ -237,8 +237,10 @@ func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
 				err = o.k.ov.ApplyAt(first+uint64(c-i), changes)
 			}
 			if err != nil && !errors.Is(err, ErrDropped) {
-				// Every change was validated above: this is a bug,
-				// not bad input, and the batch is half applied.
+				// Every change was checked once, when it was added
+				// to the batch (ApplyAt does not check again): this
+				// is a bug, not bad input, and the batch is half
+				// applied.
 				panic(fmt.Sprintf("kvbuf: batch changes %d-%d failed after validation: %v", i, j-1, err))
 			}
 			if err != nil && db.feed.on.Load() {
@@ -340,17 +342,15 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 		}
 		defer db.budgetDone(granted)
 	}
-	t, err := db.flusher.BeginWrite(ctx, op, false)
-	if err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return mapErr(err, kind, name)
-	}
-	if t.Skipped() {
+	// One call, no Ticket: apply runs under the write barrier (and
+	// publishes its change before the barrier is left, publication
+	// order 13); a redelivered op returns nil without it.
+	err := db.flusher.Write(ctx, op, apply)
+	if err == nil {
 		return nil
 	}
-	err = apply() // publishes its change before End (publication order 13)
-	t.End()
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
 	return mapErr(err, kind, name)
 }

@@ -78,6 +78,7 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 	db.addTarget(nil, b)
 	if create {
 		db.bitsAdded[name] = enginedir.BitsEntry{}
+		db.markCatalog()
 	}
 	return b, nil
 }

@@ -157,6 +157,10 @@ type DB struct {
 	// bitsAdded are bitslices to record in the bitslice catalog with the
 	// next freeze (created, or adopted at Open), with their first entries.
 	bitsAdded enginedir.BitsCatalog
+	// catPending is catDirty || len(bitsAdded) > 0, stored under mu
+	// wherever either changes (markCatalog, Freeze), so that admission
+	// reads it without mu (target.PendingBytes, with nothing pending).
+	catPending atomic.Bool
 
 	// catW is the bitslice catalog as the latest generation Write recorded
 	// it; only the flusher's writer goroutine (Write), and Open before it

@@ -48,6 +48,7 @@ func (db *DB) createKV(name string) (*KV, error) {
 		return nil, err
 	}
 	db.catDirty = true
+	db.markCatalog()
 	return k, nil
 }
 
@@ -106,6 +107,7 @@ func (db *DB) DropKV(ctx context.Context, name string, op uint64) error {
 		delete(db.keyspaces, name)
 		db.catalog.Drop(name)
 		db.catDirty = true
+		db.markCatalog()
 	}
 	if db.feed.on.Load() {
 		// Recorded even if there was no such keyspace: a host replaying

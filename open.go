@@ -206,6 +206,7 @@ func (db *DB) loadCatalog() error {
 		// Keyspaces whose drop was not yet durable: finish it with the
 		// next flush (the catalog is rewritten without them).
 		db.catDirty = true
+		db.markCatalog()
 	}
 	for name, id := range c.Keyspaces {
 		if _, err := db.newKV(name, storage.KeyspaceID(id)); err != nil {
@@ -289,6 +290,7 @@ func (db *DB) openAllBits() error {
 		db.genBase = max(db.genBase, e.Gen, h.Gen)
 		if !ok {
 			db.bitsAdded[name] = enginedir.BitsEntry{Gen: h.Gen, Len: h.Len}
+			db.markCatalog()
 		}
 	}
 	if fresh {

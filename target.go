@@ -68,6 +68,7 @@ func (t *target) Freeze(g uint64) flush.Generation {
 		gen.catalog = cat
 		db.catDirty = false
 	}
+	db.catPending.Store(false) // both cleared above
 	db.mu.Unlock()
 	return gen
 }
@@ -75,18 +76,21 @@ func (t *target) Freeze(g uint64) flush.Generation {
 // PendingBytes implements flush.Target: the memory of every pending change,
 // plus one byte while a catalog has unflushed changes, so that a flush
 // writes a new or dropped keyspace, or a new bitslice, even with no data.
+// Every write's admission calls it: with nothing pending it reads
+// catPending, not catDirty and bitsAdded under mu (a lock per write
+// between a flush and the next change).
 func (t *target) PendingBytes() int64 {
 	db := (*DB)(t)
 	n := db.acct.Bytes()
-	if n == 0 {
-		db.mu.Lock()
-		if db.catDirty || len(db.bitsAdded) > 0 {
-			n = 1
-		}
-		db.mu.Unlock()
+	if n == 0 && db.catPending.Load() {
+		n = 1
 	}
 	return n
 }
+
+// markCatalog records that a catalog has unflushed changes: the caller
+// just set catDirty or added to bitsAdded. db.mu held.
+func (db *DB) markCatalog() { db.catPending.Store(true) }
 
 // Settle implements flush.Settler: with nothing in flight, bitslices with
 // nothing pending return to their direct-read fast path.

@@ -249,26 +249,17 @@ const applyChunk = 64
 // that the cache misses of a shard's new keys overlap instead of each
 // waiting for the last (an atomic store waits for every earlier store).
 // The order of the changes does not
-// matter: each carries its number. Errors: those of the At methods for the
-// first bad change (checked before any is applied), ErrDropped (the
+// matter: each carries its number. Every change must pass its check
+// (CheckPut, CheckKey or CheckRange by its kind): the engine checks each
+// once, when the batch is built, and ApplyAt does not check again (the
+// invariants build does, and panics, as for Put). Errors: ErrDropped (the
 // changes not yet applied are dropped, as if the batch had come before
 // Drop).
 func (kv *KV) ApplyAt(first uint64, cs []Change) error {
-	for i := range cs {
-		c := &cs[i]
-		var err error
-		switch c.Kind {
-		case ChangePut:
-			err = kv.CheckPut(c.Key, c.Value)
-		case ChangeDelete:
-			err = kv.checkKey(c.Key)
-		case ChangeDeleteRange:
-			err = CheckRange(c.Key, c.Value)
-		default:
-			err = kverr.Errorf("change kind %d: %w", c.Kind, kverr.ErrBadRange)
-		}
-		if err != nil {
-			return err
+	if invariants.Enabled {
+		for i := range cs {
+			err := kv.checkChange(&cs[i])
+			invariants.Check(err == nil, "buffer: ApplyAt of an unchecked change %d: %v", i, err)
 		}
 	}
 	var (
@@ -318,6 +309,20 @@ func (kv *KV) ApplyAt(first uint64, cs []Change) error {
 		}
 	}
 	return nil
+}
+
+// checkChange reports the error of c's check by its kind (CheckPut,
+// CheckKey or CheckRange; an unknown kind is ErrBadRange).
+func (kv *KV) checkChange(c *Change) error {
+	switch c.Kind {
+	case ChangePut:
+		return kv.CheckPut(c.Key, c.Value)
+	case ChangeDelete:
+		return kv.checkKey(c.Key)
+	case ChangeDeleteRange:
+		return CheckRange(c.Key, c.Value)
+	}
+	return kverr.Errorf("change kind %d: %w", c.Kind, kverr.ErrBadRange)
 }
 
 // writeShard stores the changes part[i] (probe keys pks[i]) for i in idx,

@@ -9,7 +9,8 @@
 // # Protocol
 //
 // A Flusher drives one Target (the engine). Writers hold the shared side of
-// the write barrier between BeginWrite and Ticket.End. A generation is
+// the write barrier between BeginWrite and Ticket.End (or for the whole of
+// a Flusher.Write, the single-change form). A generation is
 // frozen (Target.Freeze with the barrier held exclusively, so it is a
 // consistent cut), written (Generation.Write, in generation order, one at a
 // time, on the writer goroutine), waited on (the wait function Write

@@ -310,23 +310,49 @@ func newTicket(f *Flusher, tok gateToken, w *sync.RWMutex) Ticket {
 // Do not call Flush, BeginOp, EndOp, Exclusive or Close between BeginWrite
 // and End: they need the barrier the caller holds.
 func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Ticket, error) {
+	w, skipped, err := f.admitWrite(ctx, op, closesOp)
+	if err != nil || skipped {
+		return Ticket{skipped: skipped}, err
+	}
+	return newTicket(nil, gateToken{}, w), nil
+}
+
+// Write is BeginWrite (closesOp false), apply, End in one call, for the
+// engine's single-change writes: apply runs under the write barrier's
+// shared side and its error is returned; for a redelivered op apply is
+// not called and Write returns nil. No Ticket is built. Errors as
+// BeginWrite, then apply's. apply must not call Flush, BeginOp, EndOp,
+// Exclusive or Close.
+func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) error {
+	w, skipped, err := f.admitWrite(ctx, op, false)
+	if err != nil || skipped {
+		return err
+	}
+	err = apply()
+	w.RUnlock()
+	return err
+}
+
+// admitWrite is BeginWrite's admission: the barrier stripe the write
+// holds, or skipped for a redelivered op, or an error (nothing held).
+func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *sync.RWMutex, skipped bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return Ticket{}, err
+		return nil, false, err
 	}
 	if err := checkOpRange("write", op); err != nil {
-		return Ticket{}, err
+		return nil, false, err
 	}
 	if op != 0 && op <= f.persisted.Load() {
 		if f.gate.closing.Load() {
-			return Ticket{}, kverr.ErrClosed
+			return nil, false, kverr.ErrClosed
 		}
 		// Redelivered: persisted only grows, so the op stays covered.
 		f.redelivered.Add(1)
-		return Ticket{skipped: true}, nil
+		return nil, true, nil
 	}
 	if f.opts.MaxPendingBytes > 0 {
 		if err := f.admitBytes(ctx); err != nil {
-			return Ticket{}, err
+			return nil, false, err
 		}
 	}
 	// A write holds the barrier's shared side only, not the gate as well
@@ -334,10 +360,10 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 	// gate, then takes the barrier exclusively once, so a write that
 	// finds the gate open under the barrier ends before Close goes on,
 	// and every later one finds it shut (invariant 13).
-	w := f.barrier.RLockAt(stripe.Hint(32) & f.mask)
+	w = f.barrier.RLockAt(stripe.Hint(32) & f.mask)
 	if f.gate.closing.Load() {
 		w.RUnlock()
-		return Ticket{}, kverr.ErrClosed
+		return nil, false, kverr.ErrClosed
 	}
 	if op != 0 {
 		var err error
@@ -348,13 +374,13 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 		}
 		if err != nil {
 			w.RUnlock()
-			return Ticket{}, err
+			return nil, false, err
 		}
 	}
 	if !f.dirty.Load() {
 		f.dirty.Store(true)
 	}
-	return newTicket(nil, gateToken{}, w), nil
+	return w, false, nil
 }
 
 // admitBytes applies FlushBytes and MaxPendingBytes. A write that waits for
