@@ -406,12 +406,25 @@ func (f *File) Set(i uint64, v bool) error {
 // the end, or a Mask selecting bits at or past Len fails with kvbuf.ErrOutOfRange
 // and writes nothing.
 func (f *File) ApplyWords(changes []WordChange) error {
+	return f.applying(func(vw *View) error { return f.applyWords(vw, changes) })
+}
+
+// applying runs apply on the current mapping with the growth lock's shared
+// side held (a concurrent Grow waits), or fails with ErrClosed after Close:
+// what ApplyWords and ApplyMasked share.
+func (f *File) applying(apply func(vw *View) error) error {
 	f.wmu.RLock()
 	defer f.wmu.RUnlock()
 	vw := f.cur.Load()
 	if vw == nil {
 		return f.errClosed()
 	}
+	err := apply(vw)
+	runtime.KeepAlive(vw)
+	return err
+}
+
+func (f *File) applyWords(vw *View, changes []WordChange) error {
 	n := uint64(len(vw.words))
 	for k, c := range changes {
 		if c.Word >= n {
@@ -432,7 +445,6 @@ func (f *File) ApplyWords(changes []WordChange) error {
 		}
 		storeMasked(&vw.words[c.Word], c.Mask, c.Bits)
 	}
-	runtime.KeepAlive(vw)
 	return nil
 }
 
@@ -446,12 +458,10 @@ func (f *File) ApplyWords(changes []WordChange) error {
 // end, or a mask selecting bits at or past Len in the last word, fails with
 // kvbuf.ErrOutOfRange and writes nothing.
 func (f *File) ApplyMasked(first uint64, mask, bits []uint64) error {
-	f.wmu.RLock()
-	defer f.wmu.RUnlock()
-	vw := f.cur.Load()
-	if vw == nil {
-		return f.errClosed()
-	}
+	return f.applying(func(vw *View) error { return f.applyMasked(vw, first, mask, bits) })
+}
+
+func (f *File) applyMasked(vw *View, first uint64, mask, bits []uint64) error {
 	n := uint64(len(vw.words))
 	if len(bits) != len(mask) {
 		return kverr.Errorf("%s: apply %d masked words: %d bit words: %w", f.path, len(mask), len(bits), kverr.ErrOutOfRange)
@@ -477,7 +487,6 @@ func (f *File) ApplyMasked(first uint64, mask, bits []uint64) error {
 			storeMasked(&words[j], m, bits[j])
 		}
 	}
-	runtime.KeepAlive(vw)
 	return nil
 }
 
