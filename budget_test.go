@@ -455,6 +455,26 @@ func TestMemoryBudgetFairness(t *testing.T) {
 	}
 }
 
+// putEach makes per puts of 100-byte values to each engine of kvs, a
+// goroutine per engine, key(e, i) the key of engine e's put i, and returns
+// once every put returned (a failed one ends its engine's puts).
+func putEach(t *testing.T, ctx context.Context, kvs []*KV, per int, key func(e, i int) []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for e := range kvs {
+		wg.Go(func() {
+			val := make([]byte, 100)
+			for i := range per {
+				if err := kvs[e].Put(ctx, key(e, i), val, 0); err != nil {
+					t.Errorf("engine %d, put %d: %v", e, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestMemoryBudgetOverGen is issue 31's bound under many small engines
 // (W11's geometry at --quick: 100 engines, 256 KiB each, a writer each,
 // 12-byte keys and 100-byte values): the total passes the size by at most
@@ -472,22 +492,9 @@ func TestMemoryBudgetOverGen(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			b := newBudgetT(t, size, &BudgetOptions{Policy: p})
 			dbs, kvs := budgetEngines(t, engines, b, newBudgetFaultFS(1, 0))
-			var wg sync.WaitGroup
-			for e := range engines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					val := make([]byte, 100)
-					for i := range per {
-						key := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(e)), uint32(i))
-						if err := kvs[e].Put(context.Background(), key, val, 0); err != nil {
-							t.Errorf("engine %d: %v", e, err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			putEach(t, context.Background(), kvs, per, func(e, i int) []byte {
+				return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(e)), uint32(i))
+			})
 			m := b.Metrics()
 			if m.ForcedFlushes == 0 {
 				t.Fatalf("no forced flush: peak %d of %d", m.MaxBytes, size)
@@ -574,21 +581,7 @@ func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
 	dbs, kvs := budgetEngines(t, engines, b, newBudgetFaultFS(1, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // 1-2 s when it holds
 	defer cancel()
-	var wg sync.WaitGroup
-	for e := range engines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			val := make([]byte, 100)
-			for i := range per {
-				if err := kvs[e].Put(ctx, binary.BigEndian.AppendUint32(nil, uint32(i)), val, 0); err != nil {
-					t.Errorf("engine %d, put %d: %v", e, i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	putEach(t, ctx, kvs, per, func(_, i int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(i)) })
 	for e, db := range dbs {
 		for i := range per {
 			if _, err := kvs[e].Get(binary.BigEndian.AppendUint32(nil, uint32(i))); err != nil {
