@@ -192,8 +192,9 @@
 //   - One raft group per node: no multi-raft, no leases (reads always pay
 //     a ReadIndex round unless Stale).
 //   - Conf changes are one at a time (raft's simple changes, no joint
-//     consensus): one proposed while another is pending on the same leader
-//     fails with ErrConfChangePending; one pending on a leader that lost
+//     consensus): one proposed while another is pending on the same leader,
+//     or on a leader elected a moment ago that has not applied its log
+//     yet, fails with ErrConfChangePending; one pending on a leader that lost
 //     its leadership may still be applied (its caller gets
 //     ErrOutcomeUnknown).
 package raftkv

@@ -77,7 +77,8 @@ var (
 	// removing the cluster's only voter. ErrNotCaughtUp: the learner's log
 	// trails the leader's by more than PromoteMaxLag; retry later.
 	// ErrConfChangePending: another membership change is not applied yet
-	// (raft takes one at a time); retry.
+	// (raft takes one at a time), or this node became the leader and has
+	// not applied its log up to its election yet; retry.
 	ErrRemovedID         = errors.New("raftkv: node ID removed from the cluster")
 	ErrMemberExists      = errors.New("raftkv: already a member")
 	ErrNotMember         = errors.New("raftkv: not a member")

@@ -32,7 +32,10 @@ import (
 //   - A learner is promoted only once its log is within PromoteMaxLag
 //     entries of the leader's commit index (ErrNotCaughtUp).
 //   - Raft takes one change at a time: a change proposed while another is
-//     not yet applied is refused (ErrConfChangePending).
+//     not yet applied is refused (ErrConfChangePending). A new leader
+//     refuses changes the same way until it has applied the entries its
+//     log held when it was elected: one may be a change committed under
+//     the last leader, and the checks above see only applied changes.
 
 // PromoteMaxLag is how far (in entries) a learner's log may trail the
 // leader's commit index for PromoteNode to promote it.
@@ -126,6 +129,11 @@ func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint6
 			cc.Context = []byte(addr)
 		}
 		return n.onLoop(ctx, func(rn *raft.RawNode) error {
+			if n.confIndex > n.applied {
+				// The membership checked below may be about to change
+				// (raft itself would turn the proposal into an empty entry).
+				return errorf("node %d has a membership change not yet applied (log index %d, applied %d); retry: %w", n.id, n.confIndex, n.applied, ErrConfChangePending)
+			}
 			if err := n.membership().check(cc); err != nil {
 				return err
 			}

@@ -525,3 +525,50 @@ func TestInfoLogLines(t *testing.T) {
 		t.Fatalf("leader's metrics: %+v", m)
 	}
 }
+
+// A new leader checks a membership change against the membership as of
+// its whole log: the removal of the last leader, committed under it but
+// not yet applied by the new one, makes re-adding that ID ErrRemovedID
+// (after ErrConfChangePending while the removal is not applied), never
+// ErrMemberExists. Delayed messages widen the window between an election
+// and the new leader's first commit.
+func TestNewLeaderChecksWholeLog(t *testing.T) {
+	c := newCluster(t, 5, nil)
+	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
+	for range 2 {
+		c.faults.set(0, 30*time.Millisecond)
+		l := c.leader(10 * time.Second)
+		gone := l.ID()
+		if err := l.RemoveNode(bg, gone); err != nil && !errors.Is(err, ErrRemoved) && !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("leader %d removing itself: %v", gone, err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var n *Node
+			for _, id := range c.ids() {
+				if m := c.tn(id).node(); id != gone && m != nil && m.IsLeader() {
+					n = m
+				}
+			}
+			var err error
+			if n != nil {
+				err = n.AddNode(bg, gone, "127.0.0.1:1")
+				if errors.Is(err, ErrRemovedID) {
+					break
+				}
+				if !errors.Is(err, ErrConfChangePending) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalDropped) && !errors.Is(err, ErrStopped) {
+					t.Fatalf("re-adding removed node %d on the new leader %d: %v", gone, n.ID(), err)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("re-adding removed node %d: no refusal within 20s (last: %v)", gone, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		waitFor(t, 10*time.Second, "the old leader to stop", func() bool { return errors.Is(c.tn(gone).node().Err(), ErrRemoved) })
+		c.stop(gone)
+		c.forget(gone)
+		c.faults.set(0, 0)
+		c.mustDo(func(ctx context.Context, n *Node) error { return n.Put(ctx, "ks", []byte("k"), []byte("v")) })
+	}
+}

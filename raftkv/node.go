@@ -85,6 +85,10 @@ type Node struct {
 	metaTerm   uint64            // the term metaSent is of
 	metaSent   map[uint64]bool   // meta commands proposed this term (0: the cluster ID)
 	ccProposed []uint64          // conf changes proposed since the last Ready
+	// confIndex bounds the index of the last membership change in the
+	// log (see trackConfIndex): the membership the leader checks a change
+	// against is current only once applied reaches it.
+	confIndex uint64
 	acks       []ack             // results to deliver after the state machine commits
 	cmds       []*command        // applyNormal's scratch
 	results    []error
@@ -751,6 +755,30 @@ func (n *Node) readyState(rd raft.Ready) {
 	}
 	if ss := rd.SoftState; ss != nil {
 		n.softState(ss)
+	}
+	n.trackConfIndex(rd)
+}
+
+// trackConfIndex keeps confIndex, raft's pendingConfIndex on our side: the
+// index of the newest conf change entry appended here, and, on becoming
+// the leader, the end of the log (a new leader may hold a membership change
+// committed under the last leader that it has not applied yet: raft knows
+// an entry is committed only once the leader's first entry is, so until
+// then every entry of its log may be one). Ready loop only.
+func (n *Node) trackConfIndex(rd raft.Ready) {
+	last := uint64(0)
+	if k := len(rd.Entries); k > 0 {
+		last = rd.Entries[k-1].GetIndex()
+	}
+	if ss := rd.SoftState; ss != nil && ss.RaftState == raft.StateLeader {
+		// raft appends the leader's empty entry in the step that elects
+		// it, so this Ready carries it.
+		n.confIndex = max(last, n.raftCommit.Load())
+	}
+	for _, e := range rd.Entries {
+		if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+			n.confIndex = max(n.confIndex, e.GetIndex())
+		}
 	}
 }
 
