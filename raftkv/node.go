@@ -89,9 +89,9 @@ type Node struct {
 	// log (see trackConfIndex): the membership the leader checks a change
 	// against is current only once applied reaches it.
 	confIndex uint64
-	acks       []ack             // results to deliver after the state machine commits
-	cmds       []*command        // applyNormal's scratch
-	results    []error
+	acks      []ack      // results to deliver after the state machine commits
+	cmds      []*command // applyNormal's scratch
+	results   []error
 
 	seenMu sync.Mutex
 	seen   map[uint64]uint64 // incarnations heard by the leader (noteIncarnation)
