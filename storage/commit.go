@@ -4,6 +4,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
+	"github.com/kvbuf/kvbuf/internal/yield"
 )
 
 // Commit is a batch committed by Store.Commit: ordered after every earlier
@@ -107,6 +108,8 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 			// committing: it is not reused.
 			return nil, s.wrapErr("commit", err)
 		}
+		// Stress builds yield here: applied, not yet announced (rule P1).
+		yield.Point()
 		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = &group{pb: pb, commits: []*Commit{c}}
 		s.kickSyncer()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/kverr"
+	"github.com/kvbuf/kvbuf/internal/yield"
 )
 
 // Ingest ordering. pebble numbers an ingest when DB.Ingest applies it, not
@@ -142,6 +143,8 @@ func (s *Store) runIngest(in *Ingest) error {
 		in.removeFiles()
 		return s.wrapErr("ingest", err)
 	}
+	// Stress builds yield here: applied, not yet announced (rule P1).
+	yield.Point()
 	s.pit.bump() // point-read rule P1: ingested, hence visible
 	// pebble removed the paths (its links remain).
 	in.created, in.paths = nil, nil
@@ -183,6 +186,8 @@ func (s *Store) startNextLocked() {
 			s.failQueueLocked(err)
 			return
 		}
+		// Stress builds yield here: applied, not yet announced (rule P1).
+		yield.Point()
 		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = g
 	}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/yield"
 )
 
 // Point reads (Get, GetAppend) use cached pebble iterators instead of
@@ -65,6 +67,7 @@ func (p *pointIters) bump() { p.epoch.Add(1) }
 // P2) and the epoch to give back to put.
 func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, uint64, error) {
 	e := p.epoch.Load()
+	yield.Point() // stress builds: between the epoch and the iterator (rule P2)
 	var stale []*pebble.Iterator
 	var it *pebble.Iterator
 	p.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
+	"github.com/kvbuf/kvbuf/internal/yield"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -556,7 +557,9 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		// was published, so it is in the tables of any view loaded
 		// after, or in the store if its table was released since.
 		vis := kv.seq.visible.Load()
+		yield.Point() // stress builds: between the loads of order 7a
 		v := kv.view.Load()
+		yield.Point() // a release may recycle v's tables from here on
 		out, kind := v.active.getAppend(dst, k, h, kw, vis)
 		for i := 0; kind == probeAbsent && i < len(v.sealed); i++ {
 			out, kind = v.sealed[i].getAppend(dst, k, h, kw, vis)
@@ -566,6 +569,7 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		for i := 0; kind == probeAbsent && i < len(v.retained); i++ {
 			out, kind = v.retained[i].tierGetAppend(dst, k, h, kw, vis) // tier rule T5
 		}
+		yield.Point()
 		if kv.view.Load() != v || kind == probeRetry {
 			// A released table (the view changed), or a record
 			// rewritten under the read (see shard.reuse).
@@ -586,6 +590,7 @@ func (kv *KV) GetAppend(dst, key []byte) ([]byte, error) {
 		if kv.st == nil {
 			return dst, kverr.ErrClosed
 		}
+		yield.Point() // the view re-validated, the store not yet read
 		return kv.st.GetAppend(dst, kv.ks, key)
 	}
 }
@@ -636,6 +641,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 		// answered with part of a later batch: TestBatchesSerialOrder
 		// caught it.)
 		v := kv.view.Load()
+		yield.Point() // stress builds: between the loads of order 7b
 		vis := kv.seq.Visible()
 		var err error
 		buf, err = getMany(keys, vals, buf[:start], kv.seed, v, vis, kv.st, kv.ks)
@@ -649,6 +655,7 @@ func (kv *KV) GetMany(keys [][]byte, vals [][]byte, buf []byte) ([]byte, error) 
 		if err == errReadAgain {
 			continue
 		}
+		yield.Point()
 		// Unchanged view: no table was released (so none recycled under
 		// the probes) and none frozen (so the active table of v holds
 		// every change numbered above vis, and the store none: a frozen
@@ -736,6 +743,7 @@ func getMany(keys [][]byte, vals [][]byte, buf []byte, seed uint64, v *kvView, v
 				}
 				start := len(buf)
 				var err error
+				yield.Point() // the pending tables probed, the store not yet read
 				buf, err = st.GetAppend(buf, ks, k)
 				switch {
 				case err == nil:
@@ -1023,6 +1031,7 @@ func (kv *KV) Release(g uint64) {
 	// Publish first (cutGen), clear after (publication order 6): a reader
 	// that still sees the old view after its probe finished the probe
 	// before any clear began.
+	yield.Point() // stress builds: readers of the old view run on
 	for _, t := range gone {
 		kv.pool.put(t)
 	}
