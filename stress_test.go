@@ -1938,3 +1938,148 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 		t.Fatalf("only %d generations in %v: the test did not exercise recycling", g, time.Since(start).Round(time.Second))
 	}
 }
+
+// TestStressKVFirstValues makes the first value of a key the common case of
+// TestStressKVRecycledUnderReaders: writers put ever new keys (each three
+// times in a row, as there) and publish each once its first put returned;
+// readers read the keys published last (pending, being flushed, or just
+// released to the store) with Get, GetAppend and GetMany and must find
+// every one. A miss is a read that fell between the overlay and the store.
+// Each writer deletes its keys far behind the readers with one range delete
+// every 512 keys (a tombstone beside the live keys, and a store that does
+// not grow with the run).
+func TestStressKVFirstValues(t *testing.T) {
+	stressSetup(t)
+	opts := stressOptions()
+	opts.ReadTierBytes = -1
+	opts.IngestThreshold = 0
+	db := stressOpen(t, stressDir(t), opts)
+	k, err := db.KV("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 2
+	prefix := strings.Repeat("p", 3500)
+	key := func(w int, i int64) []byte { return fmt.Appendf(nil, "%sw%d/%08d", prefix, w, i) }
+	var pub [writers]atomic.Int64 // keys [0, pub) of each writer have their first value
+	r := newStressRun(t)
+	var flushes, reads, snaps atomic.Int64
+	stressFlusher(r, db, 0, &flushes)
+	r.goWork("tomber", func(w *stressWorker) {
+		ctx := context.Background()
+		for n := 0; !w.stopped(); n++ {
+			lo := fmt.Appendf(nil, "%st/%06d", prefix, n%256)
+			if err := k.DeleteRange(ctx, lo, append(lo, 0), 0); err != nil {
+				r.failf("DeleteRange: %v", err)
+				return
+			}
+			time.Sleep(time.Duration(w.rng.IntN(400)) * time.Microsecond)
+		}
+	})
+	r.goWork("snapshots", func(w *stressWorker) {
+		for !w.stopped() {
+			s, err := db.NewSnapshot()
+			if err != nil {
+				r.failf("NewSnapshot: %v", err)
+				return
+			}
+			snaps.Add(1)
+			time.Sleep(time.Duration(1000+w.rng.IntN(4000)) * time.Microsecond)
+			s.Close()
+			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
+		}
+	})
+	for id := range writers {
+		r.goWork(fmt.Sprintf("writer %d", id), func(w *stressWorker) {
+			v := make([]byte, 8)
+			for n := int64(0); !w.stopped(); n++ {
+				binary.BigEndian.PutUint64(v, uint64(n))
+				if err := k.Put(context.Background(), key(id, n/3), v, 0); err != nil {
+					r.failf("Put: %v", err)
+					return
+				}
+				if n%3 == 0 {
+					pub[id].Store(n/3 + 1)
+					if x := n / 3; x%512 == 0 && x >= 2048 {
+						// Keys far behind the readers' go, so that the
+						// store stays small: a range tombstone beside
+						// the live keys, in the same tables.
+						if err := k.DeleteRange(context.Background(), key(id, 0), key(id, x-2048), 0); err != nil {
+							r.failf("DeleteRange: %v", err)
+							return
+						}
+					}
+				}
+				if n%3 != 2 {
+					time.Sleep(time.Duration(w.rng.IntN(200)) * time.Microsecond)
+				}
+			}
+		})
+	}
+	for id := range 10 {
+		r.goWork(fmt.Sprintf("reader %d", id), func(w *stressWorker) {
+			const n = 16
+			keys := make([][]byte, n)
+			vals := make([][]byte, n)
+			buf := make([]byte, 0, 8*n)
+			for !w.stopped() {
+				wr := w.rng.IntN(writers)
+				hi := pub[wr].Load() // published first, read after
+				if hi < n {
+					continue
+				}
+				for j := range keys {
+					keys[j] = key(wr, hi-n+int64(j))
+				}
+				how := "GetMany"
+				switch op := id % 3; op {
+				case 0:
+					if _, err := k.GetMany(keys, vals, buf[:0]); err != nil {
+						r.failf("GetMany: %v", err)
+						return
+					}
+				default:
+					how = "Get"
+					if op == 2 {
+						how = "GetAppend"
+					}
+					for j := range keys {
+						var v []byte
+						var err error
+						if op == 1 {
+							v, err = k.Get(keys[j])
+						} else {
+							v, err = k.GetAppend(buf[8*j:8*j], keys[j])
+						}
+						if err != nil && !errors.Is(err, ErrNotFound) {
+							r.failf("Get: %v", err)
+							return
+						}
+						if err != nil {
+							v = nil
+						}
+						vals[j] = v
+					}
+				}
+				reads.Add(n)
+				for j, v := range vals {
+					if len(v) != 8 {
+						again, aerr := k.Get(keys[j])
+						r.failf("%s(<prefix>%s) = %x after its first put returned (read again: %x, %v; %d generations)",
+							how, keys[j][len(prefix):], v, again, aerr, db.Metrics().Generations)
+						return
+					}
+				}
+			}
+		})
+	}
+	d := stressDuration(3 * time.Second)
+	start := time.Now()
+	// As TestStressKVRecycledUnderReaders: on until 20 generations (each
+	// a window this test races), for up to 20x its duration.
+	r.runUntil(d, 20*d, func() bool { return db.Metrics().Generations >= 20 })
+	t.Logf("%d flushes, %d snapshots, %d checked reads, metrics %+v", flushes.Load(), snaps.Load(), reads.Load(), db.Metrics())
+	if g := db.Metrics().Generations; g < 20 || reads.Load() == 0 {
+		t.Fatalf("%d generations, %d checked reads in %v: the test did not race releases", g, reads.Load(), time.Since(start).Round(time.Second))
+	}
+}
