@@ -50,6 +50,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,9 @@ var stressFor = flag.Duration("kvbuf.stress", 0,
 	"workload duration of each stress and linearizability test (default: a short run; env KVBUF_STRESS also sets it)")
 
 // stressProcs is GOMAXPROCS during these tests: several times the cores of
-// the 2-core machines the suite runs on.
+// the 2-core machines the suite runs on. The environment variable
+// KVBUF_STRESS_PROCS sets another (say 16 or 32, to hunt a rare
+// interleaving: more Ps than cores preempt the workers more often).
 const stressProcs = 12
 
 // stressStuck is how long a worker may go without progress before the
@@ -93,7 +96,11 @@ func stressNow() int64 { return int64(time.Since(stressEpoch)) }
 
 // stressSetup raises GOMAXPROCS for the test.
 func stressSetup(t *testing.T) {
-	old := runtime.GOMAXPROCS(stressProcs)
+	procs := stressProcs
+	if n, err := strconv.Atoi(os.Getenv("KVBUF_STRESS_PROCS")); err == nil && n > 0 {
+		procs = n
+	}
+	old := runtime.GOMAXPROCS(procs)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 }
 
