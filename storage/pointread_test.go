@@ -3,8 +3,13 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // TestPointReadSeesEveryChange: point-read rules P1 and P2. Point reads use
@@ -85,5 +90,117 @@ func TestPointReadSeesEveryChange(t *testing.T) {
 			t.Fatalf("%d tables kept alive after the compaction: a cached iterator pins an old version", z)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPointReadsRacingCommits races point-read rules P1 and P2 at full
+// speed: writers commit ever new keys (batches, and now and then an
+// ingest), range delete their keys far behind the readers, and publish
+// each key once its commit's Wait returned; a flusher flushes pebble's
+// memtables (small ones: a flush every few commits) and compacts now and
+// then, each a bump of the epoch; readers read the keys published last
+// with Get and GetAppend, whose cached iterators must never predate a
+// commit they could have seen returned. This is the store's half of the
+// engine's TestStressKVFirstValues (a generation released to the store
+// answers there at once).
+func TestPointReadsRacingCommits(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", &Options{FS: fs, MemTableSize: 256 << 10})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	const writers, readers = 2, 4
+	prefix := strings.Repeat("p", 512)
+	key := func(w int, i int64) []byte { return fmt.Appendf(nil, "%sw%d/%08d", prefix, w, i) }
+	var pub [writers]atomic.Int64
+	var stop atomic.Bool
+	var reads, ingests, flushes atomic.Int64
+	var mu sync.Mutex
+	var fails []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		fails = append(fails, fmt.Sprintf(format, args...))
+		mu.Unlock()
+		stop.Store(true)
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			val := make([]byte, 64)
+			for i := int64(0); !stop.Load(); i++ {
+				var c *Commit
+				var err error
+				if i%32 == 31 {
+					in := s.NewIngest()
+					in.Put(1, key(w, i), val)
+					c, err = s.CommitIngest(in)
+					ingests.Add(1)
+				} else {
+					b := s.NewBatch()
+					if i%256 == 0 && i >= 1024 {
+						b.DeleteRange(1, key(w, 0), key(w, i-1024))
+					}
+					b.Put(1, key(w, i), val)
+					c, err = s.Commit(b)
+				}
+				if err == nil {
+					err = c.Wait()
+				}
+				if err != nil {
+					fail("writer %d: commit of key %d: %v", w, i, err)
+					return
+				}
+				pub[w].Store(i + 1)
+			}
+		})
+	}
+	wg.Go(func() {
+		for n := 1; !stop.Load(); n++ {
+			var err error
+			if n%20 == 0 {
+				err = s.Compact(context.Background())
+			} else {
+				err = s.Flush()
+			}
+			if err != nil {
+				fail("flush: %v", err)
+				return
+			}
+			flushes.Add(1)
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for r := range readers {
+		wg.Go(func() {
+			var dst []byte
+			for n := 0; !stop.Load(); n++ {
+				w := n % writers
+				hi := pub[w].Load() // published first, read after
+				for i := max(0, hi-8); i < hi; i++ {
+					var err error
+					if r%2 == 0 {
+						_, err = s.Get(1, key(w, i))
+					} else {
+						dst, err = s.GetAppend(dst[:0], 1, key(w, i))
+					}
+					if err != nil {
+						fail("reader %d: key %d of writer %d after its commit returned: %v", r, i, w, err)
+						return
+					}
+					reads.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d reads, %d ingests, %d flushes and compactions", reads.Load(), ingests.Load(), flushes.Load())
+	if len(fails) > 0 {
+		t.Fatalf("%d failure(s); the first: %s", len(fails), fails[0])
+	}
+	if reads.Load() == 0 || flushes.Load() == 0 {
+		t.Fatal("no read or no flush: the test raced nothing")
 	}
 }
