@@ -30,8 +30,8 @@ import (
 //	    compaction (event listener: the contents are the same, but an
 //	    iterator on the old version keeps reading, and pinning, the files
 //	    they replaced). Mutation 121 drops the bump of a batch applied at
-//	    once, 310 that of a group applied from the queue (caught by
-//	    TestPointReadSeesEveryChange and TestPointReadsRacingCommits).
+//	    once (TestPointReadSeesEveryChange catches it), 310 that of a group
+//	    applied from the queue (TestPointReadsRacingCommits).
 //	P2. A read loads epoch first, then takes an iterator tagged with that
 //	    value or creates one and tags it with it: the iterator was created
 //	    after the load, so it sees every change bumped before the load,
