@@ -1922,8 +1922,11 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 				for j, v := range vals {
 					if lows[j] >= 0 && (len(v) != 8 || int64(binary.BigEndian.Uint64(v)) < lows[j]) {
 						// Read again at once: a value found now says the
-						// read path missed it (a visibility bug), none says
-						// the write was lost (a flush bug).
+						// read path missed it (a visibility bug); none says
+						// the write was lost (a flush bug) or the store's
+						// point reads answer from an older state (a cached
+						// iterator of a stale epoch, point-read rule P1:
+						// with mutation 121 the second read misses too).
 						again, aerr := k.Get(keys[x0+j])
 						r.failf("%s(<prefix>%s) = %x after the put of %d returned (read again: %x, %v; %d generations)",
 							how, keys[x0+j][len(prefix):], v, lows[j], again, aerr, db.Metrics().Generations)
