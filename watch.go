@@ -203,6 +203,8 @@ type Watch struct {
 	mop      uint64 // reading the log: the op and index (among its op's
 	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
+	runs     []watchRun // batch records' changes Next builds one by one, between buf's events
+	r        int        // the first run in runs not wholly returned
 	steps    []feedStep // read's copies of the steps it reads
 	i        int
 	lastMark uint64
@@ -334,6 +336,17 @@ func (w *Watch) From() uint64 { return w.start }
 // Once the watch has ended every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 	for {
+		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
+			// Built here, in the value returned, not in the buffer
+			// first (BenchmarkWatchRead).
+			run := &w.runs[w.r]
+			e := run.rb.event(run.op, run.j)
+			if run.j++; run.j == run.end {
+				w.r++
+			}
+			w.f.delivered.Add(1)
+			return e, nil
+		}
 		if w.i < len(w.buf) {
 			e := w.buf[w.i]
 			w.i++
@@ -778,25 +791,26 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Unlock()
 	w.steps = steps
 	w.buf, w.i = w.buf[:0], 0
-	for k := 0; k < len(steps) && w.pos < limit && len(w.buf) < w.batch; k++ {
+	clear(w.runs) // the watch keeps no record alive
+	w.runs, w.r = w.runs[:0], 0
+	queued := 0 // events in runs
+	for k := 0; k < len(steps) && w.pos < limit && len(w.buf)+queued < w.batch; k++ {
 		st := &steps[k]
 		nc := st.nChanges()
 		var r, j int // the record of w.pos and the change within it
 		if c := w.pos - st.pos; c < nc {
 			r, j = st.rec(c)
 		}
-		for w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch {
+		for w.pos <= st.markPos() && w.pos < limit && len(w.buf)+queued < w.batch {
 			if w.all && w.pos-st.pos < nc && st.recs[r].batch != nil {
 				// A watch of everything takes a batch record's changes
-				// in one run, each event built in its slot of the
-				// buffer (BenchmarkWatchRead).
+				// in one run, which Next builds as it returns them.
 				rec := &st.recs[r]
-				n := min(rec.count()-j, int(limit-w.pos), w.batch-len(w.buf))
+				n := min(rec.count()-j, int(limit-w.pos), w.batch-len(w.buf)-queued)
 				w.trackChanges(rec.Op, n)
 				if rec.Op == 0 || rec.Op >= w.from {
-					b0 := len(w.buf)
-					w.buf = slices.Grow(w.buf, n)[:b0+n]
-					rec.batch.eventsInto(w.buf[b0:], rec.Op, j)
+					w.runs = append(w.runs, watchRun{rb: rec.batch, op: rec.Op, j: j, end: j + n, at: len(w.buf)})
+					queued += n
 					w.unmarked = true
 				}
 				w.pos += uint64(n)
@@ -840,6 +854,19 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	}
 	clear(steps) // the watch keeps no step alive
 	return nil, nil
+}
+
+// watchRun is a run of a batch record's changes that a watch of
+// everything returns, built by Next one by one as it returns them, before
+// w.buf[at] (runs at the same place in the order read): changes j, ...,
+// end-1 of rb, of op op. Each change is built once, in the event Next
+// returns, not built in the buffer and then copied out of it; with
+// W8's batches (all changes in batch records) the buffer stays empty.
+type watchRun struct {
+	rb     *recBatch
+	op     uint64
+	j, end int
+	at     int
 }
 
 // readSteps bounds the steps one read copies under f.mu.
@@ -994,36 +1021,32 @@ func (r *feedRec) event(j int) WatchEvent {
 	return e
 }
 
-// eventsInto sets dst to changes j, j+1, ... of rb (compacted), of op
-// op: eventInto's loop over a run of one record.
-func (rb *recBatch) eventsInto(dst []WatchEvent, op uint64, j int) {
-	ops := rb.ops[j : j+len(dst)]
-	for i := range dst {
-		o := &ops[i]
-		name := rb.names[o.name]
-		switch o.kind {
-		case opPut:
-			dst[i] = WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
-		case opDelete:
-			dst[i] = WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
-		case opDeleteRange:
-			e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
-			if o.a0 >= 0 {
-				e.Key = rb.data[o.a0:o.a1:o.a1]
-			}
-			if o.b0 >= 0 {
-				e.End = rb.data[o.b0:o.b1:o.b1]
-			}
-			dst[i] = e
-		case opSet:
-			lo := rb.bits[o.a0]
-			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
-		case opSetRange:
-			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
-		default:
-			dst[i] = WatchEvent{Op: op} // as eventInto
+// event returns change j of rb (compacted), of op op: what eventInto
+// builds, for a watch's run (watchRun).
+func (rb *recBatch) event(op uint64, j int) WatchEvent {
+	o := &rb.ops[j]
+	name := rb.names[o.name]
+	switch o.kind {
+	case opPut:
+		return WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
+	case opDelete:
+		return WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
+	case opDeleteRange:
+		e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
+		if o.a0 >= 0 {
+			e.Key = rb.data[o.a0:o.a1:o.a1]
 		}
+		if o.b0 >= 0 {
+			e.End = rb.data[o.b0:o.b1:o.b1]
+		}
+		return e
+	case opSet:
+		lo := rb.bits[o.a0]
+		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
+	case opSetRange:
+		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
 	}
+	return WatchEvent{Op: op} // as eventInto
 }
 
 // eventInto sets *e, a zero event, to change j of r (r compacted).

@@ -1111,7 +1111,7 @@ func TestWatchDurableAfterRelease(t *testing.T) {
 // TestWatchEventBytesOwn: an event's Key and Value are capped at their
 // ends (a put's key and value share one copy, a batch's changes share its
 // data), so that a subscriber appending to one never changes another's
-// bytes: single puts, and batches expanded in runs (recBatch.eventsInto).
+// bytes: single puts, and batches whose runs Next builds (recBatch.event).
 func TestWatchEventBytesOwn(t *testing.T) {
 	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
 	defer closeT(t, db)
