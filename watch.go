@@ -915,23 +915,28 @@ var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
 // is at most maxRecData.
 func newRecBatch(b *Batch, skip []bool) *recBatch {
 	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
-	last := ""
+	// A batch's changes come in runs of one keyspace or bitslice: the
+	// name is looked up once a run, found by comparing the change's
+	// keyspace and bitslice pointers with the last change's (no string
+	// compare a change).
+	var lastK *KV
+	var lastB *Bits
 	for i := range b.ops {
 		o := &b.ops[i]
 		ro := &rb.ops[i]
-		name := ""
-		if o.k != nil {
-			name = o.k.name
-		} else if o.b != nil {
-			name = o.b.name
-		}
-		if i == 0 || name != last {
+		if i == 0 || o.k != lastK || o.b != lastB {
+			name := ""
+			if o.k != nil {
+				name = o.k.name
+			} else if o.b != nil {
+				name = o.b.name
+			}
 			j := slices.Index(rb.names, name) // a batch names few keyspaces
 			if j < 0 {
 				j = len(rb.names)
 				rb.names = append(rb.names, name)
 			}
-			last = name
+			lastK, lastB = o.k, o.b
 			ro.name = uint32(j)
 		} else {
 			ro.name = rb.ops[i-1].name
@@ -1367,7 +1372,12 @@ func (f *feed) resolve(c feedCut) bool {
 	if c.seq > first {
 		k = int(min(c.seq-first, uint64(len(f.pending))))
 	}
-	var take, keep []feedRec
+	// The records resolved go to the step (take, sized for the records
+	// before the cut: every record of an op <= c.n is one of them); those
+	// kept move to the front of pending, which keeps its capacity, so
+	// that writers do not grow it again from empty after every cut.
+	take := make([]feedRec, 0, k)
+	nk := 0
 	var n, gone int64
 	sorted, prev := true, uint64(0)
 	for i := range f.pending {
@@ -1385,10 +1395,8 @@ func (f *feed) resolve(c feedCut) bool {
 				continue
 			}
 		default:
-			if keep == nil {
-				keep = make([]feedRec, 0, max(k, 16))
-			}
-			keep = append(keep, *r)
+			f.pending[nk] = *r // nk <= i
+			nk++
 			continue
 		}
 		if key := r.Op - 1; key < prev { // op 0 wraps to the end
@@ -1399,8 +1407,8 @@ func (f *feed) resolve(c feedCut) bool {
 		n += r.bytes()
 		take = append(take, *r)
 	}
-	clear(f.pending)
-	f.pending = keep
+	clear(f.pending[nk:])
+	f.pending = f.pending[:nk]
 	f.pendBytes -= n + gone
 	epoch, last := f.epoch, f.lastN
 	mark := max(c.n, last)
