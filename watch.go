@@ -745,12 +745,14 @@ func (f *feed) endErr(w *Watch) error {
 	return ErrClosed
 }
 
-// read fills w.buf from the log. It returns a channel to wait on when
-// nothing is ready, nil when it read something (or skipped events).
+// read fills w.buf (and, for a watch of everything, w.runs: a batch
+// record's changes that Next builds as it returns them) from the log. It
+// returns a channel to wait on when nothing is ready, nil when it read
+// something (or skipped events).
 //
 // It holds f.mu only to find its place and copy the headers of the steps
 // it reads (at most readSteps); it expands their records into events
-// after unlocking: a step's records and counts are never changed once the
+// after unlocking (and Next builds a run's later still): a step's records and counts are never changed once the
 // step is in the log (resolve builds them before appending it; trim and
 // an overflow drop steps from the log, never change them; the watermark
 // of a durable step is set under f.mu before the durable position passes
