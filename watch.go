@@ -203,6 +203,8 @@ type Watch struct {
 	mop      uint64 // reading the log: the op and index (among its op's
 	midx     uint32 // changes) of the next change not processed
 	buf      []WatchEvent
+	runs     []watchRun // batch records' changes Next builds one by one, between buf's events
+	r        int        // the first run in runs not wholly returned
 	steps    []feedStep // read's copies of the steps it reads
 	i        int
 	lastMark uint64
@@ -334,6 +336,17 @@ func (w *Watch) From() uint64 { return w.start }
 // Once the watch has ended every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (WatchEvent, error) {
 	for {
+		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
+			// Built here, in the value returned, not in the buffer
+			// first (BenchmarkWatchRead).
+			run := &w.runs[w.r]
+			e := run.rb.event(run.op, run.j)
+			if run.j++; run.j == run.end {
+				w.r++
+			}
+			w.f.delivered.Add(1)
+			return e, nil
+		}
 		if w.i < len(w.buf) {
 			e := w.buf[w.i]
 			w.i++
@@ -732,12 +745,14 @@ func (f *feed) endErr(w *Watch) error {
 	return ErrClosed
 }
 
-// read fills w.buf from the log. It returns a channel to wait on when
-// nothing is ready, nil when it read something (or skipped events).
+// read fills w.buf (and, for a watch of everything, w.runs: a batch
+// record's changes that Next builds as it returns them) from the log. It
+// returns a channel to wait on when nothing is ready, nil when it read
+// something (or skipped events).
 //
 // It holds f.mu only to find its place and copy the headers of the steps
 // it reads (at most readSteps); it expands their records into events
-// after unlocking: a step's records and counts are never changed once the
+// after unlocking (and Next builds a run's later still): a step's records and counts are never changed once the
 // step is in the log (resolve builds them before appending it; trim and
 // an overflow drop steps from the log, never change them; the watermark
 // of a durable step is set under f.mu before the durable position passes
@@ -778,25 +793,26 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	f.mu.Unlock()
 	w.steps = steps
 	w.buf, w.i = w.buf[:0], 0
-	for k := 0; k < len(steps) && w.pos < limit && len(w.buf) < w.batch; k++ {
+	clear(w.runs) // the watch keeps no record alive
+	w.runs, w.r = w.runs[:0], 0
+	queued := 0 // events in runs
+	for k := 0; k < len(steps) && w.pos < limit && len(w.buf)+queued < w.batch; k++ {
 		st := &steps[k]
 		nc := st.nChanges()
 		var r, j int // the record of w.pos and the change within it
 		if c := w.pos - st.pos; c < nc {
 			r, j = st.rec(c)
 		}
-		for w.pos <= st.markPos() && w.pos < limit && len(w.buf) < w.batch {
+		for w.pos <= st.markPos() && w.pos < limit && len(w.buf)+queued < w.batch {
 			if w.all && w.pos-st.pos < nc && st.recs[r].batch != nil {
 				// A watch of everything takes a batch record's changes
-				// in one run, each event built in its slot of the
-				// buffer (BenchmarkWatchRead).
+				// in one run, which Next builds as it returns them.
 				rec := &st.recs[r]
-				n := min(rec.count()-j, int(limit-w.pos), w.batch-len(w.buf))
+				n := min(rec.count()-j, int(limit-w.pos), w.batch-len(w.buf)-queued)
 				w.trackChanges(rec.Op, n)
 				if rec.Op == 0 || rec.Op >= w.from {
-					b0 := len(w.buf)
-					w.buf = slices.Grow(w.buf, n)[:b0+n]
-					rec.batch.eventsInto(w.buf[b0:], rec.Op, j)
+					w.runs = append(w.runs, watchRun{rb: rec.batch, op: rec.Op, j: j, end: j + n, at: len(w.buf)})
+					queued += n
 					w.unmarked = true
 				}
 				w.pos += uint64(n)
@@ -840,6 +856,19 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 	}
 	clear(steps) // the watch keeps no step alive
 	return nil, nil
+}
+
+// watchRun is a run of a batch record's changes that a watch of
+// everything returns, built by Next one by one as it returns them, before
+// w.buf[at] (runs at the same place in the order read): changes j, ...,
+// end-1 of rb, of op op. Each change is built once, in the event Next
+// returns, not built in the buffer and then copied out of it; with
+// W8's batches (all changes in batch records) the buffer stays empty.
+type watchRun struct {
+	rb     *recBatch
+	op     uint64
+	j, end int
+	at     int
 }
 
 // readSteps bounds the steps one read copies under f.mu.
@@ -888,23 +917,28 @@ var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
 // is at most maxRecData.
 func newRecBatch(b *Batch, skip []bool) *recBatch {
 	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
-	last := ""
+	// A batch's changes come in runs of one keyspace or bitslice: the
+	// name is looked up once a run, found by comparing the change's
+	// keyspace and bitslice pointers with the last change's (no string
+	// compare a change).
+	var lastK *KV
+	var lastB *Bits
 	for i := range b.ops {
 		o := &b.ops[i]
 		ro := &rb.ops[i]
-		name := ""
-		if o.k != nil {
-			name = o.k.name
-		} else if o.b != nil {
-			name = o.b.name
-		}
-		if i == 0 || name != last {
+		if i == 0 || o.k != lastK || o.b != lastB {
+			name := ""
+			if o.k != nil {
+				name = o.k.name
+			} else if o.b != nil {
+				name = o.b.name
+			}
 			j := slices.Index(rb.names, name) // a batch names few keyspaces
 			if j < 0 {
 				j = len(rb.names)
 				rb.names = append(rb.names, name)
 			}
-			last = name
+			lastK, lastB = o.k, o.b
 			ro.name = uint32(j)
 		} else {
 			ro.name = rb.ops[i-1].name
@@ -994,36 +1028,32 @@ func (r *feedRec) event(j int) WatchEvent {
 	return e
 }
 
-// eventsInto sets dst to changes j, j+1, ... of rb (compacted), of op
-// op: eventInto's loop over a run of one record.
-func (rb *recBatch) eventsInto(dst []WatchEvent, op uint64, j int) {
-	ops := rb.ops[j : j+len(dst)]
-	for i := range dst {
-		o := &ops[i]
-		name := rb.names[o.name]
-		switch o.kind {
-		case opPut:
-			dst[i] = WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
-		case opDelete:
-			dst[i] = WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
-		case opDeleteRange:
-			e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
-			if o.a0 >= 0 {
-				e.Key = rb.data[o.a0:o.a1:o.a1]
-			}
-			if o.b0 >= 0 {
-				e.End = rb.data[o.b0:o.b1:o.b1]
-			}
-			dst[i] = e
-		case opSet:
-			lo := rb.bits[o.a0]
-			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
-		case opSetRange:
-			dst[i] = WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
-		default:
-			dst[i] = WatchEvent{Op: op} // as eventInto
+// event returns change j of rb (compacted), of op op: what eventInto
+// builds, for a watch's run (watchRun).
+func (rb *recBatch) event(op uint64, j int) WatchEvent {
+	o := &rb.ops[j]
+	name := rb.names[o.name]
+	switch o.kind {
+	case opPut:
+		return WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
+	case opDelete:
+		return WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
+	case opDeleteRange:
+		e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
+		if o.a0 >= 0 {
+			e.Key = rb.data[o.a0:o.a1:o.a1]
 		}
+		if o.b0 >= 0 {
+			e.End = rb.data[o.b0:o.b1:o.b1]
+		}
+		return e
+	case opSet:
+		lo := rb.bits[o.a0]
+		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
+	case opSetRange:
+		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
 	}
+	return WatchEvent{Op: op} // as eventInto
 }
 
 // eventInto sets *e, a zero event, to change j of r (r compacted).
@@ -1344,7 +1374,12 @@ func (f *feed) resolve(c feedCut) bool {
 	if c.seq > first {
 		k = int(min(c.seq-first, uint64(len(f.pending))))
 	}
-	var take, keep []feedRec
+	// The records resolved go to the step (take, sized for the records
+	// before the cut: every record of an op <= c.n is one of them); those
+	// kept move to the front of pending, which keeps its capacity, so
+	// that writers do not grow it again from empty after every cut.
+	take := make([]feedRec, 0, k)
+	nk := 0
 	var n, gone int64
 	sorted, prev := true, uint64(0)
 	for i := range f.pending {
@@ -1362,10 +1397,8 @@ func (f *feed) resolve(c feedCut) bool {
 				continue
 			}
 		default:
-			if keep == nil {
-				keep = make([]feedRec, 0, max(k, 16))
-			}
-			keep = append(keep, *r)
+			f.pending[nk] = *r // nk <= i
+			nk++
 			continue
 		}
 		if key := r.Op - 1; key < prev { // op 0 wraps to the end
@@ -1376,8 +1409,8 @@ func (f *feed) resolve(c feedCut) bool {
 		n += r.bytes()
 		take = append(take, *r)
 	}
-	clear(f.pending)
-	f.pending = keep
+	clear(f.pending[nk:])
+	f.pending = f.pending[:nk]
 	f.pendBytes -= n + gone
 	epoch, last := f.epoch, f.lastN
 	mark := max(c.n, last)

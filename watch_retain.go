@@ -622,6 +622,8 @@ func (f *feed) readStored(w *Watch) error {
 		return kverr.Errorf("watch from op %d: at op %d: retained changes from op %d: %w", w.start, w.lastMark, floor, ErrLagged)
 	}
 	w.buf, w.i = w.buf[:0], 0
+	clear(w.runs) // returned whole before Next read on (watchRun)
+	w.runs, w.r = w.runs[:0], 0
 	// From the op's first entry: the change at ridx may be inside a run.
 	it, err := f.db.store.NewIter(feedKS, retKey(nil, w.rop, 0), binary.BigEndian.AppendUint64(nil, top+1))
 	if err != nil {

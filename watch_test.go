@@ -1111,7 +1111,7 @@ func TestWatchDurableAfterRelease(t *testing.T) {
 // TestWatchEventBytesOwn: an event's Key and Value are capped at their
 // ends (a put's key and value share one copy, a batch's changes share its
 // data), so that a subscriber appending to one never changes another's
-// bytes: single puts, and batches expanded in runs (recBatch.eventsInto).
+// bytes: single puts, and batches whose runs Next builds (recBatch.event).
 func TestWatchEventBytesOwn(t *testing.T) {
 	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
 	defer closeT(t, db)
@@ -1151,4 +1151,111 @@ func TestWatchEventBytesOwn(t *testing.T) {
 			t.Fatalf("op %d: event %q=%q after appends to the events, want one of %v", e.Op, e.Key, e.Value, want)
 		}
 	}
+}
+
+// TestWatchRunOrder: a watch of everything returns a batch record's
+// changes from runs that Next builds (watchRun) between the buffer's
+// events (single writes, marks): every change comes exactly once, in op
+// order, before the first mark at or above its op, whatever the Buffer
+// (runs split at its bound and at a read's start inside a record). A
+// writer mixes batches of several sizes and single puts while the
+// visible-mode cuts (every watchTick) resolve records and keep those
+// recorded after the cut.
+func TestWatchRunOrder(t *testing.T) {
+	const ops = 400
+	db := openT(t, t.TempDir(), &Options{FlushInterval: 20 * time.Millisecond, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "k")
+	var want []string // "op/key", in op order
+	key := func(op uint64, i int) string { return fmt.Sprintf("%04d-%02d", op, i) }
+	for op := uint64(1); op <= ops; op++ {
+		n := 1
+		if op%4 != 0 {
+			n = int(op%7) + 2
+		}
+		for i := range n {
+			want = append(want, fmt.Sprint(op, "/", key(op, i)))
+		}
+	}
+	buffers := []int{1, 3, 64, 0}
+	errs := make(chan error, len(buffers))
+	for _, buf := range buffers {
+		w, err := db.Watch(ctx, &WatchOptions{From: 1, Buffer: buf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		go func() {
+			var got []string
+			var mark uint64
+			for mark < ops {
+				e, err := w.Next(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				switch {
+				case e.Kind == EventResolved:
+					mark = e.Op
+					if len(got) < len(want) && opOf(want[len(got)]) <= mark {
+						errs <- fmt.Errorf("buffer %d: mark %d before change %d (%s)", buf, mark, len(got), want[len(got)])
+						return
+					}
+				case e.Kind != EventPut || string(e.Key) != string(e.Value):
+					errs <- fmt.Errorf("buffer %d: event %+v", buf, e)
+					return
+				default:
+					got = append(got, fmt.Sprint(e.Op, "/", string(e.Key)))
+					if i := len(got) - 1; i >= len(want) || got[i] != want[i] {
+						errs <- fmt.Errorf("buffer %d: change %d is %s, want %s", buf, i, got[i], want[min(i, len(want)-1)])
+						return
+					}
+				}
+			}
+			if len(got) != len(want) {
+				errs <- fmt.Errorf("buffer %d: %d changes, want %d", buf, len(got), len(want))
+				return
+			}
+			errs <- nil
+		}()
+	}
+	bt := db.NewBatch()
+	for op := uint64(1); op <= ops; op++ {
+		n := 1
+		if op%4 != 0 {
+			n = int(op%7) + 2
+		}
+		if n == 1 {
+			if err := k.Put(ctx, []byte(key(op, 0)), []byte(key(op, 0)), op); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.EndOp(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		bt.Reset()
+		for i := range n {
+			bt.Put(k, []byte(key(op, i)), []byte(key(op, i)))
+		}
+		if err := db.Apply(ctx, bt, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range buffers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// opOf returns the op of TestWatchRunOrder's "op/key".
+func opOf(s string) uint64 {
+	var op uint64
+	fmt.Sscan(strings.SplitN(s, "/", 2)[0], &op)
+	return op
 }
