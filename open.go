@@ -227,7 +227,10 @@ func (db *DB) loadCatalog() error {
 // last write the store made durable; its file's header carries the engine's
 // id and the generation of its last write. The file is synced before the
 // store batch that records the generation, so the header's generation is
-// never below the catalog's. Open checks every file against the catalog:
+// never below the catalog's. A flush of bitslices alone records its
+// generations in the receipt file instead (target.go); Open raises the
+// catalog's generations to the receipt's, which the headers also hold.
+// Open checks every file against the catalog:
 // a catalogued file that is missing, an older copy (lower generation), a
 // shorter one, another engine's file or a format-1 file the engine never
 // had fail Open with ErrCorruptDir, and only DB.Bits creates a bitslice. A

@@ -22,7 +22,10 @@ import (
 // catalog and the watermark, committed in generation order. So the receipt
 // is never ahead of the data it covers (contract 4; publication order 16 in
 // internal/buffer/protocol.go), and a keyspace's data is never in the store without
-// its catalog entry.
+// its catalog entry. A generation of bitslices alone (receiptOnly) records
+// its watermark, highest op and bitslice generations in the engine's
+// receipt file (enginedir.Receipt) instead of the batch: one write and
+// one sync of a small file in place of a batch and a synced WAL write.
 
 // target is the engine as its flusher sees it: a flush.Target and
 // flush.Settler. It is a distinct type so that these methods are not the
