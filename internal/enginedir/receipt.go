@@ -142,9 +142,7 @@ func (r *Receipt) Write(engine, wm, highest uint64, cat []byte) error {
 	path := filepath.Join(r.dir, ReceiptName)
 	created := false
 	if r.f == nil {
-		// O_DSYNC: a slot's write returns once it is durable, one
-		// system call instead of a write and an fdatasync.
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_DSYNC, FileMode)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
 		if err != nil {
 			return kverr.Errorf("open %s: %w", path, err)
 		}
@@ -163,14 +161,14 @@ func (r *Receipt) Write(engine, wm, highest uint64, cat []byte) error {
 	}
 	if created {
 		// The file's length reaches both slots before the first sync, so
-		// that a later write never changes it (a write then syncs the
+		// that a later write never changes it (fdatasync then writes the
 		// slot alone).
 		if err := r.f.Truncate(receiptSlots * ReceiptSlotSize); err != nil {
 			return kverr.Errorf("write %s: %w", path, err)
 		}
-		if err := unix.Fdatasync(int(r.f.Fd())); err != nil {
-			return kverr.Errorf("sync %s: %w", path, err)
-		}
+	}
+	if err := unix.Fdatasync(int(r.f.Fd())); err != nil {
+		return kverr.Errorf("sync %s: %w", path, err)
 	}
 	failpoint.FileSynced(r.f, 0, -1)
 	if created {
