@@ -2,7 +2,6 @@ package kvbuf
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"io/fs"
@@ -126,15 +125,9 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	// Write that took writeMu first was in the copy's catalog and not in
 	// its bits directory: a copy that did not open.)
 	var bits []*Bits
-	var rwm, rhigh uint64
 	err := func() error {
 		db.writeMu.Lock()
 		defer db.writeMu.Unlock()
-		// A flush of bitslices alone recorded its watermark in the
-		// receipt file, not the store: the copy's store records it
-		// (below), since the copied bitslices and the store's earlier
-		// commits hold everything it covers (target.go, receiptOnly).
-		rwm, rhigh = db.receiptWM, db.receiptHighest
 		bits = db.bitsList()
 		if h := db.opts.hooks; h != nil && h.checkpointListed != nil {
 			h.checkpointListed()
@@ -162,32 +155,15 @@ func (db *DB) checkpointInto(ctx context.Context, d *enginedir.Dir) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	wm, err := st.Watermark()
-	var highest []byte
-	if err == nil {
-		highest, err = st.GetMeta(enginedir.HighestOpMeta)
-		if errors.Is(err, ErrNotFound) {
-			err = nil
-		}
-	}
-	if err != nil {
-		_ = st.Close()
-		return 0, err
-	}
 	batch := st.NewBatch()
 	batch.SetMeta(enginedir.EngineIDMeta, enginedir.EncodeEngineID(id))
-	if rwm > wm {
-		wm = rwm
-		batch.SetWatermark(wm)
-	}
-	if len(highest) != 8 || binary.BigEndian.Uint64(highest) < rhigh {
-		if rhigh > 0 {
-			batch.SetMeta(enginedir.HighestOpMeta, binary.BigEndian.AppendUint64(nil, rhigh))
-		}
-	}
 	err = st.Apply(batch)
 	if err == nil {
 		err = st.Flush() // in an sstable: see putIdentity
+	}
+	var wm uint64
+	if err == nil {
+		wm, err = st.Watermark()
 	}
 	if cerr := st.Close(); err == nil {
 		err = cerr

@@ -167,20 +167,6 @@ type DB struct {
 	// starts, use it.
 	catW enginedir.BitsCatalog
 
-	// receipt records the watermark of a generation of bitslices alone
-	// (target.go, generation.receiptOnly) instead of a store commit;
-	// receiptWM and receiptHighest are its latest durable slot's watermark
-	// and highest op (0 before the first). All three are used under
-	// writeMu only.
-	receipt        *enginedir.Receipt
-	receiptWM      uint64
-	receiptHighest uint64
-	// commitsUnsynced counts the store commits a Write handed to the store
-	// whose wait has not returned nil: a receipt may cover their ops only
-	// once they are durable, so receiptOnly requires zero. A failed wait
-	// never decrements it (the receipt path stays off for the session).
-	commitsUnsynced atomic.Int64
-
 	// guard is the store's file system, guarded against a full disk
 	// (diskfull.go); stallTo is the flusher it stalls, once there is one;
 	// diskFull counts the episodes (Metrics.DiskFull).
@@ -348,9 +334,6 @@ func (db *DB) Close() error {
 			}
 		}
 		db.mu.Unlock()
-		if cerr := db.receipt.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
 		if cerr := db.store.Close(); err == nil && cerr != nil {
 			err = kverr.Errorf("close store: %w", cerr)
 		}

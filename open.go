@@ -138,12 +138,6 @@ func (db *DB) open() error {
 	if err != nil {
 		return err
 	}
-	// A flush of bitslices alone records its watermark in the receipt
-	// file, not the store (target.go; read by openAllBits): the newer of
-	// the two is the engine's. Receipts are monotonic and so are store
-	// commits, and each is written only once everything it covers is
-	// durable, so the larger watermark never claims an op that is not.
-	wm, highest = max(wm, db.receiptWM), max(highest, db.receiptHighest)
 	db.flusher, err = flush.New((*target)(db), db.opts.flushOptions(wm, highest))
 	if err != nil {
 		return err
@@ -227,10 +221,7 @@ func (db *DB) loadCatalog() error {
 // last write the store made durable; its file's header carries the engine's
 // id and the generation of its last write. The file is synced before the
 // store batch that records the generation, so the header's generation is
-// never below the catalog's. A flush of bitslices alone records its
-// generations in the receipt file instead (target.go); Open raises the
-// catalog's generations to the receipt's, which the headers also hold.
-// Open checks every file against the catalog:
+// never below the catalog's. Open checks every file against the catalog:
 // a catalogued file that is missing, an older copy (lower generation), a
 // shorter one, another engine's file or a format-1 file the engine never
 // had fail Open with ErrCorruptDir, and only DB.Bits creates a bitslice. A
@@ -251,25 +242,6 @@ func (db *DB) openAllBits() error {
 	if err != nil {
 		return err
 	}
-	// The receipt of a flush of bitslices alone (target.go) holds the
-	// generations it wrote, which the store's catalog may lack: each is
-	// in its file's header (synced before the receipt), so the larger is
-	// the one to check the file against. Lengths stay the store's (that
-	// flush grew no file).
-	last, ok, err := enginedir.ReadReceipt(db.dir.Path(), id)
-	if err != nil {
-		return err
-	}
-	if ok && !fresh {
-		for name, e := range last.Bits {
-			if c, in := cat[name]; in && e.Gen > c.Gen {
-				c.Gen = e.Gen
-				cat[name] = c
-			}
-		}
-		db.receiptWM, db.receiptHighest = last.Watermark, last.Highest
-	}
-	db.receipt = enginedir.NewReceipt(db.dir.Path(), last)
 	names, err := enginedir.BitsNames(db.dir.Path())
 	if err != nil {
 		return err
@@ -413,9 +385,6 @@ func (db *DB) loadHighestOp() (uint64, error) {
 func (db *DB) closeFiles() {
 	for _, b := range db.bits {
 		_ = b.file.Close()
-	}
-	if db.receipt != nil {
-		_ = db.receipt.Close()
 	}
 	if db.store != nil {
 		_ = db.store.Close()

@@ -199,9 +199,6 @@ type testHooks struct {
 	// checkpointListed is called once Checkpoint has listed the
 	// bitslices it copies, with flushes held off (writeMu held).
 	checkpointListed func()
-	// receiptWrite is called by a generation Write just before it writes
-	// the receipt file instead of committing to the store (writeMu held).
-	receiptWrite func()
 	// diskRetryMax caps the wait between retries of a store write on a
 	// full disk (default: diskfull's, 1s).
 	diskRetryMax time.Duration

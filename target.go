@@ -22,10 +22,7 @@ import (
 // catalog and the watermark, committed in generation order. So the receipt
 // is never ahead of the data it covers (contract 4; publication order 16 in
 // internal/buffer/protocol.go), and a keyspace's data is never in the store without
-// its catalog entry. A generation of bitslices alone (receiptOnly) records
-// its watermark, highest op and bitslice generations in the engine's
-// receipt file (enginedir.Receipt) instead of the batch: one write and
-// one sync of a small file in place of a batch and a synced WAL write.
+// its catalog entry.
 
 // target is the engine as its flusher sees it: a flush.Target and
 // flush.Settler. It is a distinct type so that these methods are not the
@@ -129,7 +126,6 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	wgen := db.genBase + gen.g
 	// Bitslices first, the batch with the watermark after (publication
 	// order 16).
-	grown := false
 	for _, p := range gen.bits {
 		// The header records this write generation with the watermark;
 		// the catalog records it only once the file is durable, so the
@@ -138,9 +134,7 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		if err := p.gen.WriteLagged(ctx, wm); err != nil {
 			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
-		n := p.b.file.Len()
-		grown = grown || n != db.catW[p.b.name].Len
-		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: n}
+		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}
 	}
 	for name, e := range gen.bitsAdded {
 		if _, ok := db.catW[name]; !ok {
@@ -150,27 +144,6 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 	// The change feed's retained changes of the ops this watermark covers
 	// go into the same batch or ingest (watch_retain.go, R1).
 	rw := db.feed.retainWrite(gen.g, wm)
-	var cat []byte
-	if gen.receiptOnly(grown, rw) {
-		// Open checks each file against the catalog's generation (an
-		// older copy is refused): the receipt carries the generations the
-		// store's catalog does not have yet.
-		cat = db.catW.Encode()
-	}
-	if cat != nil && enginedir.ReceiptFits(cat) {
-		// Every bitslice above is durable (WriteLagged returned), and
-		// every earlier store commit is (commitsUnsynced is 0): the
-		// receipt may now cover wm (publication order 16).
-		if h := db.opts.hooks; h != nil && h.receiptWrite != nil {
-			h.receiptWrite()
-		}
-		highest := max(gen.highest, db.receiptHighest)
-		if err := db.receipt.Write(db.engineID, wm, highest, cat); err != nil {
-			return nil, kverr.Errorf("flush: %w", err)
-		}
-		db.receiptWM, db.receiptHighest = wm, highest
-		return nil, nil
-	}
 	if db.opts.IngestThreshold > 0 && gen.kvBytes() >= db.opts.IngestThreshold {
 		return nil, gen.ingest(ctx, wm, rw)
 	}
@@ -191,35 +164,11 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		rw.addToBatch(batch)
 	}
 	batch.SetWatermark(wm)
-	db.commitsUnsynced.Add(1)
 	c, err := gen.db.store.Commit(batch)
 	if err != nil {
-		// Never handed to the store: nothing of it to wait for.
-		db.commitsUnsynced.Add(-1)
 		return nil, kverr.Errorf("flush: commit: %w", err)
 	}
-	return func() error {
-		err := c.Wait()
-		if err == nil {
-			db.commitsUnsynced.Add(-1)
-		}
-		return err
-	}, nil
-}
-
-// receiptOnly reports whether the generation's watermark goes to the
-// receipt file (one write and one fdatasync) instead of a store commit (a
-// batch and a synced WAL write): the generation changed bitslices alone
-// (no keyspace, catalog, drop or retained change), none of them grew (the
-// store's bitslice catalog, whose lengths Open checks, stays true as it
-// is: its generations may lag the files', never lead them), and no
-// earlier store commit is still unsynced (the receipt's watermark covers
-// their ops too). grown says a bitslice's length changed, rw is the
-// change feed's retained write. writeMu held.
-func (gen *generation) receiptOnly(grown bool, rw *retWrite) bool {
-	return len(gen.bits) > 0 && !grown && rw == nil && len(gen.kvs) == 0 &&
-		gen.catalog == nil && len(gen.dropIDs) == 0 && len(gen.bitsAdded) == 0 &&
-		gen.db.commitsUnsynced.Load() == 0
+	return c.Wait, nil
 }
 
 // setOpsMeta sets, with set (the batch's or the ingest's SetMeta), the

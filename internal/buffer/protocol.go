@@ -191,12 +191,7 @@ package buffer
 //     write's watermark; B7) before the store batch with the keyspaces'
 //     changes, the catalogs and the watermark is committed (kvbuf's
 //     target.go), and generations commit in order. So the receipt is never
-//     ahead of the data it covers (mutation 81). A generation of bitslices
-//     alone that grew none (no keyspace, catalog, drop or retained change)
-//     whose earlier store commits are all synced writes its watermark to
-//     the engine's receipt file instead (enginedir.Receipt: one checksummed
-//     slot of two, synced), after the same bitslice syncs; Open takes the
-//     newer of the store's and the receipt's (mutation 330).
+//     ahead of the data it covers (mutation 81).
 //
 //  17. An engine snapshot pins every overlay's tables first and takes the
 //     store snapshot after (kvbuf's snapshot.go, under the exclusive

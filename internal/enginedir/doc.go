@@ -20,10 +20,6 @@
 //	            "kvbuf engine lock\n", older engines made empty ones
 //	store/      the pebble store
 //	bits/       one NAME.bits file per bitslice
-//	RECEIPT     the watermark of the latest flush of bitslices alone (made
-//	            by the first such flush; see Receipt): two slots of 4 KiB
-//	            used in turn, each checksummed, so that a torn write
-//	            leaves the other in force
 //	LOCK.tmp.*  a LOCK being made (unique name per opener)
 //	KVBUF.tmp.* a manifest being written (unique name per writer)
 //	KVBUF.tmp   older engines' temporary manifest
