@@ -1821,37 +1821,8 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 			time.Sleep(time.Duration(w.rng.IntN(100)) * time.Microsecond)
 		}
 	})
-	r.goWork("tomber", func(w *stressWorker) {
-		ctx := context.Background()
-		for n := 0; !w.stopped(); n++ {
-			// Disjoint, empty ranges: each adds a tombstone to the active
-			// table without sealing it.
-			// The ranges repeat every 256: each table gets its own
-			// tombstones, while the store's grow no further (a store
-			// holding one more range deletion per flush for the whole
-			// run made its flushes, and so the test, slower and slower:
-			// 13 generations in a CI run under -cover).
-			lo := fmt.Appendf(nil, "%st/%06d", prefix, n%256)
-			if err := k.DeleteRange(ctx, lo, append(lo, 0), 0); err != nil {
-				r.failf("DeleteRange: %v", err)
-				return
-			}
-			time.Sleep(time.Duration(w.rng.IntN(400)) * time.Microsecond)
-		}
-	})
-	r.goWork("snapshots", func(w *stressWorker) {
-		for !w.stopped() {
-			s, err := db.NewSnapshot()
-			if err != nil {
-				r.failf("NewSnapshot: %v", err)
-				return
-			}
-			snaps.Add(1)
-			time.Sleep(time.Duration(1000+w.rng.IntN(4000)) * time.Microsecond)
-			s.Close()
-			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
-		}
-	})
+	stressTomber(r, k, prefix)
+	stressSnapshots(r, db, &snaps)
 	for id := range writers {
 		r.goWork(fmt.Sprintf("writer %d", id), func(w *stressWorker) {
 			v := make([]byte, 8)
@@ -1975,30 +1946,8 @@ func TestStressKVFirstValues(t *testing.T) {
 	r := newStressRun(t)
 	var flushes, reads, snaps atomic.Int64
 	stressFlusher(r, db, 0, &flushes)
-	r.goWork("tomber", func(w *stressWorker) {
-		ctx := context.Background()
-		for n := 0; !w.stopped(); n++ {
-			lo := fmt.Appendf(nil, "%st/%06d", prefix, n%256)
-			if err := k.DeleteRange(ctx, lo, append(lo, 0), 0); err != nil {
-				r.failf("DeleteRange: %v", err)
-				return
-			}
-			time.Sleep(time.Duration(w.rng.IntN(400)) * time.Microsecond)
-		}
-	})
-	r.goWork("snapshots", func(w *stressWorker) {
-		for !w.stopped() {
-			s, err := db.NewSnapshot()
-			if err != nil {
-				r.failf("NewSnapshot: %v", err)
-				return
-			}
-			snaps.Add(1)
-			time.Sleep(time.Duration(1000+w.rng.IntN(4000)) * time.Microsecond)
-			s.Close()
-			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
-		}
-	})
+	stressTomber(r, k, prefix)
+	stressSnapshots(r, db, &snaps)
 	for id := range writers {
 		r.goWork(fmt.Sprintf("writer %d", id), func(w *stressWorker) {
 			v := make([]byte, 8)
@@ -2092,4 +2041,42 @@ func TestStressKVFirstValues(t *testing.T) {
 	if g := db.Metrics().Generations; g < 20 || reads.Load() == 0 {
 		t.Fatalf("%d generations, %d checked reads in %v: the test did not race releases", g, reads.Load(), time.Since(start).Round(time.Second))
 	}
+}
+
+// stressTomber runs a worker that range deletes disjoint, empty ranges
+// under prefix: each adds a tombstone to the active table without sealing
+// it. The ranges repeat every 256: each table gets its own tombstones,
+// while the store's grow no further (a store holding one more range
+// deletion per flush for the whole run made its flushes, and so the test,
+// slower and slower: 13 generations in a CI run under -cover).
+func stressTomber(r *stressRun, k *KV, prefix string) {
+	r.goWork("tomber", func(w *stressWorker) {
+		ctx := context.Background()
+		for n := 0; !w.stopped(); n++ {
+			lo := fmt.Appendf(nil, "%st/%06d", prefix, n%256)
+			if err := k.DeleteRange(ctx, lo, append(lo, 0), 0); err != nil {
+				r.failf("DeleteRange: %v", err)
+				return
+			}
+			time.Sleep(time.Duration(w.rng.IntN(400)) * time.Microsecond)
+		}
+	})
+}
+
+// stressSnapshots runs a worker that holds snapshots of db for 1-5 ms at
+// a time, counting them in snaps: readers that pin old state.
+func stressSnapshots(r *stressRun, db *DB, snaps *atomic.Int64) {
+	r.goWork("snapshots", func(w *stressWorker) {
+		for !w.stopped() {
+			s, err := db.NewSnapshot()
+			if err != nil {
+				r.failf("NewSnapshot: %v", err)
+				return
+			}
+			snaps.Add(1)
+			time.Sleep(time.Duration(1000+w.rng.IntN(4000)) * time.Microsecond)
+			s.Close()
+			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
+		}
+	})
 }
