@@ -1776,21 +1776,7 @@ func TestStressBitsWholeChunks(t *testing.T) {
 // counters), so that as many reads as possible overlap a release. No scans
 // and no iterators (whose pins keep every table intact).
 func TestStressKVRecycledUnderReaders(t *testing.T) {
-	stressSetup(t)
-	// Without the read tier: every table is released (and recycled) at
-	// once, and its probes, which the long keys and the tombstones make
-	// slow, would slow the readers' loop (TestReadTierModel races the
-	// tier's evictions, which recycle too, against readers). The default
-	// ingestion threshold: what is raced here is the release, whichever
-	// way the generation reached the store.
-	opts := stressOptions()
-	opts.ReadTierBytes = -1
-	opts.IngestThreshold = 0
-	db := stressOpen(t, stressDir(t), opts)
-	k, err := db.KV("recycled")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, k := stressRecycleKV(t, "recycled")
 	const writers, keysEach = 2, 24
 	// Every key shares a long prefix, and the tomber below leaves range
 	// tombstones in every table: a read checks the tombstones of every
@@ -1930,15 +1916,7 @@ func TestStressKVRecycledUnderReaders(t *testing.T) {
 // every 512 keys (a tombstone beside the live keys, and a store that does
 // not grow with the run).
 func TestStressKVFirstValues(t *testing.T) {
-	stressSetup(t)
-	opts := stressOptions()
-	opts.ReadTierBytes = -1
-	opts.IngestThreshold = 0
-	db := stressOpen(t, stressDir(t), opts)
-	k, err := db.KV("first")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, k := stressRecycleKV(t, "first")
 	const writers = 2
 	prefix := strings.Repeat("p", 3500)
 	key := func(w int, i int64) []byte { return fmt.Appendf(nil, "%sw%d/%08d", prefix, w, i) }
@@ -2079,4 +2057,24 @@ func stressSnapshots(r *stressRun, db *DB, snaps *atomic.Int64) {
 			time.Sleep(time.Duration(w.rng.IntN(2000)) * time.Microsecond)
 		}
 	})
+}
+
+// stressRecycleKV opens a stress engine for the tests of reads racing a
+// release, and its keyspace name. Without the read tier: every table is
+// released (and recycled) at once, and its probes, which long keys and
+// tombstones make slow, would slow the readers' loop (TestReadTierModel
+// races the tier's evictions, which recycle too, against readers). The
+// default ingestion threshold: what is raced is the release, whichever way
+// the generation reached the store.
+func stressRecycleKV(t *testing.T, name string) (*DB, *KV) {
+	stressSetup(t)
+	opts := stressOptions()
+	opts.ReadTierBytes = -1
+	opts.IngestThreshold = 0
+	db := stressOpen(t, stressDir(t), opts)
+	k, err := db.KV(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, k
 }
