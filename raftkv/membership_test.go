@@ -196,6 +196,12 @@ func TestRemoveAndReaddWiped(t *testing.T) {
 	before := w.count()
 	waitFor(t, 20*time.Second, "writes on two nodes", func() bool { return w.count() > before+20 })
 
+	// The leader's log must have been compacted past its start, or the
+	// new node catches up from the log instead (a fast run can get here
+	// before the first flush moved the durable watermark).
+	waitFor(t, 30*time.Second, "the leader's log to be compacted", func() bool {
+		return c.leader(5*time.Second).Status().LogFirst > 1
+	})
 	// Wipe it; re-add it as node 4 at the same address.
 	if err := os.RemoveAll(c.tn(victim).dir); err != nil {
 		t.Fatal(err)
