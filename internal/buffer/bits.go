@@ -19,7 +19,7 @@ type bitsFile interface {
 	Len() uint64
 	Grow(nbits uint64) error
 	ApplyWords(changes []bitslice.WordChange) error
-	ApplyMasked(first uint64, mask, bits []uint64) error
+	ApplyPacked(first uint64, packed []uint64) (bitslice.PackedRun, error)
 	SetWatermark(op uint64)
 	Sync() error
 	SyncLagged() error
@@ -75,10 +75,8 @@ type Bits struct {
 	wmu      sync.Mutex // serialises generation writes
 	scratch  []bitslice.WordChange
 	sumPages []changedPage // summarize's pages, reused; under wmu
-	// applyPages' scratch, under wmu: a page's words as masks and bits,
-	// and the pages it wrote.
-	pageMask, pageBits [pageWords64]uint64
-	sumTouched         []uint64
+	// summarizeWords' scratch, under wmu: the pages it wrote.
+	sumTouched []uint64
 }
 
 // NewBits returns an overlay over f, which must not be written through other

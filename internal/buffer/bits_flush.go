@@ -82,14 +82,15 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 }
 
 // applyPages applies table t's words below word nw to the file page by
-// page, straight from the packed words (File.ApplyMasked: no list of word
-// changes in between, the flush's walk of issue 26), and brings the
-// summary of each page it wrote up to date right after (B9, before
-// Release), while the page's words are in cache. It is write's path when
-// no open snapshot needs the words it overwrites. wmu held.
+// page, straight from the packed words (File.ApplyPacked: no list of word
+// changes and no unpacked copy in between, the flush's walk of issue 26),
+// and brings the summary of each page it wrote up to date right after
+// (B9, before Release) from what the same pass read of the page's words.
+// It is write's path when no open snapshot needs the words it overwrites.
+// wmu held.
 func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	d := t.dir.Load()
-	mask, bits := &b.pageMask, &b.pageBits
+	fw := (b.fio.Len() + 63) >> 6 // the file's words
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
 	for pi := range d.pages {
@@ -104,22 +105,28 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := min(pageWords64, nw-first)
-		k := 0 // words changed
-		for j := range n {
-			m, v := pageWord64(c, j<<1)
-			mask[j], bits[j] = m, v&m
-			if m != 0 {
-				k++
-			}
+		// The whole page as far as the file goes: its words past the
+		// table's last have empty masks, and the summary needs them.
+		n := min(pageWords64, fw-first)
+		run, err := b.fio.ApplyPacked(first, c[:2*n])
+		if err != nil {
+			return kverr.Errorf("apply %d words: %w", packedChanged(c, n), err)
 		}
-		if k == 0 {
-			continue
+		if run.Changed > 0 {
+			sum.ran(uint64(pi), run)
 		}
-		if err := b.fio.ApplyMasked(first, mask[:n], bits[:n]); err != nil {
-			return kverr.Errorf("apply %d words: %w", k, err)
-		}
-		sum.page(uint64(pi))
 	}
 	return nil
+}
+
+// packedChanged is the number of the first n words of page c with a
+// pending bit (for an error message).
+func packedChanged(c *bitsPage, n uint64) int {
+	k := 0
+	for j := range n {
+		if m, _ := pageWord64(c, j<<1); m != 0 {
+			k++
+		}
+	}
+	return k
 }

@@ -214,11 +214,28 @@ func (b *Bits) summaryRun() sumRun {
 
 // page brings page pi's lines up to date and records what it holds.
 func (r *sumRun) page(pi uint64) {
-	s := r.s
-	if pi >= uint64(len(s.lines)) {
+	if pi < uint64(len(r.s.lines)) {
+		r.record(pi, scanPage(r.v, pi))
+	}
+}
+
+// ran is page for a page whose every word of the file run read as it
+// applied them (File.ApplyPacked): its lines and count are the run's; only
+// a page sparse enough for the index is read again, for its offsets.
+func (r *sumRun) ran(pi uint64, run bitslice.PackedRun) {
+	if pi >= uint64(len(r.s.lines)) {
 		return
 	}
-	p := scanPage(r.v, pi)
+	p := pageSummary{lines: run.Lines, n: run.Ones}
+	if p.n <= maxIndexed {
+		p = scanPage(r.v, pi)
+	}
+	r.record(pi, p)
+}
+
+// record stores page pi's lines and keeps what it holds for done.
+func (r *sumRun) record(pi uint64, p pageSummary) {
+	s := r.s
 	if atomic.LoadUint64(&s.lines[pi]) != p.lines {
 		atomic.StoreUint64(&s.lines[pi], p.lines)
 	}

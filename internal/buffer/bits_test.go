@@ -15,11 +15,11 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// faultyFile wraps a real bitslice file and fails ApplyWords, ApplyMasked or Sync on
+// faultyFile wraps a real bitslice file and fails ApplyWords, ApplyPacked or Sync on
 // demand (after applying part of the words, as a torn write would).
 type faultyFile struct {
 	*bitslice.File
-	fail     atomic.Bool // ApplyWords and ApplyMasked apply half and fail, Sync fails
+	fail     atomic.Bool // ApplyWords and ApplyPacked apply half and fail, Sync fails
 	failSync atomic.Bool // only Sync fails (after every word was applied)
 }
 
@@ -33,12 +33,12 @@ func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
 	return f.File.ApplyWords(c)
 }
 
-func (f *faultyFile) ApplyMasked(first uint64, mask, bits []uint64) error {
+func (f *faultyFile) ApplyPacked(first uint64, packed []uint64) (bitslice.PackedRun, error) {
 	if f.fail.Load() {
-		_ = f.File.ApplyMasked(first, mask[:len(mask)/2], bits[:len(mask)/2])
-		return errBitsInjected
+		_, _ = f.File.ApplyPacked(first, packed[:len(packed)/4*2])
+		return bitslice.PackedRun{}, errBitsInjected
 	}
-	return f.File.ApplyMasked(first, mask, bits)
+	return f.File.ApplyPacked(first, packed)
 }
 
 func (f *faultyFile) Sync() error {
