@@ -19,7 +19,7 @@ type bitsFile interface {
 	Len() uint64
 	Grow(nbits uint64) error
 	ApplyWords(changes []bitslice.WordChange) error
-	ApplyPacked(first uint64, packed []uint64) (bitslice.PackedRun, error)
+	WriteWords(first uint64, words []uint64) error
 	SetWatermark(op uint64)
 	Sync() error
 	SyncLagged() error
@@ -77,6 +77,10 @@ type Bits struct {
 	sumPages []changedPage // summarize's pages, reused; under wmu
 	// summarizeWords' scratch, under wmu: the pages it wrote.
 	sumTouched []uint64
+	// applyPages' scratch, under wmu: the new words of a run of pages and
+	// what they hold.
+	runWords []uint64
+	runPages []runPage
 }
 
 // NewBits returns an overlay over f, which must not be written through other

@@ -219,14 +219,14 @@ func (r *sumRun) page(pi uint64) {
 	}
 }
 
-// ran is page for a page whose every word of the file run read as it
-// applied them (File.ApplyPacked): its lines and count are the run's; only
-// a page sparse enough for the index is read again, for its offsets.
-func (r *sumRun) ran(pi uint64, run bitslice.PackedRun) {
+// ran is page for a page whose every word the flush wrote, with the lines
+// and set bits it wrote: only a page sparse enough for the index is read
+// again, for its offsets.
+func (r *sumRun) ran(pi, lines, ones uint64) {
 	if pi >= uint64(len(r.s.lines)) {
 		return
 	}
-	p := pageSummary{lines: run.Lines, n: run.Ones}
+	p := pageSummary{lines: lines, n: ones}
 	if p.n <= maxIndexed {
 		p = scanPage(r.v, pi)
 	}

@@ -15,11 +15,11 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// faultyFile wraps a real bitslice file and fails ApplyWords, ApplyPacked or Sync on
+// faultyFile wraps a real bitslice file and fails ApplyWords, WriteWords or Sync on
 // demand (after applying part of the words, as a torn write would).
 type faultyFile struct {
 	*bitslice.File
-	fail     atomic.Bool // ApplyWords and ApplyPacked apply half and fail, Sync fails
+	fail     atomic.Bool // ApplyWords and WriteWords apply half and fail, Sync fails
 	failSync atomic.Bool // only Sync fails (after every word was applied)
 }
 
@@ -33,12 +33,12 @@ func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
 	return f.File.ApplyWords(c)
 }
 
-func (f *faultyFile) ApplyPacked(first uint64, packed []uint64) (bitslice.PackedRun, error) {
+func (f *faultyFile) WriteWords(first uint64, words []uint64) error {
 	if f.fail.Load() {
-		_, _ = f.File.ApplyPacked(first, packed[:len(packed)/4*2])
-		return bitslice.PackedRun{}, errBitsInjected
+		_ = f.File.WriteWords(first, words[:len(words)/2])
+		return errBitsInjected
 	}
-	return f.File.ApplyPacked(first, packed)
+	return f.File.WriteWords(first, words)
 }
 
 func (f *faultyFile) Sync() error {
