@@ -532,107 +532,18 @@ func (f *File) WriteWords(first uint64, words []uint64) error {
 	})
 }
 
-// MaxPackedRun is the most data words one ApplyPacked call covers (the
-// run's Lines has a bit per 8 of them).
-const MaxPackedRun = 512
-
-// PackedRun is what File.ApplyPacked found in the data words it covered,
-// as they are after its changes.
-type PackedRun struct {
-	// Changed is the number of words whose mask was not empty.
-	Changed uint64
-	// Ones is the number of set bits of the run's words (bits at or past
-	// Len in the file's last word not counted).
-	Ones uint64
-	// Lines has bit l set if words 8l to 8l+7 of the run hold a set bit.
-	Lines uint64
-}
-
-// ApplyPacked is ApplyMasked with its changes read straight from the
-// engine overlay's packed layout, and the run's words summarized in the
-// same pass (every word of the run is read, changed or not), so that a
-// caller that keeps a summary of the file need not read them again: data
-// word first+j takes its mask and bits from packed[2j] and packed[2j+1],
-// each holding 32 bits of the mask in its high half and the same 32 bits
-// of the value in its low half (packed[2j] the data word's low 32 bits,
-// packed[2j+1] its high 32); value bits outside the mask are ignored. The
-// packed words are loaded with sync/atomic. A run is at most MaxPackedRun
-// words. Everything is checked before any word is written, as by
-// ApplyMasked: an odd length, a run too long or past the end, or a mask
-// selecting bits at or past Len in the file's last word fails with
-// kvbuf.ErrOutOfRange and writes nothing.
-func (f *File) ApplyPacked(first uint64, packed []uint64) (PackedRun, error) {
-	var run PackedRun
-	err := f.applying(func(vw *View) (err error) {
-		run, err = f.applyPacked(vw, first, packed)
-		return err
-	})
-	return run, err
-}
-
-// unpack returns data word j's mask and bits from a packed run.
-func unpack(packed []uint64, j int) (mask, bits uint64) {
-	p0 := atomic.LoadUint64(&packed[2*j])
-	p1 := atomic.LoadUint64(&packed[2*j+1])
-	return p0>>32 | p1&^(1<<32-1), p0&(1<<32-1) | p1<<32
-}
-
-func (f *File) applyPacked(vw *View, first uint64, packed []uint64) (PackedRun, error) {
-	n := uint64(len(vw.words))
-	k := len(packed) / 2
-	if len(packed)%2 != 0 || k > MaxPackedRun {
-		return PackedRun{}, kverr.Errorf("%s: apply %d packed words: not pairs for at most %d data words: %w",
-			f.path, len(packed), MaxPackedRun, kverr.ErrOutOfRange)
-	}
-	if first > n || uint64(k) > n-first {
-		return PackedRun{}, kverr.Errorf("%s: apply %d packed words from word %d (%d words): %w", f.path, k, first, n, kverr.ErrOutOfRange)
-	}
-	last := -1 // the run's index of the file's last word, if it holds it
-	tail := ^uint64(0)
-	if k > 0 && first+uint64(k) == n {
-		// Only the file's last word may hold bits past Len.
-		last, tail = k-1, tailMask(vw.nbits, n-1)
-		if m, _ := unpack(packed, last); m&^tail != 0 {
-			return PackedRun{}, kverr.Errorf("%s: apply masked word %d: mask %#x selects bits past length %d: %w",
-				f.path, n-1, m, vw.nbits, kverr.ErrOutOfRange)
-		}
-	}
-	words := vw.words[first : first+uint64(k)]
-	var run PackedRun
-	for j := range words {
-		if j == k/2 {
-			_ = failpoint.Hit(failpoint.BitsliceApplyWords) // a crash point only
-		}
-		var x uint64
-		if m, v := unpack(packed, j); m != 0 {
-			x = storeMasked(&words[j], m, v)
-			run.Changed++
-		} else {
-			x = atomic.LoadUint64(&words[j])
-		}
-		if j == last {
-			x &= tail
-		}
-		if x != 0 {
-			run.Ones += uint64(bits.OnesCount64(x))
-			run.Lines |= 1 << (j / 8)
-		}
-	}
-	return run, nil
-}
-
 // storeMasked sets *p = *p&^mask | bits&mask with one compare-and-swap
 // (none if the word already holds the bits; again if a concurrent Set
-// changed it meanwhile) and returns the word it left. A locked instruction
-// costs about as much as a cache miss: one instead of an OR and an AND
-// halves what a word change costs. Each bit changes at most once, so a
-// concurrent reader sees every bit either old or new.
-func storeMasked(p *uint64, mask, bits uint64) uint64 {
+// changed it meanwhile). A locked instruction costs about as much as a
+// cache miss: one instead of an OR and an AND halves what a word change
+// costs. Each bit changes at most once, so a concurrent reader sees every
+// bit either old or new.
+func storeMasked(p *uint64, mask, bits uint64) {
 	for {
 		old := atomic.LoadUint64(p)
 		nw := old&^mask | bits&mask
 		if nw == old || atomic.CompareAndSwapUint64(p, old, nw) {
-			return nw
+			return
 		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"math"
-	"math/bits"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,97 +279,40 @@ func TestApplyMasked(t *testing.T) {
 	}
 }
 
-// pack returns the packed pairs ApplyPacked reads for the given masks and
-// bits (value bits outside the mask set, which it must ignore).
-func pack(mask, vals []uint64) []uint64 {
-	p := make([]uint64, 0, 2*len(mask))
-	for j, m := range mask {
-		v := vals[j] | ^m&0x5555_5555_5555_5555
-		p = append(p, m<<32|v&(1<<32-1), m>>32<<32|v>>32)
+// WriteWords stores whole words with pwrite, which the mapping shares:
+// reads through the file see them at once, the file's set bits count
+// them, and a run past the end or a last word with bits past Len fails
+// with ErrOutOfRange before anything is written.
+func TestWriteWords(t *testing.T) {
+	f := create(t, 130) // words 0, 1 full; word 2 holds bits 128, 129
+	if err := f.WriteWords(1, []uint64{0xf0, 0b10}); err != nil {
+		t.Fatal(err)
 	}
-	return p
-}
-
-// ApplyPacked is ApplyMasked reading the overlay's packed pairs: the same
-// words result on random runs (the last one cut by the file's end), and
-// the run it returns counts the changed words and sums the words as they
-// are after it (set bits, a line bit per 8 words), every word of the run,
-// changed or not. Bad runs fail with ErrOutOfRange before any word is
-// written (mutation 350).
-func TestApplyPacked(t *testing.T) {
-	const nbits = 3*MaxPackedRun*64 - 70 // the last word holds 58 bits
-	f, g := create(t, nbits), create(t, nbits)
-	n := uint64(len(f.View().Words()))
-	rng := rand.New(rand.NewPCG(3, 9))
-	for round := range 20 {
-		for first := uint64(0); first < n; first += MaxPackedRun {
-			k := min(MaxPackedRun, n-first)
-			mask, vals := make([]uint64, k), make([]uint64, k)
-			for j := range mask {
-				switch rng.IntN(3) {
-				case 0: // no change
-				case 1:
-					mask[j] = ^uint64(0)
-				default:
-					mask[j] = rng.Uint64()
-				}
-				vals[j] = rng.Uint64()
-			}
-			if first+k == n {
-				mask[k-1] &= 1<<(nbits%64) - 1
-			}
-			if err := g.ApplyMasked(first, mask, vals); err != nil {
-				t.Fatal(err)
-			}
-			run, err := f.ApplyPacked(first, pack(mask, vals))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want PackedRun
-			for j := range k {
-				if mask[j] != 0 {
-					want.Changed++
-				}
-				if w := g.Word(first + j); w != 0 {
-					want.Ones += uint64(bits.OnesCount64(w))
-					want.Lines |= 1 << (j / 8)
-				}
-				if f.Word(first+j) != g.Word(first+j) {
-					t.Fatalf("round %d: word %d is %#x, ApplyMasked made %#x", round, first+j, f.Word(first+j), g.Word(first+j))
-				}
-			}
-			if run != want {
-				t.Fatalf("round %d, run from word %d: %+v, want %+v", round, first, run, want)
-			}
-		}
+	if f.Word(0) != 0 || f.Word(1) != 0xf0 || f.Word(2) != 0b10 || f.CountOnes() != 5 {
+		t.Fatalf("Word(0) %#x, Word(1) %#x, Word(2) %#x, %d ones; want 0, 0xf0, 0x2, 5", f.Word(0), f.Word(1), f.Word(2), f.CountOnes())
 	}
-	before := make([]uint64, n)
-	for w := range n {
-		before[w] = f.Word(w)
+	if err := f.WriteWords(3, nil); err != nil {
+		t.Fatalf("an empty run at the end: %v", err)
 	}
 	for name, bad := range map[string]struct {
-		first  uint64
-		packed []uint64
+		first uint64
+		words []uint64
 	}{
-		"run past end":       {n - 1, pack([]uint64{1, 1}, []uint64{1, 1})},
-		"first past end":     {n + 1, nil},
-		"huge first":         {math.MaxUint64, pack([]uint64{1}, []uint64{1})},
-		"mask past Len":      {n - 2, pack([]uint64{1, 1 << 60}, []uint64{1, 1 << 60})},
-		"bits past Len only": {n - 1, pack([]uint64{^uint64(0) &^ (1<<58 - 1)}, []uint64{0})},
-		"odd length":         {0, []uint64{1 << 32, 0, 1 << 32}},
-		"run too long":       {0, make([]uint64, 2*MaxPackedRun+2)},
+		"run past end":   {2, []uint64{1, 1}},
+		"first past end": {4, nil},
+		"huge first":     {math.MaxUint64, []uint64{1}},
+		"bits past Len":  {1, []uint64{1, 0b100}},
 	} {
-		if _, err := f.ApplyPacked(bad.first, bad.packed); !errors.Is(err, kverr.ErrOutOfRange) {
+		if err := f.WriteWords(bad.first, bad.words); !errors.Is(err, kverr.ErrOutOfRange) {
 			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
 		}
-		for w := range n {
-			if f.Word(w) != before[w] {
-				t.Fatalf("%s: failed ApplyPacked wrote word %d", name, w)
-			}
+		if f.Word(0) != 0 || f.Word(1) != 0xf0 || f.Word(2) != 0b10 {
+			t.Errorf("%s: failed WriteWords wrote words", name)
 		}
 	}
-	if run, err := f.ApplyPacked(n, nil); err != nil || run != (PackedRun{}) {
-		t.Fatalf("an empty run at the end: %+v, %v", run, err)
+	f = reopen(t, f)
+	if f.Word(1) != 0xf0 || f.Word(2) != 0b10 {
+		t.Fatalf("reopened: Word(1) %#x, Word(2) %#x", f.Word(1), f.Word(2))
 	}
 }
 
