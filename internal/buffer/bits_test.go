@@ -752,13 +752,14 @@ func TestBitsOnesBatches(t *testing.T) {
 }
 
 // TestBitsFlushAppliesPages: with no snapshot open the flush applies each
-// table page by page straight from its packed words (applyPages,
-// File.ApplyMasked): the file must then hold every pending bit, on the
-// first page, past a page with nothing pending (skipped) and on a last
-// page the file's end cuts (its last word holding the last bit), sets to
-// 1 and clears of bits the file held; and the region summary of every
-// page applied must be brought up to date before the release (B9), which
-// Ones and checkSummary read (mutations 261 and 262).
+// table page by page straight from its packed words (applyPages, runs of
+// consecutive pages written by File.WriteWords): the file must then hold
+// every pending bit, on the first page, past a page with nothing pending
+// (skipped: it ends a run) and on a last page the file's end cuts (its
+// last word holding the last bit), sets to 1 and clears of bits the file
+// held, next to bits of the same words that stay; and the region summary
+// of every page applied must be brought up to date before the release
+// (B9), which Ones and checkSummary read (mutations 261, 262, 350, 351).
 func TestBitsFlushAppliesPages(t *testing.T) {
 	r := newBitsRig(t, nil)
 	b := r.b
