@@ -490,6 +490,48 @@ func (f *File) applyMasked(vw *View, first uint64, mask, bits []uint64) error {
 	return nil
 }
 
+// WriteWords stores words as the data words from word first on with
+// pwrite, into the page cache the mapping shares, instead of through the
+// mapping: no locked instruction per word, and no write fault on a page a
+// sync left write-protected. It is for an owner that is the file's only
+// writer while it runs (no Set, ApplyWords or other write may run
+// concurrently: their changes could be lost) and whose readers do not
+// depend on the words it changes until it returns: a concurrent reader of
+// the mapping may see a word torn between its old and new bytes, so only
+// the bits that change may read wrong (the engine's overlay keeps them
+// pending in its tables until after the sync). Everything is checked
+// before a byte is written: a run past the end, or bits set at or past
+// Len in the file's last word, fails with kvbuf.ErrOutOfRange.
+func (f *File) WriteWords(first uint64, words []uint64) error {
+	return f.applying(func(vw *View) error {
+		n := uint64(len(vw.words))
+		if first > n || uint64(len(words)) > n-first {
+			return kverr.Errorf("%s: write %d words from word %d (%d words): %w", f.path, len(words), first, n, kverr.ErrOutOfRange)
+		}
+		if len(words) > 0 && first+uint64(len(words)) == n {
+			if w := words[len(words)-1]; w&^tailMask(vw.nbits, n-1) != 0 {
+				return kverr.Errorf("%s: write word %d: %#x sets bits past length %d: %w",
+					f.path, n-1, w, vw.nbits, kverr.ErrOutOfRange)
+			}
+		}
+		half := len(words) / 2
+		for k, part := range [2][]uint64{words[:half], words[half:]} {
+			if k == 1 {
+				_ = failpoint.Hit(failpoint.BitsliceApplyWords) // a crash point only
+			}
+			if len(part) == 0 {
+				continue
+			}
+			off := DataOffset + int64(first+uint64(k*half))*8
+			b := unsafe.Slice((*byte)(unsafe.Pointer(&part[0])), len(part)*8)
+			if _, err := f.fd.WriteAt(b, off); err != nil {
+				return kverr.Errorf("%s: write %d words from word %d: %w", f.path, len(words), first, err)
+			}
+		}
+		return nil
+	})
+}
+
 // storeMasked sets *p = *p&^mask | bits&mask with one compare-and-swap
 // (none if the word already holds the bits; again if a concurrent Set
 // changed it meanwhile). A locked instruction costs about as much as a

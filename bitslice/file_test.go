@@ -279,6 +279,43 @@ func TestApplyMasked(t *testing.T) {
 	}
 }
 
+// WriteWords stores whole words with pwrite, which the mapping shares:
+// reads through the file see them at once, the file's set bits count
+// them, and a run past the end or a last word with bits past Len fails
+// with ErrOutOfRange before anything is written.
+func TestWriteWords(t *testing.T) {
+	f := create(t, 130) // words 0, 1 full; word 2 holds bits 128, 129
+	if err := f.WriteWords(1, []uint64{0xf0, 0b10}); err != nil {
+		t.Fatal(err)
+	}
+	if f.Word(0) != 0 || f.Word(1) != 0xf0 || f.Word(2) != 0b10 || f.CountOnes() != 5 {
+		t.Fatalf("Word(0) %#x, Word(1) %#x, Word(2) %#x, %d ones; want 0, 0xf0, 0x2, 5", f.Word(0), f.Word(1), f.Word(2), f.CountOnes())
+	}
+	if err := f.WriteWords(3, nil); err != nil {
+		t.Fatalf("an empty run at the end: %v", err)
+	}
+	for name, bad := range map[string]struct {
+		first uint64
+		words []uint64
+	}{
+		"run past end":   {2, []uint64{1, 1}},
+		"first past end": {4, nil},
+		"huge first":     {math.MaxUint64, []uint64{1}},
+		"bits past Len":  {1, []uint64{1, 0b100}},
+	} {
+		if err := f.WriteWords(bad.first, bad.words); !errors.Is(err, kverr.ErrOutOfRange) {
+			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
+		}
+		if f.Word(0) != 0 || f.Word(1) != 0xf0 || f.Word(2) != 0b10 {
+			t.Errorf("%s: failed WriteWords wrote words", name)
+		}
+	}
+	f = reopen(t, f)
+	if f.Word(1) != 0xf0 || f.Word(2) != 0b10 {
+		t.Fatalf("reopened: Word(1) %#x, Word(2) %#x", f.Word(1), f.Word(2))
+	}
+}
+
 func TestGrow(t *testing.T) {
 	f := create(t, 100)
 	for _, i := range []uint64{0, 99} {

@@ -19,7 +19,7 @@ type bitsFile interface {
 	Len() uint64
 	Grow(nbits uint64) error
 	ApplyWords(changes []bitslice.WordChange) error
-	ApplyMasked(first uint64, mask, bits []uint64) error
+	WriteWords(first uint64, words []uint64) error
 	SetWatermark(op uint64)
 	Sync() error
 	SyncLagged() error
@@ -75,10 +75,12 @@ type Bits struct {
 	wmu      sync.Mutex // serialises generation writes
 	scratch  []bitslice.WordChange
 	sumPages []changedPage // summarize's pages, reused; under wmu
-	// applyPages' scratch, under wmu: a page's words as masks and bits,
-	// and the pages it wrote.
-	pageMask, pageBits [pageWords64]uint64
-	sumTouched         []uint64
+	// summarizeWords' scratch, under wmu: the pages it wrote.
+	sumTouched []uint64
+	// applyPages' scratch, under wmu: the new words of a run of pages and
+	// what they hold.
+	runWords []uint64
+	runPages []runPage
 }
 
 // NewBits returns an overlay over f, which must not be written through other

@@ -2,6 +2,9 @@ package buffer
 
 import (
 	"context"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -81,17 +84,59 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 	return nil
 }
 
-// applyPages applies table t's words below word nw to the file page by
-// page, straight from the packed words (File.ApplyMasked: no list of word
-// changes in between, the flush's walk of issue 26), and brings the
-// summary of each page it wrote up to date right after (B9, before
-// Release), while the page's words are in cache. It is write's path when
-// no open snapshot needs the words it overwrites. wmu held.
+// runPagesMax is the most pages applyPages writes with one WriteWords.
+const runPagesMax = 8
+
+// runPage is a page of a run applyPages writes: its index, and its lines
+// and set bits as written.
+type runPage struct {
+	pi, lines, ones uint64
+}
+
+// applyPages applies table t's words below word nw to the file: page by
+// page it computes the new words from the packed ones and the file's
+// (no list of word changes in between, the flush's walk of issue 26) with
+// the page's summary, and writes each run of consecutive pages with one
+// File.WriteWords (pwrite into the page cache: no locked instruction per
+// word, no write fault on a page the last sync left write-protected; the
+// file has no other writer, wmu held, and every word it changes is
+// pending in the view's tables until the Release, B7). The summary of the
+// pages written is brought up to date right after each run (B9, before
+// Release). It is write's path when no open snapshot needs the words it
+// overwrites. wmu held.
 func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	d := t.dir.Load()
-	mask, bits := &b.pageMask, &b.pageBits
+	fv := b.file.View()
+	words := fv.Words()
+	fw := uint64(len(words))
+	tail := ^uint64(0)
+	if r := fv.Len() % 64; r != 0 {
+		tail = 1<<r - 1
+	}
+	if b.runWords == nil {
+		b.runWords = make([]uint64, 0, runPagesMax*pageWords64)
+	}
+	buf, pages := b.runWords[:0], b.runPages[:0]
+	var start uint64
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := b.fio.WriteWords(start, buf); err != nil {
+			var k int
+			for _, p := range pages {
+				k += packedChanged(d.pages[p.pi].Load(), min(pageWords64, fw-p.pi*pageWords64))
+			}
+			return kverr.Errorf("apply %d words: %w", k, err)
+		}
+		for _, p := range pages {
+			sum.ran(p.pi, p.lines, p.ones)
+		}
+		buf, pages = buf[:0], pages[:0]
+		return nil
+	}
 	for pi := range d.pages {
 		first := uint64(pi) * pageWords64
 		if first >= nw {
@@ -104,22 +149,54 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := min(pageWords64, nw-first)
-		k := 0 // words changed
-		for j := range n {
-			m, v := pageWord64(c, j<<1)
-			mask[j], bits[j] = m, v&m
-			if m != 0 {
-				k++
+		// The whole page as far as the file goes: its words past the
+		// table's last have empty masks, and the summary needs them.
+		n := min(pageWords64, fw-first)
+		if len(buf) > 0 && (start+uint64(len(buf)) != first || len(pages) == runPagesMax) {
+			if err := write(); err != nil {
+				return err
 			}
 		}
-		if k == 0 {
+		if len(buf) == 0 {
+			start = first
+		}
+		var lines, ones, changed uint64
+		for j := range n {
+			m, v := pageWord64(c, j<<1)
+			x := atomic.LoadUint64(&words[first+j])
+			if m != 0 {
+				x = x&^m | v&m
+				changed++
+			}
+			if first+j == fw-1 {
+				x &= tail // only the file's last word has bits past its length
+			}
+			buf = append(buf, x)
+			if x != 0 {
+				ones += uint64(bits.OnesCount64(x))
+				lines |= 1 << (j / lineWords)
+			}
+		}
+		if changed == 0 {
+			buf = buf[:uint64(len(buf))-n]
 			continue
 		}
-		if err := b.fio.ApplyMasked(first, mask[:n], bits[:n]); err != nil {
-			return kverr.Errorf("apply %d words: %w", k, err)
-		}
-		sum.page(uint64(pi))
+		pages = append(pages, runPage{uint64(pi), lines, ones})
 	}
-	return nil
+	err := write()
+	runtime.KeepAlive(fv)
+	b.runWords, b.runPages = buf[:0], pages[:0]
+	return err
+}
+
+// packedChanged is the number of the first n words of page c with a
+// pending bit (for an error message).
+func packedChanged(c *bitsPage, n uint64) int {
+	k := 0
+	for j := range n {
+		if m, _ := pageWord64(c, j<<1); m != 0 {
+			k++
+		}
+	}
+	return k
 }

@@ -1,7 +1,8 @@
 package buffer
 
 // Bits publication order. Every word a lock-free reader of a Bits overlay
-// loads is written with sync/atomic, in every build. The rules below are
+// loads is written with sync/atomic, in every build, but the file's words
+// the flush writes with pwrite (B7). The rules below are
 // what a reader may observe between two stores and why it is enough; the
 // code cites them by number (B1 ... B11). They are publication order 11 of
 // the engine's protocol (protocol.go), which lists every rule.
@@ -78,10 +79,20 @@ package buffer
 //
 // B7. Flush order (BitsGen.Write). Grow the file and publish a view with
 //     its new words (B1); apply each sealed table's words, oldest first
-//     (page by page from its packed words, File.ApplyMasked, or through a
-//     list of word changes while an open snapshot needs the old words,
-//     B10); update the region summary of every line applied (B9); stage the
-//     watermark and sync (data, then the header). WriteLagged syncs once
+//     (page by page: each page's new words, its pending bits over the
+//     file's word, written with the pages next to it by one pwrite,
+//     File.WriteWords; or through a list of word changes while an open
+//     snapshot needs the old words, B10); update the region summary of
+//     every line applied (B9); stage the watermark and sync (data, then
+//     the header). A pwrite is no atomic store: a reader of the mapping may
+//     load a word torn between its old and new bytes. Only the bits the
+//     flush changes differ between the two, every one of them is pending
+//     in a table of every view until the Release (B8), and every read
+//     folds the tables over the file's word (B4a: a word with a pending bit
+//     is marked in the sealed union), so no read returns a torn bit; and
+//     the flush is the file's only writer (wmu; the overlay never writes
+//     the file elsewhere), so the file words it read to compute a page's
+//     words are still the file's when it writes them. WriteLagged syncs once
 //     instead (header written, then one fdatasync for it and the data),
 //     so its header records only the watermark of the previous successful
 //     sync, whose words are durable (bitslice rule L1, File.SyncLagged):

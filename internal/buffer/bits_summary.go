@@ -214,11 +214,28 @@ func (b *Bits) summaryRun() sumRun {
 
 // page brings page pi's lines up to date and records what it holds.
 func (r *sumRun) page(pi uint64) {
-	s := r.s
-	if pi >= uint64(len(s.lines)) {
+	if pi < uint64(len(r.s.lines)) {
+		r.record(pi, scanPage(r.v, pi))
+	}
+}
+
+// ran is page for a page whose every word the flush wrote, with the lines
+// and set bits it wrote: only a page sparse enough for the index is read
+// again, for its offsets.
+func (r *sumRun) ran(pi, lines, ones uint64) {
+	if pi >= uint64(len(r.s.lines)) {
 		return
 	}
-	p := scanPage(r.v, pi)
+	p := pageSummary{lines: lines, n: ones}
+	if p.n <= maxIndexed {
+		p = scanPage(r.v, pi)
+	}
+	r.record(pi, p)
+}
+
+// record stores page pi's lines and keeps what it holds for done.
+func (r *sumRun) record(pi uint64, p pageSummary) {
+	s := r.s
 	if atomic.LoadUint64(&s.lines[pi]) != p.lines {
 		atomic.StoreUint64(&s.lines[pi], p.lines)
 	}

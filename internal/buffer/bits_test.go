@@ -15,11 +15,11 @@ import (
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
-// faultyFile wraps a real bitslice file and fails ApplyWords, ApplyMasked or Sync on
+// faultyFile wraps a real bitslice file and fails ApplyWords, WriteWords or Sync on
 // demand (after applying part of the words, as a torn write would).
 type faultyFile struct {
 	*bitslice.File
-	fail     atomic.Bool // ApplyWords and ApplyMasked apply half and fail, Sync fails
+	fail     atomic.Bool // ApplyWords and WriteWords apply half and fail, Sync fails
 	failSync atomic.Bool // only Sync fails (after every word was applied)
 }
 
@@ -33,12 +33,12 @@ func (f *faultyFile) ApplyWords(c []bitslice.WordChange) error {
 	return f.File.ApplyWords(c)
 }
 
-func (f *faultyFile) ApplyMasked(first uint64, mask, bits []uint64) error {
+func (f *faultyFile) WriteWords(first uint64, words []uint64) error {
 	if f.fail.Load() {
-		_ = f.File.ApplyMasked(first, mask[:len(mask)/2], bits[:len(mask)/2])
+		_ = f.File.WriteWords(first, words[:len(words)/2])
 		return errBitsInjected
 	}
-	return f.File.ApplyMasked(first, mask, bits)
+	return f.File.WriteWords(first, words)
 }
 
 func (f *faultyFile) Sync() error {
@@ -752,13 +752,14 @@ func TestBitsOnesBatches(t *testing.T) {
 }
 
 // TestBitsFlushAppliesPages: with no snapshot open the flush applies each
-// table page by page straight from its packed words (applyPages,
-// File.ApplyMasked): the file must then hold every pending bit, on the
-// first page, past a page with nothing pending (skipped) and on a last
-// page the file's end cuts (its last word holding the last bit), sets to
-// 1 and clears of bits the file held; and the region summary of every
-// page applied must be brought up to date before the release (B9), which
-// Ones and checkSummary read (mutations 261 and 262).
+// table page by page straight from its packed words (applyPages, runs of
+// consecutive pages written by File.WriteWords): the file must then hold
+// every pending bit, on the first page, past a page with nothing pending
+// (skipped: it ends a run) and on a last page the file's end cuts (its
+// last word holding the last bit), sets to 1 and clears of bits the file
+// held, next to bits of the same words that stay; and the region summary
+// of every page applied must be brought up to date before the release
+// (B9), which Ones and checkSummary read (mutations 261, 262, 350, 351).
 func TestBitsFlushAppliesPages(t *testing.T) {
 	r := newBitsRig(t, nil)
 	b := r.b

@@ -127,7 +127,12 @@ package buffer
 //     A plain store is kept only where a rule above names the atomic store
 //     that orders it before every reader's load (key words in a fresh
 //     array, 1; arena records, 2a/2d; a grown array, 3), and each is
-//     checked under -race (mutations 48 and 49).
+//     checked under -race (mutations 48 and 49). One write is no Go store
+//     at all: the bits flush writes a bitslice's pages with pwrite (the
+//     kernel's copy into the page cache the mapping shares), which a
+//     reader may see torn between old and new bytes; only the bits it
+//     changes differ, and those are pending in the view's tables until the
+//     Release (order 11, B7).
 //
 //  9. View publication: an overlay's view (active table, sealed tables
 //     newest first, retained tables) is one immutable value published by

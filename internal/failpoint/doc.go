@@ -65,9 +65,10 @@ const (
 	// extended, zeroed and msynced, before the header with the new length is
 	// written. An error fails the Grow.
 	BitsliceGrowHeader = "bitslice/grow/before-header"
-	// BitsliceApplyWords is in bitslice.File.ApplyWords and ApplyMasked
-	// after half of the word changes are stored: a crash point only (its
-	// error is ignored, since both validate everything before they write).
+	// BitsliceApplyWords is in bitslice.File.ApplyWords, ApplyMasked and
+	// WriteWords after half of the word changes are stored: a crash point
+	// only (its error is ignored, since they validate everything before
+	// they write).
 	BitsliceApplyWords = "bitslice/apply-words/midway"
 	// CheckpointCopy is in the engine's Checkpoint before each bitslice
 	// file is copied; an error (say, syscall.ENOSPC) fails the copy as a
