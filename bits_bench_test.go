@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 // BenchmarkBitsW6 is W6/flush-bits-1m at engine level, without the bench
@@ -16,7 +17,11 @@ import (
 // 1,000,000 Bits.Set calls at random indexes of a 4,194,304-bit slice (half
 // of them true, W1's changes) and the DB.Flush that makes them durable,
 // against coalescing the same changes into words, File.ApplyWords and a
-// sync of a raw bitslice file (W6's coalesce+apply-words+msync). One
+// sync of a raw bitslice file (W6's coalesce+apply-words+msync), and
+// against the same words written to a second raw file with pwrite
+// (workload.PwriteWords: W6's coalesce+pwrite-words+sync, the best raw
+// baseline, since the mapping's stores take a write fault per page after
+// every sync). One
 // iteration is one round of both and of the split below, in rotating
 // order; the values flip
 // each round, so that every round changes every bit it sets. A third
@@ -36,7 +41,11 @@ import (
 // median of the per-round ratios baseline ÷ kvbuf: speedup (sets plus
 // flush) and speedup-flush (the flush alone), with their min and max; for
 // the SetMany row setmany-ns/set, setmany-flush-ns, setmany-flush-cpu-ns
-// and speedup-setmany (baseline ÷ SetMany plus its Flush, min and max).
+// and speedup-setmany (baseline ÷ SetMany plus its Flush, min and max);
+// for the pwrite baseline pwrite-words+sync-ns and pwrite-cpu-ns (its
+// write and sync, the coalescing apart) and speedup-pwrite,
+// speedup-flush-pwrite and speedup-setmany-pwrite (the same ratios with
+// it as the baseline).
 // doc/design.md ("W6's bit sets") quotes it with the command.
 func BenchmarkBitsW6(b *testing.B) {
 	const (
@@ -61,6 +70,12 @@ func BenchmarkBitsW6(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = raw.Close() })
+	rawP, err := bitslice.Create(filepath.Join(b.TempDir(), "raw-pwrite.bits"), nbits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rawP.Close() })
+	var pbuf []uint64
 	dense := make([]bitslice.WordChange, nbits/64)
 	coalesce := func(flip bool) []bitslice.WordChange {
 		clear(dense)
@@ -96,13 +111,14 @@ func BenchmarkBitsW6(b *testing.B) {
 	}
 	mvals := make([]bool, n)
 	var sets, flush, fcpu, coal, apply, acpu, ovs, adm, dir, many, mflush, mcpu time.Duration
+	var pw, pcpu time.Duration
 	var dirRatio []float64
-	var all, alone, manyAll []float64
+	var all, alone, manyAll, allP, aloneP, manyP []float64
 	round := uint64(0)
 	for b.Loop() {
 		round++
 		flip := round&1 == 0
-		var ds, df, dfc, dc, da, dac, dov, dadm, ddir, dm, dmf, dmc time.Duration
+		var ds, df, dfc, dc, da, dac, dov, dadm, ddir, dm, dmf, dmc, dpc, dp, dpcpu time.Duration
 		split := func() {
 			t0 := time.Now()
 			for k, i := range idx {
@@ -162,6 +178,21 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 			dc, da, dac = t1.Sub(t0), time.Since(t1), processCPU()-c0
 		}
+		basePwrite := func() {
+			t0 := time.Now()
+			words := coalesce(flip)
+			t1 := time.Now()
+			c0 := processCPU()
+			var err error
+			if pbuf, err = workload.PwriteWords(rawP, words, pbuf); err != nil {
+				b.Fatal(err)
+			}
+			rawP.SetWatermark(round)
+			if err := rawP.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			dpc, dp, dpcpu = t1.Sub(t0), time.Since(t1), processCPU()-c0
+		}
 		setMany := func() {
 			for k := range mvals {
 				mvals[k] = vals[k] != flip
@@ -177,7 +208,7 @@ func BenchmarkBitsW6(b *testing.B) {
 			}
 			dm, dmf, dmc = t1.Sub(t0), time.Since(t1), processCPU()-c0
 		}
-		steps := []func(){kv, base, split, setMany}
+		steps := []func(){kv, base, split, setMany, basePwrite}
 		for j := range steps {
 			steps[(j+int(round))%len(steps)]()
 		}
@@ -188,6 +219,9 @@ func BenchmarkBitsW6(b *testing.B) {
 			if v, err := bs3.Get(idx[k]); err != nil || v != raw.Get(idx[k]) {
 				b.Fatalf("bit %d: SetMany engine %v (%v), raw %v", idx[k], v, err, raw.Get(idx[k]))
 			}
+			if rawP.Get(idx[k]) != raw.Get(idx[k]) {
+				b.Fatalf("bit %d: pwrite raw %v, raw %v", idx[k], rawP.Get(idx[k]), raw.Get(idx[k]))
+			}
 		}
 		sets, flush, fcpu, coal, apply, acpu = sets+ds, flush+df, fcpu+dfc, coal+dc, apply+da, acpu+dac
 		ovs, adm, dir = ovs+dov, adm+dadm, dir+ddir
@@ -196,6 +230,10 @@ func BenchmarkBitsW6(b *testing.B) {
 		dirRatio = append(dirRatio, float64(ddir)/float64(ds))
 		all = append(all, float64(dc+da)/float64(ds+df))
 		alone = append(alone, float64(da)/float64(df))
+		pw, pcpu = pw+dp, pcpu+dpcpu
+		allP = append(allP, float64(dpc+dp)/float64(ds+df))
+		aloneP = append(aloneP, float64(dp)/float64(df))
+		manyP = append(manyP, float64(dpc+dp)/float64(dm+dmf))
 	}
 	r := float64(max(round, 1))
 	b.ReportMetric(float64(sets.Nanoseconds())/r/n, "kvbuf-ns/set")
@@ -214,6 +252,11 @@ func BenchmarkBitsW6(b *testing.B) {
 	medianMetric(b, all, "speedup")
 	medianMetric(b, manyAll, "speedup-setmany")
 	medianMetric(b, alone, "speedup-flush")
+	b.ReportMetric(float64(pw.Nanoseconds())/r, "pwrite-words+sync-ns")
+	b.ReportMetric(float64(pcpu.Nanoseconds())/r, "pwrite-cpu-ns")
+	medianMetric(b, allP, "speedup-pwrite")
+	medianMetric(b, aloneP, "speedup-flush-pwrite")
+	medianMetric(b, manyP, "speedup-setmany-pwrite")
 }
 
 // medianMetric reports the median, min and max of xs as name, name-min

@@ -47,6 +47,8 @@ const (
 	ImplFileSetLoop      = "file-set-loop+msync"        // W6: one bitslice.File.Set per change
 	ImplApplyWords       = "apply-words+msync"          // W6: File.ApplyWords of words coalesced untimed
 	ImplCoalesceApply    = "coalesce+apply-words+msync" // W6: coalescing into words timed too
+	ImplPwriteWords      = "pwrite-words+sync"          // W6: workload.PwriteWords of words coalesced untimed
+	ImplCoalescePwrite   = "coalesce+pwrite-words+sync" // W6: coalescing into words timed too, then PwriteWords
 	ImplPebbleNoSync     = "pebble-batch-nosync"
 	ImplGetLoop          = "get-loop"          // W1 count/ones: a loop of Bits.Get
 	ImplDeleteLoop       = "delete-loop"       // W8 delete-1m: a loop of KV.Delete, then Flush

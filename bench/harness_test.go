@@ -356,7 +356,7 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 			wantLabel = LabelWriteOnly
 		case r.Impl == ImplSingleflight:
 			wantLabel = LabelBreaksDurability
-		case strings.HasPrefix(w.Name, "W6/") && (r.Impl == ImplKvbufFlushOnly || r.Impl == ImplPebbleSortedSync || r.Impl == ImplApplyWords):
+		case strings.HasPrefix(w.Name, "W6/") && (r.Impl == ImplKvbufFlushOnly || r.Impl == ImplPebbleSortedSync || r.Impl == ImplApplyWords || r.Impl == ImplPwriteWords):
 			wantLabel = LabelComponent
 		}
 		if r.Label != wantLabel {

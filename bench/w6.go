@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 // W6 sizes at Scale 1 (doc/workloads.md).
@@ -290,8 +291,10 @@ func w6KV(w *w6State, m mixedSides, ps w6Sides, def *kvbuf.DB, defKV *kvbuf.KV) 
 // w6Bits are the rows of W6/flush-bits-1m: as W6/flush-kv-1m's, with the
 // raw file written by one File.Set per change, by ApplyWords of words
 // coalesced untimed (the input a user with pre-coalesced words has; a
-// component row, labelled), or by ApplyWords with the coalescing timed;
-// each syncs the file. Every row reads back a sample of the bits after
+// component row, labelled), or by ApplyWords with the coalescing timed,
+// and the last two again with the words written by pwrite
+// (workload.PwriteWords) instead of through the mapping; each syncs the
+// file. Every row reads back a sample of the bits after
 // the clock.
 func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 	syncRaw := func(r uint64) error {
@@ -319,6 +322,14 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 	}
 	engine, raw := kvbufBitGetter(m.bits), rawBitGetter(m.raw)
 	var words []bitslice.WordChange
+	var pbuf []uint64
+	pwrite := func(words []bitslice.WordChange, r uint64) error {
+		var err error
+		if pbuf, err = workload.PwriteWords(m.raw, words, pbuf); err != nil {
+			return err
+		}
+		return syncRaw(r)
+	}
 	return []Impl{
 		{Name: ImplKvbuf, Round: round(ImplKvbuf, w6Engine, engine, nil, func(ctx context.Context, _ uint64, f bool) error {
 			if err := w.setAll(ctx, m.bits, f); err != nil {
@@ -350,6 +361,15 @@ func w6Bits(w *w6State, m mixedSides, nbits uint64) []Impl {
 				return err
 			}
 			return syncRaw(r)
+		})},
+		// The same words written with pwrite, no store through the
+		// mapping (the best raw baseline since the engine's flush does
+		// it too: doc/workloads.md, W6).
+		{Name: ImplPwriteWords, Label: LabelComponent, Round: round(ImplPwriteWords, w6Raw, raw,
+			func(_ context.Context, _ uint64, f bool) error { words = w.coalesce(f, nbits); return nil },
+			func(_ context.Context, r uint64, _ bool) error { return pwrite(words, r) })},
+		{Name: ImplCoalescePwrite, Round: round(ImplCoalescePwrite, w6Raw, raw, nil, func(_ context.Context, r uint64, f bool) error {
+			return pwrite(w.coalesce(f, nbits), r)
 		})},
 	}
 }

@@ -44,7 +44,7 @@ run_one() { # run_one RUN I
 }
 rotate "$runs" "$n" run_one
 
-metrics=(speedup speedup-flush speedup-setmany setmany-ns/set setmany-flush-ns setmany-flush-cpu-ns kvbuf-ns/set admission-ns/set overlay-ns/set coalesce-ns/set kvbuf-flush-ns apply-words+msync-ns kvbuf-flush-cpu-ns apply-cpu-ns)
+metrics=(speedup speedup-flush speedup-setmany speedup-pwrite speedup-flush-pwrite speedup-setmany-pwrite pwrite-words+sync-ns pwrite-cpu-ns setmany-ns/set setmany-flush-ns setmany-flush-cpu-ns kvbuf-ns/set admission-ns/set overlay-ns/set coalesce-ns/set kvbuf-flush-ns apply-words+msync-ns kvbuf-flush-cpu-ns apply-cpu-ns)
 for ((i = 0; i < n; i++)); do
 	echo "revision $i = ${revs[$i]}"
 	for m in "${metrics[@]}"; do
