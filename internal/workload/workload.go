@@ -4,6 +4,9 @@
 // (bench, behind kvtool bench and go test -bench ./bench), and the flusher
 // alone over a file that syncs like pebble's log (internal/flush/bench_test.go, which
 // cannot import bench: bench imports the engine, which imports flush).
+// It also holds W6's best raw baseline for bit words, PwriteWords, shared
+// by bench and the engine's own BenchmarkBitsW6 (which, inside the engine's
+// package, cannot import bench either).
 //
 // # Caveats
 //
