@@ -38,9 +38,6 @@ const (
 	// DefaultEngineFlushInterval is the engine's FlushInterval unless
 	// Options.Engine sets one.
 	DefaultEngineFlushInterval = time.Second
-	// DefaultEngineIngestThreshold is the engine's IngestThreshold unless
-	// Options.Engine sets one.
-	DefaultEngineIngestThreshold = 512 << 10
 	// DefaultMaxPendingMessages is Options.MaxPendingMessages' default.
 	DefaultMaxPendingMessages = 4096
 	// DefaultReadIndexRetry is Options.ReadIndexRetry's default.
@@ -147,12 +144,7 @@ type Options struct {
 	// installed from snapshots). nil means kvbuf's defaults except
 	// FlushInterval, which defaults to DefaultEngineFlushInterval (1s):
 	// the durable watermark, hence what a restart replays and how far the
-	// log can be compacted, trails the applied index by about that much;
-	// and IngestThreshold, which defaults to DefaultEngineIngestThreshold
-	// (512 KiB): a flush of more is written as tables and ingested rather
-	// than through the engine store's WAL and memtable (the raft log holds
-	// the entries already): the engine writes them once, not twice, beside
-	// the log's syncs.
+	// log can be compacted, trails the applied index by about that much.
 	Engine *kvbuf.Options
 
 	// PeerTLS, if set, secures the transport with mutual TLS: requests go
@@ -231,9 +223,6 @@ func (o *Options) resolve() (*Options, error) {
 	}
 	if eng.FlushInterval == 0 {
 		eng.FlushInterval = DefaultEngineFlushInterval
-	}
-	if eng.IngestThreshold == 0 {
-		eng.IngestThreshold = DefaultEngineIngestThreshold
 	}
 	r.Engine = &eng
 	if r.Client == nil {
