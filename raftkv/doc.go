@@ -25,7 +25,7 @@
 // limit) are an empty batch of their op (the op is recorded, nothing is
 // written).
 // Nothing is synced per entry: the engine's flusher makes applied entries
-// durable in coalesced, synced flushes (every second by default,
+// durable in coalesced, synced flushes (every 100ms by default,
 // Options.Engine) and its watermark says up to which index they are. That is the durable applied index etcd keeps as its "consistent
 // index", CockroachDB as RangeAppliedState and dragonboat's on-disk state
 // machines return from Open.

@@ -37,7 +37,7 @@ const (
 	DefaultSnapshotTimeout = 10 * time.Minute
 	// DefaultEngineFlushInterval is the engine's FlushInterval unless
 	// Options.Engine sets one.
-	DefaultEngineFlushInterval = time.Second
+	DefaultEngineFlushInterval = 100 * time.Millisecond
 	// DefaultMaxPendingMessages is Options.MaxPendingMessages' default.
 	DefaultMaxPendingMessages = 4096
 	// DefaultReadIndexRetry is Options.ReadIndexRetry's default.
@@ -142,7 +142,7 @@ type Options struct {
 
 	// Engine are the options of the node's kvbuf engine (and of engines
 	// installed from snapshots). nil means kvbuf's defaults except
-	// FlushInterval, which defaults to DefaultEngineFlushInterval (1s):
+	// FlushInterval, which defaults to DefaultEngineFlushInterval (100ms):
 	// the durable watermark, hence what a restart replays and how far the
 	// log can be compacted, trails the applied index by about that much.
 	Engine *kvbuf.Options
