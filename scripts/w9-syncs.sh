@@ -60,7 +60,7 @@ awk '
 		per[sec, k]++; secs[sec] = 1; kinds[k] = 1
 		if (k ~ /^log WAL /) logw[sec]++
 	}
-	/^[0-9]+ [0-9.]+ (fsync|fdatasync|sync_file_range|syncfs)\(/ {
+	/^[0-9]+ +[0-9.]+ (fsync|fdatasync|sync_file_range|syncfs)\(/ {
 		if (!match($0, /\([0-9]+<[^>]*>/)) next
 		s = substr($0, RSTART + 1, RLENGTH - 2); sub(/^[0-9]+</, "", s)
 		call = $3; sub(/\(.*/, "", call)
@@ -71,7 +71,7 @@ awk '
 		record(k, int($2), dur)
 		next
 	}
-	/^[0-9]+ [0-9.]+ <\.\.\. (fsync|fdatasync|sync_file_range|syncfs) resumed>/ {
+	/^[0-9]+ +[0-9.]+ <\.\.\. (fsync|fdatasync|sync_file_range|syncfs) resumed>/ {
 		if (!($1 in pending)) next
 		k = pending[$1]; sec = pendsec[$1]; delete pending[$1]
 		if ($0 !~ / = 0 <[0-9.]+>$/) next
