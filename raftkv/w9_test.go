@@ -65,6 +65,7 @@ var (
 	w9LoopSends   = flag.Bool("w9.loopsends", false, "W9: a follower's acknowledgements leave from the Ready loop, not from the append loop (a design comparison)")
 	w9LogMemTable = flag.Uint64("w9.logmemtable", 0, "W9: the raft log store's memtable size in bytes (0: storage's default; a design comparison)")
 	w9SyncReady   = flag.Bool("w9.syncready", false, "W9: handle raft's Readies synchronously (the design before AsyncStorageWrites; for A/B runs)")
+	w9EngineFlush = flag.Duration("w9.engineflush", 0, "W9 write rows: the state machines' durability interval, kvbuf's engine FlushInterval and the +logsync baseline's LogData period (0: raftkv's default; 1h: none while timed; a design comparison)")
 )
 
 const (
@@ -81,16 +82,28 @@ func init() { childRoles[w9Loader] = w9LoaderChild }
 // w9Impls are the state machines of W9, in their order in round 0.
 var w9Impls = []string{w9Kvbuf, w9PebbleLog, w9PebbleReady}
 
-// w9Hooks builds a node with the state machine impl.
-func w9Hooks(impl string) *testHooks {
+// w9Hooks builds a node with the state machine impl; interval is the
+// +logsync baseline's period between synced LogData (the engine's
+// FlushInterval).
+func w9Hooks(impl string, interval time.Duration) *testHooks {
 	h := &testHooks{noLogSync: *w9NoLogSync, syncReady: *w9SyncReady, pendingAppends: *w9Pending, loopSends: *w9LoopSends, logMemTable: *w9LogMemTable}
 	switch impl {
 	case w9PebbleLog:
-		h.newSM = newPebbleSM(false)
+		h.newSM = newPebbleSM(false, interval)
 	case w9PebbleReady:
-		h.newSM = newPebbleSM(true)
+		h.newSM = newPebbleSM(true, interval)
 	}
 	return h
+}
+
+// w9WriteFlushInterval is the durability interval of the write rows: the
+// engine's FlushInterval and the +logsync baseline's period, raftkv's
+// default unless -w9.engineflush sets one.
+func w9WriteFlushInterval() time.Duration {
+	if *w9EngineFlush > 0 {
+		return *w9EngineFlush
+	}
+	return DefaultEngineFlushInterval
 }
 
 // pebbleSM is a W9 baseline state machine: pebble, keys in the engine
@@ -131,7 +144,7 @@ func w9EngineOptions() *kvbuf.Options {
 	return (&kvbuf.Options{FlushInterval: DefaultEngineFlushInterval}).EnsureDefaults()
 }
 
-func newPebbleSM(sync bool) func(dir string) (stateMachine, error) {
+func newPebbleSM(sync bool, interval time.Duration) func(dir string) (stateMachine, error) {
 	return func(dir string) (stateMachine, error) {
 		eo := w9EngineOptions()
 		db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{
@@ -139,7 +152,7 @@ func newPebbleSM(sync bool) func(dir string) (stateMachine, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := &pebbleSM{db: db, sync: sync, interval: eo.FlushInterval, ids: map[string]uint32{}, nextID: 1,
+		p := &pebbleSM{db: db, sync: sync, interval: interval, ids: map[string]uint32{}, nextID: 1,
 			notify: make(chan struct{}), stop: make(chan struct{})}
 		if err := p.load(); err != nil {
 			_ = db.Close()
@@ -338,7 +351,7 @@ func BenchmarkW9(b *testing.B) {
 		for _, k := range order {
 			impl := w9Impls[k]
 			b.Run(fmt.Sprintf("writes/clients=%d/impl=%s", clients, impl), func(b *testing.B) {
-				w9WriteRow(b, clients, 1, impl, w9Hooks(impl))
+				w9WriteRow(b, clients, 1, impl, w9Hooks(impl, w9WriteFlushInterval()))
 			})
 		}
 	}
@@ -346,7 +359,7 @@ func BenchmarkW9(b *testing.B) {
 	for _, k := range order {
 		impl := w9Impls[k]
 		b.Run(fmt.Sprintf("writes-pipelined/clients=1/depth=64/impl=%s", impl), func(b *testing.B) {
-			w9WriteRow(b, 1, 64, impl, w9Hooks(impl))
+			w9WriteRow(b, 1, 64, impl, w9Hooks(impl, w9WriteFlushInterval()))
 		})
 	}
 	for _, k := range order {
@@ -386,6 +399,7 @@ func w9WriteRow(b *testing.B, clients, depth int, impl string, hooks *testHooks)
 	// an election mid-row.
 	c := newClusterHooks(b, 3, func(o *Options) {
 		o.TickInterval, o.HeartbeatTicks, o.ElectionTicks = 20*time.Millisecond, 5, 50
+		o.Engine = &kvbuf.Options{FlushInterval: w9WriteFlushInterval()}
 	}, hooks)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
 	l := c.leader(10 * time.Second)
@@ -513,7 +527,7 @@ func processCPU() time.Duration {
 // fail.
 func TestW9ReadBackCatchesLoss(t *testing.T) {
 	lossy := &testHooks{newSM: func(dir string) (stateMachine, error) {
-		sm, err := newPebbleSM(false)(dir)
+		sm, err := newPebbleSM(false, DefaultEngineFlushInterval)(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -531,7 +545,7 @@ func TestW9ReadBackCatchesLoss(t *testing.T) {
 		t.Fatalf("read-back of a state machine that drops every 7th write: %v", err)
 	}
 	// The same check passes on the baseline itself.
-	c2 := newClusterHooks(t, 1, nil, w9Hooks(w9PebbleLog))
+	c2 := newClusterHooks(t, 1, nil, w9Hooks(w9PebbleLog, DefaultEngineFlushInterval))
 	c2.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
 	l2 := c2.leader(10 * time.Second)
 	for i := uint64(1); i <= 20; i++ {
@@ -570,7 +584,7 @@ func (s *lossySM) apply(ctx context.Context, index uint64, cmds []*command, resu
 func w9LoaderChild() int {
 	total, _ := strconv.Atoi(os.Getenv("W9_WRITES"))
 	impl := os.Getenv("W9_IMPL")
-	n, err := open(w9RestartOptions(os.Getenv("W9_DIR")), w9Hooks(impl))
+	n, err := open(w9RestartOptions(os.Getenv("W9_DIR")), w9Hooks(impl, DefaultEngineFlushInterval))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -694,7 +708,7 @@ func w9Restart(b *testing.B, impl string) {
 		}
 		b.StartTimer()
 		cpu0 := processCPU()
-		n, err := open(w9RestartOptions(dir), w9Hooks(impl))
+		n, err := open(w9RestartOptions(dir), w9Hooks(impl, DefaultEngineFlushInterval))
 		if err != nil {
 			b.Fatal(err)
 		}

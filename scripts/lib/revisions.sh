@@ -1,7 +1,7 @@
 # The preamble shared by the scripts that build and compare revisions
 # (bench-bits-w6.sh, bench-bits-w7.sh, bench-bits-flush.sh,
 # bench-buffer-compare.sh, bench-compare.sh, gobench-compare.sh, watch-ab.sh,
-# w9-ab.sh) or record the revision they ran (bench-bits.sh, bench-buffer.sh,
+# w9-ab.sh, w9-syncs.sh) or record the revision they ran (bench-bits.sh, bench-buffer.sh,
 # ycsb-configs.sh).
 # Sourced, not run:
 #
