@@ -87,10 +87,10 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 // runPagesMax is the most pages applyPages writes with one WriteWords.
 const runPagesMax = 8
 
-// runPage is a page of a run applyPages writes: its index, and its lines
-// and set bits as written.
+// runPage is a page of a run applyPages writes: its index, its lines and
+// set bits as written, and how many of its words have a pending bit.
 type runPage struct {
-	pi, lines, ones uint64
+	pi, lines, ones, changed uint64
 }
 
 // applyPages applies table t's words below word nw to the file: page by
@@ -125,9 +125,9 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 			return nil
 		}
 		if err := b.fio.WriteWords(start, buf); err != nil {
-			var k int
+			var k uint64
 			for _, p := range pages {
-				k += packedChanged(d.pages[p.pi].Load(), min(pageWords64, fw-p.pi*pageWords64))
+				k += p.changed
 			}
 			return kverr.Errorf("apply %d words: %w", k, err)
 		}
@@ -181,22 +181,10 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 			buf = buf[:uint64(len(buf))-n]
 			continue
 		}
-		pages = append(pages, runPage{uint64(pi), lines, ones})
+		pages = append(pages, runPage{uint64(pi), lines, ones, changed})
 	}
 	err := write()
 	runtime.KeepAlive(fv)
 	b.runWords, b.runPages = buf[:0], pages[:0]
 	return err
-}
-
-// packedChanged is the number of the first n words of page c with a
-// pending bit (for an error message).
-func packedChanged(c *bitsPage, n uint64) int {
-	k := 0
-	for j := range n {
-		if m, _ := pageWord64(c, j<<1); m != 0 {
-			k++
-		}
-	}
-	return k
 }
