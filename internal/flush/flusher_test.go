@@ -1382,8 +1382,11 @@ func TestBackpressure(t *testing.T) {
 			ft := newFake(t)
 			waits := newBlocker()
 			ft.onWait = func(g uint64, _ int) error { waits.block(g); return nil }
-			// 16 bytes per key: the bound admits 4 keys.
-			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 64})
+			// 16 bytes per key: the bound admits 4 keys. FlushBytes at the
+			// bound: its default (half the bound) would kick a background
+			// flush at the third put, and whether the writer goroutine ran
+			// before the fifth (a second generation) depended on scheduling.
+			f := mustNew(ft, &Options{Interval: -1, MaxPendingBytes: 64, FlushBytes: 64})
 			defer closeOK(t, f)
 			for i := range 5 {
 				if err := put(t.Context(), f, ft, fmt.Sprint(i), uint64(i+1)); err != nil {
