@@ -71,6 +71,14 @@ func (n *Node) outcome(ctx context.Context, ch <-chan error) error {
 	case <-ctx.Done():
 		return errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	case <-n.stopc:
+		// A loop that answered and then stopped (a node applying its own
+		// removal does both in one turn) leaves both ready, and select
+		// picks at random: the answer wins.
+		select {
+		case err := <-ch:
+			return err
+		default:
+		}
 		return errorf("%w: %w", ErrOutcomeUnknown, n.stopped())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -81,9 +82,18 @@ func (n *Node) UpdateNode(ctx context.Context, id uint64, addr string) error {
 // RemoveNode removes node id from the cluster and returns once the change
 // is applied here. The removed node stops (its calls return ErrRemoved) and
 // its data directory can no longer be opened; its ID is never used again.
+// A node removing itself (the leader, since only the leader proposes)
+// returns nil also when a peer tells it of its removal before it applies
+// the change itself: a peer says so only once it applied a removal of this
+// ID, so the removal asked for is committed.
 // Errors: as writes, and ErrNotMember, ErrLastVoter, ErrConfChangePending.
 func (n *Node) RemoveNode(ctx context.Context, id uint64) error {
-	return n.changeID(ctx, raftpb.ConfChangeRemoveNode, id)
+	err := n.changeID(ctx, raftpb.ConfChangeRemoveNode, id)
+	if id == n.id && errors.Is(err, ErrOutcomeUnknown) && errors.Is(err, ErrRemoved) {
+		// In flight when a peer told this node it was removed.
+		return nil
+	}
+	return err
 }
 
 // changeAddr is changeConf for a change that gives the node's address,
