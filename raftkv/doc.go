@@ -96,7 +96,8 @@
 // entries of the leader's commit index. AddNode adds a voter at once.
 // UpdateNode changes a member's address. RemoveNode removes a node, which
 // stops (ErrRemoved) when it applies its removal, or when a peer answers it
-// 410 Gone. Each change is checked against the replicated membership, on
+// 410 Gone (a leader removing itself returns nil in both cases: a peer
+// answers so only once it applied the removal). Each change is checked against the replicated membership, on
 // the leader and again when applied: a removed ID is never added again
 // (ErrRemovedID: IDs are never reused, a wiped node rejoins under a new
 // ID), an existing member is not added again (ErrMemberExists), only
