@@ -20,6 +20,7 @@ type bitsFile interface {
 	Grow(nbits uint64) error
 	ApplyWords(changes []bitslice.WordChange) error
 	WriteWords(first uint64, words []uint64) error
+	StartWriteback(first, n uint64) error
 	SetWatermark(op uint64)
 	Sync() error
 	SyncLagged() error

@@ -131,6 +131,10 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 			}
 			return kverr.Errorf("apply %d words: %w", k, err)
 		}
+		// The disk starts on this run while the walk computes the next
+		// ones; the sync after the walk is still what makes them durable
+		// (B7).
+		_ = b.fio.StartWriteback(start, uint64(len(buf)))
 		for _, p := range pages {
 			sum.ran(p.pi, p.lines, p.ones)
 		}
