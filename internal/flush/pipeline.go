@@ -518,7 +518,9 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 	}
 	if recycle != nil {
 		// After the callers were woken: nothing they wait for is left
-		// (the Release published what they read, B8).
+		// (the Release published what they read, B8). The caller woken
+		// last is this processor's next goroutine: yield to it first.
+		runtime.Gosched()
 		f.recycle(recycle)
 	}
 }
