@@ -518,9 +518,7 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 	}
 	if recycle != nil {
 		// After the callers were woken: nothing they wait for is left
-		// (the Release published what they read, B8). The caller woken
-		// last is this processor's next goroutine: yield to it first.
-		runtime.Gosched()
+		// (the Release published what they read, B8).
 		f.recycle(recycle)
 	}
 }
