@@ -250,11 +250,19 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	return nil
 }
 
+// Recycle implements flush.Recycler: after the callers of the flush were
+// woken, each bitslice resets the table its release kept for reuse.
+func (gen *generation) Recycle() {
+	for _, p := range gen.bits {
+		p.b.ov.Recycle()
+	}
+}
+
 // Release implements flush.Generation: the generation is durable.
 func (gen *generation) Release() {
 	db := gen.db
 	for _, p := range gen.bits {
-		p.b.ov.Release(gen.g)
+		p.b.ov.ReleaseView(gen.g) // the tables' reset waits for Recycle
 	}
 	var gone bool
 	if db.opts.ReadTierBytes > 0 {

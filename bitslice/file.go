@@ -532,6 +532,26 @@ func (f *File) WriteWords(first uint64, words []uint64) error {
 	})
 }
 
+// StartWriteback asks the kernel to start writing words [first, first+n)
+// of the file back to the disk, and returns without waiting: a Sync or
+// SyncLagged after it then waits for less, the disk having worked while the
+// caller did something else. It makes nothing durable and reports no write
+// error (the sync after it does both); on systems without a way to start
+// writeback it does nothing. Words past the file's end are ignored.
+func (f *File) StartWriteback(first, n uint64) error {
+	return f.applying(func(vw *View) error {
+		w := uint64(len(vw.words))
+		if first >= w || n == 0 {
+			return nil
+		}
+		n = min(n, w-first)
+		if err := startWriteback(f.fd, DataOffset+int64(first)*8, int64(n)*8); err != nil {
+			return kverr.Errorf("%s: start writeback of %d words from word %d: %w", f.path, n, first, err)
+		}
+		return nil
+	})
+}
+
 // storeMasked sets *p = *p&^mask | bits&mask with one compare-and-swap
 // (none if the word already holds the bits; again if a concurrent Set
 // changed it meanwhile). A locked instruction costs about as much as a

@@ -316,6 +316,37 @@ func TestWriteWords(t *testing.T) {
 	}
 }
 
+// TestStartWriteback: starting writeback changes no word, ignores words
+// past the end, and the words it started are durable after a Sync.
+func TestStartWriteback(t *testing.T) {
+	f := create(t, 130)
+	if err := f.WriteWords(0, []uint64{0xf, 0xf0, 0b1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]uint64{{0, 3}, {1, 1}, {2, 100}, {3, 1}, {math.MaxUint64, 1}, {0, 0}} {
+		if err := f.StartWriteback(r[0], r[1]); err != nil {
+			t.Fatalf("StartWriteback(%d, %d): %v", r[0], r[1], err)
+		}
+	}
+	if f.Word(0) != 0xf || f.Word(1) != 0xf0 || f.Word(2) != 0b1 {
+		t.Fatalf("words %#x %#x %#x after StartWriteback", f.Word(0), f.Word(1), f.Word(2))
+	}
+	f.SetWatermark(7)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f = reopen(t, f)
+	if f.Word(0) != 0xf || f.Word(1) != 0xf0 || f.Word(2) != 0b1 || f.Watermark() != 7 {
+		t.Fatalf("reopened: words %#x %#x %#x, watermark %d", f.Word(0), f.Word(1), f.Word(2), f.Watermark())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.StartWriteback(0, 1); !errors.Is(err, kverr.ErrClosed) {
+		t.Fatalf("StartWriteback after Close: %v, want ErrClosed", err)
+	}
+}
+
 func TestGrow(t *testing.T) {
 	f := create(t, 100)
 	for _, i := range []uint64{0, 99} {

@@ -20,6 +20,7 @@ type bitsFile interface {
 	Grow(nbits uint64) error
 	ApplyWords(changes []bitslice.WordChange) error
 	WriteWords(first uint64, words []uint64) error
+	StartWriteback(first, n uint64) error
 	SetWatermark(op uint64)
 	Sync() error
 	SyncLagged() error
@@ -65,6 +66,7 @@ type Bits struct {
 
 	vmu     sync.Mutex // view changes, pinning, snapshots and undo layers
 	spare   *bitsTable // a reset table for the next active one
+	recycle *bitsTable // a released table Recycle resets into spare (vmu)
 	lastGen uint64     // highest generation frozen
 	snaps   map[*BitsSnapshot]uint64
 	undo    atomic.Pointer[[]*undoLayer] // oldest first; published under vmu (B10)

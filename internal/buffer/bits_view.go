@@ -320,8 +320,19 @@ func prependBits(t *bitsTable, ts []*bitsTable) []*bitsTable {
 
 // Release drops generation g's tables once their changes are durable in the
 // file, and keeps one unpinned table for reuse. Generations must be released
-// in order.
+// in order. It is ReleaseView then Recycle.
 func (b *Bits) Release(g uint64) {
+	b.ReleaseView(g)
+	b.Recycle()
+}
+
+// ReleaseView is Release without the reset of the table kept for reuse:
+// it publishes the view without generation g's tables (B8) and leaves
+// that table to Recycle, which the owner calls once it has woken whoever
+// waited for the release (the reset scans and zeroes every page the table
+// had, a fifth of a 1M-bit flush). Until Recycle, a Freeze takes a new
+// table instead.
+func (b *Bits) ReleaseView(g uint64) {
 	b.vmu.Lock()
 	v := b.view.Load()
 	cut, ok := sealedCut(v.sealed, g)
@@ -330,32 +341,44 @@ func (b *Bits) Release(g uint64) {
 		return
 	}
 	gone := v.sealed[cut:]
-	// B8: publish first, reset after.
+	// B8: publish first, reset after (Recycle).
 	b.publish(v.with(v.active, v.sealed[:cut:cut]))
 	var freed int64
 	for _, t := range gone {
 		freed += t.bytes()
 		t.held.Add(-t.bytes())
 	}
-	var reuse *bitsTable
-	if b.spare == nil && b.keep > 0 {
+	if b.spare == nil && b.recycle == nil && b.keep > 0 {
 		for _, t := range gone {
 			if t.pins.Load() == 0 && b.fits(t) { // B11
-				reuse = t
+				b.recycle = t
 				break
 			}
 		}
 	}
 	b.vmu.Unlock()
 	b.acct.add(-freed)
-	if reuse != nil {
-		reuse.reset(b.keep)
-		b.vmu.Lock()
-		if b.spare == nil {
-			b.spare = reuse
-		}
-		b.vmu.Unlock()
+}
+
+// Recycle resets the table the last ReleaseView kept for reuse, if any,
+// and makes it the spare the next Freeze takes. The table is in no view
+// (ReleaseView published one without it first, B8) and was unpinned when
+// it left (B11, no pin after that), so only a reader of an older view
+// still loads its pages, and reset's stores are atomic for it.
+func (b *Bits) Recycle() {
+	b.vmu.Lock()
+	t := b.recycle
+	b.recycle = nil
+	b.vmu.Unlock()
+	if t == nil {
+		return
 	}
+	t.reset(b.keep)
+	b.vmu.Lock()
+	if b.spare == nil {
+		b.spare = t
+	}
+	b.vmu.Unlock()
 }
 
 // Settle restores the direct read path once every table is empty or

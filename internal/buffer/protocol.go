@@ -206,7 +206,10 @@ package buffer
 //  18. Release after durability: the flusher releases a generation only
 //     after its commit's wait returned (flush.Flusher's invariant 8), so a
 //     read that falls through a released table to the store finds the
-//     table's changes there (orders 6 and 7a).
+//     table's changes there (orders 6 and 7a). A bit overlay's Release
+//     is in two parts: ReleaseView publishes the view without the tables
+//     (B8) before the callers are woken, Recycle resets the table kept for
+//     reuse after (flush.Recycler), so no caller waits for the reset.
 //
 // Further rule sets, kept where their code is: the store's ingestion
 // (ingest rules 1-6, storage/ingest_commit.go) and the flusher's

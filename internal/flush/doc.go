@@ -15,7 +15,8 @@
 // consistent cut), written (Generation.Write, in generation order, one at a
 // time, on the writer goroutine), waited on (the wait function Write
 // returned, in order, on the waiter goroutine) and released
-// (Generation.Release, in order). Generation N+1 freezes and writes while N
+// (Generation.Release, in order; a Recycler's Recycle after the released
+// generation's callers were woken). Generation N+1 freezes and writes while N
 // waits (for Flush callers, only if N has none: see Group commit);
 // Options.PipelineDepth bounds the generations frozen but not released.
 //

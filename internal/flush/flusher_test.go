@@ -1376,6 +1376,39 @@ func TestSettle(t *testing.T) {
 	})
 }
 
+// Recycle runs once per released generation, after its Flush callers
+// were woken (a Recycle that waits for the caller to return would
+// otherwise never end), and a panic in it fails no caller.
+func TestRecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &recycleTarget{fakeTarget: newFake(t)}
+		returned := make(chan struct{}, 2)
+		rt.onRecycle = func(g uint64) {
+			<-returned // the caller of generation g's Flush returned
+			if g == 2 {
+				panic("recycle")
+			}
+		}
+		f := mustNew(rt, manual)
+		defer closeOK(t, f)
+		for i := range 2 {
+			put(t.Context(), f, rt.fakeTarget, fmt.Sprint(i), 0)
+			if err := f.Flush(t.Context()); err != nil {
+				t.Fatalf("Flush %d: %v", i+1, err)
+			}
+			returned <- struct{}{}
+			synctest.Wait()
+		}
+		want := []string{"freeze 1", "write 1", "wait 1", "release 1", "recycle 1", "freeze 2", "write 2", "wait 2", "release 2"}
+		if got := rt.log(); !slices.Equal(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if st := f.Stats(); st.Failures != 1 || !errors.Is(st.LastErr, kverr.ErrPanicked) {
+			t.Fatalf("Failures %d, LastErr %v: want the Recycle panic counted", st.Failures, st.LastErr)
+		}
+	})
+}
+
 func TestBackpressure(t *testing.T) {
 	t.Run("waits-for-room", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {

@@ -502,6 +502,10 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 		f.unstallLocked() // the store wrote again: a stall ends with a release
 	}
 	settle := f.settler != nil && len(f.q) == 0
+	recycle, _ := gn.g.(Recycler)
+	if err != nil {
+		recycle = nil
+	}
 	f.mu.Unlock()
 	// Wake the writer first: the goroutine readied last runs first on this
 	// processor, and the callers' latency is what counts.
@@ -512,6 +516,29 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 	if settle {
 		f.settle()
 	}
+	if recycle != nil {
+		// After the callers were woken: nothing they wait for is left
+		// (the Release published what they read, B8).
+		f.recycle(recycle)
+	}
+}
+
+// recycle calls r's Recycle; a panic is counted, and fails no caller.
+func (f *Flusher) recycle(r Recycler) {
+	err := call(r.Recycle, func(err error) {
+		go func() { f.afterRecycle(err); f.waitLoop() }()
+	})
+	f.afterRecycle(err)
+}
+
+func (f *Flusher) afterRecycle(err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	f.st.failures++
+	f.st.lastErr = kverr.Errorf("flush recycle: %w", err)
+	f.mu.Unlock()
 }
 
 // settle calls Settle with the barrier held exclusively if no generation is

@@ -54,6 +54,14 @@ type Generation interface {
 // A panic in Settle is counted as a failure (Stats) but fails no caller.
 type Settler interface{ Settle() }
 
+// Recycler is optionally implemented by a Generation whose Release leaves
+// work no Flush caller needs to wait for (the bit overlay's reset of a
+// released table for reuse): the Flusher calls Recycle once, after Release
+// returned nil and the generation's callers were woken (and after Settle,
+// if it runs). A panic in Recycle is counted as a failure (Stats) but fails
+// no caller.
+type Recycler interface{ Recycle() }
+
 // PanicError describes a panic or runtime.Goexit inside the Target during a
 // flush stage. It matches ErrPanicked with errors.Is, and also the panic
 // value when that value is an error. Its text is "kvbuf: flush panicked: "

@@ -238,3 +238,28 @@ func (b *blocker) open(g uint64) {
 		close(c)
 	}
 }
+
+// recycleTarget is a fakeTarget whose generations are Recyclers: Recycle
+// runs onRecycle (nil: nothing) and logs "recycle g".
+type recycleTarget struct {
+	*fakeTarget
+	onRecycle func(g uint64)
+}
+
+func (rt *recycleTarget) Freeze(g uint64) Generation {
+	return &recycleGen{fakeGen: rt.fakeTarget.Freeze(g).(*fakeGen), rt: rt}
+}
+
+type recycleGen struct {
+	*fakeGen
+	rt *recycleTarget
+}
+
+func (rg *recycleGen) Recycle() {
+	if rg.rt.onRecycle != nil {
+		rg.rt.onRecycle(rg.seq)
+	}
+	rg.ft.mu.Lock()
+	defer rg.ft.mu.Unlock()
+	rg.ft.event("recycle %d", rg.seq)
+}
