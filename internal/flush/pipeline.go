@@ -526,19 +526,9 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 // recycle calls r's Recycle; a panic is counted, and fails no caller.
 func (f *Flusher) recycle(r Recycler) {
 	err := call(r.Recycle, func(err error) {
-		go func() { f.afterRecycle(err); f.waitLoop() }()
+		go func() { f.hookFailed("recycle", err); f.waitLoop() }()
 	})
-	f.afterRecycle(err)
-}
-
-func (f *Flusher) afterRecycle(err error) {
-	if err == nil {
-		return
-	}
-	f.mu.Lock()
-	f.st.failures++
-	f.st.lastErr = kverr.Errorf("flush recycle: %w", err)
-	f.mu.Unlock()
+	f.hookFailed("recycle", err)
 }
 
 // settle calls Settle with the barrier held exclusively if no generation is
@@ -552,17 +542,19 @@ func (f *Flusher) settle() {
 			f.settler.Settle()
 		}
 	}, func(err error) {
-		go func() { f.afterSettle(err); f.waitLoop() }()
+		go func() { f.hookFailed("settle", err); f.waitLoop() }()
 	})
-	f.afterSettle(err)
+	f.hookFailed("settle", err)
 }
 
-func (f *Flusher) afterSettle(err error) {
+// hookFailed counts a failure (a panic) of the Target's Settle or
+// Recycle, which fails no caller: Stats.Failures and LastErr show it.
+func (f *Flusher) hookFailed(hook string, err error) {
 	if err == nil {
 		return
 	}
 	f.mu.Lock()
 	f.st.failures++
-	f.st.lastErr = kverr.Errorf("flush settle: %w", err)
+	f.st.lastErr = kverr.Errorf("flush %s: %w", hook, err)
 	f.mu.Unlock()
 }
