@@ -22,6 +22,8 @@ import (
 //
 // # Caveats
 //
+//   - kvbuf builds on Linux only: its files rely on fdatasync, flock and
+//     sync_file_range (golang.org/x/sys/unix).
 //   - The watermark is a receipt for whole ops only if the host keeps the
 //     rules of "Ops and the watermark" in the package documentation. A
 //     late write that arrives after the watermark passed its op is skipped
