@@ -224,28 +224,36 @@ func TestRemoveAndReaddWiped(t *testing.T) {
 // got a 504 "outcome unknown" for such a DELETE in CI.) The test holds the
 // leader's apply of the change and stops the node as removedByPeer does.
 func TestRemoveLeaderToldByPeer(t *testing.T) {
-	var slowDir atomic.Pointer[string]
+	var slow atomic.Pointer[holdAt]
 	held := make(chan struct{})
 	hooks := &testHooks{newSM: func(dir string) (stateMachine, error) {
 		sm, err := openEngineSM(dir, nil)
 		if err != nil {
 			return nil, err
 		}
-		return &slowSkipSM{stateMachine: sm, dir: dir, slow: &slowDir, held: held}, nil
+		return &slowSkipSM{stateMachine: sm, dir: dir, slow: &slow, held: held}, nil
 	}}
 	c := newClusterHooks(t, 3, nil, hooks)
 	c.mustDo(func(ctx context.Context, n *Node) error { return n.CreateKeyspace(ctx, "ks") })
-	l := c.leader(5 * time.Second)
-	id := l.ID()
-	dir := c.tn(id).dir
-	slowDir.Store(&dir)
+	var l *Node
 	errc := make(chan error, 1)
-	go func() { errc <- l.RemoveNode(bg, id) }()
-	select {
-	case <-held: // the leader is applying its removal; its caller waits
-	case err := <-errc:
-		t.Fatalf("RemoveNode returned %v before the leader applied the change", err)
+	for try := 0; l == nil; try++ {
+		l = c.leader(10 * time.Second)
+		slow.Store(&holdAt{dir: c.tn(l.ID()).dir, removed: &l.removed})
+		go func() { errc <- l.RemoveNode(bg, l.ID()) }()
+		select {
+		case <-held: // the leader is applying its removal; its caller waits
+		case err := <-errc:
+			// The leadership moved before the change committed (a loaded
+			// machine): try again with the new leader.
+			if try == 5 || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrProposalDropped)) {
+				t.Fatalf("RemoveNode returned %v before the leader applied the change", err)
+			}
+			slow.Store(nil)
+			l = nil
+		}
 	}
+	id := l.ID()
 	l.fail(errorf("node %d (as node %d says): %w", id, c.follower(l).ID(), ErrRemoved))
 	if err := <-errc; err != nil {
 		t.Fatalf("leader removing itself, told by a peer: %v", err)
@@ -273,19 +281,27 @@ func TestOutcomeAnswerBeforeStop(t *testing.T) {
 	}
 }
 
-// slowSkipSM holds skip (the apply of an entry that changes no state, such
-// as a conf change) on the node whose directory is under *slow: it closes
-// held (once) and waits until the node stops.
+// slowSkipSM holds skip (the apply of an entry that changes no state) on
+// the node whose directory is under slow's once that node applied its own
+// removal (skip runs last in applyConfChange): it closes held (once) and
+// waits until the node stops. Other entries that skip (a new leader's
+// empty entry, the leader's meta entries, which arrive whenever a peer's
+// incarnation does) pass.
 type slowSkipSM struct {
 	stateMachine
 	dir  string
-	slow *atomic.Pointer[string]
+	slow *atomic.Pointer[holdAt]
 	held chan struct{}
 	once sync.Once
 }
 
+type holdAt struct {
+	dir     string
+	removed *atomic.Bool // the node's own removal applied
+}
+
 func (s *slowSkipSM) skip(ctx context.Context, index uint64) error {
-	if p := s.slow.Load(); p != nil && strings.HasPrefix(s.dir, *p) {
+	if h := s.slow.Load(); h != nil && strings.HasPrefix(s.dir, h.dir) && h.removed.Load() {
 		s.once.Do(func() { close(s.held) })
 		<-ctx.Done()
 	}
