@@ -519,32 +519,31 @@ func (f *Flusher) afterRelease(gn *gen, err error) {
 	if recycle != nil {
 		// After the callers were woken: nothing they wait for is left
 		// (the Release published what they read, B8).
-		f.recycle(recycle)
+		f.runHook("recycle", recycle.Recycle)
 	}
-}
-
-// recycle calls r's Recycle; a panic is counted, and fails no caller.
-func (f *Flusher) recycle(r Recycler) {
-	err := call(r.Recycle, func(err error) {
-		go func() { f.hookFailed("recycle", err); f.waitLoop() }()
-	})
-	f.hookFailed("recycle", err)
 }
 
 // settle calls Settle with the barrier held exclusively if no generation is
 // in flight (a freeze takes the same barrier, so the check cannot race one;
 // publication order 14 in internal/buffer/protocol.go).
 func (f *Flusher) settle() {
-	err := call(func() {
+	f.runHook("settle", func() {
 		f.barrier.Lock()
 		defer f.barrier.Unlock()
 		if f.frozen.Load() == f.released.Load() {
 			f.settler.Settle()
 		}
-	}, func(err error) {
-		go func() { f.hookFailed("settle", err); f.waitLoop() }()
 	})
-	f.hookFailed("settle", err)
+}
+
+// runHook runs one of the Target's optional hooks (Settle, Recycle) on the
+// waiter: a panic is counted and fails no caller; after a runtime.Goexit a
+// new waiter carries on, as after a Release.
+func (f *Flusher) runHook(hook string, fn func()) {
+	err := call(fn, func(err error) {
+		go func() { f.hookFailed(hook, err); f.waitLoop() }()
+	})
+	f.hookFailed(hook, err)
 }
 
 // hookFailed counts a failure (a panic) of the Target's Settle or
