@@ -405,6 +405,7 @@ func (b *MemoryBudget) done() {
 // raised before the total and the round are read again, and a release or
 // done lowers them before it reads the count: one of the two sees the
 // other, so a write never sleeps through the event that would let it go.
+// B4: a write that queues with no round running forces flushes itself.
 func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 	if b.waiting.Load() == 0 && b.round.Load() == 0 {
 		// This write would make a round alone: the writers the scheduler
@@ -422,7 +423,17 @@ func (b *MemoryBudget) wait(ctx context.Context, s *budgetShare) error {
 	}
 	ch := make(chan struct{})
 	b.queue = append(b.queue, ch)
+	// B4: no round runs and the total is past the size (hence the high
+	// mark), so only a flush lets this write go; force one. The admit's
+	// read of the total may predate the write that took it over, and the
+	// last write of that write's round may have read the waiting count
+	// before this write raised it (B3): then neither forced one, and no
+	// forced flush would end to force the next.
+	over := b.round.Load() == 0 && b.total.Load() > b.high
 	b.mu.Unlock()
+	if over {
+		b.force()
+	}
 	b.waits.Add(1)
 	s.waits.Add(1)
 	start := time.Now()

@@ -595,6 +595,35 @@ func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
 	}
 }
 
+// TestMemoryBudgetQueuedForces: a write that queues while no round runs,
+// the total past the size and no forced flush running, forces one itself
+// (rule B4; mutation 380). As if the write that took the total over had
+// been the last of its round and had read the waiting count before this
+// write raised it, and this write's admission had read the total before
+// that write: neither forced a flush, and without B4 this write would
+// wait until its context ended (TestMemoryBudgetStepsLargerThanSize
+// did, about once in 1,200 runs).
+func TestMemoryBudgetQueuedForces(t *testing.T) {
+	b := newBudgetT(t, 1<<10, nil)
+	dbs, kvs := budgetEngines(t, 1, b, newBudgetFaultFS(1, 0))
+	if err := kvs[0].Put(context.Background(), []byte("k"), make([]byte, 100), 0); err != nil { // below the fair mark: at once
+		t.Fatal(err)
+	}
+	if m := b.Metrics(); m.Bytes <= m.Size || m.ForcedFlushes != 0 {
+		t.Fatalf("total %d (size %d), %d forced flushes: want past the size, none", m.Bytes, m.Size, m.ForcedFlushes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // milliseconds when it holds
+	defer cancel()
+	if err := b.wait(ctx, dbs[0].share); err != nil {
+		t.Fatalf("queued write: %v (%d forced flushes)", err, b.Metrics().ForcedFlushes)
+	}
+	if n := b.Metrics().ForcedFlushes; n != 1 {
+		t.Fatalf("%d forced flushes; want 1", n)
+	}
+	b.done() // the round the flush's release started
+	closeT(t, dbs[0])
+}
+
 // TestMemoryBudgetRoundEndForces: the last write of a round that left the
 // total past the high mark forces a flush, for the writes queued behind it
 // (mutation 272).
