@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -593,6 +594,63 @@ func TestMemoryBudgetStepsLargerThanSize(t *testing.T) {
 	if m := b.Metrics(); m.ForcedFlushes == 0 || m.Waits == 0 {
 		t.Errorf("%d forced flushes, %d waits: the budget never held writes back", m.ForcedFlushes, m.Waits)
 	}
+}
+
+// TestMemoryBudgetRounds is rule B2 step by step: a write let through
+// alone starts a round; while it runs, another engine's write queues
+// though there is room, and so does the first engine's next write; the
+// round's end lets both through together, as the next round. Without
+// rounds (mutation 95) the second engine's write goes at once, and the
+// writer the scheduler runs first could write on alone: the statistic of
+// TestMemoryBudgetFairness does not tell the two apart any more.
+func TestMemoryBudgetRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBudgetT(t, 1<<20, nil)
+		share := func() *budgetShare {
+			return &budgetShare{b: b, done: make(chan struct{})}
+		}
+		a, c := share(), share()
+		ctx := context.Background()
+		if err := b.wait(ctx, a); err != nil { // nobody waits, no round: a round of one
+			t.Fatal(err)
+		}
+		if r := b.round.Load(); r != 1 {
+			t.Fatalf("round of %d writes after a write went alone; want 1", r)
+		}
+		went := make(chan string, 2)
+		go func() {
+			if err := b.wait(ctx, c); err != nil {
+				t.Error(err)
+			}
+			went <- "c"
+		}()
+		synctest.Wait()
+		select {
+		case <-went:
+			t.Fatal("engine c's write went while engine a's round ran")
+		default:
+		}
+		go func() {
+			if err := b.wait(ctx, a); err != nil {
+				t.Error(err)
+			}
+			went <- "a"
+		}()
+		synctest.Wait()
+		if w := b.waiting.Load(); w != 2 || len(went) != 0 {
+			t.Fatalf("%d writes waiting, %d gone, during the round; want 2, 0", w, len(went))
+		}
+		b.done() // the round's one write ends: the next round lets both through
+		synctest.Wait()
+		if len(went) != 2 || b.round.Load() != 2 || b.waiting.Load() != 0 {
+			t.Fatalf("%d writes gone, round of %d, %d waiting after the round ended; want 2, 2, 0", len(went), b.round.Load(), b.waiting.Load())
+		}
+		b.done()
+		b.done()
+		if r := b.round.Load(); r != 0 {
+			t.Fatalf("round count %d after both ended; want 0", r)
+		}
+	})
 }
 
 // TestMemoryBudgetQueuedForces: a write that queues while no round runs,
