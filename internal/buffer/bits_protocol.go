@@ -70,8 +70,9 @@ package buffer
 //     the exact change it made, from the old word it returned; a bit not
 //     pending in the active table had the value beneath (sealed tables,
 //     then the file), which does not change while writers run (Freeze
-//     excludes them, and applying a sealed table to the file does not
-//     change what any read returns). A write of 0 that its OR finds
+//     and Snapshot, which seal the active table, exclude them, and
+//     applying a sealed table to the file does not change what any read
+//     returns). A write of 0 that its OR finds
 //     pending as 1 counts the clear from the word its AND returns, not
 //     from the OR's: a concurrent write may have cleared the bit in
 //     between (TestBitsCountRacingClear). SetMany adds its changes once,

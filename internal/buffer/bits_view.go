@@ -483,8 +483,11 @@ type BitsSnapshot struct {
 }
 
 // Snapshot seals the active table (if it holds changes) and returns a
-// snapshot of the bitslice. The caller must exclude writers for the instant
-// to be one, and Close the snapshot when done.
+// snapshot of the bitslice. The caller must exclude writers, as for Freeze:
+// for the instant to be one, and for Count to stay exact (B6: a write
+// still in flight to the table sealed here and one to the new active table
+// would both count a change of the same bit). Close the snapshot when
+// done.
 func (b *Bits) Snapshot() *BitsSnapshot {
 	b.vmu.Lock()
 	defer b.vmu.Unlock()
