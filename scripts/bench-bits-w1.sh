@@ -20,7 +20,8 @@
 #
 # Environment: RUNS (default 3) runs of each revision, ITERS (default 20)
 # b.Loop iterations of the buffer benchmark, ROUNDS (default 5) kvtool
-# rounds, SCALE (default 1) kvtool --scale.
+# rounds, SCALE (default 1) kvtool --scale, KVTOOL=0 to run the buffer
+# benchmark alone.
 . "$(dirname "$0")/lib/revisions.sh"
 
 need_args 2 "OUTDIR REV..." "$@"
@@ -50,7 +51,9 @@ kargs=(bench --workload '^W1/lookup-with-pending-changes$' --rounds "$rounds" --
 n=${#revs[@]}
 run_one() { # run_one RUN I
 	(cd "$work" && TMPDIR="$work" "$work/buffer$2.test" "${bargs[@]}") >"$out/buffer-rev$2-run$1.txt"
-	(cd "$work" && TMPDIR="$work" "$work/kvtool$2" "${kargs[@]}") >"$out/kvtool-rev$2-run$1.txt"
+	if [[ "${KVTOOL:-1}" != 0 ]]; then
+		(cd "$work" && TMPDIR="$work" "$work/kvtool$2" "${kargs[@]}") >"$out/kvtool-rev$2-run$1.txt"
+	fi
 }
 rotate "$runs" "$n" run_one
 echo "load after: $(cat /proc/loadavg)" >>"$out/command.txt"
@@ -68,6 +71,7 @@ for ((i = 0; i < n; i++)); do
 			printf "  buffer  kvbuf/atomic-words          %s\n", med(v["kvbuf/atomic-words"])
 			printf "  buffer  kvbuf-getmany/atomic-words  %s\n", med(v["kvbuf-getmany/atomic-words"])
 		}'
+	[[ "${KVTOOL:-1}" != 0 ]] || continue
 	for f in "$out"/kvtool-rev"$i"-run*.txt; do
 		awk '$1 == "W1/lookup-with-pending-changes" { t[$2] = $4 } END { printf "%s %s\n", t["kvbuf"] / t["atomic-words"], t["kvbuf-getmany"] / t["atomic-words"] }' "$f"
 	done | awk "$med"'
