@@ -8,7 +8,8 @@
 #     (the overlay: kvbuf, kvbuf-getmany and atomic-words timed block by
 #     block in one b.Loop, so their ratios come from the same moments), and
 #   - kvtool bench --workload '^W1/lookup-with-pending-changes$' (the
-#     public API: Bits.Get, Bits.GetMany, atomic-words, ITERS... see below).
+#     public API: Bits.Get, Bits.GetMany and atomic-words, rounds in a
+#     Williams design).
 # It prints per revision the median over runs (min-max of the runs) of
 # kvbuf/atomic-words and kvbuf-getmany/atomic-words (times: below 1 is
 # kvbuf faster) at each level; the kvtool figures are each run's medians
