@@ -226,44 +226,29 @@ func (b *Bits) GetMany(idx []uint64, out []bool) {
 	}
 }
 
-// getManyActive is GetMany's loop over a view without sealed tables, 64
-// indexes at a time in two passes: every file word, then every active
-// table word, each load in line (no call), so that the misses of many
-// indexes are in flight at once (B8a). The caller re-validates v.
+// getManyActive is GetMany's loop over a view without sealed tables: per
+// index, the file's word and the active table's word, each load in line
+// (no call), so that the misses of many indexes are in flight at once
+// (B8a). The caller re-validates v.
 func (b *Bits) getManyActive(v *bitsView, dense bool, idx []uint64, out []bool) {
 	out = out[:len(idx)]
 	words, n, adir := v.words, v.nbits, v.adir
-	var fws, ps [64]uint64
-	for lo := 0; lo < len(idx); lo += len(fws) {
-		chunk := idx[lo:min(lo+len(fws), len(idx))]
-		// Pass 1: every file word of the chunk.
-		for j, i := range chunk {
-			var fw uint64
-			if i < n {
-				// No bounds check: nbits <= 64*len(words).
-				fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(words)), i>>6*8)))
-			}
-			fws[j&63] = fw
+	for j, i := range idx {
+		var fw, p uint64
+		if i < n {
+			// No bounds check: nbits <= 64*len(words).
+			fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(words)), i>>6*8)))
 		}
-		// Pass 2: every table word of the chunk.
-		for j, i := range chunk {
-			var p uint64
-			if dense || v.maybe(i>>filterShift) {
-				if pi := i >> (5 + pageShift); pi < uint64(len(adir)) {
-					if c := adir[pi].Load(); c != nil {
-						p = atomic.LoadUint64(&c[i>>5&pageMask])
-					}
+		if dense || v.maybe(i>>filterShift) {
+			if pi := i >> (5 + pageShift); pi < uint64(len(adir)) {
+				if c := adir[pi].Load(); c != nil {
+					p = atomic.LoadUint64(&c[i>>5&pageMask])
 				}
 			}
-			ps[j&63] = p
 		}
-		o := out[lo : lo+len(chunk)]
-		for j, i := range chunk {
-			p, fw := ps[j&63], fws[j&63]
-			sh := i & 31
-			pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-			o[j&63] = (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
-		}
+		sh := i & 31
+		pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
+		out[j] = (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
 	}
 	runtime.KeepAlive(v) // the mapping must outlive the loads
 }
