@@ -46,7 +46,7 @@ done
 bargs=(-test.run '^$' -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes' -test.benchtime "${iters}x")
 kargs=(bench --workload '^W1/lookup-with-pending-changes$' --rounds "$rounds" --scale "$scale")
 {
-	echo "RUNS=$runs; each run, per revision: buffer.test ${bargs[*]}; kvtool ${kargs[*]}"
+	echo "RUNS=$runs KVTOOL=${KVTOOL:-1}; each run, per revision: buffer.test ${bargs[*]}; kvtool ${kargs[*]} (not if KVTOOL=0)"
 	echo "load before: $(cat /proc/loadavg)"
 } >"$out/command.txt"
 n=${#revs[@]}
