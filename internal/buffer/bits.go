@@ -147,6 +147,25 @@ func (b *Bits) Get(i uint64) bool {
 		if b.view.Load() == v {
 			return x>>(i&63)&1 != 0
 		}
+	} else if len(v.sealed) == 0 {
+		// The active table alone, on the view already loaded: the file's
+		// word first, then the table's, two independent loads whose cache
+		// misses overlap, both between the view's two loads (B8a).
+		var fw, p uint64
+		if i < v.nbits {
+			// No bounds check: nbits <= 64*len(words).
+			fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
+		}
+		if pi := i >> (5 + pageShift); pi < uint64(len(v.adir)) {
+			if c := v.adir[pi].Load(); c != nil {
+				p = atomic.LoadUint64(&c[i>>5&pageMask])
+			}
+		}
+		if b.view.Load() == v {
+			sh := i & 31
+			pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
+			return (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+		}
 	}
 	return b.getPending(i)
 }
@@ -194,21 +213,59 @@ func (b *Bits) GetMany(idx []uint64, out []bool) {
 	}
 	for {
 		dense := v.active.dense.Load()
-		for j, i := range idx {
-			w, sh := i>>5, i&31
-			var m, val uint64
-			if dense || v.maybe(i>>filterShift) {
-				m, val = v.fold(w)
-			}
-			fw := v.fileWord(i >> 6)
-			pick := -(m >> sh & 1)
-			out[j] = (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+		if len(v.sealed) == 0 {
+			b.getManyActive(v, dense, idx, out)
+		} else {
+			b.getManyFold(v, dense, idx, out)
 		}
 		if nv := b.view.Load(); nv != v {
 			v = nv // B8: retry on the new view
 			continue
 		}
 		return
+	}
+}
+
+// getManyActive is GetMany's loop over a view without sealed tables: per
+// index, the file's word and the active table's word, each load in line
+// (no call), so that the misses of many indexes are in flight at once
+// (B8a). The caller re-validates v.
+func (b *Bits) getManyActive(v *bitsView, dense bool, idx []uint64, out []bool) {
+	out = out[:len(idx)]
+	words, n, adir := v.words, v.nbits, v.adir
+	for j, i := range idx {
+		var fw, p uint64
+		if i < n {
+			// No bounds check: nbits <= 64*len(words).
+			fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(words)), i>>6*8)))
+		}
+		if dense || v.maybe(i>>filterShift) {
+			if pi := i >> (5 + pageShift); pi < uint64(len(adir)) {
+				if c := adir[pi].Load(); c != nil {
+					p = atomic.LoadUint64(&c[i>>5&pageMask])
+				}
+			}
+		}
+		sh := i & 31
+		pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
+		out[j] = (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+	}
+	runtime.KeepAlive(v) // the mapping must outlive the loads
+}
+
+// getManyFold is GetMany's loop over a view with sealed tables: every
+// table folded over the file's word. The caller re-validates v.
+func (b *Bits) getManyFold(v *bitsView, dense bool, idx []uint64, out []bool) {
+	out = out[:len(idx)]
+	for j, i := range idx {
+		w, sh := i>>5, i&31
+		var m, val uint64
+		if dense || v.maybe(i>>filterShift) {
+			m, val = v.fold(w)
+		}
+		fw := v.fileWord(i >> 6)
+		pick := -(m >> sh & 1)
+		out[j] = (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0
 	}
 }
 

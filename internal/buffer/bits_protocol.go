@@ -111,6 +111,20 @@ package buffer
 //     after its probes and retries if it changed: a read that probed a
 //     table being reset sees a new view.
 //
+// B8a. Load order of a fold. Between its two loads of the view (B8) a
+//     read may load the file's word before or after the tables' words:
+//     the lookups over a view without sealed tables (Get, GetMany) load
+//     the file's word first, so that its cache miss and the table's
+//     overlap. While the view stays published the file's words differ
+//     from their values at the first load only in bits pending in a table
+//     of that view (B7: the flush writes only those until the Release
+//     publishes a view without the tables), and the fold takes those bits
+//     from the tables, so either order gives a pair the reader may use.
+//     A view with sealed tables takes the general fold (the tables newest
+//     first, then the file), never the active-table-only path: a bit
+//     pending in a sealed table is in the file only once its flush wrote
+//     it.
+//
 // B9. Region summary. The flush brings the summary of every page it wrote
 //     up to date (line bits in place, atomically; a new flat index,
 //     published by one atomic pointer store after it is filled, or none

@@ -417,3 +417,52 @@ func TestBitsFillDirtyPage(t *testing.T) {
 		t.Fatalf("Count %d, the file %d, bit 6000 %v; want 1, 1, true", r.b.Count(), r.f.CountOnes(), r.b.Get(6000))
 	}
 }
+
+// TestBitsLookupSealedNotWritten: bits pending only in a sealed table
+// whose generation is frozen but not yet written (the file still holds
+// the old values, or is too short to hold them) are read from that table
+// by Get and GetMany, with the active table empty and then not: the
+// lookups that probe the active table alone and read the file beneath it
+// are for views without sealed tables only (B8a), with pooled tables on
+// and off.
+func TestBitsLookupSealedNotWritten(t *testing.T) {
+	for _, pool := range []int64{0, -1} {
+		r := newBitsRig(t, &Options{PoolBytes: pool})
+		if err := r.b.Set(300, true); err != nil {
+			t.Fatal(err)
+		}
+		r.flush() // bit 300 is 1 in the file
+		for _, c := range []struct {
+			i uint64
+			v bool
+		}{{300, false}, {100, true}, {70_000, true}} {
+			if err := r.b.Set(c.i, c.v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.b.Freeze(2) == nil {
+			t.Fatal("nothing to freeze")
+		}
+		want := map[uint64]bool{300: false, 100: true, 70_000: true, 200: false}
+		check := func(when string) {
+			t.Helper()
+			idx := []uint64{300, 100, 70_000, 200}
+			out := make([]bool, len(idx))
+			r.b.GetMany(idx, out)
+			for k, i := range idx {
+				if got := r.b.Get(i); got != want[i] {
+					t.Errorf("pool %d, %s: Get(%d) = %v, want %v", pool, when, i, got, want[i])
+				}
+				if out[k] != want[i] {
+					t.Errorf("pool %d, %s: GetMany of %d = %v, want %v", pool, when, i, out[k], want[i])
+				}
+			}
+		}
+		check("active table empty")
+		if err := r.b.Set(200, true); err != nil { // same word as 300's neighbours
+			t.Fatal(err)
+		}
+		want[200] = true
+		check("active table written")
+	}
+}
