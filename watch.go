@@ -1265,11 +1265,7 @@ func (f *feed) visibleCut(n uint64) uint64 {
 	return seq
 }
 
-// releaseHook is called once generation g is released. It advances the
-// durable position over the steps already resolved and wakes the watches
-// itself (rule 4: the same two conditions as the resolver's), so that a
-// durable watch reads g's steps one goroutine hand-off sooner, and kicks
-// the resolver for a cut of g not resolved yet.
+// releaseHook is called once generation g is released.
 func (f *feed) releaseHook(g uint64) {
 	if !f.on.Load() {
 		return
@@ -1278,10 +1274,6 @@ func (f *feed) releaseHook(g uint64) {
 	f.released = max(f.released, g)
 	if f.ret != nil {
 		f.ret.released(g)
-	}
-	if f.advance() {
-		f.trim()
-		f.broadcast()
 	}
 	f.mu.Unlock()
 	f.kickRun()
@@ -1361,20 +1353,6 @@ func (f *feed) process() {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.advance() {
-		grew = true
-	}
-	f.trim()
-	if grew {
-		f.broadcast()
-	}
-}
-
-// advance moves the durable position past each step whose generation is
-// released and whose mark the persisted watermark covers (rule 4),
-// stamping it with the watermark, and reports whether it moved. f.mu held.
-func (f *feed) advance() bool {
-	moved := false
 	wm := f.db.flusher.Watermark()
 	for f.dstep < len(f.steps) {
 		st := &f.steps[f.dstep]
@@ -1385,9 +1363,12 @@ func (f *feed) advance() bool {
 		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
-		moved = true
+		grew = true
 	}
-	return moved
+	f.trim()
+	if grew {
+		f.broadcast()
+	}
 }
 
 // resolve moves the changes cut c resolves into the log, in op order
