@@ -1265,7 +1265,7 @@ func opOf(s string) uint64 {
 // Buffers of 3 and 64) and single puts, checked at every resolved mark (one
 // every 10 ops),
 // where every run read before it has returned its last event (mutation
-// 380: a run's events not counted).
+// 381: a run's events not counted).
 func TestWatchDeliveredCount(t *testing.T) {
 	const ops = 40
 	for _, buf := range []int{3, 64} {
