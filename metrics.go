@@ -82,7 +82,8 @@ type Metrics struct {
 	BudgetWaitTime      time.Duration
 	// The change feed (DB.Watch). WatchSubscribers is the number of open
 	// watches; WatchDelivered counts the events (changes and marks) Next
-	// returned; WatchLagged the watches ended by ErrLagged; WatchOverflows
+	// returned (a batch's changes that a watch of everything reads as one
+	// run are counted when the run's last is returned); WatchLagged the watches ended by ErrLagged; WatchOverflows
 	// the times unresolved changes outgrew the feed's bound and every
 	// watch lagged. WatchBufferBytes is the memory the feed holds
 	// (resolved and unresolved changes, counted as WatchBufferBytes

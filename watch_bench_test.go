@@ -27,8 +27,12 @@ import (
 // ratios of the watched modes to the unwatched one (medians of per-round
 // ratios, with their spread), each watched mode's tail (tail-ms: the
 // median over rounds of the wait for the last mark after Flush returned,
-// the part of a round that only the watch makes), and the durable-mode
-// delivery latency: for
+// the part of a round that only the watch makes), the ratios of the
+// process CPU time of each watched round to the unwatched one's
+// (cpu-ratio-MODE, medians of per-round ratios: every goroutine's work,
+// the flusher's and the store's included, and on a loaded machine
+// steadier than the wall-time ratios, since a round waiting for a core
+// uses no CPU meanwhile), and the durable-mode delivery latency: for
 // every op, from its Apply's return to the durable resolved mark that
 // covers it, p50 and p99 over every round, beside the flush interval,
 // and its two parts: from the Apply to the persisted watermark reaching
@@ -49,14 +53,17 @@ func BenchmarkW8Watch(b *testing.B) {
 	}
 	perPut := map[string][]float64{}
 	ratios := map[string][]float64{}
+	cpuRatios := map[string][]float64{}
 	var lat, feedLat, wmLat []time.Duration
 	tails := map[string][]float64{}
 	val := make([]byte, 16)
 	for round := 0; round < b.N; round++ {
 		t := map[string]time.Duration{}
+		cpu := map[string]time.Duration{}
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			d, tail, l, fl, wl := w8WatchRound(b, mode, ops, batch, interval, val)
+			d, tail, l, fl, wl, c := w8WatchRound(b, mode, ops, batch, interval, val)
+			cpu[mode] = c
 			tails[mode] = append(tails[mode], float64(tail.Microseconds())/1000)
 			feedLat = append(feedLat, fl...)
 			wmLat = append(wmLat, wl...)
@@ -66,10 +73,16 @@ func BenchmarkW8Watch(b *testing.B) {
 		}
 		for _, m := range modes[1:] {
 			ratios[m] = append(ratios[m], float64(t[m])/float64(t["none"]))
+			if cpu["none"] > 0 {
+				cpuRatios[m] = append(cpuRatios[m], float64(cpu[m])/float64(cpu["none"]))
+			}
 		}
 	}
 	reportModes(b, modes, perPut, ratios)
 	for _, m := range modes[1:] {
+		if r := cpuRatios[m]; len(r) > 0 {
+			b.ReportMetric(median(r), "cpu-ratio-"+m)
+		}
 		if m == "visible" || m == "durable" {
 			b.ReportMetric(median(tails[m]), "tail-ms-"+m)
 		}
@@ -126,9 +139,10 @@ func reportModes(b *testing.B, modes []string, perPut, ratios map[string][]float
 
 // w8WatchRound runs one round on a fresh engine and returns its time, the
 // part of it after the final Flush returned (the wait for the watch's last
-// mark), and, in durable mode, each op's delivery latency, the part of it
-// after the watermark reached the op, and the part before.
-func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, time.Duration, []time.Duration, []time.Duration, []time.Duration) {
+// mark), in durable mode each op's delivery latency, the part of it after
+// the watermark reached the op, and the part before, and the process CPU
+// time the round took (0 where processCPU cannot tell).
+func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Duration, val []byte) (time.Duration, time.Duration, []time.Duration, []time.Duration, []time.Duration, time.Duration) {
 	b.StopTimer()
 	opts := &Options{FlushInterval: interval}
 	if mode == "retain" {
@@ -215,6 +229,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	key := make([]byte, 8)
 	b.StartTimer()
 	start := time.Now()
+	cpu0 := processCPU()
 	for op := 1; op <= ops; op++ {
 		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
@@ -240,10 +255,11 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 		}
 	}
 	d := time.Since(start)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
-	return d, d - tf, lat, feedLat, wmLat
+	return d, d - tf, lat, feedLat, wmLat, cpu
 }
 
 // BenchmarkWatchRetainFlush measures what retention (Options.WatchRetain)

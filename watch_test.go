@@ -1259,3 +1259,67 @@ func opOf(s string) uint64 {
 	fmt.Sscan(strings.SplitN(s, "/", 2)[0], &op)
 	return op
 }
+
+// TestWatchDeliveredCount checks Metrics.WatchDelivered against the events
+// a watch of everything returned: batches of 5 read as runs (split by
+// Buffers of 3 and 64) and single puts, checked at every resolved mark (one
+// every 10 ops),
+// where every run read before it has returned its last event (mutation
+// 381: a run's events not counted).
+func TestWatchDeliveredCount(t *testing.T) {
+	const ops = 40
+	for _, buf := range []int{3, 64} {
+		t.Run(fmt.Sprint("buffer-", buf), func(t *testing.T) {
+			db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+			defer closeT(t, db)
+			ctx := context.Background()
+			k := mustKV(t, db, "k")
+			bt := db.NewBatch()
+			for op := uint64(1); op <= ops; op++ {
+				if op%3 == 0 {
+					if err := k.Put(ctx, []byte{byte(op)}, []byte{1}, op); err != nil {
+						t.Fatal(err)
+					}
+					if err := db.EndOp(ctx, op); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				bt.Reset()
+				for i := range 5 {
+					bt.Put(k, []byte{byte(op), byte(i)}, []byte{2})
+				}
+				if err := db.Apply(ctx, bt, op); err != nil {
+					t.Fatal(err)
+				}
+				if op%10 == 0 { // a mark every 10 ops
+					if err := db.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Buffer: buf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			var n uint64
+			for {
+				e, err := w.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n++
+				if e.Kind != EventResolved {
+					continue
+				}
+				if got := db.Metrics().WatchDelivered; got != n {
+					t.Fatalf("at mark %d: WatchDelivered %d, want %d (events returned)", e.Op, got, n)
+				}
+				if e.Op >= ops {
+					break
+				}
+			}
+		})
+	}
+}
