@@ -662,38 +662,40 @@ func TestMemoryBudgetRounds(t *testing.T) {
 // wait until its context ended (TestMemoryBudgetStepsLargerThanSize
 // did, about once in 1,200 runs).
 func TestMemoryBudgetQueuedForces(t *testing.T) {
-	b := newBudgetT(t, 1<<10, nil)
-	dbs, kvs := budgetEngines(t, 1, b, newBudgetFaultFS(1, 0))
-	if err := kvs[0].Put(context.Background(), []byte("k"), make([]byte, 100), 0); err != nil { // below the fair mark: at once
-		t.Fatal(err)
-	}
-	if m := b.Metrics(); m.Bytes <= m.Size || m.ForcedFlushes != 0 {
-		t.Fatalf("total %d (size %d), %d forced flushes: want past the size, none", m.Bytes, m.Size, m.ForcedFlushes)
-	}
+	b, db := budgetOnePast(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // milliseconds when it holds
 	defer cancel()
-	if err := b.wait(ctx, dbs[0].share); err != nil {
+	if err := b.wait(ctx, db.share); err != nil {
 		t.Fatalf("queued write: %v (%d forced flushes)", err, b.Metrics().ForcedFlushes)
 	}
 	if n := b.Metrics().ForcedFlushes; n != 1 {
 		t.Fatalf("%d forced flushes; want 1", n)
 	}
 	b.done() // the round the flush's release started
-	closeT(t, dbs[0])
+	closeT(t, db)
+}
+
+// budgetOnePast opens one engine under a 1 KiB budget and writes one
+// 100-byte value, admitted at once (below the fair mark), which takes the
+// total past the size with no flush forced.
+func budgetOnePast(t *testing.T) (*MemoryBudget, *DB) {
+	t.Helper()
+	b := newBudgetT(t, 1<<10, nil)
+	dbs, kvs := budgetEngines(t, 1, b, newBudgetFaultFS(1, 0))
+	if err := kvs[0].Put(context.Background(), []byte("k"), make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if m := b.Metrics(); m.Bytes <= m.Size || m.ForcedFlushes != 0 {
+		t.Fatalf("total %d (size %d), %d forced flushes: want past the size, none", m.Bytes, m.Size, m.ForcedFlushes)
+	}
+	return b, dbs[0]
 }
 
 // TestMemoryBudgetRoundEndForces: the last write of a round that left the
 // total past the high mark forces a flush, for the writes queued behind it
 // (mutation 272).
 func TestMemoryBudgetRoundEndForces(t *testing.T) {
-	b := newBudgetT(t, 1<<10, nil)
-	dbs, kvs := budgetEngines(t, 1, b, newBudgetFaultFS(1, 0))
-	if err := kvs[0].Put(context.Background(), []byte("k"), make([]byte, 100), 0); err != nil { // below the fair mark: at once
-		t.Fatal(err)
-	}
-	if m := b.Metrics(); m.Bytes <= m.HighMark || m.ForcedFlushes != 0 {
-		t.Fatalf("total %d (high mark %d), %d forced flushes: want past the mark, none", m.Bytes, m.HighMark, m.ForcedFlushes)
-	}
+	b, db := budgetOnePast(t)
 	// As if the put had been a round's only write, with a write queued
 	// behind it below the mark.
 	w := make(chan struct{})
@@ -708,5 +710,5 @@ func TestMemoryBudgetRoundEndForces(t *testing.T) {
 	}
 	<-w // the flush's release starts the next round
 	b.done()
-	closeT(t, dbs[0])
+	closeT(t, db)
 }
