@@ -113,9 +113,8 @@ func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 func (b *Bits) Get(i uint64) bool {
 	v := b.view.Load()
 	if i < v.limit {
-		// i < nbits <= 64*len(words): no bounds check needed.
-		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
-		runtime.KeepAlive(v) // the mapping must outlive the load
+		x := fileWordAt(v.words, i) // i < limit <= nbits
+		runtime.KeepAlive(v)        // the mapping must outlive the load
 		return x>>(i&63)&1 != 0
 	}
 	if testHook != nil {
@@ -141,8 +140,7 @@ func (b *Bits) Get(i uint64) bool {
 	if !pending {
 		var x uint64
 		if i < v.nbits {
-			// No bounds check: nbits <= 64*len(words).
-			x = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
+			x = fileWordAt(v.words, i)
 		}
 		if b.view.Load() == v {
 			return x>>(i&63)&1 != 0
@@ -151,20 +149,13 @@ func (b *Bits) Get(i uint64) bool {
 		// The active table alone, on the view already loaded: the file's
 		// word first, then the table's, two independent loads whose cache
 		// misses overlap, both between the view's two loads (B8a).
-		var fw, p uint64
+		var fw uint64
 		if i < v.nbits {
-			// No bounds check: nbits <= 64*len(words).
-			fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
+			fw = fileWordAt(v.words, i)
 		}
-		if pi := i >> (5 + pageShift); pi < uint64(len(v.adir)) {
-			if c := v.adir[pi].Load(); c != nil {
-				p = atomic.LoadUint64(&c[i>>5&pageMask])
-			}
-		}
+		p := activeWord(v.adir, i)
 		if b.view.Load() == v {
-			sh := i & 31
-			pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-			return (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+			return pendingOver(p, fw, i)
 		}
 	}
 	return b.getPending(i)
@@ -236,21 +227,40 @@ func (b *Bits) getManyActive(v *bitsView, dense bool, idx []uint64, out []bool) 
 	for j, i := range idx {
 		var fw, p uint64
 		if i < n {
-			// No bounds check: nbits <= 64*len(words).
-			fw = atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(words)), i>>6*8)))
+			fw = fileWordAt(words, i)
 		}
 		if dense || v.maybe(i>>filterShift) {
-			if pi := i >> (5 + pageShift); pi < uint64(len(adir)) {
-				if c := adir[pi].Load(); c != nil {
-					p = atomic.LoadUint64(&c[i>>5&pageMask])
-				}
-			}
+			p = activeWord(adir, i)
 		}
-		sh := i & 31
-		pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-		out[j] = (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+		out[j] = pendingOver(p, fw, i)
 	}
 	runtime.KeepAlive(v) // the mapping must outlive the loads
+}
+
+// fileWordAt loads the file word holding bit i without a bounds check: the
+// caller knows i < nbits <= 64*len(words), and keeps the view (and so the
+// mapping) alive.
+func fileWordAt(words []uint64, i uint64) uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(words)), i>>6*8)))
+}
+
+// activeWord loads the packed word holding bit i from the active table's
+// directory adir (B5, B8a): 0 (nothing pending) where the page is absent.
+func activeWord(adir []atomic.Pointer[bitsPage], i uint64) uint64 {
+	if pi := i >> (5 + pageShift); pi < uint64(len(adir)) {
+		if c := adir[pi].Load(); c != nil {
+			return atomic.LoadUint64(&c[i>>5&pageMask])
+		}
+	}
+	return 0
+}
+
+// pendingOver returns bit i: packed word p's value if the bit is pending
+// there, else file word fw's.
+func pendingOver(p, fw, i uint64) bool {
+	sh := i & 31
+	pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
+	return (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
 }
 
 // getManyFold is GetMany's loop over a view with sealed tables: every
