@@ -19,16 +19,10 @@
 # kvtool bench --rounds per run.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out="$1"
-shift
-revs=("$@")
+revs_args bitsflush "$@"
 runs="${RUNS:-3}"
 rounds="${ROUNDS:-5}"
-out_dir "$out"
-work_dir bitsflush
 
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
 	(cd "$work/src$i" && go build -o "$work/kvtool$i" ./cmd/kvtool)

@@ -25,18 +25,12 @@
 # benchmark alone.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out="$1"
-shift
-revs=("$@")
+revs_args bitsw1 "$@"
 runs="${RUNS:-3}"
 iters="${ITERS:-20}"
 rounds="${ROUNDS:-5}"
 scale="${SCALE:-1}"
-out_dir "$out"
-work_dir bitsw1
 
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
 	pkg=$(buffer_pkg "$work/src$i")

@@ -20,16 +20,10 @@
 # b.Loop iterations (-test.benchtime ITERSx) per run.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out="$1"
-shift
-revs=("$@")
+revs_args bitsw6 "$@"
 runs="${RUNS:-5}"
 iters="${ITERS:-12}"
-out_dir "$out"
-work_dir bitsw6
 
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
 	cp "$repo/bits_bench_test.go" "$work/src$i/"

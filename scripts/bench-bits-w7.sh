@@ -19,16 +19,10 @@
 # b.Loop iterations (-test.benchtime ITERSx) per run.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out="$1"
-shift
-revs=("$@")
+revs_args bitsw7 "$@"
 runs="${RUNS:-5}"
 iters="${ITERS:-20}"
-out_dir "$out"
-work_dir bitsw7
 
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
 	pkg=$(buffer_pkg "$work/src$i")

@@ -15,24 +15,19 @@
 # --quick) a kvtool --scale instead.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
+revs_args budgetab "$@"
 arg_out="$1" # command.txt names OUTDIR as given
-out_dir "$1"
-shift
-revs=("$@")
 rounds="${ROUNDS:-3}"
 size=(--quick)
 if [[ -n "${SCALE:-}" ]]; then
 	size=(--scale "$SCALE")
 fi
-work_dir budgetab
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/r$i"
 	(cd "$work/r$i" && go build -buildvcs=false -o "$work/r$i.kvtool" ./cmd/kvtool)
 	note_rev "r$i" "${revs[$i]}"
 done
-echo "ROUNDS=$rounds SCALE=${SCALE:-} scripts/budget-ab.sh $arg_out $*" >"$out/command.txt"
+echo "ROUNDS=$rounds SCALE=${SCALE:-} scripts/budget-ab.sh $arg_out ${revs[*]}" >"$out/command.txt"
 run() { # run RUN I
 	"$work/r$2.kvtool" bench "${size[@]}" --workload '^W11/' 2>&1 |
 		awk -v rev="r$2" -v run="$1" '/^W11\// {

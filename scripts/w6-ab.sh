@@ -15,20 +15,15 @@
 # 3x) rounds per run.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out_dir "$1"
-shift
-revs=("$@")
+revs_args w6ab "$@"
 rounds="${ROUNDS:-3}"
 benchtime="${BENCHTIME:-3x}"
-work_dir w6ab
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/r$i"
 	(cd "$work/r$i" && go test -buildvcs=false -c -o "$work/r$i.test" .)
 	note_rev "r$i" "${revs[$i]}"
 done
-echo "ROUNDS=$rounds BENCHTIME=$benchtime scripts/w6-ab.sh $out $*" >"$out/command.txt"
+echo "ROUNDS=$rounds BENCHTIME=$benchtime scripts/w6-ab.sh $out ${revs[*]}" >"$out/command.txt"
 run() { # run RUN I
 	(cd "$work" && "./r$2.test" -test.run '^$' -test.bench 'BenchmarkFlushW6Put$' -test.benchtime "$benchtime" -test.timeout 60m) |
 		awk -v rev="r$2" -v run="$1" '/^BenchmarkFlushW6Put/ { print "run=" run, "rev=" rev, $0 }' | tee -a "$out/raw.txt" >&2

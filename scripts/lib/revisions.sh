@@ -1,8 +1,8 @@
 # The preamble shared by the scripts that build and compare revisions
-# (bench-bits-w6.sh, bench-bits-w7.sh, bench-bits-flush.sh,
-# bench-buffer-compare.sh, bench-compare.sh, gobench-compare.sh, watch-ab.sh,
-# w9-ab.sh, w9-syncs.sh) or record the revision they ran (bench-bits.sh, bench-buffer.sh,
-# ycsb-configs.sh).
+# (bench-bits-w1.sh, bench-bits-w6.sh, bench-bits-w7.sh, bench-bits-flush.sh,
+# bench-buffer-compare.sh, bench-compare.sh, budget-ab.sh, gobench-compare.sh,
+# w6-ab.sh, watch-ab.sh, w9-ab.sh, w9-syncs.sh) or record the revision they
+# ran (bench-bits.sh, bench-buffer.sh, ycsb-configs.sh).
 # Sourced, not run:
 #
 #	. "$(dirname "$0")/lib/revisions.sh"
@@ -37,6 +37,22 @@ out_dir() {
 work_dir() {
 	work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-$1.XXXXXX")"
 	trap 'rm -rf "$work"' EXIT
+}
+
+# revs_args NAME OUTDIR REV...: the usage check and set-up of a script
+# that compares revisions: exits 2 with "usage: SCRIPT OUTDIR REV..." when
+# no REV is given, makes OUTDIR and sets out to it (out_dir), sets revs to
+# the REVs, work to a new temporary directory named after NAME (work_dir),
+# and empties $out/revisions.txt for note_rev.
+revs_args() {
+	local name="$1"
+	shift
+	need_args 2 "OUTDIR REV..." "$@"
+	out_dir "$1"
+	shift
+	revs=("$@")
+	work_dir "$name"
+	: >"$out/revisions.txt"
 }
 
 # archive REV DIR: writes the files of revision REV into DIR (made if
