@@ -849,6 +849,58 @@ func TestWatchOpZero(t *testing.T) {
 	}
 }
 
+// TestWatchRecBatchLayout: a batch's packed record (newRecBatch: the
+// bytes of the changes kept, each change's after the previous one's, its
+// ends and heads) gives, change by change, what the change-by-change form
+// (batchEvents) gives: every kind, empty and nil bounds, three names, with
+// no change left out and with every pattern of discarded changes in a
+// sliding window (the kept changes' bytes moved down over them).
+func TestWatchRecBatchLayout(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	defer closeT(t, db)
+	a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
+	bs, err := db.Bits("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := db.NewBatch()
+	bt.Put(a, []byte("k1"), []byte("value-1"))
+	bt.Put(a, []byte("k2"), []byte{})
+	bt.Set(bs, 7, true)
+	bt.Delete(b, []byte("gone"))
+	bt.DeleteRange(a, nil, []byte("c"))
+	bt.DeleteRange(b, []byte("m"), nil)
+	bt.DeleteRange(b, nil, nil)
+	bt.DeleteRange(a, []byte{}, []byte("zz"))
+	bt.SetRange(bs, 10, 20, false)
+	bt.Put(b, []byte("x"), []byte("y"))
+	bt.Delete(a, []byte("last"))
+	n := bt.Len()
+	check := func(skip []bool) {
+		t.Helper()
+		want := batchEvents(5, bt, skip)
+		rb := newRecBatch(bt, skip)
+		if rb == nil || rb.n != len(want) {
+			t.Fatalf("skip %v: record of %v changes, want %d", skip, rb, len(want))
+		}
+		for j := range want {
+			if got := rb.event(5, j); !reflect.DeepEqual(got, want[j]) {
+				t.Fatalf("skip %v: change %d: %+v, want %+v", skip, j, got, want[j])
+			}
+		}
+	}
+	check(nil)
+	for w := 1; w <= 3; w++ {
+		for i := 0; i+w <= n; i++ {
+			skip := make([]bool, n)
+			for k := i; k < i+w; k++ {
+				skip[k] = true
+			}
+			check(skip)
+		}
+	}
+}
+
 // TestWatchBatchRecordForms: a batch is recorded as one pointer-free
 // record (recBatch) unless its data passes maxRecData, when each change is
 // recorded on its own; both forms, read through several short reads (a
