@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -23,11 +22,6 @@ type Batch struct {
 	ops  []batchOp
 	data []byte // keys and values, referenced by offset
 	err  error
-	// lent is set once the change feed's record of an Apply references
-	// data (newRecBatch): its bytes are never written again, and Reset
-	// gives the batch a new buffer. Atomic: concurrent Applys of one
-	// batch only read it otherwise.
-	lent atomic.Bool
 }
 
 type batchKind uint8
@@ -161,16 +155,10 @@ func (b *Batch) Len() int { return len(b.ops) }
 // will return.
 func (b *Batch) Err() error { return b.err }
 
-// Reset empties the batch, keeping its memory (but the keys and values of
-// a batch applied while a watch records: those now belong to the change
-// feed, and the batch takes a new buffer of the same capacity).
+// Reset empties the batch, keeping its memory.
 func (b *Batch) Reset() {
 	clear(b.ops)
 	b.ops, b.data, b.err = b.ops[:0], b.data[:0], nil
-	if b.lent.Load() {
-		b.data = make([]byte, 0, cap(b.data))
-		b.lent.Store(false)
-	}
 }
 
 // Apply applies every change of b as op (the host's op number; 0 if the host

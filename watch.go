@@ -898,16 +898,15 @@ type feedRec struct {
 }
 
 // recBatch is a Batch's changes as applied (those it discarded left
-// out), in pointer-free memory the garbage collector does not scan: the
-// bytes of the changes, as the Batch laid them out (each change's after
-// the previous one's: the Batch's own data, lent to the record, unless it
-// discarded changes), and an index of two 32-bit ends a change, then a
-// 16-bit head a change (its kind, flags and name). A put costs the
-// writer 10 bytes; the names are in names, the bit indexes in bits.
+// out), in one pointer-free allocation the garbage collector does not
+// scan: the bytes of the changes, as the Batch laid them out (each
+// change's after the previous one's), then two 32-bit ends a change, then
+// a 16-bit head a change (its kind, flags and name). A put costs its key
+// and value and 10 bytes; the names are in names, the bit indexes in bits.
 type recBatch struct {
 	n     int      // changes
-	data  []byte   // the changes' bytes, capped
-	idx   []byte   // the ends, then the heads
+	buf   []byte   // data, then the ends, then the heads
+	data  []byte   // buf[:len(data)], capped
 	names []string // name0[:k] unless a batch names more than one
 	bits  []uint64 // lo, hi of each bit change
 	name0 [1]string
@@ -930,7 +929,7 @@ const (
 // [s, e0) and [e0, e1)), or for a bit change e0 the index of its lo in
 // bits. The change's bytes start where the previous change's end (e1).
 func (rb *recBatch) at(j int) (head uint16, s, e0, e1 int) {
-	ends := rb.idx
+	ends := rb.buf[len(rb.data):]
 	if j > 0 {
 		s = int(binary.LittleEndian.Uint32(ends[8*j-4:]))
 	}
@@ -963,20 +962,12 @@ func newRecBatch(b *Batch, skip []bool) *recBatch {
 	}
 	rb := &recBatch{n: n}
 	rb.names = rb.name0[:0]
-	var buf []byte
+	buf := make([]byte, size+10*n)
 	if skip == nil {
-		// The record keeps the Batch's bytes: it lends them (Batch.lend),
-		// and a Reset of the Batch gives it a new buffer instead of
-		// writing over them.
-		b.lent.Store(true)
-		rb.data = b.data[:size:size]
-		rb.idx = make([]byte, 10*n)
-	} else {
-		buf = make([]byte, size+10*n)
-		rb.data, rb.idx = buf[:size:size], buf[size:]
+		copy(buf, b.data)
 	}
-	ends := rb.idx[:8*n]
-	heads := rb.idx[8*n:]
+	ends := buf[size : size+8*n]
+	heads := buf[size+8*n:]
 	// A batch's changes come in runs of one keyspace or bitslice: the
 	// name is looked up once a run, found by comparing the change's
 	// keyspace and bitslice pointers with the last change's (no string
@@ -1050,6 +1041,7 @@ func newRecBatch(b *Batch, skip []bool) *recBatch {
 		binary.LittleEndian.PutUint16(heads[2*j:], head)
 		j++
 	}
+	rb.buf, rb.data = buf, buf[:size:size]
 	return rb
 }
 
