@@ -3,6 +3,7 @@ package kvbuf
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"runtime"
@@ -341,9 +342,10 @@ func (w *Watch) Next(ctx context.Context) (e WatchEvent, err error) {
 			// change, without a call), not in the buffer first nor in a
 			// value copied into the result (BenchmarkWatchRead).
 			run := &w.runs[w.r]
-			if rb, o := run.rb, &run.rb.ops[run.j]; o.kind == opPut {
-				e.Kind, e.Op, e.Keyspace = EventPut, run.op, rb.names[o.name]
-				e.Key, e.Value = rb.data[o.a0:o.a1:o.a1], rb.data[o.b0:o.b1:o.b1]
+			rb := run.rb
+			if h, s, e0, e1 := rb.at(run.j); h&recKindMask == uint16(opPut) {
+				e.Kind, e.Op, e.Keyspace = EventPut, run.op, rb.names[h>>recNameShift]
+				e.Key, e.Value = rb.data[s:e0:e0], rb.data[e0:e1:e1]
 			} else {
 				e = rb.event(run.op, run.j)
 			}
@@ -895,72 +897,173 @@ type feedRec struct {
 	batch *recBatch
 }
 
-// recBatch is a Batch's changes as applied (skip marks those discarded).
-// Its ops hold no pointers (the names are in names, the bit indexes in
-// bits), so that recording a batch copies into memory the garbage
-// collector does not scan, 24 bytes a change beside the batch's data.
+// recBatch is a Batch's changes as applied (those it discarded left
+// out), in one pointer-free allocation the garbage collector does not
+// scan: the bytes of the changes, as the Batch laid them out (each
+// change's after the previous one's), then two 32-bit ends a change, then
+// a 16-bit head a change (its kind, flags and name). A put costs its key
+// and value and 10 bytes; the names are in names, the bit indexes in bits.
 type recBatch struct {
-	ops   []recOp
-	names []string
+	n     int      // changes
+	buf   []byte   // data, then the ends, then the heads
+	data  []byte   // buf[:len(data)], capped
+	names []string // name0[:k] unless a batch names more than one
 	bits  []uint64 // lo, hi of each bit change
-	data  []byte
-	skip  []bool
+	name0 [1]string
 }
 
-// recOp is a batchOp as recorded: name indexes recBatch.names; a0, a1,
-// b0, b1 are offsets in data (as batchOp's), or for a bit change a0
-// indexes its lo and hi in recBatch.bits.
-type recOp struct {
-	kind   batchKind
-	v      bool
-	name   uint32
-	a0, a1 int32
-	b0, b1 int32
+// A change's head: its kind in the low 3 bits, recV its bit value,
+// recLower and recUpper a range delete's bounds present, and the index of
+// its name in recBatch.names from recNameShift up.
+const (
+	recKindMask  = 7
+	recV         = 1 << 3
+	recLower     = 1 << 4
+	recUpper     = 1 << 5
+	recNameShift = 6
+	recMaxNames  = 1 << (16 - recNameShift)
+)
+
+// at returns change j's head and its bytes' bounds: s to e0 to e1 in
+// data (a put's key [s, e0) and value [e0, e1); a range delete's bounds
+// [s, e0) and [e0, e1)), or for a bit change e0 the index of its lo in
+// bits. The change's bytes start where the previous change's end (e1).
+func (rb *recBatch) at(j int) (head uint16, s, e0, e1 int) {
+	ends := rb.buf[len(rb.data):]
+	if j > 0 {
+		s = int(binary.LittleEndian.Uint32(ends[8*j-4:]))
+	}
+	e0 = int(binary.LittleEndian.Uint32(ends[8*j:]))
+	e1 = int(binary.LittleEndian.Uint32(ends[8*j+4:]))
+	head = binary.LittleEndian.Uint16(ends[8*rb.n+2*j:])
+	return
 }
 
 // maxRecData bounds the data of a batch recorded as one recBatch (its
-// offsets are int32); a larger batch records each change on its own.
+// offsets are 32-bit); a larger batch records each change on its own.
 var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
 
-// newRecBatch copies b's changes (skip: those it discarded); len(b.data)
-// is at most maxRecData.
+// newRecBatch copies b's changes but those skip marks (nil: none);
+// len(b.data) is at most maxRecData. It returns nil for a batch that
+// names more than recMaxNames keyspaces and bitslices (recorded change by
+// change instead).
 func newRecBatch(b *Batch, skip []bool) *recBatch {
-	rb := &recBatch{ops: make([]recOp, len(b.ops)), data: bytes.Clone(b.data), skip: skip}
+	n, size := len(b.ops), len(b.data)
+	if skip != nil {
+		n, size = 0, 0
+		for i := range b.ops {
+			if !skip[i] {
+				n++
+				if d, e := batchOpSpan(&b.ops[i]); d >= 0 {
+					size += e - d
+				}
+			}
+		}
+	}
+	rb := &recBatch{n: n}
+	rb.names = rb.name0[:0]
+	buf := make([]byte, size+10*n)
+	if skip == nil {
+		copy(buf, b.data)
+	}
+	ends := buf[size : size+8*n]
+	heads := buf[size+8*n:]
 	// A batch's changes come in runs of one keyspace or bitslice: the
 	// name is looked up once a run, found by comparing the change's
 	// keyspace and bitslice pointers with the last change's (no string
 	// compare a change).
 	var lastK *KV
 	var lastB *Bits
+	var name uint16
+	at, j := 0, 0 // the end of the changes' bytes so far in buf; the change
 	for i := range b.ops {
-		o := &b.ops[i]
-		ro := &rb.ops[i]
-		if i == 0 || o.k != lastK || o.b != lastB {
-			name := ""
-			if o.k != nil {
-				name = o.k.name
-			} else if o.b != nil {
-				name = o.b.name
-			}
-			j := slices.Index(rb.names, name) // a batch names few keyspaces
-			if j < 0 {
-				j = len(rb.names)
-				rb.names = append(rb.names, name)
-			}
-			lastK, lastB = o.k, o.b
-			ro.name = uint32(j)
-		} else {
-			ro.name = rb.ops[i-1].name
-		}
-		ro.kind, ro.v = o.kind, o.v
-		if o.kind == opSet || o.kind == opSetRange {
-			ro.a0 = int32(len(rb.bits))
-			rb.bits = append(rb.bits, o.lo, o.hi)
+		if skip != nil && skip[i] {
 			continue
 		}
-		ro.a0, ro.a1, ro.b0, ro.b1 = int32(o.a0), int32(o.a1), int32(o.b0), int32(o.b1)
+		o := &b.ops[i]
+		if j == 0 || o.k != lastK || o.b != lastB {
+			nm := ""
+			if o.k != nil {
+				nm = o.k.name
+			} else if o.b != nil {
+				nm = o.b.name
+			}
+			x := slices.Index(rb.names, nm) // a batch names few keyspaces
+			if x < 0 {
+				if x = len(rb.names); x == recMaxNames {
+					return nil
+				}
+				rb.names = append(rb.names, nm)
+			}
+			lastK, lastB = o.k, o.b
+			name = uint16(x) << recNameShift
+		}
+		head := name | uint16(o.kind)
+		if o.v {
+			head |= recV
+		}
+		d := -1 // where the change's bytes start in b.data
+		e0, e1 := at, at
+		switch o.kind {
+		case opSet, opSetRange:
+			e0 = len(rb.bits)
+			rb.bits = append(rb.bits, o.lo, o.hi)
+		case opPut:
+			d, e0, e1 = o.a0, o.a1, o.b1
+		case opDelete:
+			d, e0, e1 = o.a0, o.a1, o.a1
+		case opDeleteRange:
+			if o.a0 >= 0 {
+				head |= recLower
+				d, e0, e1 = o.a0, o.a1, o.a1
+			}
+			if o.b0 >= 0 {
+				head |= recUpper
+				if d < 0 {
+					d, e0 = o.b0, o.b0
+				}
+				e1 = o.b1
+			}
+		}
+		if d >= 0 {
+			if skip != nil {
+				// The changes kept move down over those left out.
+				copy(buf[at:], b.data[d:e1])
+				e0, e1 = e0+at-d, e1+at-d
+			} else if invariants.Enabled {
+				invariants.Check(d == at && (o.kind == opDelete || o.a0 < 0 || o.b0 < 0 || o.b0 == o.a1),
+					"kvbuf: feed: batch change %d's bytes do not follow the previous change's", i)
+			}
+			at = e1
+		}
+		binary.LittleEndian.PutUint32(ends[8*j:], uint32(e0))
+		binary.LittleEndian.PutUint32(ends[8*j+4:], uint32(e1))
+		binary.LittleEndian.PutUint16(heads[2*j:], head)
+		j++
 	}
+	rb.buf, rb.data = buf, buf[:size:size]
 	return rb
+}
+
+// batchOpSpan is where o's bytes start and end in its Batch's data (-1:
+// it has none).
+func batchOpSpan(o *batchOp) (int, int) {
+	switch o.kind {
+	case opPut:
+		return o.a0, o.b1
+	case opDelete:
+		return o.a0, o.a1
+	case opDeleteRange:
+		switch {
+		case o.a0 >= 0 && o.b0 >= 0:
+			return o.a0, o.b1
+		case o.a0 >= 0:
+			return o.a0, o.a1
+		case o.b0 >= 0:
+			return o.b0, o.b1
+		}
+	}
+	return -1, -1
 }
 
 // batchEvents returns b's changes (skip: those it discarded) as events of
@@ -1001,7 +1104,7 @@ func batchEvents(op uint64, b *Batch, skip []bool) []WatchEvent {
 // bytes is the memory the feed counts for r.
 func (r *feedRec) bytes() int64 {
 	if r.batch != nil {
-		return int64(len(r.batch.data)) + int64(len(r.batch.ops))*eventOverhead
+		return int64(len(r.batch.data)) + int64(r.batch.n)*eventOverhead
 	}
 	return eventBytes(&r.WatchEvent)
 }
@@ -1011,99 +1114,70 @@ func (r *feedRec) count() int {
 	if r.batch == nil {
 		return 1
 	}
-	return len(r.batch.ops)
+	return r.batch.n
 }
 
-// compact drops the changes a batch record's skip marks (a copy of its
-// ops; its data is shared), so that change j of r is r.batch.ops[j].
-func (r *feedRec) compact() {
-	rb := r.batch
-	if rb == nil || rb.skip == nil {
-		return
-	}
-	ops := make([]recOp, 0, len(rb.ops))
-	for i := range rb.ops {
-		if !rb.skip[i] {
-			ops = append(ops, rb.ops[i])
-		}
-	}
-	r.batch = &recBatch{ops: ops, names: rb.names, bits: rb.bits, data: rb.data}
-}
-
-// event returns change j of r (r compacted).
+// event returns change j of r.
 func (r *feedRec) event(j int) WatchEvent {
 	var e WatchEvent
 	r.eventInto(&e, j)
 	return e
 }
 
-// event returns change j of rb (compacted), of op op: what eventInto
-// builds, for a watch's run (watchRun).
+// event returns change j of rb, of op op: what eventInto builds, for a
+// watch's run (watchRun).
 func (rb *recBatch) event(op uint64, j int) WatchEvent {
-	o := &rb.ops[j]
-	name := rb.names[o.name]
-	switch o.kind {
-	case opPut:
-		return WatchEvent{Kind: EventPut, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1], Value: rb.data[o.b0:o.b1:o.b1]}
-	case opDelete:
-		return WatchEvent{Kind: EventDelete, Op: op, Keyspace: name, Key: rb.data[o.a0:o.a1:o.a1]}
-	case opDeleteRange:
-		e := WatchEvent{Kind: EventDeleteRange, Op: op, Keyspace: name}
-		if o.a0 >= 0 {
-			e.Key = rb.data[o.a0:o.a1:o.a1]
-		}
-		if o.b0 >= 0 {
-			e.End = rb.data[o.b0:o.b1:o.b1]
-		}
-		return e
-	case opSet:
-		lo := rb.bits[o.a0]
-		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: lo, Hi: lo + 1, Bit: o.v}
-	case opSetRange:
-		return WatchEvent{Kind: EventSetBits, Op: op, Bitslice: name, Lo: rb.bits[o.a0], Hi: rb.bits[o.a0+1], Bit: o.v}
-	}
-	return WatchEvent{Op: op} // as eventInto
+	var e WatchEvent
+	rb.eventInto(&e, op, j)
+	return e
 }
 
-// eventInto sets *e, a zero event, to change j of r (r compacted).
+// eventInto sets *e, a zero event, to change j of r.
 func (r *feedRec) eventInto(e *WatchEvent, j int) {
-	rb := r.batch
-	if rb == nil {
+	if r.batch == nil {
 		*e = r.WatchEvent
 		return
 	}
-	o := &rb.ops[j]
-	e.Op = r.Op
-	view := func(a, z int32) []byte { return rb.data[a:z:z] }
-	name := rb.names[o.name]
-	switch o.kind {
+	r.batch.eventInto(e, r.Op, j)
+}
+
+// eventInto sets *e, a zero event, to change j of rb, of op op.
+func (rb *recBatch) eventInto(e *WatchEvent, op uint64, j int) {
+	h, s, e0, e1 := rb.at(j)
+	e.Op = op
+	name := rb.names[h>>recNameShift]
+	switch batchKind(h & recKindMask) {
 	case opPut:
-		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, name, view(o.a0, o.a1), view(o.b0, o.b1)
+		e.Kind, e.Keyspace, e.Key, e.Value = EventPut, name, rb.data[s:e0:e0], rb.data[e0:e1:e1]
 	case opDelete:
-		e.Kind, e.Keyspace, e.Key = EventDelete, name, view(o.a0, o.a1)
+		e.Kind, e.Keyspace, e.Key = EventDelete, name, rb.data[s:e0:e0]
 	case opDeleteRange:
 		e.Kind, e.Keyspace = EventDeleteRange, name
-		if o.a0 >= 0 {
-			e.Key = view(o.a0, o.a1)
+		if h&recLower != 0 {
+			e.Key = rb.data[s:e0:e0]
 		}
-		if o.b0 >= 0 {
-			e.End = view(o.b0, o.b1)
+		if h&recUpper != 0 {
+			e.End = rb.data[e0:e1:e1]
 		}
 	case opSet:
-		lo := rb.bits[o.a0]
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, lo, lo+1, o.v
+		lo := rb.bits[e0]
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, lo, lo+1, h&recV != 0
 	case opSetRange:
-		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, rb.bits[o.a0], rb.bits[o.a0+1], o.v
+		e.Kind, e.Bitslice, e.Lo, e.Hi, e.Bit = EventSetBits, name, rb.bits[e0], rb.bits[e0+1], h&recV != 0
 	}
 }
 
 // batch records a Batch applied as op (skip: changes it discarded).
 func (f *feed) batch(op uint64, b *Batch, skip []bool) {
-	if len(b.data) > maxRecData {
+	var rb *recBatch
+	if len(b.data) <= maxRecData {
+		rb = newRecBatch(b, skip)
+	}
+	if rb == nil {
 		f.events(batchEvents(op, b, skip))
 		return
 	}
-	r := feedRec{batch: newRecBatch(b, skip)}
+	r := feedRec{batch: rb}
 	r.Op = op
 	f.mu.Lock()
 	f.pending = append(f.pending, r)
@@ -1373,7 +1447,7 @@ func (f *feed) process() {
 
 // resolve moves the changes cut c resolves into the log, in op order
 // (changes of op 0 last, in record order), closed by a mark. It takes the
-// records under f.mu, compacts and sorts them without it (writers record
+// records under f.mu, drops empty ones and sorts them without it (writers record
 // meanwhile; O(records), never O(changes)), and appends the step under f.mu unless an overflow dropped
 // the log meanwhile. Only the resolver (or shutdown, after it) calls it.
 func (f *feed) resolve(c feedCut) bool {
@@ -1429,7 +1503,7 @@ func (f *feed) resolve(c feedCut) bool {
 	}
 	k = 0
 	for i := range take {
-		if take[i].compact(); take[i].count() > 0 {
+		if take[i].count() > 0 { // a batch whose every change was discarded
 			take[k] = take[i]
 			k++
 		}

@@ -849,6 +849,135 @@ func TestWatchOpZero(t *testing.T) {
 	}
 }
 
+// TestWatchBatchReuseKeepsEvents: a host that Resets and refills its
+// Batch after Apply, before the watch has read the batch's record, does
+// not change the record (it owns its bytes: a record that referenced the
+// Batch's buffer, a design tried and reverted, needed Reset to take a new
+// one): every event keeps its op's keys and values, whether the watch
+// reads before or after the refills, and a Batch added to after an Apply
+// without a Reset records its later changes too.
+func TestWatchBatchReuseKeepsEvents(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "k")
+	w, err := db.Watch(ctx, &WatchOptions{From: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	const ops, puts = 20, 8
+	bt := db.NewBatch()
+	var held []WatchEvent // read early, checked at the end
+	for op := 1; op <= ops; op++ {
+		if op%5 != 0 {
+			bt.Reset()
+		}
+		for j := range puts {
+			bt.Put(k, []byte(fmt.Sprintf("k%02d-%d", op, j)), []byte(fmt.Sprintf("v%02d-%d", op, j)))
+		}
+		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+			t.Fatal(err)
+		}
+		if op == 3 {
+			for {
+				e := nextEvent(t, w)
+				if e.Kind == EventResolved && e.Op >= 3 {
+					break
+				}
+				if e.Kind == EventPut {
+					held = append(held, e)
+				}
+			}
+		}
+	}
+	check := func(e WatchEvent) {
+		t.Helper()
+		var op, j, vop, vj int
+		if _, err := fmt.Sscanf(string(e.Key), "k%02d-%d", &op, &j); err != nil {
+			t.Fatalf("key %q: %v", e.Key, err)
+		}
+		if _, err := fmt.Sscanf(string(e.Value), "v%02d-%d", &vop, &vj); err != nil || vop != op || vj != j {
+			t.Fatalf("op %d: %q = %q", e.Op, e.Key, e.Value)
+		}
+		if uint64(op) > e.Op {
+			t.Fatalf("op %d: a change of op %d: %q", e.Op, op, e.Key)
+		}
+	}
+	n := len(held)
+	for {
+		e := nextEvent(t, w)
+		if e.Kind == EventResolved {
+			if e.Op >= ops {
+				break
+			}
+			continue
+		}
+		check(e)
+		n++
+	}
+	for _, e := range held {
+		check(e)
+	}
+	// Ops 5, 10, 15 and 20 added to the batch of the op before without a
+	// Reset, and applied it all again.
+	if want := ops*puts + 4*puts; n != want {
+		t.Fatalf("%d puts delivered, want %d", n, want)
+	}
+}
+
+// TestWatchRecBatchLayout: a batch's packed record (newRecBatch: the
+// bytes of the changes kept, each change's after the previous one's, its
+// ends and heads) gives, change by change, what the change-by-change form
+// (batchEvents) gives: every kind, empty and nil bounds, three names, with
+// no change left out and with every pattern of discarded changes in a
+// sliding window (the kept changes' bytes moved down over them).
+func TestWatchRecBatchLayout(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	defer closeT(t, db)
+	a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
+	bs, err := db.Bits("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := db.NewBatch()
+	bt.Put(a, []byte("k1"), []byte("value-1"))
+	bt.Put(a, []byte("k2"), []byte{})
+	bt.Set(bs, 7, true)
+	bt.Delete(b, []byte("gone"))
+	bt.DeleteRange(a, nil, []byte("c"))
+	bt.DeleteRange(b, []byte("m"), nil)
+	bt.DeleteRange(b, nil, nil)
+	bt.DeleteRange(a, []byte{}, []byte("zz"))
+	bt.SetRange(bs, 10, 20, false)
+	bt.Put(b, []byte("x"), []byte("y"))
+	bt.Delete(a, []byte("last"))
+	n := bt.Len()
+	check := func(skip []bool) {
+		t.Helper()
+		want := batchEvents(5, bt, skip)
+		rb := newRecBatch(bt, skip)
+		if rb == nil || rb.n != len(want) {
+			t.Fatalf("skip %v: record of %v changes, want %d", skip, rb, len(want))
+		}
+		for j := range want {
+			if got := rb.event(5, j); !reflect.DeepEqual(got, want[j]) {
+				t.Fatalf("skip %v: change %d: %+v, want %+v", skip, j, got, want[j])
+			}
+		}
+	}
+	check(nil)
+	for w := 1; w <= 3; w++ {
+		for i := 0; i+w <= n; i++ {
+			skip := make([]bool, n)
+			for k := i; k < i+w; k++ {
+				skip[k] = true
+			}
+			check(skip)
+		}
+	}
+}
+
 // TestWatchBatchRecordForms: a batch is recorded as one pointer-free
 // record (recBatch) unless its data passes maxRecData, when each change is
 // recorded on its own; both forms, read through several short reads (a
