@@ -1,0 +1,263 @@
+//go:build linux
+
+package kvbuf
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvbuf/kvbuf/bitslice"
+)
+
+// BenchmarkBitsW1Gap tests, one at a time, the suspects of issue 26 for
+// the gap between the overlay's W1 lookup with 1M bits pending (about
+// atomic-words' time) and the public Bits.Get in kvtool's W1 (1.5x it).
+// W1's sizes: 1M random sets flushed into a 4,194,304-bit slice, 1M more
+// left pending, 1M random lookups. Rows, each counting the set bits it
+// reads (checked equal): kvbuf (Bits.Get on engine A), atomic-words (W1's
+// baseline, its mask and value arrays on the Go heap), atomic-words-mmap
+// (the same arrays in an anonymous mapping with MADV_NOHUGEPAGE: 4 KiB
+// pages for sure) and atomic-words-thp (an anonymous mapping with
+// MADV_HUGEPAGE, 2 MiB aligned: what a careful engineer might run). Each
+// falls back to the same raw bitslice file (mmap) on a bit not pending.
+//
+// Sub-benchmarks (engines/mode):
+//   - one/blocks: one engine; rows timed block by block (16384 lookups) in
+//     rotating order, as the overlay's BenchmarkBitsW1 does;
+//   - one/passes: the same rows, each over all 1M lookups in turn, as
+//     kvtool runs them;
+//   - one/passes-evict: passes with a 64 MiB scan (untimed) before each
+//     row, as kvtool's other rows (maps of 1M entries, roaring) evict the
+//     caches (suspect i);
+//   - three/blocks, three/passes: three engines that get every change in
+//     turn, with a map of the changes beside them, as kvtool's W1 state
+//     does, so that engine A's table pages are allocated interleaved with
+//     the others' (suspect ii).
+//
+// Metrics: each row's ns/op and the median (and min, max) over blocks or
+// passes of its time ÷ atomic-words' in the same block or pass (below 1:
+// faster). doc/design.md ("Bits tables", bits12) quotes it.
+func BenchmarkBitsW1Gap(b *testing.B) {
+	for _, engines := range []int{1, 3} {
+		g := newW1Gap(b, engines)
+		name := map[int]string{1: "one", 3: "three"}[engines]
+		modes := []string{"blocks", "passes", "passes-evict"}
+		if engines == 3 {
+			modes = modes[:2]
+		}
+		for _, mode := range modes {
+			b.Run(name+"/"+mode, func(b *testing.B) { g.run(b, mode) })
+		}
+	}
+}
+
+type w1GapRow struct {
+	name string
+	run  func(lo, hi int) int
+}
+
+type w1Gap struct {
+	bs      *Bits
+	raw     *bitslice.File
+	lookups []uint64
+	rows    []w1GapRow
+	evict   []uint64
+}
+
+// mappedWords returns n atomic words in an anonymous mapping, with
+// MADV_HUGEPAGE (aligned to 2 MiB) or MADV_NOHUGEPAGE.
+func mappedWords(b *testing.B, n int, huge bool) []atomic.Uint64 {
+	const huge2M = 2 << 20
+	size := (n*8 + huge2M - 1) &^ (huge2M - 1)
+	m, err := unix.Mmap(-1, 0, size+huge2M, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = unix.Munmap(m) })
+	off := (huge2M - int(uintptr(unsafe.Pointer(&m[0])))&(huge2M-1)) & (huge2M - 1)
+	region := m[off : off+size]
+	advice := unix.MADV_NOHUGEPAGE
+	if huge {
+		advice = unix.MADV_HUGEPAGE
+	}
+	if err := unix.Madvise(region, advice); err != nil {
+		b.Fatal(err)
+	}
+	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&region[0])), n)
+}
+
+func newW1Gap(b *testing.B, engines int) *w1Gap {
+	const (
+		nbits = w6BitsLen
+		n     = 1_000_000
+	)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 5))
+	var all []*Bits
+	for range engines {
+		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = db.Close() })
+		bs, err := db.Bits("w1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, bs)
+	}
+	raw, err := bitslice.Create(filepath.Join(b.TempDir(), "raw.bits"), nbits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = raw.Close() })
+	op := uint64(0)
+	for range n {
+		i, v := rng.Uint64N(nbits), rng.IntN(2) == 1
+		op++
+		for _, bs := range all {
+			if err := bs.Set(ctx, i, v, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := raw.Set(i, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bs := range all {
+		if err := bs.db.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := raw.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	type words struct{ mask, val []atomic.Uint64 }
+	heap := words{make([]atomic.Uint64, nbits/64), make([]atomic.Uint64, nbits/64)}
+	mm := words{mappedWords(b, nbits/64, false), mappedWords(b, nbits/64, false)}
+	thp := words{mappedWords(b, nbits/64, true), mappedWords(b, nbits/64, true)}
+	beside := map[uint64]bool{} // kvtool's maps beside the engines
+	for range n {
+		i, v := rng.Uint64N(nbits), rng.IntN(2) == 1
+		op++
+		for _, bs := range all {
+			if err := bs.Set(ctx, i, v, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if engines > 1 {
+			beside[i] = v
+		}
+		bit := uint64(1) << (i & 63)
+		for _, w := range []words{heap, mm, thp} {
+			if v {
+				w.val[i>>6].Or(bit)
+			} else {
+				w.val[i>>6].And(^bit)
+			}
+			w.mask[i>>6].Or(bit)
+		}
+	}
+	g := &w1Gap{bs: all[0], raw: raw, lookups: make([]uint64, n), evict: make([]uint64, 8<<20)}
+	for k := range g.lookups {
+		g.lookups[k] = rng.Uint64N(nbits)
+	}
+	atomicRow := func(name string, w words) w1GapRow {
+		return w1GapRow{name, func(lo, hi int) int {
+			c := 0
+			for _, i := range g.lookups[lo:hi] {
+				bit := uint64(1) << (i & 63)
+				if w.mask[i>>6].Load()&bit != 0 {
+					if w.val[i>>6].Load()&bit != 0 {
+						c++
+					}
+				} else if g.raw.Get(i) {
+					c++
+				}
+			}
+			return c
+		}}
+	}
+	g.rows = []w1GapRow{
+		atomicRow("atomic-words", heap),
+		{"kvbuf", func(lo, hi int) int {
+			c := 0
+			for _, i := range g.lookups[lo:hi] {
+				v, err := g.bs.Get(i)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if v {
+					c++
+				}
+			}
+			return c
+		}},
+		atomicRow("atomic-words-mmap", mm),
+		atomicRow("atomic-words-thp", thp),
+	}
+	return g
+}
+
+// run times g's rows in mode (see BenchmarkBitsW1Gap).
+func (g *w1Gap) run(b *testing.B, mode string) {
+	n := len(g.lookups)
+	block := n
+	if mode == "blocks" {
+		block = 1 << 14
+	}
+	spent := make([]time.Duration, len(g.rows))
+	ratios := make([][]float64, len(g.rows))
+	r, ops := 0, 0
+	var sink uint64
+	for _, row := range g.rows { // warm-up: first touches, caches
+		row.run(0, n)
+	}
+	for b.Loop() {
+		for lo := 0; lo < n; lo += block {
+			hi := min(lo+block, n)
+			dt := make([]time.Duration, len(g.rows))
+			sums := make([]int, len(g.rows))
+			for j := range g.rows {
+				k := (r + j) % len(g.rows)
+				if mode == "passes-evict" {
+					for x := 0; x < len(g.evict); x += 8 {
+						g.evict[x]++
+						sink += g.evict[x]
+					}
+				}
+				t0 := time.Now()
+				sums[k] = g.rows[k].run(lo, hi)
+				dt[k] = time.Since(t0)
+				spent[k] += dt[k]
+			}
+			r++
+			for k := range g.rows {
+				if sums[k] != sums[0] {
+					b.Fatalf("%s counted %d, %s %d", g.rows[k].name, sums[k], g.rows[0].name, sums[0])
+				}
+				ratios[k] = append(ratios[k], float64(dt[k])/float64(max(dt[0], 1)))
+			}
+			ops += hi - lo
+		}
+	}
+	_ = sink
+	for k, row := range g.rows {
+		b.ReportMetric(float64(spent[k].Nanoseconds())/float64(max(ops, 1)), row.name+"-ns/op")
+		if k > 0 {
+			s := slices.Clone(ratios[k])
+			slices.Sort(s)
+			b.ReportMetric(s[len(s)/2], row.name+"/atomic-words")
+			b.ReportMetric(s[0], row.name+"/atomic-words-min")
+			b.ReportMetric(s[len(s)-1], row.name+"/atomic-words-max")
+		}
+	}
+}
