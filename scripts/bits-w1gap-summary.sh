@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Summarises BenchmarkBitsW1Gap output (scripts/bench-bits-w1gap.sh): per
+# Summarises BenchmarkBitsW1Gap output (scripts/bench-bits-w1gap.sh, or
+# one run of the test binary with -test.count): per
 # sub-benchmark and metric, the median over rounds (min-max over rounds)
 # of each ratio and ns/op metric.
 # Usage: scripts/bits-w1gap-summary.sh RAW.txt
