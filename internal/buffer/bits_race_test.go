@@ -467,13 +467,12 @@ func TestBitsLookupSealedNotWritten(t *testing.T) {
 	}
 }
 
-// TestBitsGetActiveTableFirst checks Get over a view with the active table
-// alone (rule B8a: the table's packed word first, the file's only for a bit
-// not pending there) with the filters deciding and with a dense table (the
-// dense flag deciding, no filter loaded): a bit pending as 0 over a file's
-// 1, as 1 over a file's 0, and bits not pending over either file value.
-// Mutation 410 (pending read from the value half) fails it.
-func TestBitsGetActiveTableFirst(t *testing.T) {
+// TestBitsGetActiveTable checks Get over a view with the active table
+// alone with the filters deciding and with a dense table (the dense flag
+// deciding, no filter word loaded: bits12's design 2): a bit pending as 0
+// over a file's 1, as 1 over a file's 0, and bits not pending over either
+// file value.
+func TestBitsGetActiveTable(t *testing.T) {
 	for _, dense := range []bool{false, true} {
 		r := newBitsRig(t, nil)
 		for _, i := range []uint64{300, 5000} {
