@@ -4,6 +4,7 @@ package kvbuf
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,10 @@ import (
 //   - one/passes-evict: passes with a 64 MiB scan (untimed) before each
 //     row, as kvtool's other rows (maps of 1M entries, roaring) evict the
 //     caches (suspect i);
+//   - bits-1M/passes, bits-16M/passes: one engine, passes, W1 at a
+//     quarter and four times its length (sets and lookups scaled): the
+//     cache footprint (at 1M both rows' lines fit a 1 MiB L2, at 16M
+//     neither's do);
 //   - three/blocks, three/passes: three engines that get every change in
 //     turn, with a map of the changes beside them, as kvtool's W1 state
 //     does, so that engine A's table pages are allocated interleaved with
@@ -47,7 +52,7 @@ import (
 // faster). doc/design.md ("Bits tables", bits12) quotes it.
 func BenchmarkBitsW1Gap(b *testing.B) {
 	for _, engines := range []int{1, 3} {
-		g := newW1Gap(b, engines)
+		g := newW1Gap(b, engines, w6BitsLen)
 		name := map[int]string{1: "one", 3: "three"}[engines]
 		modes := []string{"blocks", "passes", "passes-evict"}
 		if engines == 3 {
@@ -56,6 +61,14 @@ func BenchmarkBitsW1Gap(b *testing.B) {
 		for _, mode := range modes {
 			b.Run(name+"/"+mode, func(b *testing.B) { g.run(b, mode) })
 		}
+	}
+	// The footprint: W1 at a quarter and at four times its length, the
+	// pending sets and the lookups scaled with it (one engine, passes).
+	// At 1M bits both rows' lines fit a core's L2 (1 MiB here), at 16M
+	// neither's do.
+	for _, nbits := range []uint64{w6BitsLen / 4, w6BitsLen * 4} {
+		g := newW1Gap(b, 1, nbits)
+		b.Run(fmt.Sprintf("bits-%dM/passes", nbits>>20), func(b *testing.B) { g.run(b, "passes") })
 	}
 }
 
@@ -94,11 +107,8 @@ func mappedWords(b *testing.B, n int, huge bool) []atomic.Uint64 {
 	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&region[0])), n)
 }
 
-func newW1Gap(b *testing.B, engines int) *w1Gap {
-	const (
-		nbits = w6BitsLen
-		n     = 1_000_000
-	)
+func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
+	n := int(nbits * 1_000_000 / w6BitsLen)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 5))
 	var all []*Bits
@@ -142,8 +152,8 @@ func newW1Gap(b *testing.B, engines int) *w1Gap {
 	}
 	type words struct{ mask, val []atomic.Uint64 }
 	heap := words{make([]atomic.Uint64, nbits/64), make([]atomic.Uint64, nbits/64)}
-	mm := words{mappedWords(b, nbits/64, false), mappedWords(b, nbits/64, false)}
-	thp := words{mappedWords(b, nbits/64, true), mappedWords(b, nbits/64, true)}
+	mm := words{mappedWords(b, int(nbits/64), false), mappedWords(b, int(nbits/64), false)}
+	thp := words{mappedWords(b, int(nbits/64), true), mappedWords(b, int(nbits/64), true)}
 	beside := map[uint64]bool{} // kvtool's maps beside the engines
 	for range n {
 		i, v := rng.Uint64N(nbits), rng.IntN(2) == 1
