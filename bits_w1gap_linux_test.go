@@ -47,9 +47,14 @@ import (
 //     does, so that engine A's table pages are allocated interleaved with
 //     the others' (suspect ii).
 //
+// Two more rows count the bits without a branch on the value read, as
+// kvtool's W1 rows do: atomic-words-nobranch and kvbuf-nobranch (the rows
+// above branch on a coin flip, as the overlay's BenchmarkBitsW1 does).
+//
 // Metrics: each row's ns/op and the median (and min, max) over blocks or
 // passes of its time ÷ atomic-words' in the same block or pass (below 1:
-// faster). doc/design.md ("Bits tables", bits12) quotes it.
+// faster), and kvbuf-nobranch/atomic-words-nobranch, the same median of
+// the two branch-free rows' ratio. doc/design.md ("Bits tables", bits12) quotes it.
 func BenchmarkBitsW1Gap(b *testing.B) {
 	for _, engines := range []int{1, 3} {
 		g := newW1Gap(b, engines, w6BitsLen)
@@ -213,8 +218,43 @@ func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
 		}},
 		atomicRow("atomic-words-mmap", mm),
 		atomicRow("atomic-words-thp", thp),
+		// Counting without a branch on the bit read, as kvtool's rows do
+		// (b2i); the rows above branch on it (a coin flip: about half
+		// mispredicted), as the overlay's BenchmarkBitsW1 does.
+		{"atomic-words-nobranch", func(lo, hi int) int {
+			c := 0
+			for _, i := range g.lookups[lo:hi] {
+				bit := uint64(1) << (i & 63)
+				if heap.mask[i>>6].Load()&bit != 0 {
+					c += w1GapB2i(heap.val[i>>6].Load()&bit != 0)
+				} else {
+					c += w1GapB2i(g.raw.Get(i))
+				}
+			}
+			return c
+		}},
+		{"kvbuf-nobranch", func(lo, hi int) int {
+			c := 0
+			for _, i := range g.lookups[lo:hi] {
+				v, err := g.bs.Get(i)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c += w1GapB2i(v)
+			}
+			return c
+		}},
 	}
 	return g
+}
+
+// w1GapB2i is 1 for true, compiled to a flag set (no branch), as bench's b2i.
+func w1GapB2i(v bool) int {
+	var x int
+	if v {
+		x = 1
+	}
+	return x
 }
 
 // run times g's rows in mode (see BenchmarkBitsW1Gap).
@@ -260,6 +300,12 @@ func (g *w1Gap) run(b *testing.B, mode string) {
 		}
 	}
 	_ = sink
+	nb := make([]float64, len(ratios[0]))
+	for j := range nb { // kvbuf-nobranch ÷ atomic-words-nobranch, same block
+		nb[j] = ratios[len(g.rows)-1][j] / ratios[len(g.rows)-2][j]
+	}
+	slices.Sort(nb)
+	b.ReportMetric(nb[len(nb)/2], "kvbuf-nobranch/atomic-words-nobranch")
 	for k, row := range g.rows {
 		b.ReportMetric(float64(spent[k].Nanoseconds())/float64(max(ops, 1)), row.name+"-ns/op")
 		if k > 0 {
