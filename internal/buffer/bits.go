@@ -152,20 +152,16 @@ func (b *Bits) Get(i uint64) bool {
 			return x>>(i&63)&1 != 0
 		}
 	} else if len(v.sealed) == 0 {
-		// The active table alone, on the view already loaded: the table's
-		// word, then the file's only for a bit not pending there, both
-		// between the view's two loads (B8a). The branch is predicted, so
-		// the file's load still issues beside the table's; a pending bit
-		// leaves the file's line alone, keeping the hot lines fewer.
-		p := activeWord(v.adir, i)
-		var x bool
-		if sh := i & 31; p>>(32+sh)&1 != 0 {
-			x = p>>sh&1 != 0
-		} else if i < v.nbits {
-			x = fileWordAt(v.words, i)>>(i&63)&1 != 0
+		// The active table alone, on the view already loaded: the file's
+		// word first, then the table's, two independent loads whose cache
+		// misses overlap, both between the view's two loads (B8a).
+		var fw uint64
+		if i < v.nbits {
+			fw = fileWordAt(v.words, i)
 		}
+		p := activeWord(v.adir, i)
 		if b.view.Load() == v {
-			return x
+			return pendingOver(p, fw, i)
 		}
 	}
 	return b.getPending(i)

@@ -112,12 +112,10 @@ package buffer
 //     table being reset sees a new view.
 //
 // B8a. Load order of a fold. Between its two loads of the view (B8) a
-//     read may load the file's word before or after the tables' words,
-//     or only when the tables leave the bit not pending: GetMany over a
-//     view without sealed tables loads the file's word first, so that its
-//     cache miss and the table's overlap; Get over such a view loads the
-//     active table's word first and the file's only for a bit not pending
-//     there (the predicted branch still overlaps the two loads). While the view stays published the file's words differ
+//     read may load the file's word before or after the tables' words:
+//     the lookups over a view without sealed tables (Get, GetMany) load
+//     the file's word first, so that its cache miss and the table's
+//     overlap. While the view stays published the file's words differ
 //     from their values at the first load only in bits pending in a table
 //     of that view (B7: the flush writes only those until the Release
 //     publishes a view without the tables), and the fold takes those bits
