@@ -123,14 +123,20 @@ func (b *Bits) Get(i uint64) bool {
 	// No table can hold the bit if neither filter marks its word (B4a):
 	// the file alone. Below fn, one word of each filter decides (read
 	// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
-	// tables). A dense table has every word marked (B4a): no flag to load.
+	// tables). A dense table has every word marked (B4a).
 	// The filters are the tables' and a released table's is reset
 	// (zeroed) while the view may still be read: re-validate (B8) as a
 	// fold does, or the view's file words may predate the growth that
 	// holds the bit.
+	// Over a view without sealed tables whose active table is dense
+	// (every filter word marked before the flag is set, B4a), as
+	// GetMany, the flag alone decides: the filters' words stay out of
+	// the lookup (bits12, design 2).
 	l := i >> filterShift
 	var pending bool
-	if k := l >> 6; k < v.fn {
+	if len(v.sealed) == 0 && v.active.dense.Load() {
+		pending = true
+	} else if k := l >> 6; k < v.fn {
 		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
 		pending = f>>(l&63)&1 != 0

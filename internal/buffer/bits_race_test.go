@@ -466,3 +466,44 @@ func TestBitsLookupSealedNotWritten(t *testing.T) {
 		check("active table written")
 	}
 }
+
+// TestBitsGetActiveTable checks Get over a view with the active table
+// alone with the filters deciding and with a dense table (the dense flag
+// deciding, no filter word loaded: bits12's design 2): a bit pending as 0
+// over a file's 1, as 1 over a file's 0, and bits not pending over either
+// file value.
+func TestBitsGetActiveTable(t *testing.T) {
+	for _, dense := range []bool{false, true} {
+		r := newBitsRig(t, nil)
+		for _, i := range []uint64{300, 5000} {
+			if err := r.b.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.flush() // 300 and 5000 are 1 in the file
+		want := map[uint64]bool{300: false, 301: true, 5000: true, 5002: false}
+		for _, i := range []uint64{300, 301} {
+			if err := r.b.Set(i, want[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if dense {
+			// Far from the bits checked: a write in every second word
+			// marks more than an eighth of the filter.
+			for w := uint64(200); w < 200+4096*20; w += 2 {
+				if err := r.b.Set(w*64+7, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		v := r.b.view.Load()
+		if v.direct || len(v.sealed) != 0 || v.active.dense.Load() != dense {
+			t.Fatalf("dense %v: view direct %v, %d sealed, active dense %v", dense, v.direct, len(v.sealed), v.active.dense.Load())
+		}
+		for i, w := range want {
+			if got := r.b.Get(i); got != w {
+				t.Errorf("dense %v: Get(%d) = %v, want %v", dense, i, got, w)
+			}
+		}
+	}
+}
