@@ -129,6 +129,13 @@ func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
 		}
 		all = append(all, bs)
 	}
+	setAll := func(i uint64, v bool, op uint64) { // in every engine
+		for _, bs := range all {
+			if err := bs.Set(ctx, i, v, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	raw, err := bitslice.Create(filepath.Join(b.TempDir(), "raw.bits"), nbits)
 	if err != nil {
 		b.Fatal(err)
@@ -138,11 +145,7 @@ func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
 	for range n {
 		i, v := rng.Uint64N(nbits), rng.IntN(2) == 1
 		op++
-		for _, bs := range all {
-			if err := bs.Set(ctx, i, v, op); err != nil {
-				b.Fatal(err)
-			}
-		}
+		setAll(i, v, op)
 		if err := raw.Set(i, v); err != nil {
 			b.Fatal(err)
 		}
@@ -163,11 +166,7 @@ func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
 	for range n {
 		i, v := rng.Uint64N(nbits), rng.IntN(2) == 1
 		op++
-		for _, bs := range all {
-			if err := bs.Set(ctx, i, v, op); err != nil {
-				b.Fatal(err)
-			}
-		}
+		setAll(i, v, op)
 		if engines > 1 {
 			beside[i] = v
 		}

@@ -15,17 +15,10 @@
 # BenchmarkBitsW1Gap) the -test.bench pattern.
 . "$(dirname "$0")/lib/revisions.sh"
 
-need_args 2 "OUTDIR REV..." "$@"
-out="$1"
-shift
-revs=("$@")
+revs_args bitsw1gap "$@"
 runs="${RUNS:-3}"
 iters="${ITERS:-10}"
 bench="${BENCH:-BenchmarkBitsW1Gap}"
-out_dir "$out"
-work_dir bitsw1gap
-
-: >"$out/revisions.txt"
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
 	(cd "$work/src$i" && go test -c -o "$work/root$i.test" .)

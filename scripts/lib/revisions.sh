@@ -1,8 +1,9 @@
 # The preamble shared by the scripts that build and compare revisions
-# (bench-bits-w1.sh, bench-bits-w6.sh, bench-bits-w7.sh, bench-bits-flush.sh,
-# bench-buffer-compare.sh, bench-compare.sh, budget-ab.sh, gobench-compare.sh,
-# w6-ab.sh, watch-ab.sh, w9-ab.sh, w9-syncs.sh) or record the revision they
-# ran (bench-bits.sh, bench-buffer.sh, ycsb-configs.sh).
+# (bench-bits-w1.sh, bench-bits-w1gap.sh, bench-bits-w6.sh, bench-bits-w7.sh,
+# bench-bits-flush.sh, bench-buffer-compare.sh, bench-compare.sh,
+# budget-ab.sh, gobench-compare.sh, w6-ab.sh, watch-ab.sh, w9-ab.sh,
+# w9-syncs.sh) or record the revision they ran (bench-bits.sh,
+# bench-buffer.sh, ycsb-configs.sh).
 # Sourced, not run:
 #
 #	. "$(dirname "$0")/lib/revisions.sh"
