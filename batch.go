@@ -48,6 +48,13 @@ type batchOp struct {
 func (db *DB) NewBatch() *Batch { return &Batch{db: db} }
 
 func (b *Batch) bytes(p []byte) (int, int) {
+	if b.data == nil {
+		// Appending nothing to nil stays nil, and a view of nil data
+		// is nil: an empty bound, the first bytes of a fresh batch,
+		// would read as an open one (DeleteRange(k, nil, "") deleting
+		// everything). []byte{} does not allocate.
+		b.data = []byte{}
+	}
 	start := len(b.data)
 	b.data = append(b.data, p...)
 	return start, len(b.data)
