@@ -35,7 +35,8 @@ import (
 //   - overlay-grown: the same over a file created empty, as the engine's
 //     are, grown by its first flush.
 //
-// It logs each overlay's state (buffer.BitsState). Metrics: ns/op per row
+// Sub-benchmark all logs each overlay's state (buffer.BitsState) and how
+// each row's memory is backed (testutil.MappingOf). Metrics: ns/op per row
 // and the median (min, max) over blocks of each row's time ÷
 // atomic-words' in the same block.
 func BenchmarkBitsW1State(b *testing.B) {
@@ -136,19 +137,20 @@ func BenchmarkBitsW1State(b *testing.B) {
 		mask[c.i>>6].Or(bit)
 	}
 
-	for _, s := range []struct {
-		name string
-		ov   *buffer.Bits
-	}{{"engine-overlay", bs.ov}, {"overlay-sized", sized}, {"overlay-grown", grown}} {
-		st := s.ov.State()
-		b.Logf("%s: %+v", s.name, st)
-		logMapping(b, s.name+" page", st.FirstPage)
-		logMapping(b, s.name+" file", st.FileWords)
+	logState := func(b *testing.B) {
+		for _, s := range []struct {
+			name string
+			ov   *buffer.Bits
+		}{{"engine-overlay", bs.ov}, {"overlay-sized", sized}, {"overlay-grown", grown}} {
+			st := s.ov.State()
+			b.Logf("%s: %+v", s.name, st)
+			logMapping(b, s.name+" page", st.FirstPage)
+			logMapping(b, s.name+" file", st.FileWords)
+		}
+		logMapping(b, "atomic-words mask", uintptr(unsafe.Pointer(&mask[0])))
+		logMapping(b, "atomic-words val", uintptr(unsafe.Pointer(&val[0])))
+		logMapping(b, "raw file", uintptr(unsafe.Pointer(unsafe.SliceData(raw.View().Words()))))
 	}
-	logMapping(b, "atomic-words mask", uintptr(unsafe.Pointer(&mask[0])))
-	logMapping(b, "atomic-words val", uintptr(unsafe.Pointer(&val[0])))
-	logMapping(b, "raw file", uintptr(unsafe.Pointer(unsafe.SliceData(raw.View().Words()))))
-
 	rows := []w1GapRow{
 		{"atomic-words", func(lo, hi int) int {
 			c := 0
@@ -181,7 +183,10 @@ func BenchmarkBitsW1State(b *testing.B) {
 	// same memory, the other overlays their own. pair/<row>: atomic-words
 	// and that row alone, so that no row finds lines another left in the
 	// caches for the same block's lookups.
-	b.Run("all", func(b *testing.B) { runW1Rows(b, rows, n, 1<<14) })
+	b.Run("all", func(b *testing.B) {
+		logState(b)
+		runW1Rows(b, rows, n, 1<<14)
+	})
 	for _, row := range rows[1:] {
 		b.Run("pair/"+row.name, func(b *testing.B) { runW1Rows(b, []w1GapRow{rows[0], row}, n, 1<<14) })
 	}
