@@ -4,7 +4,7 @@
 # working tree is never touched), package buffer's test binary and
 # kvtool, then RUNS times, in rotating order (run r starts with revision
 # r mod N), runs with each revision
-#   - buffer.test -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes'
+#   - buffer.test -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes$'
 #     (the overlay: kvbuf, kvbuf-getmany and atomic-words timed block by
 #     block in one b.Loop, so their ratios come from the same moments), and
 #   - kvtool bench --workload '^W1/lookup-with-pending-changes$' (the
@@ -37,7 +37,7 @@ for i in "${!revs[@]}"; do
 	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" "./$pkg" && go build -o "$work/kvtool$i" ./cmd/kvtool)
 	note_rev "$i" "${revs[$i]}"
 done
-bargs=(-test.run '^$' -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes' -test.benchtime "${iters}x")
+bargs=(-test.run '^$' -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes$' -test.benchtime "${iters}x")
 kargs=(bench --workload '^W1/lookup-with-pending-changes$' --rounds "$rounds" --scale "$scale")
 {
 	echo "RUNS=$runs KVTOOL=${KVTOOL:-1}; each run, per revision: buffer.test ${bargs[*]}; kvtool ${kargs[*]} (not if KVTOOL=0)"
