@@ -144,7 +144,12 @@ func getLoopOf(b *kvbuf.Bits, lookups []uint64) (int64, error) {
 }
 
 // countRound is the engine's count row of W1 and W10: w1CountReps Counts
-// of b, the last one checked.
+// of b, the last one checked. It is not inlined: inlined into its callers,
+// the closure it returns was cloned there and compiled without inlining
+// Bits.Count, one more call per Count than the engine's callers pay
+// (sweep14).
+//
+//go:noinline
 func countRound(b *kvbuf.Bits) RoundFunc {
 	return func(context.Context, int) (RoundResult, error) {
 		var c uint64

@@ -411,81 +411,8 @@ func BenchmarkW5(b *testing.B) {
 		})
 	})
 
-	workers := func(name string, nested bool) {
-		b.Run(name, func(b *testing.B) {
-			b.Run("kvbuf", func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					var g drainGate
-					for range 4 {
-						tok, _ := g.Enter()
-						go func() {
-							if nested {
-								t2, _ := g.Enter()
-								go g.Leave(t2)
-							}
-							g.Leave(tok)
-						}()
-					}
-					g.Close()
-				}
-			})
-			b.Run("sync.WaitGroup+chan", func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					var wg sync.WaitGroup
-					done := make(chan struct{})
-					for range 4 {
-						wg.Add(1)
-						go func() {
-							if nested {
-								wg.Add(1)
-								go wg.Done()
-							}
-							wg.Done()
-						}()
-					}
-					wg.Wait()
-					close(done)
-					<-done
-				}
-			})
-			b.Run("rwmutex-gate", func(b *testing.B) {
-				if nested {
-					// A nested RLock blocks once Lock is waiting, and the
-					// outer RUnlock never comes: RWMutex cannot be a
-					// nesting gate.
-					b.Skip("sync.RWMutex deadlocks on nested read locks")
-				}
-				b.ReportAllocs()
-				for b.Loop() {
-					var mu sync.RWMutex
-					for range 4 {
-						mu.RLock()
-						go mu.RUnlock()
-					}
-					mu.Lock()
-				}
-			})
-			b.Run("errgroup", func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					var eg errgroup.Group
-					for range 4 {
-						eg.Go(func() error {
-							if nested {
-								eg.Go(func() error { return nil })
-							}
-							return nil
-						})
-					}
-					eg.Wait()
-				}
-			})
-		})
-	}
-	workers("complete-4-workers", false)
-	workers("nested-4-workers", true)
+	benchW5Workers(b, "complete-4-workers", false)
+	benchW5Workers(b, "nested-4-workers", true)
 
 	b.Run("wait-after-work", func(b *testing.B) {
 		b.Run("kvbuf", func(b *testing.B) {
@@ -685,6 +612,89 @@ func BenchmarkW5(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// benchW5Workers is W5's rows where 4 workers (each starting a nested one
+// if nested) enter a gate and the caller waits for them. It is a named
+// function and not inlined: as a closure inlined into BenchmarkW5 its row
+// closures were cloned there and compiled without inlining the calls in
+// their bodies (Go 1.26), so the kvbuf rows called drainGate.Enter and
+// Leave out of line (8 calls an iteration, 16 nested) and the WaitGroup
+// rows Done (4, 8 nested) (sweep14).
+//
+//go:noinline
+func benchW5Workers(b *testing.B, name string, nested bool) {
+	b.Run(name, func(b *testing.B) {
+		b.Run("kvbuf", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var g drainGate
+				for range 4 {
+					tok, _ := g.Enter()
+					go func() {
+						if nested {
+							t2, _ := g.Enter()
+							go g.Leave(t2)
+						}
+						g.Leave(tok)
+					}()
+				}
+				g.Close()
+			}
+		})
+		b.Run("sync.WaitGroup+chan", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				done := make(chan struct{})
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						if nested {
+							wg.Add(1)
+							go wg.Done()
+						}
+						wg.Done()
+					}()
+				}
+				wg.Wait()
+				close(done)
+				<-done
+			}
+		})
+		b.Run("rwmutex-gate", func(b *testing.B) {
+			if nested {
+				// A nested RLock blocks once Lock is waiting, and the
+				// outer RUnlock never comes: RWMutex cannot be a
+				// nesting gate.
+				b.Skip("sync.RWMutex deadlocks on nested read locks")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				var mu sync.RWMutex
+				for range 4 {
+					mu.RLock()
+					go mu.RUnlock()
+				}
+				mu.Lock()
+			}
+		})
+		b.Run("errgroup", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var eg errgroup.Group
+				for range 4 {
+					eg.Go(func() error {
+						if nested {
+							eg.Go(func() error { return nil })
+						}
+						return nil
+					})
+				}
+				eg.Wait()
+			}
+		})
 	})
 }
 
