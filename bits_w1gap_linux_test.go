@@ -112,22 +112,28 @@ func mappedWords(b *testing.B, n int, huge bool) []atomic.Uint64 {
 	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&region[0])), n)
 }
 
+// w1GapEngine opens an engine that flushes only when told, with room for
+// W1's pending sets, and returns its bitslice "w1".
+func w1GapEngine(b *testing.B) *Bits {
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	bs, err := db.Bits("w1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bs
+}
+
 func newW1Gap(b *testing.B, engines int, nbits uint64) *w1Gap {
 	n := int(nbits * 1_000_000 / w6BitsLen)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 5))
 	var all []*Bits
 	for range engines {
-		db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = db.Close() })
-		bs, err := db.Bits("w1")
-		if err != nil {
-			b.Fatal(err)
-		}
-		all = append(all, bs)
+		all = append(all, w1GapEngine(b))
 	}
 	setAll := func(i uint64, v bool, op uint64) { // in every engine
 		for _, bs := range all {

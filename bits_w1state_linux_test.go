@@ -61,21 +61,13 @@ func BenchmarkBitsW1State(b *testing.B) {
 		lookups[k] = rng.Uint64N(nbits)
 	}
 
-	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, MaxPendingBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	bs, err := db.Bits("w1")
-	if err != nil {
-		b.Fatal(err)
-	}
+	bs := w1GapEngine(b)
 	for k, c := range flushed {
 		if err := bs.Set(ctx, c.i, c.v, uint64(k+1)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := db.Flush(ctx); err != nil {
+	if err := bs.db.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
 	for k, c := range pending {

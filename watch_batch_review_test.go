@@ -101,17 +101,9 @@ func TestWatchBatchRecordReview(t *testing.T) {
 				t.Fatalf("%d changes expected, the test miscounts: %q", n, want)
 			}
 
-			var held []WatchEvent
+			held := changesUntil(t, w, 6)
 			var got []string
-			for {
-				e := nextEvent(t, w)
-				if e.Kind == EventResolved {
-					if e.Op >= 6 {
-						break
-					}
-					continue
-				}
-				held = append(held, e)
+			for _, e := range held {
 				got = append(got, evText(e))
 			}
 			checkSame(t, "live", got, want[:len(got)])

@@ -135,6 +135,23 @@ func nextEvent(t testing.TB, w *Watch) WatchEvent {
 	return e
 }
 
+// changesUntil returns w's changes up to its first resolved mark at or
+// above n (the marks before it skipped).
+func changesUntil(t testing.TB, w *Watch, n uint64) []WatchEvent {
+	t.Helper()
+	var out []WatchEvent
+	for {
+		e := nextEvent(t, w)
+		if e.Kind == EventResolved {
+			if e.Op >= n {
+				return out
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+}
+
 // readUntil folds w's events into st until a resolved mark >= n, returning
 // the events read and the mark.
 func readUntil(t testing.TB, w *Watch, st *feedState, n uint64) ([]WatchEvent, WatchEvent) {
@@ -1017,16 +1034,7 @@ func TestWatchBatchRecordForms(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for {
-				e := nextEvent(t, w)
-				if e.Kind == EventResolved {
-					if e.Op >= 3 {
-						break
-					}
-					continue
-				}
-				streams[i] = append(streams[i], e)
-			}
+			streams[i] = append(streams[i], changesUntil(t, w, 3)...)
 		}()
 	}
 	if len(streams[0]) != 21 || !reflect.DeepEqual(streams[0], streams[1]) {

@@ -1,7 +1,6 @@
 package buffer
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,13 +100,8 @@ func TestBitsGetDenseFlipRace(t *testing.T) {
 				seen[a] = true
 			}
 			r.bar.Unlock()
-			if g != nil {
-				if err := g.Write(context.Background(), r.gen); err != nil {
-					failure.fail("write: %v", err)
-					return
-				}
-				r.b.Release(r.gen)
-				flushes.Add(1)
+			if !r.writeRelease(g, &failure, &flushes) {
+				return
 			}
 			r.bar.Lock()
 			r.b.Settle()

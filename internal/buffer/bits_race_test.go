@@ -43,13 +43,8 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 				s = r.b.Snapshot() // pins the tables the next release drops
 			}
 			r.bar.Unlock()
-			if g != nil {
-				if err := g.Write(context.Background(), r.gen); err != nil {
-					failure.fail("write: %v", err)
-					return
-				}
-				r.b.Release(r.gen)
-				flushes.Add(1)
+			if !r.writeRelease(g, &failure, &flushes) {
+				return
 			}
 			if s != nil {
 				s.Close()

@@ -198,6 +198,22 @@ func newBitsRig(t testing.TB, opts *Options) *bitsRig {
 	return r
 }
 
+// writeRelease writes and releases g, frozen as generation r.gen (nil:
+// nothing was pending), and counts it in flushes, for a flusher goroutine
+// of a race test: false after reporting a write's failure to failure.
+func (r *bitsRig) writeRelease(g *BitsGen, failure *firstFailure, flushes *atomic.Int64) bool {
+	if g == nil {
+		return true
+	}
+	if err := g.Write(context.Background(), r.gen); err != nil {
+		failure.fail("write: %v", err)
+		return false
+	}
+	r.b.Release(r.gen)
+	flushes.Add(1)
+	return true
+}
+
 // flush freezes, writes and releases one generation, then settles.
 func (r *bitsRig) flush() {
 	r.bar.Lock()
