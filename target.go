@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -87,6 +88,10 @@ func (t *target) PendingBytes() int64 {
 	}
 	return n
 }
+
+// PendingCounter implements flush.PendingCounter: PendingBytes is the
+// account's total whenever it is not zero.
+func (t *target) PendingCounter() *atomic.Int64 { return (*DB)(t).acct.Counter() }
 
 // markCatalog records that a catalog has unflushed changes: the caller
 // just set catDirty or added to bitsAdded. db.mu held.

@@ -100,6 +100,9 @@ type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
 	opts    Options
+	// pend is t's PendingCounter when admission may read it in place of
+	// PendingBytes (MaxPendingBytes and FlushBytes positive), else nil.
+	pend *atomic.Int64
 
 	gate    drainGate
 	barrier *stripe.RWBarrier
@@ -234,6 +237,9 @@ func New(t Target, opts *Options) (*Flusher, error) {
 		gwTimer:    time.NewTimer(time.Hour),
 	}
 	f.settler, _ = t.(Settler)
+	if pc, ok := t.(PendingCounter); ok && f.opts.MaxPendingBytes > 0 && f.opts.FlushBytes > 0 {
+		f.pend = pc.PendingCounter()
+	}
 	f.gate.Stripe() // Flush calls, tickets and writes waiting for room enter it from many goroutines
 	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
@@ -339,18 +345,23 @@ func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	if err := checkOpRange("write", op); err != nil {
-		return nil, false, err
-	}
-	if op != 0 && op <= f.persisted.Load() {
-		if f.gate.closing.Load() {
-			return nil, false, kverr.ErrClosed
+	if op != 0 {
+		if err := checkOpRange("write", op); err != nil {
+			return nil, false, err
 		}
-		// Redelivered: persisted only grows, so the op stays covered.
-		f.redelivered.Add(1)
-		return nil, true, nil
+		if op <= f.persisted.Load() {
+			if f.gate.closing.Load() {
+				return nil, false, kverr.ErrClosed
+			}
+			// Redelivered: persisted only grows, so the op stays covered.
+			f.redelivered.Add(1)
+			return nil, true, nil
+		}
 	}
-	if f.opts.MaxPendingBytes > 0 {
+	// At or below FlushBytes (which is positive when pend is set), the
+	// counter decides as PendingBytes would (PendingCounter): no kick, no
+	// wait, and no interface call.
+	if c := f.pend; f.opts.MaxPendingBytes > 0 && (c == nil || c.Load() > f.opts.FlushBytes) {
 		if err := f.admitBytes(ctx); err != nil {
 			return nil, false, err
 		}
@@ -360,7 +371,8 @@ func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *
 	// gate, then takes the barrier exclusively once, so a write that
 	// finds the gate open under the barrier ends before Close goes on,
 	// and every later one finds it shut (invariant 13).
-	w = f.barrier.RLockAt(stripe.Hint(32) & f.mask)
+	w = f.barrier.At(stripe.Hint(32) & f.mask)
+	w.RLock() // inlined here: RLockAt is a call
 	if f.gate.closing.Load() {
 		w.RUnlock()
 		return nil, false, kverr.ErrClosed
