@@ -88,14 +88,15 @@ import (
 //     deferred handler starts a goroutine that records the failure and
 //     resumes the same loop (all loop state lives in the Flusher). That is
 //     the only restart.
-//  13. A write holds the barrier's shared side and not the gate (BeginWrite;
-//     a write that waits for room holds the gate while it waits). It reads
-//     the gate's closing flag after taking the barrier and is refused if it
-//     is set; Close sets the flag (gate Shut) before it takes the barrier
-//     exclusively once. So a write admitted before Close took the barrier
-//     ended before Close went on (its RUnlock happens before that Lock),
-//     and every write after finds the flag set: Close's final flush and the
-//     host's teardown never run beside a write (mutation 200).
+//  13. A write holds the barrier's shared side and not the gate (BeginWrite,
+//     and Write, whose fast path repeats the steps; a write that waits for
+//     room holds the gate while it waits). It reads the gate's closing flag
+//     after taking the barrier and is refused if it is set; Close sets the
+//     flag (gate Shut) before it takes the barrier exclusively once. So a
+//     write admitted before Close took the barrier ended before Close went
+//     on (its RUnlock happens before that Lock), and every write after finds
+//     the flag set: Close's final flush and the host's teardown never run
+//     beside a write (mutations 200 and 450, Write's fast path).
 type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
@@ -330,6 +331,32 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 // BeginWrite, then apply's. apply must not call Flush, BeginOp, EndOp,
 // Exclusive or Close.
 func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) error {
+	if f.bytesFast() {
+		// The common case in line: admitWrite's steps that apply to a
+		// write of op 0, or of the open head op, with pending bytes at or
+		// below FlushBytes.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w := f.barrier.At(stripe.Hint(32) & f.mask)
+		w.RLock()
+		if f.gate.closing.Load() { // invariant 13, as admitWrite
+			w.RUnlock()
+			return kverr.ErrClosed
+		}
+		// Under the barrier, as opTracker.write: an open op is above
+		// every claim (so above the persisted watermark), and no freeze
+		// claims it before the write ends (invariant 2).
+		if op == 0 || f.ops.openHead(op) {
+			if !f.dirty.Load() {
+				f.dirty.Store(true)
+			}
+			err := apply()
+			w.RUnlock()
+			return err
+		}
+		w.RUnlock()
+	}
 	w, skipped, err := f.admitWrite(ctx, op, false)
 	if err != nil || skipped {
 		return err
@@ -337,6 +364,17 @@ func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) erro
 	err = apply()
 	w.RUnlock()
 	return err
+}
+
+// bytesFast reports that admission's pending-bytes step has nothing to
+// do: the pending counter is at or below FlushBytes (PendingCounter: no
+// kick, no wait), or there is no bound.
+func (f *Flusher) bytesFast() bool {
+	if f.opts.MaxPendingBytes > 0 {
+		c := f.pend
+		return c != nil && c.Load() <= f.opts.FlushBytes
+	}
+	return true
 }
 
 // admitWrite is BeginWrite's admission: the barrier stripe the write
@@ -359,9 +397,8 @@ func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *
 		}
 	}
 	// At or below FlushBytes (which is positive when pend is set), the
-	// counter decides as PendingBytes would (PendingCounter): no kick, no
-	// wait, and no interface call.
-	if c := f.pend; f.opts.MaxPendingBytes > 0 && (c == nil || c.Load() > f.opts.FlushBytes) {
+	// counter decides as PendingBytes would (PendingCounter).
+	if !f.bytesFast() {
 		if err := f.admitBytes(ctx); err != nil {
 			return nil, false, err
 		}

@@ -1215,8 +1215,10 @@ func TestCloseWaitsForTickets(t *testing.T) {
 // writes in plain (unsynchronised) counters that the test reads after
 // Close: only the barrier orders them, so the race detector reports a
 // write Close did not wait for; a write admitted after Close returned is
-// reported as such (mutation 200).
+// reported as such (mutation 200). Half the writers use Write, whose fast
+// path takes the barrier itself (mutation 450).
 func TestCloseRefusesWritesUnderBarrier(t *testing.T) {
+	errAfterClose := errors.New("admitted after Close returned")
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	for range 20 {
 		ft := newFake(t)
@@ -1229,6 +1231,25 @@ func TestCloseRefusesWritesUnderBarrier(t *testing.T) {
 		for j := range writers {
 			wg.Go(func() {
 				for {
+					if j%2 == 1 {
+						// Write's fast path (mutation 450).
+						err := f.Write(t.Context(), 0, func() error {
+							if closed.Load() {
+								return errAfterClose
+							}
+							counts[j]++
+							started.Add(1)
+							return nil
+						})
+						if errors.Is(err, kverr.ErrClosed) {
+							return
+						}
+						if err != nil {
+							t.Errorf("writer %d: %v", j, err)
+							return
+						}
+						continue
+					}
 					w, err := f.BeginWrite(t.Context(), 0, false)
 					if errors.Is(err, kverr.ErrClosed) {
 						return
