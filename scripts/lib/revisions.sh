@@ -95,7 +95,12 @@ buffer_pkg() {
 # their benchmark runs, never their builds.
 locked() {
 	if [[ -n "${BENCH_LOCK:-}" ]]; then
-		flock "$BENCH_LOCK" "$@"
+		# A subshell holding the lock on fd 9, so that CMD may be a
+		# shell function (flock CMD runs programs only).
+		(
+			flock 9
+			"$@"
+		) 9>>"$BENCH_LOCK"
 	else
 		"$@"
 	fi
