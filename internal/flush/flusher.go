@@ -331,10 +331,9 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 // BeginWrite, then apply's. apply must not call Flush, BeginOp, EndOp,
 // Exclusive or Close.
 func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) error {
-	if f.bytesFast() {
-		// The common case in line: admitWrite's steps that apply to a
-		// write of op 0, or of the open head op, with pending bytes at or
-		// below FlushBytes.
+	if f.bytesFast() && (op == 0 || op <= MaxOp && op > f.persisted.Load()) {
+		// The common case in line: admitWrite's steps for a write that
+		// is not redelivered, with pending bytes at or below FlushBytes.
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -344,18 +343,20 @@ func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) erro
 			w.RUnlock()
 			return kverr.ErrClosed
 		}
-		// Under the barrier, as opTracker.write: an open op is above
-		// every claim (so above the persisted watermark), and no freeze
-		// claims it before the write ends (invariant 2).
-		if op == 0 || f.ops.openHead(op) {
-			if !f.dirty.Load() {
-				f.dirty.Store(true)
+		// Under the barrier, as admitWrite (invariant 2); the open head
+		// op, the common case, needs no call.
+		if op != 0 && !f.ops.openHead(op) {
+			if err := f.ops.write(op); err != nil {
+				w.RUnlock()
+				return err
 			}
-			err := apply()
-			w.RUnlock()
-			return err
 		}
+		if !f.dirty.Load() {
+			f.dirty.Store(true)
+		}
+		err := apply()
 		w.RUnlock()
+		return err
 	}
 	w, skipped, err := f.admitWrite(ctx, op, false)
 	if err != nil || skipped {

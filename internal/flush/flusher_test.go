@@ -2122,3 +2122,39 @@ func TestDrain(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestWriteTracksOps: Write, whose fast path takes the barrier itself (with
+// no bound on pending bytes, and with one that the fake's counter is
+// below), begins an op above every op begun, admits its open head op,
+// refuses a complete one and skips a redelivered one, as BeginWrite does
+// (mutation 451).
+func TestWriteTracksOps(t *testing.T) {
+	for _, opts := range []*Options{manual, {Interval: -1, MaxPendingBytes: 1 << 20, GroupWait: -1}} {
+		ft := newFake(t)
+		f := mustNew(ft, opts)
+		ctx := t.Context()
+		applied := 0
+		apply := func() error { applied++; return nil }
+		for _, op := range []uint64{3, 3, 5} {
+			if err := f.Write(ctx, op, apply); err != nil {
+				t.Fatalf("Write of op %d: %v", op, err)
+			}
+		}
+		if h, c := f.HighestOp(), f.CompletedOp(); h != 5 || c != 4 {
+			t.Fatalf("HighestOp %d, CompletedOp %d after writes of ops 3, 3, 5; want 5, 4", h, c)
+		}
+		if err := f.Write(ctx, 3, apply); !errors.Is(err, kverr.ErrStaleOp) {
+			t.Fatalf("Write of complete op 3: %v, want ErrStaleOp", err)
+		}
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Write(ctx, 4, apply); err != nil {
+			t.Fatalf("Write of redelivered op 4: %v", err)
+		}
+		if applied != 3 {
+			t.Fatalf("%d writes applied, want 3 (the stale and the redelivered one not)", applied)
+		}
+		closeOK(t, f)
+	}
+}
