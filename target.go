@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -76,9 +77,10 @@ func (t *target) Freeze(g uint64) flush.Generation {
 // PendingBytes implements flush.Target: the memory of every pending change,
 // plus one byte while a catalog has unflushed changes, so that a flush
 // writes a new or dropped keyspace, or a new bitslice, even with no data.
-// Every write's admission calls it: with nothing pending it reads
-// catPending, not catDirty and bitsAdded under mu (a lock per write
-// between a flush and the next change).
+// Admission calls it only when the account's total is above FlushBytes
+// (PendingCounter) or with no PendingCounter in use; Stats and the
+// flusher's idle check call it too: with nothing pending it reads
+// catPending, not catDirty and bitsAdded under mu.
 func (t *target) PendingBytes() int64 {
 	db := (*DB)(t)
 	n := db.acct.Bytes()
@@ -87,6 +89,10 @@ func (t *target) PendingBytes() int64 {
 	}
 	return n
 }
+
+// PendingCounter implements flush.PendingCounter: PendingBytes is the
+// account's total whenever it is not zero.
+func (t *target) PendingCounter() *atomic.Int64 { return (*DB)(t).acct.Counter() }
 
 // markCatalog records that a catalog has unflushed changes: the caller
 // just set catDirty or added to bitsAdded. db.mu held.

@@ -16,7 +16,8 @@
 #   e.g. OVERLAY=storage/bench_test.go PAIR=kvbuf-iter/pebble-iter \
 #        scripts/gobench-compare.sh 608254b 3a32306 ./storage BenchmarkStoreScan
 #
-# Environment: ROUNDS (default 5), BENCHTIME (default 1s), OVERLAY, PAIR.
+# Environment: ROUNDS (default 5), BENCHTIME (default 1s), OVERLAY, PAIR,
+# BENCH_LOCK (a lock file held during each run, not the builds).
 . "$(dirname "$0")/lib/revisions.sh"
 
 need_args 4 "OLDREV NEWREV PKG BENCH [OUTDIR]" "$@"
@@ -44,7 +45,7 @@ for ((r = 1; r <= rounds; r++)); do
 	((r % 2 == 0)) && order=(new old)
 	for name in "${order[@]}"; do
 		echo "round $r: $name" >&2
-		(cd "$work/$name/$pkg" && "$work/$name.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime") >"$out/$name-$r.txt"
+		(cd "$work/$name/$pkg" && locked "$work/$name.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime") >"$out/$name-$r.txt"
 	done
 done
 

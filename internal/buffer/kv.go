@@ -29,6 +29,11 @@ type Account struct {
 // Bytes returns the total.
 func (a *Account) Bytes() int64 { return a.n.Load() }
 
+// Counter returns the counter that holds the total, for callers that load
+// it in place of Bytes (the engine's admission, flush.PendingCounter); only
+// the overlays add to it.
+func (a *Account) Counter() *atomic.Int64 { return &a.n }
+
 // Seq returns the sequencer of the overlays sharing the account.
 func (a *Account) Seq() *Seq { return &a.seq }
 

@@ -88,18 +88,22 @@ import (
 //     deferred handler starts a goroutine that records the failure and
 //     resumes the same loop (all loop state lives in the Flusher). That is
 //     the only restart.
-//  13. A write holds the barrier's shared side and not the gate (BeginWrite;
-//     a write that waits for room holds the gate while it waits). It reads
-//     the gate's closing flag after taking the barrier and is refused if it
-//     is set; Close sets the flag (gate Shut) before it takes the barrier
-//     exclusively once. So a write admitted before Close took the barrier
-//     ended before Close went on (its RUnlock happens before that Lock),
-//     and every write after finds the flag set: Close's final flush and the
-//     host's teardown never run beside a write (mutation 200).
+//  13. A write holds the barrier's shared side and not the gate (BeginWrite,
+//     and Write, whose fast path repeats the steps; a write that waits for
+//     room holds the gate while it waits). It reads the gate's closing flag
+//     after taking the barrier and is refused if it is set; Close sets the
+//     flag (gate Shut) before it takes the barrier exclusively once. So a
+//     write admitted before Close took the barrier ended before Close went
+//     on (its RUnlock happens before that Lock), and every write after finds
+//     the flag set: Close's final flush and the host's teardown never run
+//     beside a write (mutations 200 and 450, Write's fast path).
 type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
 	opts    Options
+	// pend is t's PendingCounter when admission may read it in place of
+	// PendingBytes (MaxPendingBytes and FlushBytes positive), else nil.
+	pend *atomic.Int64
 
 	gate    drainGate
 	barrier *stripe.RWBarrier
@@ -234,6 +238,9 @@ func New(t Target, opts *Options) (*Flusher, error) {
 		gwTimer:    time.NewTimer(time.Hour),
 	}
 	f.settler, _ = t.(Settler)
+	if pc, ok := t.(PendingCounter); ok && f.opts.MaxPendingBytes > 0 && f.opts.FlushBytes > 0 {
+		f.pend = pc.PendingCounter()
+	}
 	f.gate.Stripe() // Flush calls, tickets and writes waiting for room enter it from many goroutines
 	f.claimed.Store(f.opts.Watermark)
 	f.persisted.Store(f.opts.Watermark)
@@ -324,6 +331,33 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 // BeginWrite, then apply's. apply must not call Flush, BeginOp, EndOp,
 // Exclusive or Close.
 func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) error {
+	if f.bytesFast() && (op == 0 || op <= MaxOp && op > f.persisted.Load()) {
+		// The common case in line: admitWrite's steps for a write that
+		// is not redelivered, with pending bytes at or below FlushBytes.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w := f.barrier.At(stripe.Hint(32) & f.mask)
+		w.RLock()
+		if f.gate.closing.Load() { // invariant 13, as admitWrite
+			w.RUnlock()
+			return kverr.ErrClosed
+		}
+		// Under the barrier, as admitWrite (invariant 2); the open head
+		// op, the common case, needs no call.
+		if op != 0 && !f.ops.openHead(op) {
+			if err := f.ops.write(op); err != nil {
+				w.RUnlock()
+				return err
+			}
+		}
+		if !f.dirty.Load() {
+			f.dirty.Store(true)
+		}
+		err := apply()
+		w.RUnlock()
+		return err
+	}
 	w, skipped, err := f.admitWrite(ctx, op, false)
 	if err != nil || skipped {
 		return err
@@ -333,24 +367,39 @@ func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) erro
 	return err
 }
 
+// bytesFast reports that admission's pending-bytes step has nothing to
+// do: the pending counter is at or below FlushBytes (PendingCounter: no
+// kick, no wait), or there is no bound.
+func (f *Flusher) bytesFast() bool {
+	if f.opts.MaxPendingBytes > 0 {
+		c := f.pend
+		return c != nil && c.Load() <= f.opts.FlushBytes
+	}
+	return true
+}
+
 // admitWrite is BeginWrite's admission: the barrier stripe the write
 // holds, or skipped for a redelivered op, or an error (nothing held).
 func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *sync.RWMutex, skipped bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	if err := checkOpRange("write", op); err != nil {
-		return nil, false, err
-	}
-	if op != 0 && op <= f.persisted.Load() {
-		if f.gate.closing.Load() {
-			return nil, false, kverr.ErrClosed
+	if op != 0 {
+		if err := checkOpRange("write", op); err != nil {
+			return nil, false, err
 		}
-		// Redelivered: persisted only grows, so the op stays covered.
-		f.redelivered.Add(1)
-		return nil, true, nil
+		if op <= f.persisted.Load() {
+			if f.gate.closing.Load() {
+				return nil, false, kverr.ErrClosed
+			}
+			// Redelivered: persisted only grows, so the op stays covered.
+			f.redelivered.Add(1)
+			return nil, true, nil
+		}
 	}
-	if f.opts.MaxPendingBytes > 0 {
+	// At or below FlushBytes (which is positive when pend is set), the
+	// counter decides as PendingBytes would (PendingCounter).
+	if !f.bytesFast() {
 		if err := f.admitBytes(ctx); err != nil {
 			return nil, false, err
 		}
@@ -360,7 +409,8 @@ func (f *Flusher) admitWrite(ctx context.Context, op uint64, closesOp bool) (w *
 	// gate, then takes the barrier exclusively once, so a write that
 	// finds the gate open under the barrier ends before Close goes on,
 	// and every later one finds it shut (invariant 13).
-	w = f.barrier.RLockAt(stripe.Hint(32) & f.mask)
+	w = f.barrier.At(stripe.Hint(32) & f.mask)
+	w.RLock() // inlined here: RLockAt is a call
 	if f.gate.closing.Load() {
 		w.RUnlock()
 		return nil, false, kverr.ErrClosed

@@ -1215,8 +1215,10 @@ func TestCloseWaitsForTickets(t *testing.T) {
 // writes in plain (unsynchronised) counters that the test reads after
 // Close: only the barrier orders them, so the race detector reports a
 // write Close did not wait for; a write admitted after Close returned is
-// reported as such (mutation 200).
+// reported as such (mutation 200). Half the writers use Write, whose fast
+// path takes the barrier itself (mutation 450).
 func TestCloseRefusesWritesUnderBarrier(t *testing.T) {
+	errAfterClose := errors.New("admitted after Close returned")
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	for range 20 {
 		ft := newFake(t)
@@ -1229,6 +1231,25 @@ func TestCloseRefusesWritesUnderBarrier(t *testing.T) {
 		for j := range writers {
 			wg.Go(func() {
 				for {
+					if j%2 == 1 {
+						// Write's fast path (mutation 450).
+						err := f.Write(t.Context(), 0, func() error {
+							if closed.Load() {
+								return errAfterClose
+							}
+							counts[j]++
+							started.Add(1)
+							return nil
+						})
+						if errors.Is(err, kverr.ErrClosed) {
+							return
+						}
+						if err != nil {
+							t.Errorf("writer %d: %v", j, err)
+							return
+						}
+						continue
+					}
 					w, err := f.BeginWrite(t.Context(), 0, false)
 					if errors.Is(err, kverr.ErrClosed) {
 						return
@@ -2100,4 +2121,40 @@ func TestDrain(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestWriteTracksOps: Write, whose fast path takes the barrier itself (with
+// no bound on pending bytes, and with one that the fake's counter is
+// below), begins an op above every op begun, admits its open head op,
+// refuses a complete one and skips a redelivered one, as BeginWrite does
+// (mutation 451).
+func TestWriteTracksOps(t *testing.T) {
+	for _, opts := range []*Options{manual, {Interval: -1, MaxPendingBytes: 1 << 20, GroupWait: -1}} {
+		ft := newFake(t)
+		f := mustNew(ft, opts)
+		ctx := t.Context()
+		applied := 0
+		apply := func() error { applied++; return nil }
+		for _, op := range []uint64{3, 3, 5} {
+			if err := f.Write(ctx, op, apply); err != nil {
+				t.Fatalf("Write of op %d: %v", op, err)
+			}
+		}
+		if h, c := f.HighestOp(), f.CompletedOp(); h != 5 || c != 4 {
+			t.Fatalf("HighestOp %d, CompletedOp %d after writes of ops 3, 3, 5; want 5, 4", h, c)
+		}
+		if err := f.Write(ctx, 3, apply); !errors.Is(err, kverr.ErrStaleOp) {
+			t.Fatalf("Write of complete op 3: %v, want ErrStaleOp", err)
+		}
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Write(ctx, 4, apply); err != nil {
+			t.Fatalf("Write of redelivered op 4: %v", err)
+		}
+		if applied != 3 {
+			t.Fatalf("%d writes applied, want 3 (the stale and the redelivered one not)", applied)
+		}
+		closeOK(t, f)
+	}
 }

@@ -111,6 +111,13 @@ func (t *opTracker) write(op uint64) error {
 	}
 }
 
+// openHead reports whether op (not 0) is the highest op begun and open:
+// write's common case, which needs no store.
+func (t *opTracker) openHead(op uint64) bool {
+	hop, st := unpackHead(t.head.Load())
+	return op == hop && st != headEnded
+}
+
 // apply admits a batch of op (not 0): begin and end in one. ErrStaleOp if
 // op is complete.
 func (t *opTracker) apply(op uint64) error {

@@ -3,6 +3,7 @@ package flush
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -53,6 +54,18 @@ type Generation interface {
 // flight (the bit overlay uses it to restore its nothing-pending fast path).
 // A panic in Settle is counted as a failure (Stats) but fails no caller.
 type Settler interface{ Settle() }
+
+// PendingCounter is implemented by a Target whose PendingBytes is the value
+// of one counter whenever that counter is not zero, and 0 or 1 when it is
+// (the engine's target: one byte for a catalog change with no data).
+// Admission then loads the counter itself on every write and calls
+// PendingBytes only when the counter is above Options.FlushBytes: the same
+// decisions (with FlushBytes positive, a zero counter is never above it,
+// nor is PendingBytes' 0 or 1), without an interface call per write.
+type PendingCounter interface {
+	// PendingCounter returns the counter; the Flusher only loads it.
+	PendingCounter() *atomic.Int64
+}
 
 // Recycler is optionally implemented by a Generation whose Release leaves
 // work no Flush caller needs to wait for (the bit overlay's reset of a

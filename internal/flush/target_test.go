@@ -85,6 +85,10 @@ func (ft *fakeTarget) Freeze(g uint64) Generation {
 
 func (ft *fakeTarget) PendingBytes() int64 { return ft.bytes.Load() }
 
+// PendingCounter makes the fake's admission read its counter in place, as
+// the engine's does.
+func (ft *fakeTarget) PendingCounter() *atomic.Int64 { return &ft.bytes }
+
 type fakeGen struct {
 	ft  *fakeTarget
 	seq uint64

@@ -97,6 +97,14 @@ func (b *RWBarrier) RLockAt(i uint32) *sync.RWMutex {
 	return m
 }
 
+// At returns stripe i&(stripes-1)'s lock without taking it, for callers
+// that take the shared side themselves (m.RLock(), inlined at the call
+// site: RLockAt is over the inliner's budget, At is not) and must pass it
+// to RUnlock.
+func (b *RWBarrier) At(i uint32) *sync.RWMutex {
+	return &b.s[i&uint32(len(b.s)-1)].mu
+}
+
 // Lock takes every stripe exclusively, in index order (so concurrent Lock
 // calls cannot deadlock).
 func (b *RWBarrier) Lock() {

@@ -141,3 +141,68 @@ func TestRWBarrierFree(t *testing.T) {
 	}
 	b.Unlock()
 }
+
+// BenchmarkFloor prices the locked instructions a write's admission is
+// made of, on one goroutine with the lines in cache (issues 25 and 26: the
+// floor of a single write's fixed cost): rlock-runlock (a barrier stripe's
+// shared side taken and left, what every write pays), add-pair (two
+// atomic adds on a padded counter: the same two locked instructions
+// without the mutex), add (one), store (one atomic store, an XCHG on
+// amd64: a "release" store costs a locked instruction too in Go) and load
+// (one atomic load, a plain move). Each row's ns/op is one of its steps.
+func BenchmarkFloor(b *testing.B) {
+	b.Run("rlock-runlock", func(b *testing.B) {
+		br := NewRWBarrier(16)
+		for b.Loop() {
+			m := br.At(Hint(32))
+			m.RLock()
+			m.RUnlock()
+		}
+	})
+	var c Counter
+	b.Run("add-pair", func(b *testing.B) {
+		for b.Loop() {
+			c.Add(1)
+			c.Add(-1)
+		}
+	})
+	b.Run("add", func(b *testing.B) {
+		for b.Loop() {
+			c.Add(1)
+		}
+	})
+	b.Run("store", func(b *testing.B) {
+		i := int64(0)
+		for b.Loop() {
+			c.Store(i)
+			i++
+		}
+	})
+	b.Run("load", func(b *testing.B) {
+		s := int64(0)
+		for b.Loop() {
+			s += c.Load()
+		}
+		floorSink = s
+	})
+}
+
+var floorSink int64
+
+// TestRWBarrierAt: At(i) is stripe i mod stripes, the lock RLockAt(i)
+// takes, and taking its shared side holds off the stripe's Lock.
+func TestRWBarrierAt(t *testing.T) {
+	b := NewRWBarrier(4)
+	if b.At(6) != b.At(2) {
+		t.Fatal("At(6) and At(2) differ with 4 stripes")
+	}
+	m := b.At(6)
+	m.RLock()
+	if b.Free(2) {
+		t.Fatal("Free(2) with a reader through At(6)")
+	}
+	m.RUnlock()
+	if !b.Free(2) {
+		t.Fatal("Free(2) after the reader left")
+	}
+}

@@ -90,17 +90,33 @@ buffer_pkg() {
 	fi
 }
 
+# locked CMD ARG...: runs CMD, holding the lock file $BENCH_LOCK (flock)
+# while it runs if that is set: engineers sharing a machine serialise
+# their benchmark runs, never their builds.
+locked() {
+	if [[ -n "${BENCH_LOCK:-}" ]]; then
+		# A subshell holding the lock on fd 9, so that CMD may be a
+		# shell function (flock CMD runs programs only).
+		(
+			flock 9
+			"$@"
+		) 9>>"$BENCH_LOCK"
+	else
+		"$@"
+	fi
+}
+
 # rotate RUNS N FUNC: runs FUNC RUN I for RUN = 1..RUNS and every revision
 # I = 0..N-1, RUN's order starting with revision (RUN-1) mod N, so that
 # each revision takes every position; "run RUN: revision I" goes to stderr
-# before each.
+# before each. With BENCH_LOCK set, each FUNC call holds that lock (locked).
 rotate() {
 	local runs="$1" n="$2" fn="$3" r k i
 	for ((r = 0; r < runs; r++)); do
 		for ((k = 0; k < n; k++)); do
 			i=$(((r + k) % n))
 			echo "run $((r + 1)): revision $i" >&2
-			"$fn" "$((r + 1))" "$i"
+			locked "$fn" "$((r + 1))" "$i"
 		done
 	done
 }
