@@ -18,7 +18,9 @@ import (
 // file grows at the next flush), up to Options.MaxBits. Get it from DB.Bits.
 // Safe for concurrent use.
 type Bits struct {
-	ov      *buffer.Bits
+	// The overlay by value, first: Get calls it at the handle's own
+	// address, with no load of a pointer to it before the call.
+	ov      buffer.Bits
 	closing *atomic.Bool // the engine's: Ones checks it (Get asks the overlay, B12)
 	db      *DB
 	name    string
@@ -68,17 +70,16 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 	if err != nil {
 		return nil, err
 	}
-	ov, err := buffer.NewBits(f, &db.acct, db.bopts)
-	if err != nil {
+	b := &Bits{db: db, name: name, file: f, closing: &db.closing}
+	if err := buffer.InitBits(&b.ov, f, &db.acct, db.bopts); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	if db.closing.Load() {
 		// A handle entered before Close began, made after it marked the
 		// others (db.mu orders the two): closed like them (B12).
-		ov.MarkClosed()
+		b.ov.MarkClosed()
 	}
-	b := &Bits{db: db, name: name, file: f, ov: ov, closing: &db.closing}
 	db.bits[name] = b
 	db.addTarget(nil, b)
 	if create {

@@ -97,8 +97,29 @@ func NewBits(f *bitslice.File, acct *Account, opts *Options) (*Bits, error) {
 	return newBits(f, f, acct, r), nil
 }
 
+// InitBits makes *b, which must be the zero Bits and never moved after, an
+// overlay over f, as NewBits does: for an owner that holds the overlay by
+// value, so that its hot fields are one address computation away from
+// the owner's, not one load.
+func InitBits(b *Bits, f *bitslice.File, acct *Account, opts *Options) error {
+	r, err := opts.resolve()
+	if err != nil {
+		return err
+	}
+	b.init(f, f, acct, r)
+	return nil
+}
+
 func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
-	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}, manyCfg: defaultMany}
+	b := new(Bits)
+	b.init(f, fio, acct, r)
+	return b
+}
+
+// init makes the zero *b an overlay over f (written through fio).
+func (b *Bits) init(f *bitslice.File, fio bitsFile, acct *Account, r resolved) {
+	b.file, b.fio, b.acct, b.max, b.keep = f, fio, acct, r.maxBits, r.poolBytes
+	b.snaps, b.manyCfg = map[*BitsSnapshot]uint64{}, defaultMany
 	v := &bitsView{direct: true}
 	v.active = b.newTable()
 	v.setFile(f.View())
@@ -106,7 +127,6 @@ func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 	sum, ones := buildSummary(v.words, v.nbits)
 	b.sum.Store(sum)
 	b.ones.Store(int64(ones))
-	return b
 }
 
 // Get returns bit i: the newest pending value if there is one, else the
