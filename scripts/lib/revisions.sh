@@ -93,9 +93,18 @@ buffer_pkg() {
 # rotate RUNS N FUNC: runs FUNC RUN I for RUN = 1..RUNS and every revision
 # I = 0..N-1, RUN's order starting with revision (RUN-1) mod N, so that
 # each revision takes every position; "run RUN: revision I" goes to stderr
-# before each.
+# before each. With BENCH_LOCK set, the runs hold that file's flock (the
+# builds before them do not).
 rotate() {
 	local runs="$1" n="$2" fn="$3" r k i
+	if [[ -n "${BENCH_LOCK:-}" ]]; then
+		# Engineers sharing the machine: the runs (not the builds before
+		# them) hold this lock file.
+		exec {lockfd}>"$BENCH_LOCK"
+		echo "waiting for $BENCH_LOCK" >&2
+		flock "$lockfd"
+		echo "load at the lock: $(cat /proc/loadavg)" >&2
+	fi
 	for ((r = 0; r < runs; r++)); do
 		for ((k = 0; k < n; k++)); do
 			i=$(((r + k) % n))
@@ -103,4 +112,7 @@ rotate() {
 			"$fn" "$((r + 1))" "$i"
 		done
 	done
+	if [[ -n "${BENCH_LOCK:-}" ]]; then
+		exec {lockfd}>&-
+	fi
 }
