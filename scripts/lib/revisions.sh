@@ -97,14 +97,7 @@ buffer_pkg() {
 # builds before them do not).
 rotate() {
 	local runs="$1" n="$2" fn="$3" r k i
-	if [[ -n "${BENCH_LOCK:-}" ]]; then
-		# Engineers sharing the machine: the runs (not the builds before
-		# them) hold this lock file.
-		exec {lockfd}>"$BENCH_LOCK"
-		echo "waiting for $BENCH_LOCK" >&2
-		flock "$lockfd"
-		echo "load at the lock: $(cat /proc/loadavg)" >&2
-	fi
+	bench_lock
 	for ((r = 0; r < runs; r++)); do
 		for ((k = 0; k < n; k++)); do
 			i=$(((r + k) % n))
@@ -112,6 +105,21 @@ rotate() {
 			"$fn" "$((r + 1))" "$i"
 		done
 	done
+	bench_unlock
+}
+
+# bench_lock, bench_unlock: with BENCH_LOCK set (engineers sharing the
+# machine), the runs between the two hold that file's flock; the builds
+# before them do not.
+bench_lock() {
+	if [[ -n "${BENCH_LOCK:-}" ]]; then
+		exec {lockfd}>"$BENCH_LOCK"
+		echo "waiting for $BENCH_LOCK" >&2
+		flock "$lockfd"
+		echo "load at the lock: $(cat /proc/loadavg)" >&2
+	fi
+}
+bench_unlock() {
 	if [[ -n "${BENCH_LOCK:-}" ]]; then
 		exec {lockfd}>&-
 	fi
