@@ -18,8 +18,10 @@ import (
 // file grows at the next flush), up to Options.MaxBits. Get it from DB.Bits.
 // Safe for concurrent use.
 type Bits struct {
-	ov      *buffer.Bits
-	closing *atomic.Bool // the engine's: reads check it after reading
+	// The overlay by value, first: Get calls it at the handle's own
+	// address, with no load of a pointer to it before the call.
+	ov      buffer.Bits
+	closing *atomic.Bool // the engine's: Ones checks it (Get asks the overlay, B12)
 	db      *DB
 	name    string
 	file    *bitslice.File
@@ -68,12 +70,16 @@ func (db *DB) openBits(name string, create bool) (*Bits, error) {
 	if err != nil {
 		return nil, err
 	}
-	ov, err := buffer.NewBits(f, &db.acct, db.bopts)
-	if err != nil {
+	b := &Bits{db: db, name: name, file: f, closing: &db.closing}
+	if err := buffer.InitBits(&b.ov, f, &db.acct, db.bopts); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
-	b := &Bits{db: db, name: name, file: f, ov: ov, closing: &db.closing}
+	if db.closing.Load() {
+		// A handle entered before Close began, made after it marked the
+		// others (db.mu orders the two): closed like them (B12).
+		b.ov.MarkClosed()
+	}
 	db.bits[name] = b
 	db.addTarget(nil, b)
 	if create {
@@ -141,10 +147,13 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 // Get returns bit i: the pending value if there is one, else the stored
 // one; false at or past Len. It returns ErrClosed once Close has begun.
 func (b *Bits) Get(i uint64) (v bool, err error) {
-	// Small enough to inline: one call to the overlay, then the closing
-	// check (after the read: see "Reads and Close").
-	if v = b.ov.Get(i); b.closing.Load() {
-		v, err = false, ErrClosed
+	// Small enough to inline: one call to the overlay, which reports
+	// Close from the view it loads anyway (DB.Close marks the overlay
+	// closed before it stores the closing flag, and before the file's
+	// mapping is retired: B12, "Reads and Close").
+	v, open := b.ov.GetOpen(i)
+	if !open {
+		err = ErrClosed
 	}
 	return
 }

@@ -133,7 +133,7 @@ func BenchmarkBitsW1State(b *testing.B) {
 		for _, s := range []struct {
 			name string
 			ov   *buffer.Bits
-		}{{"engine-overlay", bs.ov}, {"overlay-sized", sized}, {"overlay-grown", grown}} {
+		}{{"engine-overlay", &bs.ov}, {"overlay-sized", sized}, {"overlay-grown", grown}} {
 			st := s.ov.State()
 			b.Logf("%s: %+v", s.name, st)
 			logMapping(b, s.name+" page", st.FirstPage)
@@ -167,7 +167,7 @@ func BenchmarkBitsW1State(b *testing.B) {
 			}
 			return c
 		}},
-		w1OverlayRow("engine-overlay", bs.ov, lookups),
+		w1OverlayRow("engine-overlay", &bs.ov, lookups),
 		w1OverlayRow("overlay-sized", sized, lookups),
 		w1OverlayRow("overlay-grown", grown, lookups),
 	}

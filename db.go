@@ -299,7 +299,17 @@ func sortedNames[V any](m map[string]V) []string {
 // left open stop with ErrClosed.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
+		// Every bitslice's overlay closed first, then the flag: Bits.Get
+		// reports ErrClosed from the overlay's view, not from the flag,
+		// so a Get that starts after a read saw the flag must find its
+		// view closed (B12). db.mu: no bitslice is added meanwhile
+		// (handle checks the flag under it).
+		db.mu.Lock()
+		for _, b := range db.bits {
+			b.ov.MarkClosed()
+		}
 		db.closing.Store(true)
+		db.mu.Unlock()
 		// A store write waiting for disk space fails now: the final flush
 		// reports the full disk instead of waiting for space forever.
 		db.guard.Abort()

@@ -12,7 +12,8 @@
 # Usage: scripts/bench-compare.sh OLDREV NEWREV OUTDIR [kvtool bench flags...]
 #   e.g. scripts/bench-compare.sh 65247c8 HEAD /tmp/cmp --workload 'W2/get-*' --rounds 3
 #
-# Environment: ROUNDS (default 2) runs of each revision.
+# Environment: ROUNDS (default 2) runs of each revision; BENCH_LOCK, a
+# lock file the runs (not the builds) hold (lib/revisions.sh).
 . "$(dirname "$0")/lib/revisions.sh"
 
 need_args 3 "OLDREV NEWREV OUTDIR [kvtool bench flags...]" "$@"
@@ -35,7 +36,7 @@ echo "kvtool bench --json $*" >"$out/command.txt"
 for ((r = 1; r <= rounds; r++)); do
 	for name in old new; do
 		echo "run $r: $name" >&2
-		"$work/kvtool-$name" bench --json "$@" >"$out/$name-$r.json"
+		locked "$work/kvtool-$name" bench --json "$@" >"$out/$name-$r.json"
 	done
 done
 

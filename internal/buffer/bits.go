@@ -33,7 +33,7 @@ type bitsFile interface {
 // Writes must not run concurrently with Freeze, Snapshot or Settle (the
 // engine admits writes under the shared side of its write barrier and calls
 // those with it held exclusively). Everything else is safe for concurrent
-// use. The publication order is in bits_protocol.go (rules B1-B11).
+// use. The publication order is in bits_protocol.go (rules B1-B12).
 //
 // # Read path
 //
@@ -65,6 +65,7 @@ type Bits struct {
 	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
 
 	vmu     sync.Mutex // view changes, pinning, snapshots and undo layers
+	closed  bool       // MarkClosed was called: every view published is closed (vmu)
 	spare   *bitsTable // a reset table for the next active one
 	recycle *bitsTable // a released table Recycle resets into spare (vmu)
 	lastGen uint64     // highest generation frozen
@@ -96,8 +97,29 @@ func NewBits(f *bitslice.File, acct *Account, opts *Options) (*Bits, error) {
 	return newBits(f, f, acct, r), nil
 }
 
+// InitBits makes *b, which must be the zero Bits and never moved after, an
+// overlay over f, as NewBits does: for an owner that holds the overlay by
+// value, so that its hot fields are one address computation away from
+// the owner's, not one load.
+func InitBits(b *Bits, f *bitslice.File, acct *Account, opts *Options) error {
+	r, err := opts.resolve()
+	if err != nil {
+		return err
+	}
+	b.init(f, f, acct, r)
+	return nil
+}
+
 func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
-	b := &Bits{file: f, fio: fio, acct: acct, max: r.maxBits, keep: r.poolBytes, snaps: map[*BitsSnapshot]uint64{}, manyCfg: defaultMany}
+	b := new(Bits)
+	b.init(f, fio, acct, r)
+	return b
+}
+
+// init makes the zero *b an overlay over f (written through fio).
+func (b *Bits) init(f *bitslice.File, fio bitsFile, acct *Account, r resolved) {
+	b.file, b.fio, b.acct, b.max, b.keep = f, fio, acct, r.maxBits, r.poolBytes
+	b.snaps, b.manyCfg = map[*BitsSnapshot]uint64{}, defaultMany
 	v := &bitsView{direct: true}
 	v.active = b.newTable()
 	v.setFile(f.View())
@@ -105,17 +127,35 @@ func newBits(f *bitslice.File, fio bitsFile, acct *Account, r resolved) *Bits {
 	sum, ones := buildSummary(v.words, v.nbits)
 	b.sum.Store(sum)
 	b.ones.Store(int64(ones))
-	return b
 }
 
 // Get returns bit i: the newest pending value if there is one, else the
-// file's (false at or beyond the length).
+// file's (false at or beyond the length). After MarkClosed it returns
+// false.
 func (b *Bits) Get(i uint64) bool {
+	v, _ := b.GetOpen(i)
+	return v
+}
+
+// GetOpen returns bit i as Get does, and open false (v false) if the
+// overlay was closed (MarkClosed) before the read's last load of the view:
+// a read that returns open true read a view that was current after its
+// loads of the file's words, so they were the file's (B12).
+func (b *Bits) GetOpen(i uint64) (val, open bool) {
 	v := b.view.Load()
 	if i < v.limit {
 		x := fileWordAt(v.words, i) // i < limit <= nbits
 		runtime.KeepAlive(v)        // the mapping must outlive the load
-		return x>>(i&63)&1 != 0
+		// Re-loaded for Close alone: a direct view's words are the file's
+		// current ones until MarkClosed publishes a closed view, which
+		// comes before the file's mapping is retired (B12).
+		if b.view.Load() == v {
+			return x>>(i&63)&1 != 0, true
+		}
+		return b.getPending(i)
+	}
+	if v.closed {
+		return false, false
 	}
 	if testHook != nil {
 		testHook("bits-filter")
@@ -149,7 +189,7 @@ func (b *Bits) Get(i uint64) bool {
 			x = fileWordAt(v.words, i)
 		}
 		if b.view.Load() == v {
-			return x>>(i&63)&1 != 0
+			return x>>(i&63)&1 != 0, true
 		}
 	} else if len(v.sealed) == 0 {
 		// The active table alone, on the view already loaded: the file's
@@ -161,22 +201,25 @@ func (b *Bits) Get(i uint64) bool {
 		}
 		p := activeWord(v.adir, i)
 		if b.view.Load() == v {
-			return pendingOver(p, fw, i)
+			return pendingOver(p, fw, i), true
 		}
 	}
 	return b.getPending(i)
 }
 
-func (b *Bits) getPending(i uint64) bool {
+func (b *Bits) getPending(i uint64) (val, open bool) {
 	w, sh := i>>5, i&31
 	for {
 		v := b.view.Load()
+		if v.closed {
+			return false, false
+		}
 		if !v.maybe(i >> filterShift) {
 			// No table can hold the bit (B4a): the file alone,
 			// re-validated as below (see Get).
 			fw := v.fileWord(i >> 6)
 			if b.view.Load() == v {
-				return fw>>(i&63)&1 != 0
+				return fw>>(i&63)&1 != 0, true
 			}
 			continue
 		}
@@ -185,7 +228,7 @@ func (b *Bits) getPending(i uint64) bool {
 		// Unchanged view: no table we probed was recycled under us (B8).
 		if b.view.Load() == v {
 			pick := -(m >> sh & 1) // all ones if the bit is pending
-			return (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+			return (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0, true
 		}
 	}
 }

@@ -4,7 +4,7 @@ package buffer
 // loads is written with sync/atomic, in every build, but the file's words
 // the flush writes with pwrite (B7). The rules below are
 // what a reader may observe between two stores and why it is enough; the
-// code cites them by number (B1 ... B11). They are publication order 11 of
+// code cites them by number (B1 ... B12). They are publication order 11 of
 // the engine's protocol (protocol.go), which lists every rule.
 //
 // B1. View. Everything a reader consults first (the direct-read limit, the
@@ -151,3 +151,17 @@ package buffer
 //     tables out of the view under vmu and resets only unpinned ones, so a
 //     table is never pinned after it left the view. (Pins and the
 //     generation cut are the view core's, view.go, shared with KV.)
+//
+// B12. Close. MarkClosed publishes a view marked closed (B1) and every
+//     view published after it carries the mark (publish, under vmu); a
+//     closed view is never direct. GetOpen reports closed from a closed
+//     view it loaded, and returns a value only from a view it loaded
+//     again, unchanged and open, after its loads of the file's words (the
+//     direct path re-loads the view for this alone). The owner calls
+//     MarkClosed before it closes the file (whose Close retires the
+//     mapping under every view), so a read that returns a value read the
+//     file's words before the retire: never the zeros of a retired
+//     mapping. The engine's Close marks every bitslice closed before it
+//     stores its closing flag, so a Bits.Get that starts after any read
+//     saw the flag reports ErrClosed, with no load of the flag itself
+//     (mutation 460).

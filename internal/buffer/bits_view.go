@@ -19,6 +19,7 @@ type bitsView struct {
 	limit  uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
+	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
 	nbits  uint64   // the file's length when the view was published
 	// adir is the active table's directory as of the view: a grown one
 	// is published in a new view before any page is installed in it (B5),
@@ -46,7 +47,8 @@ type bitsView struct {
 // vmu held (or NewBits).
 func (b *Bits) publish(v *bitsView) {
 	v.limit = 0
-	if v.direct {
+	v.closed = b.closed
+	if v.direct && !v.closed {
 		v.limit = v.nbits
 	}
 	v.adir = v.active.dir.Load().pages
@@ -62,6 +64,19 @@ func (b *Bits) publish(v *bitsView) {
 	}
 	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
 	b.view.Store(v)
+}
+
+// MarkClosed publishes a closed view (B12): from then on GetOpen reports
+// the overlay closed, and so does every view published after (a flush
+// running after it keeps the mark). The owner calls it before it closes
+// the file, so that a read that returns a value read words of a mapping
+// not yet retired. Writes, flushes and the other reads are not affected.
+func (b *Bits) MarkClosed() {
+	b.vmu.Lock()
+	defer b.vmu.Unlock()
+	b.closed = true
+	n := *b.view.Load()
+	b.publish(&n)
 }
 
 // sameTables reports whether a and b are the same slice of tables.
