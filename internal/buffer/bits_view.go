@@ -52,6 +52,8 @@ func (b *Bits) publish(v *bitsView) {
 	v.adir = v.active.dir.Load().pages
 	v.afilt = v.active.lines
 	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
+		// Taken once: the union is published in v and never written
+		// again (B4a).
 		var buf []uint64
 		buf, b.unionBuf = b.unionBuf, nil
 		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
