@@ -93,21 +93,14 @@ buffer_pkg() {
 # rotate RUNS N FUNC: runs FUNC RUN I for RUN = 1..RUNS and every revision
 # I = 0..N-1, RUN's order starting with revision (RUN-1) mod N, so that
 # each revision takes every position; "run RUN: revision I" goes to stderr
-# before each. With BENCH_LOCK set to a file, each FUNC call holds an
-# exclusive flock(1) on it while it runs (and only then: not while the
-# script builds), for a machine whose users take turns benchmarking.
+# before each.
 rotate() {
-	local runs="$1" n="$2" fn="$3" r k i lockfd=
-	if [[ -n "${BENCH_LOCK:-}" ]]; then
-		exec {lockfd}>>"$BENCH_LOCK"
-	fi
+	local runs="$1" n="$2" fn="$3" r k i
 	for ((r = 0; r < runs; r++)); do
 		for ((k = 0; k < n; k++)); do
 			i=$(((r + k) % n))
 			echo "run $((r + 1)): revision $i" >&2
-			[[ -z "$lockfd" ]] || flock "$lockfd"
 			"$fn" "$((r + 1))" "$i"
-			[[ -z "$lockfd" ]] || flock -u "$lockfd"
 		done
 	done
 }
