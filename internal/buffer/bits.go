@@ -63,6 +63,12 @@ type Bits struct {
 	ones atomic.Int64  // set bits, pending changes included
 
 	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
+	// unionBuf is a zeroed slice, never published, whose pages were
+	// touched off the flush's line (Recycle): the next union of sealed
+	// filters (publish) fills it instead of fresh memory, whose first
+	// stores fault its pages in (issue 26: 0.05-0.1 ms of a 1M-bit
+	// freeze). Under vmu.
+	unionBuf []uint64
 
 	vmu     sync.Mutex // view changes, pinning, snapshots and undo layers
 	closed  bool       // MarkClosed was called: every view published is closed (vmu)

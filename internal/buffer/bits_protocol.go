@@ -40,7 +40,9 @@ package buffer
 //     past the filter, before it writes the packed word (B4). A lookup that
 //     finds the word unmarked in the active table's filter and in the
 //     union of the sealed tables' filters (built when the sealed tables
-//     change, after their last write) reads the file alone: a write whose
+//     change, after their last write, into memory no view published
+//     before: new, or the buffer Recycle prepared, taken once; mutation
+//     440) reads the file alone: a write whose
 //     mark it did not see had not stored its word, so it had not returned.
 //     Marks are cleared only by reset (B8); a dense table marks every word
 //     before it says it is dense. That read re-validates the view like a

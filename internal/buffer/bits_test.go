@@ -808,3 +808,48 @@ func TestBitsFlushAppliesPages(t *testing.T) {
 	r.flush()
 	check("second flush")
 }
+
+// TestBitsUnionBufferPrepared: Recycle prepares the buffer of the next
+// freeze's union of sealed filters, the freeze publishes its union in it
+// (marks of the frozen table, nothing else), takes it only once, and a
+// union longer than the buffer gets new memory.
+func TestBitsUnionBufferPrepared(t *testing.T) {
+	r := newBitsRig(t, nil)
+	for _, i := range []uint64{5, 70_000} {
+		if err := r.b.Set(i, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := r.b.Freeze(1)
+	if err := g.Write(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	r.b.Release(1) // ReleaseView, then Recycle: prepares the buffer
+	buf := r.b.unionBuf
+	if n := len(r.b.view.Load().active.lines); len(buf) < n || n == 0 {
+		t.Fatalf("prepared union buffer of %d words for a filter of %d", len(buf), n)
+	}
+	if err := r.b.Set(9000, true); err != nil {
+		t.Fatal(err)
+	}
+	r.b.Freeze(2)
+	v := r.b.view.Load()
+	if r.b.unionBuf != nil || len(v.sfilt) == 0 || &v.sfilt[0] != &buf[0] {
+		t.Fatal("the freeze did not publish its union in the prepared buffer, or kept it")
+	}
+	for k, w := range v.sfilt {
+		want := uint64(0)
+		if k == 9000/filterWordBits {
+			want = 1 << (9000 / 64 % 64)
+		}
+		if w != want {
+			t.Fatalf("union word %d = %#x, want %#x", k, w, want)
+		}
+	}
+	if !r.b.Get(9000) || r.b.Get(9001) {
+		t.Fatal("lookups through the union disagree with the pending bits")
+	}
+	if u, _ := unionFilters(v.sealed, make([]uint64, 1)); len(u) != len(v.sfilt) {
+		t.Fatalf("a short buffer gave a union of %d words, want %d", len(u), len(v.sfilt))
+	}
+}

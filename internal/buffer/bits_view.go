@@ -54,7 +54,11 @@ func (b *Bits) publish(v *bitsView) {
 	v.adir = v.active.dir.Load().pages
 	v.afilt = v.active.lines
 	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
-		v.sfilt, v.sunf = unionFilters(v.sealed)
+		// Taken once: the union is published in v and never written
+		// again (B4a).
+		var buf []uint64
+		buf, b.unionBuf = b.unionBuf, nil
+		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
 	}
 	if len(v.sealed) == 0 && len(v.sfilt) < len(v.afilt) {
 		if len(b.zeros) < len(v.afilt) {
@@ -85,8 +89,10 @@ func sameTables(a, b []*bitsTable) bool {
 }
 
 // unionFilters returns the union of the line filters of sealed tables
-// (which no write changes any more) and whether one is unfiltered.
-func unionFilters(ts []*bitsTable) ([]uint64, bool) {
+// (which no write changes any more) and whether one is unfiltered. The
+// union is buf if it is long enough (zeroed and never published: the union
+// is published in the view and never written again), else new memory.
+func unionFilters(ts []*bitsTable, buf []uint64) ([]uint64, bool) {
 	var n int
 	unf := false
 	for _, t := range ts {
@@ -96,7 +102,10 @@ func unionFilters(ts []*bitsTable) ([]uint64, bool) {
 	if n == 0 {
 		return nil, unf
 	}
-	u := make([]uint64, n)
+	u := buf[:min(n, len(buf))]
+	if len(u) < n {
+		u = make([]uint64, n)
+	}
 	if unf {
 		// A table unfiltered past its cover may hold bits anywhere past
 		// it, within the others' covers too.
@@ -381,6 +390,7 @@ func (b *Bits) ReleaseView(g uint64) {
 // it left (B11, no pin after that), so only a reader of an older view
 // still loads its pages, and reset's stores are atomic for it.
 func (b *Bits) Recycle() {
+	b.prepareUnion()
 	b.vmu.Lock()
 	t := b.recycle
 	b.recycle = nil
@@ -392,6 +402,29 @@ func (b *Bits) Recycle() {
 	b.vmu.Lock()
 	if b.spare == nil {
 		b.spare = t
+	}
+	b.vmu.Unlock()
+}
+
+// prepareUnion gives the next union of sealed filters (publish, at the next
+// Freeze) a buffer as long as the active table's filter, its pages touched
+// here, off the flush's line, instead of on first store during the freeze.
+// The buffer is private until a view publishes it (B1).
+func (b *Bits) prepareUnion() {
+	b.vmu.Lock()
+	n := len(b.view.Load().active.lines)
+	have := len(b.unionBuf) >= n
+	b.vmu.Unlock()
+	if have || n == 0 {
+		return
+	}
+	u := make([]uint64, n)
+	for k := range u {
+		u[k] = 0 // touch: fresh memory is mapped on first store
+	}
+	b.vmu.Lock()
+	if len(b.unionBuf) < n {
+		b.unionBuf = u
 	}
 	b.vmu.Unlock()
 }
