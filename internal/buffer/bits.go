@@ -161,16 +161,14 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 		return b.getPending(i)
 	}
 	if v.fast {
-		// Open, no sealed table, the active table dense (B13): the table's
-		// word, then the file's, from fields on the view's first line, then
-		// the re-load (B8a, B12), with nothing else loaded in between. The
-		// table's first: its chain (directory entry, page word) is the
-		// longer of the two.
-		p := activeWord(v.adir, i)
+		// Open, no sealed table, the active table dense (B13): the file's
+		// word and the table's, from fields on the view's first line, then
+		// the re-load (B8a, B12), with nothing else loaded in between.
 		var fw uint64
 		if i < v.nbits {
 			fw = fileWordAt(v.words, i)
 		}
+		p := activeWord(v.adir, i)
 		if b.view.Load() == v {
 			return pendingOver(p, fw, i), true
 		}
