@@ -214,7 +214,7 @@ func TestBitsGetDenseFlipRace(t *testing.T) {
 // Bit 100, pending as 1 over a file's 0, must read 1 every time: the read
 // re-validates its view whatever the flag said. (A fast view, B13, skips
 // the flag and the hook; TestBitsGetDenseFlipRace races its reads with
-// the same swaps.)
+// the same swaps, without forcing them.)
 func TestBitsGetDenseViewSwapped(t *testing.T) {
 	for stage := range 3 {
 		r := newSizedBitsRig(t, 1<<20)
