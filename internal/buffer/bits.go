@@ -39,8 +39,10 @@ type bitsFile interface {
 //
 // With nothing pending anywhere a read loads the view, finds it direct and
 // loads the file's word from the mapping the view holds: one check and one
-// load more than the file alone (B1-B3). Otherwise it checks the word of
-// the bit in the active table's filter and in the sealed tables' union
+// load more than the file alone (B1-B3). Over a fast view (open, no
+// sealed table, the active table dense: B13) it loads the table's word and
+// the file's from the view's first line, re-loads the view and combines.
+// Otherwise it checks the word of the bit in the active table's filter and in the sealed tables' union
 // (B4a): with neither marked (few bits pending, the common case) it reads
 // the file's word and re-loads the view (B8). Else it folds the packed
 // word of every table of the view and the file's word without branching on
@@ -157,6 +159,20 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 		// comes before the file's mapping is retired (B12).
 		if b.view.Load() == v {
 			return x>>(i&63)&1 != 0, true
+		}
+		return b.getPending(i)
+	}
+	if v.fast {
+		// Open, no sealed table, the active table dense (B13): the file's
+		// word and the table's, from fields on the view's first line, then
+		// the re-load (B8a, B12), with nothing else loaded in between.
+		var fw uint64
+		if i < v.nbits {
+			fw = fileWordAt(v.words, i)
+		}
+		p := activeWord(v.adir, i)
+		if b.view.Load() == v {
+			return pendingOver(p, fw, i), true
 		}
 		return b.getPending(i)
 	}

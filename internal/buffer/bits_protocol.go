@@ -4,7 +4,7 @@ package buffer
 // loads is written with sync/atomic, in every build, but the file's words
 // the flush writes with pwrite (B7). The rules below are
 // what a reader may observe between two stores and why it is enough; the
-// code cites them by number (B1 ... B12). They are publication order 11 of
+// code cites them by number (B1 ... B13). They are publication order 11 of
 // the engine's protocol (protocol.go), which lists every rule.
 //
 // B1. View. Everything a reader consults first (the direct-read limit, the
@@ -167,3 +167,18 @@ package buffer
 //     stores its closing flag, so a Bits.Get that starts after any read
 //     saw the flag reports ErrClosed, with no load of the flag itself
 //     (mutation 460).
+//
+// B13. Fast views. A view is marked fast only by publish (B1), from what
+//     the view holds when it is published: open (B12), not direct, no
+//     sealed table, and its active table's dense flag already set (B4a:
+//     every filter word marked). The writer whose markAll sets the flag
+//     publishes a copy of the current view (densed, under vmu, after
+//     t.mu if held), so the views published after it are fast until a
+//     Freeze seals the table or MarkClosed closes the view. GetOpen over
+//     a fast view folds the active table's word over the file's (B8a)
+//     and re-loads the view, loading neither the closed mark, the sealed
+//     tables, the flag nor the filters: a fast view is never closed and
+//     has no sealed table, so that fold is the general one (mutation 480
+//     marks views with sealed tables fast, 481 closed ones), and a stale
+//     flag costs only a probe (a table is reset only after a view without
+//     it is published, B8, and the re-load sees that).

@@ -463,8 +463,9 @@ func TestBitsLookupSealedNotWritten(t *testing.T) {
 }
 
 // TestBitsGetActiveTable checks Get over a view with the active table
-// alone with the filters deciding and with a dense table (the dense flag
-// deciding, no filter word loaded: bits12's design 2): a bit pending as 0
+// alone with the filters deciding and with a dense table (a fast view, B13,
+// republished by the write that made the table dense: no flag or filter
+// word loaded; bits12's design 2, bitsget18): a bit pending as 0
 // over a file's 1, as 1 over a file's 0, and bits not pending over either
 // file value.
 func TestBitsGetActiveTable(t *testing.T) {
@@ -492,13 +493,61 @@ func TestBitsGetActiveTable(t *testing.T) {
 			}
 		}
 		v := r.b.view.Load()
-		if v.direct || len(v.sealed) != 0 || v.active.dense.Load() != dense {
-			t.Fatalf("dense %v: view direct %v, %d sealed, active dense %v", dense, v.direct, len(v.sealed), v.active.dense.Load())
+		if v.direct || len(v.sealed) != 0 || v.active.dense.Load() != dense || v.fast != dense {
+			t.Fatalf("dense %v: view direct %v, %d sealed, active dense %v, fast %v", dense, v.direct, len(v.sealed), v.active.dense.Load(), v.fast)
 		}
 		for i, w := range want {
 			if got := r.b.Get(i); got != w {
 				t.Errorf("dense %v: Get(%d) = %v, want %v", dense, i, got, w)
 			}
 		}
+	}
+}
+
+// TestBitsFastViewSealedClosed checks that a view is fast (B13) only while
+// open and without sealed tables: with a dense active table over a sealed
+// one, a bit pending only in the sealed table reads the sealed value
+// (mutation 480), and after MarkClosed GetOpen reports closed (481).
+func TestBitsFastViewSealedClosed(t *testing.T) {
+	r := newBitsRig(t, nil)
+	if err := r.b.Set(300, true); err != nil {
+		t.Fatal(err)
+	}
+	r.flush() // 300 is 1 in the file
+	if err := r.b.Set(300, false); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.Freeze(2) == nil {
+		t.Fatal("nothing to freeze")
+	}
+	// Far from bit 300: the new active table goes dense.
+	for w := uint64(200); w < 200+4096*20; w += 2 {
+		if err := r.b.Set(w*64+7, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := r.b.view.Load()
+	if len(v.sealed) != 1 || !v.active.dense.Load() || v.fast {
+		t.Fatalf("view: %d sealed, active dense %v, fast %v; want 1, true, false", len(v.sealed), v.active.dense.Load(), v.fast)
+	}
+	if r.b.Get(300) {
+		t.Error("Get(300) = true over a sealed 0, want false")
+	}
+	if !r.b.Get(200*64 + 7) {
+		t.Error("Get of a bit pending as 1 in the active table = false")
+	}
+	// Closed: a second overlay, its dense active table alone.
+	r = newBitsRig(t, nil)
+	for w := uint64(200); w < 200+4096*20; w += 2 {
+		if err := r.b.Set(w*64+7, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := r.b.view.Load(); !v.fast {
+		t.Fatalf("view over a dense active table alone: fast %v, want true", v.fast)
+	}
+	r.b.MarkClosed()
+	if v, open := r.b.GetOpen(200*64 + 7); open {
+		t.Errorf("GetOpen after MarkClosed = %v, open; want closed", v)
 	}
 }

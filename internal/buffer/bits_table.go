@@ -69,6 +69,9 @@ type bitsTable struct {
 	// grown, if set, is called (t.mu held) after the directory grew and
 	// before a page is installed in the new one (B5).
 	grown func(*bitsTable)
+	// densed, if set, is called once dense is set (B13), by the writer
+	// that set it (t.mu held or not: the lock order is t.mu, then vmu).
+	densed func(*bitsTable)
 }
 
 type bitsDir struct {
@@ -185,14 +188,17 @@ func (t *bitsTable) count(n int64) {
 	}
 }
 
-// markAll marks every bit of the filter, then sets dense (B4a).
+// markAll marks every bit of the filter, then sets dense (B4a); the writer
+// that sets it calls densed (B13).
 func (t *bitsTable) markAll() {
 	for k := range t.lines {
 		if atomic.LoadUint64(&t.lines[k]) != ^uint64(0) {
 			atomic.StoreUint64(&t.lines[k], ^uint64(0))
 		}
 	}
-	t.dense.Store(true)
+	if !t.dense.Swap(true) && t.densed != nil {
+		t.densed(t)
+	}
 }
 
 // filterShift is log2 of the bits a filter bit covers (a bitslice word).

@@ -20,7 +20,11 @@ type bitsView struct {
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
 	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
-	nbits  uint64   // the file's length when the view was published
+	// fast: open, not direct, no sealed table and the active table dense
+	// when published (B13): Get probes the active table on this line's
+	// fields alone, with no filter, flag or table field loaded.
+	fast  bool
+	nbits uint64 // the file's length when the view was published
 	// adir is the active table's directory as of the view: a grown one
 	// is published in a new view before any page is installed in it (B5),
 	// so a lookup reaches the active table's word in two loads.
@@ -67,6 +71,7 @@ func (b *Bits) publish(v *bitsView) {
 		v.sfilt = b.zeros[:len(v.afilt)]
 	}
 	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
+	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
 	b.view.Store(v)
 }
 
@@ -151,11 +156,25 @@ func (b *Bits) dirGrown(t *bitsTable) {
 	}
 }
 
-// newTable returns a new empty table whose directory growth republishes
-// the view, its line filter sized for the overlay's length.
+// densed republishes the view after t became dense, if t is the active
+// table, so that the view is fast (B13). Called by the writer that set the
+// flag; the lock order is t.mu, then vmu.
+func (b *Bits) densed(t *bitsTable) {
+	b.vmu.Lock()
+	defer b.vmu.Unlock()
+	if v := b.view.Load(); v.active == t && !v.fast {
+		n := *v
+		b.publish(&n)
+	}
+}
+
+// newTable returns a new empty table whose directory growth and whose
+// becoming dense republish the view, its line filter sized for the
+// overlay's length.
 func (b *Bits) newTable() *bitsTable {
 	t := newBitsTable(b.acct, b.Len())
 	t.grown = b.dirGrown
+	t.densed = b.densed
 	return t
 }
 
