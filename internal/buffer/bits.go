@@ -88,8 +88,7 @@ type Bits struct {
 	sumTouched []uint64
 	// applyPages' scratch, under wmu: the new words of a run of pages and
 	// what they hold.
-	runWords []uint64
-	runPages []runPage
+	walkRuns [walkRuns]*walkRun
 }
 
 // NewBits returns an overlay over f, which must not be written through other
