@@ -88,7 +88,8 @@ type Bits struct {
 	sumTouched []uint64
 	// applyPages' scratch, under wmu: the new words of a run of pages and
 	// what they hold.
-	walkRuns [walkRuns]*walkRun
+	runWords []uint64
+	runPages []runPage
 }
 
 // NewBits returns an overlay over f, which must not be written through other

@@ -87,40 +87,24 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 // runPagesMax is the most pages applyPages writes with one WriteWords.
 const runPagesMax = 8
 
-// walkRuns is the number of run buffers applyPages cycles through: the
-// walk fills one while the writer writes the ones before.
-const walkRuns = 4
-
 // runPage is a page of a run applyPages writes: its index, its lines and
 // set bits as written, and how many of its words have a pending bit.
 type runPage struct {
 	pi, lines, ones, changed uint64
 }
 
-// walkRun is a run of consecutive pages applyPages writes with one
-// File.WriteWords: its first word, its new words and its pages.
-type walkRun struct {
-	start uint64
-	words []uint64
-	pages []runPage
-}
-
 // applyPages applies table t's words below word nw to the file: page by
 // page it computes the new words from the packed ones and the file's
 // (no list of word changes in between, the flush's walk of issue 26) with
-// the page's summary, and hands each run of consecutive pages to a writer
-// goroutine, which writes it with one File.WriteWords (pwrite into the
-// page cache: no locked instruction per word, no write fault on a page the
-// last sync left write-protected; the file has no other writer, wmu held,
-// and every word it changes is pending in the view's tables until the
-// Release, B7), starts its writeback (File.StartWriteback) and brings the
-// summary of its pages up to date (B9, after their pwrite, before
-// Release), while the walk computes the next runs on this processor: the
-// pwrites, the writeback submissions and the sparse pages' rescans leave
-// the walk's path. The walk joins the writer before it returns (B7: before
-// the sync). It is write's path when no open snapshot needs the words it
+// the page's summary, and writes each run of consecutive pages with one
+// File.WriteWords (pwrite into the page cache: no locked instruction per
+// word, no write fault on a page the last sync left write-protected; the
+// file has no other writer, wmu held, and every word it changes is
+// pending in the view's tables until the Release, B7). The summary of the
+// pages written is brought up to date right after each run (B9, before
+// Release). It is write's path when no open snapshot needs the words it
 // overwrites. wmu held.
-func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) (err error) {
+func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	d := t.dir.Load()
 	fv := b.file.View()
 	words := fv.Words()
@@ -129,42 +113,49 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) (err err
 	if r := fv.Len() % 64; r != 0 {
 		tail = 1<<r - 1
 	}
-	if b.walkRuns[0] == nil {
-		for k := range b.walkRuns {
-			b.walkRuns[k] = &walkRun{words: make([]uint64, 0, runPagesMax*pageWords64)}
-		}
+	if b.runWords == nil {
+		b.runWords = make([]uint64, 0, runPagesMax*pageWords64)
 	}
-	free := make(chan *walkRun, walkRuns)
-	for _, r := range b.walkRuns {
-		r.words, r.pages = r.words[:0], r.pages[:0] // a walk that stopped early left one filled
-		free <- r
-	}
-	todo := make(chan *walkRun, walkRuns)
-	done := make(chan struct{})
-	var failed atomic.Bool
-	var werr error // the writer's first failure, read after done
+	buf, pages := b.runWords[:0], b.runPages[:0]
+	var start uint64
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
+	// A helper starts each run's writeback (File.StartWriteback) while the
+	// walk computes the next ones, on another processor: the submission
+	// costs about what the walk does. Joined before the sync (B7).
+	wb := make(chan [2]uint64, 64)
+	wbDone := make(chan struct{})
 	go func() {
-		defer close(done)
-		for r := range todo {
-			if werr == nil {
-				werr = b.writeRun(r, &sum)
-				failed.Store(werr != nil)
+		defer close(wbDone)
+		for r := range wb {
+			_ = b.fio.StartWriteback(r[0], r[1])
+		}
+	}()
+	defer func() {
+		close(wb)
+		<-wbDone
+	}()
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := b.fio.WriteWords(start, buf); err != nil {
+			var k uint64
+			for _, p := range pages {
+				k += p.changed
 			}
-			r.words, r.pages = r.words[:0], r.pages[:0]
-			free <- r
+			return kverr.Errorf("apply %d words: %w", k, err)
 		}
-	}()
-	defer func() { // the writer joined before the sync (B7)
-		close(todo)
-		<-done
-		if err == nil {
-			err = werr
+		// The disk starts on this run while the walk computes the next
+		// ones; the sync after the walk is still what makes them durable
+		// (B7).
+		wb <- [2]uint64{start, uint64(len(buf))}
+		for _, p := range pages {
+			sum.ran(p.pi, p.lines, p.ones)
 		}
-		runtime.KeepAlive(fv)
-	}()
-	r := <-free
+		buf, pages = buf[:0], pages[:0]
+		return nil
+	}
 	for pi := range d.pages {
 		first := uint64(pi) * pageWords64
 		if first >= nw {
@@ -180,54 +171,31 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) (err err
 		// The whole page as far as the file goes: its words past the
 		// table's last have empty masks, and the summary needs them.
 		n := min(pageWords64, fw-first)
-		if len(r.words) > 0 && (r.start+uint64(len(r.words)) != first || len(r.pages) == runPagesMax) {
-			if failed.Load() {
-				return nil // the writer's error, after the join
+		if len(buf) > 0 && (start+uint64(len(buf)) != first || len(pages) == runPagesMax) {
+			if err := write(); err != nil {
+				return err
 			}
-			todo <- r
-			r = <-free
 		}
-		if len(r.words) == 0 {
-			r.start = first
+		if len(buf) == 0 {
+			start = first
 		}
-		r.words = r.words[:uint64(len(r.words))+n]
-		out := r.words[uint64(len(r.words))-n:]
+		buf = buf[:uint64(len(buf))+n]
+		out := buf[uint64(len(buf))-n:]
 		changed := mergePage(c, words[first:first+n], out)
 		if first+n == fw {
 			out[n-1] &= tail // only the file's last word has bits past its length
 		}
+		lines, ones := lineSummary(out)
 		if changed == 0 {
-			r.words = r.words[:uint64(len(r.words))-n]
+			buf = buf[:uint64(len(buf))-n]
 			continue
 		}
-		lines, ones := lineSummary(out)
-		r.pages = append(r.pages, runPage{uint64(pi), lines, ones, changed})
+		pages = append(pages, runPage{uint64(pi), lines, ones, changed})
 	}
-	if len(r.words) > 0 {
-		todo <- r
-	} else {
-		free <- r
-	}
-	return nil
-}
-
-// writeRun is applyPages' writer for one run: its pwrite, the start of its
-// writeback (the disk works on it during the rest of the walk; the sync
-// after the walk is still what makes it durable, B7) and its pages'
-// summary (B9).
-func (b *Bits) writeRun(r *walkRun, sum *sumRun) error {
-	if err := b.fio.WriteWords(r.start, r.words); err != nil {
-		var k uint64
-		for _, p := range r.pages {
-			k += p.changed
-		}
-		return kverr.Errorf("apply %d words: %w", k, err)
-	}
-	_ = b.fio.StartWriteback(r.start, uint64(len(r.words)))
-	for _, p := range r.pages {
-		sum.ran(p.pi, p.lines, p.ones)
-	}
-	return nil
+	err := write()
+	runtime.KeepAlive(fv)
+	b.runWords, b.runPages = buf[:0], pages[:0]
+	return err
 }
 
 // mergePage computes into out the new words of a page: for each word j,
