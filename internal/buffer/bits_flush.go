@@ -179,23 +179,13 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		if len(buf) == 0 {
 			start = first
 		}
-		var lines, ones, changed uint64
-		for j := range n {
-			m, v := pageWord64(c, j<<1)
-			x := atomic.LoadUint64(&words[first+j])
-			if m != 0 {
-				x = x&^m | v&m
-				changed++
-			}
-			if first+j == fw-1 {
-				x &= tail // only the file's last word has bits past its length
-			}
-			buf = append(buf, x)
-			if x != 0 {
-				ones += uint64(bits.OnesCount64(x))
-				lines |= 1 << (j / lineWords)
-			}
+		buf = buf[:uint64(len(buf))+n]
+		out := buf[uint64(len(buf))-n:]
+		changed := mergePage(c, words[first:first+n], out)
+		if first+n == fw {
+			out[n-1] &= tail // only the file's last word has bits past its length
 		}
+		lines, ones := lineSummary(out)
 		if changed == 0 {
 			buf = buf[:uint64(len(buf))-n]
 			continue
@@ -206,4 +196,47 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	runtime.KeepAlive(fv)
 	b.runWords, b.runPages = buf[:0], pages[:0]
 	return err
+}
+
+// mergePage computes into out the new words of a page: for each word j,
+// the file's word file[j] with page c's pending bits of that word over it
+// (c's packed words 2j and 2j+1), and returns how many words have a
+// pending bit. out and file are the page's words as far as the file goes
+// (the same length, at most pageWords64). The flush's inner loop (issue
+// 26): no branch per word, and a full page's loop has no bounds check.
+func mergePage(c *bitsPage, file, out []uint64) (changed uint64) {
+	if len(file) == pageWords64 && len(out) == pageWords64 {
+		f, o := (*[pageWords64]uint64)(file), (*[pageWords64]uint64)(out)
+		for j := range pageWords64 {
+			p0 := atomic.LoadUint64(&c[2*j])
+			p1 := atomic.LoadUint64(&c[2*j+1])
+			m := p0>>32 | p1&^lowHalf
+			v := p0&lowHalf | p1<<32
+			o[j] = atomic.LoadUint64(&f[j])&^m | v&m
+			changed += b2u(m != 0)
+		}
+		return changed
+	}
+	out = out[:len(file)]
+	for j := range file {
+		m, v := pageWord64(c, uint64(j)<<1)
+		out[j] = atomic.LoadUint64(&file[j])&^m | v&m
+		changed += b2u(m != 0)
+	}
+	return changed
+}
+
+// lineSummary returns the line bits and the set bits of a page's words
+// (at most pageWords64).
+func lineSummary(ws []uint64) (lines, ones uint64) {
+	for l := 0; l*lineWords < len(ws); l++ {
+		line := ws[l*lineWords : min((l+1)*lineWords, len(ws))]
+		var or uint64
+		for _, x := range line {
+			or |= x
+			ones += uint64(bits.OnesCount64(x))
+		}
+		lines |= b2u(or != 0) << l
+	}
+	return lines, ones
 }
