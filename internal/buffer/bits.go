@@ -33,7 +33,7 @@ type bitsFile interface {
 // Writes must not run concurrently with Freeze, Snapshot or Settle (the
 // engine admits writes under the shared side of its write barrier and calls
 // those with it held exclusively). Everything else is safe for concurrent
-// use. The publication order is in bits_protocol.go (rules B1-B12).
+// use. The publication order is in bits_protocol.go (rules B1-B13).
 //
 // # Read path
 //
@@ -162,69 +162,63 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 		}
 		return b.getPending(i)
 	}
-	if v.fast {
-		// Open, no sealed table, the active table dense (B13): the file's
-		// word and the table's, from fields on the view's first line, then
-		// the re-load (B8a, B12), with nothing else loaded in between.
-		var fw uint64
-		if i < v.nbits {
-			fw = fileWordAt(v.words, i)
+	// A fast view (B13: open, no sealed table, the active table dense)
+	// goes straight to the active table's probe below, from fields on
+	// the view's first line, with nothing else loaded in between.
+	if !v.fast {
+		if v.closed {
+			return false, false
 		}
-		p := activeWord(v.adir, i)
-		if b.view.Load() == v {
-			return pendingOver(p, fw, i), true
+		if testHook != nil {
+			testHook("bits-filter")
 		}
-		return b.getPending(i)
+		// No table can hold the bit if neither filter marks its word (B4a):
+		// the file alone. Below fn, one word of each filter decides (read
+		// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
+		// tables). A dense table has every word marked (B4a).
+		// The filters are the tables' and a released table's is reset
+		// (zeroed) while the view may still be read: re-validate (B8) as a
+		// fold does, or the view's file words may predate the growth that
+		// holds the bit.
+		// Over a view without sealed tables whose active table is dense
+		// (every filter word marked before the flag is set, B4a), as
+		// GetMany, the flag alone decides: the filters' words stay out of
+		// the lookup (bits12, design 2).
+		l := i >> filterShift
+		var pending bool
+		if len(v.sealed) == 0 && v.active.dense.Load() {
+			pending = true
+		} else if k := l >> 6; k < v.fn {
+			f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+				*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
+			pending = f>>(l&63)&1 != 0
+		} else {
+			pending = v.maybe(l)
+		}
+		if !pending {
+			var x uint64
+			if i < v.nbits {
+				x = fileWordAt(v.words, i)
+			}
+			if b.view.Load() == v {
+				return x>>(i&63)&1 != 0, true
+			}
+			return b.getPending(i)
+		}
+		if len(v.sealed) != 0 {
+			return b.getPending(i)
+		}
 	}
-	if v.closed {
-		return false, false
+	// The active table alone, on the view already loaded: the file's word
+	// first, then the table's, two independent loads whose cache misses
+	// overlap, both between the view's two loads (B8a, B12).
+	var fw uint64
+	if i < v.nbits {
+		fw = fileWordAt(v.words, i)
 	}
-	if testHook != nil {
-		testHook("bits-filter")
-	}
-	// No table can hold the bit if neither filter marks its word (B4a):
-	// the file alone. Below fn, one word of each filter decides (read
-	// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
-	// tables). A dense table has every word marked (B4a).
-	// The filters are the tables' and a released table's is reset
-	// (zeroed) while the view may still be read: re-validate (B8) as a
-	// fold does, or the view's file words may predate the growth that
-	// holds the bit.
-	// Over a view without sealed tables whose active table is dense
-	// (every filter word marked before the flag is set, B4a), as
-	// GetMany, the flag alone decides: the filters' words stay out of
-	// the lookup (bits12, design 2).
-	l := i >> filterShift
-	var pending bool
-	if len(v.sealed) == 0 && v.active.dense.Load() {
-		pending = true
-	} else if k := l >> 6; k < v.fn {
-		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
-			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-		pending = f>>(l&63)&1 != 0
-	} else {
-		pending = v.maybe(l)
-	}
-	if !pending {
-		var x uint64
-		if i < v.nbits {
-			x = fileWordAt(v.words, i)
-		}
-		if b.view.Load() == v {
-			return x>>(i&63)&1 != 0, true
-		}
-	} else if len(v.sealed) == 0 {
-		// The active table alone, on the view already loaded: the file's
-		// word first, then the table's, two independent loads whose cache
-		// misses overlap, both between the view's two loads (B8a).
-		var fw uint64
-		if i < v.nbits {
-			fw = fileWordAt(v.words, i)
-		}
-		p := activeWord(v.adir, i)
-		if b.view.Load() == v {
-			return pendingOver(p, fw, i), true
-		}
+	p := activeWord(v.adir, i)
+	if b.view.Load() == v {
+		return pendingOver(p, fw, i), true
 	}
 	return b.getPending(i)
 }
