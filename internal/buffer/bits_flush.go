@@ -208,6 +208,8 @@ func mergePage(c *bitsPage, file, out []uint64) (changed uint64) {
 	if len(file) == pageWords64 && len(out) == pageWords64 {
 		f, o := (*[pageWords64]uint64)(file), (*[pageWords64]uint64)(out)
 		for j := range pageWords64 {
+			// pageWord64 written out: its index masks cost 6-8% of the
+			// walk's CPU here (BenchmarkBitsWalk, 3 paired runs).
 			p0 := atomic.LoadUint64(&c[2*j])
 			p1 := atomic.LoadUint64(&c[2*j+1])
 			m := p0>>32 | p1&^lowHalf
