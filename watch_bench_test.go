@@ -38,7 +38,9 @@ import (
 // and its two parts: from the Apply to the persisted watermark reaching
 // the op (watermark-p99-ms: the engine's own durability latency, which no
 // feed can beat) and from there to the mark's delivery, the feed's own
-// part (after-watermark-p99-ms).
+// part (after-watermark-p99-ms). The subscriber reads with Watch.NextMany,
+// 256 events a call, where the Watch has it (KVBUF_WATCH_NEXT=one: with
+// Next, as before it).
 //
 //	go test -run '^$' -bench BenchmarkW8Watch -benchtime 8x .
 func BenchmarkW8Watch(b *testing.B) {
@@ -196,15 +198,8 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 		}
 		go func() {
 			var seen uint64
-			for {
-				e, err := w.Next(ctx)
-				if err != nil {
-					done <- err
-					return
-				}
-				if e.Kind != EventResolved {
-					continue
-				}
+			// mark handles a resolved mark; true once it is the last op's.
+			mark := func(e *WatchEvent) bool {
 				if mode == "durable" {
 					now := time.Now()
 					mu.Lock()
@@ -218,7 +213,31 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 					mu.Unlock()
 				}
 				seen = max(seen, e.Op)
-				if e.Op >= uint64(ops) {
+				return e.Op >= uint64(ops)
+			}
+			if nm, ok := any(w).(nextManyer); ok && os.Getenv("KVBUF_WATCH_NEXT") != "one" {
+				evs := make([]WatchEvent, 0, 256)
+				for {
+					var err error
+					if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
+						done <- err
+						return
+					}
+					for i := range evs {
+						if evs[i].Kind == EventResolved && mark(&evs[i]) {
+							done <- nil
+							return
+						}
+					}
+				}
+			}
+			for {
+				e, err := w.Next(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if e.Kind == EventResolved && mark(&e) {
 					done <- nil
 					return
 				}
@@ -474,11 +493,18 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 // 2,000 ops of 64 puts written and flushed once (interval flushes off,
 // the feed recording from Open), then each iteration a watch from op 1
 // reads every change and the last mark (in memory: the log holds them all)
-// and closes. It reports the time per event delivered by Next, the
-// expansion of the records into events included (CPU-bound: steadier on a
-// shared machine than BenchmarkW8Watch), and the process CPU time per
-// event (cpu-ns/event: nothing else of the engine's runs while it reads,
-// and a loaded machine's waits for a core are not counted).
+// and closes. It reports the time per event delivered, the expansion of
+// the records into events included (CPU-bound: steadier on a shared
+// machine than BenchmarkW8Watch), and the process CPU time per event
+// (cpu-ns/event: nothing else of the engine's runs while it reads, and a
+// loaded machine's waits for a core are not counted). Sub-benchmarks:
+// "next" reads with Watch.Next; "many" with Watch.NextMany, 256 events a
+// call (run only where the Watch has it: scripts/watch-ab.sh builds older
+// revisions with this file); "staged" is no reader of the feed but what a
+// durable watch whose events were built before the watermark (the
+// watch11 round's design (a), not built) would at best cost a Next: the
+// same events, built beforehand, returned one by one by value from a
+// buffer.
 //
 //	go test -run '^$' -bench BenchmarkWatchRead -benchtime 20x .
 func BenchmarkWatchRead(b *testing.B) {
@@ -504,10 +530,58 @@ func BenchmarkWatchRead(b *testing.B) {
 	if err := db.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	cpu0 := processCPU()
-	n := 0
-	for range b.N {
+	last := func(e *WatchEvent) bool { return e.Kind == EventResolved && e.Op >= ops }
+	read := func(b *testing.B, sub func(w *Watch) int) {
+		b.ResetTimer()
+		cpu0 := processCPU()
+		n := 0
+		for range b.N {
+			w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += sub(w)
+			w.Close()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
+		b.ReportMetric(0, "ns/op")
+	}
+	b.Run("next", func(b *testing.B) {
+		read(b, func(w *Watch) int {
+			for n := 1; ; n++ {
+				e, err := w.Next(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if last(&e) {
+					return n
+				}
+			}
+		})
+	})
+	if _, ok := any((*Watch)(nil)).(nextManyer); ok {
+		b.Run("many", func(b *testing.B) {
+			evs := make([]WatchEvent, 0, 256)
+			read(b, func(w *Watch) int {
+				nm := any(w).(nextManyer)
+				n := 0
+				for {
+					var err error
+					if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
+						b.Fatal(err)
+					}
+					for i := range evs {
+						if n++; last(&evs[i]) {
+							return n
+						}
+					}
+				}
+			})
+		})
+	}
+	b.Run("staged", func(b *testing.B) {
+		var all []WatchEvent
 		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
 		if err != nil {
 			b.Fatal(err)
@@ -517,14 +591,40 @@ func BenchmarkWatchRead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n++
-			if e.Kind == EventResolved && e.Op >= ops {
+			if all = append(all, e); last(&e) {
 				break
 			}
 		}
 		w.Close()
+		read(b, func(*Watch) int {
+			s := &stagedEvents{ev: all}
+			for n := 1; ; n++ {
+				if e := s.next(ctx); last(&e) {
+					return n
+				}
+			}
+		})
+	})
+}
+
+// nextManyer is Watch.NextMany, asserted so that this file builds with
+// revisions before it (scripts/watch-ab.sh's overlay).
+type nextManyer interface {
+	NextMany(ctx context.Context, dst []WatchEvent) ([]WatchEvent, error)
+}
+
+// stagedEvents returns events built beforehand, one by one by value, as
+// a Next that only copies would (BenchmarkWatchRead's "staged").
+type stagedEvents struct {
+	ev []WatchEvent
+	i  int
+}
+
+//go:noinline
+func (s *stagedEvents) next(ctx context.Context) WatchEvent {
+	if s.i < len(s.ev) && ctx.Err() == nil {
+		s.i++
+		return s.ev[s.i-1]
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
-	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
-	b.ReportMetric(0, "ns/op")
+	return WatchEvent{}
 }
