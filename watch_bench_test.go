@@ -266,7 +266,14 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	}
 	tf := time.Since(start)
 	if testing.Verbose() {
-		defer func() { b.Logf("%s: writes %v, flush returned at %v, mark at %v", mode, tw, tf, time.Since(start)) }()
+		// With the generations frozen and those flushed by ingestion:
+		// whether the round's writes crossed a flush interval (two
+		// generations, each maybe under Options.IngestThreshold) moves
+		// its flush time more than a watch's own cost does.
+		defer func() {
+			m := db.Metrics()
+			b.Logf("%s: writes %v, flush returned at %v, mark at %v, generations %d, ingested %d", mode, tw, tf, time.Since(start), m.Generations, m.IngestedGenerations)
+		}()
 	}
 	if done != nil {
 		if err := <-done; err != nil {
