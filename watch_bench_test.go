@@ -499,28 +499,102 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 // BenchmarkWatchRead measures a subscriber's own cost per event: W8's
 // 2,000 ops of 64 puts written and flushed once (interval flushes off,
 // the feed recording from Open), then each iteration a watch from op 1
-// reads every change and the last mark (in memory: the log holds them all)
-// and closes. It reports the time per event delivered, the expansion of
-// the records into events included (CPU-bound: steadier on a shared
-// machine than BenchmarkW8Watch), and the process CPU time per event
-// (cpu-ns/event: nothing else of the engine's runs while it reads, and a
-// loaded machine's waits for a core are not counted). Sub-benchmarks:
-// "next" reads with Watch.Next; "many" with Watch.NextMany, 256 events a
-// call (run only where the Watch has it: scripts/watch-ab.sh builds older
-// revisions with this file); "staged" is no reader of the feed but what a
-// durable watch whose events were built before the watermark (the
-// watch11 round's design (a), not built) would at best cost a Next: the
-// same events, built beforehand, returned one by one by value from a
-// buffer.
+// reads every change and the last mark with Next (in memory: the log
+// holds them all) and closes. It reports the time per event delivered,
+// the expansion of the records into events included (CPU-bound: steadier
+// on a shared machine than BenchmarkW8Watch), and the process CPU time per
+// event (cpu-ns/event: nothing else of the engine's runs while it reads,
+// and a loaded machine's waits for a core are not counted).
 //
 //	go test -run '^$' -bench BenchmarkWatchRead -benchtime 20x .
 func BenchmarkWatchRead(b *testing.B) {
-	const ops, batch = 2000, 64
+	db, ctx := watchReadDB(b)
+	watchRead(b, db, func(w *Watch) int {
+		for n := 1; ; n++ {
+			e, err := w.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if watchReadLast(&e) {
+				return n
+			}
+		}
+	})
+}
+
+// BenchmarkWatchReadMany is BenchmarkWatchRead read with Watch.NextMany,
+// 256 events a call. It is skipped where the Watch has no NextMany
+// (scripts/watch-ab.sh builds older revisions with this file).
+//
+//	go test -run '^$' -bench 'BenchmarkWatchRead(Many)?$' -benchtime 20x .
+func BenchmarkWatchReadMany(b *testing.B) {
+	if _, ok := any((*Watch)(nil)).(nextManyer); !ok {
+		b.Skip("no Watch.NextMany")
+	}
+	db, ctx := watchReadDB(b)
+	evs := make([]WatchEvent, 0, 256)
+	watchRead(b, db, func(w *Watch) int {
+		nm := any(w).(nextManyer)
+		n := 0
+		for {
+			var err error
+			if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
+				b.Fatal(err)
+			}
+			for i := range evs {
+				if n++; watchReadLast(&evs[i]) {
+					return n
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkWatchReadStaged is no reader of the feed: it is what a Next
+// would at best cost a durable watch that built its events before the
+// watermark (the watch11 round's design (a), not built): BenchmarkWatchRead's
+// events, built beforehand, returned one by one by value from a buffer.
+//
+//	go test -run '^$' -bench BenchmarkWatchReadStaged -benchtime 20x .
+func BenchmarkWatchReadStaged(b *testing.B) {
+	db, ctx := watchReadDB(b)
+	var all []WatchEvent
+	w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if all = append(all, e); watchReadLast(&e) {
+			break
+		}
+	}
+	w.Close()
+	watchRead(b, db, func(*Watch) int {
+		s := &stagedEvents{ev: all}
+		for n := 1; ; n++ {
+			if e := s.next(ctx); watchReadLast(&e) {
+				return n
+			}
+		}
+	})
+}
+
+// watchReadOps is how many W8 ops the BenchmarkWatchRead family writes.
+const watchReadOps = 2000
+
+// watchReadDB opens an engine holding W8's watchReadOps ops in its feed's
+// log, flushed.
+func watchReadDB(b *testing.B) (*DB, context.Context) {
+	const batch = 64
 	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true, WatchBufferBytes: 256 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	b.Cleanup(func() { db.Close() })
 	k, err := db.KV("w8")
 	if err != nil {
 		b.Fatal(err)
@@ -528,7 +602,7 @@ func BenchmarkWatchRead(b *testing.B) {
 	ctx := context.Background()
 	bt := db.NewBatch()
 	key, val := make([]byte, 8), make([]byte, 16)
-	for op := 1; op <= ops; op++ {
+	for op := 1; op <= watchReadOps; op++ {
 		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
 			b.Fatal(err)
@@ -537,81 +611,31 @@ func BenchmarkWatchRead(b *testing.B) {
 	if err := db.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
-	last := func(e *WatchEvent) bool { return e.Kind == EventResolved && e.Op >= ops }
-	read := func(b *testing.B, sub func(w *Watch) int) {
-		b.ResetTimer()
-		cpu0 := processCPU()
-		n := 0
-		for range b.N {
-			w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			n += sub(w)
-			w.Close()
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
-		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
-		b.ReportMetric(0, "ns/op")
-	}
-	b.Run("next", func(b *testing.B) {
-		read(b, func(w *Watch) int {
-			for n := 1; ; n++ {
-				e, err := w.Next(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if last(&e) {
-					return n
-				}
-			}
-		})
-	})
-	if _, ok := any((*Watch)(nil)).(nextManyer); ok {
-		b.Run("many", func(b *testing.B) {
-			evs := make([]WatchEvent, 0, 256)
-			read(b, func(w *Watch) int {
-				nm := any(w).(nextManyer)
-				n := 0
-				for {
-					var err error
-					if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
-						b.Fatal(err)
-					}
-					for i := range evs {
-						if n++; last(&evs[i]) {
-							return n
-						}
-					}
-				}
-			})
-		})
-	}
-	b.Run("staged", func(b *testing.B) {
-		var all []WatchEvent
+	return db, ctx
+}
+
+// watchReadLast reports whether e is the last event a read waits for.
+func watchReadLast(e *WatchEvent) bool { return e.Kind == EventResolved && e.Op >= watchReadOps }
+
+// watchRead runs sub on a durable watch from op 1 each iteration (sub
+// returns the events it read) and reports the time and process CPU per
+// event.
+func watchRead(b *testing.B, db *DB, sub func(w *Watch) int) {
+	ctx := context.Background()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	n := 0
+	for range b.N {
 		w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for {
-			e, err := w.Next(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if all = append(all, e); last(&e) {
-				break
-			}
-		}
+		n += sub(w)
 		w.Close()
-		read(b, func(*Watch) int {
-			s := &stagedEvents{ev: all}
-			for n := 1; ; n++ {
-				if e := s.next(ctx); last(&e) {
-					return n
-				}
-			}
-		})
-	})
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
+	b.ReportMetric(0, "ns/op")
 }
 
 // nextManyer is Watch.NextMany, asserted so that this file builds with
@@ -621,7 +645,7 @@ type nextManyer interface {
 }
 
 // stagedEvents returns events built beforehand, one by one by value, as
-// a Next that only copies would (BenchmarkWatchRead's "staged").
+// a Next that only copies would (BenchmarkWatchReadStaged).
 type stagedEvents struct {
 	ev []WatchEvent
 	i  int
