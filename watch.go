@@ -407,8 +407,9 @@ func (w *Watch) Next(ctx context.Context) (e WatchEvent, err error) {
 // (BenchmarkWatchRead).
 func (w *Watch) NextMany(ctx context.Context, dst []WatchEvent) ([]WatchEvent, error) {
 	n0 := len(dst)
+	end := n0 + max(cap(dst)-n0, 1) // not past the room the caller gave
 	for {
-		dst = w.ready(dst)
+		dst = w.ready(dst, end)
 		if len(dst) > n0 {
 			return dst, nil
 		}
@@ -416,22 +417,22 @@ func (w *Watch) NextMany(ctx context.Context, dst []WatchEvent) ([]WatchEvent, e
 		if err != nil {
 			return dst, err
 		}
-		dst = append(dst, e)
-		if len(dst) == cap(dst) {
+		if dst = append(dst, e); len(dst) == end {
 			return dst, nil
 		}
 	}
 }
 
-// ready appends to dst, up to its capacity, the events Next would return
-// without reading the feed: the runs and the buffer's events read, in
-// Next's order, each counted as Next counts it.
-func (w *Watch) ready(dst []WatchEvent) []WatchEvent {
+// ready appends to dst, up to end events or its capacity, the events Next
+// would return without reading the feed: the runs and the buffer's events
+// read, in Next's order, each counted as Next counts it.
+func (w *Watch) ready(dst []WatchEvent, end int) []WatchEvent {
+	end = min(end, cap(dst))
 	var fromBuf uint64
-	for len(dst) < cap(dst) {
+	for len(dst) < end {
 		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
 			run := &w.runs[w.r]
-			k := min(run.end-run.j, cap(dst)-len(dst))
+			k := min(run.end-run.j, end-len(dst))
 			dst = run.rb.eventsInto(dst, run.op, run.j, run.j+k)
 			if run.j += k; run.j == run.end {
 				w.r++

@@ -151,7 +151,7 @@ func TestWatchNextMany(t *testing.T) {
 }
 
 // readNoRoom reads a watch from op 1 with NextMany into a dst with no room
-// (nil): one event a call, up to the mark of op last.
+// (nil, or full): one event a call, up to the mark of op last.
 func readNoRoom(t *testing.T, db *DB, o WatchOptions, last uint64) []string {
 	ctx := context.Background()
 	o.From = 1
@@ -161,16 +161,29 @@ func readNoRoom(t *testing.T, db *DB, o WatchOptions, last uint64) []string {
 	}
 	defer w.Close()
 	var got []string
-	for {
-		evs, err := w.NextMany(ctx, nil)
+	kept := WatchEvent{Kind: EventPut, Op: 77, Key: []byte("kept")}
+	for i := 0; ; i++ {
+		// Alternately nil and a full slice (whose append may grow
+		// room that NextMany must not use).
+		var dst []WatchEvent
+		if i%2 == 1 {
+			dst = []WatchEvent{kept, kept}
+		}
+		evs, err := w.NextMany(ctx, dst)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(evs) != 1 {
-			t.Fatalf("NextMany into nil returned %d events", len(evs))
+		if len(evs) != len(dst)+1 {
+			t.Fatalf("NextMany into %d events with no room returned %d", len(dst), len(evs)-len(dst))
 		}
-		got = append(got, fmt.Sprintf("%+v", evs[0]))
-		if evs[0].Kind == EventResolved && evs[0].Op >= last {
+		for _, e := range evs[:len(dst)] {
+			if fmt.Sprint(e) != fmt.Sprint(kept) {
+				t.Fatalf("NextMany changed dst's events: %+v", e)
+			}
+		}
+		e := evs[len(dst)]
+		got = append(got, fmt.Sprintf("%+v", e))
+		if e.Kind == EventResolved && e.Op >= last {
 			return got
 		}
 	}
