@@ -397,6 +397,63 @@ func (w *Watch) Next(ctx context.Context) (e WatchEvent, err error) {
 	}
 }
 
+// NextMany appends to dst the events Next would return next, in the same
+// order, and returns the extended slice: at least one (it blocks and ends
+// as Next does; on an error it returns dst unchanged and the error Next
+// would return) and at most cap(dst)-len(dst) when that is more than one.
+// It returns what is ready without waiting for more. A subscriber that
+// reads many events saves the copy of each event out of Next (an event is
+// built in its place in dst), about half of what an event costs it
+// (BenchmarkWatchRead).
+func (w *Watch) NextMany(ctx context.Context, dst []WatchEvent) ([]WatchEvent, error) {
+	n0 := len(dst)
+	end := n0 + max(cap(dst)-n0, 1) // not past the room the caller gave
+	for {
+		dst = w.ready(dst, end)
+		if len(dst) > n0 {
+			return dst, nil
+		}
+		e, err := w.Next(ctx) // waits, refills, or ends the watch
+		if err != nil {
+			return dst, err
+		}
+		if dst = append(dst, e); len(dst) == end {
+			return dst, nil
+		}
+	}
+}
+
+// ready appends to dst, up to end events or its capacity, the events Next
+// would return without reading the feed: the runs and the buffer's events
+// read, in Next's order, each counted as Next counts it.
+func (w *Watch) ready(dst []WatchEvent, end int) []WatchEvent {
+	end = min(end, cap(dst))
+	var fromBuf uint64
+	for len(dst) < end {
+		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
+			run := &w.runs[w.r]
+			k := min(run.end-run.j, end-len(dst))
+			dst = run.rb.eventsInto(dst, run.op, run.j, run.j+k)
+			if run.j += k; run.j == run.end {
+				w.r++
+				w.f.delivered.Add(uint64(run.end - run.j0))
+			}
+			continue
+		}
+		if w.i < len(w.buf) {
+			dst = append(dst, w.buf[w.i])
+			w.i++
+			fromBuf++
+			continue
+		}
+		break
+	}
+	if fromBuf > 0 {
+		w.f.delivered.Add(fromBuf)
+	}
+	return dst
+}
+
 // Close ends the watch and releases what it holds in the feed. It is
 // idempotent and safe to call concurrently with Next (which then returns
 // ErrClosed).
@@ -1139,6 +1196,39 @@ func (r *feedRec) eventInto(e *WatchEvent, j int) {
 		return
 	}
 	r.batch.eventInto(e, r.Op, j)
+}
+
+// eventsInto appends changes j, ..., end-1 of rb, of op op, to dst,
+// which has room for them, each built in its slot: what eventInto builds,
+// a put (W8's every change) field by field in the loop, each change's
+// start taken from the previous change's end.
+func (rb *recBatch) eventsInto(dst []WatchEvent, op uint64, j, end int) []WatchEvent {
+	n := len(dst)
+	out := dst[n : n+end-j]
+	nd := len(rb.data)
+	ends := rb.buf[nd : nd+8*rb.n]
+	heads := rb.buf[nd+8*rb.n : nd+10*rb.n]
+	s := 0
+	if j > 0 {
+		s = int(binary.LittleEndian.Uint32(ends[8*j-4:]))
+	}
+	for x := range out {
+		e, c := &out[x], j+x
+		e0 := int(binary.LittleEndian.Uint32(ends[8*c:]))
+		e1 := int(binary.LittleEndian.Uint32(ends[8*c+4:]))
+		if h := binary.LittleEndian.Uint16(heads[2*c:]); h&recKindMask == uint16(opPut) {
+			// Field by field: a composite literal is built on the
+			// stack and then copied.
+			e.Kind, e.Op, e.Keyspace = EventPut, op, rb.names[h>>recNameShift]
+			e.Key, e.Value, e.End = rb.data[s:e0:e0], rb.data[e0:e1:e1], nil
+			e.Bitslice, e.Lo, e.Hi, e.Bit, e.Watermark = "", 0, 0, false, 0
+		} else {
+			*e = WatchEvent{}
+			rb.eventInto(e, op, c)
+		}
+		s = e1
+	}
+	return dst[:n+len(out)]
 }
 
 // eventInto sets *e, a zero event, to change j of rb, of op op.

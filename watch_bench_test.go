@@ -38,7 +38,9 @@ import (
 // and its two parts: from the Apply to the persisted watermark reaching
 // the op (watermark-p99-ms: the engine's own durability latency, which no
 // feed can beat) and from there to the mark's delivery, the feed's own
-// part (after-watermark-p99-ms).
+// part (after-watermark-p99-ms). The subscriber reads with Watch.NextMany,
+// 256 events a call, where the Watch has it (KVBUF_WATCH_NEXT=one: with
+// Next, as before it).
 //
 //	go test -run '^$' -bench BenchmarkW8Watch -benchtime 8x .
 func BenchmarkW8Watch(b *testing.B) {
@@ -196,15 +198,8 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 		}
 		go func() {
 			var seen uint64
-			for {
-				e, err := w.Next(ctx)
-				if err != nil {
-					done <- err
-					return
-				}
-				if e.Kind != EventResolved {
-					continue
-				}
+			// mark handles a resolved mark; true once it is the last op's.
+			mark := func(e *WatchEvent) bool {
 				if mode == "durable" {
 					now := time.Now()
 					mu.Lock()
@@ -218,7 +213,31 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 					mu.Unlock()
 				}
 				seen = max(seen, e.Op)
-				if e.Op >= uint64(ops) {
+				return e.Op >= uint64(ops)
+			}
+			if nm, ok := any(w).(nextManyer); ok && os.Getenv("KVBUF_WATCH_NEXT") != "one" {
+				evs := make([]WatchEvent, 0, 256)
+				for {
+					var err error
+					if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
+						done <- err
+						return
+					}
+					for i := range evs {
+						if evs[i].Kind == EventResolved && mark(&evs[i]) {
+							done <- nil
+							return
+						}
+					}
+				}
+			}
+			for {
+				e, err := w.Next(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if e.Kind == EventResolved && mark(&e) {
 					done <- nil
 					return
 				}
@@ -247,7 +266,14 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	}
 	tf := time.Since(start)
 	if testing.Verbose() {
-		defer func() { b.Logf("%s: writes %v, flush returned at %v, mark at %v", mode, tw, tf, time.Since(start)) }()
+		// With the generations frozen and those flushed by ingestion:
+		// whether the round's writes crossed a flush interval (two
+		// generations, each maybe under Options.IngestThreshold) moves
+		// its flush time more than a watch's own cost does.
+		defer func() {
+			m := db.Metrics()
+			b.Logf("%s: writes %v, flush returned at %v, mark at %v, generations %d, ingested %d", mode, tw, tf, time.Since(start), m.Generations, m.IngestedGenerations)
+		}()
 	}
 	if done != nil {
 		if err := <-done; err != nil {
@@ -473,21 +499,104 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 // BenchmarkWatchRead measures a subscriber's own cost per event: W8's
 // 2,000 ops of 64 puts written and flushed once (interval flushes off,
 // the feed recording from Open), then each iteration a watch from op 1
-// reads every change and the last mark (in memory: the log holds them all)
-// and closes. It reports the time per event delivered by Next, the
-// expansion of the records into events included (CPU-bound: steadier on a
-// shared machine than BenchmarkW8Watch), and the process CPU time per
-// event (cpu-ns/event: nothing else of the engine's runs while it reads,
-// and a loaded machine's waits for a core are not counted).
+// reads every change and the last mark with Next (in memory: the log
+// holds them all) and closes. It reports the time per event delivered,
+// the expansion of the records into events included (CPU-bound: steadier
+// on a shared machine than BenchmarkW8Watch), and the process CPU time per
+// event (cpu-ns/event: a loaded machine's waits for a core are not
+// counted). The store's work after the setup's flush runs into the first
+// iterations: at 50x NextMany's CPU an event was about twice its figure
+// at 400x, so compare at 400x.
 //
-//	go test -run '^$' -bench BenchmarkWatchRead -benchtime 20x .
+//	go test -run '^$' -bench BenchmarkWatchRead -benchtime 400x .
 func BenchmarkWatchRead(b *testing.B) {
-	const ops, batch = 2000, 64
+	db, ctx := watchReadDB(b)
+	watchRead(b, db, func(w *Watch) int {
+		for n := 1; ; n++ {
+			e, err := w.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if watchReadLast(&e) {
+				return n
+			}
+		}
+	})
+}
+
+// BenchmarkWatchReadMany is BenchmarkWatchRead read with Watch.NextMany,
+// 256 events a call. It is skipped where the Watch has no NextMany
+// (scripts/watch-ab.sh builds older revisions with this file).
+//
+//	go test -run '^$' -bench 'BenchmarkWatchRead(Many)?$' -benchtime 400x .
+func BenchmarkWatchReadMany(b *testing.B) {
+	if _, ok := any((*Watch)(nil)).(nextManyer); !ok {
+		b.Skip("no Watch.NextMany")
+	}
+	db, ctx := watchReadDB(b)
+	evs := make([]WatchEvent, 0, 256)
+	watchRead(b, db, func(w *Watch) int {
+		nm := any(w).(nextManyer)
+		n := 0
+		for {
+			var err error
+			if evs, err = nm.NextMany(ctx, evs[:0]); err != nil {
+				b.Fatal(err)
+			}
+			for i := range evs {
+				if n++; watchReadLast(&evs[i]) {
+					return n
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkWatchReadStaged is no reader of the feed: it is what a Next
+// would at best cost a durable watch that built its events before the
+// watermark (the watch11 round's design (a), not built): BenchmarkWatchRead's
+// events, built beforehand, returned one by one by value from a buffer.
+//
+//	go test -run '^$' -bench BenchmarkWatchReadStaged -benchtime 400x .
+func BenchmarkWatchReadStaged(b *testing.B) {
+	db, ctx := watchReadDB(b)
+	var all []WatchEvent
+	w, err := db.Watch(ctx, &WatchOptions{From: 1, Durable: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if all = append(all, e); watchReadLast(&e) {
+			break
+		}
+	}
+	w.Close()
+	watchRead(b, db, func(*Watch) int {
+		s := &stagedEvents{ev: all}
+		for n := 1; ; n++ {
+			if e := s.next(ctx); watchReadLast(&e) {
+				return n
+			}
+		}
+	})
+}
+
+// watchReadOps is how many W8 ops the BenchmarkWatchRead family writes.
+const watchReadOps = 2000
+
+// watchReadDB opens an engine holding W8's watchReadOps ops in its feed's
+// log, flushed.
+func watchReadDB(b *testing.B) (*DB, context.Context) {
+	const batch = 64
 	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true, WatchBufferBytes: 256 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	b.Cleanup(func() { db.Close() })
 	k, err := db.KV("w8")
 	if err != nil {
 		b.Fatal(err)
@@ -495,7 +604,7 @@ func BenchmarkWatchRead(b *testing.B) {
 	ctx := context.Background()
 	bt := db.NewBatch()
 	key, val := make([]byte, 8), make([]byte, 16)
-	for op := 1; op <= ops; op++ {
+	for op := 1; op <= watchReadOps; op++ {
 		fillW8Batch(bt, k, key, val, op, batch)
 		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
 			b.Fatal(err)
@@ -504,6 +613,17 @@ func BenchmarkWatchRead(b *testing.B) {
 	if err := db.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
+	return db, ctx
+}
+
+// watchReadLast reports whether e is the last event a read waits for.
+func watchReadLast(e *WatchEvent) bool { return e.Kind == EventResolved && e.Op >= watchReadOps }
+
+// watchRead runs sub on a durable watch from op 1 each iteration (sub
+// returns the events it read) and reports the time and process CPU per
+// event.
+func watchRead(b *testing.B, db *DB, sub func(w *Watch) int) {
+	ctx := context.Background()
 	b.ResetTimer()
 	cpu0 := processCPU()
 	n := 0
@@ -512,19 +632,32 @@ func BenchmarkWatchRead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for {
-			e, err := w.Next(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n++
-			if e.Kind == EventResolved && e.Op >= ops {
-				break
-			}
-		}
+		n += sub(w)
 		w.Close()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
 	b.ReportMetric(0, "ns/op")
+}
+
+// nextManyer is Watch.NextMany, asserted so that this file builds with
+// revisions before it (scripts/watch-ab.sh's overlay).
+type nextManyer interface {
+	NextMany(ctx context.Context, dst []WatchEvent) ([]WatchEvent, error)
+}
+
+// stagedEvents returns events built beforehand, one by one by value, as
+// a Next that only copies would (BenchmarkWatchReadStaged).
+type stagedEvents struct {
+	ev []WatchEvent
+	i  int
+}
+
+//go:noinline
+func (s *stagedEvents) next(ctx context.Context) WatchEvent {
+	if s.i < len(s.ev) && ctx.Err() == nil {
+		s.i++
+		return s.ev[s.i-1]
+	}
+	return WatchEvent{}
 }

@@ -230,7 +230,8 @@ func TestWatchBasic(t *testing.T) {
 // TestWatchModel: concurrent hosts' writers (ops begun under a log lock,
 // written and ended in any order; batches, range deletes, DropKV, bit
 // sets) and several subscribers (all or a prefix and a bitslice, visible
-// or durable, from the start or after a snapshot, fast or slow): each
+// or durable, from the start or after a snapshot, fast or slow, read
+// with Next or NextMany): each
 // subscriber's stream, folded, equals the host's log folded in op order at
 // every resolved mark.
 func TestWatchModel(t *testing.T) {
@@ -260,13 +261,14 @@ func TestWatchModel(t *testing.T) {
 		opts *WatchOptions
 		snap bool // start after a snapshot taken mid-run
 		slow bool
+		many int // read with NextMany into a dst of this room (0: Next)
 	}
 	subs := []sub{
 		{name: "all-visible", opts: &WatchOptions{From: 1}},
-		{name: "all-durable", opts: &WatchOptions{From: 1, Durable: true}},
+		{name: "all-durable", opts: &WatchOptions{From: 1, Durable: true}, many: 256},
 		{name: "prefix-visible-slow", opts: &WatchOptions{From: 1, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g1/")}}, Bitslices: []string{"bits"}, Buffer: 3}, slow: true},
 		{name: "own2-durable", opts: &WatchOptions{From: 1, Durable: true, Keyspaces: []WatchKeyspace{{Name: "own-2"}}}},
-		{name: "snapshot-visible", opts: &WatchOptions{}, snap: true},
+		{name: "snapshot-visible", opts: &WatchOptions{}, snap: true, many: 7},
 		{name: "snapshot-durable-prefix", opts: &WatchOptions{Durable: true, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g0/")}}}, snap: true},
 	}
 
@@ -339,7 +341,15 @@ func TestWatchModel(t *testing.T) {
 					return
 				}
 				nctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-				e, err := w.Next(nctx)
+				var evs []WatchEvent
+				var err error
+				if s.many > 0 {
+					evs, err = w.NextMany(nctx, make([]WatchEvent, 0, s.many))
+				} else {
+					var e WatchEvent
+					e, err = w.Next(nctx)
+					evs = []WatchEvent{e}
+				}
 				cancel()
 				if errors.Is(err, context.DeadlineExceeded) {
 					continue
@@ -348,27 +358,29 @@ func TestWatchModel(t *testing.T) {
 					fail(err)
 					return
 				}
-				if s.slow && rng.IntN(50) == 0 {
-					time.Sleep(time.Millisecond)
-				}
-				if e.Kind != EventResolved {
-					if e.Op < opts.From {
-						fail(fmt.Errorf("change of op %d before the start %d", e.Op, opts.From))
+				for _, e := range evs {
+					if s.slow && rng.IntN(50) == 0 {
+						time.Sleep(time.Millisecond)
+					}
+					if e.Kind != EventResolved {
+						if e.Op < opts.From {
+							fail(fmt.Errorf("change of op %d before the start %d", e.Op, opts.From))
+							return
+						}
+						st.apply(e)
+						continue
+					}
+					if opts.Durable && e.Watermark < e.Op {
+						fail(fmt.Errorf("durable mark %d under watermark %d", e.Op, e.Watermark))
 						return
 					}
-					st.apply(e)
-					continue
-				}
-				if opts.Durable && e.Watermark < e.Op {
-					fail(fmt.Errorf("durable mark %d under watermark %d", e.Op, e.Watermark))
-					return
-				}
-				marks[si].Add(1)
-				lastMark = e.Op
-				if e.Op >= checkFrom {
-					if got, want := st.view(&opts), rp.to(e.Op).view(&opts); got != want {
-						fail(fmt.Errorf("at resolved op %d: stream folds to\n%s\nhost's log to\n%s", e.Op, got, want))
-						return
+					marks[si].Add(1)
+					lastMark = e.Op
+					if e.Op >= checkFrom {
+						if got, want := st.view(&opts), rp.to(e.Op).view(&opts); got != want {
+							fail(fmt.Errorf("at resolved op %d: stream folds to\n%s\nhost's log to\n%s", e.Op, got, want))
+							return
+						}
 					}
 				}
 			}

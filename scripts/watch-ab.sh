@@ -20,7 +20,8 @@
 # Environment: BENCH (default BenchmarkW8Watch), ROUNDS (default 3), BENCHTIME (default 6x: rounds of every
 # mode per run), MODES (KVBUF_WATCH_MODES, default none,visible,durable),
 # OVERLAY (default watch_bench_test.go), OUT (a directory to keep the raw
-# output in).
+# output in), BENCH_LOCK (a lock file each run holds: scripts/lib/revisions.sh's
+# locked).
 . "$(dirname "$0")/lib/revisions.sh"
 
 summarize() { # summarize DIR: median (min-max) per revision and metric over the runs
@@ -68,11 +69,14 @@ for i in "${!revs[@]}"; do
 done
 echo "$bench -benchtime $benchtime, ROUNDS=$rounds, MODES=${MODES:-all}" | tee "$out/command.txt"
 n=${#revs[@]}
+run_one() { # run_one I ROUND: one run of revision I's binary (under BENCH_LOCK if set)
+	(cd "$work/r$1" && KVBUF_WATCH_MODES="${MODES:-}" "$work/r$1.test" -test.run '^$' \
+		-test.bench "^$bench\$" -test.benchtime "$benchtime") >"$out/r$1-$2.txt"
+}
 for ((r = 0; r < rounds; r++)); do
 	for ((k = 0; k < n; k++)); do
 		i=$(((k + r) % n))
-		(cd "$work/r$i" && KVBUF_WATCH_MODES="${MODES:-}" "$work/r$i.test" -test.run '^$' \
-			-test.bench "^$bench\$" -test.benchtime "$benchtime") >"$out/r$i-$r.txt"
+		locked run_one "$i" "$r"
 		echo "round $r r$i: $(grep "^$bench-" "$out/r$i-$r.txt" | tr -s ' \t' ' ' | cut -d' ' -f3-)"
 	done
 done
