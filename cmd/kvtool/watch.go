@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -135,21 +136,32 @@ func printFeed(ctx context.Context, db *kvbuf.DB, from uint64, wo *kvbuf.WatchOp
 		return err
 	}
 	defer w.Close()
-	enc := json.NewEncoder(stdout)
+	// Buffered, flushed after each batch NextMany returns: a batch is
+	// what was ready without waiting, so every event is printed before
+	// the watch blocks, with one write per batch rather than per event.
+	out := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(out)
+	batch := make([]kvbuf.WatchEvent, 0, 256)
 	for {
-		e, err := w.Next(ctx)
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			if err := enc.Encode(eventJSON(e)); err != nil {
+		var err error
+		batch, err = w.NextMany(ctx, batch[:0])
+		for _, e := range batch {
+			if asJSON {
+				if err := enc.Encode(eventJSON(e)); err != nil {
+					return err
+				}
+			} else if _, err := fmt.Fprintln(out, eventText(e)); err != nil {
 				return err
 			}
-		} else if _, err := fmt.Fprintln(stdout, eventText(e)); err != nil {
-			return err
+			if e.Kind == kvbuf.EventResolved && e.Op >= wm {
+				return out.Flush()
+			}
 		}
-		if e.Kind == kvbuf.EventResolved && e.Op >= wm {
-			return nil
+		if ferr := out.Flush(); ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
