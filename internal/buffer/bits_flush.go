@@ -46,10 +46,24 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 		b.growSummary(fv.Len())
 	}
 	undo := b.needUndo(g.g)
+	// The writeback helper of the walks (applyPages) is joined after the
+	// sync, not before: the ranges it has not started when the walks end
+	// are left to the sync, which writes every dirty page anyway, so the
+	// sync does not wait for their submission (B7). Joined before wmu is
+	// released, so it never outlives the file's lock.
+	var wb *writeback
+	defer func() {
+		if wb != nil {
+			wb.join()
+		}
+	}()
 	for _, t := range g.tables {
 		nw := (t.hi.Load() + 63) >> 6
 		if !undo {
-			if err := b.applyPages(ctx, t, nw); err != nil {
+			if wb == nil {
+				wb = b.startWriteback()
+			}
+			if err := b.applyPages(ctx, t, nw, wb); err != nil {
 				return err
 			}
 			continue
@@ -72,6 +86,9 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 			}
 			b.summarizeWords(words) // B9: before Release
 		}
+	}
+	if wb != nil {
+		wb.drop() // the rest is the sync's (B7)
 	}
 	b.fio.SetWatermark(wm)
 	sync := b.fio.Sync
@@ -102,9 +119,10 @@ type runPage struct {
 // file has no other writer, wmu held, and every word it changes is
 // pending in the view's tables until the Release, B7). The summary of the
 // pages written is brought up to date right after each run (B9, before
-// Release). It is write's path when no open snapshot needs the words it
+// Release). wb starts each run's writeback while the walk computes the
+// next ones. It is write's path when no open snapshot needs the words it
 // overwrites. wmu held.
-func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
+func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writeback) error {
 	d := t.dir.Load()
 	fv := b.file.View()
 	words := fv.Words()
@@ -120,21 +138,6 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	var start uint64
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
-	// A helper starts each run's writeback (File.StartWriteback) while the
-	// walk computes the next ones, on another processor: the submission
-	// costs about what the walk does. Joined before the sync (B7).
-	wb := make(chan [2]uint64, 64)
-	wbDone := make(chan struct{})
-	go func() {
-		defer close(wbDone)
-		for r := range wb {
-			_ = b.fio.StartWriteback(r[0], r[1])
-		}
-	}()
-	defer func() {
-		close(wb)
-		<-wbDone
-	}()
 	write := func() error {
 		if len(buf) == 0 {
 			return nil
@@ -149,7 +152,7 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		// The disk starts on this run while the walk computes the next
 		// ones; the sync after the walk is still what makes them durable
 		// (B7).
-		wb <- [2]uint64{start, uint64(len(buf))}
+		wb.start(start, uint64(len(buf)))
 		for _, p := range pages {
 			sum.ran(p.pi, p.lines, p.ones)
 		}
@@ -196,6 +199,50 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	runtime.KeepAlive(fv)
 	b.runWords, b.runPages = buf[:0], pages[:0]
 	return err
+}
+
+// writeback is the flush's writeback helper: a goroutine that starts the
+// writeback of each run the walk wrote (File.StartWriteback) on another
+// processor while the walk computes the next runs (the submission costs
+// about what the walk does). It makes nothing durable: the sync after the
+// walk is what does (B7), so a range started late, or never, changes
+// nothing a reader or a crash sees.
+type writeback struct {
+	b     *Bits
+	runs  chan [2]uint64
+	done  chan struct{}
+	stale atomic.Bool // drop called: the ranges left are the sync's
+}
+
+// startWriteback starts the flush's writeback helper; the flush joins it
+// before it releases wmu. wmu held.
+func (b *Bits) startWriteback() *writeback {
+	w := &writeback{b: b, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for r := range w.runs {
+			if !w.stale.Load() {
+				_ = b.fio.StartWriteback(r[0], r[1])
+			}
+		}
+	}()
+	return w
+}
+
+// start hands the helper the run of n words from word first.
+func (w *writeback) start(first, n uint64) { w.runs <- [2]uint64{first, n} }
+
+// drop tells the helper that the walk is over: it starts none of the
+// ranges it still holds (the sync that follows writes them), so that the
+// sync need not wait for their submission.
+func (w *writeback) drop() { w.stale.Store(true) }
+
+// join stops the helper and waits for it: at most the range it is
+// starting.
+func (w *writeback) join() {
+	w.stale.Store(true)
+	close(w.runs)
+	<-w.done
 }
 
 // mergePage computes into out the new words of a page: for each word j,
