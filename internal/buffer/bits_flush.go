@@ -104,6 +104,12 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 // runPagesMax is the most pages applyPages writes with one WriteWords.
 const runPagesMax = 8
 
+// handoffPages is the fewest pages applyPages hands its writeback helper at
+// once (consecutive runs, each already written): a hand-off costs the
+// walk a channel send and the helper a wake-up, so a flush of W6's 128
+// pages makes 4, not 16.
+const handoffPages = 32
+
 // runPage is a page of a run applyPages writes: its index, its lines and
 // set bits as written, and how many of its words have a pending bit.
 type runPage struct {
@@ -136,6 +142,7 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 	}
 	buf, pages := b.runWords[:0], b.runPages[:0]
 	var start uint64
+	var wbFirst, wbN uint64 // the runs written and not yet handed to wb
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
 	write := func() error {
@@ -149,10 +156,21 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 			}
 			return kverr.Errorf("apply %d words: %w", k, err)
 		}
-		// The disk starts on this run while the walk computes the next
+		// The disk starts on these runs while the walk computes the next
 		// ones; the sync after the walk is still what makes them durable
 		// (B7).
-		wb.start(start, uint64(len(buf)))
+		if wbN > 0 && wbFirst+wbN != start {
+			wb.start(wbFirst, wbN)
+			wbN = 0
+		}
+		if wbN == 0 {
+			wbFirst = start
+		}
+		wbN += uint64(len(buf))
+		if wbN >= handoffPages*pageWords64 {
+			wb.start(wbFirst, wbN)
+			wbN = 0
+		}
 		for _, p := range pages {
 			sum.ran(p.pi, p.lines, p.ones)
 		}
@@ -196,6 +214,9 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 		pages = append(pages, runPage{uint64(pi), lines, ones, changed})
 	}
 	err := write()
+	if wbN > 0 {
+		wb.start(wbFirst, wbN)
+	}
 	runtime.KeepAlive(fv)
 	b.runWords, b.runPages = buf[:0], pages[:0]
 	return err
