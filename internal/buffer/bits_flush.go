@@ -167,7 +167,7 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 			wbFirst = start
 		}
 		wbN += uint64(len(buf))
-		if wbN >= handoffPages*pageWords64 {
+		if wbN >= wb.handoff {
 			wb.start(wbFirst, wbN)
 			wbN = 0
 		}
@@ -229,16 +229,17 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 // walk is what does (B7), so a range started late, or never, changes
 // nothing a reader or a crash sees.
 type writeback struct {
-	b     *Bits
-	runs  chan [2]uint64
-	done  chan struct{}
-	stale atomic.Bool // drop called: the ranges left are the sync's
+	b       *Bits
+	handoff uint64 // the fewest words a hand-off holds (handoffPages)
+	runs    chan [2]uint64
+	done    chan struct{}
+	stale   atomic.Bool // drop called: the ranges left are the sync's
 }
 
 // startWriteback starts the flush's writeback helper; the flush joins it
 // before it releases wmu. wmu held.
 func (b *Bits) startWriteback() *writeback {
-	w := &writeback{b: b, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
+	w := &writeback{b: b, handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for r := range w.runs {
