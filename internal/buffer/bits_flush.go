@@ -46,11 +46,9 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 		b.growSummary(fv.Len())
 	}
 	undo := b.needUndo(g.g)
-	// The writeback helper of the walks (applyPages) is joined after the
-	// sync, not before: the ranges it has not started when the walks end
-	// are left to the sync, which writes every dirty page anyway, so the
-	// sync does not wait for their submission (B7). Joined before wmu is
-	// released, so it never outlives the file's lock.
+	// The writeback helper of the walks (applyPages), joined before the
+	// sync (B7; and on a failure before wmu is released, so that it never
+	// outlives the file's lock).
 	var wb *writeback
 	defer func() {
 		if wb != nil {
@@ -88,7 +86,11 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 		}
 	}
 	if wb != nil {
-		wb.drop() // the rest is the sync's (B7)
+		// Every run's writeback started before the sync: leaving the
+		// helper's last ranges to the sync did not make the walk and
+		// sync faster (bitsflush19, BenchmarkBitsWalkSync).
+		wb.join()
+		wb = nil
 	}
 	b.fio.SetWatermark(wm)
 	sync := b.fio.Sync
@@ -233,7 +235,6 @@ type writeback struct {
 	handoff uint64 // the fewest words a hand-off holds (handoffPages)
 	runs    chan [2]uint64
 	done    chan struct{}
-	stale   atomic.Bool // drop called: the ranges left are the sync's
 }
 
 // startWriteback starts the flush's writeback helper; the flush joins it
@@ -243,9 +244,7 @@ func (b *Bits) startWriteback() *writeback {
 	go func() {
 		defer close(w.done)
 		for r := range w.runs {
-			if !w.stale.Load() {
-				_ = b.fio.StartWriteback(r[0], r[1])
-			}
+			_ = b.fio.StartWriteback(r[0], r[1])
 		}
 	}()
 	return w
@@ -254,15 +253,9 @@ func (b *Bits) startWriteback() *writeback {
 // start hands the helper the run of n words from word first.
 func (w *writeback) start(first, n uint64) { w.runs <- [2]uint64{first, n} }
 
-// drop tells the helper that the walk is over: it starts none of the
-// ranges it still holds (the sync that follows writes them), so that the
-// sync need not wait for their submission.
-func (w *writeback) drop() { w.stale.Store(true) }
-
-// join stops the helper and waits for it: at most the range it is
-// starting.
+// join waits for the helper to start every range it was handed, and stops
+// it.
 func (w *writeback) join() {
-	w.stale.Store(true)
 	close(w.runs)
 	<-w.done
 }

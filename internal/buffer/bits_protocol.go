@@ -88,12 +88,9 @@ package buffer
 //     snapshot needs the old words, B10); update the region summary of
 //     every line applied (B9); stage the watermark and sync (data, then
 //     the header). After each run's pwrite the flush starts the run's
-//     writeback (File.StartWriteback, on a helper goroutine the flush
-//     joins after the sync, before it releases wmu; the ranges the helper
-//     has not started when the walk ends are left to the sync), so the
-//     disk works during the rest of the walk; it makes nothing durable,
-//     and the sync after the walk stays what does (the watermark is staged
-//     and synced after it). A pwrite is no atomic store: a reader of the mapping may
+//     writeback (File.StartWriteback, on a helper goroutine the walk joins
+//     before the sync), so the disk works during the rest of the walk; it makes nothing durable, and the sync after the walk
+//     stays what does (the watermark is staged and synced after it). A pwrite is no atomic store: a reader of the mapping may
 //     load a word torn between its old and new bytes. Only the bits the
 //     flush changes differ between the two, every one of them is pending
 //     in a table of every view until the Release (B8), and every read

@@ -76,14 +76,15 @@ func BenchmarkBitsWalk(b *testing.B) {
 
 // BenchmarkBitsWalkSync times the flush's walk and its sync together
 // (applyPages, then SyncLagged, as BitsGen.WriteLagged does), over the
-// workload of BenchmarkBitsWalk, in nine variants of the writeback
-// helper, one round of each per iteration in rotating order: the helper
-// handed each run of 8 pages (h8, main's before bitsflush19), runs of at
-// least 16, 32, 64 or 128 pages (h16 ... h128; W6's file has 128 pages, so
-// h128 hands it everything once the walk is over), each joined before the
-// sync; and h8, h32 and h64 joined after the sync, the ranges it had not
-// started left to the sync (h8-drop, h32-drop, h64-drop) or h8 still
-// started by it (h8-overlap). Metrics: each variant's
+// workload of BenchmarkBitsWalk, in six variants of the writeback helper,
+// one round of each per iteration in rotating order: the helper handed
+// each run of 8 pages (h8, main's before bitsflush19), or runs of at
+// least 16, 32, 64 or 128 pages (h16 ... h128; W6's file has 128 pages,
+// so h128 hands it everything once the walk is over), each joined before
+// the sync; and h8 joined after the sync, the helper starting its last
+// ranges while the sync runs (h8-overlap). (Revision cd4d23b also had
+// h8-drop, h32-drop and h64-drop: joined after the sync, the ranges the
+// helper had not started left to the sync.) Metrics: each variant's
 // median wall time of a walk and sync (h8-ns, ...) and the median of the
 // per-round ratios h8 ÷ the variant (h8/h16, ...; above 1: the variant is
 // faster).
@@ -107,7 +108,6 @@ func BenchmarkBitsWalkSync(b *testing.B) {
 	ctx := context.Background()
 	const (
 		before = iota
-		drop
 		overlap
 	)
 	variants := []struct {
@@ -116,8 +116,7 @@ func BenchmarkBitsWalkSync(b *testing.B) {
 		join  int
 	}{
 		{"h8", 8, before}, {"h16", 16, before}, {"h32", 32, before}, {"h64", 64, before},
-		{"h128", 128, before}, {"h8-drop", 8, drop}, {"h8-overlap", 8, overlap},
-		{"h32-drop", 32, drop}, {"h64-drop", 64, drop},
+		{"h128", 128, before}, {"h8-overlap", 8, overlap},
 	}
 	times := make([][]float64, len(variants))
 	ratios := make([][]float64, len(variants))
@@ -134,11 +133,8 @@ func BenchmarkBitsWalkSync(b *testing.B) {
 			wb := w.b.startWriteback()
 			wb.handoff = v.pages * pageWords64
 			err := w.b.applyPages(ctx, t, nw, wb)
-			switch v.join {
-			case before:
+			if v.join == before {
 				wb.join()
-			case drop:
-				wb.drop()
 			}
 			if err == nil {
 				w.b.fio.SetWatermark(wm)
