@@ -107,11 +107,10 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 const runPagesMax = 8
 
 // handoffPages is the fewest pages applyPages hands its writeback helper at
-// once (consecutive runs, each already written): a flush of W6's 128 pages
-// makes 2 hand-offs, not 16 (one per run). Fewer, larger ranges made the
-// walk and its sync faster (BenchmarkBitsWalkSync: h8/h64 about 1.05,
-// h8/h32 about 1.04, h8/h128 about 1.01; doc/design.md, bitsflush19).
-const handoffPages = 64
+// once (consecutive runs, each already written): a hand-off costs the
+// walk a channel send and the helper a wake-up, so a flush of W6's 128
+// pages makes 4, not 16.
+const handoffPages = 32
 
 // runPage is a page of a run applyPages writes: its index, its lines and
 // set bits as written, and how many of its words have a pending bit.
