@@ -46,10 +46,22 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 		b.growSummary(fv.Len())
 	}
 	undo := b.needUndo(g.g)
+	// The writeback helper of the walks (applyPages), joined before the
+	// sync (B7; and on a failure before wmu is released, so that it never
+	// outlives the file's lock).
+	var wb *writeback
+	defer func() {
+		if wb != nil {
+			wb.join()
+		}
+	}()
 	for _, t := range g.tables {
 		nw := (t.hi.Load() + 63) >> 6
 		if !undo {
-			if err := b.applyPages(ctx, t, nw); err != nil {
+			if wb == nil {
+				wb = b.startWriteback()
+			}
+			if err := b.applyPages(ctx, t, nw, wb); err != nil {
 				return err
 			}
 			continue
@@ -73,6 +85,13 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 			b.summarizeWords(words) // B9: before Release
 		}
 	}
+	if wb != nil {
+		// Every run's writeback started before the sync: leaving the
+		// helper's last ranges to the sync did not make the walk and
+		// sync faster (bitsflush19, BenchmarkBitsWalkSync).
+		wb.join()
+		wb = nil
+	}
 	b.fio.SetWatermark(wm)
 	sync := b.fio.Sync
 	if lagged {
@@ -86,6 +105,12 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 
 // runPagesMax is the most pages applyPages writes with one WriteWords.
 const runPagesMax = 8
+
+// handoffPages is the fewest pages applyPages hands its writeback helper at
+// once (consecutive runs, each already written): a hand-off costs the
+// walk a channel send and the helper a wake-up, so a flush of W6's 128
+// pages makes 4, not 16.
+const handoffPages = 32
 
 // runPage is a page of a run applyPages writes: its index, its lines and
 // set bits as written, and how many of its words have a pending bit.
@@ -102,9 +127,10 @@ type runPage struct {
 // file has no other writer, wmu held, and every word it changes is
 // pending in the view's tables until the Release, B7). The summary of the
 // pages written is brought up to date right after each run (B9, before
-// Release). It is write's path when no open snapshot needs the words it
+// Release). wb starts each run's writeback while the walk computes the
+// next ones. It is write's path when no open snapshot needs the words it
 // overwrites. wmu held.
-func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
+func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writeback) error {
 	d := t.dir.Load()
 	fv := b.file.View()
 	words := fv.Words()
@@ -118,23 +144,9 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 	}
 	buf, pages := b.runWords[:0], b.runPages[:0]
 	var start uint64
+	var wbFirst, wbN uint64 // the runs written and not yet handed to wb
 	sum := b.summaryRun()
 	defer sum.done() // B9: the pages applied, also before a failure returns
-	// A helper starts each run's writeback (File.StartWriteback) while the
-	// walk computes the next ones, on another processor: the submission
-	// costs about what the walk does. Joined before the sync (B7).
-	wb := make(chan [2]uint64, 64)
-	wbDone := make(chan struct{})
-	go func() {
-		defer close(wbDone)
-		for r := range wb {
-			_ = b.fio.StartWriteback(r[0], r[1])
-		}
-	}()
-	defer func() {
-		close(wb)
-		<-wbDone
-	}()
 	write := func() error {
 		if len(buf) == 0 {
 			return nil
@@ -146,10 +158,21 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 			}
 			return kverr.Errorf("apply %d words: %w", k, err)
 		}
-		// The disk starts on this run while the walk computes the next
+		// The disk starts on these runs while the walk computes the next
 		// ones; the sync after the walk is still what makes them durable
 		// (B7).
-		wb <- [2]uint64{start, uint64(len(buf))}
+		if wbN > 0 && wbFirst+wbN != start {
+			wb.start(wbFirst, wbN)
+			wbN = 0
+		}
+		if wbN == 0 {
+			wbFirst = start
+		}
+		wbN += uint64(len(buf))
+		if wbN >= wb.handoff {
+			wb.start(wbFirst, wbN)
+			wbN = 0
+		}
 		for _, p := range pages {
 			sum.ran(p.pi, p.lines, p.ones)
 		}
@@ -193,9 +216,48 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64) error {
 		pages = append(pages, runPage{uint64(pi), lines, ones, changed})
 	}
 	err := write()
+	if wbN > 0 {
+		wb.start(wbFirst, wbN)
+	}
 	runtime.KeepAlive(fv)
 	b.runWords, b.runPages = buf[:0], pages[:0]
 	return err
+}
+
+// writeback is the flush's writeback helper: a goroutine that starts the
+// writeback of each run the walk wrote (File.StartWriteback) on another
+// processor while the walk computes the next runs (the submission costs
+// about what the walk does). It makes nothing durable: the sync after the
+// walk is what does (B7), so a range started late, or never, changes
+// nothing a reader or a crash sees.
+type writeback struct {
+	b       *Bits
+	handoff uint64 // the fewest words a hand-off holds (handoffPages)
+	runs    chan [2]uint64
+	done    chan struct{}
+}
+
+// startWriteback starts the flush's writeback helper; the flush joins it
+// before it releases wmu. wmu held.
+func (b *Bits) startWriteback() *writeback {
+	w := &writeback{b: b, handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for r := range w.runs {
+			_ = b.fio.StartWriteback(r[0], r[1])
+		}
+	}()
+	return w
+}
+
+// start hands the helper the run of n words from word first.
+func (w *writeback) start(first, n uint64) { w.runs <- [2]uint64{first, n} }
+
+// join waits for the helper to start every range it was handed, and stops
+// it.
+func (w *writeback) join() {
+	close(w.runs)
+	<-w.done
 }
 
 // mergePage computes into out the new words of a page: for each word j,
