@@ -165,9 +165,10 @@ const LookupClosed = 2
 // nothing pending at 0.62x the raw file's speed). It calls slow for the
 // rest. slow is a parameter, not a named call, because the inliner charges
 // 57 for a call of a function and 17 for a call of a parameter, against a
-// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined; once
-// inlined the argument is a constant and the call a direct one. The result
-// is one word because a second result costs as much again at every call.
+// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (79 with
+// Go 1.26); inlined, it is a call through a static function value, on the
+// slow path only. The result is one word because a second result costs
+// the inliner as much again at every call.
 func (b *Bits) Lookup(i uint64, slow func(*Bits, uint64) uint64) uint64 {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
