@@ -152,11 +152,13 @@ func (b *Bits) Get(i uint64) (v bool, err error) {
 	// overlay reports Close from the view it loads anyway (DB.Close marks
 	// the overlay closed before it stores the closing flag, and before
 	// the file's mapping is retired: B12, "Reads and Close").
-	if x := b.ov.Lookup(i, (*buffer.Bits).LookupSlow); x < buffer.LookupClosed {
-		return x != 0, nil
-	}
-	return false, ErrClosed
+	x := b.ov.Lookup(i, (*buffer.Bits).LookupSlow)
+	return x == 1, lookupErr[x&buffer.LookupClosed]
 }
+
+// lookupErr is Get's error by Lookup's result (LookupClosed: ErrClosed):
+// an index, not a branch, keeps Get within the inliner's budget.
+var lookupErr = [buffer.LookupClosed + 1]error{buffer.LookupClosed: ErrClosed}
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache
 // misses of independent indexes: the values a loop of Get would return,

@@ -179,7 +179,7 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, uint64) uint64) uint64 {
 		// comes before the file's mapping is retired (B12). The use of v
 		// keeps the mapping alive past the load.
 		if atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))) == unsafe.Pointer(v) {
-			return x >> i % 2 // no &63: the inliner budget it frees pays for Get's branch
+			return x >> (i & 63) & 1
 		}
 	}
 	return slow(b, i)
