@@ -9,7 +9,7 @@ import (
 // TestBitsGetInlines checks that Bits.Get stays inlinable with the
 // overlay's direct path (buffer.Bits.Lookup) inlined in it, so that a host's
 // lookup with nothing pending makes no call (issue 26, bitsget20): a change
-// that pushes Get past the inliner's budget (79 of 80 with Go 1.26) costs
+// that pushes Get past the inliner's budget (all 80 with Go 1.26) costs
 // W1's lookups a third of their speed and no other test would notice.
 func TestBitsGetInlines(t *testing.T) {
 	if testing.Short() {

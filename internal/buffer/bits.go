@@ -165,11 +165,11 @@ const LookupClosed = 2
 // nothing pending at 0.62x the raw file's speed). It calls slow for the
 // rest. slow is a parameter, not a named call, because the inliner charges
 // 57 for a call of a function and 17 for a call of a parameter, against a
-// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (79 with
+// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (all 80 with
 // Go 1.26); inlined, it is a call through a static function value, on the
 // slow path only. The result is one word because a second result costs
 // the inliner as much again at every call.
-func (b *Bits) Lookup(i uint64, slow func(*Bits, uint64) uint64) uint64 {
+func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
 		// fileWordAt written out (i < limit <= nbits): its call costs more.
@@ -182,21 +182,16 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, uint64) uint64) uint64 {
 			return x >> (i & 63) & 1
 		}
 	}
-	return slow(b, i)
+	return slow(b, v, i)
 }
 
 // LookupSlow is Lookup past its direct path, for Lookup's slow argument
-// only: bit i as Lookup returns it, from a view loaded afresh (the direct
-// path's changed under it, or was not direct).
-func (b *Bits) LookupSlow(i uint64) uint64 {
-	v := b.view.Load()
+// only: bit i as Lookup returns it, over the view v Lookup loaded, which
+// was not direct for i or changed under the direct read (i < v.limit).
+// Given v, a lookup with bits pending loads the view once, as before
+// Lookup was split off.
+func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	if i < v.limit {
-		x := fileWordAt(v.words, i) // i < limit <= nbits
-		runtime.KeepAlive(v)        // the mapping must outlive the load
-		// As Lookup's (B12).
-		if b.view.Load() == v {
-			return x >> (i & 63) & 1
-		}
 		return b.getPending(i)
 	}
 	// A fast view (B13: open, no sealed table, the active table dense)
