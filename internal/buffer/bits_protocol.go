@@ -160,7 +160,7 @@ package buffer
 //     view it loaded, and returns a value only from a view it loaded
 //     again, unchanged and open, after its loads of the file's words (the
 //     direct path, Lookup, which kvbuf.Bits.Get inlines, re-loads the
-//     view for this alone: mutation 510). The owner calls
+//     view for this alone). The owner calls
 //     MarkClosed before it closes the file (whose Close retires the
 //     mapping under every view), so a read that returns a value read the
 //     file's words before the retire: never the zeros of a retired
