@@ -147,16 +147,18 @@ func (b *Bits) SetRange(ctx context.Context, lo, hi uint64, v bool, op uint64) e
 // Get returns bit i: the pending value if there is one, else the stored
 // one; false at or past Len. It returns ErrClosed once Close has begun.
 func (b *Bits) Get(i uint64) (v bool, err error) {
-	// Small enough to inline: one call to the overlay, which reports
-	// Close from the view it loads anyway (DB.Close marks the overlay
-	// closed before it stores the closing flag, and before the file's
-	// mapping is retired: B12, "Reads and Close").
-	v, open := b.ov.GetOpen(i)
-	if !open {
-		err = ErrClosed
-	}
-	return
+	// Small enough to inline, with the overlay's direct path (Lookup)
+	// inlined in it: a lookup with nothing pending makes no call. The
+	// overlay reports Close from the view it loads anyway (DB.Close marks
+	// the overlay closed before it stores the closing flag, and before
+	// the file's mapping is retired: B12, "Reads and Close").
+	x := b.ov.Lookup(i, (*buffer.Bits).LookupSlow)
+	return x == 1, lookupErr[x&buffer.LookupClosed]
 }
+
+// lookupErr is Get's error by Lookup's result (LookupClosed: ErrClosed):
+// an index, not a branch, keeps Get within the inliner's budget.
+var lookupErr = [buffer.LookupClosed + 1]error{buffer.LookupClosed: ErrClosed}
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache
 // misses of independent indexes: the values a loop of Get would return,

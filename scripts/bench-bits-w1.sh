@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# W1 lookups with 1M bits pending, designs side by side at both levels
+# W1 lookups with 1M bits pending (or, WORKLOAD=without, with nothing
+# pending), designs side by side at both levels
 # (issue 26): builds, at each revision given (from `git archive`, so the
 # working tree is never touched), package buffer's test binary and
 # kvtool, then RUNS times, in rotating order (run r starts with revision
@@ -22,7 +23,10 @@
 # Environment: RUNS (default 3) runs of each revision, ITERS (default 20)
 # b.Loop iterations of the buffer benchmark, ROUNDS (default 5) kvtool
 # rounds, SCALE (default 1) kvtool --scale, KVTOOL=0 to run the buffer
-# benchmark alone.
+# benchmark alone, WORKLOAD=without for the rows with nothing pending
+# (lookup-without-pending-changes at both levels: the ratios printed are
+# then kvbuf/raw and kvbuf-getmany/raw, the raw file's Get the baseline)
+# instead of the default WORKLOAD=with.
 . "$(dirname "$0")/lib/revisions.sh"
 
 revs_args bitsw1 "$@"
@@ -30,6 +34,14 @@ runs="${RUNS:-3}"
 iters="${ITERS:-20}"
 rounds="${ROUNDS:-5}"
 scale="${SCALE:-1}"
+case "${WORKLOAD:-with}" in
+with) row=lookup-with-pending-changes base=atomic-words ;;
+without) row=lookup-without-pending-changes base=raw ;;
+*)
+	echo "$0: WORKLOAD must be with or without" >&2
+	exit 2
+	;;
+esac
 
 for i in "${!revs[@]}"; do
 	archive "${revs[$i]}" "$work/src$i"
@@ -37,10 +49,10 @@ for i in "${!revs[@]}"; do
 	(cd "$work/src$i" && go test -c -o "$work/buffer$i.test" "./$pkg" && go build -o "$work/kvtool$i" ./cmd/kvtool)
 	note_rev "$i" "${revs[$i]}"
 done
-bargs=(-test.run '^$' -test.bench 'BenchmarkBitsW1$/lookup-with-pending-changes$' -test.benchtime "${iters}x")
-kargs=(bench --workload '^W1/lookup-with-pending-changes$' --rounds "$rounds" --scale "$scale")
+bargs=(-test.run '^$' -test.bench "BenchmarkBitsW1\$/$row\$" -test.benchtime "${iters}x")
+kargs=(bench --workload "^W1/$row\$" --rounds "$rounds" --scale "$scale")
 {
-	echo "RUNS=$runs KVTOOL=${KVTOOL:-1}; each run, per revision: buffer.test ${bargs[*]}; kvtool ${kargs[*]} (not if KVTOOL=0)"
+	echo "RUNS=$runs KVTOOL=${KVTOOL:-1} WORKLOAD=${WORKLOAD:-with}; each run, per revision: buffer.test ${bargs[*]}; kvtool ${kargs[*]} (not if KVTOOL=0)"
 	echo "load before: $(cat /proc/loadavg)"
 } >"$out/command.txt"
 n=${#revs[@]}
@@ -60,19 +72,19 @@ med='function med(s,   a, k, n, j, t) {
 }'
 for ((i = 0; i < n; i++)); do
 	echo "revision $i = ${revs[$i]}"
-	cat "$out"/buffer-rev"$i"-run*.txt | grep '^BenchmarkBitsW1' | awk "$med"'
+	cat "$out"/buffer-rev"$i"-run*.txt | grep '^BenchmarkBitsW1' | awk -v base="$base" "$med"'
 		{ for (f = 3; f < NF; f += 2) v[$(f + 1)] = v[$(f + 1)] " " $f }
 		END {
-			printf "  buffer  kvbuf/atomic-words          %s\n", med(v["kvbuf/atomic-words"])
-			printf "  buffer  kvbuf-getmany/atomic-words  %s\n", med(v["kvbuf-getmany/atomic-words"])
+			printf "  buffer  %-28s%s\n", "kvbuf/" base, med(v["kvbuf/" base])
+			printf "  buffer  %-28s%s\n", "kvbuf-getmany/" base, med(v["kvbuf-getmany/" base])
 		}'
 	[[ "${KVTOOL:-1}" != 0 ]] || continue
 	for f in "$out"/kvtool-rev"$i"-run*.txt; do
-		awk '$1 == "W1/lookup-with-pending-changes" { t[$2] = $4 } END { printf "%s %s\n", t["kvbuf"] / t["atomic-words"], t["kvbuf-getmany"] / t["atomic-words"] }' "$f"
-	done | awk "$med"'
+		awk -v w="W1/$row" -v base="$base" '$1 == w { t[$2] = $4 } END { printf "%s %s\n", t["kvbuf"] / t[base], t["kvbuf-getmany"] / t[base] }' "$f"
+	done | awk -v base="$base" "$med"'
 		{ g = g " " $1; m = m " " $2 }
 		END {
-			printf "  kvtool  kvbuf/atomic-words          %s\n", med(g)
-			printf "  kvtool  kvbuf-getmany/atomic-words  %s\n", med(m)
+			printf "  kvtool  %-28s%s\n", "kvbuf/" base, med(g)
+			printf "  kvtool  %-28s%s\n", "kvbuf-getmany/" base, med(m)
 		}'
 done | tee "$out/summary.txt"

@@ -141,8 +141,7 @@ func (b *Bits) init(f *bitslice.File, fio bitsFile, acct *Account, r resolved) {
 // file's (false at or beyond the length). After MarkClosed it returns
 // false.
 func (b *Bits) Get(i uint64) bool {
-	v, _ := b.GetOpen(i)
-	return v
+	return b.Lookup(i, (*Bits).LookupSlow) == 1
 }
 
 // GetOpen returns bit i as Get does, and open false (v false) if the
@@ -150,16 +149,49 @@ func (b *Bits) Get(i uint64) bool {
 // a read that returns open true read a view that was current after its
 // loads of the file's words, so they were the file's (B12).
 func (b *Bits) GetOpen(i uint64) (val, open bool) {
-	v := b.view.Load()
+	r := b.Lookup(i, (*Bits).LookupSlow)
+	return r == 1, r != LookupClosed
+}
+
+// LookupClosed is Lookup's result when the overlay was closed.
+const LookupClosed = 2
+
+// Lookup returns bit i as GetOpen does, as one word: the bit (0 or 1) if
+// open, LookupClosed if closed. slow must be (*Bits).LookupSlow.
+//
+// Lookup is GetOpen's direct path alone (B1-B3, B12), small enough for Go's
+// inliner to put it in kvbuf.Bits.Get and so in the host's loop, as the
+// file's own Get is (issue 26: the call GetOpen cost put W1's lookups with
+// nothing pending at 0.62x the raw file's speed). It calls slow for the
+// rest. slow is a parameter, not a named call, because the inliner charges
+// 57 for a call of a function and 17 for a call of a parameter, against a
+// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (all 80 with
+// Go 1.26); inlined, it is a call through a static function value, on the
+// slow path only. The result is one word because a second result costs
+// the inliner as much again at every call.
+func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
+	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
-		x := fileWordAt(v.words, i) // i < limit <= nbits
-		runtime.KeepAlive(v)        // the mapping must outlive the load
+		// fileWordAt written out (i < limit <= nbits): its call costs more.
+		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
 		// Re-loaded for Close alone: a direct view's words are the file's
 		// current ones until MarkClosed publishes a closed view, which
-		// comes before the file's mapping is retired (B12).
-		if b.view.Load() == v {
-			return x>>(i&63)&1 != 0, true
+		// comes before the file's mapping is retired (B12). The use of v
+		// keeps the mapping alive past the load.
+		if atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))) == unsafe.Pointer(v) {
+			return x >> (i & 63) & 1
 		}
+	}
+	return slow(b, v, i)
+}
+
+// LookupSlow is Lookup past its direct path, for Lookup's slow argument
+// only: bit i as Lookup returns it, over the view v Lookup loaded, which
+// was not direct for i or changed under the direct read (i < v.limit).
+// Given v, a lookup with bits pending loads the view once, as before
+// Lookup was split off.
+func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
+	if i < v.limit {
 		return b.getPending(i)
 	}
 	// A fast view (B13: open, no sealed table, the active table dense)
@@ -167,7 +199,7 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 	// the view's first line, with nothing else loaded in between.
 	if !v.fast {
 		if v.closed {
-			return false, false
+			return LookupClosed
 		}
 		if testHook != nil {
 			testHook("bits-filter")
@@ -201,7 +233,7 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 				x = fileWordAt(v.words, i)
 			}
 			if b.view.Load() == v {
-				return x>>(i&63)&1 != 0, true
+				return x >> (i & 63) & 1
 			}
 			return b.getPending(i)
 		}
@@ -218,24 +250,24 @@ func (b *Bits) GetOpen(i uint64) (val, open bool) {
 	}
 	p := activeWord(v.adir, i)
 	if b.view.Load() == v {
-		return pendingOver(p, fw, i), true
+		return pendingBit(p, fw, i)
 	}
 	return b.getPending(i)
 }
 
-func (b *Bits) getPending(i uint64) (val, open bool) {
+func (b *Bits) getPending(i uint64) uint64 {
 	w, sh := i>>5, i&31
 	for {
 		v := b.view.Load()
 		if v.closed {
-			return false, false
+			return LookupClosed
 		}
 		if !v.maybe(i >> filterShift) {
 			// No table can hold the bit (B4a): the file alone,
 			// re-validated as below (see Get).
 			fw := v.fileWord(i >> 6)
 			if b.view.Load() == v {
-				return fw>>(i&63)&1 != 0, true
+				return fw >> (i & 63) & 1
 			}
 			continue
 		}
@@ -244,7 +276,7 @@ func (b *Bits) getPending(i uint64) (val, open bool) {
 		// Unchanged view: no table we probed was recycled under us (B8).
 		if b.view.Load() == v {
 			pick := -(m >> sh & 1) // all ones if the bit is pending
-			return (val>>sh&pick|fw>>(i&63)&^pick)&1 != 0, true
+			return (val>>sh&pick | fw>>(i&63)&^pick) & 1
 		}
 	}
 }
@@ -322,10 +354,13 @@ func activeWord(adir []atomic.Pointer[bitsPage], i uint64) uint64 {
 
 // pendingOver returns bit i: packed word p's value if the bit is pending
 // there, else file word fw's.
-func pendingOver(p, fw, i uint64) bool {
+func pendingOver(p, fw, i uint64) bool { return pendingBit(p, fw, i) != 0 }
+
+// pendingBit is pendingOver's bit as 0 or 1.
+func pendingBit(p, fw, i uint64) uint64 {
 	sh := i & 31
 	pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-	return (p>>sh&pick|fw>>(i&63)&^pick)&1 != 0
+	return (p>>sh&pick | fw>>(i&63)&^pick) & 1
 }
 
 // getManyFold is GetMany's loop over a view with sealed tables: every

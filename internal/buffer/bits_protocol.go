@@ -159,7 +159,8 @@ package buffer
 //     closed view is never direct. GetOpen reports closed from a closed
 //     view it loaded, and returns a value only from a view it loaded
 //     again, unchanged and open, after its loads of the file's words (the
-//     direct path re-loads the view for this alone). The owner calls
+//     direct path, Lookup, which kvbuf.Bits.Get inlines, re-loads the
+//     view for this alone). The owner calls
 //     MarkClosed before it closes the file (whose Close retires the
 //     mapping under every view), so a read that returns a value read the
 //     file's words before the retire: never the zeros of a retired
