@@ -107,10 +107,13 @@ func (g *BitsGen) write(ctx context.Context, wm uint64, lagged bool) error {
 const runPagesMax = 8
 
 // handoffPages is the fewest pages applyPages hands its writeback helper at
-// once (consecutive runs, each already written): a hand-off costs the
-// walk a channel send and the helper a wake-up, so a flush of W6's 128
-// pages makes 4, not 16.
-const handoffPages = 32
+// once (consecutive runs, each already written): one run of runPagesMax
+// pages, so every full run is handed off as soon as it is written.
+// bitsflush19 kept 32 (4 hand-offs a W6 flush instead of 16), which its
+// paired walk-and-sync rounds put 2% ahead at load 5.6; two quiet runs of
+// BenchmarkBitsW6 then put the Flush alone at 0.78x pwrite-words+sync
+// against 0.82-0.83x with a hand-off a run (doc/bench/2026-12-07-quiet10).
+const handoffPages = runPagesMax
 
 // runPage is a page of a run applyPages writes: its index, its lines and
 // set bits as written, and how many of its words have a pending bit.
@@ -231,7 +234,6 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 // walk is what does (B7), so a range started late, or never, changes
 // nothing a reader or a crash sees.
 type writeback struct {
-	b       *Bits
 	handoff uint64 // the fewest words a hand-off holds (handoffPages)
 	runs    chan [2]uint64
 	done    chan struct{}
@@ -240,7 +242,7 @@ type writeback struct {
 // startWriteback starts the flush's writeback helper; the flush joins it
 // before it releases wmu. wmu held.
 func (b *Bits) startWriteback() *writeback {
-	w := &writeback{b: b, handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
+	w := &writeback{handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for r := range w.runs {
