@@ -71,11 +71,7 @@ func TestWatchNextMany(t *testing.T) {
 	// read returns every event of a watch from op 1 up to the mark of the
 	// last op, read with Next (room 0) or NextMany into a dst of that room.
 	read := func(t *testing.T, o WatchOptions, room int) []string {
-		o.From = 1
-		w, err := db.Watch(ctx, &o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := watchFrom1(t, db, o)
 		defer w.Close()
 		var got []string
 		base := db.Metrics().WatchDelivered
@@ -94,6 +90,7 @@ func TestWatchNextMany(t *testing.T) {
 				for i := range full {
 					full[i] = garbage
 				}
+				var err error
 				if batch, err = w.NextMany(ctx, evs[:0]); err != nil {
 					t.Fatal(err)
 				}
@@ -154,11 +151,7 @@ func TestWatchNextMany(t *testing.T) {
 // (nil, or full): one event a call, up to the mark of op last.
 func readNoRoom(t *testing.T, db *DB, o WatchOptions, last uint64) []string {
 	ctx := context.Background()
-	o.From = 1
-	w, err := db.Watch(ctx, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := watchFrom1(t, db, o)
 	defer w.Close()
 	var got []string
 	kept := WatchEvent{Kind: EventPut, Op: 77, Key: []byte("kept")}
@@ -187,4 +180,15 @@ func readNoRoom(t *testing.T, db *DB, o WatchOptions, last uint64) []string {
 			return got
 		}
 	}
+}
+
+// watchFrom1 opens a watch of o from op 1; the caller closes it.
+func watchFrom1(t *testing.T, db *DB, o WatchOptions) *Watch {
+	t.Helper()
+	o.From = 1
+	w, err := db.Watch(context.Background(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -19,22 +19,8 @@ import (
 // a quiet machine) and walk-process-cpu-ns (every thread's, the writer
 // goroutine's included).
 func BenchmarkBitsWalk(b *testing.B) {
-	w := newBenchW1(b)
-	idx := make([]uint64, len(w.pending))
-	vals := make([]bool, len(idx))
-	for k, c := range w.pending {
-		idx[k], vals[k] = c.i, c.v
-	}
-	if err := w.b.SetMany(idx, vals); err != nil {
-		b.Fatal(err)
-	}
-	w.gen++
-	g := w.b.Freeze(w.gen)
-	if g == nil || len(g.tables) != 1 {
-		b.Fatal("want one sealed table")
-	}
+	w, g, nw := sealedW6Table(b)
 	t := g.tables[0]
-	nw := (t.hi.Load() + 63) >> 6
 	ctx := context.Background()
 	var walk, walkCPU, procCPU time.Duration
 	n := 0
@@ -89,22 +75,8 @@ func BenchmarkBitsWalk(b *testing.B) {
 // per-round ratios h8 ÷ the variant (h8/h16, ...; above 1: the variant is
 // faster).
 func BenchmarkBitsWalkSync(b *testing.B) {
-	w := newBenchW1(b)
-	idx := make([]uint64, len(w.pending))
-	vals := make([]bool, len(idx))
-	for k, c := range w.pending {
-		idx[k], vals[k] = c.i, c.v
-	}
-	if err := w.b.SetMany(idx, vals); err != nil {
-		b.Fatal(err)
-	}
-	w.gen++
-	g := w.b.Freeze(w.gen)
-	if g == nil || len(g.tables) != 1 {
-		b.Fatal("want one sealed table")
-	}
+	w, g, nw := sealedW6Table(b)
 	t := g.tables[0]
-	nw := (t.hi.Load() + 63) >> 6
 	ctx := context.Background()
 	const (
 		before = iota
@@ -166,4 +138,24 @@ func BenchmarkBitsWalkSync(b *testing.B) {
 	}
 	w.b.Release(w.gen)
 	w.b.Settle()
+}
+
+// sealedW6Table is the walk benchmarks' setup: W1's bitslice with W6's 1M
+// pending sets frozen in generation g, one sealed table of nw words.
+func sealedW6Table(b *testing.B) (w *benchW1, g *BitsGen, nw uint64) {
+	w = newBenchW1(b)
+	idx := make([]uint64, len(w.pending))
+	vals := make([]bool, len(idx))
+	for k, c := range w.pending {
+		idx[k], vals[k] = c.i, c.v
+	}
+	if err := w.b.SetMany(idx, vals); err != nil {
+		b.Fatal(err)
+	}
+	w.gen++
+	g = w.b.Freeze(w.gen)
+	if g == nil || len(g.tables) != 1 {
+		b.Fatal("want one sealed table")
+	}
+	return w, g, (g.tables[0].hi.Load() + 63) >> 6
 }
