@@ -168,7 +168,10 @@ const LookupClosed = 2
 // budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (all 80 with
 // Go 1.26); inlined, it is a call through a static function value, on the
 // slow path only. The result is one word because a second result costs
-// the inliner as much again at every call.
+// the inliner as much again at every call. The view is loaded through
+// atomic.LoadPointer on b.view's word, not b.view.Load: the generic Load
+// costs the inliner 5 more a load, and atomic.Pointer's only field that
+// is not zero-size is that word (TestBitsViewWord checks it).
 func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
