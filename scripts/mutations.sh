@@ -35,6 +35,11 @@
 #   SKIP     go test -skip pattern for every run, baseline included
 #   TIMEOUT  go test -timeout (default 5m: a mutation that makes a writer
 #            spin forever hangs some packages' tests until then)
+#   TAGS     go test -tags for every run, baseline included (the patches
+#            in testdata/mutations/invariants/ are caught only in the
+#            invariants build, where a hook the normal build cannot afford
+#            is compiled in: TAGS=invariants scripts/mutations.sh
+#            testdata/mutations/invariants/*.patch)
 #   KEEP=1   keep the temporary directory (logs of every run)
 #
 # About 1.5 to 2 minutes per patch on the 2-core machine; the table is
@@ -48,6 +53,7 @@ module="$(cd "$repo" && go list -m)"
 timeout="${TIMEOUT:-5m}"
 run="${RUN:-}"
 skip="${SKIP:-}"
+tags="${TAGS:-}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/kvbuf-mutations.XXXXXX")"
 if [[ "${KEEP:-}" != 1 ]]; then
 	trap 'rm -rf "$work"' EXIT
@@ -137,10 +143,10 @@ concerned() {
 run_tests() {
 	local log="$1"
 	shift
-	(cd "$src" && go test -race -count=1 -timeout "$timeout" ${run:+-run "$run"} ${skip:+-skip "$skip"} "$@") >"$log" 2>&1 || true
+	(cd "$src" && go test -race -count=1 -timeout "$timeout" ${tags:+-tags "$tags"} ${run:+-run "$run"} ${skip:+-skip "$skip"} "$@") >"$log" 2>&1 || true
 }
 
-echo "mutation check of $repo (go test -race -count=1 -timeout $timeout${run:+ -run $run}${skip:+ -skip $skip}); logs in $work" >&2
+echo "mutation check of $repo (go test -race -count=1 -timeout $timeout${tags:+ -tags $tags}${run:+ -run $run}${skip:+ -skip $skip}); logs in $work" >&2
 fresh_copy
 if [[ -n "$pkgs" ]]; then
 	base_pkgs=($pkgs)
@@ -171,7 +177,7 @@ for p in "${patches[@]}"; do
 		mapfile -t these < <(concerned "$p")
 		[[ ${#these[@]} -gt 0 ]] || these=("${base_pkgs[@]}")
 	fi
-	echo "$name: go test -race -count=1 -timeout $timeout ${these[*]}" >&2
+	echo "$name: go test -race -count=1 -timeout $timeout${tags:+ -tags $tags} ${these[*]}" >&2
 	start=$(date +%s)
 	run_tests "$work/$name.log" "${these[@]}"
 	failing "$work/$name.log" >"$work/$name.fail"
@@ -186,7 +192,7 @@ for p in "${patches[@]}"; do
 	echo "  ($(($(date +%s) - start))s)" >&2
 done
 echo
-echo "Mutation check: go test -race -count=1 -timeout $timeout${run:+ -run $run}${skip:+ -skip $skip}, on ${pkgs:-the packages concerned by each patch}${exclude:+ (never: $exclude)}"
+echo "Mutation check: go test -race -count=1 -timeout $timeout${tags:+ -tags $tags}${run:+ -run $run}${skip:+ -skip $skip}, on ${pkgs:-the packages concerned by each patch}${exclude:+ (never: $exclude)}"
 if [[ -s "$work/baseline.fail" ]]; then
 	echo "baseline failures: $(paste -sd, "$work/baseline.fail" | sed 's/,/, /g')"
 else

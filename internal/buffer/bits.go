@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/invariants"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
@@ -175,6 +176,12 @@ const LookupClosed = 2
 func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
+		if invariants.Enabled && testHook != nil {
+			// In the invariants build only, where inlining does not
+			// matter: a constant false condition costs the inliner
+			// nothing, so the normal build's Lookup keeps its budget.
+			testHook("bits-lookup-direct")
+		}
 		// fileWordAt written out (i < limit <= nbits): its call costs more.
 		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
 		// Re-loaded for Close alone: a direct view's words are the file's

@@ -12,7 +12,10 @@ package buffer
 // "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
 // OR and has not yet cleared it with its AND), "bits-fill" (SetMany
 // filled a page for a directory entry it found empty and has not yet
-// installed it) and "pool-clear" (the pool cleared a released table and
-// has not yet kept it). Tests set it before the readers start and clear it
+// installed it), "pool-clear" (the pool cleared a released table and
+// has not yet kept it) and, in the invariants build only (the normal
+// build's Lookup must fit the inliner's budget), "bits-lookup-direct"
+// (Lookup loaded a direct view and has not yet loaded the file's word).
+// Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
