@@ -167,7 +167,9 @@ package buffer
 //     mapping. The engine's Close marks every bitslice closed before it
 //     stores its closing flag, so a Bits.Get that starts after any read
 //     saw the flag reports ErrClosed, with no load of the flag itself
-//     (mutation 460).
+//     (mutation 460). The direct path's re-load is checked in the
+//     invariants build, which has a hook between the view's load and the
+//     word's (mutation invariants/510, TestBitsLookupClosedBetweenLoads).
 //
 // B13. Fast views. A view is marked fast only by publish (B1), from what
 //     the view holds when it is published: open (B12), not direct, no
