@@ -145,24 +145,18 @@ func (b *Bits) Get(i uint64) bool {
 	return b.Lookup(i, (*Bits).LookupSlow) == 1
 }
 
-// GetOpen returns bit i as Get does, and open false (v false) if the
-// overlay was closed (MarkClosed) before the read's last load of the view:
-// a read that returns open true read a view that was current after its
-// loads of the file's words, so they were the file's (B12).
-func (b *Bits) GetOpen(i uint64) (val, open bool) {
-	r := b.Lookup(i, (*Bits).LookupSlow)
-	return r == 1, r != LookupClosed
-}
-
 // LookupClosed is Lookup's result when the overlay was closed.
 const LookupClosed = 2
 
-// Lookup returns bit i as GetOpen does, as one word: the bit (0 or 1) if
-// open, LookupClosed if closed. slow must be (*Bits).LookupSlow.
+// Lookup returns bit i as Get does, as one word: the bit (0 or 1), or
+// LookupClosed if the overlay was closed (MarkClosed) before the read's
+// last load of the view. A read that returns a bit read a view that was
+// current after its loads of the file's words, so they were the file's
+// (B12). slow must be (*Bits).LookupSlow.
 //
-// Lookup is GetOpen's direct path alone (B1-B3, B12), small enough for Go's
+// Lookup holds the direct path alone (B1-B3, B12), small enough for Go's
 // inliner to put it in kvbuf.Bits.Get and so in the host's loop, as the
-// file's own Get is (issue 26: the call GetOpen cost put W1's lookups with
+// file's own Get is (issue 26: a call per lookup put W1's lookups with
 // nothing pending at 0.62x the raw file's speed). It calls slow for the
 // rest. slow is a parameter, not a named call, because the inliner charges
 // 57 for a call of a function and 17 for a call of a parameter, against a

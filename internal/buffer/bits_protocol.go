@@ -156,7 +156,7 @@ package buffer
 //
 // B12. Close. MarkClosed publishes a view marked closed (B1) and every
 //     view published after it carries the mark (publish, under vmu); a
-//     closed view is never direct. GetOpen reports closed from a closed
+//     closed view is never direct. Lookup reports closed from a closed
 //     view it loaded, and returns a value only from a view it loaded
 //     again, unchanged and open, after its loads of the file's words (the
 //     direct path, Lookup, which kvbuf.Bits.Get inlines, re-loads the
@@ -177,7 +177,7 @@ package buffer
 //     every filter word marked). The writer whose markAll sets the flag
 //     publishes a copy of the current view (densed, under vmu, after
 //     t.mu if held), so the views published after it are fast until a
-//     Freeze seals the table or MarkClosed closes the view. GetOpen over
+//     Freeze seals the table or MarkClosed closes the view. Lookup over
 //     a fast view folds the active table's word over the file's (B8a)
 //     and re-loads the view, loading neither the closed mark, the sealed
 //     tables, the flag nor the filters: a fast view is never closed and

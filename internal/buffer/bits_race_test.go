@@ -507,7 +507,7 @@ func TestBitsGetActiveTable(t *testing.T) {
 // TestBitsFastViewSealedClosed checks that a view is fast (B13) only while
 // open and without sealed tables: with a dense active table over a sealed
 // one, a bit pending only in the sealed table reads the sealed value
-// (mutation 480), and after MarkClosed GetOpen reports closed (481).
+// (mutation 480), and after MarkClosed Lookup reports closed (481).
 func TestBitsFastViewSealedClosed(t *testing.T) {
 	r := newBitsRig(t, nil)
 	if err := r.b.Set(300, true); err != nil {
@@ -547,7 +547,7 @@ func TestBitsFastViewSealedClosed(t *testing.T) {
 		t.Fatalf("view over a dense active table alone: fast %v, want true", v.fast)
 	}
 	r.b.MarkClosed()
-	if v, open := r.b.GetOpen(200*64 + 7); open {
-		t.Errorf("GetOpen after MarkClosed = %v, open; want closed", v)
+	if x := r.b.Lookup(200*64+7, (*Bits).LookupSlow); x != LookupClosed {
+		t.Errorf("Lookup after MarkClosed = %d; want LookupClosed", x)
 	}
 }

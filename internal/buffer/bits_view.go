@@ -75,7 +75,7 @@ func (b *Bits) publish(v *bitsView) {
 	b.view.Store(v)
 }
 
-// MarkClosed publishes a closed view (B12): from then on GetOpen reports
+// MarkClosed publishes a closed view (B12): from then on Lookup reports
 // the overlay closed, and so does every view published after (a flush
 // running after it keeps the mark). The owner calls it before it closes
 // the file, so that a read that returns a value read words of a mapping
