@@ -76,9 +76,9 @@ type BudgetOptions struct {
 
 // MemoryBudget bounds the pending memory of any number of engines in one
 // process (Options.MemoryBudget): the sum of their pending bytes
-// (Metrics.PendingBytes) stays under its size, where each engine's own
-// Options.MaxPendingBytes bounds only that engine. Metrics.BudgetBytes is
-// an engine's share.
+// (Metrics.PendingBytes) stays under its size, give or take one round of
+// writes (below), where each engine's own Options.MaxPendingBytes bounds
+// only that engine. Metrics.BudgetBytes is an engine's share.
 //
 // Past the high mark (BudgetOptions.HighPercent of the size) the budget
 // flushes engines in the background, one engine per flush, the one

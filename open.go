@@ -57,7 +57,8 @@ import (
 // ErrCorrupt for damaged files, through one of its finer kinds
 // (ErrCorruptDir for the manifest, catalogs or layout, ErrCorruptBits for a
 // bitslice file, ErrCorruptBlock for what the pebble store reports);
-// ErrBadOptions. On error every file Open opened is closed again.
+// ErrBadOptions; ErrBudgetClosed if Options.MemoryBudget is closed. On
+// error every file Open opened is closed again.
 func Open(dir string, opts *Options) (*DB, error) {
 	// 1. Options, and the memory budget.
 	o := opts.EnsureDefaults()
