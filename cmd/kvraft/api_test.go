@@ -161,6 +161,7 @@ type status struct {
 	ID          uint64            `json:"id"`
 	State       string            `json:"state"`
 	Leader      uint64            `json:"leader"`
+	Term        uint64            `json:"term"`
 	Applied     uint64            `json:"applied"`
 	Watermark   uint64            `json:"watermark"`
 	Members     map[string]string `json:"members"`

@@ -334,15 +334,28 @@ func TestProcessKills(t *testing.T) {
 	}
 }
 
-// Leader pauses: three kvraft processes with --log-retain 1 (the log is
-// compacted as far as it can be, so followers catch up by snapshot often)
-// under a 4-writer load; the leader is SIGSTOPped for longer than an
-// election timeout and SIGCONTed, again and again. Any exit of a process
-// fails the test (the issue's leader panicked in such a loop: "entry N
-// found where M was expected"); at the end every node holds every
-// acknowledged write and the digests agree. KVRAFT_PAUSES=N runs N pauses
-// (default 3) and KVRAFT_PAUSE the length of each (default 800ms; the
-// issue's loop paused for 10s).
+// Leader pauses: three kvraft processes with --log-retain 1 (each node
+// compacts its log as far as its engine's durable watermark allows) under
+// a 4-writer load; the leader is SIGSTOPped for longer than an election
+// timeout and SIGCONTed, again and again. Every pause must change the
+// leader: while the old leader is stopped, one of the two others leads in
+// a higher term (read from their /status) and acknowledges a write; once
+// resumed, the old leader follows a leader of that term or a later one.
+// Any exit of a process fails the test (the issue's leader panicked in
+// such a loop: "entry N found where M was expected"); at the end every
+// node holds every acknowledged write and the digests agree.
+//
+// The resumed leader catches up from the log as a rule (its peers'
+// watermarks seldom pass the entries it lacks within a pause): the test
+// logs how many snapshots were installed but does not require any;
+// catching up by snapshot is TestProcessKills' (its re-added node) and
+// raftkv's. Nor does this test catch the compaction gap of the issue
+// (mutation 60, testdata/mutations/60-raftkv-compact-gap.patch) reliably:
+// raftkv's TestLogStoreNoGap does, deterministically.
+//
+// KVRAFT_PAUSES=N runs N pauses (default 3) and KVRAFT_PAUSE the length of
+// each (default 800ms); the issue's loop is KVRAFT_PAUSES=30
+// KVRAFT_PAUSE=10s (with go test -timeout 30m).
 func TestProcessLeaderPauses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -406,6 +419,7 @@ func TestProcessLeaderPauses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	load := startLoad(addrs, "p", 4)
+	var paused []string // the writes acknowledged by the new leaders
 	for i := range pauses {
 		lead := waitLeader(t, addrs)
 		var victim *proc
@@ -414,16 +428,67 @@ func TestProcessLeaderPauses(t *testing.T) {
 				victim = p
 			}
 		}
-		before := load.count()
+		st, err := getStatus(lead, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldTerm := st.Term
+		start := time.Now()
 		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(pause)
+		// A new leader, in a higher term, among the nodes still running
+		// (the stopped one does not answer).
+		var newLead status
+		deadline := time.Now().Add(30 * time.Second)
+		for newLead.State != "leader" {
+			if p := exited(); p != nil {
+				t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pause %d: no leader change in 30s after stopping leader node %d (term %d)", i, victim.id, oldTerm)
+			}
+			time.Sleep(20 * time.Millisecond)
+			for _, p := range procs {
+				if p == victim {
+					continue
+				}
+				if st, err := getStatus(addrs[p.id-1], false); err == nil && st.State == "leader" && st.Term > oldTerm {
+					newLead = st
+				}
+			}
+		}
+		// It takes writes while the old leader is stopped.
+		key := fmt.Sprintf("pause-%d", i)
+		if r := call(t, "PUT", "http://"+addrs[newLead.ID-1]+"/kv/ks/"+key, []byte(key)); r.code != 204 {
+			t.Fatalf("pause %d: write through the new leader, node %d: %+v", i, newLead.ID, r)
+		}
+		paused = append(paused, key)
+		if rest := pause - time.Since(start); rest > 0 {
+			time.Sleep(rest) // the pause's length is what the test varies
+		}
+		stopped := time.Since(start)
 		if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		// Writes go on, through a new leader, and after the resume.
-		deadline := time.Now().Add(30 * time.Second)
+		// The old leader steps down and follows.
+		deadline = time.Now().Add(30 * time.Second)
+		for {
+			st, err := getStatus(lead, false)
+			if err == nil && st.State == "follower" && st.Term >= newLead.Term && st.Leader != 0 && st.Leader != uint64(victim.id) {
+				break
+			}
+			if p := exited(); p != nil {
+				t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pause %d: resumed node %d does not follow the leader of term %d: %+v %v", i, victim.id, newLead.Term, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Writes go on after the resume.
+		before := load.count()
+		deadline = time.Now().Add(30 * time.Second)
 		for load.count() < before+50 && time.Now().Before(deadline) && exited() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -431,11 +496,12 @@ func TestProcessLeaderPauses(t *testing.T) {
 			t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
 		}
 		if load.count() < before+50 {
-			t.Fatalf("pause %d of node %d: only %d writes in 30s", i, victim.id, load.count()-before)
+			t.Fatalf("pause %d of node %d: only %d writes in 30s after the resume", i, victim.id, load.count()-before)
 		}
-		t.Logf("pause %d: paused leader node %d for %v; %d writes acknowledged so far (%d failed)", i, victim.id, pause, load.count(), load.errors.Load())
+		t.Logf("pause %d: paused leader node %d (term %d) for %v: node %d led in term %d; %d writes acknowledged so far (%d failed)",
+			i, victim.id, oldTerm, stopped.Round(time.Millisecond), newLead.ID, newLead.Term, load.count(), load.errors.Load())
 	}
-	acked := load.finish()
+	acked := append(load.finish(), paused...)
 	digest := converged(t, addrs, 60*time.Second)
 	if p := exited(); p != nil {
 		t.Fatalf("node %d exited (%v)", p.id, p.cmd.ProcessState)
