@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvbuf/kvbuf/raftkv"
 )
 
 // /health, /metrics and kvraft status: a healthy cluster says so; a node
@@ -291,6 +293,51 @@ func TestBackupRestore(t *testing.T) {
 		if code := runRestore(context.Background(), c.args, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.want) ||
 			strings.Count(errb.String(), "\n") != 1 {
 			t.Errorf("kvraft restore %v: exit %d, %q; want %d with %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+}
+
+// /health's lag rule (--health-max-lag, main.go's doc): a node whose
+// applied index trails its commit index by more than the bound answers
+// 503, not healthy, with the problem; by the bound or less it answers 200.
+// The flag sets the bound (default 1000).
+func TestHealthMaxLag(t *testing.T) {
+	for _, c := range []struct {
+		commit, applied, maxLag uint64
+		code                    int
+		problem                 string
+	}{
+		{100, 100, 0, 200, ""},
+		{100, 99, 0, 503, "applied index 99 trails the commit index 100 by 1 entries (more than 0)"},
+		{1100, 100, 1000, 200, ""},
+		{1101, 100, 1000, 503, "applied index 100 trails the commit index 1101 by 1001 entries (more than 1000)"},
+		{100, 90, 10, 200, ""},
+		{100, 89, 10, 503, "by 11 entries (more than 10)"},
+		{100, 101, 0, 200, ""}, // applied past the commit index raft last reported
+	} {
+		st := raftkv.Status{ID: 1, State: "follower", Leader: 2, Term: 3, Commit: c.commit, Applied: c.applied}
+		out, code := healthOf(st, c.maxLag)
+		b, _ := json.Marshal(out)
+		switch {
+		case code != c.code || out.Healthy != (c.code == 200):
+			t.Errorf("commit %d, applied %d, bound %d: HTTP %d %s, want %d", c.commit, c.applied, c.maxLag, code, b, c.code)
+		case c.problem == "" && len(out.Problems) != 0,
+			c.problem != "" && (len(out.Problems) != 1 || !strings.Contains(out.Problems[0], c.problem)):
+			t.Errorf("commit %d, applied %d, bound %d: problems %q, want %q", c.commit, c.applied, c.maxLag, out.Problems, c.problem)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want uint64
+	}{
+		{nil, 1000},
+		{[]string{"--health-max-lag", "0"}, 0},
+		{[]string{"--health-max-lag", "25"}, 25},
+	} {
+		var stderr syncBuffer
+		cfg, code, ok := parseArgs(append([]string{"--id", "1", "--peers", "1=127.0.0.1:1"}, c.args...), &stderr)
+		if !ok || cfg.maxLag != c.want {
+			t.Errorf("kvraft %v: bound %d (exit %d, %s), want %d", c.args, cfg.maxLag, code, &stderr, c.want)
 		}
 	}
 }
