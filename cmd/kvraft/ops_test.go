@@ -69,9 +69,10 @@ func TestHealthMetricsStatus(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	out, errb = syncBuffer{}, syncBuffer{}
-	if code := runStatus(context.Background(), []string{"--endpoints", strings.Join(addrs, ",")}, &out, &errb); code != 1 ||
-		strings.Count(out.String(), "unreachable") != 2 {
-		t.Fatalf("kvraft status with two nodes down: exit %d:\n%s%s", code, &out, &errb)
+	code := runStatus(context.Background(), []string{"--endpoints", strings.Join(addrs, ",")}, &out, &errb)
+	checkOneLine(t, "kvraft status with two nodes down", code, 1, errb.String(), "2 of 3 endpoints unreachable, 0 stopped")
+	if strings.Count(out.String(), "unreachable") != 2 {
+		t.Fatalf("kvraft status with two nodes down:\n%s", &out)
 	}
 	for _, args := range [][]string{{}, {"--endpoints", ""}, {"--endpoints", "x", "extra"}, {"--endpoints", "x", "--cert", "c.pem"}} {
 		errb = syncBuffer{}
@@ -339,5 +340,35 @@ func TestHealthMaxLag(t *testing.T) {
 		if !ok || cfg.maxLag != c.want {
 			t.Errorf("kvraft %v: bound %d (exit %d, %s), want %d", c.args, cfg.maxLag, code, &stderr, c.want)
 		}
+	}
+}
+
+// kvraft snapshot's errors are one line: usage errors exit 2, a node that
+// cannot be reached exits 1, and no file is left behind.
+func TestSnapshotErrors(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "backup.snap")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, 2, "--endpoint is required"},
+		{[]string{"--endpoint", "127.0.0.1:1"}, 2, "--out is required"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out, "extra"}, 2, "unexpected argument"},
+		{[]string{"--bogus"}, 2, "bogus"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out, "--cert", "c.pem"}, 2, "--cert and --key go together"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out}, 1, "connection refused"},
+		{[]string{"--endpoint", "127.0.0.1:99999", "--out", out}, 1, "invalid port"},
+	} {
+		var stdout, stderr syncBuffer
+		code := dispatch(context.Background(), append([]string{"snapshot"}, c.args...), &stdout, &stderr)
+		checkOneLine(t, fmt.Sprintf("kvraft snapshot %v", c.args), code, c.code, stderr.String(), c.want)
+		if stdout.String() != "" {
+			t.Errorf("kvraft snapshot %v: stdout %q", c.args, &stdout)
+		}
+		t.Logf("kvraft snapshot %v: exit %d: %s", c.args, code, strings.TrimSpace(stderr.String()))
+	}
+	if m, _ := filepath.Glob(out + "*"); len(m) != 0 {
+		t.Errorf("files left behind: %v", m)
 	}
 }

@@ -135,8 +135,11 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("status row %q: %v", line, err)
 		}
 	}
-	if code := runStatus(context.Background(), []string{"--endpoints", addrs[0]}, &out, &errb); code != 1 {
-		t.Fatalf("kvraft status over plain HTTP to a TLS node: exit %d", code)
+	out, errb = syncBuffer{}, syncBuffer{}
+	code = runStatus(context.Background(), []string{"--endpoints", addrs[0]}, &out, &errb)
+	checkOneLine(t, "kvraft status over plain HTTP to a TLS node", code, 1, errb.String(), addrs[0]+" serves HTTPS: give --cacert")
+	if !strings.Contains(out.String(), "unreachable") {
+		t.Errorf("kvraft status over plain HTTP to a TLS node: %s", &out)
 	}
 }
 
