@@ -600,7 +600,17 @@ type healthJSON struct {
 // to within --health-max-lag entries of its commit index, else 503 with
 // the problems.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
-	st := s.n.Status()
+	out, code := healthOf(s.n.Status(), s.maxLag)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
+}
+
+// healthOf is /health's answer and HTTP status for a node's status, with
+// maxLag the bound on commit - applied.
+func healthOf(st raftkv.Status, maxLag uint64) (healthJSON, int) {
 	out := healthJSON{ID: st.ID, State: st.State, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied, Problems: []string{}}
 	if st.Err != "" {
 		out.Problems = append(out.Problems, "stopped: "+st.Err)
@@ -608,17 +618,14 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if st.Leader == 0 {
 		out.Problems = append(out.Problems, "no leader known")
 	}
-	if lag := st.Commit - min(st.Applied, st.Commit); lag > s.maxLag {
-		out.Problems = append(out.Problems, fmt.Sprintf("applied index %d trails the commit index %d by %d entries (more than %d)", st.Applied, st.Commit, lag, s.maxLag))
+	if lag := st.Commit - min(st.Applied, st.Commit); lag > maxLag {
+		out.Problems = append(out.Problems, fmt.Sprintf("applied index %d trails the commit index %d by %d entries (more than %d)", st.Applied, st.Commit, lag, maxLag))
 	}
 	out.Healthy = len(out.Problems) == 0
-	w.Header().Set("Content-Type", "application/json")
 	if !out.Healthy {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		return out, http.StatusServiceUnavailable
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(out)
+	return out, http.StatusOK
 }
 
 // statusOf maps an error to its HTTP status.

@@ -35,6 +35,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// checkOneLine asserts kvraft's error contract for a command that failed:
+// exit status wantCode, one line on stderr holding want, and no panic or
+// stack trace (as cmd/kvtool's checkError; TestFlags and the status tests
+// count the line the same way).
+func checkOneLine(t testing.TB, what string, code, wantCode int, stderr, want string) {
+	t.Helper()
+	if code != wantCode || strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") || !strings.Contains(stderr, want) {
+		t.Errorf("%s: exit %d, stderr %q; want %d and one line with %q", what, code, stderr, wantCode, want)
+	}
+	for _, bad := range []string{"panic", "goroutine ", ".go:"} {
+		if strings.Contains(stderr, bad) {
+			t.Errorf("%s: stderr looks like a crash (%q): %s", what, bad, stderr)
+		}
+	}
+}
+
 // freePorts returns n loopback addresses that were free a moment ago.
 func freePorts(t testing.TB, n int) []string {
 	t.Helper()
@@ -161,6 +177,7 @@ type status struct {
 	ID          uint64            `json:"id"`
 	State       string            `json:"state"`
 	Leader      uint64            `json:"leader"`
+	Term        uint64            `json:"term"`
 	Applied     uint64            `json:"applied"`
 	Watermark   uint64            `json:"watermark"`
 	Members     map[string]string `json:"members"`
@@ -393,7 +410,7 @@ func TestFlags(t *testing.T) {
 }
 
 // A node started on another cluster's data directory refuses it (exit 1,
-// one line saying why) and leaves it as it was; the directory's own
+// one line on stderr saying why, no stack trace) and leaves it as it was; the directory's own
 // cluster goes on.
 func TestForeignDataDir(t *testing.T) {
 	nodes, addrs := startCluster(t)
@@ -416,9 +433,7 @@ func TestForeignDataDir(t *testing.T) {
 		var stderr syncBuffer
 		args = append(args, "--data", nodes[2].dir)
 		code := run(context.Background(), args, &stderr, nil)
-		if code != 1 || !strings.Contains(stderr.String(), "belongs to") {
-			t.Errorf("kvraft %v: exit %d: %s", args, code, stderr.String())
-		}
+		checkOneLine(t, fmt.Sprintf("kvraft %v", args), code, 1, stderr.String(), "belongs to")
 	}
 	// Node 3 comes back with its own flags, with its data.
 	startNode(t, "--id", "3", "--peers", peerFlag(addrs), "--data", nodes[2].dir, "--tick", "10ms")

@@ -69,7 +69,9 @@
 // (--token-file; "Authorization: Bearer TOKEN") or a client certificate of
 // --client-ca; reads, /status, /health and /metrics do not. Without TLS the
 // node serves plain HTTP, on a loopback address only unless --insecure.
-// The data directory is created 0700 and its files 0600 (--data-mode).
+// The data directory and the raft log are created 0700 and their files
+// 0600 (--data-mode sets another mode; files get it without the execute
+// bits); the engine's directories are always 0700 and its files 0600.
 //
 // Exit status: 0 after SIGINT or SIGTERM (a clean shutdown), 1 on an error
 // (one line on stderr: a bad data directory, a node that stopped, a node
@@ -203,7 +205,7 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, code int, ok bool) 
 	timeout := fs.Duration("request-timeout", 10*time.Second, "how long a request may wait for raft")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	maxLag := fs.Uint64("health-max-lag", 1000, "/health fails while the applied index trails the commit index by more entries")
-	dirMode := fs.String("data-mode", "0700", "permissions of the directories the node creates (files get the same without execute bits: 0700 gives 0600)")
+	dirMode := fs.String("data-mode", "0700", "permissions of the data directory and the raft log's directories (their files get the same without execute bits: 0750 gives 0640); the engine's directories are always 0700 and its files 0600")
 	var sec security
 	sec.add(fs)
 	if code, ok := parseCommand(fs, args, usageText, os.Stdout, stderr); !ok {

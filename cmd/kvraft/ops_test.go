@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvbuf/kvbuf/raftkv"
 )
 
 // /health, /metrics and kvraft status: a healthy cluster says so; a node
@@ -67,9 +69,10 @@ func TestHealthMetricsStatus(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	out, errb = syncBuffer{}, syncBuffer{}
-	if code := runStatus(context.Background(), []string{"--endpoints", strings.Join(addrs, ",")}, &out, &errb); code != 1 ||
-		strings.Count(out.String(), "unreachable") != 2 {
-		t.Fatalf("kvraft status with two nodes down: exit %d:\n%s%s", code, &out, &errb)
+	code := runStatus(context.Background(), []string{"--endpoints", strings.Join(addrs, ",")}, &out, &errb)
+	checkOneLine(t, "kvraft status with two nodes down", code, 1, errb.String(), "2 of 3 endpoints unreachable, 0 stopped")
+	if strings.Count(out.String(), "unreachable") != 2 {
+		t.Fatalf("kvraft status with two nodes down:\n%s", &out)
 	}
 	for _, args := range [][]string{{}, {"--endpoints", ""}, {"--endpoints", "x", "extra"}, {"--endpoints", "x", "--cert", "c.pem"}} {
 		errb = syncBuffer{}
@@ -292,5 +295,80 @@ func TestBackupRestore(t *testing.T) {
 			strings.Count(errb.String(), "\n") != 1 {
 			t.Errorf("kvraft restore %v: exit %d, %q; want %d with %q", c.args, code, errb.String(), c.code, c.want)
 		}
+	}
+}
+
+// /health's lag rule (--health-max-lag, main.go's doc): a node whose
+// applied index trails its commit index by more than the bound answers
+// 503, not healthy, with the problem; by the bound or less it answers 200.
+// The flag sets the bound (default 1000).
+func TestHealthMaxLag(t *testing.T) {
+	for _, c := range []struct {
+		commit, applied, maxLag uint64
+		code                    int
+		problem                 string
+	}{
+		{100, 100, 0, 200, ""},
+		{100, 99, 0, 503, "applied index 99 trails the commit index 100 by 1 entries (more than 0)"},
+		{1100, 100, 1000, 200, ""},
+		{1101, 100, 1000, 503, "applied index 100 trails the commit index 1101 by 1001 entries (more than 1000)"},
+		{100, 90, 10, 200, ""},
+		{100, 89, 10, 503, "by 11 entries (more than 10)"},
+		{100, 101, 0, 200, ""}, // applied past the commit index raft last reported
+	} {
+		st := raftkv.Status{ID: 1, State: "follower", Leader: 2, Term: 3, Commit: c.commit, Applied: c.applied}
+		out, code := healthOf(st, c.maxLag)
+		b, _ := json.Marshal(out)
+		switch {
+		case code != c.code || out.Healthy != (c.code == 200):
+			t.Errorf("commit %d, applied %d, bound %d: HTTP %d %s, want %d", c.commit, c.applied, c.maxLag, code, b, c.code)
+		case c.problem == "" && len(out.Problems) != 0,
+			c.problem != "" && (len(out.Problems) != 1 || !strings.Contains(out.Problems[0], c.problem)):
+			t.Errorf("commit %d, applied %d, bound %d: problems %q, want %q", c.commit, c.applied, c.maxLag, out.Problems, c.problem)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want uint64
+	}{
+		{nil, 1000},
+		{[]string{"--health-max-lag", "0"}, 0},
+		{[]string{"--health-max-lag", "25"}, 25},
+	} {
+		var stderr syncBuffer
+		cfg, code, ok := parseArgs(append([]string{"--id", "1", "--peers", "1=127.0.0.1:1"}, c.args...), &stderr)
+		if !ok || cfg.maxLag != c.want {
+			t.Errorf("kvraft %v: bound %d (exit %d, %s), want %d", c.args, cfg.maxLag, code, &stderr, c.want)
+		}
+	}
+}
+
+// kvraft snapshot's errors are one line: usage errors exit 2, a node that
+// cannot be reached exits 1, and no file is left behind.
+func TestSnapshotErrors(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "backup.snap")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, 2, "--endpoint is required"},
+		{[]string{"--endpoint", "127.0.0.1:1"}, 2, "--out is required"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out, "extra"}, 2, "unexpected argument"},
+		{[]string{"--bogus"}, 2, "bogus"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out, "--cert", "c.pem"}, 2, "--cert and --key go together"},
+		{[]string{"--endpoint", "127.0.0.1:1", "--out", out}, 1, "connection refused"},
+		{[]string{"--endpoint", "127.0.0.1:99999", "--out", out}, 1, "invalid port"},
+	} {
+		var stdout, stderr syncBuffer
+		code := dispatch(context.Background(), append([]string{"snapshot"}, c.args...), &stdout, &stderr)
+		checkOneLine(t, fmt.Sprintf("kvraft snapshot %v", c.args), code, c.code, stderr.String(), c.want)
+		if stdout.String() != "" {
+			t.Errorf("kvraft snapshot %v: stdout %q", c.args, &stdout)
+		}
+		t.Logf("kvraft snapshot %v: exit %d: %s", c.args, code, strings.TrimSpace(stderr.String()))
+	}
+	if m, _ := filepath.Glob(out + "*"); len(m) != 0 {
+		t.Errorf("files left behind: %v", m)
 	}
 }

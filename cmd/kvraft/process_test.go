@@ -78,7 +78,10 @@ func (p *proc) tail() string {
 	return string(b)
 }
 
-// loader writes keys through every node until stopped.
+// loader writes keys through every node until stopped: each client
+// writes through one node (client c through node c mod n) and moves to the
+// next after a failed write or 100 writes, so that a stopped or killed
+// node costs a client a timeout now and then, not one in every n writes.
 type loader struct {
 	addrs  []string
 	prefix string
@@ -97,6 +100,7 @@ func startLoad(addrs []string, prefix string, clients int) *loader {
 		go func() {
 			defer l.wg.Done()
 			defer hc.CloseIdleConnections()
+			node := c % len(addrs)
 			for i := 0; ; i++ {
 				select {
 				case <-l.stop:
@@ -104,23 +108,24 @@ func startLoad(addrs []string, prefix string, clients int) *loader {
 				default:
 				}
 				key := fmt.Sprintf("%s-%d-%06d", prefix, c, i)
-				addr := addrs[rand.IntN(len(addrs))]
+				addr := addrs[node]
 				req, _ := http.NewRequest(http.MethodPut, "http://"+addr+"/kv/ks/"+key, strings.NewReader(key))
 				resp, err := hc.Do(req)
-				if err != nil {
-					l.errors.Add(1)
-					time.Sleep(10 * time.Millisecond)
-					continue
+				if err == nil {
+					resp.Body.Close()
 				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusNoContent {
+				if err != nil || resp.StatusCode != http.StatusNoContent {
 					l.errors.Add(1)
+					node = (node + 1) % len(addrs)
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				l.mu.Lock()
 				l.acked = append(l.acked, key)
 				l.mu.Unlock()
+				if i%100 == 99 {
+					node = (node + 1) % len(addrs)
+				}
 			}
 		}()
 	}
@@ -334,15 +339,29 @@ func TestProcessKills(t *testing.T) {
 	}
 }
 
-// Leader pauses: three kvraft processes with --log-retain 1 (the log is
-// compacted as far as it can be, so followers catch up by snapshot often)
-// under a 4-writer load; the leader is SIGSTOPped for longer than an
-// election timeout and SIGCONTed, again and again. Any exit of a process
-// fails the test (the issue's leader panicked in such a loop: "entry N
-// found where M was expected"); at the end every node holds every
-// acknowledged write and the digests agree. KVRAFT_PAUSES=N runs N pauses
-// (default 3) and KVRAFT_PAUSE the length of each (default 800ms; the
-// issue's loop paused for 10s).
+// Leader pauses: three kvraft processes with --log-retain 1 (each node
+// compacts its log as far as its engine's durable watermark allows) under
+// a 4-writer load; the leader is SIGSTOPped for longer than an election
+// timeout and SIGCONTed, again and again. Every pause must change the
+// leader: while the old leader is stopped, one of the two others leads in
+// a higher term (read from their /status) and acknowledges a write; once
+// resumed, the old leader follows a leader of that term or a later one.
+// Any exit of a process fails the test (the issue's leader panicked in
+// such a loop: "entry N found where M was expected"); at the end every
+// node holds every acknowledged write and the digests agree.
+//
+// The resumed leader catches up from the log as a rule: within an 800 ms
+// pause its peers' watermarks seldom pass the entries it lacks (no
+// snapshot was installed in the short runs so far; with 10 s pauses, one
+// now and then). The test logs how many were installed but requires none:
+// catching up by snapshot is TestProcessKills' (its re-added node) and
+// raftkv's. Nor does this test catch the compaction gap of the issue
+// (mutation 60, testdata/mutations/60-raftkv-compact-gap.patch) reliably:
+// raftkv's TestLogStoreNoGap does, deterministically.
+//
+// KVRAFT_PAUSES=N runs N pauses (default 3) and KVRAFT_PAUSE the length of
+// each (default 800ms); the issue's loop is KVRAFT_PAUSES=30
+// KVRAFT_PAUSE=10s (with go test -timeout 30m).
 func TestProcessLeaderPauses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -406,6 +425,7 @@ func TestProcessLeaderPauses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	load := startLoad(addrs, "p", 4)
+	var paused []string // the writes acknowledged by the new leaders
 	for i := range pauses {
 		lead := waitLeader(t, addrs)
 		var victim *proc
@@ -414,16 +434,67 @@ func TestProcessLeaderPauses(t *testing.T) {
 				victim = p
 			}
 		}
-		before := load.count()
+		st, err := getStatus(lead, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldTerm := st.Term
+		start := time.Now()
 		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(pause)
+		// A new leader, in a higher term, among the nodes still running
+		// (the stopped one does not answer).
+		var newLead status
+		deadline := time.Now().Add(30 * time.Second)
+		for newLead.State != "leader" {
+			if p := exited(); p != nil {
+				t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pause %d: no leader change in 30s after stopping leader node %d (term %d)", i, victim.id, oldTerm)
+			}
+			time.Sleep(20 * time.Millisecond)
+			for _, p := range procs {
+				if p == victim {
+					continue
+				}
+				if st, err := getStatus(addrs[p.id-1], false); err == nil && st.State == "leader" && st.Term > oldTerm {
+					newLead = st
+				}
+			}
+		}
+		// It takes writes while the old leader is stopped.
+		key := fmt.Sprintf("pause-%d", i)
+		if r := call(t, "PUT", "http://"+addrs[newLead.ID-1]+"/kv/ks/"+key, []byte(key)); r.code != 204 {
+			t.Fatalf("pause %d: write through the new leader, node %d: %+v", i, newLead.ID, r)
+		}
+		paused = append(paused, key)
+		if rest := pause - time.Since(start); rest > 0 {
+			time.Sleep(rest) // the pause's length is what the test varies
+		}
+		stopped := time.Since(start)
 		if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		// Writes go on, through a new leader, and after the resume.
-		deadline := time.Now().Add(30 * time.Second)
+		// The old leader steps down and follows.
+		deadline = time.Now().Add(30 * time.Second)
+		for {
+			st, err := getStatus(lead, false)
+			if err == nil && st.State == "follower" && st.Term >= newLead.Term && st.Leader != 0 && st.Leader != uint64(victim.id) {
+				break
+			}
+			if p := exited(); p != nil {
+				t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pause %d: resumed node %d does not follow the leader of term %d: %+v %v", i, victim.id, newLead.Term, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Writes go on after the resume.
+		before := load.count()
+		deadline = time.Now().Add(30 * time.Second)
 		for load.count() < before+50 && time.Now().Before(deadline) && exited() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -431,11 +502,12 @@ func TestProcessLeaderPauses(t *testing.T) {
 			t.Fatalf("pause %d: node %d exited (%v)", i, p.id, p.cmd.ProcessState)
 		}
 		if load.count() < before+50 {
-			t.Fatalf("pause %d of node %d: only %d writes in 30s", i, victim.id, load.count()-before)
+			t.Fatalf("pause %d of node %d: only %d writes in 30s after the resume", i, victim.id, load.count()-before)
 		}
-		t.Logf("pause %d: paused leader node %d for %v; %d writes acknowledged so far (%d failed)", i, victim.id, pause, load.count(), load.errors.Load())
+		t.Logf("pause %d: paused leader node %d (term %d) for %v: node %d led in term %d; %d writes acknowledged so far (%d failed)",
+			i, victim.id, oldTerm, stopped.Round(time.Millisecond), newLead.ID, newLead.Term, load.count(), load.errors.Load())
 	}
-	acked := load.finish()
+	acked := append(load.finish(), paused...)
 	digest := converged(t, addrs, 60*time.Second)
 	if p := exited(); p != nil {
 		t.Fatalf("node %d exited (%v)", p.id, p.cmd.ProcessState)

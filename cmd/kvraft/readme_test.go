@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,8 +29,14 @@ import (
 // /health, for a cluster that has a leader to find). A curl must get a 2xx
 // answer (the test adds --fail-with-body); one commented "run it again" is
 // run again until it does, for up to a minute. Every other command must
-// exit 0. HTML comments between the blocks stand for what the operator
-// does by hand:
+// exit 0. What a command's # comment says it prints or answers is checked
+// (readmeClaims: a status, a value, a scan's pairs or cursor, a JSON
+// object's fields, the digest kvraft snapshot printed), and so is the
+// prose's promise that kvtool inspect --digest prints the digest the
+// node's /status?digest=1 reported; a comment that states nothing
+// checkable must be one of readmeProse, so that a comment added to the
+// README without a check fails the test. HTML comments between the blocks
+// stand for what the operator does by hand:
 //
 //	<!-- readme-test: stop DIR -->   Ctrl-C the node of --data DIR (it must exit 0)
 //	<!-- readme-test: start DIR -->  run its command again
@@ -52,7 +62,7 @@ func TestREADMEReplicated(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps := readmeSteps(t, filepath.Join(root, "README.md"))
-	r := &readmeRun{t: t, root: root, tmp: t.TempDir(), ports: map[string]string{}, nodes: map[string]*readmeNode{}}
+	r := &readmeRun{t: t, root: root, tmp: t.TempDir(), ports: map[string]string{}, nodes: map[string]*readmeNode{}, digests: map[string]string{}}
 	defer r.stopAll()
 	for i, st := range steps {
 		if st.marker != "" {
@@ -130,6 +140,174 @@ type readmeRun struct {
 	tmp   string
 	ports map[string]string      // README port -> free port
 	nodes map[string]*readmeNode // by --data
+	// digests are the content digests the commands saw: by node port
+	// (the last /status?digest=1 of it), and "snapshot" for the one
+	// kvraft snapshot printed.
+	digests map[string]string
+}
+
+// readmeOutput is what a README command printed: for a curl without a
+// pipe, the body and the HTTP status apart (the test adds --write-out).
+type readmeOutput struct {
+	line string // the command, as run (rewritten)
+	body string
+	code int // 0 when not a curl's
+}
+
+// readmeClaim checks one form of # comment: what the command prints or
+// answers, parsed from the comment itself (the README is the reference:
+// changing its stated output without changing the program fails).
+type readmeClaim struct {
+	re    *regexp.Regexp
+	check func(r *readmeRun, out readmeOutput, m []string) error
+}
+
+var readmeClaims = []readmeClaim{
+	// "204 once applied on the leader", "run it again until it answers 204"
+	{regexp.MustCompile(`^(?:(\d{3})\b|.*\banswers (\d{3})$)`), func(_ *readmeRun, out readmeOutput, m []string) error {
+		want, _ := strconv.Atoi(m[1] + m[2])
+		if out.code != want {
+			return fmt.Errorf("HTTP %d, want %d", out.code, want)
+		}
+		return nil
+	}},
+	// "JSON: pairs [...], more false": a scan's page.
+	{regexp.MustCompile(`^JSON: pairs (\[.*\]), more (true|false)$`), func(_ *readmeRun, out readmeOutput, m []string) error {
+		var want []map[string]any
+		if err := json.Unmarshal([]byte(m[1]), &want); err != nil {
+			return fmt.Errorf("the comment's pairs: %w", err)
+		}
+		page, err := scanPage(out.body)
+		if err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(page.Pairs, want) || fmt.Sprint(page.More) != m[2] {
+			return fmt.Errorf("pairs %v, more %v; want pairs %v, more %s", page.Pairs, page.More, want, m[2])
+		}
+		return nil
+	}},
+	// `more true, next "alice": ...`: a scan's cursor.
+	{regexp.MustCompile(`^more (true|false), next "([^"]*)"`), func(_ *readmeRun, out readmeOutput, m []string) error {
+		page, err := scanPage(out.body)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(page.More) != m[1] || page.Next != m[2] {
+			return fmt.Errorf("more %v, next %q; want more %s, next %q", page.More, page.Next, m[1], m[2])
+		}
+		return nil
+	}},
+	// "hello", "1": the value read; "bob; ...": the one key of a scan's page.
+	{regexp.MustCompile(`^([A-Za-z0-9]+)(?:;.*)?$`), func(_ *readmeRun, out readmeOutput, m []string) error {
+		if page, err := scanPage(out.body); err == nil && page.Pairs != nil {
+			if len(page.Pairs) != 1 || page.Pairs[0]["key"] != m[1] {
+				return fmt.Errorf("pairs %v, want the one key %q", page.Pairs, m[1])
+			}
+			return nil
+		}
+		if out.body != m[1] {
+			return fmt.Errorf("printed %q, want %q", out.body, m[1])
+		}
+		return nil
+	}},
+	// "term, commit, applied, ...": the fields of a JSON object.
+	{regexp.MustCompile(`^[a-z_]+(?:, [a-z_]+)+$`), func(_ *readmeRun, out readmeOutput, m []string) error {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(out.body), &obj); err != nil {
+			return fmt.Errorf("not a JSON object: %w", err)
+		}
+		for _, f := range strings.Split(m[0], ", ") {
+			if _, ok := obj[f]; !ok {
+				return fmt.Errorf("no field %q", f)
+			}
+		}
+		return nil
+	}},
+	// "the digest kvraft snapshot printed" (a /status?digest=1 of the
+	// restored cluster).
+	{regexp.MustCompile(`^the digest kvraft snapshot printed$`), func(r *readmeRun, out readmeOutput, _ []string) error {
+		var st struct{ Digest string }
+		if err := json.Unmarshal([]byte(out.body), &st); err != nil {
+			return err
+		}
+		if r.digests["snapshot"] == "" || st.Digest != r.digests["snapshot"] {
+			return fmt.Errorf("digest %q, kvraft snapshot printed %q", st.Digest, r.digests["snapshot"])
+		}
+		return nil
+	}},
+}
+
+// readmeProse are the # comments that state no output (a 2xx answer is
+// all there is to check, and the test checks it for every curl).
+var readmeProse = map[string]bool{
+	"keyspaces are created explicitly": true,
+	"reads need no credentials":        true,
+}
+
+// scanPage parses a scan's answer.
+func scanPage(body string) (page struct {
+	Pairs []map[string]any `json:"pairs"`
+	More  bool             `json:"more"`
+	Next  string           `json:"next"`
+}, err error) {
+	err = json.Unmarshal([]byte(body), &page)
+	return page, err
+}
+
+var (
+	readmeComment        = regexp.MustCompile(`\s#\s+(.*)$`)
+	readmeSnapshotDigest = regexp.MustCompile(`digest ([0-9a-f]+),`)
+	readmeInspectDigest  = regexp.MustCompile(`(?m)^digest:\s+([0-9a-f]+)$`)
+)
+
+// checkOutput checks what a command printed against its # comment, and
+// notes the digests it saw.
+func (r *readmeRun) checkOutput(out readmeOutput) {
+	r.t.Helper()
+	line := out.line
+	switch {
+	case strings.Contains(line, "/status?digest=1"):
+		var st struct{ Digest string }
+		if err := json.Unmarshal([]byte(out.body), &st); err != nil || st.Digest == "" {
+			r.t.Fatalf("$ %s\nno digest in %q (%v)", line, out.body, err)
+		}
+		if u, err := url.Parse("http://" + strings.Trim(strings.Fields(line)[1], "'")); err == nil {
+			r.digests[u.Port()] = st.Digest
+		}
+	case strings.Contains(line, "kvraft snapshot "):
+		m := readmeSnapshotDigest.FindStringSubmatch(out.body)
+		if m == nil {
+			r.t.Fatalf("$ %s\nno digest in %q", line, out.body)
+		}
+		r.digests["snapshot"] = m[1]
+	case strings.Contains(line, "kvtool inspect --digest "):
+		// "prints a stopped node's content digest, the one its
+		// /status?digest=1 reported"
+		f := strings.Fields(line)
+		var want string
+		if n := r.nodes[filepath.Dir(f[len(f)-1])]; n != nil {
+			_, port, _ := net.SplitHostPort(n.addr)
+			want = r.digests[port]
+		}
+		if m := readmeInspectDigest.FindStringSubmatch(out.body); m == nil || want == "" || m[1] != want {
+			r.t.Fatalf("$ %s\n%s\nwant the digest the node's /status?digest=1 reported, %q", line, out.body, want)
+		}
+		r.t.Logf("checked: the digest /status?digest=1 reported, %s", want)
+	}
+	c := readmeComment.FindStringSubmatch(line)
+	if c == nil || readmeProse[c[1]] {
+		return
+	}
+	for _, claim := range readmeClaims {
+		if m := claim.re.FindStringSubmatch(c[1]); m != nil {
+			if err := claim.check(r, out, m); err != nil {
+				r.t.Fatalf("$ %s\n%s\nnot what its comment says: %v", line, out.body, err)
+			}
+			r.t.Logf("checked: %q", c[1])
+			return
+		}
+	}
+	r.t.Fatalf("README comment %q states nothing the test checks: add a readmeClaims entry (or to readmeProse if it states no output)", c[1])
 }
 
 type readmeNode struct {
@@ -270,7 +448,11 @@ func (r *readmeRun) checkNodes() {
 func (r *readmeRun) command(line string) {
 	r.t.Helper()
 	run := line
-	if strings.HasPrefix(line, "curl ") {
+	withCode := strings.HasPrefix(line, "curl ") && !strings.Contains(line, "|")
+	switch {
+	case withCode:
+		run = "curl --fail-with-body -sS --write-out '\n%{http_code}' " + strings.TrimPrefix(line, "curl ")
+	case strings.HasPrefix(line, "curl "):
 		run = "curl --fail-with-body -sS " + strings.TrimPrefix(line, "curl ")
 	}
 	again := strings.Contains(line, "run it again")
@@ -283,6 +465,12 @@ func (r *readmeRun) command(line string) {
 		cancel()
 		if err == nil {
 			r.t.Logf("$ %s\n%s", line, strings.TrimSpace(string(out)))
+			o := readmeOutput{line: line, body: strings.TrimSpace(string(out))}
+			if i := strings.LastIndex(string(out), "\n"); withCode && i >= 0 {
+				o.body = strings.TrimSpace(string(out[:i]))
+				o.code, _ = strconv.Atoi(string(out[i+1:]))
+			}
+			r.checkOutput(o)
 			return
 		}
 		if !again || time.Now().After(deadline) {

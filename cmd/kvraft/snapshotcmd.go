@@ -172,7 +172,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	peers := fs.String("peers", "", "the new cluster's members, ID=HOST:PORT,... (required)")
 	data := fs.String("data", "", "the data directory to make: must not exist or be empty (required)")
 	token := fs.String("cluster-token", raftkv.DefaultClusterToken, "the new cluster's token (as its nodes will be started with)")
-	dirMode := fs.String("data-mode", "0700", "permissions of the directories made (as for a node)")
+	dirMode := fs.String("data-mode", "0700", "permissions of the data directory and the raft log's directories made (as for a node: their files get it without execute bits; the engine's are always 0700 and 0600)")
 	if code, ok := parseCommand(fs, args, restoreHelp, stdout, stderr); !ok {
 		return code
 	}

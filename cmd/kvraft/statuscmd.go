@@ -17,7 +17,8 @@ import (
 // commit index, applied index and lag (the highest commit index reported
 // minus the node's applied index), one line per endpoint, as etcdctl
 // endpoint status does. Exit 0 if every endpoint answered and runs, 1
-// otherwise (the row says why), 2 on a usage error.
+// otherwise (the rows say why, and one line on stderr counts them), 2 on a
+// usage error.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvraft status", flag.ContinueOnError)
 	endpoints := fs.String("endpoints", "", "the nodes to ask, HOST:PORT,... (required)")
@@ -67,6 +68,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			code = exitError
 		}
 	}
+	defer func() {
+		if code == exitError {
+			fmt.Fprintf(stderr, "kvraft status: %s\n", statusProblem(rows))
+		}
+	}()
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		for _, r := range rows {
@@ -85,6 +91,26 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	_ = tw.Flush()
 	return code
+}
+
+// statusProblem says in one line how many of rows were unreachable or
+// stopped, with a hint for a plain HTTP request to a node that serves
+// HTTPS (the client needs --cacert).
+func statusProblem(rows []endpointStatus) string {
+	var unreachable, stopped int
+	hint := ""
+	for _, r := range rows {
+		switch {
+		case r.Err != "":
+			unreachable++
+			if hint == "" && strings.Contains(r.Err, "HTTP request to an HTTPS server") {
+				hint = fmt.Sprintf(" (%s serves HTTPS: give --cacert)", r.Endpoint)
+			}
+		case r.Error != "":
+			stopped++
+		}
+	}
+	return fmt.Sprintf("%d of %d endpoints unreachable, %d stopped%s", unreachable, len(rows), stopped, hint)
 }
 
 // endpointStatus is one row of kvraft status: the node's /status, or why

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,6 +90,8 @@ func TestTLS(t *testing.T) {
 	alice := newTLSClient(t, ca.file, aliceCert, aliceKey, "")
 	malloryCert, malloryKey := foreign.issue(t, "mallory")
 	mallory := newTLSClient(t, ca.file, malloryCert, malloryKey, "")
+	peerCert, peerKey := ca.issue(t, "node9")
+	peer := newTLSClient(t, ca.file, peerCert, peerKey, "")
 
 	if r := withToken.retry(t, "PUT", u(0, "/keyspaces/ks"), nil); r.code != 204 {
 		t.Fatalf("create a keyspace with the token: %+v", r)
@@ -110,8 +114,12 @@ func TestTLS(t *testing.T) {
 		{"snapshot without credentials", anon, "GET", u(0, "/snapshot"), "", 401, ""},
 		// Go's client sends no certificate the server's CAs did not sign.
 		{"a certificate of another CA", mallory, "PUT", u(0, "/kv/ks/c"), "3", 401, "client certificate"},
-		{"a peer without a certificate", anon, "POST", u(0, "/raft/message"), "", 403, "certificate of the cluster's CA"},
-		{"a client certificate is not a peer's", alice, "POST", u(0, "/raft/message"), "", 403, "certificate"},
+		{"a peer without a certificate", anon, "POST", u(0, "/raft/stream"), "junk", 403, "certificate of the cluster's CA"},
+		{"a client certificate is not a peer's", alice, "POST", u(0, "/raft/stream"), "junk", 403, "certificate"},
+		// The control: the endpoint exists, and a certificate of the
+		// cluster's CA gets past the check to the stream's own (junk is
+		// not a message).
+		{"a peer's certificate reaches the stream", peer, "POST", u(0, "/raft/stream"), "junk", 400, ""},
 		{"health without credentials", anon, "GET", u(1, "/health"), "", 200, `"healthy": true`},
 	} {
 		r := step.c.retry(t, step.method, step.url, []byte(step.body))
@@ -135,8 +143,11 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("status row %q: %v", line, err)
 		}
 	}
-	if code := runStatus(context.Background(), []string{"--endpoints", addrs[0]}, &out, &errb); code != 1 {
-		t.Fatalf("kvraft status over plain HTTP to a TLS node: exit %d", code)
+	out, errb = syncBuffer{}, syncBuffer{}
+	code = runStatus(context.Background(), []string{"--endpoints", addrs[0]}, &out, &errb)
+	checkOneLine(t, "kvraft status over plain HTTP to a TLS node", code, 1, errb.String(), addrs[0]+" serves HTTPS: give --cacert")
+	if !strings.Contains(out.String(), "unreachable") {
+		t.Errorf("kvraft status over plain HTTP to a TLS node: %s", &out)
 	}
 }
 
@@ -184,4 +195,82 @@ func TestTLSForeignPeer(t *testing.T) {
 		t.Fatalf("node 3 took part: %+v", st)
 	}
 	t.Logf("node 3: %s", st.Metrics.LastError)
+}
+
+// --insecure lets a node serve plain HTTP on a non-loopback address
+// (refused without it: TestFlags): here the wildcard address, reached
+// through loopback and, if the machine has one, a non-loopback address.
+func TestInsecureNonLoopback(t *testing.T) {
+	_, port, _ := net.SplitHostPort(freePorts(t, 1)[0])
+	p := startNode(t, "--id", "1", "--peers", "1=127.0.0.1:"+port, "--http", "0.0.0.0:"+port, "--insecure",
+		"--data", filepath.Join(t.TempDir(), "1"), "--tick", "20ms")
+	hosts := []string{"127.0.0.1"}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+				hosts = append(hosts, ipn.IP.String())
+				break
+			}
+		}
+	}
+	if r := call(t, "PUT", "http://127.0.0.1:"+port+"/keyspaces/ks", nil); r.code != 204 {
+		t.Fatalf("create a keyspace: %+v", r)
+	}
+	for _, h := range hosts {
+		u := "http://" + net.JoinHostPort(h, port)
+		if r := call(t, "PUT", u+"/kv/ks/"+h, []byte("v")); r.code != 204 {
+			t.Fatalf("write through %s: %+v", h, r)
+		}
+		if r := call(t, "GET", u+"/health", nil); r.code != 200 {
+			t.Fatalf("health through %s: %+v", h, r)
+		}
+	}
+	t.Logf("served on %s through %v", p.addr, hosts)
+}
+
+// A non-default --data-mode: the data directory, the raft log's
+// directories and the node's own files get it (files without the execute
+// bits: 0750 gives 0640); the engine's directories stay 0700 and its files
+// 0600, whatever the mode.
+func TestDataMode(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "1")
+	addr := freePorts(t, 1)[0]
+	startNode(t, "--id", "1", "--peers", "1="+addr, "--data", dir, "--tick", "20ms", "--data-mode", "0750")
+	for _, path := range []string{"/keyspaces/ks", "/bitslices/bs", "/kv/ks/k"} {
+		if r := call(t, "PUT", "http://"+addr+path, []byte("v")); r.code != 204 {
+			t.Fatalf("PUT %s: %+v", path, r)
+		}
+	}
+	var node, engine int
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		wantDir, wantFile := os.FileMode(0o750), os.FileMode(0o640)
+		if strings.HasPrefix(rel, "engine") {
+			wantDir, wantFile = 0o700, 0o600
+			engine++
+		} else {
+			node++
+		}
+		switch mode := st.Mode().Perm(); {
+		case d.IsDir() && mode != wantDir:
+			t.Errorf("directory %s: mode %#o, want %#o", rel, mode, wantDir)
+		case !d.IsDir() && mode != wantFile:
+			t.Errorf("file %s: mode %#o, want %#o", rel, mode, wantFile)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node < 3 || engine < 3 {
+		t.Fatalf("%d paths of the node's, %d of the engine's: too few to check", node, engine)
+	}
+	t.Logf("%d paths of the node's, %d of the engine's", node, engine)
 }
