@@ -29,6 +29,8 @@ func TestFaultBitsliceFailpoints(t *testing.T) {
 		grow  bool // the failing flush must grow the files to reach the point
 	}{
 		{"msync-EIO", failpoint.BitsliceSyncMsync, func() error { return syscall.EIO }, syscall.EIO, false},
+		// The flush's word writes (WriteWords) torn by a failed pwrite.
+		{"pwrite-EIO", failpoint.BitsliceWriteWords, func() error { return syscall.EIO }, syscall.EIO, false},
 		{"header-EIO", failpoint.BitsliceSyncHeader, func() error { return syscall.EIO }, syscall.EIO, false},
 		{"grow-allocate-ENOSPC", failpoint.BitsliceGrowAllocate, func() error { return syscall.ENOSPC }, syscall.ENOSPC, true},
 		{"grow-header-EIO", failpoint.BitsliceGrowHeader, func() error { return syscall.EIO }, syscall.EIO, true},

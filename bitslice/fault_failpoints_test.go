@@ -167,6 +167,47 @@ func TestFaultApplyWordsIgnoresError(t *testing.T) {
 	}
 }
 
+// A failed pwrite in WriteWords (its second half's, after the first half
+// was written) returns the error naming the path, leaves the words before
+// it written and the header untouched, and the same call succeeds once the
+// fault is gone.
+func TestFaultWriteWords(t *testing.T) {
+	f, _ := faultFile(t) // watermark 1 synced, 2 staged
+	info := f.Info()
+	words := []uint64{1, 2, 4, 8}
+	calls, disable := inject(t, failpoint.BitsliceWriteWords, syscall.EIO)
+	err := f.WriteWords(4, words)
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), f.Path()) {
+		t.Fatalf("WriteWords with its pwrite failing: %v, want EIO naming the path", err)
+	}
+	if *calls != 1 {
+		t.Fatalf("failpoint ran %d times, want 1", *calls)
+	}
+	for k, w := range words {
+		want := w
+		if k >= len(words)/2 {
+			want = 0 // not written: the pwrite of the second half failed
+		}
+		if got := f.Word(uint64(4 + k)); got != want {
+			t.Fatalf("after the failed WriteWords: word %d = %#x, want %#x", 4+k, got, want)
+		}
+	}
+	got := f.Info()
+	got.Ones = info.Ones // the words written count: the header is what must not move
+	if got != info {
+		t.Fatalf("after the failed WriteWords: info %+v; want %+v", got, info)
+	}
+	disable()
+	if err := f.WriteWords(4, words); err != nil {
+		t.Fatalf("WriteWords again after the fault: %v", err)
+	}
+	for k, w := range words {
+		if got := f.Word(uint64(4 + k)); got != w {
+			t.Fatalf("after the retry: word %d = %#x, want %#x", 4+k, got, w)
+		}
+	}
+}
+
 func TestFaultSyncLagged(t *testing.T) {
 	for _, point := range []string{failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader} {
 		t.Run(point, func(t *testing.T) {

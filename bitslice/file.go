@@ -501,7 +501,9 @@ func (f *File) applyMasked(vw *View, first uint64, mask, bits []uint64) error {
 // the bits that change may read wrong (the engine's overlay keeps them
 // pending in its tables until after the sync). Everything is checked
 // before a byte is written: a run past the end, or bits set at or past
-// Len in the file's last word, fails with kvbuf.ErrOutOfRange.
+// Len in the file's last word, fails with kvbuf.ErrOutOfRange. A failed
+// pwrite returns its error with some of the words written: the same call
+// again writes them all.
 func (f *File) WriteWords(first uint64, words []uint64) error {
 	return f.applying(func(vw *View) error {
 		n := uint64(len(vw.words))
@@ -518,6 +520,9 @@ func (f *File) WriteWords(first uint64, words []uint64) error {
 		for k, part := range [2][]uint64{words[:half], words[half:]} {
 			if k == 1 {
 				_ = failpoint.Hit(failpoint.BitsliceApplyWords) // a crash point only
+				if err := failpoint.Hit(failpoint.BitsliceWriteWords); err != nil {
+					return kverr.Errorf("%s: write %d words from word %d: %w", f.path, len(words), first, err)
+				}
 			}
 			if len(part) == 0 {
 				continue

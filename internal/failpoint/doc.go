@@ -70,6 +70,11 @@ const (
 	// only (its error is ignored, since they validate everything before
 	// they write).
 	BitsliceApplyWords = "bitslice/apply-words/midway"
+	// BitsliceWriteWords is in bitslice.File.WriteWords before the pwrite
+	// of the second half of its words (after BitsliceApplyWords): an error
+	// fails the call as a failed pwrite would (EIO), the first half
+	// written: a torn apply that returns an error.
+	BitsliceWriteWords = "bitslice/write-words/before-pwrite"
 	// CheckpointCopy is in the engine's Checkpoint before each bitslice
 	// file is copied; an error (say, syscall.ENOSPC) fails the copy as a
 	// full disk would.
