@@ -712,3 +712,31 @@ func BenchmarkW8Record(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/put")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkFeedIdle measures what an engine costs while nothing is
+// written: the process CPU time per second of wall time, each iteration
+// one second on a fresh engine, without the feed ("off") and with it
+// recording from Open but no watch ("record": its resolver's wake-ups,
+// rule C2).
+//
+//	go test -run '^$' -bench BenchmarkFeedIdle -benchtime 3x .
+func BenchmarkFeedIdle(b *testing.B) {
+	for _, mode := range []string{"off", "record"} {
+		b.Run(mode, func(b *testing.B) {
+			var per []float64
+			for range b.N {
+				db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: mode == "record"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond) // Open's own work done
+				c0 := processCPU()
+				time.Sleep(time.Second)
+				per = append(per, float64((processCPU()-c0).Microseconds())/1000)
+				db.Close()
+			}
+			b.ReportMetric(median(per), "cpu-ms/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
