@@ -63,8 +63,7 @@ const DefaultWatchBufferBytes = 32 << 20
 const DefaultWatchBuffer = 1024
 
 // watchTick is how often the resolver cuts the record for visible-mode
-// watches: their delivery latency. It ticks only while a visible-mode
-// watch is open (rule C2 at feed.run). Each idle tick costs one load; a tick
+// watches: their delivery latency. Each idle tick costs one load; a tick
 // with new changes or ops reads CompletedOp and drains the writes in
 // flight (flush.Drain: a TryLock of each stripe of the write barrier,
 // never a wait), retried at the next tick if a stripe stayed held; after
@@ -1505,23 +1504,10 @@ func (f *feed) kickRun() {
 // run is the resolver goroutine: it turns cuts into steps of the log,
 // makes visible-mode cuts while visible watches are open, and advances
 // the durable position. It stops at shutdown.
-//
-// C2 (doc/design.md, "Change feed", rule 7). The resolver ticks only while
-// a visible-mode watch is open (or a drain it began is not done): only
-// visible cuts need the tick. Everything else it acts on kicks it: a
-// freeze's cut (freezeHook), a release (releaseHook, called after the
-// flusher stored the watermark that covers the generation: the persisted
-// watermark advances only just before a release), a watch added (add,
-// which also restarts the ticks for a visible one). Idle ticks cost about
-// 40 ms of CPU a second on a 2-core machine (feed recording, no watch: the
-// wake-ups, not the work). A visible watch added while the ticks are off
-// and not restarting them gets nothing until the next freeze (mutation
-// 530; TestWatchVisibleAfterIdle).
 func (f *feed) run() {
 	defer close(f.done)
 	tick := time.NewTicker(watchTick)
 	defer tick.Stop()
-	ticking := true
 	var seenSeq, seenOp uint64
 	var d flush.Drain
 	draining := false
@@ -1549,16 +1535,6 @@ func (f *feed) run() {
 			}
 		}
 		f.process()
-		f.mu.Lock()
-		need := f.visible > 0 || draining // C2
-		f.mu.Unlock()
-		if need != ticking {
-			if ticking = need; need {
-				tick.Reset(watchTick)
-			} else {
-				tick.Stop()
-			}
-		}
 	}
 }
 

@@ -1473,35 +1473,3 @@ func TestWatchDeliveredCount(t *testing.T) {
 		})
 	}
 }
-
-// TestWatchVisibleAfterIdle: with the feed recording from Open and no
-// watch, the resolver stops ticking (rule C2); a visible watch added then
-// must start the ticks again, so that its changes are delivered without a
-// freeze (interval flushes are off). Mutation 530 leaves the ticks off.
-func TestWatchVisibleAfterIdle(t *testing.T) {
-	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
-	defer closeT(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	k := mustKV(t, db, "a")
-	for round := range 3 {
-		// Several ticks with nothing to do: the resolver stops ticking.
-		time.Sleep(20 * watchTick)
-		w, err := db.Watch(ctx, &WatchOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := []byte(fmt.Sprint("k", round))
-		if err := k.Put(ctx, key, []byte("v"), 0); err != nil {
-			t.Fatal(err)
-		}
-		e, err := w.Next(ctx)
-		if err != nil {
-			t.Fatalf("round %d: %v (the visible watch got nothing without a freeze)", round, err)
-		}
-		if e.Kind != EventPut || string(e.Key) != string(key) {
-			t.Fatalf("round %d: %+v, want the put of %q", round, e, key)
-		}
-		w.Close()
-	}
-}
