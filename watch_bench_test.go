@@ -716,8 +716,8 @@ func BenchmarkW8Record(b *testing.B) {
 // BenchmarkFeedIdle measures what an engine costs while nothing is
 // written: the process CPU time per second of wall time, each iteration
 // one second on a fresh engine, without the feed ("off") and with it
-// recording from Open but no watch ("record": its resolver's wake-ups,
-// rule C2).
+// recording from Open but no watch ("record": its resolver's watchTick
+// wake-ups; doc/design.md, "Change feed", watch12).
 //
 //	go test -run '^$' -bench BenchmarkFeedIdle -benchtime 3x .
 func BenchmarkFeedIdle(b *testing.B) {
