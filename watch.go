@@ -587,6 +587,9 @@ type feed struct {
 	// ret is the retention in the store (watch_retain.go); nil without
 	// Options.WatchRetain. Its state is under mu.
 	ret *retainer
+	// arena is the memory batch records are carved from (recArena).
+	arena recArena
+
 	// Counters for Metrics.
 	delivered atomic.Uint64 // events returned by Next
 	lagged    atomic.Uint64 // watches ended by ErrLagged
@@ -1000,11 +1003,57 @@ func (rb *recBatch) at(j int) (head uint16, s, e0, e1 int) {
 // offsets are 32-bit); a larger batch records each change on its own.
 var maxRecData = math.MaxInt32 // a var: TestWatchBatchRecordForms lowers it
 
-// newRecBatch copies b's changes but those skip marks (nil: none);
-// len(b.data) is at most maxRecData. It returns nil for a batch that
-// names more than recMaxNames keyspaces and bitslices (recorded change by
-// change instead).
-func newRecBatch(b *Batch, skip []bool) *recBatch {
+// recChunk is the size of the chunks recArena carves batch records'
+// buffers from, and recHeaders how many record headers a slab holds
+// (doc/design.md, "Change feed", watch12).
+const (
+	recChunk   = 64 << 10
+	recHeaders = 64
+)
+
+// recArena is the writers' record memory: batch records' buffers are
+// carved from pointer-free chunks of recChunk bytes, one after the other,
+// and their headers from slabs of recHeaders, so recording a batch costs a
+// copy, not an allocation and its clear. Nothing is ever reused: a chunk
+// or slab is freed by the garbage collector once nothing points into it,
+// so an event a watch holds (its Key and Value point into a chunk) keeps
+// its chunk alive, at most recChunk bytes, and a held record its slab. A
+// buffer over a quarter of recChunk is allocated on its own.
+type recArena struct {
+	mu    sync.Mutex // writers record concurrently
+	chunk []byte     // the current chunk's part not yet carved
+	slab  []recBatch // the current slab's headers not yet taken
+}
+
+// alloc returns a record header and a buffer of size bytes whose contents
+// are not cleared (the caller writes every byte).
+func (a *recArena) alloc(size int) (*recBatch, []byte) {
+	a.mu.Lock()
+	if len(a.slab) == 0 {
+		a.slab = make([]recBatch, recHeaders)
+	}
+	rb := &a.slab[0]
+	a.slab = a.slab[1:]
+	var buf []byte
+	if size <= recChunk/4 {
+		if len(a.chunk) < size {
+			a.chunk = make([]byte, recChunk)
+		}
+		buf = a.chunk[:size:size]
+		a.chunk = a.chunk[size:]
+	}
+	a.mu.Unlock()
+	if buf == nil {
+		buf = make([]byte, size)
+	}
+	return rb, buf
+}
+
+// newRecBatch copies b's changes but those skip marks (nil: none) into
+// memory from a; len(b.data) is at most maxRecData. It returns nil for a
+// batch that names more than recMaxNames keyspaces and bitslices
+// (recorded change by change instead).
+func newRecBatch(a *recArena, b *Batch, skip []bool) *recBatch {
 	n, size := len(b.ops), len(b.data)
 	if skip != nil {
 		n, size = 0, 0
@@ -1017,9 +1066,11 @@ func newRecBatch(b *Batch, skip []bool) *recBatch {
 			}
 		}
 	}
-	rb := &recBatch{n: n}
+	// A batch of too many names, found below, wastes what it took from a
+	// (rare: over recMaxNames keyspaces and bitslices in one batch).
+	rb, buf := a.alloc(size + 10*n)
+	rb.n = n
 	rb.names = rb.name0[:0]
-	buf := make([]byte, size+10*n)
 	if skip == nil {
 		copy(buf, b.data)
 	}
@@ -1261,7 +1312,7 @@ func (rb *recBatch) eventInto(e *WatchEvent, op uint64, j int) {
 func (f *feed) batch(op uint64, b *Batch, skip []bool) {
 	var rb *recBatch
 	if len(b.data) <= maxRecData {
-		rb = newRecBatch(b, skip)
+		rb = newRecBatch(&f.arena, b, skip)
 	}
 	if rb == nil {
 		f.events(batchEvents(op, b, skip))

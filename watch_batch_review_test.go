@@ -186,7 +186,7 @@ func TestWatchBatchRecordManyNames(t *testing.T) {
 			bt.Put(ks[i], []byte(fmt.Sprint("key", i)), []byte(fmt.Sprint("v", op)))
 		}
 		bt.Put(ks[1], []byte("last"), []byte("x"))
-		rb := newRecBatch(bt, nil)
+		rb := newRecBatch(new(recArena), bt, nil)
 		if (rb == nil) != (names > recMaxNames) || rb != nil && len(rb.names) != names {
 			t.Fatalf("%d names: record %v", names, rb != nil)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -467,12 +468,16 @@ func w8WritesRound(b *testing.B, mode string, ops, batch int, val []byte, allocB
 	alloc0, cpu0 := ms.TotalAlloc, processCPU()
 	b.StartTimer()
 	start := time.Now()
-	for op := 1; op <= ops; op++ {
-		fillW8Batch(bt, k, key, val, op, batch)
-		if err := db.Apply(ctx, bt, uint64(op)); err != nil {
-			b.Fatal(err)
+	// The writer's samples carry the mode (go tool pprof -tagfocus
+	// mode=record), so one profile of rotating modes compares them.
+	pprof.Do(ctx, pprof.Labels("mode", mode), func(ctx context.Context) {
+		for op := 1; op <= ops; op++ {
+			fillW8Batch(bt, k, key, val, op, batch)
+			if err := db.Apply(ctx, bt, uint64(op)); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 	d := time.Since(start)
 	b.StopTimer()
 	if mode == "durable" {
@@ -660,4 +665,78 @@ func (s *stagedEvents) next(ctx context.Context) WatchEvent {
 		return s.ev[s.i-1]
 	}
 	return WatchEvent{}
+}
+
+// BenchmarkW8Record measures the writer's recording of one of W8's
+// batches (64 puts of an 8-byte key and a 16-byte value) alone: feed.batch
+// on a feed recording from Open with no watch, W8's 2,000 batches a round
+// (the round's records dropped between rounds, untimed, as a resolved log
+// trimmed would drop them). It reports the time, the process CPU time
+// (the garbage collector's included) and the bytes allocated per put;
+// CPU-bound, so steadier on a shared machine than BenchmarkW8WatchWrites,
+// whose record-mode gap it isolates.
+//
+//	go test -run '^$' -bench BenchmarkW8Record -benchtime 200000x .
+func BenchmarkW8Record(b *testing.B) {
+	const ops, batch = 2000, 64
+	db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	k, err := db.KV("w8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt := db.NewBatch()
+	key, val := make([]byte, 8), make([]byte, 16)
+	f := &db.feed
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for i := range b.N {
+		op := i%ops + 1
+		if op == 1 {
+			b.StopTimer()
+			f.mu.Lock()
+			clear(f.pending)
+			f.pending, f.pendBytes = f.pending[:0], 0
+			f.mu.Unlock()
+			fillW8Batch(bt, k, key, val, op, batch)
+			b.StartTimer()
+		}
+		f.batch(uint64(op), bt, nil)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*batch), "cpu-ns/put")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/put")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkFeedIdle measures what an engine costs while nothing is
+// written: the process CPU time per second of wall time, each iteration
+// one second on a fresh engine, without the feed ("off") and with it
+// recording from Open but no watch ("record": its resolver's watchTick
+// wake-ups; doc/design.md, "Change feed", watch12).
+//
+//	go test -run '^$' -bench BenchmarkFeedIdle -benchtime 3x .
+func BenchmarkFeedIdle(b *testing.B) {
+	for _, mode := range []string{"off", "record"} {
+		b.Run(mode, func(b *testing.B) {
+			var per []float64
+			for range b.N {
+				db, err := Open(b.TempDir(), &Options{FlushInterval: -1, WatchFromOpen: mode == "record"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond) // Open's own work done
+				c0 := processCPU()
+				time.Sleep(time.Second)
+				per = append(per, float64((processCPU()-c0).Microseconds())/1000)
+				db.Close()
+			}
+			b.ReportMetric(median(per), "cpu-ms/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }

@@ -982,10 +982,11 @@ func TestWatchRecBatchLayout(t *testing.T) {
 	bt.Put(b, []byte("x"), []byte("y"))
 	bt.Delete(a, []byte("last"))
 	n := bt.Len()
+	var arena recArena // the records carved one after another from its chunks
 	check := func(skip []bool) {
 		t.Helper()
 		want := batchEvents(5, bt, skip)
-		rb := newRecBatch(bt, skip)
+		rb := newRecBatch(&arena, bt, skip)
 		if rb == nil || rb.n != len(want) {
 			t.Fatalf("skip %v: record of %v changes, want %d", skip, rb, len(want))
 		}
