@@ -273,6 +273,12 @@ func (db *DB) Watch(ctx context.Context, opts *WatchOptions) (*Watch, error) {
 	if err := w.select_(o); err != nil {
 		return nil, err
 	}
+	// Checked before recording starts too, so that a refused call leaves
+	// the writers unrecorded (the ops only grow: a From past hi+1 now is
+	// refused below unless ops came meanwhile).
+	if hi := db.flusher.HighestOp(); o.From > hi+1 && !db.feed.on.Load() {
+		return nil, kverr.Errorf("watch from op %d: the highest op seen is %d: %w", o.From, hi, ErrBadOp)
+	}
 	if err := db.feed.start(ctx); err != nil {
 		return nil, err
 	}
@@ -333,8 +339,10 @@ func (w *Watch) From() uint64 { return w.start }
 // buffer, the Watch ctx's error once it ended, ErrClosed after Close of
 // the watch, or of the engine once every event ready before it was read
 // (a watch reading changes retained in the store ends with ErrClosed when
-// the engine closes; it resumes from the store after the next Open).
-// Once the watch has ended every call returns the same error.
+// the engine closes; it resumes from the store after the next Open). If
+// the Watch ctx has ended when Next first finds the watch closed, the
+// ctx's error is returned instead of ErrClosed. Once the watch has ended
+// every call returns the same error.
 func (w *Watch) Next(ctx context.Context) (e WatchEvent, err error) {
 	for {
 		if w.r < len(w.runs) && w.runs[w.r].at == w.i {

@@ -711,6 +711,12 @@ func TestWatchBadInput(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
 		}
+		// Every case before the last is refused before the feed starts
+		// recording: a refused Watch must not leave every later write
+		// paying for the recording.
+		if c.want != ErrCompacted && db.feed.on.Load() {
+			t.Errorf("%s: the refused Watch turned the feed's recording on", c.name)
+		}
 		if err != nil && !strings.HasPrefix(err.Error(), "kvbuf: ") {
 			t.Errorf("%s: error text %q", c.name, err)
 		}
