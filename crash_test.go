@@ -33,7 +33,12 @@ package kvbuf
 //     flushed before the store batch carrying the watermark, so they may be
 //     ahead, never behind); Count agrees with the bits.
 //
-// The next child resumes at wm+1, as a host replaying its log would.
+// In TestCrashRecovery a durable subscriber runs in every child and keeps
+// its resolved marks in a file; after the checks the parent resumes it from
+// its last mark, replays the host's log from wm+1 to the last op the child
+// may have started, and checks that the watch gets exactly the changes of
+// the missing ops (crash_watch_test.go). The next child resumes at the
+// watermark + 1 that replay left.
 //
 // TestCrashableMemStore runs the same workload in-process with the store on
 // vfs.NewCrashableMem, whose CrashClone keeps only what pebble synced (plus
@@ -905,6 +910,12 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 4
 	}
+	if path := os.Getenv(crashMarksEnv); path != "" {
+		if err := crashSubscribe(db, path); err != nil {
+			fmt.Fprintln(os.Stderr, "subscriber:", err)
+			return 4
+		}
+	}
 	rep := testutil.NewReporter(os.Stdout)
 	start := db.Watermark() + 1
 	rep.Ready(start)
@@ -1015,6 +1026,7 @@ func TestCrashRecovery(t *testing.T) {
 	seed := crashTestSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
+	marks := filepath.Join(t.TempDir(), "marks") // the subscriber's (crash_watch_test.go)
 	m := newCrashModel()
 	points := crashPoints()
 	byMode := map[string]int{}
@@ -1041,7 +1053,7 @@ func TestCrashRecovery(t *testing.T) {
 			depth = 1
 		}
 		delay := time.Duration(rng.IntN(250)) * time.Millisecond
-		rep, how := runCrashChild(t, dir, seed+uint64(i), depth, point, delay)
+		rep, how := runCrashChild(t, dir, marks, seed+uint64(i), depth, point, delay)
 		// A child that killed itself at its point before it was ready
 		// crashed inside Open (pebble syncs its MANIFEST when it flushes
 		// the memtable replayed from the WAL, for one): it started no op,
@@ -1061,14 +1073,22 @@ func TestCrashRecovery(t *testing.T) {
 			deepIF = max(deepIF, inf)
 		}
 		wm := verifyCrash(t, dir, &Options{WatchRetain: &WatchRetention{}}, m, acks, started, maxOp)
+		// The subscriber resumes from its last mark and the host replays
+		// its log (every op the child may have started: a host logs an op
+		// before it applies it); the mode alternates every four kills, so
+		// that each meets both kinds of kill and both depths.
+		durable := i/4%2 == 0
+		replayed := followResumedWatch(t, dir, marks, wm, max(wm, started), durable)
+		m.advance(replayed)
+		acks.wm = max(acks.wm, replayed) // Close's flush returned nil
 		mode := "random-timing"
 		if point != "" {
 			mode, _, _ = strings.Cut(point, ":")
 		}
 		byMode[mode+"/"+how]++
 		if testing.Verbose() {
-			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight",
-				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"])
+			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight; replayed to %d (durable watch %v)",
+				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"], replayed, durable)
 		}
 	}
 	keys := make([]string, 0, len(byMode))
@@ -1097,11 +1117,11 @@ func TestCrashRecovery(t *testing.T) {
 // "parent-kill", "self-kill", or "open-kill" (by itself at point, inside
 // Open, before it was ready: the point is armed from the start, because a
 // crash while the engine opens is one to survive too).
-func runCrashChild(t *testing.T, dir string, seed uint64, depth int, point string, delay time.Duration) (*testutil.Report, string) {
+func runCrashChild(t *testing.T, dir, marks string, seed uint64, depth int, point string, delay time.Duration) (*testutil.Report, string) {
 	t.Helper()
 	// In a -race build a child that races exits at once (status 66): the
 	// kill would otherwise swallow the race detector's report.
-	cmd := testutil.Reexec(t, "crash", crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
+	cmd := testutil.Reexec(t, "crash", crashDirEnv+"="+dir, crashMarksEnv+"="+marks, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
 		crashDepthEnv+"="+strconv.Itoa(depth), crashPointEnv+"="+point, "GORACE=halt_on_error=1")
 	wait := delay
 	if point != "" {
