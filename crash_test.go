@@ -911,7 +911,8 @@ func crashChild() int {
 		return 4
 	}
 	if path := os.Getenv(crashMarksEnv); path != "" {
-		if err := crashSubscribe(db, path); err != nil {
+		delay := []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond}[rand.New(rand.NewPCG(seed, 2)).IntN(3)]
+		if err := crashSubscribe(db, path, delay); err != nil {
 			fmt.Fprintln(os.Stderr, "subscriber:", err)
 			return 4
 		}
@@ -1031,11 +1032,12 @@ func TestCrashRecovery(t *testing.T) {
 	points := crashPoints()
 	byMode := map[string]int{}
 	var (
-		maxOp    uint64 // highest op any child may have started
-		acks     crashAcks
-		deepIF   uint64 // highest in-flight count reported at the maximum depth
-		ingested uint64 // generations the children reported flushed by ingestion
-		began    = time.Now()
+		maxOp      uint64 // highest op any child may have started
+		acks       crashAcks
+		deepIF     uint64 // highest in-flight count reported at the maximum depth
+		ingested   uint64 // generations the children reported flushed by ingestion
+		resumedOps uint64 // ops whose changes the resumed watches checked
+		began      = time.Now()
 	)
 	for i := range iters {
 		// Even iterations kill at a random moment, odd ones at a point;
@@ -1078,7 +1080,8 @@ func TestCrashRecovery(t *testing.T) {
 		// before it applies it); the mode alternates every four kills, so
 		// that each meets both kinds of kill and both depths.
 		durable := i/4%2 == 0
-		replayed := followResumedWatch(t, dir, marks, wm, max(wm, started), durable)
+		replayed, from := followResumedWatch(t, dir, marks, wm, max(wm, started), durable)
+		resumedOps += replayed + 1 - from
 		m.advance(replayed)
 		acks.wm = max(acks.wm, replayed) // Close's flush returned nil
 		mode := "random-timing"
@@ -1087,8 +1090,8 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		byMode[mode+"/"+how]++
 		if testing.Verbose() {
-			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight; replayed to %d (durable watch %v)",
-				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"], replayed, durable)
+			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight; watch resumed from %d (durable %v), replayed to %d",
+				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"], from, durable, replayed)
 		}
 	}
 	keys := make([]string, 0, len(byMode))
@@ -1102,7 +1105,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d kills survived in %v, seed %d; last op started %d, watermark %d; max generations in flight at depth %d: %d; kills by point:%s",
 		iters, time.Since(began).Round(time.Millisecond), seed, maxOp, m.upTo, flush.MaxPipelineDepth, deepIF, sb.String())
-	t.Logf("generations flushed by ingestion, over the children: %d", ingested)
+	t.Logf("generations flushed by ingestion, over the children: %d; ops whose changes the resumed watches checked: %d", ingested, resumedOps)
 	if iters >= 8 && ingested == 0 {
 		t.Errorf("no child flushed a generation by ingestion: the ingestion path was not exercised")
 	}

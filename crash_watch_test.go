@@ -124,9 +124,12 @@ func (s *crashStream) mark(n uint64) error {
 }
 
 // crashSubscribe starts the child's durable subscriber on db (see the top
-// of the file); it runs until the child dies. A failure is written to the
-// file as an "E" line, which the parent reports.
-func crashSubscribe(db *DB, path string) error {
+// of the file) after delay: with a delay its watch resumes while the
+// writers write, so that its move from the retained changes to the
+// in-memory log (doc/design.md, R3) meets flushes and writes in flight. It
+// runs until the child dies. A failure is written to the file as an "E"
+// line, which the parent reports.
+func crashSubscribe(db *DB, path string, delay time.Duration) error {
 	last, _, err := readCrashMarks(path)
 	if err != nil {
 		return err
@@ -136,12 +139,13 @@ func crashSubscribe(db *DB, path string) error {
 		return fmt.Errorf("marks: %w", err)
 	}
 	ctx := context.Background()
-	w, err := db.Watch(ctx, &WatchOptions{From: last.op + 1, Durable: true})
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("watch from the last mark %d + 1: %w", last.op, err)
-	}
 	go func() {
+		time.Sleep(delay)
+		w, err := db.Watch(ctx, &WatchOptions{From: last.op + 1, Durable: true})
+		if err != nil {
+			fmt.Fprintf(f, "E watch from the last mark %d + 1: %v\n", last.op, err)
+			return
+		}
 		fail := func(err error) {
 			fmt.Fprintf(f, "E subscriber from %d: %v\n", last.op+1, err)
 			w.Close()
@@ -181,8 +185,9 @@ func crashSubscribe(db *DB, path string) error {
 // watermark is wm (see the top of the file): it resumes the subscriber
 // kept in marksPath (appending its own durable marks there), replays the
 // host's ops wm+1..last and returns the watermark the engine has after
-// Close (last, or wm if there was nothing to replay).
-func followResumedWatch(t testing.TB, dir, marksPath string, wm, last uint64, durable bool) uint64 {
+// Close (last, or wm if there was nothing to replay) and the op the watch
+// resumed from.
+func followResumedWatch(t testing.TB, dir, marksPath string, wm, last uint64, durable bool) (end, from uint64) {
 	t.Helper()
 	mark, failure, err := readCrashMarks(marksPath)
 	if err != nil {
@@ -208,7 +213,7 @@ func followResumedWatch(t testing.TB, dir, marksPath string, wm, last uint64, du
 		t.Fatalf("watermark %d on the second reopen, %d on the first", got, wm)
 	}
 	ctx := context.Background()
-	from := mark.op + 1
+	from = mark.op + 1
 	if floor := db.Metrics().WatchRetainedFrom; from < floor {
 		// Only in long runs past the retention's byte bound: the
 		// subscriber must resync (ErrCompacted); it resumes at the floor.
@@ -297,5 +302,5 @@ func followResumedWatch(t testing.TB, dir, marksPath string, wm, last uint64, du
 	if err := db.Close(); err != nil {
 		t.Fatalf("close after the replay: %v", err)
 	}
-	return max(wm, last)
+	return max(wm, last), from
 }
