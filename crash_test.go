@@ -1076,11 +1076,18 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		wm := verifyCrash(t, dir, &Options{WatchRetain: &WatchRetention{}}, m, acks, started, maxOp)
 		// The subscriber resumes from its last mark and the host replays
-		// its log (every op the child may have started: a host logs an op
-		// before it applies it); the mode alternates every four kills, so
-		// that each meets both kinds of kill and both depths.
+		// its log: every op the child may have started (a host logs an op
+		// before it applies it), or on half the kills a random part of
+		// them, which leaves the rest to the next child (a writer
+		// replaying ops whose bits an earlier one wrote ahead). The mode
+		// alternates every four kills, so that each meets both kinds of
+		// kill and both depths.
 		durable := i/4%2 == 0
-		replayed, from := followResumedWatch(t, dir, marks, wm, max(wm, started), durable)
+		last := max(wm, started)
+		if rng.IntN(2) == 0 {
+			last = wm + rng.Uint64N(last-wm+1)
+		}
+		replayed, from := followResumedWatch(t, dir, marks, wm, last, durable)
 		resumedOps += replayed + 1 - from
 		m.advance(replayed)
 		acks.wm = max(acks.wm, replayed) // Close's flush returned nil

@@ -19,7 +19,8 @@ package kvbuf
 // (a durable mark is durable); a watch from M+1 (durable and visible mode
 // in turn) must deliver exactly the changes of ops M+1..wm and a mark at
 // wm; the host then replays its log from wm+1 to the last op the child may
-// have started and ends that op (EndOp: nothing after it completes it),
+// have started (or to a random op below it: TestCrashRecovery) and ends
+// that op (EndOp: nothing after it completes it),
 // and the same watch must deliver exactly the changes of those ops, each
 // once, in op order, then a mark at the last one (durable mode: after a
 // Flush, with a watermark covering it).
