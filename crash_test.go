@@ -1026,6 +1026,7 @@ func TestCrashRecovery(t *testing.T) {
 	iters := crashIterationCount(t)
 	seed := crashTestSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	replayRNG := rand.New(rand.NewPCG(seed, 3)) // apart, so that a seed kills as it did before the replay
 	dir := t.TempDir()
 	marks := filepath.Join(t.TempDir(), "marks") // the subscriber's (crash_watch_test.go)
 	m := newCrashModel()
@@ -1034,9 +1035,10 @@ func TestCrashRecovery(t *testing.T) {
 	var (
 		maxOp      uint64 // highest op any child may have started
 		acks       crashAcks
-		deepIF     uint64 // highest in-flight count reported at the maximum depth
-		ingested   uint64 // generations the children reported flushed by ingestion
-		resumedOps uint64 // ops whose changes the resumed watches checked
+		deepIF     uint64        // highest in-flight count reported at the maximum depth
+		ingested   uint64        // generations the children reported flushed by ingestion
+		resumedOps uint64        // ops whose changes the resumed watches checked
+		following  time.Duration // in followResumedWatch
 		began      = time.Now()
 	)
 	for i := range iters {
@@ -1084,10 +1086,12 @@ func TestCrashRecovery(t *testing.T) {
 		// kill and both depths.
 		durable := i/4%2 == 0
 		last := max(wm, started)
-		if rng.IntN(2) == 0 {
-			last = wm + rng.Uint64N(last-wm+1)
+		if replayRNG.IntN(2) == 0 {
+			last = wm + replayRNG.Uint64N(last-wm+1)
 		}
+		followStart := time.Now()
 		replayed, from := followResumedWatch(t, dir, marks, wm, last, durable)
+		following += time.Since(followStart)
 		resumedOps += replayed + 1 - from
 		m.advance(replayed)
 		acks.wm = max(acks.wm, replayed) // Close's flush returned nil
@@ -1112,7 +1116,8 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d kills survived in %v, seed %d; last op started %d, watermark %d; max generations in flight at depth %d: %d; kills by point:%s",
 		iters, time.Since(began).Round(time.Millisecond), seed, maxOp, m.upTo, flush.MaxPipelineDepth, deepIF, sb.String())
-	t.Logf("generations flushed by ingestion, over the children: %d; ops whose changes the resumed watches checked: %d", ingested, resumedOps)
+	t.Logf("generations flushed by ingestion, over the children: %d; ops whose changes the resumed watches checked: %d, in %v",
+		ingested, resumedOps, following.Round(time.Millisecond))
 	if iters >= 8 && ingested == 0 {
 		t.Errorf("no child flushed a generation by ingestion: the ingestion path was not exercised")
 	}
