@@ -33,7 +33,12 @@ package kvbuf
 //     flushed before the store batch carrying the watermark, so they may be
 //     ahead, never behind); Count agrees with the bits.
 //
-// The next child resumes at wm+1, as a host replaying its log would.
+// In TestCrashRecovery a durable subscriber runs in every child and keeps
+// its resolved marks in a file; after the checks the parent resumes it from
+// its last mark, replays the host's log from wm+1 to the last op the child
+// may have started, and checks that the watch gets exactly the changes of
+// the missing ops (crash_watch_test.go). The next child resumes at the
+// watermark + 1 that replay left.
 //
 // TestCrashableMemStore runs the same workload in-process with the store on
 // vfs.NewCrashableMem, whose CrashClone keeps only what pebble synced (plus
@@ -905,6 +910,13 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 4
 	}
+	if path := os.Getenv(crashMarksEnv); path != "" {
+		delay := []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond}[rand.New(rand.NewPCG(seed, 2)).IntN(3)]
+		if err := crashSubscribe(db, path, delay); err != nil {
+			fmt.Fprintln(os.Stderr, "subscriber:", err)
+			return 4
+		}
+	}
 	rep := testutil.NewReporter(os.Stdout)
 	start := db.Watermark() + 1
 	rep.Ready(start)
@@ -1014,16 +1026,20 @@ func TestCrashRecovery(t *testing.T) {
 	iters := crashIterationCount(t)
 	seed := crashTestSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	replayRNG := rand.New(rand.NewPCG(seed, 3)) // apart, so that a seed kills as it did before the replay
 	dir := t.TempDir()
+	marks := filepath.Join(t.TempDir(), "marks") // the subscriber's (crash_watch_test.go)
 	m := newCrashModel()
 	points := crashPoints()
 	byMode := map[string]int{}
 	var (
-		maxOp    uint64 // highest op any child may have started
-		acks     crashAcks
-		deepIF   uint64 // highest in-flight count reported at the maximum depth
-		ingested uint64 // generations the children reported flushed by ingestion
-		began    = time.Now()
+		maxOp      uint64 // highest op any child may have started
+		acks       crashAcks
+		deepIF     uint64        // highest in-flight count reported at the maximum depth
+		ingested   uint64        // generations the children reported flushed by ingestion
+		resumedOps uint64        // ops whose changes the resumed watches checked
+		following  time.Duration // in followResumedWatch
+		began      = time.Now()
 	)
 	for i := range iters {
 		// Even iterations kill at a random moment, odd ones at a point;
@@ -1041,7 +1057,7 @@ func TestCrashRecovery(t *testing.T) {
 			depth = 1
 		}
 		delay := time.Duration(rng.IntN(250)) * time.Millisecond
-		rep, how := runCrashChild(t, dir, seed+uint64(i), depth, point, delay)
+		rep, how := runCrashChild(t, dir, marks, seed+uint64(i), depth, point, delay)
 		// A child that killed itself at its point before it was ready
 		// crashed inside Open (pebble syncs its MANIFEST when it flushes
 		// the memtable replayed from the WAL, for one): it started no op,
@@ -1061,14 +1077,32 @@ func TestCrashRecovery(t *testing.T) {
 			deepIF = max(deepIF, inf)
 		}
 		wm := verifyCrash(t, dir, &Options{WatchRetain: &WatchRetention{}}, m, acks, started, maxOp)
+		// The subscriber resumes from its last mark and the host replays
+		// its log: every op the child may have started (a host logs an op
+		// before it applies it), or on half the kills a random part of
+		// them, which leaves the rest to the next child (a writer
+		// replaying ops whose bits an earlier one wrote ahead). The mode
+		// alternates every four kills, so that each meets both kinds of
+		// kill and both depths.
+		durable := i/4%2 == 0
+		last := max(wm, started)
+		if replayRNG.IntN(2) == 0 {
+			last = wm + replayRNG.Uint64N(last-wm+1)
+		}
+		followStart := time.Now()
+		replayed, from := followResumedWatch(t, dir, marks, wm, last, durable)
+		following += time.Since(followStart)
+		resumedOps += replayed + 1 - from
+		m.advance(replayed)
+		acks.wm = max(acks.wm, replayed) // Close's flush returned nil
 		mode := "random-timing"
 		if point != "" {
 			mode, _, _ = strings.Cut(point, ":")
 		}
 		byMode[mode+"/"+how]++
 		if testing.Verbose() {
-			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight",
-				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"])
+			t.Logf("kill %d (%s, %s, depth %d): watermark %d, acknowledged %d/%d, started <= %d, %d flushes, %d in flight; watch resumed from %d (durable %v), replayed to %d",
+				i+1, mode, how, depth, wm, acks.wm, acks.done, maxOp, rep.Flushes, rep.Max["inflight"], from, durable, replayed)
 		}
 	}
 	keys := make([]string, 0, len(byMode))
@@ -1082,7 +1116,8 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d kills survived in %v, seed %d; last op started %d, watermark %d; max generations in flight at depth %d: %d; kills by point:%s",
 		iters, time.Since(began).Round(time.Millisecond), seed, maxOp, m.upTo, flush.MaxPipelineDepth, deepIF, sb.String())
-	t.Logf("generations flushed by ingestion, over the children: %d", ingested)
+	t.Logf("generations flushed by ingestion, over the children: %d; ops whose changes the resumed watches checked: %d, in %v",
+		ingested, resumedOps, following.Round(time.Millisecond))
 	if iters >= 8 && ingested == 0 {
 		t.Errorf("no child flushed a generation by ingestion: the ingestion path was not exercised")
 	}
@@ -1097,11 +1132,11 @@ func TestCrashRecovery(t *testing.T) {
 // "parent-kill", "self-kill", or "open-kill" (by itself at point, inside
 // Open, before it was ready: the point is armed from the start, because a
 // crash while the engine opens is one to survive too).
-func runCrashChild(t *testing.T, dir string, seed uint64, depth int, point string, delay time.Duration) (*testutil.Report, string) {
+func runCrashChild(t *testing.T, dir, marks string, seed uint64, depth int, point string, delay time.Duration) (*testutil.Report, string) {
 	t.Helper()
 	// In a -race build a child that races exits at once (status 66): the
 	// kill would otherwise swallow the race detector's report.
-	cmd := testutil.Reexec(t, "crash", crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
+	cmd := testutil.Reexec(t, "crash", crashDirEnv+"="+dir, crashMarksEnv+"="+marks, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
 		crashDepthEnv+"="+strconv.Itoa(depth), crashPointEnv+"="+point, "GORACE=halt_on_error=1")
 	wait := delay
 	if point != "" {
