@@ -362,9 +362,14 @@ func pendingOver(p, fw, i uint64) bool { return pendingBit(p, fw, i) != 0 }
 
 // pendingBit is pendingOver's bit as 0 or 1.
 func pendingBit(p, fw, i uint64) uint64 {
-	sh := i & 31
-	pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-	return (p>>sh&pick | fw>>(i&63)&^pick) & 1
+	// Bit 0 of q is the bit's pending value, bit 0 of m its mask bit and
+	// bit 0 of f the file's (the higher bits are other bits', cut by the
+	// final & 1): f, with the bits where q differs replaced where m is
+	// set; no all-ones mask to build (bitsget21).
+	q := p >> (i & 31)
+	m := q >> 32
+	f := fw >> (i & 63)
+	return (f ^ (q^f)&m) & 1
 }
 
 // getManyFold is GetMany's loop over a view with sealed tables: every
