@@ -325,7 +325,7 @@ func (b *Bits) GetMany(idx []uint64, out []bool) {
 		for j, i := range idx {
 			var x uint64
 			if i < n {
-				x = atomic.LoadUint64(&words[i>>6])
+				x = fileWordAt(words, i) // i < n: no bounds check
 			}
 			out[j] = x>>(i&63)&1 != 0
 		}
