@@ -167,42 +167,31 @@ const LookupClosed = 2
 // atomic.LoadPointer on b.view's word, not b.view.Load: the generic Load
 // costs the inliner 5 more a load, and atomic.Pointer's only field that
 // is not zero-size is that word (TestBitsViewWord checks it).
-//
-// A direct read that finds the view changed starts again from the view
-// it loaded again, instead of calling slow: slow is then called from one
-// place, reached by one test, so that the compiler spills the host
-// loop's values around the call in that test's block, not on the direct
-// path (two stores a lookup with nothing pending; bitsget21).
 func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
-	for {
-		v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
-		if i >= v.limit {
-			return slow(b, v, i)
-		}
+	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
+	if i < v.limit {
 		if invariants.Enabled && testHook != nil {
 			// In the invariants build only, where inlining does not
 			// matter: a constant false condition costs the inliner
 			// nothing, so the normal build's Lookup keeps its budget.
 			testHook("bits-lookup-direct")
 		}
-		// fileWordAt written out (i < limit <= nbits) from the words'
-		// base pointer: the call, or the slice's, costs the inliner more.
-		x := atomic.LoadUint64((*uint64)(unsafe.Add(v.base, i>>6*8)))
+		// fileWordAt written out (i < limit <= nbits): its call costs more.
+		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
 		// Re-loaded for Close alone: a direct view's words are the file's
 		// current ones until MarkClosed publishes a closed view, which
-		// comes before the file's mapping is retired (B12); a changed
-		// view is read again from the top (a closed one is never direct:
-		// slow reports it). The use of v keeps the mapping alive past
-		// the load.
+		// comes before the file's mapping is retired (B12). The use of v
+		// keeps the mapping alive past the load.
 		if atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))) == unsafe.Pointer(v) {
 			return x >> (i & 63) & 1
 		}
 	}
+	return slow(b, v, i)
 }
 
 // LookupSlow is Lookup past its direct path, for Lookup's slow argument
-// only: bit i as Lookup returns it, over the view v Lookup loaded last,
-// which is not direct for i (i >= v.limit).
+// only: bit i as Lookup returns it, over the view v Lookup loaded, which
+// was not direct for i or changed under the direct read (i < v.limit).
 // Given v, a lookup with bits pending loads the view once, as before
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
@@ -227,11 +216,13 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	return b.lookupGeneral(v, i)
 }
 
-// lookupGeneral is LookupSlow over a view that is not fast: closed, or
-// with a table that the filters or the fold must probe, or direct with i
-// at or past its limit (the file's length: the filters are clear, so the
-// file alone, which gives 0).
+// lookupGeneral is LookupSlow over a view that is not fast: direct (the
+// direct read raced a view change), closed, or with a table that the
+// filters or the fold must probe.
 func (b *Bits) lookupGeneral(v *bitsView, i uint64) uint64 {
+	if i < v.limit {
+		return b.getPending(i)
+	}
 	if v.closed {
 		return LookupClosed
 	}

@@ -4,7 +4,6 @@ import (
 	"iter"
 	"slices"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 )
@@ -17,13 +16,10 @@ import (
 // bitsView is what a reader loads first (B1): immutable once published.
 // The first fields are those of the direct path, on one cache line.
 type bitsView struct {
-	limit uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
-	words []uint64 // the file's mapped words (fv's)
-	// base is words' first element (nil without words): Lookup's direct
-	// path indexes it, which costs the inliner less than the slice.
-	base   unsafe.Pointer
-	direct bool // nothing pending in any table: read words
-	closed bool // published by MarkClosed or after it: Get reports closed (B12)
+	limit  uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	words  []uint64 // the file's mapped words (fv's)
+	direct bool     // nothing pending in any table: read words
+	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
 	// fast: open, not direct, no sealed table and the active table dense
 	// when published (B13): Get probes the active table on this line's
 	// fields alone, with no filter, flag or table field loaded.
@@ -200,7 +196,6 @@ func (v *bitsView) setFile(fv *bitslice.View) {
 	if fv != nil {
 		v.words, v.nbits = fv.Words(), fv.Len()
 	}
-	v.base = unsafe.Pointer(unsafe.SliceData(v.words))
 }
 
 // with returns a copy of v with the given tables, not direct.
