@@ -195,55 +195,75 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 // Given v, a lookup with bits pending loads the view once, as before
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
+	// A fast view (B13: open, no sealed table, the active table dense,
+	// never direct: limit 0) is tested first and probed here, from fields
+	// on the view's first line, with nothing else loaded or tested in
+	// between; every other view goes to lookupGeneral.
+	if v.fast {
+		// The active table alone: the file's word first, then the
+		// table's, two independent loads whose cache misses overlap,
+		// both between the view's two loads (B8a, B12).
+		var fw uint64
+		if i < v.nbits {
+			fw = fileWordAt(v.words, i)
+		}
+		p := activeWord(v.adir, i)
+		if b.view.Load() == v {
+			return pendingBit(p, fw, i)
+		}
+		return b.getPending(i)
+	}
+	return b.lookupGeneral(v, i)
+}
+
+// lookupGeneral is LookupSlow over a view that is not fast: direct (the
+// direct read raced a view change), closed, or with a table that the
+// filters or the fold must probe.
+func (b *Bits) lookupGeneral(v *bitsView, i uint64) uint64 {
 	if i < v.limit {
 		return b.getPending(i)
 	}
-	// A fast view (B13: open, no sealed table, the active table dense)
-	// goes straight to the active table's probe below, from fields on
-	// the view's first line, with nothing else loaded in between.
-	if !v.fast {
-		if v.closed {
-			return LookupClosed
+	if v.closed {
+		return LookupClosed
+	}
+	if testHook != nil {
+		testHook("bits-filter")
+	}
+	// No table can hold the bit if neither filter marks its word (B4a):
+	// the file alone. Below fn, one word of each filter decides (read
+	// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
+	// tables). A dense table has every word marked (B4a).
+	// The filters are the tables' and a released table's is reset
+	// (zeroed) while the view may still be read: re-validate (B8) as a
+	// fold does, or the view's file words may predate the growth that
+	// holds the bit.
+	// Over a view without sealed tables whose active table is dense
+	// (every filter word marked before the flag is set, B4a), as
+	// GetMany, the flag alone decides: the filters' words stay out of
+	// the lookup (bits12, design 2).
+	l := i >> filterShift
+	var pending bool
+	if len(v.sealed) == 0 && v.active.dense.Load() {
+		pending = true
+	} else if k := l >> 6; k < v.fn {
+		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
+		pending = f>>(l&63)&1 != 0
+	} else {
+		pending = v.maybe(l)
+	}
+	if !pending {
+		var x uint64
+		if i < v.nbits {
+			x = fileWordAt(v.words, i)
 		}
-		if testHook != nil {
-			testHook("bits-filter")
+		if b.view.Load() == v {
+			return x >> (i & 63) & 1
 		}
-		// No table can hold the bit if neither filter marks its word (B4a):
-		// the file alone. Below fn, one word of each filter decides (read
-		// through unsafe: fn bounds both); past it, maybe (covers, unfiltered
-		// tables). A dense table has every word marked (B4a).
-		// The filters are the tables' and a released table's is reset
-		// (zeroed) while the view may still be read: re-validate (B8) as a
-		// fold does, or the view's file words may predate the growth that
-		// holds the bit.
-		// Over a view without sealed tables whose active table is dense
-		// (every filter word marked before the flag is set, B4a), as
-		// GetMany, the flag alone decides: the filters' words stay out of
-		// the lookup (bits12, design 2).
-		l := i >> filterShift
-		var pending bool
-		if len(v.sealed) == 0 && v.active.dense.Load() {
-			pending = true
-		} else if k := l >> 6; k < v.fn {
-			f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
-				*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-			pending = f>>(l&63)&1 != 0
-		} else {
-			pending = v.maybe(l)
-		}
-		if !pending {
-			var x uint64
-			if i < v.nbits {
-				x = fileWordAt(v.words, i)
-			}
-			if b.view.Load() == v {
-				return x >> (i & 63) & 1
-			}
-			return b.getPending(i)
-		}
-		if len(v.sealed) != 0 {
-			return b.getPending(i)
-		}
+		return b.getPending(i)
+	}
+	if len(v.sealed) != 0 {
+		return b.getPending(i)
 	}
 	// The active table alone, on the view already loaded: the file's word
 	// first, then the table's, two independent loads whose cache misses
@@ -296,7 +316,7 @@ func (b *Bits) GetMany(idx []uint64, out []bool) {
 		for j, i := range idx {
 			var x uint64
 			if i < n {
-				x = atomic.LoadUint64(&words[i>>6])
+				x = fileWordAt(words, i) // i < n: no bounds check
 			}
 			out[j] = x>>(i&63)&1 != 0
 		}
@@ -362,9 +382,14 @@ func pendingOver(p, fw, i uint64) bool { return pendingBit(p, fw, i) != 0 }
 
 // pendingBit is pendingOver's bit as 0 or 1.
 func pendingBit(p, fw, i uint64) uint64 {
-	sh := i & 31
-	pick := -(p >> (32 + sh) & 1) // all ones if the bit is pending
-	return (p>>sh&pick | fw>>(i&63)&^pick) & 1
+	// Bit 0 of q is the bit's pending value, bit 0 of m its mask bit and
+	// bit 0 of f the file's (the higher bits are other bits', cut by the
+	// final & 1): f, with the bits where q differs replaced where m is
+	// set; no all-ones mask to build (bitsget21).
+	q := p >> (i & 31)
+	m := q >> 32
+	f := fw >> (i & 63)
+	return (f ^ (q^f)&m) & 1
 }
 
 // getManyFold is GetMany's loop over a view with sealed tables: every
