@@ -163,29 +163,12 @@ func TestPrivateDataDir(t *testing.T) {
 	converged(t, addrs, 20*time.Second)
 	dir := nodes[0].dir
 	var files int
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		st, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		mode := st.Mode().Perm()
-		switch {
-		case d.IsDir() && mode != 0o700:
-			t.Errorf("directory %s: mode %#o, want 0700", rel, mode)
-		case !d.IsDir() && mode != 0o600:
-			t.Errorf("file %s: mode %#o, want 0600", rel, mode)
-		case !d.IsDir() && strings.HasPrefix(rel, "engine"):
+	checkModes(t, dir, func(rel string, isDir bool) (os.FileMode, os.FileMode) {
+		if !isDir && strings.HasPrefix(rel, "engine") {
 			files++
 		}
-		return nil
+		return 0o700, 0o600
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if files == 0 {
 		t.Fatal("no engine files")
 	}
@@ -370,5 +353,32 @@ func TestSnapshotErrors(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(out + "*"); len(m) != 0 {
 		t.Errorf("files left behind: %v", m)
+	}
+}
+
+// checkModes walks dir and reports every directory and file whose
+// permissions are not the ones want gives for its path relative to dir.
+func checkModes(t *testing.T, dir string, want func(rel string, isDir bool) (dirMode, fileMode os.FileMode)) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		wantDir, wantFile := want(rel, d.IsDir())
+		switch mode := st.Mode().Perm(); {
+		case d.IsDir() && mode != wantDir:
+			t.Errorf("directory %s: mode %#o, want %#o", rel, mode, wantDir)
+		case !d.IsDir() && mode != wantFile:
+			t.Errorf("file %s: mode %#o, want %#o", rel, mode, wantFile)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -242,33 +241,14 @@ func TestDataMode(t *testing.T) {
 		}
 	}
 	var node, engine int
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		st, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		wantDir, wantFile := os.FileMode(0o750), os.FileMode(0o640)
+	checkModes(t, dir, func(rel string, _ bool) (os.FileMode, os.FileMode) {
 		if strings.HasPrefix(rel, "engine") {
-			wantDir, wantFile = 0o700, 0o600
 			engine++
-		} else {
-			node++
+			return 0o700, 0o600
 		}
-		switch mode := st.Mode().Perm(); {
-		case d.IsDir() && mode != wantDir:
-			t.Errorf("directory %s: mode %#o, want %#o", rel, mode, wantDir)
-		case !d.IsDir() && mode != wantFile:
-			t.Errorf("file %s: mode %#o, want %#o", rel, mode, wantFile)
-		}
-		return nil
+		node++
+		return 0o750, 0o640
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if node < 3 || engine < 3 {
 		t.Fatalf("%d paths of the node's, %d of the engine's: too few to check", node, engine)
 	}
