@@ -270,15 +270,25 @@ func lockShared(dir string) (release func(), locked bool, err error) {
 	return enginedir.ReadLock(dir)
 }
 
-// dirSize sums the sizes of the regular files under dir.
+// dirSize sums the sizes of the regular files under dir. A file or
+// directory removed while the walk runs is skipped: an engine that holds
+// dir (inspect of a locked engine) deletes its store's obsolete files
+// (OPTIONS, logs, tables) at any time, so the sum is of a moving
+// directory.
 func dirSize(dir string) (int64, error) {
 	var n int64
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path != dir {
+				return nil
+			}
 			return err
 		}
 		if d.Type().IsRegular() {
 			fi, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}

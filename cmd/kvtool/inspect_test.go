@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
@@ -108,5 +110,47 @@ func TestInspectKvraftDataDir(t *testing.T) {
 	want := "kvtool inspect: " + dir + " is a kvraft node's data directory, not an engine directory: inspect " + filepath.Join(dir, "engine-00000000000000000042") + "\n"
 	if code != 1 || stderr.String() != want {
 		t.Fatalf("inspect of a kvraft data directory: exit %d, %q; want 1, %q", code, stderr.String(), want)
+	}
+}
+
+// TestDirSizeMovingDirectory: inspect sums the sizes of a directory that a
+// running engine may be changing (a locked engine's store deletes obsolete
+// files at any time); files and directories removed during the walk are
+// skipped, never an error (CI once failed TestLockedEngine on an OPTIONS
+// file pebble removed between the walk's read of the directory and its
+// stat).
+func TestDirSizeMovingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sub := filepath.Join(dir, fmt.Sprintf("d%d", i%4))
+			_ = os.MkdirAll(sub, 0o755)
+			for j := range 8 {
+				_ = os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", j)), []byte("x"), 0o644)
+			}
+			_ = os.RemoveAll(sub)
+		}
+	}()
+	deadline := time.Now().Add(300 * time.Millisecond)
+	walks := 0
+	for ; time.Now().Before(deadline) || walks < 100; walks++ {
+		if _, err := dirSize(dir); err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("walk %d of a changing directory: %v", walks, err)
+		}
+	}
+	close(stop)
+	<-done
+	if _, err := dirSize(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("dirSize of a missing directory: no error")
 	}
 }
