@@ -667,6 +667,61 @@ func TestMemoryBudgetRounds(t *testing.T) {
 	})
 }
 
+// TestMemoryBudgetRoundCap: a round lets at most budgetRoundMax queued
+// writes through, oldest first; the rest go in the next round, once it
+// ended. Without the cap (mutation 581) a round is every writer's write,
+// and 1,000 writers (W11 before its fixed pool) passed the size by more
+// than a forced generation.
+func TestMemoryBudgetRoundCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBudgetT(t, 1<<20, nil)
+		ctx := context.Background()
+		first := &budgetShare{b: b, done: make(chan struct{})}
+		if err := b.wait(ctx, first); err != nil { // a round of one
+			t.Fatal(err)
+		}
+		const n = budgetRoundMax + 2
+		went := make(chan int, n)
+		for i := range n {
+			s := &budgetShare{b: b, done: make(chan struct{})}
+			go func() {
+				if err := b.wait(ctx, s); err != nil {
+					t.Error(err)
+				}
+				went <- i
+			}()
+			synctest.Wait() // queued in order
+		}
+		if w := b.waiting.Load(); w != n || len(went) != 0 {
+			t.Fatalf("%d writes waiting, %d gone, during the first round; want %d, 0", w, len(went), n)
+		}
+		b.done()
+		synctest.Wait()
+		if len(went) != budgetRoundMax || b.round.Load() != budgetRoundMax || b.waiting.Load() != 2 {
+			t.Fatalf("%d writes gone, round of %d, %d waiting; want %d, %d, 2", len(went), b.round.Load(), b.waiting.Load(), budgetRoundMax, budgetRoundMax)
+		}
+		for range budgetRoundMax {
+			if i := <-went; i >= budgetRoundMax {
+				t.Fatalf("write %d (of the newest two) went in the first capped round", i)
+			}
+		}
+		for range budgetRoundMax - 1 {
+			b.done()
+		}
+		synctest.Wait()
+		if len(went) != 0 || b.round.Load() != 1 {
+			t.Fatalf("%d writes gone, round %d before the capped round ended; want 0, 1", len(went), b.round.Load())
+		}
+		b.done()
+		synctest.Wait()
+		if len(went) != 2 || b.round.Load() != 2 || b.waiting.Load() != 0 {
+			t.Fatalf("%d writes gone, round of %d, %d waiting after the capped round; want 2, 2, 0", len(went), b.round.Load(), b.waiting.Load())
+		}
+		b.done()
+		b.done()
+	})
+}
+
 // TestMemoryBudgetQueuedForces: a write that queues while no round runs,
 // the total past the size and no forced flush running, forces one itself
 // (rule B4; mutation 380). As if the write that took the total over had
