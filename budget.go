@@ -21,6 +21,14 @@ const DefaultBudgetHighPercent = 90
 // DefaultBudgetMaxFlushes is the default BudgetOptions.MaxFlushes.
 const DefaultBudgetMaxFlushes = 4
 
+// budgetRoundMax is the most writes a round lets through (rule B2): past
+// it the queue's newer writes wait for the next round. A round's writes
+// are admitted before their size is known, so the total may pass the size
+// by what they grow their tables by; the cap bounds that by the round,
+// not by the number of writers (1,000 writers, one per engine, passed it
+// by more than a forced generation: doc/design.md, "Memory budget").
+const budgetRoundMax = 64
+
 // budgetRetry is how long a forced flush that failed waits before the
 // budget forces another (the failing engine's flusher retries on its own).
 const budgetRetry = 10 * time.Millisecond
@@ -85,8 +93,9 @@ type BudgetOptions struct {
 // BudgetOptions.Policy chooses first, up to BudgetOptions.MaxFlushes at a
 // time, until the total is below the mark. Past half the high mark,
 // writes of every engine queue together and go in rounds, one write per
-// waiting writer (a writer let through queues again behind the others), so
-// no engine's writes starve while others write; a round starts only with
+// waiting writer, oldest first, at most 64 a round (a writer let through
+// queues again behind the others), so no engine's writes starve while
+// others write; a round starts only with
 // the total within the size, so at the size writes wait, with their
 // context, until flushes make room. The writes of one round may overshoot
 // the size by what they grow their engines' tables by (arena chunks and
@@ -338,25 +347,32 @@ func (b *MemoryBudget) released(total int64) {
 	}
 }
 
-// startRoundLocked lets every queued write through, plus self more (a
-// write starting the round), if no round is in progress and the total is
-// within the budget; it reports whether it did. b.mu held.
+// startRoundLocked starts a round, if none is in progress and the total
+// is within the budget: it lets the queued writes through, oldest first,
+// at most budgetRoundMax, plus self more (a write starting the round) if
+// they leave room for it. It reports whether self's write is let
+// through. b.mu held.
 func (b *MemoryBudget) startRoundLocked(self int64) bool {
 	if b.round.Load() != 0 || b.total.Load() > b.size {
 		return false
 	}
-	n := int64(len(b.queue)) + self
+	q := min(len(b.queue), budgetRoundMax)
+	if q == budgetRoundMax {
+		self = 0 // the queue fills the round: self queues behind it
+	}
+	n := int64(q) + self
 	if n == 0 {
-		return true
+		return false
 	}
 	b.round.Store(n)
-	for _, ch := range b.queue {
+	for _, ch := range b.queue[:q] {
 		close(ch)
 	}
-	b.waiting.Add(-int64(len(b.queue)))
-	clear(b.queue)
-	b.queue = b.queue[:0]
-	return true
+	b.waiting.Add(-int64(q))
+	rest := copy(b.queue, b.queue[q:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return self > 0
 }
 
 // admit is called before a write of s's engine begins (doc/design.md,
@@ -366,9 +382,9 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 // done once its write ended, applied or not).
 //
 // Rounds (B2) make the budget fair: past half the high mark every write
-// queues, and a round lets the whole queue through, one write per waiting
-// writer, once the previous round's writes have all ended and the total is
-// within the size. A writer that was let through queues again behind the
+// queues, and a round lets the queue through, one write per waiting
+// writer, oldest first and at most budgetRoundMax, once the previous
+// round's writes have all ended and the total is within the size. A writer that was let through queues again behind the
 // others, so however the scheduler favours one goroutine, no engine's
 // writer makes a second write while another's waits (the budget's pending bytes grow in
 // table-sized steps, so a write often adds nothing to the total, and

@@ -99,10 +99,11 @@
 // one size. Past the budget's high mark (90% by default, as RocksDB's
 // WriteBufferManager) it flushes the engines with the oldest pending
 // changes first (BudgetOptions.Policy; or the largest), in the background. Past half the high
-// mark, writes of every engine go in rounds, one write per waiting writer,
-// so no engine starves; at its size they wait, with their context. The total passes the size by at
-// most the writes of one round (one per writer) and the table growth they
-// cause (a growth step of each engine a write of the round grows).
+// mark, writes of every engine go in rounds, one write per waiting writer
+// and at most 64 a round, so no engine starves; at its size they wait,
+// with their context. The total passes the size by at most the writes of
+// one round and the table growth they cause (a growth step of each engine
+// a write of the round grows).
 // A write waiting for the budget returns ctx.Err() as it is, or ErrClosed
 // if its engine closes. Closing an engine releases its share; close the
 // budget after its engines. See doc/design.md, "Memory budget".

@@ -219,11 +219,12 @@ type RoundResult struct {
 	CPU         time.Duration
 	CPUMeasured bool
 
-	// W11: the engines' puts in the round, least and most, over their
-	// mean (1 for every engine alike), the peak of the memory budget's
-	// total over its size, and the mean generation the budget forced in
-	// the round over its size.
-	EngineMinShare, EngineMaxShare, BudgetPeak, BudgetGen float64
+	// W11: the engines' puts in the round once the budget was full, least
+	// and most, over their mean (1 for every engine alike); the engines'
+	// mean put latency then, least and most, over the mean of every put;
+	// the peak of the memory budget's total over its size; and the mean
+	// generation the budget forced in the round over its size.
+	EngineMinShare, EngineMaxShare, EngineMinLat, EngineMaxLat, BudgetPeak, BudgetGen float64
 
 	// ReadBack is the number of written values the round read back, after
 	// its timed part, and found as written (a Rounder of a Writes workload
@@ -383,12 +384,13 @@ type Row struct {
 	ReadsPerSec, WritesPerSec                        float64
 	P50ReadNs, P99ReadNs, P99ReadFlushNs, P99WriteNs float64
 	// W11 (BudgetPeak > 0): over every round, the least and the most puts
-	// an engine made over the mean, the peak of the memory budget's total
+	// an engine made over the mean, the least and the most mean put
+	// latency of an engine over the mean of every put, the peak of the memory budget's total
 	// over its size, the smallest mean generation the budget forced in a
 	// round over its size, and the most the total passed the size in a
 	// round, in that round's mean forced generations (the target: at most
 	// 1).
-	EngineMinShare, EngineMaxShare, BudgetPeak, BudgetGen, BudgetOverGen float64
+	EngineMinShare, EngineMaxShare, EngineMinLat, EngineMaxLat, BudgetPeak, BudgetGen, BudgetOverGen float64
 }
 
 // Ratio compares a baseline row with an own row of the same run round by
@@ -557,10 +559,13 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
 	}
 	row.ReadBack += res.ReadBack
 	if res.BudgetPeak > 0 {
-		if row.BudgetPeak == 0 || res.EngineMinShare < row.EngineMinShare {
-			row.EngineMinShare = res.EngineMinShare
+		if row.BudgetPeak == 0 { // the first round
+			row.EngineMinShare, row.EngineMinLat = res.EngineMinShare, res.EngineMinLat
 		}
+		row.EngineMinShare = min(row.EngineMinShare, res.EngineMinShare)
+		row.EngineMinLat = min(row.EngineMinLat, res.EngineMinLat)
 		row.EngineMaxShare = max(row.EngineMaxShare, res.EngineMaxShare)
+		row.EngineMaxLat = max(row.EngineMaxLat, res.EngineMaxLat)
 		row.BudgetPeak = max(row.BudgetPeak, res.BudgetPeak)
 		if res.BudgetGen > 0 {
 			if row.BudgetGen == 0 || res.BudgetGen < row.BudgetGen {

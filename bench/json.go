@@ -46,6 +46,8 @@ type JSONRow struct {
 	P99WriteNs             *float64           `json:"p99_write_ns,omitempty"`
 	EngineMinShare         *float64           `json:"engine_min_share,omitempty"`
 	EngineMaxShare         *float64           `json:"engine_max_share,omitempty"`
+	EngineMinLat           *float64           `json:"engine_min_lat,omitempty"`
+	EngineMaxLat           *float64           `json:"engine_max_lat,omitempty"`
 	BudgetPeak             *float64           `json:"budget_peak,omitempty"`
 	BudgetGen              *float64           `json:"budget_gen,omitempty"`
 	BudgetOverGen          *float64           `json:"budget_over_gen,omitempty"`
@@ -97,6 +99,7 @@ func (r Row) JSON() JSONRow {
 	}
 	if r.BudgetPeak > 0 {
 		j.EngineMinShare, j.EngineMaxShare, j.BudgetPeak, j.BudgetGen, j.BudgetOverGen = &r.EngineMinShare, &r.EngineMaxShare, &r.BudgetPeak, &r.BudgetGen, &r.BudgetOverGen
+		j.EngineMinLat, j.EngineMaxLat = &r.EngineMinLat, &r.EngineMaxLat
 	}
 	return j
 }

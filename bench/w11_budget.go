@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,23 +20,27 @@ const (
 	w11BytesPerEng = 256 << 10 // the budget per engine: 256 MiB for 1,000
 	w11PutsPerEng  = 3000      // puts per engine per round: the round writes several budgets' worth
 	w11ValueLen    = 100
+	// w11WritersPerProc is the writers per GOMAXPROCS: a fixed pool, each
+	// put to an engine chosen at random, not a goroutine per engine.
+	w11WritersPerProc = 8
 )
 
-// w11Row is one W11 row: engines sharing one memory budget, each written
-// by its own goroutine.
+// w11Row is one W11 row: engines sharing one memory budget, written by a
+// fixed pool of writers that pick the engine of each put at random.
 type w11Row struct {
 	name     string
 	budget   *kvbuf.MemoryBudget
 	dbs      []*kvbuf.DB
 	kvs      []*kvbuf.KV
 	puts     int // per round, all engines together
+	writers  int
 	round    atomic.Uint64
 	readBack int
 }
 
 // setupW11 builds W11 with the given budget policy (0: the default):
-// w11Engines engines
-// opened with one MemoryBudget of w11BytesPerEng per engine.
+// w11Engines engines opened with one MemoryBudget of w11BytesPerEng per
+// engine, and w11WritersPerProc writers per GOMAXPROCS.
 func setupW11(policy kvbuf.BudgetPolicy, impl, workload string) func(context.Context, *Suite, Config) error {
 	return func(ctx context.Context, s *Suite, c Config) error {
 		n := min(w11Engines, c.scaled(w11Engines, 16))
@@ -44,7 +49,7 @@ func setupW11(policy kvbuf.BudgetPolicy, impl, workload string) func(context.Con
 			return err
 		}
 		s.onClose(b.Close) // registered first: runs after the engines' Close
-		r := &w11Row{name: impl, budget: b, puts: n * w11PutsPerEng, readBack: c.ReadBack}
+		r := &w11Row{name: impl, budget: b, puts: n * w11PutsPerEng, writers: w11WritersPerProc * runtime.GOMAXPROCS(0), readBack: c.ReadBack}
 		for i := range n {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -60,7 +65,7 @@ func setupW11(policy kvbuf.BudgetPolicy, impl, workload string) func(context.Con
 	}
 }
 
-// w11Key is the key of engine e's i-th put of round r.
+// w11Key is the key of an engine's i-th put of round r.
 func w11Key(dst []byte, r uint64, i int) []byte {
 	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(dst, r), uint32(i))
 }
@@ -74,15 +79,25 @@ func w11Value(dst []byte, r uint64, e, i int) []byte {
 	return dst
 }
 
-// run is one round: a goroutine per engine puts until the engines together
-// made the round's puts, then every engine is flushed (timed: the round
-// ends with everything durable). A monitor samples the budget's total:
-// its peak, and from when it first passes the high mark, each engine's
-// puts are counted for the fairness figures.
+// w11Pressed is one writer's tally, per engine, of its puts made while
+// the budget was past its high mark and of their latencies.
+type w11Pressed struct {
+	puts []int
+	ns   []int64
+}
+
+// run is one round: the writers put, each to an engine drawn uniformly at
+// random for every put, until they made the round's puts together; then
+// every engine is flushed (timed: the round ends with everything durable).
+// An engine's i-th put of the round (i counted per engine, across the
+// writers) writes key w11Key(round, i). A monitor samples the budget's
+// total: its peak, and from when it first passes the high mark, each
+// writer counts its puts per engine and times them, for the fairness
+// figures.
 func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 	rd := r.round.Add(1)
-	counts := make([]int, len(r.kvs))  // every put
-	pressed := make([]int, len(r.kvs)) // puts while the budget was past its high mark
+	next := make([]atomic.Int64, len(r.kvs)) // each engine's puts so far: the next put's index
+	tallies := make([]w11Pressed, r.writers)
 	var out RoundResult
 	var peak atomic.Int64
 	var full atomic.Bool
@@ -114,22 +129,32 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 		var left atomic.Int64
 		left.Store(int64(r.puts))
 		var wg sync.WaitGroup
-		errs := make([]error, len(r.kvs))
-		for e, kv := range r.kvs {
+		errs := make([]error, r.writers)
+		for w := range r.writers {
+			tl := &tallies[w]
+			tl.puts, tl.ns = make([]int, len(r.kvs)), make([]int64, len(r.kvs))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				rng := rand.New(rand.NewPCG(rd, uint64(w)))
 				var key []byte
 				val := make([]byte, w11ValueLen)
-				for i := 0; left.Add(-1) >= 0; i++ {
+				for left.Add(-1) >= 0 {
+					e := rng.IntN(len(r.kvs))
+					i := int(next[e].Add(1) - 1)
 					key = w11Key(key[:0], rd, i)
-					if err := kv.Put(ctx, key, w11Value(val, rd, e, i), 0); err != nil {
-						errs[e] = err
+					pressed := full.Load()
+					var t0 time.Time
+					if pressed {
+						t0 = time.Now()
+					}
+					if err := r.kvs[e].Put(ctx, key, w11Value(val, rd, e, i), 0); err != nil {
+						errs[w] = fmt.Errorf("engine %d: %w", e, err)
 						return
 					}
-					counts[e]++
-					if full.Load() {
-						pressed[e]++
+					if pressed {
+						tl.puts[e]++
+						tl.ns[e] += int64(time.Since(t0))
 					}
 				}
 			}()
@@ -151,17 +176,9 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 	if err != nil {
 		return out, err
 	}
-	// Fairness is the budget's once it is full: before, no write waits and
-	// the goroutines the scheduler runs first write the most.
-	lo, hi, sum := pressed[0], pressed[0], 0
-	for _, c := range pressed {
-		lo, hi, sum = min(lo, c), max(hi, c), sum+c
+	if err := r.fairness(&out, tallies); err != nil {
+		return out, fmt.Errorf("%w (peak %d of %d bytes)", err, peak.Load(), r.budget.Size())
 	}
-	if sum == 0 {
-		return out, fmt.Errorf("bench: %s: the round never filled the budget (peak %d of %d bytes)", r.name, peak.Load(), r.budget.Size())
-	}
-	mean := float64(sum) / float64(len(pressed))
-	out.EngineMinShare, out.EngineMaxShare = float64(lo)/mean, float64(hi)/mean
 	// The budget's own highest total is exact (it is kept at every
 	// write); the monitor's samples may miss a spike between two ticks.
 	m := r.budget.Metrics()
@@ -178,11 +195,12 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 		want = r.puts
 	}
 	for range min(want, r.puts) {
-		e := rng.IntN(len(counts))
-		if counts[e] == 0 {
+		e := rng.IntN(len(next))
+		made := int(next[e].Load())
+		if made == 0 {
 			continue
 		}
-		i := rng.IntN(counts[e])
+		i := rng.IntN(made)
 		key = w11Key(key[:0], rd, i)
 		n, err := readBackKV(r.name, []int{0}, func(int) []byte { return key },
 			func(int) []byte { return w11Value(val, rd, e, i) }, kvbufGetter(r.kvs[e]))
@@ -193,4 +211,49 @@ func (r *w11Row) run(ctx context.Context, _ int) (RoundResult, error) {
 	}
 	out.Checks = int64(r.puts)
 	return out, nil
+}
+
+// fairness sets out's per-engine figures from the writers' tallies of the
+// puts made once the budget was past its high mark (before, no write
+// waits). With engines drawn at random an engine's puts are a binomial
+// draw, so the puts over their mean (EngineMinShare, EngineMaxShare) say
+// only that the draw was uniform; an engine starves if its puts take
+// longer than the others' (they wait in the budget or behind its flush),
+// so its throughput under the writers' load is the inverse of its mean put
+// latency: EngineMinLat and EngineMaxLat are the least and the most mean
+// put latency of an engine over the mean latency of every put (the
+// issue's "within 2x of the mean" is 0.5-2).
+func (r *w11Row) fairness(out *RoundResult, tallies []w11Pressed) error {
+	puts := make([]int, len(r.kvs))
+	ns := make([]int64, len(r.kvs))
+	var sumPuts, sumNs int64
+	for _, tl := range tallies {
+		for e := range puts {
+			puts[e] += tl.puts[e]
+			ns[e] += tl.ns[e]
+			sumPuts += int64(tl.puts[e])
+			sumNs += tl.ns[e]
+		}
+	}
+	if sumPuts == 0 {
+		return fmt.Errorf("bench: %s: the round never filled the budget", r.name)
+	}
+	meanPuts := float64(sumPuts) / float64(len(puts))
+	meanLat := float64(sumNs) / float64(sumPuts)
+	lo, hi := puts[0], puts[0]
+	loLat, hiLat := -1.0, -1.0
+	for e, p := range puts {
+		lo, hi = min(lo, p), max(hi, p)
+		if p == 0 {
+			continue // no latency to compare: the puts figure shows it
+		}
+		l := float64(ns[e]) / float64(p) / meanLat
+		if loLat < 0 || l < loLat {
+			loLat = l
+		}
+		hiLat = max(hiLat, l)
+	}
+	out.EngineMinShare, out.EngineMaxShare = float64(lo)/meanPuts, float64(hi)/meanPuts
+	out.EngineMinLat, out.EngineMaxLat = loLat, hiLat
+	return nil
 }

@@ -4,7 +4,8 @@
 # ITER times, alternating which goes first, each with `kvtool bench
 # --json`, and prints per suite the median time per put, the worst
 # engine fairness (fewest and most puts of an engine over the mean once
-# the budget was full) and the peak of the budget's total over its size,
+# the budget was full, and the least and most mean put latency of an
+# engine over the mean of every put then) and the peak of the budget's total over its size,
 # then the per-iteration ratios oldest-first / largest-first of the time
 # per put (above 1: largest-first is faster).
 #
@@ -34,13 +35,14 @@ import json, statistics, sys
 work, iters = sys.argv[1], int(sys.argv[2])
 ns = {"largest": [], "oldest": []}
 for p in ns:
-    lo, hi, peak = [], [], []
+    lo, hi, llo, lhi, peak = [], [], [], [], []
     for i in range(1, iters + 1):
         r = json.loads(open(f"{work}/{p}.{i}.json").read().splitlines()[0])
         ns[p].append(r["ns_per_op"])
         lo.append(r["engine_min_share"]); hi.append(r["engine_max_share"]); peak.append(r["budget_peak"])
+        llo.append(r["engine_min_lat"]); lhi.append(r["engine_max_lat"])
     print(f"{p}-first: {statistics.median(ns[p]):.0f} ns/put (per iteration {', '.join(f'{x:.0f}' for x in ns[p])}); "
-          f"engine puts/mean {min(lo):.2f}-{max(hi):.2f}; peak/budget {max(peak):.3f}")
+          f"engine puts/mean {min(lo):.2f}-{max(hi):.2f}; engine latency/mean {min(llo):.2f}-{max(lhi):.2f}; peak/budget {max(peak):.3f}")
 ratios = [o / l for o, l in zip(ns["oldest"], ns["largest"])]
 print(f"oldest/largest time per put: median {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
 PY

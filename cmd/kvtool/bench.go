@@ -81,7 +81,8 @@ ratio_vs_noisy and cpu_ratio_vs; memory rows bytes_per_entry (kvbuf rows
 also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,
 violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows
 reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,
-p99_write_ns; W11 rows engine_min_share, engine_max_share, budget_peak.
+p99_write_ns; W11 rows engine_min_share, engine_max_share, engine_min_lat,
+engine_max_lat, budget_peak, budget_gen, budget_over_gen.
 go run ./scripts/benchtable turns that output into the README's tables.
 A progress bar is drawn on stderr when it is a terminal or with --progress.
 
@@ -459,7 +460,7 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 		fmt.Fprintln(w, "W4: VIOLATIONS (a lower bound) are Flush calls that returned before the durable watermark covered the caller's own write.")
 	}
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BudgetPeak > 0 }) {
-		fmt.Fprintln(w, "W11: ENGINE PUTS/MEAN = the fewest and most puts an engine made (a goroutine each) once the budget passed its high mark, over the mean (worst round); PEAK/BUDGET = the budget's highest total over its size; GEN/BUDGET = the mean generation the budget forced to flush (an engine's share when chosen) over its size (the smallest of the rounds); OVER/GEN = how far the total passed the size, in that round's mean forced generations (the largest of the rounds; the target: at most 1).")
+		fmt.Fprintln(w, "W11: ENGINE PUTS/MEAN = the fewest and most puts an engine made (each put to an engine drawn at random by a fixed pool of writers) once the budget passed its high mark, over the mean (worst round); ENGINE LAT/MEAN = the least and most mean put latency of an engine then, over the mean of every put (worst round; an engine starves if its puts take longer: the target 0.5-2); PEAK/BUDGET = the budget's highest total over its size; GEN/BUDGET = the mean generation the budget forced to flush (an engine's share when chosen) over its size (the smallest of the rounds); OVER/GEN = how far the total passed the size, in that round's mean forced generations (the largest of the rounds; the target: at most 1).")
 	}
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.ReadsPerSec > 0 }) {
 		fmt.Fprintln(w, "W7: TIME/OP is per read of the reader; READ@FLUSH are reads sampled while a flush ran; every 64th read and write is timed.")
@@ -499,7 +500,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 		head += "\tREADS/S\tWRITES/S\tP50 READ\tP99 READ\tP99 READ@FLUSH\tP99 WRITE"
 	}
 	if budget {
-		head += "\tENGINE PUTS/MEAN\tPEAK/BUDGET\tGEN/BUDGET\tOVER/GEN"
+		head += "\tENGINE PUTS/MEAN\tENGINE LAT/MEAN\tPEAK/BUDGET\tGEN/BUDGET\tOVER/GEN"
 	}
 	fmt.Fprintln(tw, head+"\tNOTE")
 	for _, r := range fr {
@@ -551,9 +552,9 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 		}
 		if budget {
 			if r.BudgetPeak > 0 {
-				fmt.Fprintf(tw, "\t%.2f-%.2f\t%.4f\t%.4f\t%.2f", r.EngineMinShare, r.EngineMaxShare, r.BudgetPeak, r.BudgetGen, r.BudgetOverGen)
+				fmt.Fprintf(tw, "\t%.2f-%.2f\t%.2f-%.2f\t%.4f\t%.4f\t%.2f", r.EngineMinShare, r.EngineMaxShare, r.EngineMinLat, r.EngineMaxLat, r.BudgetPeak, r.BudgetGen, r.BudgetOverGen)
 			} else {
-				fmt.Fprint(tw, "\t\t\t\t")
+				fmt.Fprint(tw, "\t\t\t\t\t")
 			}
 		}
 		fmt.Fprintf(tw, "\t%s\n", r.Label)
