@@ -580,7 +580,12 @@ type feed struct {
 	visible  int    // open visible-mode watches
 	watches  map[*Watch]struct{}
 	notify   chan struct{} // closed and replaced when the log or durable grows
-	epoch    uint64        // bumped by each overflow
+	// dnotify is what durable-mode watches wait on: closed and replaced
+	// when the durable position moves (and at an overflow and at the
+	// end), not when the log grows with steps not yet durable, which they
+	// could not read (rule 5: fewer wake-ups).
+	dnotify  chan struct{}
+	epoch    uint64 // bumped by each overflow
 	closed   bool
 	stopping bool // shutdown began: start starts no resolver
 	running  bool
@@ -671,6 +676,7 @@ func (f *feed) init(db *DB) {
 	f.db = db
 	f.watches = map[*Watch]struct{}{}
 	f.notify = make(chan struct{})
+	f.dnotify = make(chan struct{})
 	f.kick = make(chan struct{}, 1)
 	f.stop = make(chan struct{})
 	f.done = make(chan struct{})
@@ -858,6 +864,9 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		defer f.mu.Unlock()
 		if f.closed {
 			return nil, ErrClosed
+		}
+		if w.durable {
+			return f.dnotify, nil
 		}
 		return f.notify, nil
 	}
@@ -1446,7 +1455,7 @@ func (f *feed) overflow() {
 		f.ret.raiseFloor(hi + 1)
 	}
 	f.lastN = max(f.lastN, hi)
-	f.broadcast()
+	f.broadcast(true)
 }
 
 // dropLog drops the whole resolved log, leaving a gap of one position so
@@ -1580,7 +1589,7 @@ func (f *feed) process() {
 	cuts := f.cuts
 	f.cuts = nil
 	f.mu.Unlock()
-	grew := false
+	grew, durGrew := false, false
 	for _, c := range cuts {
 		if f.resolve(c) {
 			grew = true
@@ -1598,11 +1607,11 @@ func (f *feed) process() {
 		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
-		grew = true
+		grew, durGrew = true, true
 	}
 	f.trim()
 	if grew {
-		f.broadcast()
+		f.broadcast(durGrew)
 	}
 }
 
@@ -1734,10 +1743,15 @@ func (f *feed) trim() {
 	f.dstep -= k
 }
 
-// broadcast wakes every watch waiting in Next. f.mu held.
-func (f *feed) broadcast() {
+// broadcast wakes the visible-mode watches waiting in Next, and with
+// durable the durable-mode ones too. f.mu held.
+func (f *feed) broadcast(durable bool) {
 	close(f.notify)
 	f.notify = make(chan struct{})
+	if durable {
+		close(f.dnotify)
+		f.dnotify = make(chan struct{})
+	}
 }
 
 // shutdown stops the resolver once the flusher has stopped (Close),
@@ -1755,6 +1769,6 @@ func (f *feed) shutdown() {
 	f.process()
 	f.mu.Lock()
 	f.closed = true
-	f.broadcast()
+	f.broadcast(true)
 	f.mu.Unlock()
 }
