@@ -580,12 +580,7 @@ type feed struct {
 	visible  int    // open visible-mode watches
 	watches  map[*Watch]struct{}
 	notify   chan struct{} // closed and replaced when the log or durable grows
-	// dnotify is what durable-mode watches wait on: closed and replaced
-	// when the durable position moves (and at an overflow and at the
-	// end), not when the log grows with steps not yet durable, which they
-	// could not read (rule 5: fewer wake-ups).
-	dnotify  chan struct{}
-	epoch    uint64 // bumped by each overflow
+	epoch    uint64        // bumped by each overflow
 	closed   bool
 	stopping bool // shutdown began: start starts no resolver
 	running  bool
@@ -676,7 +671,6 @@ func (f *feed) init(db *DB) {
 	f.db = db
 	f.watches = map[*Watch]struct{}{}
 	f.notify = make(chan struct{})
-	f.dnotify = make(chan struct{})
 	f.kick = make(chan struct{}, 1)
 	f.stop = make(chan struct{})
 	f.done = make(chan struct{})
@@ -864,9 +858,6 @@ func (f *feed) read(w *Watch) (<-chan struct{}, error) {
 		defer f.mu.Unlock()
 		if f.closed {
 			return nil, ErrClosed
-		}
-		if w.durable {
-			return f.dnotify, nil
 		}
 		return f.notify, nil
 	}
@@ -1455,7 +1446,7 @@ func (f *feed) overflow() {
 		f.ret.raiseFloor(hi + 1)
 	}
 	f.lastN = max(f.lastN, hi)
-	f.broadcast(true)
+	f.broadcast()
 }
 
 // dropLog drops the whole resolved log, leaving a gap of one position so
@@ -1589,7 +1580,7 @@ func (f *feed) process() {
 	cuts := f.cuts
 	f.cuts = nil
 	f.mu.Unlock()
-	grew, durGrew := false, false
+	grew := false
 	for _, c := range cuts {
 		if f.resolve(c) {
 			grew = true
@@ -1607,11 +1598,11 @@ func (f *feed) process() {
 		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
-		grew, durGrew = true, true
+		grew = true
 	}
 	f.trim()
 	if grew {
-		f.broadcast(durGrew)
+		f.broadcast()
 	}
 }
 
@@ -1743,15 +1734,10 @@ func (f *feed) trim() {
 	f.dstep -= k
 }
 
-// broadcast wakes the visible-mode watches waiting in Next, and with
-// durable the durable-mode ones too. f.mu held.
-func (f *feed) broadcast(durable bool) {
+// broadcast wakes every watch waiting in Next. f.mu held.
+func (f *feed) broadcast() {
 	close(f.notify)
 	f.notify = make(chan struct{})
-	if durable {
-		close(f.dnotify)
-		f.dnotify = make(chan struct{})
-	}
 }
 
 // shutdown stops the resolver once the flusher has stopped (Close),
@@ -1769,6 +1755,6 @@ func (f *feed) shutdown() {
 	f.process()
 	f.mu.Lock()
 	f.closed = true
-	f.broadcast(true)
+	f.broadcast()
 	f.mu.Unlock()
 }
