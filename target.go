@@ -267,6 +267,9 @@ func (gen *generation) Recycle() {
 // Release implements flush.Generation: the generation is durable.
 func (gen *generation) Release() {
 	db := gen.db
+	// The change feed first (watch.go, rule D1): its durable watches wait
+	// for nothing of what follows.
+	db.feed.releaseHook(gen.g)
 	for _, p := range gen.bits {
 		p.b.ov.ReleaseView(gen.g) // the tables' reset waits for Recycle
 	}
@@ -300,5 +303,4 @@ func (gen *generation) Release() {
 	if db.share != nil {
 		db.share.sync() // the memory budget learns of the release
 	}
-	db.feed.releaseHook(gen.g) // the change feed's steps in it are durable
 }

@@ -1489,6 +1489,18 @@ func (f *feed) visibleCut(n uint64) uint64 {
 }
 
 // releaseHook is called once generation g is released.
+//
+// D1 (doc/design.md, "Change feed", rule 4). It is the first thing
+// generation g's Release does: after g's wait returned (its data synced,
+// and the persisted watermark stored by the flusher before it calls
+// Release), before the engine releases g's tables, retains them in the
+// read tier and tells the memory budget. A durable watch's delivery needs
+// only the first two, and the rest took 0.6-13 ms of the feed's part of
+// the durable latency while the hook came last (doc/bench/2026-12-07-watchlat13).
+// Never earlier than the wait's return: a durable watch would deliver
+// changes not yet synced (op 0's, which no watermark covers; and retained
+// changes read from the store, R3), which TestWatchDurableAfterSync catches
+// (mutation 590: the hook at the end of Write).
 func (f *feed) releaseHook(g uint64) {
 	if !f.on.Load() {
 		return

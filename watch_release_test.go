@@ -1,0 +1,98 @@
+package kvbuf
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// syncStallFS is a store file system whose next WAL sync, once armed,
+// blocks until released: a generation committed into it is written but
+// not durable, its wait not returned.
+type syncStallFS struct {
+	armed    atomic.Bool
+	stalled  chan struct{}
+	released chan struct{}
+}
+
+func newSyncStallFS() (*syncStallFS, vfs.FS) {
+	s := &syncStallFS{stalled: make(chan struct{}, 1), released: make(chan struct{})}
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") && s.armed.CompareAndSwap(true, false) {
+				s.stalled <- struct{}{}
+				<-s.released
+			}
+		}
+		return nil
+	})
+	return s, reuseWrapFS{errorfs.Wrap(vfs.NewMem(), inj)}
+}
+
+// TestWatchDurableAfterSync: a durable watch delivers nothing of a
+// generation while its data is written but not synced (the generation's
+// wait not returned), here a write of op 0, which no watermark covers,
+// so only the release orders it (rule D1 in watch.go: the feed learns of
+// a release first thing in Release, and never before the wait returned);
+// once the sync is let through, the flush returns and the watch delivers
+// the change. Mutation 590 (the feed told at the end of the generation's
+// Write, before its wait) fails it.
+func TestWatchDurableAfterSync(t *testing.T) {
+	sfs, fsys := newSyncStallFS()
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, GroupWait: -1, WatchFromOpen: true, storeFS: fsys})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "a")
+	w, err := db.Watch(ctx, &WatchOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	mustPut(t, k, "z", "0", 0)
+	bt := db.NewBatch()
+	bt.Put(k, []byte("b"), []byte("0"))
+	if err := db.Apply(ctx, bt, 0); err != nil {
+		t.Fatal(err)
+	}
+	sfs.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- db.Flush(ctx) }()
+	select {
+	case <-sfs.stalled:
+	case err := <-done:
+		t.Fatalf("the flush finished without syncing the WAL: %v", err)
+	case <-time.After(hangTimeout):
+		t.Fatal("the flush neither stalled nor finished") // a hang detector
+	}
+	// The generation is committed, its sync held: the resolver runs
+	// every watchTick meanwhile, so a release told early shows here.
+	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	e, err := w.Next(c)
+	cancel()
+	if err == nil {
+		t.Fatalf("durable watch delivered %+v before its generation's sync returned", e)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	sfs.released <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"z", "b"} {
+		e, err := w.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Kind != EventPut || e.Op != 0 || string(e.Key) != want || string(e.Value) != "0" {
+			t.Fatalf("after the flush: %+v, want the put of %q at op 0", e, want)
+		}
+	}
+}
