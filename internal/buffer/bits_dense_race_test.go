@@ -205,9 +205,10 @@ func TestBitsGetDenseFlipRace(t *testing.T) {
 	}
 }
 
-// TestBitsGetDenseViewSwapped: Get decides from the dense flag of the
-// active table of the view it loaded; here that view goes stale between
-// the load and the flag's read (testHook "bits-filter"): the generation is
+// TestBitsGetDenseViewSwapped: Get decides from the word filters of the
+// view it loaded (every word marked in a dense table; from the dense flag
+// until bits22); here that view goes stale between the load and the
+// filters' read (testHook "bits-filter"): the generation is
 // frozen (the table, dense, now sealed), or written and released (the
 // table reset into the pool, not dense), or also reused as the active
 // table of the next generation and turned dense again without the bit.

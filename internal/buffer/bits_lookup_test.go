@@ -66,3 +66,48 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 		t.Fatal("the lookup never reached the hook on its direct path")
 	}
 }
+
+// TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
+// fast from the filters first and tests the closed mark only past the
+// view's fn, which publish sets to 0 in a closed view (B12). After
+// MarkClosed, every lookup reports closed: of a bit whose filter word is
+// unmarked (the file alone, W7's usual lookup), of a marked one (pending
+// in the active table, or in a sealed one), past the file's end, and over
+// a view that was direct (nothing pending) when it was closed. Mutation
+// 560 leaves fn as it was in a closed view.
+func TestBitsLookupClosedFilterPath(t *testing.T) {
+	for _, state := range []string{"direct", "active", "sealed"} {
+		r := newSizedBitsRig(t, 1<<16)
+		if err := r.b.Set(100, true); err != nil {
+			t.Fatal(err)
+		}
+		r.flush() // bit 100 set in the file
+		switch state {
+		case "active":
+			if err := r.b.Set(5000, true); err != nil {
+				t.Fatal(err)
+			}
+		case "sealed":
+			if err := r.b.Set(5000, true); err != nil {
+				t.Fatal(err)
+			}
+			r.gen++
+			if r.b.Freeze(r.gen) == nil {
+				t.Fatal("nothing frozen")
+			}
+		}
+		v := r.b.view.Load()
+		if v.fast || v.direct != (state == "direct") || v.fn == 0 {
+			t.Fatalf("%s: view fast %v, direct %v, fn %d before MarkClosed", state, v.fast, v.direct, v.fn)
+		}
+		r.b.MarkClosed()
+		if v := r.b.view.Load(); v.fn != 0 {
+			t.Errorf("%s: a closed view's fn is %d, want 0", state, v.fn)
+		}
+		for _, i := range []uint64{100, 101, 5000, 1 << 30} {
+			if x := r.b.Lookup(i, (*Bits).LookupSlow); x != LookupClosed {
+				t.Errorf("%s: Lookup(%d) after MarkClosed = %d, want LookupClosed", state, i, x)
+			}
+		}
+	}
+}

@@ -167,7 +167,10 @@ package buffer
 //     mapping. The engine's Close marks every bitslice closed before it
 //     stores its closing flag, so a Bits.Get that starts after any read
 //     saw the flag reports ErrClosed, with no load of the flag itself
-//     (mutation 460). The direct path's re-load is checked in the
+//     (mutation 460). A closed view's filter bound fn is 0 (publish): the
+//     lookups that are not direct or fast decide from the filters first
+//     and test the closed mark only past fn (LookupSlow; mutation 560,
+//     TestBitsLookupClosedFilterPath). The direct path's re-load is checked in the
 //     invariants build, which has a hook between the view's load and the
 //     word's (mutation invariants/510, TestBitsLookupClosedBetweenLoads).
 //

@@ -40,7 +40,8 @@ type bitsView struct {
 	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
 	// word is below it loads one word of each and nothing else to decide
 	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
-	// written) as long as afilt, so that the check is the same.
+	// written) as long as afilt, so that the check is the same. fn is 0 in
+	// a closed view, so that such a lookup reaches the closed test (B12).
 	fn     uint64
 	fv     *bitslice.View
 	active *bitsTable
@@ -71,6 +72,9 @@ func (b *Bits) publish(v *bitsView) {
 		v.sfilt = b.zeros[:len(v.afilt)]
 	}
 	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
+	if v.closed {
+		v.fn = 0 // LookupSlow tests closed only past fn (B12)
+	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
 	b.view.Store(v)
 }

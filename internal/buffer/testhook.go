@@ -8,7 +8,7 @@ package buffer
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
 // page and not yet its word), "bits-filter" (a bits Get loaded a view
-// that is not direct and has not yet read the word filters),
+// that is not fast and has not yet read the word filters),
 // "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
 // OR and has not yet cleared it with its AND), "bits-fill" (SetMany
 // filled a page for a directory entry it found empty and has not yet
