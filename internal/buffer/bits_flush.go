@@ -237,38 +237,28 @@ type writeback struct {
 	handoff uint64 // the fewest words a hand-off holds (handoffPages)
 	runs    chan [2]uint64
 	done    chan struct{}
-	b       *Bits
 }
 
 // startWriteback starts the flush's writeback helper; the flush joins it
 // before it releases wmu. wmu held.
 func (b *Bits) startWriteback() *writeback {
-	w := &writeback{handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{}), b: b}
+	w := &writeback{handoff: handoffPages * pageWords64, runs: make(chan [2]uint64, 64), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		w.drain()
+		for r := range w.runs {
+			_ = b.fio.StartWriteback(r[0], r[1])
+		}
 	}()
 	return w
-}
-
-// drain starts the writeback of every range handed over until the helper
-// is stopped.
-func (w *writeback) drain() {
-	for r := range w.runs {
-		_ = w.b.fio.StartWriteback(r[0], r[1])
-	}
 }
 
 // start hands the helper the run of n words from word first.
 func (w *writeback) start(first, n uint64) { w.runs <- [2]uint64{first, n} }
 
-// join stops the helper and waits until every range it was handed is
-// started; the caller takes its share of the ranges still queued (the
-// walk is over, its processor otherwise idle until the sync), so that the
-// two start them side by side.
+// join waits for the helper to start every range it was handed, and stops
+// it.
 func (w *writeback) join() {
 	close(w.runs)
-	w.drain()
 	<-w.done
 }
 
