@@ -207,11 +207,11 @@ func (b *Bits) applyPages(ctx context.Context, t *bitsTable, nw uint64, wb *writ
 		}
 		buf = buf[:uint64(len(buf))+n]
 		out := buf[uint64(len(buf))-n:]
-		last := ^uint64(0)
+		changed := mergePage(c, words[first:first+n], out)
 		if first+n == fw {
-			last = tail // only the file's last word has bits past its length
+			out[n-1] &= tail // only the file's last word has bits past its length
 		}
-		changed, lines, ones := mergePage(c, words[first:first+n], out, last)
+		lines, ones := lineSummary(out)
 		if changed == 0 {
 			buf = buf[:uint64(len(buf))-n]
 			continue
@@ -264,38 +264,24 @@ func (w *writeback) join() {
 
 // mergePage computes into out the new words of a page: for each word j,
 // the file's word file[j] with page c's pending bits of that word over it
-// (c's packed words 2j and 2j+1), the last word masked with last (the
-// file's bits past its length cleared; all ones for a page that does not
-// hold the file's last word). It returns how many words have a pending
-// bit, and the page's summary as written: its line bits and set bits
-// (lineSummary). out and file are the page's words as far as the file goes
+// (c's packed words 2j and 2j+1), and returns how many words have a
+// pending bit. out and file are the page's words as far as the file goes
 // (the same length, at most pageWords64). The flush's inner loop (issue
-// 26): a full page's loop has no branch per word and no bounds check, and
-// sums the summary as it goes, line by line, with no second pass over the
-// page.
-func mergePage(c *bitsPage, file, out []uint64, last uint64) (changed, lines, ones uint64) {
-	if len(file) == pageWords64 && len(out) == pageWords64 && last == ^uint64(0) {
-		for l := range pageWords64 / lineWords {
-			f := (*[lineWords]uint64)(file[l*lineWords:])
-			o := (*[lineWords]uint64)(out[l*lineWords:])
-			cl := (*[2 * lineWords]uint64)(c[2*lineWords*l:])
-			var or uint64
-			for k := range lineWords {
-				// pageWord64 written out: its index masks cost 6-8% of
-				// the walk's CPU here (BenchmarkBitsWalk, 3 paired runs).
-				p0 := atomic.LoadUint64(&cl[2*k])
-				p1 := atomic.LoadUint64(&cl[2*k+1])
-				m := p0>>32 | p1&^lowHalf
-				v := p0&lowHalf | p1<<32
-				x := atomic.LoadUint64(&f[k])&^m | v&m
-				o[k] = x
-				or |= x
-				ones += uint64(bits.OnesCount64(x))
-				changed += b2u(m != 0)
-			}
-			lines |= b2u(or != 0) << l
+// 26): no branch per word, and a full page's loop has no bounds check.
+func mergePage(c *bitsPage, file, out []uint64) (changed uint64) {
+	if len(file) == pageWords64 && len(out) == pageWords64 {
+		f, o := (*[pageWords64]uint64)(file), (*[pageWords64]uint64)(out)
+		for j := range pageWords64 {
+			// pageWord64 written out: its index masks cost 6-8% of the
+			// walk's CPU here (BenchmarkBitsWalk, 3 paired runs).
+			p0 := atomic.LoadUint64(&c[2*j])
+			p1 := atomic.LoadUint64(&c[2*j+1])
+			m := p0>>32 | p1&^lowHalf
+			v := p0&lowHalf | p1<<32
+			o[j] = atomic.LoadUint64(&f[j])&^m | v&m
+			changed += b2u(m != 0)
 		}
-		return changed, lines, ones
+		return changed
 	}
 	out = out[:len(file)]
 	for j := range file {
@@ -303,11 +289,7 @@ func mergePage(c *bitsPage, file, out []uint64, last uint64) (changed, lines, on
 		out[j] = atomic.LoadUint64(&file[j])&^m | v&m
 		changed += b2u(m != 0)
 	}
-	if len(out) > 0 {
-		out[len(out)-1] &= last
-	}
-	lines, ones = lineSummary(out)
-	return changed, lines, ones
+	return changed
 }
 
 // lineSummary returns the line bits and the set bits of a page's words

@@ -854,12 +854,13 @@ func TestBitsUnionBufferPrepared(t *testing.T) {
 	}
 }
 
-// TestBitsMergePage checks the flush's merge (mergePage) against a word by
-// word reference (pageWord64, then the last word masked, then
-// lineSummary): full pages on its fused path, full pages holding the
-// file's last word (a length not a multiple of 64), and partial pages, with
-// random pending masks and values over random file words, and pages with
-// nothing pending, everything pending, and lines left empty.
+// TestBitsMergePage checks the flush's merge (mergePage, then the file's
+// last word masked and lineSummary, as applyPages does) against a word by
+// word reference (pageWord64): full pages on its bounds-check-free path,
+// full pages holding the file's last word (a length not a multiple of 64),
+// and partial pages, with random pending masks and values over random file
+// words, and pages with nothing pending, everything pending, and lines
+// left empty.
 func TestBitsMergePage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(22, 26))
 	for round := range 200 {
@@ -897,8 +898,11 @@ func TestBitsMergePage(t *testing.T) {
 		}
 		want[n-1] &= last
 		wantLines, wantOnes := lineSummary(want)
+		// As applyPages does: the merge, the last word masked, the summary.
 		out := make([]uint64, n)
-		changed, lines, ones := mergePage(&c, file[:n], out, last)
+		changed := mergePage(&c, file[:n], out)
+		out[n-1] &= last
+		lines, ones := lineSummary(out)
 		if changed != wantChanged || lines != wantLines || ones != wantOnes {
 			t.Fatalf("round %d (%d words, last %#x): changed, lines, ones = %d, %#x, %d; want %d, %#x, %d",
 				round, n, last, changed, lines, ones, wantChanged, wantLines, wantOnes)
