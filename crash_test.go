@@ -997,7 +997,8 @@ func crashPoints() []string {
 	if failpoint.Enabled {
 		p = append(p, failpoint.BitsliceSyncMsync, failpoint.BitsliceSyncHeader, failpoint.BitsliceSyncHeaderWritten,
 			failpoint.BitsliceApplyWords, failpoint.BitsliceGrowAllocate, failpoint.BitsliceGrowHeader,
-			failpoint.StorageIngestSync, failpoint.StorageIngestApply, failpoint.StorageIngestApplied)
+			failpoint.StorageIngestSync, failpoint.StorageIngestApply, failpoint.StorageIngestApplied,
+			failpoint.FlushBitsHeader)
 	}
 	return p
 }
@@ -1022,16 +1023,20 @@ func crashIterationCount(t testing.TB) int {
 	return iters
 }
 
-func TestCrashRecovery(t *testing.T) {
-	iters := crashIterationCount(t)
+func TestCrashRecovery(t *testing.T) { crashRecovery(t, crashIterationCount(t), crashPoints()) }
+
+// crashRecovery kills iters children in turn over one directory, each
+// checked after its kill: the even ones at a random moment, the odd ones
+// at a point of points (in turn), each at a random hit of it. It returns
+// the kills by mode ("point/how", "random-timing/how"; see runCrashChild).
+func crashRecovery(t *testing.T, iters int, points []string) (byMode map[string]int) {
 	seed := crashTestSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	replayRNG := rand.New(rand.NewPCG(seed, 3)) // apart, so that a seed kills as it did before the replay
 	dir := t.TempDir()
 	marks := filepath.Join(t.TempDir(), "marks") // the subscriber's (crash_watch_test.go)
 	m := newCrashModel()
-	points := crashPoints()
-	byMode := map[string]int{}
+	byMode = map[string]int{}
 	var (
 		maxOp      uint64 // highest op any child may have started
 		acks       crashAcks
@@ -1124,6 +1129,7 @@ func TestCrashRecovery(t *testing.T) {
 	if iters >= 8 && deepIF < 2 {
 		t.Errorf("the children at PipelineDepth %d never had more than %d generation in flight: the deep pipeline was not exercised", flush.MaxPipelineDepth, deepIF)
 	}
+	return byMode
 }
 
 // runCrashChild runs one child until it dies: killed by us after delay (no

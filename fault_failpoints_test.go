@@ -32,6 +32,11 @@ func TestFaultBitsliceFailpoints(t *testing.T) {
 		// The flush's word writes (WriteWords) torn by a failed pwrite.
 		{"pwrite-EIO", failpoint.BitsliceWriteWords, func() error { return syscall.EIO }, syscall.EIO, false},
 		{"header-EIO", failpoint.BitsliceSyncHeader, func() error { return syscall.EIO }, syscall.EIO, false},
+		// The engine's flush failing after the bitslices' words and
+		// headers are durable, before the store's batch with the
+		// watermark: the retry writes the same words again.
+		{"after-header-EIO", failpoint.FlushBitsHeader, func() error { return syscall.EIO }, syscall.EIO, false},
+		{"after-header-panic", failpoint.FlushBitsHeader, func() error { panic("injected panic") }, ErrPanicked, false},
 		{"grow-allocate-ENOSPC", failpoint.BitsliceGrowAllocate, func() error { return syscall.ENOSPC }, syscall.ENOSPC, true},
 		{"grow-header-EIO", failpoint.BitsliceGrowHeader, func() error { return syscall.EIO }, syscall.EIO, true},
 		{"msync-panic", failpoint.BitsliceSyncMsync, func() error { panic("injected panic") }, ErrPanicked, false},
@@ -66,6 +71,11 @@ func faultRound(t *testing.T, point string, fail func() error, want error, grow 
 		}
 		if wm := db.Watermark(); wm != good {
 			t.Fatalf("flush %d failed, yet the watermark moved from %d to %d", attempt, good, wm)
+		}
+		// The receipt in the store too: a watermark committed ahead of
+		// the failed step would be what a crash now reopens at.
+		if swm, err := db.store.Watermark(); err != nil || swm != good {
+			t.Fatalf("flush %d failed, yet the store's persisted watermark is %d (%v), want %d", attempt, swm, err, good)
 		}
 		fe.check(fmt.Sprintf("after failed flush %d", attempt))
 		fe.run(10) // writes during the fault join the retry

@@ -86,6 +86,7 @@ var pcPoints = []pcPoint{
 	{failpoint.BitsliceSyncHeader, 15},
 	{failpoint.BitsliceSyncHeaderWritten, 15},
 	{failpoint.BitsliceSyncDone, 15},
+	{failpoint.FlushBitsHeader, 15},
 	{failpoint.BitsliceApplyWords, 15},
 	{failpoint.BitsliceGrowAllocate, 6},
 	{failpoint.BitsliceGrowHeader, 6},

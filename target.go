@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvbuf/kvbuf/internal/buffer"
 	"github.com/kvbuf/kvbuf/internal/enginedir"
+	"github.com/kvbuf/kvbuf/internal/failpoint"
 	"github.com/kvbuf/kvbuf/internal/flush"
 	"github.com/kvbuf/kvbuf/internal/kverr"
 	"github.com/kvbuf/kvbuf/storage"
@@ -138,6 +139,11 @@ func (gen *generation) Write(ctx context.Context, wm uint64) (func() error, erro
 		// file's is never below the catalog's.
 		p.b.file.SetGen(wgen)
 		if err := p.gen.WriteLagged(ctx, wm); err != nil {
+			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
+		}
+		if err := failpoint.Hit(failpoint.FlushBitsHeader); err != nil {
+			// Tested by TestFaultBitsliceFailpoints and
+			// TestCrashFlushBitsHeader under -tags kvbuf_failpoints.
 			return nil, kverr.Errorf("flush bitslice %q: %w", p.b.name, err)
 		}
 		db.catW[p.b.name] = enginedir.BitsEntry{Gen: wgen, Len: p.b.file.Len()}

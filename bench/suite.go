@@ -182,7 +182,7 @@ func Family(workload string) string {
 // Catalog lists every suite and its canonical workload names, in run
 // order, without setting anything up (for selecting workloads by name).
 func Catalog() []SuiteInfo {
-	w1 := []string{"W1/lookup-without-pending-changes", "W1/lookup-with-pending-changes"}
+	w1 := []string{"W1/lookup-without-pending-changes", "W1/lookup-with-pending-changes", "W1/lookup-sparse"}
 	w2 := []string{"W2/get-pending-hit", "W2/get-pending-tombstone", "W2/get-miss", "W2/get-mixed"}
 	w3 := []string{"W3/hit_same_key", "W3/hit_disjoint-64", "W3/hit_disjoint-1024", "W3/miss_churn-64", "W3/mixed-64"}
 	return []SuiteInfo{

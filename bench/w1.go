@@ -280,7 +280,8 @@ func (x w1Atomic) Loop(_, lo, hi int) (int64, error) {
 // setupW1 builds W1: three kvbuf engines with a bitslice (A; its twin B for
 // the snapshot rows; C opened with default Options), a raw bitslice file,
 // all holding the same flushed Sets; the lookup indexes; the baselines'
-// empty pending structures. The second workload's prepare step adds the
+// empty pending structures; and W1/lookup-sparse's own engine, file and
+// bitmap (w1_sparse.go). The second workload's prepare step adds the
 // same pending changes to every implementation.
 func setupW1(ctx context.Context, s *Suite, c Config) error {
 	nbits := uint64(c.scaled(w1Bits, 64))
@@ -297,7 +298,12 @@ func setupW1(ctx context.Context, s *Suite, c Config) error {
 		st.lookups[k] = rng.Uint64N(nbits)
 	}
 	pending := w1Changes(rng, c.scaled(w1Sets, 16), nbits)
+	sparse, err := setupW1Sparse(ctx, s, c, nbits, st.lookups)
+	if err != nil {
+		return err
+	}
 	s.add(st.lookupWorkloads(pending)...)
+	s.add(sparse.workload())
 	s.add(st.featureWorkloads(s)...)
 	return nil
 }

@@ -853,3 +853,64 @@ func TestBitsUnionBufferPrepared(t *testing.T) {
 		t.Fatalf("a short buffer gave a union of %d words, want %d", len(u), len(v.sfilt))
 	}
 }
+
+// TestBitsMergePage checks the flush's merge (mergePage, then the file's
+// last word masked and lineSummary, as applyPages does) against a word by
+// word reference (pageWord64): full pages on its bounds-check-free path,
+// full pages holding the file's last word (a length not a multiple of 64),
+// and partial pages, with random pending masks and values over random file
+// words, and pages with nothing pending, everything pending, and lines
+// left empty.
+func TestBitsMergePage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(22, 26))
+	for round := range 200 {
+		var c bitsPage
+		switch round % 4 {
+		case 0:
+			// nothing pending
+		case 1:
+			c = fullPages[round/4%2]
+		default:
+			for j := range c {
+				c[j] = rng.Uint64() & rng.Uint64() // sparse masks
+			}
+		}
+		file := make([]uint64, pageWords64)
+		for j := range file {
+			if rng.IntN(3) == 0 {
+				file[j] = rng.Uint64()
+			}
+		}
+		n := pageWords64
+		if round%5 == 4 {
+			n = 1 + rng.IntN(pageWords64-1)
+		}
+		last := ^uint64(0)
+		if round%3 == 2 {
+			last = 1<<(1+rng.IntN(63)) - 1
+		}
+		want := make([]uint64, n)
+		var wantChanged uint64
+		for j := range want {
+			m, v := pageWord64(&c, uint64(j)<<1)
+			want[j] = file[j]&^m | v&m
+			wantChanged += b2u(m != 0)
+		}
+		want[n-1] &= last
+		wantLines, wantOnes := lineSummary(want)
+		// As applyPages does: the merge, the last word masked, the summary.
+		out := make([]uint64, n)
+		changed := mergePage(&c, file[:n], out)
+		out[n-1] &= last
+		lines, ones := lineSummary(out)
+		if changed != wantChanged || lines != wantLines || ones != wantOnes {
+			t.Fatalf("round %d (%d words, last %#x): changed, lines, ones = %d, %#x, %d; want %d, %#x, %d",
+				round, n, last, changed, lines, ones, wantChanged, wantLines, wantOnes)
+		}
+		for j := range want {
+			if out[j] != want[j] {
+				t.Fatalf("round %d (%d words, last %#x): word %d = %#x, want %#x", round, n, last, j, out[j], want[j])
+			}
+		}
+	}
+}

@@ -75,6 +75,14 @@ const (
 	// fails the call as a failed pwrite would (EIO), the first half
 	// written: a torn apply that returns an error.
 	BitsliceWriteWords = "bitslice/write-words/before-pwrite"
+	// FlushBitsHeader is in the engine's flush after a bitslice's write
+	// (BitsGen.WriteLagged) returned: its words and a header recording the
+	// generation are durable, the bitslice catalog and the store's batch
+	// with the watermark not yet written. An error fails the flush as a
+	// failed store commit would (the generation stays pending and is
+	// written again); a crash here leaves the file a generation ahead of
+	// the catalog and its words ahead of the watermark.
+	FlushBitsHeader = "kvbuf/flush/after-bitslice-header"
 	// CheckpointCopy is in the engine's Checkpoint before each bitslice
 	// file is copied; an error (say, syscall.ENOSPC) fails the copy as a
 	// full disk would.
