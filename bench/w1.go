@@ -180,12 +180,17 @@ func (x w1KvbufMany) Loop(_, lo, hi int) (int64, error) {
 }
 
 func (x w1Raw) Loop(_, lo, hi int) (int64, error) {
+	return rawLoopOf(x.s.raw, x.s.lookups[lo:hi]), nil
+}
+
+// rawLoopOf is the raw rows' loop (W1, W1/lookup-sparse, W10): the mapped
+// file's Get over lookups, counting the bits set.
+func rawLoopOf(raw *bitslice.File, lookups []uint64) int64 {
 	var n int64
-	raw := x.s.raw
-	for _, i := range x.s.lookups[lo:hi] {
+	for _, i := range lookups {
 		n += b2i(raw.Get(i))
 	}
-	return n, nil
+	return n
 }
 
 func (x w1Mutex) Loop(_, lo, hi int) (int64, error) {

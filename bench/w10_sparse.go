@@ -213,21 +213,11 @@ type (
 func (x w10Get) Loop(_, lo, hi int) (int64, error) { return getLoopOf(x.st.bits, x.st.lookups[lo:hi]) }
 
 func (x w10Contains) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	rb := x.st.rb
-	for _, i := range x.st.lookups[lo:hi] {
-		n += b2i(rb.Contains(uint32(i)))
-	}
-	return n, nil
+	return containsLoopOf(x.st.rb, x.st.lookups[lo:hi]), nil
 }
 
 func (x w10Raw) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	raw := x.st.raw
-	for _, i := range x.st.lookups[lo:hi] {
-		n += b2i(raw.Get(i))
-	}
-	return n, nil
+	return rawLoopOf(x.st.raw, x.st.lookups[lo:hi]), nil
 }
 
 // pendingKvbuf is W10/pending-memory-1m's engine row: 1,000,000 random Sets
@@ -297,4 +287,14 @@ func (st *w10State) pendingRoaring(context.Context, int) (RoundResult, error) {
 	res.AccountedBytes = float64(rb.GetSizeInBytes()) / float64(len(st.pending))
 	runtime.KeepAlive(rb)
 	return res, nil
+}
+
+// containsLoopOf is the roaring rows' lookup loop (W1/lookup-sparse, W10):
+// Contains over lookups, counting the bits set.
+func containsLoopOf(rb *roaring.Bitmap, lookups []uint64) int64 {
+	var n int64
+	for _, i := range lookups {
+		n += b2i(rb.Contains(uint32(i)))
+	}
+	return n
 }

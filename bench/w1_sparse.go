@@ -95,19 +95,9 @@ func (x w1SparseGet) Loop(_, lo, hi int) (int64, error) {
 }
 
 func (x w1SparseRaw) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	raw := x.st.raw
-	for _, i := range x.st.lookups[lo:hi] {
-		n += b2i(raw.Get(i))
-	}
-	return n, nil
+	return rawLoopOf(x.st.raw, x.st.lookups[lo:hi]), nil
 }
 
 func (x w1SparseContains) Loop(_, lo, hi int) (int64, error) {
-	var n int64
-	rb := x.st.rb
-	for _, i := range x.st.lookups[lo:hi] {
-		n += b2i(rb.Contains(uint32(i)))
-	}
-	return n, nil
+	return containsLoopOf(x.st.rb, x.st.lookups[lo:hi]), nil
 }
