@@ -231,8 +231,8 @@ func TestBitsGetDenseViewSwapped(t *testing.T) {
 			}
 		}
 		// The view stays not fast (B13): the table turning dense does
-		// not republish it, so Get reads the flag, as a read of a view
-		// published just before the flag does.
+		// not republish it, so Get takes the filter check, as a read of a
+		// view published just before the flag does.
 		r.b.view.Load().active.densed = nil
 		if err := r.b.Set(100, true); err != nil {
 			t.Fatal(err)
