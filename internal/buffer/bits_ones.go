@@ -49,6 +49,9 @@ func (c *onesCursor) fill(dst []uint64) int {
 		if !pending {
 			if offs, ok := ix.offsets(pi); ok {
 				k = c.fillIndexed(dst, pi, offs, k)
+				if v.direct {
+					k = c.fillIndexedRun(dst, ix, k)
+				}
 				continue
 			}
 		}
@@ -83,6 +86,24 @@ func (c *onesCursor) fillIndexed(dst []uint64, pi uint64, offs []uint16, k int) 
 	}
 	c.pos = end
 	return k + len(offs)
+}
+
+// fillIndexedRun is fillIndexed over the pages from c.pos's on, while they
+// are indexed in ix, without loading the view and the summary again for
+// each: the caller loaded ix after a direct view (B9), which holds every
+// bit written before it, and whose index holds every indexed page's bits
+// (a later write is concurrent with the read). It checks *c.stop before
+// each page, as fill does.
+func (c *onesCursor) fillIndexedRun(dst []uint64, ix *pageIndex, k int) int {
+	for c.pos < c.n && k < len(dst) {
+		pi := c.pos / pageBits
+		offs, ok := ix.offsets(pi)
+		if !ok || c.stop != nil && c.stop.Load() {
+			return k
+		}
+		k = c.fillIndexed(dst, pi, offs, k)
+	}
+	return k
 }
 
 // fillWords reads the set bits of page pi at or after c.pos and below c.n
