@@ -1819,6 +1819,8 @@ func TestBitsOnesEndsWhenEngineCloses(t *testing.T) {
 // into every dst size from 1 to 300, each call continuing at the previous
 // next; from past the length reads nothing and returns from; an empty dst
 // is ErrBadRange; once the engine closes it returns 0, from and ErrClosed.
+// A snapshot's NextOnes reads the snapshot, and returns ErrClosed once it
+// closes.
 func TestBitsNextOnes(t *testing.T) {
 	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
 	b := mustBits(t, db, "b")
@@ -1878,6 +1880,45 @@ func TestBitsNextOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("flushed")
+	// A snapshot's NextOnes reads the snapshot: not a bit set after it.
+	snap, err := db.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set(ctx, 7, true, 2); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := snap.Bits("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := snap.Bits("none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 3, 64, 65, 256} {
+		dst := make([]uint64, size)
+		var got []uint64
+		for n, next, err := sb.NextOnes(0, dst); n > 0 || err != nil; n, next, err = sb.NextOnes(next, dst) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, dst[:n]...)
+		}
+		if !slices.Equal(got, set) {
+			t.Fatalf("snapshot NextOnes in batches of %d read %d bits, want the %d set before it", size, len(got), len(set))
+		}
+	}
+	if n, next, err := sb.NextOnes(5, nil); n != 0 || next != 5 || !errors.Is(err, ErrBadRange) {
+		t.Fatalf("snapshot NextOnes with an empty dst = %d, %d, %v; want 0, 5, ErrBadRange", n, next, err)
+	}
+	if n, next, err := none.NextOnes(5, make([]uint64, 4)); n != 0 || next != 5 || err != nil {
+		t.Fatalf("NextOnes of a bitslice the snapshot lacks = %d, %d, %v; want 0, 5, nil", n, next, err)
+	}
+	snap.Close()
+	if n, next, err := sb.NextOnes(3, make([]uint64, 4)); n != 0 || next != 3 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("snapshot NextOnes after its Close = %d, %d, %v; want 0, 3, ErrClosed", n, next, err)
+	}
 	closeT(t, db)
 	dst := make([]uint64, 8)
 	if n, next, err := b.NextOnes(3, dst); n != 0 || next != 3 || !errors.Is(err, ErrClosed) {

@@ -235,4 +235,5 @@ type BitsReader interface {
 	Len() (uint64, error)
 	Count() (uint64, error)
 	Ones(from uint64) iter.Seq[uint64]
+	NextOnes(from uint64, dst []uint64) (n int, next uint64, err error)
 }

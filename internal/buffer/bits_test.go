@@ -156,6 +156,30 @@ func collectNext(t *testing.T, b *Bits, from uint64, size int) []uint64 {
 	return out[:min(len(out), 300)]
 }
 
+// collectSnapNext is collectNext over a snapshot.
+func collectSnapNext(t *testing.T, s *BitsSnapshot, from uint64, size int) []uint64 {
+	t.Helper()
+	dst := make([]uint64, size)
+	var out []uint64
+	for len(out) < 300 {
+		n, next := s.NextOnes(from, dst)
+		for j, i := range dst[:n] {
+			if i < from || i >= next || j > 0 && i <= dst[j-1] {
+				t.Fatalf("snapshot NextOnes(%d, [%d]) read %d at %d, next %d", from, size, i, j, next)
+			}
+		}
+		out = append(out, dst[:n]...)
+		if n < size {
+			if next != max(from, s.Len()) {
+				t.Fatalf("snapshot NextOnes(%d, [%d]) ended short (%d) at next %d, length %d", from, size, n, next, s.Len())
+			}
+			break
+		}
+		from = next
+	}
+	return out[:min(len(out), 300)]
+}
+
 func collect(seq func(func(uint64) bool)) []uint64 {
 	var out []uint64
 	for i := range seq {
@@ -326,6 +350,7 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 			checkBits(t, b, func(from uint64) []uint64 { return collectNext(t, b, from, size) }, m, universe, rng, fmt.Sprintf("%s, NextOnes [%d]", where, size))
 			for i, s := range snaps {
 				checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rng, fmt.Sprintf("%s, snapshot %d", where, i))
+				checkBits(t, s.s, func(from uint64) []uint64 { return collectSnapNext(t, s.s, from, size) }, s.m, universe, rng, fmt.Sprintf("%s, snapshot %d, NextOnes [%d]", where, i, size))
 			}
 		}
 	}
@@ -365,6 +390,9 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 	checkSummary(t, b)
 	for i, s := range snaps {
 		checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush", i))
+		for _, size := range []int{1, 2, 63, 64, 65, 256} {
+			checkBits(t, s.s, func(from uint64) []uint64 { return collectSnapNext(t, s.s, from, size) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush, NextOnes [%d]", i, size))
+		}
 	}
 }
 
