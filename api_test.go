@@ -1815,6 +1815,117 @@ func TestBitsOnesEndsWhenEngineCloses(t *testing.T) {
 	}
 }
 
+// TestBitsNextOnes: NextOnes reads what Ones reads, pending and flushed,
+// into every dst size from 1 to 300, each call continuing at the previous
+// next; from past the length reads nothing and returns from; an empty dst
+// is ErrBadRange; once the engine closes it returns 0, from and ErrClosed.
+// A snapshot's NextOnes reads the snapshot, and returns ErrClosed once it
+// closes.
+func TestBitsNextOnes(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	b := mustBits(t, db, "b")
+	var set []uint64
+	for i := range uint64(300) {
+		set = append(set, i*777+i%5) // sparse, indexed pages
+	}
+	for i := uint64(250000); i < 250100; i++ {
+		set = append(set, i) // a run of adjacent bits, a dense page below
+	}
+	for _, i := range set {
+		if err := b.Set(ctx, i, true, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string) {
+		t.Helper()
+		want := slices.Collect(b.Ones(0))
+		if len(want) != len(set) {
+			t.Fatalf("%s: Ones read %d bits, want %d", what, len(want), len(set))
+		}
+		n0, _ := b.Len()
+		for size := 1; size <= 300; size++ {
+			dst := make([]uint64, size)
+			var got []uint64
+			from := uint64(0)
+			for {
+				n, next, err := b.NextOnes(from, dst)
+				if err != nil {
+					t.Fatalf("%s: NextOnes(%d, [%d]): %v", what, from, size, err)
+				}
+				got = append(got, dst[:n]...)
+				if n < size {
+					if next != n0 {
+						t.Fatalf("%s: NextOnes(%d, [%d]) ended at next %d, want the length %d", what, from, size, next, n0)
+					}
+					break
+				}
+				from = next
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: NextOnes in batches of %d read %d bits, Ones %d", what, size, len(got), len(want))
+			}
+		}
+		dst := make([]uint64, 4)
+		for _, from := range []uint64{n0, n0 + 1, 1 << 50} {
+			if n, next, err := b.NextOnes(from, dst); n != 0 || next != from || err != nil {
+				t.Fatalf("%s: NextOnes(%d) past the length %d = %d, %d, %v; want 0, from, nil", what, from, n0, n, next, err)
+			}
+		}
+		if n, next, err := b.NextOnes(5, nil); n != 0 || next != 5 || !errors.Is(err, ErrBadRange) {
+			t.Fatalf("%s: NextOnes with an empty dst = %d, %d, %v; want 0, 5, ErrBadRange", what, n, next, err)
+		}
+	}
+	check("pending")
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("flushed")
+	// A snapshot's NextOnes reads the snapshot: not a bit set after it.
+	snap, err := db.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set(ctx, 7, true, 2); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := snap.Bits("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := snap.Bits("none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 3, 64, 65, 256} {
+		dst := make([]uint64, size)
+		var got []uint64
+		for n, next, err := sb.NextOnes(0, dst); n > 0 || err != nil; n, next, err = sb.NextOnes(next, dst) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, dst[:n]...)
+		}
+		if !slices.Equal(got, set) {
+			t.Fatalf("snapshot NextOnes in batches of %d read %d bits, want the %d set before it", size, len(got), len(set))
+		}
+	}
+	if n, next, err := sb.NextOnes(5, nil); n != 0 || next != 5 || !errors.Is(err, ErrBadRange) {
+		t.Fatalf("snapshot NextOnes with an empty dst = %d, %d, %v; want 0, 5, ErrBadRange", n, next, err)
+	}
+	if n, next, err := none.NextOnes(5, make([]uint64, 4)); n != 0 || next != 5 || err != nil {
+		t.Fatalf("NextOnes of a bitslice the snapshot lacks = %d, %d, %v; want 0, 5, nil", n, next, err)
+	}
+	snap.Close()
+	if n, next, err := sb.NextOnes(3, make([]uint64, 4)); n != 0 || next != 3 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("snapshot NextOnes after its Close = %d, %d, %v; want 0, 3, ErrClosed", n, next, err)
+	}
+	closeT(t, db)
+	dst := make([]uint64, 8)
+	if n, next, err := b.NextOnes(3, dst); n != 0 || next != 3 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("NextOnes after Close = %d, %d, %v; want 0, 3, ErrClosed", n, next, err)
+	}
+}
+
 // ---- Batch ----
 
 // TestBatchContract: Len, Err, Reset; a batch copies its keys and values;

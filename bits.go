@@ -194,6 +194,39 @@ func (b *Bits) Count() (uint64, error) {
 // point-in-time sequence.
 func (b *Bits) Ones(from uint64) iter.Seq[uint64] { return b.ov.OnesUntil(from, b.closing) }
 
+// NextOnes is Ones a batch at a time, as roaring's NextMany: it fills dst
+// with the indexes of the set bits at or after from, in increasing order,
+// pending changes included, and returns how many (n) and where to continue
+// (next: above the last one read, with no set bit between them as read).
+// It allocates nothing. A loop
+//
+//	for n, next, err := b.NextOnes(0, buf); n > 0 && err == nil; n, next, err = b.NextOnes(next, buf) {
+//		for _, i := range buf[:n] { ... }
+//	}
+//
+// reads what ranging over Ones(0) would. It reads live, as Ones does: a
+// write that returned before the call began is seen, one concurrent with
+// the call may or may not be, and each call reads the bitslice as it is
+// then (a bit set behind next by a later write is not read again). n is
+// len(dst) unless the end was reached: n < len(dst) means no set bit below
+// the length at the call's start was left unread (next is then that
+// length; from, if from was at or past it, with n 0). An empty dst returns
+// 0, from and an error wrapping ErrBadRange. Once Close has begun it
+// returns 0, from and ErrClosed (dst's contents are then undefined).
+func (b *Bits) NextOnes(from uint64, dst []uint64) (n int, next uint64, err error) {
+	if len(dst) == 0 {
+		return 0, from, b.wrap(kverr.Errorf("NextOnes: an empty dst: %w", ErrBadRange))
+	}
+	n, next = b.ov.NextOnes(from, dst, b.closing)
+	// The closing flag is stored after every bitslice is marked closed
+	// and before any file's mapping is retired (B12): a read that finds
+	// it clear after its loads of the file read the live mapping.
+	if err := b.db.closed(); err != nil {
+		return 0, from, err
+	}
+	return n, next, nil
+}
+
 // BitsReader is the read side of a bitslice, live (*Bits) or as of a
 // snapshot (*SnapshotBits). The methods are documented on *Bits.
 type BitsReader interface {
@@ -202,4 +235,5 @@ type BitsReader interface {
 	Len() (uint64, error)
 	Count() (uint64, error)
 	Ones(from uint64) iter.Seq[uint64]
+	NextOnes(from uint64, dst []uint64) (n int, next uint64, err error)
 }

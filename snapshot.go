@@ -294,6 +294,24 @@ func (r *SnapshotBits) Ones(from uint64) iter.Seq[uint64] {
 	}
 }
 
+// NextOnes is Bits.NextOnes as of the snapshot: it reads exactly the
+// snapshot. Once the snapshot or the engine closes it returns 0, from and
+// ErrClosed.
+func (r *SnapshotBits) NextOnes(from uint64, dst []uint64) (n int, next uint64, err error) {
+	if len(dst) == 0 {
+		return 0, from, kverr.Errorf("snapshot of bitslice %q: NextOnes: an empty dst: %w", r.name, ErrBadRange)
+	}
+	if r.bs != nil {
+		n, next = r.bs.NextOnes(from, dst)
+	} else {
+		next = from // the bitslice did not exist: empty
+	}
+	if err := r.closed(); err != nil {
+		return 0, from, err
+	}
+	return n, next, nil
+}
+
 // Has is KV.Has as of the snapshot.
 func (r *SnapshotKV) Has(key []byte) (bool, error) {
 	if r.ks == nil {

@@ -31,6 +31,9 @@ const (
 	// ImplRoaringMany is roaring's batch iteration (ManyIterator.NextMany
 	// into a buffer of 256), its fastest way through a bitmap.
 	ImplRoaringMany = "roaring-nextmany"
+	// ImplKvbufNextOnes is the engine's batch read (Bits.NextOnes into a
+	// buffer of 256), the counterpart of roaring's NextMany.
+	ImplKvbufNextOnes = "kvbuf-nextones"
 	// ImplRawScan is a loop over the raw file's words (bitslice.File.Word),
 	// every word read.
 	ImplRawScan = "raw-word-scan"
@@ -142,6 +145,19 @@ func (st *w10State) workloads() []*Workload {
 				for i := range st.bits.Ones(0) {
 					n++
 					sum += int64(i)
+				}
+				return n, sum, nil
+			})},
+			{Name: ImplKvbufNextOnes, Round: pass(func() (n, sum int64, err error) {
+				var buf [256]uint64
+				for k, next, err := st.bits.NextOnes(0, buf[:]); k > 0 || err != nil; k, next, err = st.bits.NextOnes(next, buf[:]) {
+					if err != nil {
+						return n, sum, err
+					}
+					for _, i := range buf[:k] {
+						n++
+						sum += int64(i)
+					}
 				}
 				return n, sum, nil
 			})},

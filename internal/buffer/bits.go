@@ -732,14 +732,15 @@ func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
 	// costs the loop body, not a call (onesCursor).
 	return func(yield func(uint64) bool) {
 		c := onesCursor{b: b, stop: stop, pos: from, n: b.Len()}
+		var buf [onesBatch]uint64
 		// A batch spans pages: *stop is checked again before the first
 		// bit of each (check, a local so that it stays in a register).
 		check := ^uint64(0)
 		if stop != nil {
 			check = 0
 		}
-		for k := c.fill(); k > 0; k = c.fill() {
-			for _, i := range c.buf[:k] {
+		for k := c.fill(buf[:]); k > 0; k = c.fill(buf[:]) {
+			for _, i := range buf[:k] {
 				if i >= check {
 					if stop.Load() {
 						return
@@ -752,6 +753,21 @@ func (b *Bits) OnesUntil(from uint64, stop *atomic.Bool) iter.Seq[uint64] {
 			}
 		}
 	}
+}
+
+// NextOnes reads the indexes of the set bits at or after from into dst, in
+// increasing order, pending changes included, and returns how many (n) and
+// where the next call continues (next: above the last one read, with no
+// set bit between them as read).
+// It reads as Ones does (the same cursor and page reads, B8/B9), live: a
+// write concurrent with the call may or may not be seen. n is len(dst)
+// unless the bitslice's length when the call began was reached (next is
+// then that length, or from if from was past it) or *stop was set (if stop
+// is not nil; checked before each page, as OnesUntil does).
+func (b *Bits) NextOnes(from uint64, dst []uint64, stop *atomic.Bool) (n int, next uint64) {
+	c := onesCursor{b: b, stop: stop, pos: from, n: b.Len()}
+	n = c.fill(dst)
+	return n, c.pos
 }
 
 // ones yields the set bits at or after from and below n, reading bitslice

@@ -512,7 +512,8 @@ func BenchmarkBitsFewPending(b *testing.B) {
 // pending, against roaring's Iterate, Values (its iter.Seq, the same kind
 // of API as Ones) and NextMany over a bitmap of the same bits; the
 // kvbuf-until row is OnesUntil with a stop flag, as the engine's Ones
-// (a check of it per page of bits yielded). Paired per iteration (rotating order); metrics: ns per pass
+// (a check of it per page of bits yielded); kvbuf-nextones is NextOnes
+// into a buffer of 256, the counterpart of NextMany. Paired per iteration (rotating order); metrics: ns per pass
 // of each and the median ratios to kvbuf.
 func BenchmarkBitsSparseOnes(b *testing.B) {
 	const nbits = 100_000_000
@@ -554,6 +555,16 @@ func BenchmarkBitsSparseOnes(b *testing.B) {
 			}
 			return n, sum
 		}},
+		{"kvbuf-nextones", func() (n, sum uint64) {
+			var buf [256]uint64
+			for k, next := ov.NextOnes(0, buf[:], nil); k > 0; k, next = ov.NextOnes(next, buf[:], nil) {
+				for _, i := range buf[:k] {
+					n++
+					sum += i
+				}
+			}
+			return n, sum
+		}},
 		{"roaring", func() (n, sum uint64) {
 			rb.Iterate(func(x uint32) bool {
 				n++
@@ -585,8 +596,8 @@ func BenchmarkBitsSparseOnes(b *testing.B) {
 	ratios := make([][]float64, len(rows))
 	r := 0
 	for b.Loop() {
-		var dt [5]time.Duration
-		var sums [5]uint64
+		var dt [6]time.Duration
+		var sums [6]uint64
 		for j := range rows {
 			k := (r + j) % len(rows)
 			t0 := time.Now()

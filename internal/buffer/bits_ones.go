@@ -10,24 +10,26 @@ import (
 // onesBatch is the most set bits Ones reads at a time.
 const onesBatch = 256
 
-// onesCursor reads the set bits of a Bits for Ones a batch at a time: fill
-// puts the next ones at or after pos into buf, so that the iterator's loop
-// over them (small enough to be inlined into a range-over-func loop, with
-// its body) calls no function per bit. The sequence stays live: each fill
-// reads the view and the summary as they are then.
+// onesCursor reads the set bits of a Bits a batch at a time, for Ones and
+// NextOnes: fill puts the next ones at or after pos into a buffer, so that
+// the iterator's loop over them (small enough to be inlined into a
+// range-over-func loop, with its body) calls no function per bit. The
+// sequence stays live: each fill reads the view and the summary as they
+// are then.
 type onesCursor struct {
 	b    *Bits
 	stop *atomic.Bool
 	pos  uint64 // the next bit to read
 	n    uint64 // the length when the iteration began
-	buf  [onesBatch]uint64
 }
 
-// fill reads the next set bits into c.buf and returns how many (0 at the
-// end, or once *c.stop is set: it is checked before each page).
-func (c *onesCursor) fill() int {
+// fill reads the next set bits into dst and returns how many: len(dst)
+// unless it reached c.n (0 at the end) or *c.stop was set (checked before
+// each page). c.pos is then the bit after the last one read: at or past
+// c.n once fill returned fewer than len(dst) without a stop.
+func (c *onesCursor) fill(dst []uint64) int {
 	k := 0
-	for c.pos < c.n && k < onesBatch {
+	for c.pos < c.n && k < len(dst) {
 		pi := c.pos / pageBits
 		if c.stop != nil && c.stop.Load() {
 			return k // and 0 at the next fill
@@ -46,23 +48,23 @@ func (c *onesCursor) fill() int {
 		}
 		if !pending {
 			if offs, ok := ix.offsets(pi); ok {
-				k = c.fillIndexed(pi, offs, k)
+				k = c.fillIndexed(dst, pi, offs, k)
+				if v.direct {
+					k = c.fillIndexedRun(dst, ix, k)
+				}
 				continue
 			}
 		}
-		if k > onesBatch-64 {
-			return k // fillWords needs room for a whole word
-		}
-		k = c.fillWords(v, s, pi, pending, k)
+		k = c.fillWords(dst, v, s, pi, pending, k)
 		runtime.KeepAlive(v)
 	}
 	return k
 }
 
 // fillIndexed copies page pi's offsets (from its summary index) at or
-// after c.pos and below c.n into c.buf from k, as many as fit, and moves
+// after c.pos and below c.n into dst from k, as many as fit, and moves
 // c.pos past them.
-func (c *onesCursor) fillIndexed(pi uint64, offs []uint16, k int) int {
+func (c *onesCursor) fillIndexed(dst []uint64, pi uint64, offs []uint16, k int) int {
 	base := pi * pageBits
 	if c.pos > base {
 		j, _ := slices.BinarySearch(offs, uint16(c.pos-base))
@@ -74,11 +76,11 @@ func (c *onesCursor) fillIndexed(pi uint64, offs []uint16, k int) int {
 		offs = offs[:j]
 		end = c.n
 	}
-	if room := onesBatch - k; len(offs) > room {
+	if room := len(dst) - k; len(offs) > room {
 		offs = offs[:room]
 		end = base + uint64(offs[room-1]) + 1
 	}
-	out := c.buf[k : k+len(offs)]
+	out := dst[k : k+len(offs)]
 	for j, o := range offs {
 		out[j] = base + uint64(o)
 	}
@@ -86,11 +88,29 @@ func (c *onesCursor) fillIndexed(pi uint64, offs []uint16, k int) int {
 	return k + len(offs)
 }
 
+// fillIndexedRun is fillIndexed over the pages from c.pos's on, while they
+// are indexed in ix, without loading the view and the summary again for
+// each: the caller loaded ix after a direct view (B9), which holds every
+// bit written before it, and whose index holds every indexed page's bits
+// (a later write is concurrent with the read). It checks *c.stop before
+// each page, as fill does.
+func (c *onesCursor) fillIndexedRun(dst []uint64, ix *pageIndex, k int) int {
+	for c.pos < c.n && k < len(dst) {
+		pi := c.pos / pageBits
+		offs, ok := ix.offsets(pi)
+		if !ok || c.stop != nil && c.stop.Load() {
+			return k
+		}
+		k = c.fillIndexed(dst, pi, offs, k)
+	}
+	return k
+}
+
 // fillWords reads the set bits of page pi at or after c.pos and below c.n
-// into c.buf from k, a whole bitslice word at a time while 64 fit: word by
-// word with the pending changes applied if pending, else the words of the
-// lines the summary s marks. It moves c.pos past what it read.
-func (c *onesCursor) fillWords(v *bitsView, s *bitsSummary, pi uint64, pending bool, k int) int {
+// into dst from k, as many as fit: word by word with the pending changes
+// applied if pending, else the words of the lines the summary s marks. It
+// moves c.pos past what it read (inside a word if dst filled there).
+func (c *onesCursor) fillWords(dst []uint64, v *bitsView, s *bitsSummary, pi uint64, pending bool, k int) int {
 	var lines uint64 = ^uint64(0)
 	if !pending {
 		lines = 0
@@ -104,7 +124,7 @@ func (c *onesCursor) fillWords(v *bitsView, s *bitsSummary, pi uint64, pending b
 			c.pos = (w + 1) << 6
 			continue
 		}
-		if k > onesBatch-64 {
+		if k == len(dst) {
 			return k
 		}
 		var x uint64
@@ -117,12 +137,22 @@ func (c *onesCursor) fillWords(v *bitsView, s *bitsSummary, pi uint64, pending b
 		if r := end - w<<6; r < 64 {
 			x &= uint64(1)<<r - 1
 		}
+		if room := len(dst) - k; room < 64 && bits.OnesCount64(x) > room {
+			// dst fills inside this word: stop after its room-th bit.
+			for ; k < len(dst); x &= x - 1 {
+				i := w<<6 | uint64(bits.TrailingZeros64(x))
+				dst[k] = i
+				k++
+				c.pos = i + 1
+			}
+			return k
+		}
 		for ; x != 0; x &= x - 1 {
-			c.buf[k] = w<<6 | uint64(bits.TrailingZeros64(x))
+			dst[k] = w<<6 | uint64(bits.TrailingZeros64(x))
 			k++
 		}
 		c.pos = (w + 1) << 6
 	}
-	c.pos = max(c.pos, end)
+	c.pos = end // the loop ran to end; a skipped or whole last word may have overshot it
 	return k
 }

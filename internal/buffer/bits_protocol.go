@@ -140,8 +140,11 @@ package buffer
 //     loaded, and the view's file words are current. Over a direct view
 //     the second load is skipped: every bit written before that view was
 //     published is in the file and in the summary loaded after it, and
-//     later writes are concurrent with the iteration. (Ones reads pages a
-//     batch of bits at a time, onesCursor.fill, each page as above.)
+//     later writes are concurrent with the iteration. (Ones and NextOnes
+//     read pages a batch of bits at a time, onesCursor.fill, each page as
+//     above; over a direct view the indexed pages that follow an indexed
+//     one are read from the index loaded with it, fillIndexedRun, for the
+//     same reason: mutation 601 reads them so over any view.)
 //
 // B10. Undo layers. A write that overwrites file words an open snapshot
 //     still needs publishes the old words (a new layer list, one atomic

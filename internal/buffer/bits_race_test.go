@@ -3,12 +3,13 @@ package buffer
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 )
 
-// TestBitsReadersSeeReturnedSets races readers (Get, GetMany, Ones, on the
+// TestBitsReadersSeeReturnedSets races readers (Get, GetMany, Ones, NextOnes, on the
 // direct path and off it) against writers (Set, SetMany, each bit flipped
 // pass after pass) and a flush loop that freezes, writes, releases and
 // settles as fast as it can, with snapshots opened and closed meanwhile,
@@ -105,7 +106,7 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 				k := done - 1 - int64(x*7919%uint64(min(done, region)))
 				i, want := bitOf(w, k), k/region%2 == 1
 				var got bool
-				switch x % 3 {
+				switch x % 4 {
 				case 0:
 					got = r.b.Get(i)
 				case 1:
@@ -115,6 +116,13 @@ func TestBitsReadersSeeReturnedSets(t *testing.T) {
 						got = j == i
 						break
 					}
+				case 2:
+					// The same through NextOnes, from i into a dst of 1
+					// to 3 bits, or from the bit before it into 2 or 3.
+					var dst [3]uint64
+					from := i - min(i, x/4%2)
+					n, _ := r.b.NextOnes(from, dst[:max(1+int(x/8%3), 1+int(i-from))], nil)
+					got = slices.Contains(dst[:n], i)
 				default:
 					idx := []uint64{i, i, i, i}
 					r.b.GetMany(idx, out[:])

@@ -128,6 +128,58 @@ func checkBits(t testing.TB, r bitsReader, ones func(uint64) []uint64, m *bitsMo
 
 // collect returns the first 300 indexes of seq (stopping it early, which
 // exercises the early exit too).
+// collectNext is collect through NextOnes: calls into a dst of size bits,
+// each from the previous call's next, up to 300 bits. It checks each
+// call's results against the contract: increasing indexes at or after
+// from, below next, and a short batch only at the end (next then at or
+// past the length).
+func collectNext(t *testing.T, b *Bits, from uint64, size int) []uint64 {
+	t.Helper()
+	dst := make([]uint64, size)
+	var out []uint64
+	for len(out) < 300 {
+		n, next := b.NextOnes(from, dst, nil)
+		for j, i := range dst[:n] {
+			if i < from || i >= next || j > 0 && i <= dst[j-1] {
+				t.Fatalf("NextOnes(%d, [%d]) read %d at %d, next %d", from, size, i, j, next)
+			}
+		}
+		out = append(out, dst[:n]...)
+		if n < size {
+			if next != max(from, b.Len()) {
+				t.Fatalf("NextOnes(%d, [%d]) ended short (%d) at next %d, length %d", from, size, n, next, b.Len())
+			}
+			break
+		}
+		from = next
+	}
+	return out[:min(len(out), 300)]
+}
+
+// collectSnapNext is collectNext over a snapshot.
+func collectSnapNext(t *testing.T, s *BitsSnapshot, from uint64, size int) []uint64 {
+	t.Helper()
+	dst := make([]uint64, size)
+	var out []uint64
+	for len(out) < 300 {
+		n, next := s.NextOnes(from, dst)
+		for j, i := range dst[:n] {
+			if i < from || i >= next || j > 0 && i <= dst[j-1] {
+				t.Fatalf("snapshot NextOnes(%d, [%d]) read %d at %d, next %d", from, size, i, j, next)
+			}
+		}
+		out = append(out, dst[:n]...)
+		if n < size {
+			if next != max(from, s.Len()) {
+				t.Fatalf("snapshot NextOnes(%d, [%d]) ended short (%d) at next %d, length %d", from, size, n, next, s.Len())
+			}
+			break
+		}
+		from = next
+	}
+	return out[:min(len(out), 300)]
+}
+
 func collect(seq func(func(uint64) bool)) []uint64 {
 	var out []uint64
 	for i := range seq {
@@ -294,8 +346,11 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 			}
 		default:
 			checkBits(t, b, func(from uint64) []uint64 { return collect(b.Ones(from)) }, m, universe, rng, where)
+			size := 1 + rng.IntN(300)
+			checkBits(t, b, func(from uint64) []uint64 { return collectNext(t, b, from, size) }, m, universe, rng, fmt.Sprintf("%s, NextOnes [%d]", where, size))
 			for i, s := range snaps {
 				checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rng, fmt.Sprintf("%s, snapshot %d", where, i))
+				checkBits(t, s.s, func(from uint64) []uint64 { return collectSnapNext(t, s.s, from, size) }, s.m, universe, rng, fmt.Sprintf("%s, snapshot %d, NextOnes [%d]", where, i, size))
 			}
 		}
 	}
@@ -320,6 +375,9 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 		t.Fatalf("account after the final flush = %d", n)
 	}
 	checkBits(t, b, func(from uint64) []uint64 { return collect(b.Ones(from)) }, m, universe, rand.New(rand.NewPCG(1, 2)), "after the final flush")
+	for _, size := range []int{1, 2, 63, 64, 65, 256} {
+		checkBits(t, b, func(from uint64) []uint64 { return collectNext(t, b, from, size) }, m, universe, rand.New(rand.NewPCG(1, 2)), fmt.Sprintf("NextOnes [%d] after the final flush", size))
+	}
 	// The file alone holds the model now.
 	for i := range universe {
 		if b.file.Get(i) != m.bits[i] {
@@ -332,6 +390,9 @@ func bitsModelRun(t *testing.T, rng *rand.Rand, b *Bits, ff *faultyFile, acct *A
 	checkSummary(t, b)
 	for i, s := range snaps {
 		checkBits(t, s.s, func(from uint64) []uint64 { return collect(s.s.Ones(from)) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush", i))
+		for _, size := range []int{1, 2, 63, 64, 65, 256} {
+			checkBits(t, s.s, func(from uint64) []uint64 { return collectSnapNext(t, s.s, from, size) }, s.m, universe, rand.New(rand.NewPCG(3, uint64(i))), fmt.Sprintf("snapshot %d after the final flush, NextOnes [%d]", i, size))
+		}
 	}
 }
 
@@ -656,19 +717,34 @@ func TestBitsOnesBatches(t *testing.T) {
 	model := map[uint64]bool{}
 	// Page 0 indexed with 1000 bits (four batches), page 1 dense, page 2
 	// empty, page 3 indexed in the file and pending, page 4 dense and
-	// partly pending, page 5 partial, its last bit set.
+	// partly pending, page 5 partial, its last bit set. Pages 0, 1 and 4
+	// hold runs of adjacent set bits, so that a batch that continues one
+	// bit late (or early) misses (or repeats) one.
 	var file []uint64
 	for k := uint64(0); k < 1000; k++ {
 		file = append(file, k*31)
 	}
+	for i := uint64(31001); i < 31011; i++ {
+		file = append(file, i)
+	}
 	for i := uint64(pageBits); i < 2*pageBits; i += 5 {
 		file = append(file, i)
+	}
+	for i := uint64(pageBits + 1001); i < pageBits+1301; i++ {
+		if i%5 != 0 {
+			file = append(file, i)
+		}
 	}
 	for k := uint64(0); k < 600; k++ {
 		file = append(file, 3*pageBits+k*50)
 	}
 	for i := uint64(4 * pageBits); i < 5*pageBits; i += 3 {
 		file = append(file, i)
+	}
+	for i := uint64(4*pageBits + 7001); i < 4*pageBits+7400; i++ {
+		if i%3 != 1 {
+			file = append(file, i)
+		}
 	}
 	file = append(file, 5*pageBits, n-1)
 	for _, i := range file {
@@ -718,6 +794,48 @@ func TestBitsOnesBatches(t *testing.T) {
 				t.Fatalf("%s: Ones(0) stopped after %d: %d bits", where, stopAt, len(got))
 			}
 		}
+		// NextOnes: every dst size from 1 to 300 from the start, sizes
+		// about a word and a batch from the other offsets.
+		for size := 1; size <= 300; size++ {
+			if got := collectNextAll(t, b, 0, size); !slices.Equal(got, want) {
+				t.Fatalf("%s: NextOnes(0, [%d]): %d bits, want %d (first difference at %d)", where, size, len(got), len(want), firstDiff(got, want))
+			}
+		}
+		for _, from := range froms {
+			k, _ := slices.BinarySearch(want, from)
+			for _, size := range []int{1, 7, 63, 64, 65, 255, 256, 257} {
+				if got := collectNextAll(t, b, from, size); !slices.Equal(got, want[k:]) {
+					t.Fatalf("%s: NextOnes(%d, [%d]): %d bits, want %d (first difference at %d)", where, from, size, len(got), len(want[k:]), firstDiff(got, want[k:]))
+				}
+			}
+		}
+		// From on each set bit and between: the first bit read is the
+		// model's next one.
+		dst := make([]uint64, 1)
+		for j, i := range want {
+			if j%7 != 0 {
+				continue
+			}
+			for _, from := range []uint64{i, i + 1} {
+				k, _ := slices.BinarySearch(want, from)
+				n, next := b.NextOnes(from, dst, nil)
+				if k == len(want) {
+					if n != 0 || next != b.Len() {
+						t.Fatalf("%s: NextOnes(%d) past the last bit: %d bits, next %d (length %d)", where, from, n, next, b.Len())
+					}
+					continue
+				}
+				if n != 1 || dst[0] != want[k] || next <= want[k] || k+1 < len(want) && next > want[k+1] {
+					t.Fatalf("%s: NextOnes(%d, [1]) = %d bits (%d), next %d; want %d and a next up to the bit after it", where, from, n, dst[0], next, want[k])
+				}
+			}
+		}
+		// Past the length: nothing, and next is from.
+		for _, from := range []uint64{b.Len(), b.Len() + 1, 1 << 40} {
+			if k, next := b.NextOnes(from, dst, nil); k != 0 || next != from {
+				t.Fatalf("%s: NextOnes(%d) past the length %d: %d bits, next %d", where, from, b.Len(), k, next)
+			}
+		}
 		// OnesUntil: stop set during the first page ends the sequence at
 		// the next page.
 		var stop atomic.Bool
@@ -749,6 +867,34 @@ func TestBitsOnesBatches(t *testing.T) {
 	}
 	b.Settle()
 	check("flushed")
+}
+
+// collectNextAll is collectNext with no cap on the bits read.
+func collectNextAll(t *testing.T, b *Bits, from uint64, size int) []uint64 {
+	t.Helper()
+	dst := make([]uint64, size)
+	var out []uint64
+	for {
+		n, next := b.NextOnes(from, dst, nil)
+		out = append(out, dst[:n]...)
+		if n < size {
+			if next != max(from, b.Len()) {
+				t.Fatalf("NextOnes(%d, [%d]) ended at next %d, want %d", from, size, next, max(from, b.Len()))
+			}
+			return out
+		}
+		from = next
+	}
+}
+
+// firstDiff is the first index where got and want differ.
+func firstDiff(got, want []uint64) int {
+	for j := range min(len(got), len(want)) {
+		if got[j] != want[j] {
+			return j
+		}
+	}
+	return min(len(got), len(want))
 }
 
 // TestBitsFlushAppliesPages: with no snapshot open the flush applies each

@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"iter"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 
@@ -635,4 +636,28 @@ func (s *BitsSnapshot) GetMany(idx []uint64, out []bool) {
 // Ones is Bits.Ones as of the snapshot.
 func (s *BitsSnapshot) Ones(from uint64) iter.Seq[uint64] {
 	return func(yield func(uint64) bool) { ones(from, s.length, s.word64, yield) }
+}
+
+// NextOnes is Bits.NextOnes as of the snapshot (no stop flag: the snapshot
+// does not change). It reads word by word (no cursor: the snapshot has no
+// region summary of its own).
+func (s *BitsSnapshot) NextOnes(from uint64, dst []uint64) (n int, next uint64) {
+	pos := from
+	for pos < s.length && n < len(dst) {
+		w := pos >> 6
+		x := s.word64(w) >> (pos & 63) << (pos & 63)
+		if r := s.length - w<<6; r < 64 {
+			x &= uint64(1)<<r - 1
+		}
+		for ; x != 0 && n < len(dst); x &= x - 1 {
+			i := w<<6 | uint64(bits.TrailingZeros64(x))
+			dst[n] = i
+			n++
+			pos = i + 1
+		}
+		if x == 0 {
+			pos = min((w+1)<<6, s.length)
+		}
+	}
+	return n, pos
 }
