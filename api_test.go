@@ -508,9 +508,15 @@ type stallFS struct {
 }
 
 func newStallFS() (*stallFS, vfs.FS) {
+	return newStallFSOn(errorfs.OpFileWrite, errorfs.OpFileWriteAt)
+}
+
+// newStallFSOn is newStallFS for the next WAL operation of one of kinds
+// (a sync, say: a generation written but not durable).
+func newStallFSOn(kinds ...errorfs.OpKind) (*stallFS, vfs.FS) {
 	s := &stallFS{stalled: make(chan struct{}, 1), released: make(chan struct{})}
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) && strings.HasSuffix(op.Path, ".log") &&
+		if slices.Contains(kinds, op.Kind) && strings.HasSuffix(op.Path, ".log") &&
 			s.armed.CompareAndSwap(true, false) {
 			s.stalled <- struct{}{}
 			<-s.released

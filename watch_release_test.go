@@ -3,39 +3,12 @@ package kvbuf
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-// syncStallFS is a store file system whose next WAL sync, once armed,
-// blocks until released: a generation committed into it is written but
-// not durable, its wait not returned.
-type syncStallFS struct {
-	armed    atomic.Bool
-	stalled  chan struct{}
-	released chan struct{}
-}
-
-func newSyncStallFS() (*syncStallFS, vfs.FS) {
-	s := &syncStallFS{stalled: make(chan struct{}, 1), released: make(chan struct{})}
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if strings.HasSuffix(op.Path, ".log") && s.armed.CompareAndSwap(true, false) {
-				s.stalled <- struct{}{}
-				<-s.released
-			}
-		}
-		return nil
-	})
-	return s, reuseWrapFS{errorfs.Wrap(vfs.NewMem(), inj)}
-}
 
 // TestWatchDurableAfterSync: a durable watch delivers nothing of a
 // generation while its data is written but not synced (the generation's
@@ -46,7 +19,7 @@ func newSyncStallFS() (*syncStallFS, vfs.FS) {
 // the change. Mutation 590 (the feed told at the end of the generation's
 // Write, before its wait) fails it.
 func TestWatchDurableAfterSync(t *testing.T) {
-	sfs, fsys := newSyncStallFS()
+	sfs, fsys := newStallFSOn(errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo)
 	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, GroupWait: -1, WatchFromOpen: true, storeFS: fsys})
 	defer closeT(t, db)
 	// Let a held sync through whatever happens: a t.Fatal while it is
