@@ -126,60 +126,58 @@ func checkBits(t testing.TB, r bitsReader, ones func(uint64) []uint64, m *bitsMo
 	}
 }
 
-// collect returns the first 300 indexes of seq (stopping it early, which
-// exercises the early exit too).
 // collectNext is collect through NextOnes: calls into a dst of size bits,
-// each from the previous call's next, up to 300 bits. It checks each
-// call's results against the contract: increasing indexes at or after
-// from, below next, and a short batch only at the end (next then at or
-// past the length).
+// each from the previous call's next, up to 300 bits (nextOnesRun).
 func collectNext(t *testing.T, b *Bits, from uint64, size int) []uint64 {
 	t.Helper()
-	dst := make([]uint64, size)
-	var out []uint64
-	for len(out) < 300 {
-		n, next := b.NextOnes(from, dst, nil)
-		for j, i := range dst[:n] {
-			if i < from || i >= next || j > 0 && i <= dst[j-1] {
-				t.Fatalf("NextOnes(%d, [%d]) read %d at %d, next %d", from, size, i, j, next)
-			}
-		}
-		out = append(out, dst[:n]...)
-		if n < size {
-			if next != max(from, b.Len()) {
-				t.Fatalf("NextOnes(%d, [%d]) ended short (%d) at next %d, length %d", from, size, n, next, b.Len())
-			}
-			break
-		}
-		from = next
-	}
-	return out[:min(len(out), 300)]
+	return nextOnesRun(t, "", liveNextOnes(b), b.Len, from, size, 300)
 }
 
 // collectSnapNext is collectNext over a snapshot.
 func collectSnapNext(t *testing.T, s *BitsSnapshot, from uint64, size int) []uint64 {
 	t.Helper()
+	return nextOnesRun(t, "snapshot ", s.NextOnes, s.Len, from, size, 300)
+}
+
+// liveNextOnes is b.NextOnes with no stop flag.
+func liveNextOnes(b *Bits) func(uint64, []uint64) (int, uint64) {
+	return func(from uint64, dst []uint64) (int, uint64) { return b.NextOnes(from, dst, nil) }
+}
+
+// nextOnesRun calls next into a dst of size bits, each call from the
+// previous one's next, until a short batch or limit bits (no limit if
+// negative), and returns the bits read, at most limit. It checks each
+// call's results against the contract: increasing indexes at or after
+// from, below next, and a short batch only at the end (next then at or
+// past the length). what prefixes its messages.
+func nextOnesRun(t *testing.T, what string, next func(uint64, []uint64) (int, uint64), length func() uint64, from uint64, size, limit int) []uint64 {
+	t.Helper()
 	dst := make([]uint64, size)
 	var out []uint64
-	for len(out) < 300 {
-		n, next := s.NextOnes(from, dst)
+	for limit < 0 || len(out) < limit {
+		n, nx := next(from, dst)
 		for j, i := range dst[:n] {
-			if i < from || i >= next || j > 0 && i <= dst[j-1] {
-				t.Fatalf("snapshot NextOnes(%d, [%d]) read %d at %d, next %d", from, size, i, j, next)
+			if i < from || i >= nx || j > 0 && i <= dst[j-1] {
+				t.Fatalf("%sNextOnes(%d, [%d]) read %d at %d, next %d", what, from, size, i, j, nx)
 			}
 		}
 		out = append(out, dst[:n]...)
 		if n < size {
-			if next != max(from, s.Len()) {
-				t.Fatalf("snapshot NextOnes(%d, [%d]) ended short (%d) at next %d, length %d", from, size, n, next, s.Len())
+			if nx != max(from, length()) {
+				t.Fatalf("%sNextOnes(%d, [%d]) ended short (%d) at next %d, length %d", what, from, size, n, nx, length())
 			}
 			break
 		}
-		from = next
+		from = nx
 	}
-	return out[:min(len(out), 300)]
+	if limit >= 0 {
+		out = out[:min(len(out), limit)]
+	}
+	return out
 }
 
+// collect returns the first 300 indexes of seq (stopping it early, which
+// exercises the early exit too).
 func collect(seq func(func(uint64) bool)) []uint64 {
 	var out []uint64
 	for i := range seq {
@@ -872,19 +870,7 @@ func TestBitsOnesBatches(t *testing.T) {
 // collectNextAll is collectNext with no cap on the bits read.
 func collectNextAll(t *testing.T, b *Bits, from uint64, size int) []uint64 {
 	t.Helper()
-	dst := make([]uint64, size)
-	var out []uint64
-	for {
-		n, next := b.NextOnes(from, dst, nil)
-		out = append(out, dst[:n]...)
-		if n < size {
-			if next != max(from, b.Len()) {
-				t.Fatalf("NextOnes(%d, [%d]) ended at next %d, want %d", from, size, next, max(from, b.Len()))
-			}
-			return out
-		}
-		from = next
-	}
+	return nextOnesRun(t, "", liveNextOnes(b), b.Len, from, size, -1)
 }
 
 // firstDiff is the first index where got and want differ.
