@@ -539,7 +539,8 @@ func (f reuseWrapFS) ReuseForWrite(oldname, newname string, category vfs.DiskWri
 }
 
 // stall starts a Flush that freezes everything pending and blocks in the
-// WAL write; it returns that Flush's result channel.
+// WAL operation s stalls (a write, or what newStallFSOn names); it
+// returns that Flush's result channel.
 func (s *stallFS) stall(t testing.TB, db *DB) <-chan error {
 	t.Helper()
 	s.armed.Store(true)
@@ -548,7 +549,7 @@ func (s *stallFS) stall(t testing.TB, db *DB) <-chan error {
 	select {
 	case <-s.stalled:
 	case err := <-done:
-		t.Fatalf("the flush finished without writing the WAL: %v", err)
+		t.Fatalf("the flush finished without reaching the stalled WAL operation: %v", err)
 	case <-time.After(hangTimeout):
 		t.Fatal("the flush neither stalled nor finished") // a hang detector
 	}

@@ -40,16 +40,7 @@ func TestWatchDurableAfterSync(t *testing.T) {
 	if err := db.Apply(ctx, bt, 0); err != nil {
 		t.Fatal(err)
 	}
-	sfs.armed.Store(true)
-	done := make(chan error, 1)
-	go func() { done <- db.Flush(ctx) }()
-	select {
-	case <-sfs.stalled:
-	case err := <-done:
-		t.Fatalf("the flush finished without syncing the WAL: %v", err)
-	case <-time.After(hangTimeout):
-		t.Fatal("the flush neither stalled nor finished") // a hang detector
-	}
+	done := sfs.stall(t, db)
 	// The generation is committed, its sync held. The resolver runs every
 	// watchTick; run it here too, so that a release told early shows at
 	// once however late the machine schedules the resolver.
