@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"iter"
-	"math/bits"
 	"slices"
 	"sync/atomic"
 
@@ -639,25 +638,21 @@ func (s *BitsSnapshot) Ones(from uint64) iter.Seq[uint64] {
 }
 
 // NextOnes is Bits.NextOnes as of the snapshot (no stop flag: the snapshot
-// does not change). It reads word by word (no cursor: the snapshot has no
-// region summary of its own).
+// does not change). It reads word by word through ones, as the snapshot's
+// Ones does (no cursor: the snapshot has no region summary of its own).
 func (s *BitsSnapshot) NextOnes(from uint64, dst []uint64) (n int, next uint64) {
-	pos := from
-	for pos < s.length && n < len(dst) {
-		w := pos >> 6
-		x := s.word64(w) >> (pos & 63) << (pos & 63)
-		if r := s.length - w<<6; r < 64 {
-			x &= uint64(1)<<r - 1
-		}
-		for ; x != 0 && n < len(dst); x &= x - 1 {
-			i := w<<6 | uint64(bits.TrailingZeros64(x))
-			dst[n] = i
-			n++
-			pos = i + 1
-		}
-		if x == 0 {
-			pos = min((w+1)<<6, s.length)
-		}
+	next = max(from, s.length) // unless dst fills
+	if len(dst) == 0 {
+		return 0, from
 	}
-	return n, pos
+	ones(from, s.length, s.word64, func(i uint64) bool {
+		dst[n] = i
+		n++
+		if n == len(dst) {
+			next = i + 1
+			return false
+		}
+		return true
+	})
+	return n, next
 }
