@@ -195,64 +195,65 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 // Given v, a lookup with bits pending loads the view once, as before
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
-	// A fast view (B13: open, no sealed table, the active table dense,
-	// never direct: limit 0) is tested first and goes straight to the
-	// active table's probe below, from fields on the view's first line,
-	// with nothing else loaded or tested in between. Every other view
-	// takes the filter check first, in line (a call to it cost W7's
-	// lookups under writes, whose views are rarely fast, about 5%).
-	if !v.fast {
+	// The path of W7's lookups under writes (a few hundred bits pending,
+	// most words unmarked) comes first, gated by one field: below fn, one
+	// word of each filter decides (B4a: no table can hold the bit if
+	// neither marks its word; read through unsafe, fn bounds both), then
+	// the file's word and the view again, with no other field or global
+	// loaded. publish sets fn to 0 in a view that must not take it: a
+	// closed one (B12), a fast one (B13) and, in tests, one published
+	// while the "bits-filter" hook is on (hookFilter), so that the tests
+	// of those take the else branch, where each is told apart.
+	l := i >> filterShift
+	if k := l >> 6; k < v.fn {
+		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
+		if f>>(l&63)&1 != 0 {
+			goto marked
+		}
+	} else if v.fast {
+		// A fast view (B13: open, no sealed table, the active table
+		// dense, never direct: limit 0) goes straight to the active
+		// table's probe below, with nothing else tested.
+		goto active
+	} else {
 		if testHook != nil {
 			testHook("bits-filter")
 		}
-		// No table can hold the bit if neither filter marks its word
-		// (B4a): the file alone. Below fn, one word of each filter
-		// decides (read through unsafe: fn bounds both); fn is 0 in a
-		// closed view (publish), whose lookups report closed below.
-		// Past fn, maybe (covers, unfiltered tables). A dense table has
-		// every word marked (B4a), so its flag is not read: a view whose
-		// active table is dense and that has no sealed table is fast
-		// (B13) but in the moment between the flag and densed's
-		// publish, when the filter check finds the word marked as well.
-		// This is the path of W7's lookups under writes (a few hundred
-		// bits pending, most words unmarked): the filter words, the
-		// file's word and the view again, with no other field loaded.
-		// The filters are the tables' and a released table's is reset
-		// (zeroed) while the view may still be read: re-validate (B8) as
-		// a fold does, or the view's file words may predate the growth
-		// that holds the bit. A direct view that reached here (its
-		// direct read raced a view change) is re-validated the same way,
-		// and takes getPending if its word is marked (B2: a writer's
-		// view came first). The dense flag was tested before the filters
-		// until bits22: one load more on W7's path, for a case a fast
-		// view covers.
-		l := i >> filterShift
-		if k := l >> 6; k < v.fn {
-			f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
-				*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-			if f>>(l&63)&1 != 0 {
-				goto marked
-			}
-		} else if v.closed {
+		// Past fn (covers, unfiltered tables), a closed view, or a
+		// hooked one: maybe decides with its bounds checks.
+		if v.closed {
 			return LookupClosed
-		} else if v.maybe(l) {
+		}
+		if v.maybe(l) {
 			goto marked
 		}
-		{
-			var x uint64
-			if i < v.nbits {
-				x = fileWordAt(v.words, i)
-			}
-			if b.view.Load() == v {
-				return x >> (i & 63) & 1
-			}
-			return b.getPending(i)
-		}
-	marked:
-		if len(v.sealed) != 0 || i < v.limit {
-			return b.getPending(i)
-		}
 	}
+	// Unmarked. The filters are the tables' and a released table's is
+	// reset (zeroed) while the view may still be read: re-validate (B8)
+	// as a fold does, or the view's file words may predate the growth
+	// that holds the bit. A direct view that reached here (its direct
+	// read raced a view change) is re-validated the same way, and takes
+	// getPending if its word is marked (B2: a writer's view came first).
+	// A dense table has every word marked (B4a), so its flag is not
+	// read: a view whose active table is dense and that has no sealed
+	// table is fast (B13) but in the moment between the flag and
+	// densed's publish, when the filter check finds the word marked.
+	{
+		var x uint64
+		if i < v.nbits {
+			x = fileWordAt(v.words, i)
+		}
+		if b.view.Load() == v {
+			return x >> (i & 63) & 1
+		}
+		return b.getPending(i)
+	}
+marked:
+	if len(v.sealed) != 0 || i < v.limit {
+		return b.getPending(i)
+	}
+active:
 	// The active table alone, on the view already loaded: the file's word
 	// first, then the table's, two independent loads whose cache misses
 	// overlap, both between the view's two loads (B8a, B12).

@@ -41,7 +41,10 @@ type bitsView struct {
 	// word is below it loads one word of each and nothing else to decide
 	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
 	// written) as long as afilt, so that the check is the same. fn is 0 in
-	// a closed view, so that such a lookup reaches the closed test (B12).
+	// a closed view, a fast one and one published while the tests'
+	// "bits-filter" hook is on (filterHook), so that LookupSlow's one
+	// test of fn keeps them all off its filter path: they are told apart
+	// past it (B12, B13).
 	fn     uint64
 	fv     *bitslice.View
 	active *bitsTable
@@ -71,11 +74,13 @@ func (b *Bits) publish(v *bitsView) {
 		}
 		v.sfilt = b.zeros[:len(v.afilt)]
 	}
-	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
-	if v.closed {
-		v.fn = 0 // LookupSlow tests closed only past fn (B12)
-	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
+	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
+	if v.closed || v.fast || filterHook.Load() {
+		// LookupSlow tests closed (B12), fast (B13) and the tests'
+		// hook only past fn.
+		v.fn = 0
+	}
 	b.view.Store(v)
 }
 

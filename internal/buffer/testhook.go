@@ -1,5 +1,7 @@
 package buffer
 
+import "sync/atomic"
+
 // testHook, nil outside tests, is called at these points so that a test
 // can make a writer act exactly there: "iter-pin" (NewIter has loaded the
 // view and not yet pinned its tables or loaded its visible number),
@@ -8,7 +10,8 @@ package buffer
 // "read-copy" (a point read found a change in a version record and has
 // not copied it yet), "bits-page" (a bits read loaded a sealed table's
 // page and not yet its word), "bits-filter" (a bits Get loaded a view
-// that is not fast and has not yet read the word filters),
+// that is not fast, published while filterHook was on, and has not yet
+// read the word filters),
 // "bits-and" (a bits write of 0 found a bit pending as 1 with its atomic
 // OR and has not yet cleared it with its AND), "bits-fill" (SetMany
 // filled a page for a directory entry it found empty and has not yet
@@ -19,3 +22,8 @@ package buffer
 // Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
+
+// filterHook, on in tests only, makes every view published while it is on
+// take LookupSlow's branch past fn (publish sets fn to 0), where the
+// "bits-filter" hook is called: the filter path below fn tests no hook.
+var filterHook atomic.Bool
