@@ -65,7 +65,6 @@ type Bits struct {
 	hi   atomic.Uint64 // highest index ever set + 1
 	ones atomic.Int64  // set bits, pending changes included
 
-	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
 	// unionBuf is a zeroed slice, never published, whose pages were
 	// touched off the flush's line (Recycle): the next union of sealed
 	// filters (publish) fills it instead of fresh memory, whose first
@@ -196,16 +195,22 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// The path of W7's lookups under writes (a few hundred bits pending,
-	// most words unmarked) comes first, gated by one field: below fn, one
-	// word of each filter decides (B4a: no table can hold the bit if
-	// neither marks its word; read through unsafe, fn bounds both), then
-	// the file's word and the view again, with no other field or global
-	// loaded. publish sets fn to 0 in a view that must not take it: a
-	// closed one (B12), a fast one (B13) and, in tests, one published
-	// while the "bits-filter" hook is on (hookFilter), so that the tests
-	// of those take the else branch, where each is told apart.
+	// most words unmarked, no sealed table most of the time) comes first,
+	// gated by one field: below an, the active filter's word decides
+	// (B4a: no table can hold the bit if its word is unmarked; read
+	// through unsafe, an bounds it), then the file's word and the view
+	// again, with no other field or global loaded. Below fn (a view with
+	// sealed tables), one word of each filter decides. publish sets both
+	// to 0 in a view that must take neither: a closed one (B12), a fast
+	// one (B13) and, in tests, one published while the "bits-filter"
+	// hook is on (filterHook), so that those take the last branch, where
+	// each is told apart.
 	l := i >> filterShift
-	if k := l >> 6; k < v.fn {
+	if k := l >> 6; k < v.an {
+		if atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))>>(l&63)&1 != 0 {
+			goto marked
+		}
+	} else if k < v.fn {
 		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
 		if f>>(l&63)&1 != 0 {
@@ -220,8 +225,8 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 		if testHook != nil {
 			testHook("bits-filter")
 		}
-		// Past fn (covers, unfiltered tables), a closed view, or a
-		// hooked one: maybe decides with its bounds checks.
+		// Past an and fn (covers, unfiltered tables), a closed view,
+		// or a hooked one: maybe decides with its bounds checks.
 		if v.closed {
 			return LookupClosed
 		}

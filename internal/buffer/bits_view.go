@@ -37,14 +37,15 @@ type bitsView struct {
 	afilt []uint64
 	sfilt []uint64
 	sunf  bool
-	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
-	// word is below it loads one word of each and nothing else to decide
-	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
-	// written) as long as afilt, so that the check is the same. fn is 0 in
-	// a closed view, a fast one and one published while the tests'
-	// "bits-filter" hook is on (filterHook), so that LookupSlow's one
-	// test of fn keeps them all off its filter path: they are told apart
-	// past it (B12, B13).
+	// an and fn bound LookupSlow's filter paths: below an (len(afilt) in
+	// a view without sealed tables, else 0) the active filter's word
+	// alone decides, below fn (min(len(afilt), len(sfilt)) in a view with
+	// sealed tables, else 0) one word of each filter, with nothing else
+	// loaded (Get). Both are 0 in a closed view, a fast one and one
+	// published while the tests' "bits-filter" hook is on (filterHook),
+	// so that LookupSlow's tests of an and fn keep them all off its filter
+	// paths: they are told apart past them (B12, B13).
+	an     uint64
 	fn     uint64
 	fv     *bitslice.View
 	active *bitsTable
@@ -68,18 +69,16 @@ func (b *Bits) publish(v *bitsView) {
 		buf, b.unionBuf = b.unionBuf, nil
 		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
 	}
-	if len(v.sealed) == 0 && len(v.sfilt) < len(v.afilt) {
-		if len(b.zeros) < len(v.afilt) {
-			b.zeros = make([]uint64, len(v.afilt))
-		}
-		v.sfilt = b.zeros[:len(v.afilt)]
-	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
-	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
-	if v.closed || v.fast || filterHook.Load() {
+	v.an, v.fn = 0, 0
+	switch {
+	case v.closed || v.fast || filterHook.Load():
 		// LookupSlow tests closed (B12), fast (B13) and the tests'
-		// hook only past fn.
-		v.fn = 0
+		// hook only past an and fn.
+	case len(v.sealed) == 0:
+		v.an = uint64(len(v.afilt))
+	default:
+		v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
 	}
 	b.view.Store(v)
 }
