@@ -207,9 +207,20 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// each is told apart.
 	l := i >> filterShift
 	if k := l >> 6; k < v.an {
-		if atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))>>(l&63)&1 != 0 {
-			goto marked
+		if atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))>>(l&63)&1 == 0 {
+			// Unmarked: the file's word and the view again, as below,
+			// written out here so that this path falls through, with no
+			// jump taken (past the file's end: below).
+			if i < v.nbits {
+				x := fileWordAt(v.words, i)
+				if b.view.Load() == v {
+					return x >> (i & 63) & 1
+				}
+				return b.getPending(i)
+			}
+			goto unmarked
 		}
+		goto marked
 	} else if k < v.fn {
 		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
@@ -244,6 +255,7 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// read: a view whose active table is dense and that has no sealed
 	// table is fast (B13) but in the moment between the flag and
 	// densed's publish, when the filter check finds the word marked.
+unmarked:
 	{
 		var x uint64
 		if i < v.nbits {
