@@ -196,29 +196,27 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// The path of W7's lookups under writes (a few hundred bits pending,
 	// most words unmarked, no sealed table most of the time) comes first,
-	// gated by one field: below an, the active filter's word decides
-	// (B4a: no table can hold the bit if its word is unmarked; read
-	// through unsafe, an bounds it), then the file's word and the view
-	// again, with no other field or global loaded. Below fn (a view with
-	// sealed tables), one word of each filter decides. publish sets both
-	// to 0 in a view that must take neither: a closed one (B12), a fast
-	// one (B13) and, in tests, one published while the "bits-filter"
-	// hook is on (filterHook), so that those take the last branch, where
-	// each is told apart.
+	// gated by one test: below alim, the active filter's word decides
+	// (B4a: no table can hold the bit if its word is unmarked), then the
+	// file's word and the view again, with no other field or global
+	// loaded (both words read through unsafe: alim bounds both). Below fn
+	// (a view with sealed tables), one word of each filter decides.
+	// publish sets both to 0 in a view that must take neither: a closed
+	// one (B12), a fast one (B13) and, in tests, one published while the
+	// "bits-filter" hook is on (filterHook), so that those take the last
+	// branch, where each is told apart.
 	l := i >> filterShift
-	if k := l >> 6; k < v.an {
+	k := l >> 6
+	if i < v.alim {
 		if atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))>>(l&63)&1 == 0 {
 			// Unmarked: the file's word and the view again, as below,
 			// written out here so that this path falls through, with no
-			// jump taken (past the file's end: below).
-			if i < v.nbits {
-				x := fileWordAt(v.words, i)
-				if b.view.Load() == v {
-					return x >> (i & 63) & 1
-				}
-				return b.getPending(i)
+			// jump taken.
+			x := fileWordAt(v.words, i)
+			if b.view.Load() == v {
+				return x >> (i & 63) & 1
 			}
-			goto unmarked
+			return b.getPending(i)
 		}
 		goto marked
 	} else if k < v.fn {
@@ -236,8 +234,9 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 		if testHook != nil {
 			testHook("bits-filter")
 		}
-		// Past an and fn (covers, unfiltered tables), a closed view,
-		// or a hooked one: maybe decides with its bounds checks.
+		// Past alim and fn (the file's end, covers, unfiltered
+		// tables), a closed view, or a hooked one: maybe decides with
+		// its bounds checks.
 		if v.closed {
 			return LookupClosed
 		}
@@ -255,7 +254,6 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// read: a view whose active table is dense and that has no sealed
 	// table is fast (B13) but in the moment between the flag and
 	// densed's publish, when the filter check finds the word marked.
-unmarked:
 	{
 		var x uint64
 		if i < v.nbits {

@@ -69,12 +69,12 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 
 // TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
 // fast from the filters first and tests the closed mark only past the
-// view's an and fn, which publish sets to 0 in a closed view (B12). After
+// view's alim and fn, which publish sets to 0 in a closed view (B12). After
 // MarkClosed, every lookup reports closed: of a bit whose filter word is
 // unmarked (the file alone, W7's usual lookup), of a marked one (pending
 // in the active table, or in a sealed one), past the file's end, and over
 // a view that was direct (nothing pending) when it was closed. Mutation
-// 560 leaves an and fn as they were in a closed view.
+// 560 leaves alim and fn as they were in a closed view.
 func TestBitsLookupClosedFilterPath(t *testing.T) {
 	for _, state := range []string{"direct", "active", "sealed"} {
 		r := newSizedBitsRig(t, 1<<16)
@@ -97,12 +97,12 @@ func TestBitsLookupClosedFilterPath(t *testing.T) {
 			}
 		}
 		v := r.b.view.Load()
-		if v.fast || v.direct != (state == "direct") || v.an+v.fn == 0 {
-			t.Fatalf("%s: view fast %v, direct %v, an %d, fn %d before MarkClosed", state, v.fast, v.direct, v.an, v.fn)
+		if v.fast || v.direct != (state == "direct") || v.alim+v.fn == 0 {
+			t.Fatalf("%s: view fast %v, direct %v, alim %d, fn %d before MarkClosed", state, v.fast, v.direct, v.alim, v.fn)
 		}
 		r.b.MarkClosed()
-		if v := r.b.view.Load(); v.an+v.fn != 0 {
-			t.Errorf("%s: a closed view's an is %d and fn %d, want 0", state, v.an, v.fn)
+		if v := r.b.view.Load(); v.alim+v.fn != 0 {
+			t.Errorf("%s: a closed view's alim is %d and fn %d, want 0", state, v.alim, v.fn)
 		}
 		for _, i := range []uint64{100, 101, 5000, 1 << 30} {
 			if x := r.b.Lookup(i, (*Bits).LookupSlow); x != LookupClosed {

@@ -37,15 +37,17 @@ type bitsView struct {
 	afilt []uint64
 	sfilt []uint64
 	sunf  bool
-	// an and fn bound LookupSlow's filter paths: below an (len(afilt) in
-	// a view without sealed tables, else 0) the active filter's word
-	// alone decides, below fn (min(len(afilt), len(sfilt)) in a view with
-	// sealed tables, else 0) one word of each filter, with nothing else
-	// loaded (Get). Both are 0 in a closed view, a fast one and one
-	// published while the tests' "bits-filter" hook is on (filterHook),
-	// so that LookupSlow's tests of an and fn keep them all off its filter
+	// alim and fn bound LookupSlow's filter paths. alim is a bit index:
+	// in a view without sealed tables, min(nbits, the bits afilt covers),
+	// else 0; a lookup of a bit below it loads the active filter's word
+	// and the file's with no other bounds check, and nothing else to
+	// decide. fn is a filter word index: min(len(afilt), len(sfilt)) in a
+	// view with sealed tables, else 0; below it one word of each filter
+	// decides. Both are 0 in a closed view, a fast one and one published
+	// while the tests' "bits-filter" hook is on (filterHook), so that
+	// LookupSlow's tests of alim and fn keep them all off its filter
 	// paths: they are told apart past them (B12, B13).
-	an     uint64
+	alim   uint64
 	fn     uint64
 	fv     *bitslice.View
 	active *bitsTable
@@ -70,13 +72,13 @@ func (b *Bits) publish(v *bitsView) {
 		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
 	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
-	v.an, v.fn = 0, 0
+	v.alim, v.fn = 0, 0
 	switch {
 	case v.closed || v.fast || filterHook.Load():
 		// LookupSlow tests closed (B12), fast (B13) and the tests'
-		// hook only past an and fn.
+		// hook only past alim and fn.
 	case len(v.sealed) == 0:
-		v.an = uint64(len(v.afilt))
+		v.alim = min(v.nbits, uint64(len(v.afilt))*filterWordBits)
 	default:
 		v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
 	}

@@ -184,7 +184,7 @@ type bitsRig struct {
 }
 
 // hookFilter makes h the test hook with filterHook on, and replaces the
-// view by a copy whose an and fn are 0 (as publish makes them while filterHook is
+// view by a copy whose alim and fn are 0 (as publish makes them while filterHook is
 // on; the copy keeps the view's other fields, fast included), so that
 // lookups from now on call h at "bits-filter"; the returned func turns
 // both off.
@@ -193,7 +193,7 @@ func (r *bitsRig) hookFilter(h func(point string)) (off func()) {
 	testHook = h
 	r.b.vmu.Lock()
 	n := *r.b.view.Load()
-	n.an, n.fn = 0, 0
+	n.alim, n.fn = 0, 0
 	r.b.view.Store(&n)
 	r.b.vmu.Unlock()
 	return func() {
