@@ -219,12 +219,18 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 			return b.getPending(i)
 		}
 		goto marked
-	} else if k < v.fn {
+	} else if i < v.flim {
 		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-		if f>>(l&63)&1 != 0 {
-			goto marked
+		if f>>(l&63)&1 == 0 {
+			// Unmarked in both: as below alim.
+			x := fileWordAt(v.words, i)
+			if b.view.Load() == v {
+				return x >> (i & 63) & 1
+			}
+			return b.getPending(i)
 		}
+		goto marked
 	} else if v.fast {
 		// A fast view (B13: open, no sealed table, the active table
 		// dense, never direct: limit 0) goes straight to the active
@@ -234,7 +240,7 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 		if testHook != nil {
 			testHook("bits-filter")
 		}
-		// Past alim and fn (the file's end, covers, unfiltered
+		// Past alim and flim (the file's end, covers, unfiltered
 		// tables), a closed view, or a hooked one: maybe decides with
 		// its bounds checks.
 		if v.closed {

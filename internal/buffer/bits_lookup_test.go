@@ -97,12 +97,12 @@ func TestBitsLookupClosedFilterPath(t *testing.T) {
 			}
 		}
 		v := r.b.view.Load()
-		if v.fast || v.direct != (state == "direct") || v.alim+v.fn == 0 {
-			t.Fatalf("%s: view fast %v, direct %v, alim %d, fn %d before MarkClosed", state, v.fast, v.direct, v.alim, v.fn)
+		if v.fast || v.direct != (state == "direct") || v.alim+v.flim == 0 {
+			t.Fatalf("%s: view fast %v, direct %v, alim %d, flim %d before MarkClosed", state, v.fast, v.direct, v.alim, v.flim)
 		}
 		r.b.MarkClosed()
-		if v := r.b.view.Load(); v.alim+v.fn != 0 {
-			t.Errorf("%s: a closed view's alim is %d and fn %d, want 0", state, v.alim, v.fn)
+		if v := r.b.view.Load(); v.alim+v.flim != 0 {
+			t.Errorf("%s: a closed view's alim is %d and flim %d, want 0", state, v.alim, v.flim)
 		}
 		for _, i := range []uint64{100, 101, 5000, 1 << 30} {
 			if x := r.b.Lookup(i, (*Bits).LookupSlow); x != LookupClosed {

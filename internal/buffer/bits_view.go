@@ -48,7 +48,7 @@ type bitsView struct {
 	// LookupSlow's tests of alim and fn keep them all off its filter
 	// paths: they are told apart past them (B12, B13).
 	alim   uint64
-	fn     uint64
+	flim   uint64
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
@@ -72,7 +72,7 @@ func (b *Bits) publish(v *bitsView) {
 		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
 	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
-	v.alim, v.fn = 0, 0
+	v.alim, v.flim = 0, 0
 	switch {
 	case v.closed || v.fast || filterHook.Load():
 		// LookupSlow tests closed (B12), fast (B13) and the tests'
@@ -80,7 +80,7 @@ func (b *Bits) publish(v *bitsView) {
 	case len(v.sealed) == 0:
 		v.alim = min(v.nbits, uint64(len(v.afilt))*filterWordBits)
 	default:
-		v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
+		v.flim = min(v.nbits, uint64(min(len(v.afilt), len(v.sfilt)))*filterWordBits)
 	}
 	b.view.Store(v)
 }

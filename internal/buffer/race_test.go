@@ -193,7 +193,7 @@ func (r *bitsRig) hookFilter(h func(point string)) (off func()) {
 	testHook = h
 	r.b.vmu.Lock()
 	n := *r.b.view.Load()
-	n.alim, n.fn = 0, 0
+	n.alim, n.flim = 0, 0
 	r.b.view.Store(&n)
 	r.b.vmu.Unlock()
 	return func() {
