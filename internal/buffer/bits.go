@@ -199,8 +199,8 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// gated by one test: below alim, the active filter's word decides
 	// (B4a: no table can hold the bit if its word is unmarked), then the
 	// file's word and the view again, with no other field or global
-	// loaded (both words read through unsafe: alim bounds both). Below fn
-	// (a view with sealed tables), one word of each filter decides.
+	// loaded (both words read through unsafe: alim bounds both). Below
+	// flim (a view with sealed tables), one word of each filter decides.
 	// publish sets both to 0 in a view that must take neither: a closed
 	// one (B12), a fast one (B13) and, in tests, one published while the
 	// "bits-filter" hook is on (filterHook), so that those take the last

@@ -69,12 +69,12 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 
 // TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
 // fast from the filters first and tests the closed mark only past the
-// view's alim and fn, which publish sets to 0 in a closed view (B12). After
+// view's alim and flim, which publish sets to 0 in a closed view (B12). After
 // MarkClosed, every lookup reports closed: of a bit whose filter word is
 // unmarked (the file alone, W7's usual lookup), of a marked one (pending
 // in the active table, or in a sealed one), past the file's end, and over
 // a view that was direct (nothing pending) when it was closed. Mutation
-// 560 leaves alim and fn as they were in a closed view.
+// 560 leaves alim and flim as they were in a closed view.
 func TestBitsLookupClosedFilterPath(t *testing.T) {
 	for _, state := range []string{"direct", "active", "sealed"} {
 		r := newSizedBitsRig(t, 1<<16)

@@ -37,16 +37,17 @@ type bitsView struct {
 	afilt []uint64
 	sfilt []uint64
 	sunf  bool
-	// alim and fn bound LookupSlow's filter paths. alim is a bit index:
-	// in a view without sealed tables, min(nbits, the bits afilt covers),
-	// else 0; a lookup of a bit below it loads the active filter's word
-	// and the file's with no other bounds check, and nothing else to
-	// decide. fn is a filter word index: min(len(afilt), len(sfilt)) in a
-	// view with sealed tables, else 0; below it one word of each filter
-	// decides. Both are 0 in a closed view, a fast one and one published
-	// while the tests' "bits-filter" hook is on (filterHook), so that
-	// LookupSlow's tests of alim and fn keep them all off its filter
-	// paths: they are told apart past them (B12, B13).
+	// alim and flim bound LookupSlow's filter paths (B14), both bit
+	// indexes below the file's length: alim is min(nbits, the bits afilt
+	// covers) in a view without sealed tables, else 0, and a lookup of a
+	// bit below it loads the active filter's word and the file's with no
+	// other bounds check, and nothing else to decide; flim is min(nbits,
+	// the bits both filters cover) in a view with sealed tables, else 0,
+	// and below it one word of each filter decides. Both are 0 in a
+	// closed view, a fast one and one published while the tests'
+	// "bits-filter" hook is on (filterHook), so that LookupSlow's tests
+	// of alim and flim keep them all off its filter paths: they are told
+	// apart past them (B12, B13).
 	alim   uint64
 	flim   uint64
 	fv     *bitslice.View
@@ -76,7 +77,7 @@ func (b *Bits) publish(v *bitsView) {
 	switch {
 	case v.closed || v.fast || filterHook.Load():
 		// LookupSlow tests closed (B12), fast (B13) and the tests'
-		// hook only past alim and fn.
+		// hook only past alim and flim.
 	case len(v.sealed) == 0:
 		v.alim = min(v.nbits, uint64(len(v.afilt))*filterWordBits)
 	default:

@@ -184,7 +184,7 @@ type bitsRig struct {
 }
 
 // hookFilter makes h the test hook with filterHook on, and replaces the
-// view by a copy whose alim and fn are 0 (as publish makes them while filterHook is
+// view by a copy whose alim and flim are 0 (as publish makes them while filterHook is
 // on; the copy keeps the view's other fields, fast included), so that
 // lookups from now on call h at "bits-filter"; the returned func turns
 // both off.
