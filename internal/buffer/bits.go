@@ -212,6 +212,11 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 			// Unmarked: the file's word and the view again, as below,
 			// written out here so that this path falls through, with no
 			// jump taken.
+			if invariants.Enabled && testHook != nil {
+				// In the invariants build only: the normal build's
+				// path has no hook (a constant false costs nothing).
+				testHook("bits-lookup-alim")
+			}
 			x := fileWordAt(v.words, i)
 			if b.view.Load() == v {
 				return x >> (i & 63) & 1

@@ -67,6 +67,49 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	}
 }
 
+// TestBitsLookupAlimClosedBetweenLoads is TestBitsLookupClosedBetweenLoads
+// for LookupSlow's path below alim (B14): with a bit pending elsewhere,
+// a lookup of bit 100 (set in the file, its word unmarked) has read the
+// active filter when the owner closes the overlay and the file, before
+// it loads the file's word. It must see the view change and report
+// closed (B12), never return the retired mapping's zero. Invariants
+// build only, as its hook.
+func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
+	if !invariants.Enabled {
+		t.Skip("the hook below alim is in the invariants build only")
+	}
+	r := newSizedBitsRig(t, 1<<16)
+	const i = 100
+	if err := r.b.Set(i, true); err != nil {
+		t.Fatal(err)
+	}
+	r.flush()
+	if err := r.b.Set(5000, true); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.b.view.Load(); v.direct || v.fast || i >= v.alim {
+		t.Fatalf("view direct %v, fast %v, alim %d: bit %d not on the path below alim", v.direct, v.fast, v.alim, i)
+	}
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-lookup-alim" || fired {
+			return
+		}
+		fired = true
+		r.b.MarkClosed()
+		if err := r.f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != LookupClosed {
+		t.Fatalf("bit %d, closed between the filter's load and the word's: Lookup = %d, want LookupClosed (%d)", i, got, LookupClosed)
+	}
+	if !fired {
+		t.Fatal("the lookup never reached the hook below alim")
+	}
+}
+
 // TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
 // fast from the filters first and tests the closed mark only past the
 // view's alim and flim, which publish sets to 0 in a closed view (B12). After

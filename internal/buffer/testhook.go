@@ -18,7 +18,9 @@ import "sync/atomic"
 // installed it), "pool-clear" (the pool cleared a released table and
 // has not yet kept it) and, in the invariants build only (the normal
 // build's Lookup must fit the inliner's budget), "bits-lookup-direct"
-// (Lookup loaded a direct view and has not yet loaded the file's word).
+// (Lookup loaded a direct view and has not yet loaded the file's word)
+// and "bits-lookup-alim" (LookupSlow found a bit below the view's alim
+// unmarked in the active filter and has not yet loaded the file's word).
 // Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
