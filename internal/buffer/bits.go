@@ -43,9 +43,10 @@ type bitsFile interface {
 // load more than the file alone (B1-B3). Over a fast view (open, no
 // sealed table, the active table dense: B13) it loads the table's word and
 // the file's from the view's first line, re-loads the view and combines.
-// Otherwise it checks the word of the bit in the active table's filter and in the sealed tables' union
-// (B4a): with neither marked (few bits pending, the common case) it reads
-// the file's word and re-loads the view (B8). Else it folds the packed
+// Otherwise it checks the word of the bit in the active table's filter
+// (and, with sealed tables, in their union), bounded by the view's alim
+// or flim (B4a, B14): with neither marked (few bits pending, the common
+// case) it reads the file's word and re-loads the view (B8). Else it folds the packed
 // word of every table of the view and the file's word without branching on
 // which holds the bit (the loads overlap), and re-loads the view to detect
 // a table recycled under it (B8).
