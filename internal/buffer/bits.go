@@ -204,8 +204,11 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 	// flim (a view with sealed tables), one word of each filter decides.
 	// publish sets both to 0 in a view that must take neither: a closed
 	// one (B12), a fast one (B13) and, in tests, one published while the
-	// "bits-filter" hook is on (filterHook), so that those take the last
-	// branch, where each is told apart.
+	// "bits-filter" hook is on (filterHook), so that those take the
+	// branches past them, where each is told apart. A fast view (W1's
+	// million pending bits) is tested right after alim, before flim: one
+	// compare more than when it came first (bitsw7_24, W1: the second
+	// cost its lookups 6%).
 	l := i >> filterShift
 	k := l >> 6
 	if i < v.alim {
@@ -225,6 +228,11 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 			return b.getPending(i)
 		}
 		goto marked
+	} else if v.fast {
+		// A fast view (B13: open, no sealed table, the active table
+		// dense, never direct: limit 0) goes straight to the active
+		// table's probe below, with nothing else tested.
+		goto active
 	} else if i < v.flim {
 		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
@@ -237,11 +245,6 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 			return b.getPending(i)
 		}
 		goto marked
-	} else if v.fast {
-		// A fast view (B13: open, no sealed table, the active table
-		// dense, never direct: limit 0) goes straight to the active
-		// table's probe below, with nothing else tested.
-		goto active
 	} else {
 		if testHook != nil {
 			testHook("bits-filter")
