@@ -1571,15 +1571,8 @@ func (f *feed) releaseHook(g uint64) {
 	if f.ret != nil {
 		f.ret.released(g)
 	}
-	durable := len(f.watches) > f.visible
 	f.mu.Unlock()
 	f.kickRun()
-	if durable {
-		// The resolver just readied runs next on this processor only once
-		// Release blocks or yields: yield, so that a durable watch's
-		// delivery does not wait for the rest of Release.
-		runtime.Gosched()
-	}
 }
 
 func (f *feed) kickRun() {
