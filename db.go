@@ -352,6 +352,11 @@ func (db *DB) Close() error {
 			if cerr := b.file.Close(); err == nil && cerr != nil {
 				err = kverr.Errorf("close bitslice %q: %w", b.name, cerr)
 			}
+			// The file's Close left its mappings in place for the reads
+			// that loaded a view before MarkClosed; the overlay lets go of
+			// them, so that a handle kept after Close does not keep the
+			// file mapped (B12).
+			b.ov.DropFile()
 		}
 		db.mu.Unlock()
 		if cerr := db.store.Close(); err == nil && cerr != nil {

@@ -149,10 +149,11 @@ func (b *Bits) Get(i uint64) bool {
 const LookupClosed = 2
 
 // Lookup returns bit i as Get does, as one word: the bit (0 or 1), or
-// LookupClosed if the overlay was closed (MarkClosed) before the read's
-// last load of the view. A read that returns a bit read a view that was
-// current after its loads of the file's words, so they were the file's
-// (B12). slow must be (*Bits).LookupSlow.
+// LookupClosed if the overlay was closed (MarkClosed) before the read
+// loaded the view. A read of a direct view loaded before MarkClosed reads
+// the file's words through the mapping that view holds, which stays the
+// file's while the view is reachable, after the file's Close too (B12).
+// slow must be (*Bits).LookupSlow.
 //
 // Lookup holds the direct path alone (B1-B3, B12), small enough for Go's
 // inliner to put it in kvbuf.Bits.Get and so in the host's loop, as the
@@ -177,14 +178,12 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 			testHook("bits-lookup-direct")
 		}
 		// fileWordAt written out (i < limit <= nbits): its call costs more.
+		// No second load of the view (B12): the mapping v holds is the
+		// file's while v is reachable, after MarkClosed and the file's
+		// Close too, so the word is the file's and the read is one before
+		// MarkClosed. The load's use of v keeps the mapping alive past it.
 		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
-		// Re-loaded for Close alone: a direct view's words are the file's
-		// current ones until MarkClosed publishes a closed view, which
-		// comes before the file's mapping is retired (B12). The use of v
-		// keeps the mapping alive past the load.
-		if atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))) == unsafe.Pointer(v) {
-			return x >> (i & 63) & 1
-		}
+		return x >> (i & 63) & 1
 	}
 	return slow(b, v, i)
 }

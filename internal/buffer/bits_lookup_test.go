@@ -26,10 +26,11 @@ func TestBitsViewWord(t *testing.T) {
 
 // TestBitsLookupClosedBetweenLoads: a lookup with nothing pending has
 // loaded a direct view when the owner closes the overlay (MarkClosed) and
-// the file (whose Close replaces the mapping with zeros) before the
-// lookup loads the file's word. The word it then loads is a retired
-// mapping's zero; the lookup must see the view change and report closed
-// (B12), never return that zero as the bit. Runs in the invariants build
+// the file before the lookup loads the file's word. The mapping the view
+// holds is still the file's (bitslice's Close leaves it in place), so the
+// lookup returns the file's bit, a read before MarkClosed (B12), never a
+// zero the file does not hold (mutation 610: Close zeroes the mappings).
+// A lookup that starts after reports closed. Runs in the invariants build
 // (`go test -tags invariants`), the only one with the hook on this path.
 func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	if !invariants.Enabled {
@@ -59,11 +60,14 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 		}
 	}
 	defer func() { testHook = nil }()
-	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != LookupClosed {
-		t.Fatalf("bit %d, closed between the view's load and the word's: Lookup = %d, want LookupClosed (%d)", i, got, LookupClosed)
+	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != 1 {
+		t.Fatalf("bit %d, closed between the view's load and the word's: Lookup = %d, want the file's 1", i, got)
 	}
 	if !fired {
 		t.Fatal("the lookup never reached the hook on its direct path")
+	}
+	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != LookupClosed {
+		t.Fatalf("bit %d after Close: Lookup = %d, want LookupClosed (%d)", i, got, LookupClosed)
 	}
 }
 
