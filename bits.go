@@ -153,13 +153,8 @@ func (b *Bits) Get(i uint64) (v bool, err error) {
 	// the overlay closed before it stores the closing flag, and a view
 	// loaded before reads the file's words, whose mapping the file's
 	// Close leaves in place: B12, "Reads and Close").
-	x := b.ov.Lookup(i, (*buffer.Bits).LookupSlow)
-	return x == 1, lookupErr[x&buffer.LookupClosed]
+	return b.ov.Lookup(i, (*buffer.Bits).LookupSlowErr)
 }
-
-// lookupErr is Get's error by Lookup's result (LookupClosed: ErrClosed):
-// an index, not a branch, keeps Get within the inliner's budget.
-var lookupErr = [buffer.LookupClosed + 1]error{buffer.LookupClosed: ErrClosed}
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache
 // misses of independent indexes: the values a loop of Get would return,

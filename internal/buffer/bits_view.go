@@ -4,6 +4,7 @@ import (
 	"iter"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 )
@@ -16,7 +17,10 @@ import (
 // bitsView is what a reader loads first (B1): immutable once published.
 // The first fields are those of the direct path, on one cache line.
 type bitsView struct {
-	limit  uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	limit uint64 // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	// base is words' first byte (nil without words): the direct path
+	// reads bit i's byte at base + i/8 (Lookup).
+	base   unsafe.Pointer
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
 	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
@@ -218,6 +222,7 @@ func (v *bitsView) setFile(fv *bitslice.View) {
 	if fv != nil {
 		v.words, v.nbits = fv.Words(), fv.Len()
 	}
+	v.base = unsafe.Pointer(unsafe.SliceData(v.words))
 }
 
 // with returns a copy of v with the given tables, not direct.
