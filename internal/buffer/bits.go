@@ -43,9 +43,10 @@ type bitsFile interface {
 // load more than the file alone (B1-B3). Over a fast view (open, no
 // sealed table, the active table dense: B13) it loads the table's word and
 // the file's from the view's first line, re-loads the view and combines.
-// Otherwise it checks the word of the bit in the active table's filter and in the sealed tables' union
-// (B4a): with neither marked (few bits pending, the common case) it reads
-// the file's word and re-loads the view (B8). Else it folds the packed
+// Otherwise it checks the word of the bit in the active table's filter
+// (and, with sealed tables, in their union), bounded by the view's alim
+// or flim (B4a, B14): with neither marked (few bits pending, the common
+// case) it reads the file's word and re-loads the view (B8). Else it folds the packed
 // word of every table of the view and the file's word without branching on
 // which holds the bit (the loads overlap), and re-loads the view to detect
 // a table recycled under it (B8).
@@ -65,7 +66,6 @@ type Bits struct {
 	hi   atomic.Uint64 // highest index ever set + 1
 	ones atomic.Int64  // set bits, pending changes included
 
-	zeros []uint64 // the sealed filter of views without sealed tables (all zero); under vmu
 	// unionBuf is a zeroed slice, never published, whose pages were
 	// touched off the flush's line (Recycle): the next union of sealed
 	// filters (publish) fills it instead of fresh memory, whose first
@@ -216,64 +216,95 @@ func (b *Bits) LookupSlowErr(v *bitsView, i uint64) (bool, error) {
 // Given v, a lookup with bits pending loads the view once, as before
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
-	// A fast view (B13: open, no sealed table, the active table dense,
-	// never direct: limit 0) is tested first and goes straight to the
-	// active table's probe below, from fields on the view's first line,
-	// with nothing else loaded or tested in between. Every other view
-	// takes the filter check first, in line (a call to it cost W7's
-	// lookups under writes, whose views are rarely fast, about 5%).
-	if !v.fast {
-		if testHook != nil {
-			testHook("bits-filter")
-		}
-		// No table can hold the bit if neither filter marks its word
-		// (B4a): the file alone. Below fn, one word of each filter
-		// decides (read through unsafe: fn bounds both); fn is 0 in a
-		// closed view (publish), whose lookups report closed below.
-		// Past fn, maybe (covers, unfiltered tables). A dense table has
-		// every word marked (B4a), so its flag is not read: a view whose
-		// active table is dense and that has no sealed table is fast
-		// (B13) but in the moment between the flag and densed's
-		// publish, when the filter check finds the word marked as well.
-		// This is the path of W7's lookups under writes (a few hundred
-		// bits pending, most words unmarked): the filter words, the
-		// file's word and the view again, with no other field loaded.
-		// The filters are the tables' and a released table's is reset
-		// (zeroed) while the view may still be read: re-validate (B8) as
-		// a fold does, or the view's file words may predate the growth
-		// that holds the bit. A direct view that reached here (its
-		// direct read raced a view change) is re-validated the same way,
-		// and takes getPending if its word is marked (B2: a writer's
-		// view came first). The dense flag was tested before the filters
-		// until bits22: one load more on W7's path, for a case a fast
-		// view covers.
-		l := i >> filterShift
-		if k := l >> 6; k < v.fn {
-			f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
-				*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
-			if f>>(l&63)&1 != 0 {
-				goto marked
+	// The path of W7's lookups under writes (a few hundred bits pending,
+	// most words unmarked, no sealed table most of the time) comes first,
+	// gated by one test: below alim, the active filter's word decides
+	// (B4a: no table can hold the bit if its word is unmarked), then the
+	// file's word and the view again, with no other field or global
+	// loaded (both words read through unsafe: alim bounds both). Below
+	// flim (a view with sealed tables), one word of each filter decides.
+	// publish sets both to 0 in a view that must take neither: a closed
+	// one (B12), a fast one (B13) and, in tests, one published while the
+	// "bits-filter" hook is on (filterHook), so that those take the
+	// branches past them, where each is told apart. A fast view (W1's
+	// million pending bits) is tested right after alim, before flim: one
+	// compare more than when it came first (bitsw7_24, W1: the second
+	// cost its lookups 6%).
+	l := i >> filterShift
+	k := l >> 6
+	if i < v.alim {
+		if atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8)))>>(l&63)&1 == 0 {
+			// Unmarked: the file's word and the view again, as below,
+			// written out here so that this path falls through, with no
+			// jump taken.
+			if invariants.Enabled && testHook != nil {
+				// In the invariants build only: the normal build's
+				// path has no hook (a constant false costs nothing).
+				testHook("bits-lookup-alim")
 			}
-		} else if v.closed {
-			return LookupClosed
-		} else if v.maybe(l) {
-			goto marked
-		}
-		{
-			var x uint64
-			if i < v.nbits {
-				x = fileWordAt(v.words, i)
-			}
+			x := fileWordAt(v.words, i)
 			if b.view.Load() == v {
 				return x >> (i & 63) & 1
 			}
 			return b.getPending(i)
 		}
-	marked:
-		if len(v.sealed) != 0 || i < v.limit {
+		goto marked
+	} else if v.fast {
+		// A fast view (B13: open, no sealed table, the active table
+		// dense, never direct: limit 0) goes straight to the active
+		// table's probe below, with nothing else tested.
+		goto active
+	} else if i < v.flim {
+		f := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.afilt)), k*8))) |
+			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
+		if f>>(l&63)&1 == 0 {
+			// Unmarked in both: as below alim.
+			x := fileWordAt(v.words, i)
+			if b.view.Load() == v {
+				return x >> (i & 63) & 1
+			}
 			return b.getPending(i)
 		}
+		goto marked
+	} else {
+		if testHook != nil {
+			testHook("bits-filter")
+		}
+		// Past alim and flim (the file's end, covers, unfiltered
+		// tables), a closed view, or a hooked one: maybe decides with
+		// its bounds checks.
+		if v.closed {
+			return LookupClosed
+		}
+		if v.maybe(l) {
+			goto marked
+		}
 	}
+	// Unmarked. The filters are the tables' and a released table's is
+	// reset (zeroed) while the view may still be read: re-validate (B8)
+	// as a fold does, or the view's file words may predate the growth
+	// that holds the bit. A direct view that reached here (its direct
+	// read raced a view change) is re-validated the same way, and takes
+	// getPending if its word is marked (B2: a writer's view came first).
+	// A dense table has every word marked (B4a), so its flag is not
+	// read: a view whose active table is dense and that has no sealed
+	// table is fast (B13) but in the moment between the flag and
+	// densed's publish, when the filter check finds the word marked.
+	{
+		var x uint64
+		if i < v.nbits {
+			x = fileWordAt(v.words, i)
+		}
+		if b.view.Load() == v {
+			return x >> (i & 63) & 1
+		}
+		return b.getPending(i)
+	}
+marked:
+	if len(v.sealed) != 0 || i < v.limit {
+		return b.getPending(i)
+	}
+active:
 	// The active table alone, on the view already loaded: the file's word
 	// first, then the table's, two independent loads whose cache misses
 	// overlap, both between the view's two loads (B8a, B12).

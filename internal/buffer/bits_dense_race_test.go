@@ -243,7 +243,7 @@ func TestBitsGetDenseViewSwapped(t *testing.T) {
 			t.Fatal("the view turned fast")
 		}
 		fired := false
-		testHook = func(point string) {
+		off := r.hookFilter(func(point string) {
 			if point != "bits-filter" || fired {
 				return
 			}
@@ -269,9 +269,9 @@ func TestBitsGetDenseViewSwapped(t *testing.T) {
 					t.Log("the pool gave another table")
 				}
 			}
-		}
+		})
 		got := r.b.Get(100)
-		testHook = nil
+		off()
 		if !fired {
 			t.Fatalf("stage %d: the read never reached the filter check", stage)
 		}

@@ -72,14 +72,59 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	}
 }
 
+// TestBitsLookupAlimClosedBetweenLoads is TestBitsLookupClosedBetweenLoads
+// for LookupSlow's path below alim (B14): with a bit pending elsewhere,
+// a lookup of bit 100 (set in the file, its word unmarked) has read the
+// active filter when the owner closes the overlay and the file, before
+// it loads the file's word. The read re-validates its view after the
+// file's word (B8, B14: a changed view's filters may have been reset
+// under it), finds it changed and closed, and reports closed (B12).
+// Invariants
+// build only, as its hook.
+func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
+	if !invariants.Enabled {
+		t.Skip("the hook below alim is in the invariants build only")
+	}
+	r := newSizedBitsRig(t, 1<<16)
+	const i = 100
+	if err := r.b.Set(i, true); err != nil {
+		t.Fatal(err)
+	}
+	r.flush()
+	if err := r.b.Set(5000, true); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.b.view.Load(); v.direct || v.fast || i >= v.alim {
+		t.Fatalf("view direct %v, fast %v, alim %d: bit %d not on the path below alim", v.direct, v.fast, v.alim, i)
+	}
+	fired := false
+	testHook = func(point string) {
+		if point != "bits-lookup-alim" || fired {
+			return
+		}
+		fired = true
+		r.b.MarkClosed()
+		if err := r.f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHook = nil }()
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
+		t.Fatalf("bit %d, closed between the filter's load and the word's: Lookup = %v, %v; want false, ErrClosed", i, got, err)
+	}
+	if !fired {
+		t.Fatal("the lookup never reached the hook below alim")
+	}
+}
+
 // TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
 // fast from the filters first and tests the closed mark only past the
-// view's fn, which publish sets to 0 in a closed view (B12). After
+// view's alim and flim, which publish sets to 0 in a closed view (B12). After
 // MarkClosed, every lookup reports closed: of a bit whose filter word is
 // unmarked (the file alone, W7's usual lookup), of a marked one (pending
 // in the active table, or in a sealed one), past the file's end, and over
 // a view that was direct (nothing pending) when it was closed. Mutation
-// 560 leaves fn as it was in a closed view.
+// 560 leaves alim and flim as they were in a closed view.
 func TestBitsLookupClosedFilterPath(t *testing.T) {
 	for _, state := range []string{"direct", "active", "sealed"} {
 		r := newSizedBitsRig(t, 1<<16)
@@ -102,12 +147,12 @@ func TestBitsLookupClosedFilterPath(t *testing.T) {
 			}
 		}
 		v := r.b.view.Load()
-		if v.fast || v.direct != (state == "direct") || v.fn == 0 {
-			t.Fatalf("%s: view fast %v, direct %v, fn %d before MarkClosed", state, v.fast, v.direct, v.fn)
+		if v.fast || v.direct != (state == "direct") || v.alim+v.flim == 0 {
+			t.Fatalf("%s: view fast %v, direct %v, alim %d, flim %d before MarkClosed", state, v.fast, v.direct, v.alim, v.flim)
 		}
 		r.b.MarkClosed()
-		if v := r.b.view.Load(); v.fn != 0 {
-			t.Errorf("%s: a closed view's fn is %d, want 0", state, v.fn)
+		if v := r.b.view.Load(); v.alim+v.flim != 0 {
+			t.Errorf("%s: a closed view's alim is %d and flim %d, want 0", state, v.alim, v.flim)
 		}
 		for _, i := range []uint64{100, 101, 5000, 1 << 30} {
 			if x, err := r.b.Lookup(i, (*Bits).LookupSlowErr); x || err != kverr.ErrClosed {

@@ -4,7 +4,7 @@ package buffer
 // loads is written with sync/atomic, in every build, but the file's words
 // the flush writes with pwrite (B7). The rules below are
 // what a reader may observe between two stores and why it is enough; the
-// code cites them by number (B1 ... B13). They are publication order 11 of
+// code cites them by number (B1 ... B14). They are publication order 11 of
 // the engine's protocol (protocol.go), which lists every rule.
 //
 // B1. View. Everything a reader consults first (the direct-read limit, the
@@ -174,9 +174,10 @@ package buffer
 //     bitslice closed before it stores its closing flag, so a Bits.Get
 //     that starts after any read saw the flag reports ErrClosed, with no
 //     load of the flag itself (mutation 460). A closed view's filter
-//     bound fn is 0 (publish): the lookups that are not direct or fast
-//     decide from the filters first and test the closed mark only past
-//     fn (LookupSlow; mutation 560, TestBitsLookupClosedFilterPath).
+//     bounds alim and flim are 0 (publish, B14): the lookups that are
+//     not direct or fast decide from the filters first and test the
+//     closed mark only past them (LookupSlow; mutation 560,
+//     TestBitsLookupClosedFilterPath).
 //     After the file's Close the owner publishes, with DropFile, a closed
 //     view without the file's words, so that the overlay stops holding
 //     the mappings (mutation 612): the reads that loaded an earlier view
@@ -198,3 +199,19 @@ package buffer
 //     marks views with sealed tables fast, 481 closed ones), and a stale
 //     flag costs only a probe (a table is reset only after a view without
 //     it is published, B8, and the re-load sees that).
+//
+// B14. Filter bounds. publish sets a view's alim and flim from the
+//     view's own immutable fields before its store (B1), so a lookup that
+//     loaded the view reads bounds that hold for it. Both are bit
+//     indexes. alim is min(nbits, the bits the active filter covers) in a
+//     view without sealed tables, else 0: a lookup of a bit below it
+//     decides from the active filter's word alone (B4a with no sealed
+//     union to consult: mutation 615 sets alim with sealed tables) and
+//     loads that word and the file's with no other bounds check (mutation
+//     616 bounds alim by the filter alone: a bit past the file's end
+//     loads past its words). flim is min(nbits, the bits both filters
+//     cover) in a view with sealed tables, else 0: below it a word of
+//     each filter decides. Both are 0 in a closed view (B12), a fast one
+//     (B13) and, in tests, one published while filterHook is on, which
+//     LookupSlow tells apart past them. The reads below either bound
+//     re-validate the view as every read does (B4a, B8: mutation 75).

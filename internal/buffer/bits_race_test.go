@@ -200,14 +200,13 @@ func TestBitsFilterReadRevalidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	fired := false
-	testHook = func(point string) {
+	defer r.hookFilter(func(point string) {
 		if point != "bits-filter" || fired {
 			return
 		}
 		fired = true
 		r.flush()
-	}
-	defer func() { testHook = nil }()
+	})()
 	if !r.b.Get(100) {
 		t.Fatal("bit 100 read false: the read trusted a reset filter and a view older than the growth")
 	}

@@ -41,12 +41,19 @@ type bitsView struct {
 	afilt []uint64
 	sfilt []uint64
 	sunf  bool
-	// fn is min(len(afilt), len(sfilt)): a lookup of a bit whose filter
-	// word is below it loads one word of each and nothing else to decide
-	// (Get). Without sealed tables sfilt is a shared slice of zeros (never
-	// written) as long as afilt, so that the check is the same. fn is 0 in
-	// a closed view, so that such a lookup reaches the closed test (B12).
-	fn     uint64
+	// alim and flim bound LookupSlow's filter paths (B14), both bit
+	// indexes below the file's length: alim is min(nbits, the bits afilt
+	// covers) in a view without sealed tables, else 0, and a lookup of a
+	// bit below it loads the active filter's word and the file's with no
+	// other bounds check, and nothing else to decide; flim is min(nbits,
+	// the bits both filters cover) in a view with sealed tables, else 0,
+	// and below it one word of each filter decides. Both are 0 in a
+	// closed view, a fast one and one published while the tests'
+	// "bits-filter" hook is on (filterHook), so that LookupSlow's tests
+	// of alim and flim keep them all off its filter paths: they are told
+	// apart past them (B12, B13).
+	alim   uint64
+	flim   uint64
 	fv     *bitslice.View
 	active *bitsTable
 	sealed []*bitsTable // newest first
@@ -69,17 +76,17 @@ func (b *Bits) publish(v *bitsView) {
 		buf, b.unionBuf = b.unionBuf, nil
 		v.sfilt, v.sunf = unionFilters(v.sealed, buf)
 	}
-	if len(v.sealed) == 0 && len(v.sfilt) < len(v.afilt) {
-		if len(b.zeros) < len(v.afilt) {
-			b.zeros = make([]uint64, len(v.afilt))
-		}
-		v.sfilt = b.zeros[:len(v.afilt)]
-	}
-	v.fn = uint64(min(len(v.afilt), len(v.sfilt)))
-	if v.closed {
-		v.fn = 0 // LookupSlow tests closed only past fn (B12)
-	}
 	v.fast = !v.closed && !v.direct && len(v.sealed) == 0 && v.active.dense.Load() // B13
+	v.alim, v.flim = 0, 0
+	switch {
+	case v.closed || v.fast || filterHook.Load():
+		// LookupSlow tests closed (B12), fast (B13) and the tests'
+		// hook only past alim and flim.
+	case len(v.sealed) == 0:
+		v.alim = min(v.nbits, uint64(len(v.afilt))*filterWordBits)
+	default:
+		v.flim = min(v.nbits, uint64(min(len(v.afilt), len(v.sfilt)))*filterWordBits)
+	}
 	b.view.Store(v)
 }
 

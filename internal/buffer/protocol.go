@@ -152,14 +152,15 @@ package buffer
 //     and unpinning) are written once, in view.go; each overlay publishes
 //     its own view type.
 //
-//  11. Bits: the bit overlay's own rules B1-B13 (bits_protocol.go): its
+//  11. Bits: the bit overlay's own rules B1-B14 (bits_protocol.go): its
 //     view (B1), leaving and regaining the direct path (B2, B3), the packed
 //     words' CAS/OR/AND (B4) and word filters (B4a), pages (B5), the count
 //     (B6), the flush order (B7), release (B8, as order 6), the region
 //     summary (B9), undo layers (B10) and pins (B11, as order 10), the
 //     load order of a fold (B8a), Close (B12: the closed view, published
 //     before the engine's closing flag and before the file is closed) and
-//     fast views (B13: open, no sealed table, the active table dense).
+//     fast views (B13: open, no sealed table, the active table dense) and
+//     the filter bounds a view carries (B14).
 //
 //  12. The read tier: T1-T5 (kv_tier.go): retain publishes one view that
 //     moves a generation from the pending list to the retained list (T1),

@@ -183,6 +183,25 @@ type bitsRig struct {
 	gen  uint64
 }
 
+// hookFilter makes h the test hook with filterHook on, and replaces the
+// view by a copy whose alim and flim are 0 (as publish makes them while filterHook is
+// on; the copy keeps the view's other fields, fast included), so that
+// lookups from now on call h at "bits-filter"; the returned func turns
+// both off.
+func (r *bitsRig) hookFilter(h func(point string)) (off func()) {
+	filterHook.Store(true)
+	testHook = h
+	r.b.vmu.Lock()
+	n := *r.b.view.Load()
+	n.alim, n.flim = 0, 0
+	r.b.view.Store(&n)
+	r.b.vmu.Unlock()
+	return func() {
+		testHook = nil
+		filterHook.Store(false)
+	}
+}
+
 func newBitsRig(t testing.TB, opts *Options) *bitsRig {
 	t.Helper()
 	f, err := bitslice.Create(filepath.Join(t.TempDir(), "b.bits"), 0)
