@@ -150,15 +150,11 @@ func (b *Bits) Get(i uint64) (v bool, err error) {
 	// Small enough to inline, with the overlay's direct path (Lookup)
 	// inlined in it: a lookup with nothing pending makes no call. The
 	// overlay reports Close from the view it loads anyway (DB.Close marks
-	// the overlay closed before it stores the closing flag, and before
-	// the file's mapping is retired: B12, "Reads and Close").
-	x := b.ov.Lookup(i, (*buffer.Bits).LookupSlow)
-	return x == 1, lookupErr[x&buffer.LookupClosed]
+	// the overlay closed before it stores the closing flag, and a view
+	// loaded before reads the file's words, whose mapping the file's
+	// Close leaves in place: B12, "Reads and Close").
+	return b.ov.Lookup(i, (*buffer.Bits).LookupSlowErr)
 }
-
-// lookupErr is Get's error by Lookup's result (LookupClosed: ErrClosed):
-// an index, not a branch, keeps Get within the inliner's budget.
-var lookupErr = [buffer.LookupClosed + 1]error{buffer.LookupClosed: ErrClosed}
 
 // GetMany sets out[j] to bit idx[j] for every j, overlapping the cache
 // misses of independent indexes: the values a loop of Get would return,
@@ -219,8 +215,8 @@ func (b *Bits) NextOnes(from uint64, dst []uint64) (n int, next uint64, err erro
 	}
 	n, next = b.ov.NextOnes(from, dst, b.closing)
 	// The closing flag is stored after every bitslice is marked closed
-	// and before any file's mapping is retired (B12): a read that finds
-	// it clear after its loads of the file read the live mapping.
+	// and before any overlay drops its file (B12, DropFile): a read that
+	// finds it clear after its loads of the file read the file's words.
 	if err := b.db.closed(); err != nil {
 		return 0, from, err
 	}

@@ -1,9 +1,12 @@
 package kvbuf
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +20,9 @@ import (
 // (half of them pending, so that the final flush takes a while) while Close
 // runs: a Get after a read of the same goroutine returned ErrClosed must
 // return ErrClosed too (mutation 460: the marks after the final flush),
-// and a Get that returns no error must return 1, never the zeros of a
-// retired mapping (the marks after the files' close).
+// and a Get that returns no error must return 1, never a zero the file
+// does not hold (mutation 610: the file's Close zeroes its mappings under
+// the views).
 func TestBitsGetClosedOnceCloseSeen(t *testing.T) {
 	ctx := context.Background()
 	const nbits = 1 << 22
@@ -107,5 +111,59 @@ func TestBitsGetClosedOnceCloseSeen(t *testing.T) {
 				t.Fatalf("round %d: Get after Close: %v", round, err)
 			}
 		}
+	}
+}
+
+// TestBitsCloseReleasesMappings: DB.Close leaves no mapping of a bitslice
+// file behind once the garbage collector has run, though the host keeps
+// the bitslice's handle: the file's Close leaves its mappings in place for
+// the reads that loaded a view before it, and the overlay lets go of them
+// (DropFile, B12; mutation 612 does not). The handle then reports
+// ErrClosed.
+func TestBitsCloseReleasesMappings(t *testing.T) {
+	if _, err := os.ReadFile("/proc/self/maps"); err != nil {
+		t.Skip("no /proc/self/maps")
+	}
+	ctx := context.Background()
+	db, err := Open(t.TempDir(), &Options{FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := db.Bits("kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetRange(ctx, 0, 1<<16, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.Get(100); !v || err != nil {
+		t.Fatalf("Get(100) = %v, %v; want true, nil", v, err)
+	}
+	path := db.dir.BitsPath("kept")
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Contains(maps, []byte(path))
+	}
+	if !mapped() {
+		t.Fatalf("%s not mapped while the engine is open", path)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100 && mapped(); i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	if mapped() {
+		t.Fatalf("%s still mapped after Close, with only the bitslice's handle kept", path)
+	}
+	if _, err := b.Get(100); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 }

@@ -37,6 +37,14 @@ import (
 //     first open one). Replaying the host's log from Watermark()+1 rewrites
 //     every one of them, as the writes are assignments, not increments;
 //     the host must replay before it serves reads.
+//   - Close leaves each bitslice file mapped until the garbage collector
+//     finds no read of it in flight (package bitslice's Close leaves its
+//     mappings in place, so that a lookup racing Close reads the file's
+//     words with one load of its view): the file's inode, and its blocks
+//     if it was removed, are released by the next collection after Close,
+//     not by Close itself. A host that unmounts the engine's file system
+//     after Close runs runtime.GC first (and again until /proc/self/maps
+//     no longer lists the files, if reads may still be in flight).
 //   - Close persists every pending write but covers in its watermark only
 //     ops that had ended: an op begun and never ended (including the last
 //     op of single calls without EndOp) is replayed after the reopen. Call
@@ -344,6 +352,11 @@ func (db *DB) Close() error {
 			if cerr := b.file.Close(); err == nil && cerr != nil {
 				err = kverr.Errorf("close bitslice %q: %w", b.name, cerr)
 			}
+			// The file's Close left its mappings in place for the reads
+			// that loaded a view before MarkClosed; the overlay lets go of
+			// them, so that a handle kept after Close does not keep the
+			// file mapped (B12).
+			b.ov.DropFile()
 		}
 		db.mu.Unlock()
 		if cerr := db.store.Close(); err == nil && cerr != nil {

@@ -1,6 +1,7 @@
 package kvbuf
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1010,6 +1011,104 @@ func TestWatchRecBatchLayout(t *testing.T) {
 				skip[k] = true
 			}
 			check(skip)
+		}
+	}
+}
+
+// TestWatchRecBatchUniform: a batch of puts to one keyspace with one key
+// length and one value length is recorded without ends and heads
+// (recBatch.uni), and gives what the change-by-change form (batchEvents)
+// gives, change by change (event) and in runs from every change
+// (eventsInto, into slots that held other kinds of event); a batch that
+// differs from one in a single change (a key or a value a byte longer or
+// shorter, another keyspace, a delete, a bit set, the same key lengths
+// split differently between key and value) is recorded with its index and
+// gives its own changes.
+func TestWatchRecBatchUniform(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	defer closeT(t, db)
+	a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
+	bs, err := db.Bits("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var arena recArena
+	fill := func(bt *Batch, n, kl, vl int) {
+		bt.Reset()
+		for i := range n {
+			key := bytes.Repeat([]byte{byte('a' + i%26)}, kl)
+			val := bytes.Repeat([]byte{byte('A' + i%26)}, vl)
+			bt.Put(a, key, val)
+		}
+	}
+	check := func(name string, bt *Batch, uni bool) {
+		t.Helper()
+		want := batchEvents(7, bt, nil)
+		rb := newRecBatch(&arena, bt, nil)
+		if rb == nil || rb.n != len(want) || rb.uni != uni {
+			t.Fatalf("%s: record %+v of %d changes, want %d, uniform %v", name, rb, rb.n, len(want), uni)
+		}
+		if uni && len(rb.buf) != len(bt.data) {
+			t.Fatalf("%s: a uniform record of %d bytes, want the batch's %d", name, len(rb.buf), len(bt.data))
+		}
+		for j := range want {
+			if got := rb.event(7, j); !reflect.DeepEqual(got, want[j]) {
+				t.Fatalf("%s: change %d: %+v, want %+v", name, j, got, want[j])
+			}
+		}
+		stale := WatchEvent{Kind: EventDeleteRange, Op: 99, Keyspace: "x", Key: []byte("k"), End: []byte("z"), Bitslice: "s", Lo: 1, Hi: 2, Bit: true, Watermark: 3}
+		for j := range want {
+			dst := make([]WatchEvent, 1, 1+len(want))
+			dst[0] = stale
+			for k := 1; k < cap(dst); k++ {
+				dst[:cap(dst)][k] = stale
+			}
+			got := rb.eventsInto(dst, 7, j, len(want))
+			if len(got) != 1+len(want)-j || !reflect.DeepEqual(got[0], stale) {
+				t.Fatalf("%s: run from %d: %d events, want %d after the one there", name, j, len(got), 1+len(want)-j)
+			}
+			for k, e := range got[1:] {
+				if !reflect.DeepEqual(e, want[j+k]) {
+					t.Fatalf("%s: run from %d: change %d: %+v, want %+v", name, j, j+k, e, want[j+k])
+				}
+			}
+		}
+	}
+	bt := db.NewBatch()
+	for _, c := range []struct{ n, kl, vl int }{{1, 1, 0}, {1, 8, 16}, {3, 2, 0}, {64, 8, 16}, {5, 300, 7}} {
+		fill(bt, c.n, c.kl, c.vl)
+		check(fmt.Sprintf("%d puts of %d+%d bytes", c.n, c.kl, c.vl), bt, true)
+	}
+	for i := range 4 {
+		for _, odd := range []string{"key+1", "key-1", "value+1", "value-1", "split", "keyspace", "delete", "bit"} {
+			// Change i replaced: the batch built again with it different.
+			bt.Reset()
+			for j := range 4 {
+				key, val := bytes.Repeat([]byte{'k'}, 3), bytes.Repeat([]byte{'v'}, 5)
+				if j != i {
+					bt.Put(a, key, val)
+					continue
+				}
+				switch odd {
+				case "key+1":
+					bt.Put(a, append(key, 'k'), val)
+				case "key-1":
+					bt.Put(a, key[:2], val)
+				case "value+1":
+					bt.Put(a, key, append(val, 'v'))
+				case "value-1":
+					bt.Put(a, key, val[:4])
+				case "split":
+					bt.Put(a, append(key, 'k'), val[:4])
+				case "keyspace":
+					bt.Put(b, key, val)
+				case "delete":
+					bt.Delete(a, append(key, val...))
+				case "bit":
+					bt.Set(bs, 9, true)
+				}
+			}
+			check(fmt.Sprintf("change %d %s", i, odd), bt, false)
 		}
 	}
 }

@@ -173,8 +173,9 @@ func BenchmarkW6(b *testing.B) {
 
 // Read-path designs compared on the same mapped words:
 //
-//   - atomic-view: File.Get — atomic pointer to an immutable view, retired
-//     mappings kept until Close (what the package ships);
+//   - atomic-view: File.Get — atomic pointer to an immutable view,
+//     superseded mappings kept while a view of them is reachable (what the
+//     package ships);
 //   - rwmutex: a sync.RWMutex read lock around every read, Grow/Close taking
 //     the write lock;
 //   - reader-count: one shared atomic counter entered and left around every

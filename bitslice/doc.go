@@ -111,16 +111,19 @@
 // and ApplyWords take the read side of a RWMutex only so that Close can
 // wait for in-flight writes. Grow publishes a new view; when it needs a
 // larger mapping it maps anew and keeps the superseded mapping alive until
-// Close (the mappings are reserved with room to grow in power-of-two steps,
-// so this is rare and the retired mappings total less than the live one).
+// Close, and after it while a View of it is reachable (the mappings are
+// reserved with room to grow in power-of-two steps, so this is rare and the
+// superseded mappings total less than the live one).
 // Shared file mappings of the same pages are coherent, so a writer still
 // holding an old view writes the same page-cache pages.
 //
-// Close replaces every mapping of the file, in place, with an anonymous
-// read-only zero mapping (mmap MAP_FIXED), closes the descriptor and so
-// releases the file and its lock at once. A reader that loaded the view just
-// before Close therefore reads zeros, never an unmapped page; the
-// placeholder is unmapped by a runtime cleanup once no view refers to it.
+// Close releases the lock (flock LOCK_UN) and closes the descriptor, and
+// leaves every mapping of the file in place: a mapping is unmapped by a
+// runtime cleanup once no View refers to it, before or after Close. A reader
+// that loaded a View just before Close therefore reads the file's words
+// through it (a read linearizable before Close), never zeros and never an
+// unmapped page; one that loads the view after Close finds none and reads
+// as empty.
 //
 // # Locking
 //
@@ -154,4 +157,13 @@
 //   - Unix only (mmap, flock); fallocate is used on Linux, written zeros
 //     elsewhere. Create needs RENAME_NOREPLACE or hard links.
 //   - Lengths are capped at MaxBits (2^40 bits, 128 GiB of data).
+//   - Close does not unmap: each mapping of the file goes when the garbage
+//     collector finds no View of it reachable, so a View (or a reader of it)
+//     kept after Close keeps the file's inode, its page-cache pages and its
+//     address space mapped, and, if the file was removed, its blocks
+//     allocated, and its file system busy (an unmount fails), until it is
+//     dropped and collected. Such a View reads the file's current
+//     words, a later opener's writes included; another process truncating
+//     the file under it may crash the process (SIGBUS), as under any open
+//     File.
 package bitslice

@@ -69,7 +69,8 @@ type File struct {
 // and the length at one instant (the length changes only by Grow, which
 // publishes a new View). It keeps its mapping alive while it is reachable,
 // so a reader that holds it may load its words without a lock, even after
-// Close (which replaces the mapping in place by zeros). Writes through the
+// Close: the mapping stays a mapping of the file, and reads its words, until
+// no View refers to it (Close leaves it in place). Writes through the
 // File land in the words of every View of it (they map the same file
 // pages); read them with sync/atomic.
 type View struct {
@@ -310,8 +311,9 @@ func (f *File) mapRegion(need int64) (*region, error) {
 	r := &region{m: m, full: unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), len(m)/8)}
 	live := f.live
 	live.Add(1)
-	// The mapping goes away once no view (and so no reader) refers to r.
-	// Until Close it is a file mapping; Close swaps in a zero placeholder.
+	// The mapping goes away once no view (and so no reader) refers to r,
+	// before or after Close, which leaves it in place: a reader that loaded
+	// a view before Close reads the file's words, never a zero or a fault.
 	runtime.AddCleanup(r, func(m mmap.MMap) {
 		_ = m.Unmap()
 		live.Add(-1)
@@ -322,16 +324,6 @@ func (f *File) mapRegion(need int64) (*region, error) {
 func (r *region) view(nbits uint64) *View {
 	n := words(nbits)
 	return &View{words: r.full[:n:n], nbits: nbits, reg: r}
-}
-
-// retire replaces the file mapping in place with an anonymous read-only zero
-// mapping, so a reader still holding a view reads zeros instead of faulting,
-// and the file is released now rather than when the garbage collector finds
-// the region unreachable.
-func (r *region) retire() error {
-	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&r.m[0]), uintptr(len(r.m)),
-		unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
-	return err
 }
 
 // Path is the path the file was opened or created with.
@@ -864,7 +856,10 @@ func (f *File) synced(h header, covered uint64) {
 	_ = failpoint.Hit(failpoint.BitsliceSyncDone) // a crash point only
 }
 
-// Close releases the mapping, the lock and the descriptor. It waits for
+// Close releases the lock and the descriptor, and drops the File's
+// references to its mappings: each is unmapped by a runtime cleanup once no
+// View of it is reachable, so a reader that loaded a View before Close reads
+// the file's words through it, whatever Close does meanwhile. It waits for
 // in-flight Set/Apply/ApplyWords calls but does not sync: call Sync first for
 // durability. Close is idempotent; later calls return nil, every other
 // method then fails with kvbuf.ErrClosed (or reads as empty).
@@ -878,14 +873,16 @@ func (f *File) Close() error {
 	f.wmu.Lock()
 	f.cur.Store(nil)
 	f.wmu.Unlock()
-	// Untested errors: an in-place MAP_FIXED mapping over our own region
-	// fails only for want of memory (ENOMEM), and close of a regular file
-	// only on an I/O error reported late (NFS and the like).
+	// The lock is released explicitly: it belongs to the open file
+	// description, which a mapping still in place keeps open after the
+	// descriptor's close, so without LOCK_UN the file would stay locked
+	// until the garbage collector unmapped the last mapping.
+	// Untested errors: LOCK_UN of a lock we hold fails only with EINTR or
+	// ENOLCK, and close of a regular file only on an I/O error reported
+	// late (NFS and the like).
 	var errs []error
-	for _, r := range f.regions {
-		if err := r.retire(); err != nil {
-			errs = append(errs, kverr.Errorf("replace mapping: %w", err))
-		}
+	if err := unix.Flock(int(f.fd.Fd()), unix.LOCK_UN); err != nil {
+		errs = append(errs, kverr.Errorf("unlock: %w", err))
 	}
 	f.regions, f.reg = nil, nil
 	if err := f.fd.Close(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -114,18 +115,27 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// Close releases the file at once: no mapping of it remains (readers that
-// raced Close hold a zero placeholder), and the placeholders themselves go
-// once unreachable.
-func TestCloseReleasesMappings(t *testing.T) {
+// Close releases the lock at once and leaves the mappings in place: a View
+// loaded before Close reads the file's words after it (never zeros), the
+// file opens again while that View is still held, and every mapping goes
+// once no View of it is reachable.
+func TestCloseLeavesMappings(t *testing.T) {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		t.Skip("no /proc/self/maps")
 	}
 	f := create(t, 1<<10)
+	if err := f.Set(5, true); err != nil {
+		t.Fatal(err)
+	}
+	old := f.View()                         // of the first mapping
 	if err := f.Grow(1 << 24); err != nil { // forces a second mapping
 		t.Fatal(err)
 	}
+	if err := f.Set(1<<24-1, true); err != nil {
+		t.Fatal(err)
+	}
+	cur := f.View()
 	live := f.live
 	if n := live.Load(); n != 2 {
 		t.Fatalf("%d mappings live, want 2", n)
@@ -137,16 +147,38 @@ func TestCloseReleasesMappings(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	maps, _ = os.ReadFile("/proc/self/maps")
-	if bytes.Contains(maps, []byte(f.Path())) {
-		t.Fatalf("file still mapped after Close:\n%s", maps)
+	// Views loaded before Close read the file's words, through either
+	// mapping (a read linearizable before Close).
+	if w := atomic.LoadUint64(&old.Words()[0]); w != 1<<5 {
+		t.Fatalf("old view's word 0 after Close: %#x, want %#x", w, uint64(1<<5))
 	}
-	for i := 0; i < 100 && live.Load() != 0; i++ {
+	cw := cur.Words()
+	if w := atomic.LoadUint64(&cw[len(cw)-1]); w != 1<<63 {
+		t.Fatalf("current view's last word after Close: %#x, want %#x", w, uint64(1<<63))
+	}
+	// The lock went with Close, though the mappings keep the open file
+	// description alive.
+	g, err := Open(f.Path())
+	if err != nil {
+		t.Fatalf("Open after Close while a view is held: %v", err)
+	}
+	glive := g.live
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.KeepAlive(old)
+	runtime.KeepAlive(cur)
+	old, cur, cw = nil, nil, nil
+	for i := 0; i < 100 && live.Load()+glive.Load() != 0; i++ {
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if n := live.Load(); n != 0 {
-		t.Fatalf("%d placeholder mappings never unmapped", n)
+	if n := live.Load() + glive.Load(); n != 0 {
+		t.Fatalf("%d mappings never unmapped", n)
+	}
+	maps, _ = os.ReadFile("/proc/self/maps")
+	if bytes.Contains(maps, []byte(f.Path())) {
+		t.Fatalf("file still mapped once no view is reachable:\n%s", maps)
 	}
 }
 

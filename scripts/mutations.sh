@@ -35,11 +35,11 @@
 #   SKIP     go test -skip pattern for every run, baseline included
 #   TIMEOUT  go test -timeout (default 5m: a mutation that makes a writer
 #            spin forever hangs some packages' tests until then)
-#   TAGS     go test -tags for every run, baseline included (the patches
-#            in testdata/mutations/invariants/ are caught only in the
-#            invariants build, where a hook the normal build cannot afford
-#            is compiled in: TAGS=invariants scripts/mutations.sh
-#            testdata/mutations/invariants/*.patch)
+#   TAGS     go test -tags for every run, baseline included (patches
+#            caught only in the invariants build, where a hook the normal
+#            build cannot afford is compiled in, go in
+#            testdata/mutations/invariants/, none at present: TAGS=invariants
+#            scripts/mutations.sh testdata/mutations/invariants/*.patch)
 #   KEEP=1   keep the temporary directory (logs of every run)
 #
 # About 1.5 to 2 minutes per patch on the 2-core machine; the table is

@@ -142,17 +142,19 @@ func (b *Bits) init(f *bitslice.File, fio bitsFile, acct *Account, r resolved) {
 // file's (false at or beyond the length). After MarkClosed it returns
 // false.
 func (b *Bits) Get(i uint64) bool {
-	return b.Lookup(i, (*Bits).LookupSlow) == 1
+	v, _ := b.Lookup(i, (*Bits).LookupSlowErr)
+	return v
 }
 
-// LookupClosed is Lookup's result when the overlay was closed.
+// LookupClosed is LookupSlow's result when the overlay was closed.
 const LookupClosed = 2
 
-// Lookup returns bit i as Get does, as one word: the bit (0 or 1), or
-// LookupClosed if the overlay was closed (MarkClosed) before the read's
-// last load of the view. A read that returns a bit read a view that was
-// current after its loads of the file's words, so they were the file's
-// (B12). slow must be (*Bits).LookupSlow.
+// Lookup returns bit i as Get does, and kverr.ErrClosed (with false) if
+// the overlay was closed (MarkClosed) before the read loaded the view. A
+// read of a direct view loaded before MarkClosed reads the file's words
+// through the mapping that view holds, which stays the file's while the
+// view is reachable, after the file's Close too (B12). slow must be
+// (*Bits).LookupSlowErr.
 //
 // Lookup holds the direct path alone (B1-B3, B12), small enough for Go's
 // inliner to put it in kvbuf.Bits.Get and so in the host's loop, as the
@@ -160,14 +162,26 @@ const LookupClosed = 2
 // nothing pending at 0.62x the raw file's speed). It calls slow for the
 // rest. slow is a parameter, not a named call, because the inliner charges
 // 57 for a call of a function and 17 for a call of a parameter, against a
-// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (all 80 with
-// Go 1.26); inlined, it is a call through a static function value, on the
-// slow path only. The result is one word because a second result costs
-// the inliner as much again at every call. The view is loaded through
-// atomic.LoadPointer on b.view's word, not b.view.Load: the generic Load
-// costs the inliner 5 more a load, and atomic.Pointer's only field that
-// is not zero-size is that word (TestBitsViewWord checks it).
-func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint64 {
+// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (79
+// with Go 1.26, TestBitsGetInlines); inlined, the call is of a known
+// function, which the compiler inlines (LookupSlowErr) and calls directly
+// (LookupSlow), on the slow path only. Lookup returns Get's two results
+// itself, so that the direct path's are the constant nil and the bit: the
+// host's test of the error and its use of the bit follow the word's load
+// with nothing in between (with one word returned, the error was picked
+// from a table by it, two loads and four instructions more on every
+// lookup, and the host's loop values were spilled on the direct path).
+// The view is loaded through atomic.LoadPointer on b.view's word, not
+// b.view.Load: the generic Load costs the inliner 5 more a load, and
+// atomic.Pointer's only field that is not zero-size is that word
+// (TestBitsViewWord checks it). The bit is read from its byte of the
+// mapping (the view's base: the file is little-endian, bitslice's only
+// layout), by a plain load: a byte has no atomic load in sync/atomic, the
+// word's costs the inliner the 3 that Get lacks, the file's words are
+// stored by pwrite or by atomic operations only, and a byte is loaded
+// whole (B7: a word torn by a pwrite differs only in bits pending in a
+// table, which a direct view has not).
+func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) (bool, error)) (bool, error) {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
 	if i < v.limit {
 		if invariants.Enabled && testHook != nil {
@@ -176,22 +190,29 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) uint64) uint
 			// nothing, so the normal build's Lookup keeps its budget.
 			testHook("bits-lookup-direct")
 		}
-		// fileWordAt written out (i < limit <= nbits): its call costs more.
-		x := atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.words)), i>>6*8)))
-		// Re-loaded for Close alone: a direct view's words are the file's
-		// current ones until MarkClosed publishes a closed view, which
-		// comes before the file's mapping is retired (B12). The use of v
-		// keeps the mapping alive past the load.
-		if atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))) == unsafe.Pointer(v) {
-			return x >> (i & 63) & 1
-		}
+		// No second load of the view (B12): the mapping v holds is the
+		// file's while v is reachable, after MarkClosed and the file's
+		// Close too, so the byte is the file's and the read is one before
+		// MarkClosed. The load's use of v keeps the mapping alive past it.
+		x := *(*uint8)(unsafe.Add(v.base, i>>3))
+		return x>>(i&7)&1 != 0, nil
 	}
 	return slow(b, v, i)
 }
 
-// LookupSlow is Lookup past its direct path, for Lookup's slow argument
-// only: bit i as Lookup returns it, over the view v Lookup loaded, which
-// was not direct for i or changed under the direct read (i < v.limit).
+// LookupSlowErr is LookupSlow in Lookup's two results, for Lookup's slow
+// argument only: the bit, or kverr.ErrClosed if the overlay was closed.
+func (b *Bits) LookupSlowErr(v *bitsView, i uint64) (bool, error) {
+	x := b.LookupSlow(v, i)
+	if x == LookupClosed {
+		return false, kverr.ErrClosed
+	}
+	return x == 1, nil
+}
+
+// LookupSlow is Lookup past its direct path, for LookupSlowErr only: bit
+// i as one word (0 or 1, or LookupClosed if the overlay was closed), over
+// the view v Lookup loaded, which was not direct for i.
 // Given v, a lookup with bits pending loads the view once, as before
 // Lookup was split off.
 func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/kvbuf/kvbuf/internal/invariants"
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestBitsViewWord checks what Lookup relies on to load the view with
@@ -26,10 +27,11 @@ func TestBitsViewWord(t *testing.T) {
 
 // TestBitsLookupClosedBetweenLoads: a lookup with nothing pending has
 // loaded a direct view when the owner closes the overlay (MarkClosed) and
-// the file (whose Close replaces the mapping with zeros) before the
-// lookup loads the file's word. The word it then loads is a retired
-// mapping's zero; the lookup must see the view change and report closed
-// (B12), never return that zero as the bit. Runs in the invariants build
+// the file before the lookup loads the file's word. The mapping the view
+// holds is still the file's (bitslice's Close leaves it in place), so the
+// lookup returns the file's bit, a read before MarkClosed (B12), never a
+// zero the file does not hold (mutation 610: Close zeroes the mappings).
+// A lookup that starts after reports closed. Runs in the invariants build
 // (`go test -tags invariants`), the only one with the hook on this path.
 func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	if !invariants.Enabled {
@@ -44,8 +46,8 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	if !r.b.direct() {
 		t.Fatal("nothing pending after the flush, but the view is not direct")
 	}
-	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != 1 {
-		t.Fatalf("bit %d before Close: Lookup = %d, want 1", i, got)
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); !got || err != nil {
+		t.Fatalf("bit %d before Close: Lookup = %v, %v; want true, nil", i, got, err)
 	}
 	fired := false
 	testHook = func(point string) {
@@ -59,11 +61,14 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 		}
 	}
 	defer func() { testHook = nil }()
-	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != LookupClosed {
-		t.Fatalf("bit %d, closed between the view's load and the word's: Lookup = %d, want LookupClosed (%d)", i, got, LookupClosed)
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); !got || err != nil {
+		t.Fatalf("bit %d, closed between the view's load and the word's: Lookup = %v, %v; want the file's true, nil", i, got, err)
 	}
 	if !fired {
 		t.Fatal("the lookup never reached the hook on its direct path")
+	}
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
+		t.Fatalf("bit %d after Close: Lookup = %v, %v; want false, ErrClosed", i, got, err)
 	}
 }
 
@@ -71,8 +76,10 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 // for LookupSlow's path below alim (B14): with a bit pending elsewhere,
 // a lookup of bit 100 (set in the file, its word unmarked) has read the
 // active filter when the owner closes the overlay and the file, before
-// it loads the file's word. It must see the view change and report
-// closed (B12), never return the retired mapping's zero. Invariants
+// it loads the file's word. The read re-validates its view after the
+// file's word (B8, B14: a changed view's filters may have been reset
+// under it), finds it changed and closed, and reports closed (B12).
+// Invariants
 // build only, as its hook.
 func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 	if !invariants.Enabled {
@@ -102,8 +109,8 @@ func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 		}
 	}
 	defer func() { testHook = nil }()
-	if got := r.b.Lookup(i, (*Bits).LookupSlow); got != LookupClosed {
-		t.Fatalf("bit %d, closed between the filter's load and the word's: Lookup = %d, want LookupClosed (%d)", i, got, LookupClosed)
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
+		t.Fatalf("bit %d, closed between the filter's load and the word's: Lookup = %v, %v; want false, ErrClosed", i, got, err)
 	}
 	if !fired {
 		t.Fatal("the lookup never reached the hook below alim")
@@ -148,8 +155,8 @@ func TestBitsLookupClosedFilterPath(t *testing.T) {
 			t.Errorf("%s: a closed view's alim is %d and flim %d, want 0", state, v.alim, v.flim)
 		}
 		for _, i := range []uint64{100, 101, 5000, 1 << 30} {
-			if x := r.b.Lookup(i, (*Bits).LookupSlow); x != LookupClosed {
-				t.Errorf("%s: Lookup(%d) after MarkClosed = %d, want LookupClosed", state, i, x)
+			if x, err := r.b.Lookup(i, (*Bits).LookupSlowErr); x || err != kverr.ErrClosed {
+				t.Errorf("%s: Lookup(%d) after MarkClosed = %v, %v; want false, ErrClosed", state, i, x, err)
 			}
 		}
 	}

@@ -160,22 +160,30 @@ package buffer
 // B12. Close. MarkClosed publishes a view marked closed (B1) and every
 //     view published after it carries the mark (publish, under vmu); a
 //     closed view is never direct. Lookup reports closed from a closed
-//     view it loaded, and returns a value only from a view it loaded
-//     again, unchanged and open, after its loads of the file's words (the
-//     direct path, Lookup, which kvbuf.Bits.Get inlines, re-loads the
-//     view for this alone). The owner calls
-//     MarkClosed before it closes the file (whose Close retires the
-//     mapping under every view), so a read that returns a value read the
-//     file's words before the retire: never the zeros of a retired
-//     mapping. The engine's Close marks every bitslice closed before it
-//     stores its closing flag, so a Bits.Get that starts after any read
-//     saw the flag reports ErrClosed, with no load of the flag itself
-//     (mutation 460). A closed view's filter bounds alim and flim are 0 (publish,
-//     B14): the lookups that are not direct or fast decide from the
-//     filters first and test the closed mark only past them (LookupSlow;
-//     mutation 560, TestBitsLookupClosedFilterPath). The direct path's re-load is checked in the
-//     invariants build, which has a hook between the view's load and the
-//     word's (mutation invariants/510, TestBitsLookupClosedBetweenLoads).
+//     view it loaded. A lookup that loaded an open view reads the file's
+//     words through the mapping that view holds, which stays a mapping of
+//     the file while the view is reachable: bitslice's Close leaves it in
+//     place (a runtime cleanup unmaps it once no View of it is reachable;
+//     mutation 610 zeroes it under the views), so the word is the file's
+//     and the read is linearizable before MarkClosed, whatever the owner
+//     closes meanwhile. The direct path, Lookup, which kvbuf.Bits.Get
+//     inlines, therefore loads the view once: the view, its limit, the
+//     file's word (TestBitsLookupClosedBetweenLoads closes the overlay and
+//     the file between the view's load and the word's, in the invariants
+//     build, and wants the file's bit). The engine's Close marks every
+//     bitslice closed before it stores its closing flag, so a Bits.Get
+//     that starts after any read saw the flag reports ErrClosed, with no
+//     load of the flag itself (mutation 460). A closed view's filter
+//     bounds alim and flim are 0 (publish, B14): the lookups that are
+//     not direct or fast decide from the filters first and test the
+//     closed mark only past them (LookupSlow; mutation 560,
+//     TestBitsLookupClosedFilterPath).
+//     After the file's Close the owner publishes, with DropFile, a closed
+//     view without the file's words, so that the overlay stops holding
+//     the mappings (mutation 612): the reads that loaded an earlier view
+//     finish on it, and a read of the view after it reads no file word
+//     (the engine stores its closing flag before, so such a read reports
+//     ErrClosed).
 //
 // B13. Fast views. A view is marked fast only by publish (B1), from what
 //     the view holds when it is published: open (B12), not direct, no

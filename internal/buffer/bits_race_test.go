@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestBitsReadersSeeReturnedSets races readers (Get, GetMany, Ones, NextOnes, on the
@@ -554,7 +556,7 @@ func TestBitsFastViewSealedClosed(t *testing.T) {
 		t.Fatalf("view over a dense active table alone: fast %v, want true", v.fast)
 	}
 	r.b.MarkClosed()
-	if x := r.b.Lookup(200*64+7, (*Bits).LookupSlow); x != LookupClosed {
-		t.Errorf("Lookup after MarkClosed = %d; want LookupClosed", x)
+	if x, err := r.b.Lookup(200*64+7, (*Bits).LookupSlowErr); x || err != kverr.ErrClosed {
+		t.Errorf("Lookup after MarkClosed = %v, %v; want false, ErrClosed", x, err)
 	}
 }

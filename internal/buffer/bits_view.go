@@ -4,6 +4,7 @@ import (
 	"iter"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvbuf/kvbuf/bitslice"
 )
@@ -16,7 +17,10 @@ import (
 // bitsView is what a reader loads first (B1): immutable once published.
 // The first fields are those of the direct path, on one cache line.
 type bitsView struct {
-	limit  uint64   // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	limit uint64 // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	// base is words' first byte (nil without words): the direct path
+	// reads bit i's byte at base + i/8 (Lookup).
+	base   unsafe.Pointer
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
 	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
@@ -88,14 +92,32 @@ func (b *Bits) publish(v *bitsView) {
 
 // MarkClosed publishes a closed view (B12): from then on Lookup reports
 // the overlay closed, and so does every view published after (a flush
-// running after it keeps the mark). The owner calls it before it closes
-// the file, so that a read that returns a value read words of a mapping
-// not yet retired. Writes, flushes and the other reads are not affected.
+// running after it keeps the mark). A lookup that loaded a view before
+// it reads the file's words through that view's mapping, which the file's
+// Close leaves in place. Writes, flushes and the other reads are not
+// affected.
 func (b *Bits) MarkClosed() {
 	b.vmu.Lock()
 	defer b.vmu.Unlock()
 	b.closed = true
 	n := *b.view.Load()
+	b.publish(&n)
+}
+
+// DropFile publishes a closed view without the file's words (B12), so that
+// the overlay no longer keeps the file's mappings reachable: bitslice's
+// Close leaves a mapping in place until no View of it is reachable, and
+// the overlay's views would otherwise hold the last one for as long as
+// the overlay is reachable. Reads that loaded an earlier view finish on
+// its words; a read that loads the view after DropFile reads the file as
+// empty (Lookup reports closed). The owner calls it after MarkClosed and
+// after the overlay's last flush, once it has closed the file.
+func (b *Bits) DropFile() {
+	b.vmu.Lock()
+	defer b.vmu.Unlock()
+	b.closed = true
+	n := *b.view.Load()
+	n.setFile(nil)
 	b.publish(&n)
 }
 
@@ -207,6 +229,7 @@ func (v *bitsView) setFile(fv *bitslice.View) {
 	if fv != nil {
 		v.words, v.nbits = fv.Words(), fv.Len()
 	}
+	v.base = unsafe.Pointer(unsafe.SliceData(v.words))
 }
 
 // with returns a copy of v with the given tables, not direct.
