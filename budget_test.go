@@ -427,6 +427,42 @@ func TestMemoryBudgetWaitEnds(t *testing.T) {
 	}
 }
 
+// TestMemoryBudgetBitsSet: Bits.Set, whose common case is admitted in
+// line (Flusher.EnterWrite), goes through the memory budget like every
+// write: its bytes count in the engine's share once it returns, and over
+// a full budget whose flushes fail it waits, and a wait that its context
+// ends returns ctx.Err() with nothing set (mutation 620).
+func TestMemoryBudgetBitsSet(t *testing.T) {
+	ffs := newBudgetFaultFS(1, 100)
+	b := newBudgetT(t, 1, nil)
+	dbs, _ := budgetEngines(t, 1, b, ffs)
+	bits := mustBits(t, dbs[0], "b")
+	ctx := context.Background()
+	if err := bits.Set(ctx, 1, true, 0); err != nil { // admitted: the budget was empty
+		t.Fatal(err)
+	}
+	if share := dbs[0].Metrics().BudgetBytes; share <= 0 || b.Metrics().Bytes != share {
+		t.Fatalf("after a Set: the engine's share %d, the budget's bytes %d; want the Set's bytes in both", share, b.Metrics().Bytes)
+	}
+	ffs.armed.Store(true)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- bits.Set(wctx, 2, true, 0) }()
+	waitForWaiting(t, b, 1)
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Set waiting for a full budget = %v, want context.Canceled as it is", err)
+	}
+	if v, err := bits.Get(2); err != nil || v {
+		t.Fatalf("a Set that gave up waiting: bit 2 = %v, %v; want false", v, err)
+	}
+	ffs.armed.Store(false)
+	closeT(t, dbs[0])
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -415,6 +415,14 @@ func (b *Bits) checkIndex(i uint64) error {
 // CheckSet reports the error Set would return for index i.
 func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 
+// InRange reports whether Set accepts index i (below Max): CheckSet's
+// answer without its error, small enough to inline.
+func (b *Bits) InRange(i uint64) bool { return i < b.max }
+
+// SetInRange records bit i = v as pending, as Set, for an index InRange
+// (or CheckSet) accepted: no second check.
+func (b *Bits) SetInRange(i uint64, v bool) { b.set(i, v) }
+
 // Many is a SetMany's changes as CheckMany checked them, with their
 // lowest and highest index: SetChecked records them without a second pass
 // over the indexes (a million indexes take about a millisecond to read).
