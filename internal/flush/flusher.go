@@ -89,14 +89,15 @@ import (
 //     resumes the same loop (all loop state lives in the Flusher). That is
 //     the only restart.
 //  13. A write holds the barrier's shared side and not the gate (BeginWrite,
-//     and EnterWrite, Write's fast path, which repeats the steps; a write that waits for
-//     room holds the gate while it waits). It reads the gate's closing flag
-//     after taking the barrier and is refused if it is set; Close sets the
-//     flag (gate Shut) before it takes the barrier exclusively once. So a
+//     and EnterWrite, Write's and Bits.Set's fast path, which repeats the
+//     steps; a write that waits for room holds the gate while it waits).
+//     It reads the gate's closing flag after taking the barrier and is
+//     refused if it is set; Close sets the flag (gate Shut) before it
+//     takes the barrier exclusively once. So a
 //     write admitted before Close took the barrier ended before Close went
 //     on (its RUnlock happens before that Lock), and every write after finds
 //     the flag set: Close's final flush and the host's teardown never run
-//     beside a write (mutations 200 and 450, Write's fast path).
+//     beside a write (mutations 200 and 450, EnterWrite).
 type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
