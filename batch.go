@@ -352,7 +352,12 @@ func (db *DB) write(ctx context.Context, op uint64, kind, name string, bad error
 	// One call, no Ticket: apply runs under the write barrier (and
 	// publishes its change before the barrier is left, publication
 	// order 13); a redelivered op returns nil without it.
-	err := db.flusher.Write(ctx, op, apply)
+	return writeErr(db.flusher.Write(ctx, op, apply), kind, name)
+}
+
+// writeErr is a single write's error as its caller returns it: a context's
+// error as it is, the others mapped (mapErr).
+func writeErr(err error, kind, name string) error {
 	if err == nil {
 		return nil
 	}

@@ -340,6 +340,63 @@ func BenchmarkBitsW6SetMany(b *testing.B) {
 	b.ReportMetric(float64(flush.Nanoseconds())/r, "flush-ns")
 }
 
+// BenchmarkBitsW6Set is BenchmarkBitsW6's Set row alone and taken apart,
+// for -cpuprofile (issue 26: a single Bits.Set as cheap as coalescing
+// words): each iteration makes W6's 1,000,000 random changes of a
+// 4,194,304-bit slice one call each (values flipped each round, so every
+// bit changes), then Flushes. Rows: set (Bits.Set, op 0, as W6's rows),
+// set-ops (Bits.Set, each change a new op in order: a host that applies
+// one delete per log entry, so every Set begins an op and ends the one
+// before), overlay (the overlay's Set alone: no admission), admission and
+// admission-ops (Flusher.Write with an empty apply, op 0 or a new op each:
+// the engine's write path alone). Metrics: ns/set (the calls) and
+// flush-ns.
+func BenchmarkBitsW6Set(b *testing.B) {
+	rows := []struct {
+		name string
+		ops  bool
+		set  func(bs *Bits, i uint64, v bool, op uint64) error
+	}{
+		{"set", false, func(bs *Bits, i uint64, v bool, op uint64) error { return bs.Set(ctx, i, v, op) }},
+		{"set-ops", true, func(bs *Bits, i uint64, v bool, op uint64) error { return bs.Set(ctx, i, v, op) }},
+		{"overlay", false, func(bs *Bits, i uint64, v bool, _ uint64) error { return bs.ov.Set(i, v) }},
+		{"admission", false, func(bs *Bits, _ uint64, _ bool, op uint64) error { return bs.db.flusher.Write(ctx, op, nopApply) }},
+		{"admission-ops", true, func(bs *Bits, _ uint64, _ bool, op uint64) error { return bs.db.flusher.Write(ctx, op, nopApply) }},
+	}
+	for _, row := range rows {
+		b.Run(row.name, func(b *testing.B) {
+			idx, vals, db, bs := w6BitsSetup(b)
+			if err := bs.Set(ctx, 1, true, 0); err != nil { // something pending
+				b.Fatal(err)
+			}
+			var sets, flush time.Duration
+			op := uint64(0)
+			round := 0
+			for b.Loop() {
+				round++
+				flip := round&1 == 0
+				t0 := time.Now()
+				for k, i := range idx {
+					if row.ops {
+						op++
+					}
+					if err := row.set(bs, i, vals[k] != flip, op); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t1 := time.Now()
+				if err := db.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sets, flush = sets+t1.Sub(t0), flush+time.Since(t1)
+			}
+			r := float64(max(round, 1))
+			b.ReportMetric(float64(sets.Nanoseconds())/r/w6BitsN, "ns/set")
+			b.ReportMetric(float64(flush.Nanoseconds())/r, "flush-ns")
+		})
+	}
+}
+
 // W6's bit workload: w6BitsN random changes of a w6BitsLen-bit slice.
 const (
 	w6BitsLen = 4_194_304

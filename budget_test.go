@@ -427,6 +427,51 @@ func TestMemoryBudgetWaitEnds(t *testing.T) {
 	}
 }
 
+// TestMemoryBudgetBitsSet: Bits.Set, whose common case is admitted in
+// line (Flusher.EnterWrite), goes through the memory budget like every
+// write: over a full budget whose flushes fail it waits, and a wait that
+// its context ends returns ctx.Err() with nothing set (mutation 620: a Set
+// that skips the budget returns at once).
+func TestMemoryBudgetBitsSet(t *testing.T) {
+	ffs := newBudgetFaultFS(1, 100)
+	b := newBudgetT(t, 1, nil)
+	dbs, kvs := budgetEngines(t, 1, b, ffs)
+	bits := mustBits(t, dbs[0], "b")
+	ctx := context.Background()
+	// Every flush of the engine fails (its put makes each one ingest),
+	// the one the put forces too: the budget stays full.
+	ffs.armed.Store(true)
+	mustPut(t, kvs[0], "first", "v", 0) // admitted: the budget was empty
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- bits.Set(wctx, 2, true, 0) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Metrics().Waiting != 1 {
+		select {
+		case err := <-done:
+			t.Fatalf("Set over a full budget returned %v without waiting", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Set waiting after 10s: %+v", b.Metrics())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Set waiting for a full budget = %v, want context.Canceled as it is", err)
+	}
+	if v, err := bits.Get(2); err != nil || v {
+		t.Fatalf("a Set that gave up waiting: bit 2 = %v, %v; want false", v, err)
+	}
+	ffs.armed.Store(false)
+	closeT(t, dbs[0])
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -467,6 +467,14 @@ func (b *Bits) checkIndex(i uint64) error {
 // CheckSet reports the error Set would return for index i.
 func (b *Bits) CheckSet(i uint64) error { return b.checkIndex(i) }
 
+// InRange reports whether Set accepts index i (below Max): CheckSet's
+// answer without its error, small enough to inline.
+func (b *Bits) InRange(i uint64) bool { return i < b.max }
+
+// SetInRange records bit i = v as pending, as Set, for an index InRange
+// (or CheckSet) accepted: no second check.
+func (b *Bits) SetInRange(i uint64, v bool) { b.set(i, v) }
+
 // Many is a SetMany's changes as CheckMany checked them, with their
 // lowest and highest index: SetChecked records them without a second pass
 // over the indexes (a million indexes take about a millisecond to read).
@@ -556,7 +564,7 @@ func (b *Bits) Set(i uint64, v bool) error {
 	if err := b.checkIndex(i); err != nil {
 		return err
 	}
-	b.set(b.writable(), i, v)
+	b.set(i, v)
 	return nil
 }
 
@@ -656,29 +664,69 @@ func (b *Bits) beneathMany(idx []uint64, slots []*uint64, under []uint64) {
 // benchSink keeps beneathMany's loads of table words from being dropped.
 var benchSink atomic.Uint64
 
-// set records bit i = v in the active table a and keeps the count exact
-// (B4, B6).
-func (b *Bits) set(a *bitsTable, i uint64, v bool) {
+// set records bit i = v in the active table of the view and keeps the
+// count exact (B4, B6). The common case runs in line, without a call: the
+// view's active table, its filter word already marked (B4a), its page
+// private, and no sealed table beneath (the value beneath is the file's
+// word). The count's change is computed from the OR's old word without a
+// branch on the values (W6's random values made those branches a
+// misprediction in two of three sets).
+func (b *Bits) set(i uint64, v bool) {
+	vw := b.view.Load()
+	a := vw.active
+	if vw.direct {
+		a = b.writable() // B2
+	}
 	w, sh := i>>5, i&31
-	a.mark(i, i+1) // B4a
-	p := a.slot(w)
+	// B4a: a marked filter bit stays marked until reset; mark handles the
+	// rest (an unmarked bit, a bit past the filter's cover).
+	if k := i >> 12; k >= uint64(len(a.lines)) || atomic.LoadUint64(&a.lines[k])>>(i>>6&63)&1 == 0 {
+		a.mark(i, i+1)
+	}
+	var p *uint64
+	if d, pi := a.dir.Load(), w>>pageShift; pi < uint64(len(d.pages)) {
+		if c := d.pages[pi].Load(); c != nil && !isShared(c) {
+			p = &c[w&pageMask]
+		}
+	}
+	if p == nil {
+		p = a.slotSlow(w)
+	}
 	// The table word and the value beneath are loaded before the atomic
 	// OR: the loads are independent, so their cache misses overlap, and
 	// the OR (a full fence) finds its line in cache. The value beneath is
 	// used only if the view did not change meanwhile (re-validated as
 	// beneath does, B8).
-	vw := b.view.Load()
-	under := vw.beneathWord(w)
+	vw = b.view.Load()
+	var under uint64
+	if len(vw.sealed) == 0 {
+		under = vw.fileWord(w>>1) >> (32 * (w & 1))
+	} else {
+		under = vw.beneathWord(w)
+	}
+	bit, val := uint64(1)<<sh, b2u(v)
 	// A bit pending with this value already needs no store and no count
 	// (B4: the word a reader loads already says it); the ends below are
 	// raised all the same (a concurrent write may not have raised them yet).
-	if cur := atomic.LoadUint64(p); cur>>(32+sh)&1 == 0 || cur>>sh&1 != b2u(v) {
-		d := setPacked(p, sh, v, func() bool {
+	if cur := atomic.LoadUint64(p); cur>>(32+sh)&1 == 0 || cur>>sh&1 != val {
+		// B4: one OR sets the mask bit, and the value bit if v (a bit
+		// not pending has a zero value bit, so for v = 0 the OR alone
+		// makes it 0).
+		old := atomic.OrUint64(p, bit<<32|val<<sh)
+		om, ov := old>>(32+sh)&1, old>>sh&1
+		var d int64
+		if om&ov&^val != 0 {
+			// Pending as 1, now 0: the AND clears the value bit and
+			// counts the clear it made (B6).
+			d = clearPending(p, bit)
+		} else {
 			if b.view.Load() != vw {
-				return b.beneath(w)>>sh&1 != 0
+				under = b.beneath(w)
 			}
-			return under>>sh&1 != 0
-		})
+			// The bit's value before the OR: pending, or beneath.
+			before := ov&om | under>>sh&^om&1
+			d = int64(val) - int64(before)
+		}
 		if d != 0 {
 			b.ones.Add(d) // B6
 		}
@@ -691,6 +739,19 @@ func (b *Bits) set(a *bitsTable, i uint64, v bool) {
 	if i >= b.hi.Load() {
 		atomicMax(&b.hi, i+1)
 	}
+}
+
+// clearPending clears value bit bit of packed word *p, pending as 1 when
+// its caller's OR set its mask bit, and returns the count's change: -1 if
+// the AND cleared it, 0 if a concurrent write had (B4, B6).
+func clearPending(p *uint64, bit uint64) int64 {
+	if testHook != nil {
+		testHook("bits-and")
+	}
+	if atomic.AndUint64(p, ^bit)&bit != 0 {
+		return -1
+	}
+	return 0
 }
 
 // SetRange records every bit i with lo <= i < hi as v, pending, and keeps

@@ -176,9 +176,12 @@ package buffer
 //     and the single writes reserve their numbers and publish them (order
 //     5) before Ticket.End releases the shared side of the flusher's
 //     barrier (batch.go: the deferred Publish runs before the deferred
-//     End; DB.write: apply returns after Publish, then End). A freeze
+//     End; DB.write: apply returns after Publish, then End). Bits.Set's
+//     in-line path (Flusher.EnterWrite, without DB.write's closure) sets
+//     its bit before it releases the stripe EnterWrite took. A freeze
 //     takes the barrier exclusively, so it never seals part of a batch or a
-//     change numbered above the visible number (mutation 42).
+//     change numbered above the visible number (mutation 42), nor a table
+//     a Set is still writing.
 //
 //  14. Writers are excluded from Freeze, Snapshot and Bits.Settle: the
 //     flusher calls them with the write barrier held exclusively

@@ -89,14 +89,15 @@ import (
 //     resumes the same loop (all loop state lives in the Flusher). That is
 //     the only restart.
 //  13. A write holds the barrier's shared side and not the gate (BeginWrite,
-//     and Write, whose fast path repeats the steps; a write that waits for
-//     room holds the gate while it waits). It reads the gate's closing flag
-//     after taking the barrier and is refused if it is set; Close sets the
-//     flag (gate Shut) before it takes the barrier exclusively once. So a
+//     and EnterWrite, Write's and Bits.Set's fast path, which repeats the
+//     steps; a write that waits for room holds the gate while it waits).
+//     It reads the gate's closing flag after taking the barrier and is
+//     refused if it is set; Close sets the flag (gate Shut) before it
+//     takes the barrier exclusively once. So a
 //     write admitted before Close took the barrier ended before Close went
 //     on (its RUnlock happens before that Lock), and every write after finds
 //     the flag set: Close's final flush and the host's teardown never run
-//     beside a write (mutations 200 and 450, Write's fast path).
+//     beside a write (mutations 200 and 450, EnterWrite).
 type Flusher struct {
 	t       Target
 	settler Settler // t's Settler, or nil
@@ -331,40 +332,60 @@ func (f *Flusher) BeginWrite(ctx context.Context, op uint64, closesOp bool) (Tic
 // BeginWrite, then apply's. apply must not call Flush, BeginOp, EndOp,
 // Exclusive or Close.
 func (f *Flusher) Write(ctx context.Context, op uint64, apply func() error) error {
-	if f.bytesFast() && (op == 0 || op <= MaxOp && op > f.persisted.Load()) {
-		// The common case in line: admitWrite's steps for a write that
-		// is not redelivered, with pending bytes at or below FlushBytes.
-		if err := ctx.Err(); err != nil {
+	w, err := f.EnterWrite(ctx, op)
+	if w == nil {
+		if err != nil {
 			return err
 		}
-		w := f.barrier.At(stripe.Hint(32) & f.mask)
-		w.RLock()
-		if f.gate.closing.Load() { // invariant 13, as admitWrite
-			w.RUnlock()
-			return kverr.ErrClosed
+		var skipped bool
+		if w, skipped, err = f.admitWrite(ctx, op, false); err != nil || skipped {
+			return err
 		}
-		// Under the barrier, as admitWrite (invariant 2); the open head
-		// op, the common case, needs no call.
-		if op != 0 && !f.ops.openHead(op) {
-			if err := f.ops.write(op); err != nil {
-				w.RUnlock()
-				return err
-			}
-		}
-		if !f.dirty.Load() {
-			f.dirty.Store(true)
-		}
-		err := apply()
-		w.RUnlock()
-		return err
-	}
-	w, skipped, err := f.admitWrite(ctx, op, false)
-	if err != nil || skipped {
-		return err
 	}
 	err = apply()
 	w.RUnlock()
 	return err
+}
+
+// EnterWrite is Write's admission in line, for a caller that applies its
+// change itself (Bits.Set): with pending bytes at or below FlushBytes and
+// op not redelivered, it admits a write of op as BeginWrite does (ctx,
+// the barrier's stripe, the closing flag under it, invariant 13, and the
+// op tracker under it, invariant 2) and returns the stripe held; the
+// caller publishes its change, then releases the stripe with RUnlock
+// (publication order 13). It returns nil and no error when that common
+// case does not apply (a redelivered op, pending bytes above FlushBytes):
+// the caller then calls Write or BeginWrite, which decide; nil and an
+// error when the write is refused (ctx.Err(), ErrClosed, ErrStaleOp,
+// ErrBadOp). Nothing is held then. The caller must not call Flush,
+// BeginOp, EndOp, Exclusive or Close before its RUnlock.
+func (f *Flusher) EnterWrite(ctx context.Context, op uint64) (*sync.RWMutex, error) {
+	if !f.bytesFast() || op != 0 && (op > MaxOp || op <= f.persisted.Load()) {
+		return nil, nil
+	}
+	// admitWrite's steps for a write that is not redelivered, with
+	// pending bytes at or below FlushBytes.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := f.barrier.At(stripe.Hint(32) & f.mask)
+	w.RLock()
+	if f.gate.closing.Load() { // invariant 13, as admitWrite
+		w.RUnlock()
+		return nil, kverr.ErrClosed
+	}
+	// Under the barrier, as admitWrite (invariant 2); the open head op,
+	// the common case, needs no call.
+	if op != 0 && !f.ops.openHead(op) {
+		if err := f.ops.write(op); err != nil {
+			w.RUnlock()
+			return nil, err
+		}
+	}
+	if !f.dirty.Load() {
+		f.dirty.Store(true)
+	}
+	return w, nil
 }
 
 // bytesFast reports that admission's pending-bytes step has nothing to

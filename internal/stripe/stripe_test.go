@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -188,6 +189,79 @@ func BenchmarkFloor(b *testing.B) {
 }
 
 var floorSink int64
+
+// BenchmarkFloorW6Set prices the least a single bit Set of W6 can do
+// (issue 26: W6's 1,000,000 random Sets of a 4,194,304-bit slice, one call
+// each), in a tight loop over the same indexes with nothing else: coalesce
+// (the baseline's coalescing into a dense mask and value array, plain
+// stores), or (an atomic OR into a packed table of two bits per bit, the
+// overlay's 1 MiB), or+word (and a load of the file's word beneath, 512
+// KiB), or+word+count (and an atomic add to a set-bit count when the bit
+// changes, as every Set does), and barrier+or+word+count (each inside a
+// barrier stripe's shared side, what every write takes). Each row's
+// ns/set is one change; doc/design.md ("One Set, setone24") quotes it
+// against the engine's Set.
+func BenchmarkFloorW6Set(b *testing.B) {
+	const nbits, n = 4_194_304, 1_000_000
+	idx := make([]uint64, n)
+	x := uint64(1)
+	for k := range idx {
+		x ^= x << 13 // xorshift: fixed, repeatable indexes
+		x ^= x >> 7
+		x ^= x << 17
+		idx[k] = x % nbits
+	}
+	table := make([]uint64, nbits/32)
+	words := make([]uint64, nbits/64)
+	for k := range words {
+		words[k] = uint64(k) * 0x9E3779B97F4A7C15
+	}
+	dense := make([][2]uint64, nbits/64)
+	var count Counter
+	br := NewRWBarrier(16)
+	rows := []struct {
+		name string
+		set  func(i uint64)
+	}{
+		{"coalesce", func(i uint64) {
+			d := &dense[i>>6]
+			d[0] |= 1 << (i & 63)
+			d[1] ^= 1 << (i & 63)
+		}},
+		{"or", func(i uint64) { atomic.OrUint64(&table[i>>5], 1<<(32+i&31)|1<<(i&31)) }},
+		{"or+word", func(i uint64) {
+			w := atomic.LoadUint64(&words[i>>6])
+			old := atomic.OrUint64(&table[i>>5], 1<<(32+i&31)|1<<(i&31))
+			floorSink += int64((w ^ old) & 1)
+		}},
+		{"or+word+count", func(i uint64) {
+			w := atomic.LoadUint64(&words[i>>6])
+			if old := atomic.OrUint64(&table[i>>5], 1<<(32+i&31)|1<<(i&31)); (w^old)&1 != 0 {
+				count.Add(1)
+			}
+		}},
+		{"barrier+or+word+count", func(i uint64) {
+			m := br.At(Hint(32))
+			m.RLock()
+			w := atomic.LoadUint64(&words[i>>6])
+			if old := atomic.OrUint64(&table[i>>5], 1<<(32+i&31)|1<<(i&31)); (w^old)&1 != 0 {
+				count.Add(1)
+			}
+			m.RUnlock()
+		}},
+	}
+	for _, row := range rows {
+		b.Run(row.name, func(b *testing.B) {
+			for b.Loop() {
+				clear(table)
+				for _, i := range idx {
+					row.set(i)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/set")
+		})
+	}
+}
 
 // TestRWBarrierAt: At(i) is stripe i mod stripes, the lock RLockAt(i)
 // takes, and taking its shared side holds off the stripe's Lock.
