@@ -49,22 +49,11 @@ func TestBitsLookupClosedBetweenLoads(t *testing.T) {
 	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); !got || err != nil {
 		t.Fatalf("bit %d before Close: Lookup = %v, %v; want true, nil", i, got, err)
 	}
-	fired := false
-	testHook = func(point string) {
-		if point != "bits-lookup-direct" || fired {
-			return
-		}
-		fired = true
-		r.b.MarkClosed()
-		if err := r.f.Close(); err != nil {
-			t.Error(err)
-		}
-	}
-	defer func() { testHook = nil }()
+	fired := closeAtHook(t, r, "bits-lookup-direct")
 	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); !got || err != nil {
 		t.Fatalf("bit %d, closed between the view's load and the word's: Lookup = %v, %v; want the file's true, nil", i, got, err)
 	}
-	if !fired {
+	if !*fired {
 		t.Fatal("the lookup never reached the hook on its direct path")
 	}
 	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
@@ -97,22 +86,11 @@ func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 	if v := r.b.view.Load(); v.direct || v.fast || i >= v.alim {
 		t.Fatalf("view direct %v, fast %v, alim %d: bit %d not on the path below alim", v.direct, v.fast, v.alim, i)
 	}
-	fired := false
-	testHook = func(point string) {
-		if point != "bits-lookup-alim" || fired {
-			return
-		}
-		fired = true
-		r.b.MarkClosed()
-		if err := r.f.Close(); err != nil {
-			t.Error(err)
-		}
-	}
-	defer func() { testHook = nil }()
+	fired := closeAtHook(t, r, "bits-lookup-alim")
 	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
 		t.Fatalf("bit %d, closed between the filter's load and the word's: Lookup = %v, %v; want false, ErrClosed", i, got, err)
 	}
-	if !fired {
+	if !*fired {
 		t.Fatal("the lookup never reached the hook below alim")
 	}
 }
@@ -160,4 +138,23 @@ func TestBitsLookupClosedFilterPath(t *testing.T) {
 			}
 		}
 	}
+}
+
+// closeAtHook sets the test hook to close r's overlay and then its file
+// (the owner's order, B12) the first time the hook fires at point, until
+// the test ends; *fired says whether it did.
+func closeAtHook(t *testing.T, r *bitsRig, point string) (fired *bool) {
+	fired = new(bool)
+	testHook = func(p string) {
+		if p != point || *fired {
+			return
+		}
+		*fired = true
+		r.b.MarkClosed()
+		if err := r.f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHook = nil })
+	return fired
 }
