@@ -193,8 +193,16 @@ func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) (bool, error
 		// No second load of the view (B12): the mapping v holds is the
 		// file's while v is reachable, after MarkClosed and the file's
 		// Close too, so the byte is the file's and the read is one before
-		// MarkClosed. The load's use of v keeps the mapping alive past it.
+		// MarkClosed. The byte's address points into the mapping, which
+		// the garbage collector does not trace: without the KeepAlive, v
+		// (and with it perhaps the mapping's last View) is dead once the
+		// address is computed, and a collection and the mapping's cleanup
+		// in between could unmap the byte before its load. No test stops
+		// a goroutine between those two instructions (an address held in
+		// a variable for a hook there costs Get its inlining): rule B12
+		// and TestBitsGetInlines keep it.
 		x := *(*uint8)(unsafe.Add(v.base, i>>3))
+		runtime.KeepAlive(v)
 		return x>>(i&7)&1 != 0, nil
 	}
 	return slow(b, v, i)

@@ -170,7 +170,13 @@ package buffer
 //     inlines, therefore loads the view once: the view, its limit, the
 //     file's word (TestBitsLookupClosedBetweenLoads closes the overlay and
 //     the file between the view's load and the word's, in the invariants
-//     build, and wants the file's bit). The engine's Close marks every
+//     build, and wants the file's bit). "While the view is reachable"
+//     holds for a read only if the read keeps it so: the address of a
+//     word or byte of a mapping is not traced by the garbage collector,
+//     so every read through a view's mapping keeps the view alive past
+//     its last load (runtime.KeepAlive(v) after it, as bitslice's own
+//     reads do; Lookup's is checked by TestBitsGetInlines, mutation 613).
+//     The engine's Close marks every
 //     bitslice closed before it stores its closing flag, so a Bits.Get
 //     that starts after any read saw the flag reports ErrClosed, with no
 //     load of the flag itself (mutation 460). A closed view's filter
