@@ -446,18 +446,7 @@ func TestMemoryBudgetBitsSet(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- bits.Set(wctx, 2, true, 0) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Metrics().Waiting != 1 {
-		select {
-		case err := <-done:
-			t.Fatalf("Set over a full budget returned %v without waiting", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Set waiting after 10s: %+v", b.Metrics())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForWaiting(t, b, 1) // fails after its wait if the Set returned without waiting
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("Set waiting for a full budget = %v, want context.Canceled as it is", err)

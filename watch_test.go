@@ -1045,7 +1045,10 @@ func TestWatchRecBatchUniform(t *testing.T) {
 		t.Helper()
 		want := batchEvents(7, bt, nil)
 		rb := newRecBatch(&arena, bt, nil)
-		if rb == nil || rb.n != len(want) || rb.uni != uni {
+		if rb == nil {
+			t.Fatalf("%s: no record, want one of %d changes", name, len(want))
+		}
+		if rb.n != len(want) || rb.uni != uni {
 			t.Fatalf("%s: record %+v of %d changes, want %d, uniform %v", name, rb, rb.n, len(want), uni)
 		}
 		if uni && len(rb.buf) != len(bt.data) {

@@ -26,7 +26,7 @@ import "sync/atomic"
 var testHook func(point string)
 
 // filterHook, on in tests only, makes every view published while it is on
-// take LookupSlow's branch past alim and fn (publish sets both to 0), where
+// take LookupSlow's branch past alim and flim (publish sets both to 0), where
 // the "bits-filter" hook is called: the filter paths below them test no
 // hook.
 var filterHook atomic.Bool
