@@ -220,4 +220,9 @@ package buffer
 //     each filter decides. Both are 0 in a closed view (B12), a fast one
 //     (B13) and, in tests, one published while filterHook is on, which
 //     LookupSlow tells apart past them. The reads below either bound
-//     re-validate the view as every read does (B4a, B8: mutation 75).
+//     re-validate the view as every read does (B4a, B8). Below alim
+//     that re-load is caught in the invariants build (invariants/617,
+//     TestBitsLookupAlimClosedBetweenLoads); mutation 75 removes it past
+//     both bounds, where filterHook sends the racing tests; the re-load
+//     below flim has no test of its own (it is the same statement as
+//     past them, written out for speed).
