@@ -1562,17 +1562,6 @@ func (f *feed) visibleCut(n uint64) uint64 {
 // changes not yet synced (op 0's, which no watermark covers; and retained
 // changes read from the store, R3), which TestWatchDurableAfterSync catches
 // (mutation 590: the hook at the end of Write).
-//
-// D3 (doc/design.md, "Change feed", rule 4). The hook advances the durable
-// position itself, under f.mu with released stored, and wakes the watches
-// if it moved, instead of readying the resolver to do it: one hand-off
-// fewer between the persisted watermark and a durable watch's delivery.
-// The step of g is normally resolved long before g is released (its cut
-// is queued at g's freeze); if it is not, the resolver's own advance,
-// under f.mu after it appends the step, sees released and moves on. The
-// hook kicks the resolver only when cuts are queued. Whoever moves the
-// durable position broadcasts: a hook that moves it silently leaves a
-// durable watch waiting for a later flush (mutation 627).
 func (f *feed) releaseHook(g uint64) {
 	if !f.on.Load() {
 		return
@@ -1582,16 +1571,8 @@ func (f *feed) releaseHook(g uint64) {
 	if f.ret != nil {
 		f.ret.released(g)
 	}
-	moved := f.advance()
-	f.trim()
-	if moved {
-		f.broadcast()
-	}
-	kick := len(f.cuts) > 0
 	f.mu.Unlock()
-	if kick {
-		f.kickRun()
-	}
+	f.kickRun()
 }
 
 func (f *feed) kickRun() {
@@ -1668,22 +1649,7 @@ func (f *feed) process() {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.advance() {
-		grew = true
-	}
-	f.trim()
-	if grew {
-		f.broadcast()
-	}
-}
-
-// advance moves the durable position past every step whose generation is
-// released and whose mark the persisted watermark covers, stamping each
-// mark with the watermark, and reports whether it moved. f.mu held; the
-// caller trims the log and, if it moved, broadcasts (D3).
-func (f *feed) advance() bool {
 	wm := f.db.flusher.Watermark()
-	moved := false
 	for f.dstep < len(f.steps) {
 		st := &f.steps[f.dstep]
 		if f.released < st.gen || wm < st.n {
@@ -1693,9 +1659,12 @@ func (f *feed) advance() bool {
 		f.durOp = max(f.durOp, st.n)
 		f.durable = st.markPos() + 1
 		f.dstep++
-		moved = true
+		grew = true
 	}
-	return moved
+	f.trim()
+	if grew {
+		f.broadcast()
+	}
 }
 
 // resolve moves the changes cut c resolves into the log, in op order
