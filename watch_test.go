@@ -962,6 +962,20 @@ func TestWatchBatchReuseKeepsEvents(t *testing.T) {
 	}
 }
 
+// recBatchEngine opens an engine with interval flushes off and its
+// keyspaces a and b and bitslice s, for the record tests, closed at the
+// test's end.
+func recBatchEngine(t *testing.T) (*DB, *KV, *KV, *Bits) {
+	t.Helper()
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	t.Cleanup(func() { closeT(t, db) })
+	bs, err := db.Bits("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, mustKV(t, db, "a"), mustKV(t, db, "b"), bs
+}
+
 // TestWatchRecBatchLayout: a batch's packed record (newRecBatch: the
 // bytes of the changes kept, each change's after the previous one's, its
 // ends and heads) gives, change by change, what the change-by-change form
@@ -969,13 +983,7 @@ func TestWatchBatchReuseKeepsEvents(t *testing.T) {
 // no change left out and with every pattern of discarded changes in a
 // sliding window (the kept changes' bytes moved down over them).
 func TestWatchRecBatchLayout(t *testing.T) {
-	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
-	defer closeT(t, db)
-	a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
-	bs, err := db.Bits("s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, a, b, bs := recBatchEngine(t)
 	bt := db.NewBatch()
 	bt.Put(a, []byte("k1"), []byte("value-1"))
 	bt.Put(a, []byte("k2"), []byte{})
@@ -1025,13 +1033,7 @@ func TestWatchRecBatchLayout(t *testing.T) {
 // split differently between key and value) is recorded with its index and
 // gives its own changes.
 func TestWatchRecBatchUniform(t *testing.T) {
-	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
-	defer closeT(t, db)
-	a, b := mustKV(t, db, "a"), mustKV(t, db, "b")
-	bs, err := db.Bits("s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, a, b, bs := recBatchEngine(t)
 	var arena recArena
 	fill := func(bt *Batch, n, kl, vl int) {
 		bt.Reset()
