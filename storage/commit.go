@@ -103,14 +103,16 @@ func (s *Store) Commit(b *Batch) (*Commit, error) {
 		// Nothing in flight: apply now; the syncer waits for its sync.
 		pb := b.pb
 		b.pb = s.db.NewBatch()
-		if err := s.db.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
+		s.pit.begin() // point-read rule P1: before it can be visible
+		err := s.db.ApplyNoSyncWait(pb, pebble.Sync)
+		// Stress builds yield here: applied (or not), not yet ended (rule P1).
+		yield.Point()
+		s.pit.end()
+		if err != nil {
 			// Rejected before it reached the WAL. pb may be marked as
 			// committing: it is not reused.
 			return nil, s.wrapErr("commit", err)
 		}
-		// Stress builds yield here: applied, not yet announced (rule P1).
-		yield.Point()
-		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = &group{pb: pb, commits: []*Commit{c}}
 		s.kickSyncer()
 	} else {

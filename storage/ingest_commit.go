@@ -139,13 +139,15 @@ func (s *Store) runIngest(in *Ingest) error {
 		in.removeFiles()
 		return kverr.Errorf("ingest into %q: %w", s.dir, err)
 	}
-	if err := s.db.Ingest(context.Background(), in.paths); err != nil {
+	s.pit.begin() // point-read rule P1: before it can be visible
+	err := s.db.Ingest(context.Background(), in.paths)
+	// Stress builds yield here: ingested (or not), not yet ended (rule P1).
+	yield.Point()
+	s.pit.end()
+	if err != nil {
 		in.removeFiles()
 		return s.wrapErr("ingest", err)
 	}
-	// Stress builds yield here: applied, not yet announced (rule P1).
-	yield.Point()
-	s.pit.bump() // point-read rule P1: ingested, hence visible
 	// pebble removed the paths (its links remain).
 	in.created, in.paths = nil, nil
 	_ = failpoint.Hit(failpoint.StorageIngestApplied) // a crash point only
@@ -180,15 +182,17 @@ func (s *Store) startNextLocked() {
 			_ = g.pb.Close() // a merge into it failed: nothing to apply
 			continue
 		}
-		if err := s.db.ApplyNoSyncWait(g.pb, pebble.Sync); err != nil {
+		s.pit.begin() // point-read rule P1: before it can be visible
+		err := s.db.ApplyNoSyncWait(g.pb, pebble.Sync)
+		// Stress builds yield here: applied (or not), not yet ended (rule P1).
+		yield.Point()
+		s.pit.end()
+		if err != nil {
 			err = s.wrapErr("commit", err)
 			g.settle(err)
 			s.failQueueLocked(err)
 			return
 		}
-		// Stress builds yield here: applied, not yet announced (rule P1).
-		yield.Point()
-		s.pit.bump() // point-read rule P1: applied, hence visible
 		s.inflight = g
 	}
 }

@@ -22,21 +22,37 @@ import (
 // that keep a cached one from answering with an older state than DB.Get
 // would (cited as "point-read rule Pn"):
 //
-//	P1. epoch is bumped after every change of what the store holds is
-//	    visible to a new iterator, before anyone can learn the change
-//	    happened: after a batch group is applied to pebble (commit.go,
-//	    startNextLocked) and after DB.Ingest returns (runIngest), both
-//	    before the commits are settled; and after every pebble flush and
-//	    compaction (event listener: the contents are the same, but an
+//	P1. Every change of what the store holds is bracketed by begin and
+//	    end: begin (applying up, then epoch bumped) before the change can
+//	    be visible to any iterator, end (applying down) after it is
+//	    visible to every new one and before anyone can learn it happened:
+//	    around a batch group's apply to pebble (commit.go,
+//	    startNextLocked) and around DB.Ingest (runIngest), both before the
+//	    commits are settled. epoch is also bumped after every pebble flush
+//	    and compaction (event listener: the contents are the same, but an
 //	    iterator on the old version keeps reading, and pinning, the files
-//	    they replaced). Mutation 121 drops the bump of a batch applied at
+//	    they replaced). The bump comes first, not after the change: a read
+//	    may see a change still being applied (its iterator made after it
+//	    landed), and a later read of the same goroutine must not then take
+//	    an older iterator of the same epoch (TestIngestRacesCommits: "key
+//	    went back"). Mutation 121 drops the begin of a batch applied at
 //	    once (TestPointReadSeesEveryChange catches it), 310 that of a group
 //	    applied from the queue (TestPointReadsRacingCommits).
-//	P2. A read loads epoch first, then takes an iterator tagged with that
-//	    value or creates one and tags it with it: the iterator was created
-//	    after the load, so it sees every change bumped before the load,
-//	    i.e. every change whose commit could have been observed by the
-//	    reader before it started. An iterator with another tag is closed.
+//	P2. A read loads epoch first, then applying, then takes an iterator
+//	    tagged with that epoch or creates one and tags it with it: the
+//	    iterator was created after the load, so it sees every change whose
+//	    begin came before the load, i.e. every change whose commit could
+//	    have been observed by the reader before it started. An iterator
+//	    with another tag is closed. An iterator goes back to the cache
+//	    only if applying was 0 after the read's epoch load and epoch is
+//	    unchanged when it is put back: then no change was being applied
+//	    at any time from its epoch's load to its return (one that began
+//	    in between bumped epoch; one in flight at the load made applying
+//	    non-zero), so every cached iterator of one epoch reads the same
+//	    state, the state every read of that epoch may return (no test
+//	    catches a cache of iterators made while a change was applied
+//	    every time: TestIngestRacesCommits failed 9 of 200 runs on the
+//	    order this replaced).
 //	P3. An iterator is used by one read at a time (taken from the cache
 //	    under mu, put back after), never after an error (closed instead),
 //	    and every cached one is closed by Store.Close before pebble is.
@@ -48,9 +64,11 @@ import (
 // that says which of them may still be used (the rules above).
 type pointIters struct {
 	epoch atomic.Uint64
-	mu    sync.Mutex
-	free  []cachedIter // under mu; closed: no more caching
-	shut  bool
+	// applying counts the changes between begin and end (rule P1).
+	applying atomic.Int64
+	mu       sync.Mutex
+	free     []cachedIter // under mu; closed: no more caching
+	shut     bool
 }
 
 type cachedIter struct {
@@ -62,13 +80,27 @@ type cachedIter struct {
 // that read at once gain nothing, and each pins a version.
 const maxCachedIters = 16
 
-// bump records a change of what a new iterator reads (point-read rule P1).
+// bump records a change of what a new iterator reads, made and visible
+// already (pebble's flushes and compactions: point-read rule P1).
 func (p *pointIters) bump() { p.epoch.Add(1) }
 
+// begin is called before a change may become visible to an iterator, end
+// once it is visible to every new one (point-read rule P1).
+func (p *pointIters) begin() {
+	p.applying.Add(1)
+	p.epoch.Add(1)
+}
+
+// end: see begin.
+func (p *pointIters) end() { p.applying.Add(-1) }
+
 // get returns an iterator that reads the store as of now (point-read rule
-// P2) and the epoch to give back to put.
-func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, uint64, error) {
+// P2) and the tag to give back to put: the epoch, and whether the
+// iterator may be cached (no change was being applied after the epoch's
+// load).
+func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, iterTag, error) {
 	e := p.epoch.Load()
+	tag := iterTag{epoch: e, clean: p.applying.Load() == 0}
 	yield.Point() // stress builds: between the epoch and the iterator (rule P2)
 	var stale []*pebble.Iterator
 	var it *pebble.Iterator
@@ -88,16 +120,23 @@ func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, uint64, error) {
 		_ = s.Close()
 	}
 	if it != nil {
-		return it, e, nil
+		return it, tag, nil
 	}
 	it, err := db.NewIter(nil)
-	return it, e, err
+	return it, tag, err
+}
+
+// iterTag is what get learnt of the state an iterator reads.
+type iterTag struct {
+	epoch uint64
+	clean bool
 }
 
 // put gives back an iterator get returned, after a read that had no error
-// (point-read rule P3).
-func (p *pointIters) put(it *pebble.Iterator, e uint64) {
-	if e == p.epoch.Load() {
+// (point-read rules P2, P3).
+func (p *pointIters) put(it *pebble.Iterator, tag iterTag) {
+	e := tag.epoch
+	if tag.clean && e == p.epoch.Load() {
 		p.mu.Lock()
 		if !p.shut && len(p.free) < maxCachedIters {
 			p.free = append(p.free, cachedIter{it: it, epoch: e})
