@@ -862,6 +862,7 @@ func TestBadAPIInputs(t *testing.T) {
 			bt.Put(ok, []byte("s"), []byte("1"))
 			return db.Apply(ctx, bt, 5)
 		}},
+		{"Apply of a nil batch", ErrForeign, func() error { return db.Apply(ctx, nil, 5) }},
 		{"batch to a dropped keyspace", ErrDropped, batchErr(5, func(bt *Batch) {
 			bt.Put(k, []byte("s"), []byte("1"))
 			bt.Put(gone, []byte("s"), []byte("1"))

@@ -168,6 +168,12 @@ func (b *Batch) Reset() {
 	b.ops, b.data, b.err = b.ops[:0], b.data[:0], nil
 }
 
+// applyRun is how many changes of a run to one keyspace Apply hands to the
+// overlay at once, from a fixed scratch array: building the whole run
+// first grew a slice of it, and a 1M-put batch spent more time growing
+// that slice than in the overlay (W6's kvbuf-one-batch row).
+const applyRun = 256
+
 // Apply applies every change of b as op (the host's op number; 0 if the host
 // does not track ops): one admission, so they land in the same flush, and op
 // counts as complete (the next flush may cover it; no EndOp needed).
@@ -184,15 +190,10 @@ func (b *Batch) Reset() {
 // Errors (nothing applied): the first problem recorded while adding changes
 // (ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge, ErrBadRange,
 // ErrOutOfRange, ErrForeign), ErrDropped for a keyspace dropped before the
-// call, ErrStaleOp, ErrClosed, ctx.Err().
-// applyRun is how many changes of a run to one keyspace Apply hands to the
-// overlay at once, from a fixed scratch array: building the whole run
-// first grew a slice of it, and a 1M-put batch spent more time growing
-// that slice than in the overlay (W6's kvbuf-one-batch row).
-const applyRun = 256
-
+// call, ErrStaleOp, ErrClosed, ctx.Err(). A nil b, or a batch of another
+// engine's NewBatch, is ErrForeign.
 func (db *DB) Apply(ctx context.Context, b *Batch, op uint64) error {
-	if b.db != db {
+	if b == nil || b.db != db {
 		return kverr.Errorf("apply: batch: %w", ErrForeign)
 	}
 	if b.err != nil {
