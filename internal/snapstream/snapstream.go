@@ -51,12 +51,18 @@ const (
 
 	frameHeaderSize = 12
 
-	// Record tags.
+	// RecKeyspace tags a keyspace record (its name); the pairs after it
+	// are its own.
 	RecKeyspace = 0x01
-	RecPair     = 0x02
+	// RecPair tags a key and its value, in the last keyspace.
+	RecPair = 0x02
+	// RecBitslice tags a bitslice record (its name and length in bits);
+	// the words after it are its own.
 	RecBitslice = 0x03
-	RecWords    = 0x04
-	RecTrailer  = 0xff
+	// RecWords tags a run of nonzero words, in the last bitslice.
+	RecWords = 0x04
+	// RecTrailer tags the trailer: the counts and the digest.
+	RecTrailer = 0xff
 )
 
 // Writer encodes a stream into an io.Writer. Records must come in the

@@ -1,6 +1,10 @@
 // Command doccheck fails when a doc comment does not start with the name of
 // the declaration it documents, the usual sign of a comment left behind by a
-// rename (a comment that still says fold64 above foldTables64).
+// rename (a comment that still says fold64 above foldTables64), and when an
+// exported name of a package other than main has no doc comment: a
+// function, a method of an exported type, a type, or a constant or variable
+// with neither a comment of its own (above it or on its line) nor its
+// group's.
 //
 // Usage:
 //
@@ -47,7 +51,7 @@ func main() {
 		fmt.Println(f)
 	}
 	if len(findings) > 0 {
-		fmt.Fprintf(os.Stderr, "doccheck: %d doc comments do not start with the name they document\n", len(findings))
+		fmt.Fprintf(os.Stderr, "doccheck: %d doc comments missing or not starting with the name they document\n", len(findings))
 		os.Exit(1)
 	}
 }
@@ -72,6 +76,13 @@ func checkFile(fset *token.FileSet, file *ast.File) []string {
 		first := strings.Join(strings.Fields(doc.Text())[:min(4, len(strings.Fields(doc.Text())))], " ")
 		out = append(out, fmt.Sprintf("%s: %s: %q", fset.Position(doc.Pos()), name, first))
 	}
+	// Exported names of a package other than main are its API (or, under
+	// internal/, its packages' API): each needs a doc comment, a
+	// grouped constant or variable its own or its group's.
+	api := file.Name.Name != "main"
+	missing := func(pos token.Pos, name string) {
+		out = append(out, fmt.Sprintf("%s: %s: no doc comment", fset.Position(pos), name))
+	}
 	for _, decl := range file.Decls {
 		switch d := decl.(type) {
 		case *ast.FuncDecl:
@@ -79,6 +90,9 @@ func checkFile(fset *token.FileSet, file *ast.File) []string {
 			// say what they do instead.
 			if d.Recv == nil && (d.Name.Name == "init" || d.Name.Name == "main") {
 				continue
+			}
+			if d.Doc == nil && api && d.Name.IsExported() && exportedRecv(d) {
+				missing(d.Pos(), d.Name.Name)
 			}
 			report(d.Doc, d.Name.Name)
 		case *ast.GenDecl:
@@ -89,8 +103,18 @@ func checkFile(fset *token.FileSet, file *ast.File) []string {
 					if doc == nil && len(d.Specs) == 1 {
 						doc = d.Doc
 					}
+					if doc == nil && api && s.Name.IsExported() {
+						missing(s.Pos(), s.Name.Name)
+					}
 					report(doc, s.Name.Name)
 				case *ast.ValueSpec:
+					if api && s.Doc == nil && d.Doc == nil && s.Comment == nil {
+						for _, n := range s.Names {
+							if n.IsExported() {
+								missing(n.Pos(), n.Name)
+							}
+						}
+					}
 					// A grouped declaration's comment describes the group,
 					// and unexported values are often documented by the
 					// group; check only exported values declared alone.
@@ -103,6 +127,29 @@ func checkFile(fset *token.FileSet, file *ast.File) []string {
 		}
 	}
 	return out
+}
+
+// exportedRecv reports whether d is a function or a method of an exported
+// type: a method of an unexported type is not in the package's API.
+func exportedRecv(d *ast.FuncDecl) bool {
+	if d.Recv == nil || len(d.Recv.List) == 0 {
+		return true
+	}
+	t := d.Recv.List[0].Type
+	for {
+		switch x := t.(type) {
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr:
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.Ident:
+			return x.IsExported()
+		default:
+			return true
+		}
+	}
 }
 
 // startsWithName reports whether text starts with name, optionally after an

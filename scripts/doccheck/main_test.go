@@ -8,6 +8,19 @@ import (
 	"testing"
 )
 
+// TestCheckFileMain checks that a main package's exported names need no
+// comment: they are no package's API.
+func TestCheckFileMain(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "m.go", "package main\n\nfunc Run() {}\n\ntype T int\n", parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkFile(fset, f); len(got) != 0 {
+		t.Fatalf("findings %v in package main, want none", got)
+	}
+}
+
 func TestCheckFile(t *testing.T) {
 	const src = `package p
 
@@ -44,6 +57,17 @@ const (
 // setup runs first.
 func init() {}
 
+func Bare() {}
+
+func (pair) Hidden() {}
+
+func (*Thing) NoDoc() {}
+
+const (
+	Loose = 1 // Loose has a line comment.
+	Naked = 2
+)
+
 // pair is documented per spec.
 type (
 	// pair is right.
@@ -61,7 +85,7 @@ type (
 	for _, finding := range checkFile(fset, f) {
 		names = append(names, strings.Split(finding, ": ")[1])
 	}
-	want := []string{"foldTables64", "Put", "Exported", "quad"}
+	want := []string{"foldTables64", "Put", "Exported", "Bare", "NoDoc", "Naked", "quad"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("findings for %v, want %v", names, want)
 	}
