@@ -867,6 +867,7 @@ func TestBadAPIInputs(t *testing.T) {
 			bt.Put(k, []byte("s"), []byte("1"))
 			bt.Put(gone, []byte("s"), []byte("1"))
 		})},
+		{"Update with a nil fn", ErrNilArgument, func() error { return db.Update(ctx, 5, nil) }},
 		{"Update whose fn fails", io.ErrUnexpectedEOF, func() error {
 			return db.Update(ctx, 5, func(bt *Batch) error {
 				bt.Put(k, []byte("s"), []byte("1"))

@@ -319,8 +319,12 @@ func (b *Batch) kvOps() int {
 }
 
 // Update builds a batch with fn and applies it as op if fn returns nil (see
-// Apply). fn's error is returned as is, with nothing applied.
+// Apply). fn's error is returned as is, with nothing applied; a nil fn is
+// ErrNilArgument.
 func (db *DB) Update(ctx context.Context, op uint64, fn func(b *Batch) error) error {
+	if fn == nil {
+		return kverr.Errorf("update: fn: %w", ErrNilArgument)
+	}
 	b := db.NewBatch()
 	if err := fn(b); err != nil {
 		return err

@@ -176,9 +176,15 @@ var (
 	ErrPanicked = kverr.ErrPanicked
 
 	// ErrForeign is returned for a keyspace or bitslice handle that belongs
-	// to another engine (in a Batch, or a handle kept across a reopen).
-	// Text: "kvbuf: handle of another engine".
+	// to another engine (in a Batch, or a handle kept across a reopen), for
+	// a nil handle in a Batch, and by Apply for a nil Batch or one of
+	// another engine. Text: "kvbuf: handle of another engine".
 	ErrForeign = kverr.ErrForeign
+
+	// ErrNilArgument is returned, with nothing done, for a nil function,
+	// reader or writer where one is required: Update's fn, Export's w,
+	// Install's r. Text: "kvbuf: nil argument".
+	ErrNilArgument = kverr.ErrNilArgument
 
 	// ErrBadStream is wrapped, with ErrCorrupt, by Install's errors for a
 	// stream that is not a valid snapshot stream: a bad magic, checksum,

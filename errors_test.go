@@ -413,6 +413,23 @@ func TestErrorTexts(t *testing.T) {
 			_, err := Install(ctx, filepath.Join(dir, "new"), bytes.NewReader([]byte("not a stream at all")), nil)
 			return err
 		}, []error{ErrBadStream, ErrCorrupt}, `kvbuf: install into <dir>/new: frame 0 of 544501614 bytes, larger than this engine's largest record allows (1183744): bad snapshot stream`, false},
+		{"nil reader", func(t *testing.T, dir string) error {
+			_, err := Install(ctx, filepath.Join(dir, "new"), nil, nil)
+			if _, serr := os.Stat(filepath.Join(dir, "new")); !errors.Is(serr, fs.ErrNotExist) {
+				t.Errorf("Install with a nil reader left %s/new (stat: %v)", dir, serr)
+			}
+			return err
+		}, []error{ErrNilArgument}, `kvbuf: install into <dir>/new: reader: nil argument`, false},
+		{"nil writer", func(t *testing.T, dir string) error {
+			db := errDB(t, dir, nil)
+			snap, err := db.NewSnapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer snap.Close()
+			_, err = snap.Export(ctx, nil, 0)
+			return err
+		}, []error{ErrNilArgument}, `kvbuf: export: writer: nil argument`, false},
 	}
 	seen := map[error]bool{}
 	for _, c := range cases {
@@ -427,7 +444,7 @@ func TestErrorTexts(t *testing.T) {
 	for _, s := range []error{ErrClosed, ErrNotFound, ErrLocked, ErrCorrupt, ErrCorruptBlock, ErrCorruptDir,
 		ErrCorruptBits, ErrNotEngine, ErrBadName, ErrBadOptions, ErrOutOfRange, ErrKeyTooLarge, ErrValueTooLarge,
 		ErrEmptyKey, ErrBadRange, ErrStaleOp, ErrBadOp, ErrDropped, ErrSyncFailed, ErrForeign, ErrBadStream,
-		ErrReadOnly, ErrForeignBatch, ErrInvalidKeyspace} {
+		ErrReadOnly, ErrForeignBatch, ErrInvalidKeyspace, ErrNilArgument} {
 		if !seen[s] {
 			t.Errorf("no case drives %q", s)
 		}
@@ -463,6 +480,7 @@ func TestSentinelTexts(t *testing.T) {
 		{ErrSyncFailed, "kvbuf: write-ahead log write or sync failed"},
 		{ErrPanicked, "kvbuf: flush panicked"},
 		{ErrForeign, "kvbuf: handle of another engine"},
+		{ErrNilArgument, "kvbuf: nil argument"},
 		{ErrBadStream, "kvbuf: bad snapshot stream"},
 		{ErrReadOnly, "kvbuf: read-only store"},
 		{ErrBatchTooLarge, "kvbuf: batch too large"},

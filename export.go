@@ -31,10 +31,13 @@ import (
 // goroutine takes the snapshot between two ops and passes the last applied
 // one (raftkv passes its applied raft index).
 //
-// Errors: ErrClosed if the snapshot or the engine is closed, ctx.Err(),
-// and w's errors, as they happen (w has then received part of a stream,
-// which Install refuses).
+// Errors: ErrNilArgument for a nil w (nothing written), ErrClosed if the
+// snapshot or the engine is closed, ctx.Err(), and w's errors, as they
+// happen (w has then received part of a stream, which Install refuses).
 func (s *Snapshot) Export(ctx context.Context, w io.Writer, op uint64) (int64, error) {
+	if w == nil {
+		return 0, kverr.Errorf("export: writer: %w", ErrNilArgument)
+	}
 	sw, err := snapstream.NewWriter(w, op)
 	if err != nil {
 		return sw.Written(), kverr.Errorf("export: %w", err)
@@ -196,12 +199,17 @@ func (s *Snapshot) Digest(ctx context.Context) (string, error) {
 // step of the host's own (raftkv switches a pointer in its raft log store),
 // so that a crash leaves either the old engine or the new one.
 //
+// A nil r is ErrNilArgument, with dir left alone.
+//
 // Errors (dir is then removed, with everything Install wrote): errors
 // matching ErrBadStream and ErrCorrupt for a corrupt, truncated
 // (io.ErrUnexpectedEOF too) or inconsistent stream; the engine's write
 // errors (ErrBadName, ErrKeyTooLarge, ErrValueTooLarge, ErrOutOfRange for
 // content opts cannot hold); r's read errors; ctx.Err().
 func Install(ctx context.Context, dir string, r io.Reader, opts *Options) (op uint64, err error) {
+	if r == nil {
+		return 0, kverr.Errorf("install into %s: reader: %w", dir, ErrNilArgument)
+	}
 	if err := checkInstallDir(dir); err != nil {
 		return 0, err
 	}

@@ -126,6 +126,9 @@ var (
 	ErrDropped = newSentinel("keyspace dropped", nil)
 	// ErrForeign: a keyspace or bitslice handle of another engine.
 	ErrForeign = newSentinel("handle of another engine", nil)
+	// ErrNilArgument: a nil function, reader or writer where one is
+	// required.
+	ErrNilArgument = newSentinel("nil argument", nil)
 
 	// ErrStaleOp: a write of an op that is complete but above the persisted
 	// watermark (a host bug).
