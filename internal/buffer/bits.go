@@ -34,7 +34,7 @@ type bitsFile interface {
 // Writes must not run concurrently with Freeze, Snapshot or Settle (the
 // engine admits writes under the shared side of its write barrier and calls
 // those with it held exclusively). Everything else is safe for concurrent
-// use. The publication order is in bits_protocol.go (rules B1-B13).
+// use. The publication order is in bits_protocol.go (rules B1-B15).
 //
 // # Read path
 //
