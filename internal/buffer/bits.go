@@ -34,7 +34,7 @@ type bitsFile interface {
 // Writes must not run concurrently with Freeze, Snapshot or Settle (the
 // engine admits writes under the shared side of its write barrier and calls
 // those with it held exclusively). Everything else is safe for concurrent
-// use. The publication order is in bits_protocol.go (rules B1-B15).
+// use. The publication order is in bits_protocol.go (rules B1-B13).
 //
 // # Read path
 //
@@ -151,99 +151,62 @@ const LookupClosed = 2
 
 // Lookup returns bit i as Get does, and kverr.ErrClosed (with false) if
 // the overlay was closed (MarkClosed) before the read loaded the view. A
-// read of a view loaded before MarkClosed reads the file's words through
-// the mapping that view holds, which stays the file's while the view is
-// reachable, after the file's Close too (B12). slow must be
+// read of a direct view loaded before MarkClosed reads the file's words
+// through the mapping that view holds, which stays the file's while the
+// view is reachable, after the file's Close too (B12). slow must be
 // (*Bits).LookupSlowErr.
 //
-// Lookup holds the path of a bit with nothing pending near it (B15): over
-// a view without sealed tables, below its alim, a bit whose 32 words
-// around it (2,048 bits: the filter's aligned 32 bits that hold its word's)
-// the active table's filter has unmarked is the file's, read at once from
-// its byte, with no second load of the view. A direct view (nothing
-// pending) takes the same test: its active table is empty, its filter
-// unmarked. That covers W1's lookups with nothing pending and most of W7's
-// under writes (a few hundred bits pending, a flush every 10 ms). The rest
-// (a bit in a marked stretch, past alim, a view with sealed tables, a fast
-// or closed one) goes to slow. The test and the load are small enough for
-// Go's inliner to put Lookup in kvbuf.Bits.Get and so in the host's loop,
-// as the file's own Get is (issue 26: a call per lookup put W1's lookups
-// with nothing pending at 0.62x the raw file's speed, and W7's at 2.4x
-// the same lookups with no writer). slow is a parameter, not a named
-// call, because the inliner charges 57 for a call of a function and 17 for
-// a call of a parameter, against a budget of 80 that kvbuf.Bits.Get must
-// fit in with Lookup inlined (all 80 with Go 1.26, TestBitsGetInlines);
-// inlined, the call is of a known function, which the compiler inlines
-// (LookupSlowErr) and calls directly (LookupSlow), on the slow path only.
-// What the budget allowed (bitsw7_26): the filter's bit of the word itself
-// costs 19 against the 11 of a 32-bit zero test, and the results are
-// assigned to Lookup's named results, not returned (6 less). Lookup
-// returns Get's two results itself, so that this path's are the constant
-// nil and the bit: the host's test of the error and its use of the bit
-// follow the byte's load with nothing in between (with one word returned,
-// the error was picked from a table by it, two loads and four instructions
-// more on every lookup, and the host's loop values were spilled). The
-// view is loaded through atomic.LoadPointer on b.view's word, not
+// Lookup holds the direct path alone (B1-B3, B12), small enough for Go's
+// inliner to put it in kvbuf.Bits.Get and so in the host's loop, as the
+// file's own Get is (issue 26: a call per lookup put W1's lookups with
+// nothing pending at 0.62x the raw file's speed). It calls slow for the
+// rest. slow is a parameter, not a named call, because the inliner charges
+// 57 for a call of a function and 17 for a call of a parameter, against a
+// budget of 80 that kvbuf.Bits.Get must fit in with Lookup inlined (79
+// with Go 1.26, TestBitsGetInlines); inlined, the call is of a known
+// function, which the compiler inlines (LookupSlowErr) and calls directly
+// (LookupSlow), on the slow path only. Lookup returns Get's two results
+// itself, so that the direct path's are the constant nil and the bit: the
+// host's test of the error and its use of the bit follow the word's load
+// with nothing in between (with one word returned, the error was picked
+// from a table by it, two loads and four instructions more on every
+// lookup, and the host's loop values were spilled on the direct path).
+// The view is loaded through atomic.LoadPointer on b.view's word, not
 // b.view.Load: the generic Load costs the inliner 5 more a load, and
 // atomic.Pointer's only field that is not zero-size is that word
-// (TestBitsViewWord checks it). The filter's 32 bits are one atomic load
-// (acquire: the byte's load cannot pass it, B15) of half a filter word,
-// the half that holds the word's bit on a little-endian machine; the bit
-// is read from its byte of the mapping (the view's base: the file is
-// little-endian, bitslice's only layout), by a plain load: a byte has no
-// atomic load in sync/atomic, the file's words are stored by pwrite or by
-// atomic operations only, and a byte is loaded whole (B7: a word torn by a
-// pwrite differs only in bits pending in a table, and B15 says why either
-// value of such a bit is one the read may return).
-func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) (bool, error)) (x bool, err error) {
+// (TestBitsViewWord checks it). The bit is read from its byte of the
+// mapping (the view's base: the file is little-endian, bitslice's only
+// layout), by a plain load: a byte has no atomic load in sync/atomic, the
+// word's costs the inliner the 3 that Get lacks, the file's words are
+// stored by pwrite or by atomic operations only, and a byte is loaded
+// whole (B7: a word torn by a pwrite differs only in bits pending in a
+// table, which a direct view has not).
+func (b *Bits) Lookup(i uint64, slow func(*Bits, *bitsView, uint64) (bool, error)) (bool, error) {
 	v := (*bitsView)(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Pointer(&b.view))))
-	if plainAcquire {
-		// B15: see plainAcquire.
-		if i < v.alim && *(*uint32)(unsafe.Add(v.fbase, i>>11<<2)) == 0 {
-			if invariants.Enabled && testHook != nil {
-				// In the invariants build only, where inlining does not
-				// matter: a constant false condition costs the inliner
-				// nothing, so the normal build's Lookup keeps its budget.
-				testHook("bits-lookup-direct")
-			}
-			// No second load of the view (B15, B12): the mapping v holds is
-			// the file's while v is reachable, after MarkClosed and the
-			// file's Close too, so the byte is the file's and the read is
-			// one before MarkClosed. The byte's address points into the
-			// mapping, which the garbage collector does not trace: without
-			// the KeepAlive, v (and with it perhaps the mapping's last View)
-			// is dead once the address is computed, and a collection and the
-			// mapping's cleanup in between could unmap the byte before its
-			// load. No test stops a goroutine between those two instructions
-			// (an address held in a variable for a hook there costs Get its
-			// inlining): rule B12 and TestBitsGetInlines keep it.
-			x = *(*uint8)(unsafe.Add(v.base, i>>3))>>(i&7)&1 != 0
-			runtime.KeepAlive(v)
-			return
-		}
-	} else if i < v.alim && atomic.LoadUint32((*uint32)(unsafe.Add(v.fbase, i>>11<<2))) == 0 {
-		// The same with an atomic load (plainAcquire).
+	if i < v.limit {
 		if invariants.Enabled && testHook != nil {
+			// In the invariants build only, where inlining does not
+			// matter: a constant false condition costs the inliner
+			// nothing, so the normal build's Lookup keeps its budget.
 			testHook("bits-lookup-direct")
 		}
-		x = *(*uint8)(unsafe.Add(v.base, i>>3))>>(i&7)&1 != 0
+		// No second load of the view (B12): the mapping v holds is the
+		// file's while v is reachable, after MarkClosed and the file's
+		// Close too, so the byte is the file's and the read is one before
+		// MarkClosed. The byte's address points into the mapping, which
+		// the garbage collector does not trace: without the KeepAlive, v
+		// (and with it perhaps the mapping's last View) is dead once the
+		// address is computed, and a collection and the mapping's cleanup
+		// in between could unmap the byte before its load. No test stops
+		// a goroutine between those two instructions (an address held in
+		// a variable for a hook there costs Get its inlining): rule B12
+		// and TestBitsGetInlines keep it.
+		x := *(*uint8)(unsafe.Add(v.base, i>>3))
 		runtime.KeepAlive(v)
-		return
+		return x>>(i&7)&1 != 0, nil
 	}
-	x, err = slow(b, v, i)
-	return
+	return slow(b, v, i)
 }
-
-// plainAcquire: Lookup loads the filter's 32 bits with a plain load, not
-// atomic.LoadUint32 (B15). On amd64 every load is an acquire (TSO) and
-// the compiler moves no load above the branch on another, so the byte's
-// load still follows the filter's; the plain load lets the compiler fold
-// the address into the load and branch on it directly, where the atomic
-// load's result was set in a register and tested again (W1's lookups with
-// nothing pending: 0.70x raw against 0.94x before the check, bitsw7_26).
-// The race build takes the atomic load: a plain one racing the writers'
-// atomic ORs of the filter is a race to the race detector.
-const plainAcquire = runtime.GOARCH == "amd64" && !raceBuild
 
 // LookupSlowErr is LookupSlow in Lookup's two results, for Lookup's slow
 // argument only: the bit, or kverr.ErrClosed if the overlay was closed.

@@ -4,7 +4,7 @@ package buffer
 // loads is written with sync/atomic, in every build, but the file's words
 // the flush writes with pwrite (B7). The rules below are
 // what a reader may observe between two stores and why it is enough; the
-// code cites them by number (B1 ... B15). They are publication order 11 of
+// code cites them by number (B1 ... B14). They are publication order 11 of
 // the engine's protocol (protocol.go), which lists every rule.
 //
 // B1. View. Everything a reader consults first (the direct-read limit, the
@@ -226,49 +226,3 @@ package buffer
 //     both bounds, where filterHook sends the racing tests; the re-load
 //     below flim has no test of its own (it is the same statement as
 //     past them, written out for speed).
-//
-// B15. No second load below alim (Lookup, inlined in kvbuf.Bits.Get).
-//     Over a view v with alim > 0 (no sealed table, open, not fast, B14;
-//     a direct view included: its active table is empty), a lookup of a
-//     bit i below alim that finds the active filter's 32 bits around i's
-//     word all unmarked (one atomic load, before the byte's) returns i's
-//     byte of v's mapping with no second load of the view. The bit is
-//     one the read may return, at an instant between its load of v (t0)
-//     and its load of the byte: (1) i < nbits, so the byte is in v's
-//     mapping, which stays a mapping of the file while v is reachable
-//     (B12; Grow maps the same file, and the flush's pwrites reach every
-//     mapping of it); (2) at t0, v was the view and held every write that
-//     returned before (B1, B2), and none of them left i pending anywhere
-//     but in v's active table T (no sealed table); writers in flight at
-//     t0 write T too (a Freeze excludes them). (3) If the filter load saw
-//     T's own marks (no reset since t0), i's word was not marked, so T
-//     held no pending value of i from t0 to that load (B4a: marks come
-//     before the stores and stay until reset), and the file's byte at t0
-//     was i's value then; the file's byte changes after t0 only by a
-//     flush of a table frozen after t0 that holds i, whose write of i
-//     came after t0 (not T, which held none), and whose value was the
-//     current one at that write's instant, before the byte's load: either
-//     byte is a value i had during the read (a byte is loaded whole; a
-//     torn pwrite differs only in such bits, B7). (4) If T was frozen,
-//     flushed and reset since t0 (Recycle zeroes the filter only after
-//     ReleaseView, which the owner calls only after the generation's
-//     Write, B7, B8), the zero the filter load saw was stored after
-//     T's words were in the file, so the byte's load (after the filter's:
-//     an atomic load is an acquire, and the byte's is after the branch
-//     on it) sees T's value of i or a later flushed one, each written
-//     during the read or T's at t0. (5) If T was reset and is active
-//     again, its new marks cover any write since, as in (3). A read that
-//     ends after MarkClosed took effect is a read before it (B12). So the
-//     re-load LookupSlow's paths make is not needed here: it guarded the
-//     growth past a view's words (the paths past alim, mutation 75) and
-//     the view's close (B12, which this path reads as the direct path
-//     always did). LookupSlow's path below alim keeps its re-load
-//     (invariants/617): it runs only in a marked stretch and keeps one
-//     argument for all its paths. The 32 bits are the half of i's filter
-//     word that holds i's word's bit (byte i/2048*4 of the filter on a
-//     little-endian machine, the only one bitslice's file layout serves):
-//     a test of any other bits reads the file under a pending bit
-//     (mutation 614 tests the word's first half for every bit of it).
-//     What the coarse test costs: a lookup in a 2,048-bit stretch with a
-//     pending bit elsewhere in it takes LookupSlow, which decides from
-//     the word's own filter bit.

@@ -17,16 +17,10 @@ import (
 // bitsView is what a reader loads first (B1): immutable once published.
 // The first fields are those of the direct path, on one cache line.
 type bitsView struct {
-	// alim (described with flim below) and the two bases are what
-	// Lookup's inlined path loads (B15), on the view's first line.
-	alim  uint64
-	limit uint64 // direct ? nbits : 0: a direct view (B2, B3)
-	// base is words' first byte (nil without words): Lookup reads bit
-	// i's byte at base + i/8.
-	base unsafe.Pointer
-	// fbase is afilt's first word: Lookup tests the 32 bits of afilt at
-	// byte fbase + i/2048*4 (B15).
-	fbase  unsafe.Pointer
+	limit uint64 // direct ? nbits : 0: a read of i < limit loads words (B2, B3)
+	// base is words' first byte (nil without words): the direct path
+	// reads bit i's byte at base + i/8 (Lookup).
+	base   unsafe.Pointer
 	words  []uint64 // the file's mapped words (fv's)
 	direct bool     // nothing pending in any table: read words
 	closed bool     // published by MarkClosed or after it: Get reports closed (B12)
@@ -58,6 +52,7 @@ type bitsView struct {
 	// "bits-filter" hook is on (filterHook), so that LookupSlow's tests
 	// of alim and flim keep them all off its filter paths: they are told
 	// apart past them (B12, B13).
+	alim   uint64
 	flim   uint64
 	fv     *bitslice.View
 	active *bitsTable
@@ -74,7 +69,6 @@ func (b *Bits) publish(v *bitsView) {
 	}
 	v.adir = v.active.dir.Load().pages
 	v.afilt = v.active.lines
-	v.fbase = unsafe.Pointer(unsafe.SliceData(v.afilt))
 	if old := b.view.Load(); old == nil || !sameTables(old.sealed, v.sealed) {
 		// Taken once: the union is published in v and never written
 		// again (B4a).

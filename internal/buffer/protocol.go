@@ -152,7 +152,7 @@ package buffer
 //     and unpinning) are written once, in view.go; each overlay publishes
 //     its own view type.
 //
-//  11. Bits: the bit overlay's own rules B1-B15 (bits_protocol.go): its
+//  11. Bits: the bit overlay's own rules B1-B14 (bits_protocol.go): its
 //     view (B1), leaving and regaining the direct path (B2, B3), the packed
 //     words' CAS/OR/AND (B4) and word filters (B4a), pages (B5), the count
 //     (B6), the flush order (B7), release (B8, as order 6), the region
