@@ -19,6 +19,8 @@ import (
 // rotating order, each pass timed on its own:
 //
 //   - no-writer: nothing pending, direct view (the W7 floor row);
+//   - few-active: 500 sets pending in the active table, no sealed one,
+//     no goroutine running: W7's state between two flushes (bitsw7_26);
 //   - few-pending: what a flush every 10 ms at W7's rate leaves (500 sets
 //     frozen into a sealed generation, 500 in the active table), and no
 //     goroutine running: the read path's own cost;
@@ -124,6 +126,16 @@ func BenchmarkBitsW7(b *testing.B) {
 				b.Fatal("not on the direct path")
 			}
 			d, _ := pass()
+			return d
+		}},
+		{"few-active", func() time.Duration {
+			// W7's usual state between two flushes: a few hundred bits
+			// pending in the active table, no sealed one.
+			for range w7BenchFew {
+				set()
+			}
+			d, _ := pass()
+			flushAll()
 			return d
 		}},
 		{"few-pending", func() time.Duration {
