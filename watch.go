@@ -427,6 +427,15 @@ func (w *Watch) fill(ctx context.Context) error {
 // valid after, as a WatchEvent's do. A subscriber that reads only some
 // fields of each change (a put's key and value) saves building the rest,
 // which is most of what an event costs it through NextMany.
+//
+// L1 (doc/design.md, "Change feed", rule 5). A lend is of what the
+// watch's last read made ready, in Next's order: a run's changes (read
+// from the record, which is never reused: their slices stay valid), or
+// the buffer's events up to the place of the next run (not past it:
+// mutation 627), so the buffer the WatchEvents points into is refilled
+// only by a later call. A uniform run's bytes end at the run's last
+// change, so an index past Len() panics rather than reading the
+// record's next change (mutation 628).
 func (w *Watch) NextEvents(ctx context.Context) (WatchEvents, error) {
 	for {
 		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
