@@ -220,3 +220,38 @@ func checkLentBounds(t *testing.T, v *WatchEvents) {
 		}
 	}
 }
+
+// TestWatchNextEventsEnds checks that NextEvents ends as Next does and
+// lends nothing then: ctx's error when ctx ended with nothing ready (the
+// watch goes on), ErrClosed after Close, every later call the same.
+func TestWatchNextEventsEnds(t *testing.T) {
+	db := openT(t, t.TempDir(), &Options{FlushInterval: -1})
+	defer closeT(t, db)
+	ctx := context.Background()
+	k := mustKV(t, db, "k")
+	w, err := db.Watch(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if v, err := w.NextEvents(done); err != context.Canceled || v.Len() != 0 {
+		t.Fatalf("NextEvents with ctx ended: %d events, %v", v.Len(), err)
+	}
+	if err := k.Put(ctx, []byte("a"), []byte("1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndOp(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	v, err := w.NextEvents(ctx) // the watch went on
+	if err != nil || v.Len() == 0 || v.Kind(0) != EventPut || string(v.Key(0)) != "a" || string(v.Value(0)) != "1" || v.Op(0) != 1 {
+		t.Fatalf("NextEvents after ctx's end: %d events, %v", v.Len(), err)
+	}
+	w.Close()
+	for range 2 {
+		if v, err := w.NextEvents(ctx); err != ErrClosed || v.Len() != 0 {
+			t.Fatalf("NextEvents after Close: %d events, %v", v.Len(), err)
+		}
+	}
+}
