@@ -113,9 +113,10 @@
 // DB.Watch subscribes to the engine's changes, for secondary indexes,
 // caches and replicas downstream: a watch chooses keyspaces (each with a
 // key prefix) and bitslices, and a start (now, or an op), and Watch.Next
-// returns every change of every op from the start on, in op order, each
-// with its op, and resolved marks: a mark N says every change of every op
-// up to N has been delivered. In visible mode changes come once readers
+// (or NextMany, or NextEvents, which lends a batch's changes without
+// building an event for each) returns every change of every op from the
+// start on, in op order, each with its op, and resolved marks: a mark N
+// says every change of every op up to N has been delivered. In visible mode changes come once readers
 // see them (within a few milliseconds of their op's end); in durable mode
 // once they are durable, each mark carrying the persisted watermark that
 // covers it. The engine holds changes in a bounded buffer

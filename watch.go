@@ -371,38 +371,201 @@ func (w *Watch) Next(ctx context.Context) (e WatchEvent, err error) {
 			w.f.delivered.Add(1)
 			return e, nil
 		}
-		if w.err != nil {
-			return WatchEvent{}, w.err
-		}
-		if w.closed.Load() {
-			w.err = w.f.endErr(w)
-			continue
-		}
-		if w.stored {
-			if err := w.f.readStored(w); err != nil {
-				w.f.endWith(err)
-				w.err = err
-				w.Close()
-			}
-			continue
-		}
-		ch, rerr := w.f.read(w)
-		if rerr != nil {
-			w.f.endWith(rerr)
-			w.err = rerr
-			w.Close()
-			continue
-		}
-		if ch == nil {
-			continue
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return WatchEvent{}, ctx.Err()
-		case <-w.done:
+		if err := w.fill(ctx); err != nil {
+			return WatchEvent{}, err
 		}
 	}
+}
+
+// fill is what Next and NextEvents do when no event is ready: one step of
+// reading the feed (or the store), waiting for it to grow, or ending the
+// watch. It returns the error to return (the watch's, or ctx's), or nil
+// to look for ready events again.
+func (w *Watch) fill(ctx context.Context) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed.Load() {
+		w.err = w.f.endErr(w)
+		return nil
+	}
+	if w.stored {
+		if err := w.f.readStored(w); err != nil {
+			w.f.endWith(err)
+			w.err = err
+			w.Close()
+		}
+		return nil
+	}
+	ch, rerr := w.f.read(w)
+	if rerr != nil {
+		w.f.endWith(rerr)
+		w.err = rerr
+		w.Close()
+		return nil
+	}
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.done:
+	}
+	return nil
+}
+
+// NextEvents returns the events Next would return next, in the same
+// order, lent rather than built: at least one (it blocks and ends as Next
+// does, returning Next's error and no events), and as many as are ready
+// together (up to WatchOptions.Buffer): a run of one recorded Batch's
+// changes, read from the feed's record of the batch with no WatchEvent
+// built for them, or events the watch had built. The WatchEvents is
+// valid until the watch's next call of Next, NextMany or NextEvents (the
+// memory it reads may then be reused); the slices its methods return stay
+// valid after, as a WatchEvent's do. A subscriber that reads only some
+// fields of each change (a put's key and value) saves building the rest,
+// which is most of what an event costs it through NextMany.
+//
+// L1 (doc/design.md, "Change feed", rule 5). A lend is of what the
+// watch's last read made ready, in Next's order: a run's changes (read
+// from the record, which is never reused: their slices stay valid), or
+// the buffer's events up to the place of the next run (not past it:
+// mutation 627), so the buffer the WatchEvents points into is refilled
+// only by a later call. A uniform run's bytes end at the run's last
+// change, so an index past Len() panics rather than reading the
+// record's next change (mutation 628).
+func (w *Watch) NextEvents(ctx context.Context) (WatchEvents, error) {
+	for {
+		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
+			run := &w.runs[w.r]
+			v := lendRun(run.rb, run.op, run.j, run.end)
+			w.f.delivered.Add(uint64(run.end - run.j0))
+			run.j = run.end
+			w.r++
+			return v, nil
+		}
+		if w.i < len(w.buf) {
+			end := len(w.buf)
+			if w.r < len(w.runs) {
+				end = w.runs[w.r].at // runs come before buf[at]
+			}
+			v := WatchEvents{evs: w.buf[w.i:end:end], n: end - w.i}
+			w.f.delivered.Add(uint64(end - w.i))
+			w.i = end
+			return v, nil
+		}
+		if err := w.fill(ctx); err != nil {
+			return WatchEvents{}, err
+		}
+	}
+}
+
+// WatchEvents is a run of events lent by Watch.NextEvents, in the order
+// Watch.Next would return them: the event at index i, 0 <= i < Len(), is
+// Event(i), and Kind, Op, Key and Value return its fields without
+// building the rest. It is valid until the next call of its watch's
+// Next, NextMany or NextEvents; the byte slices its methods return are
+// shared as WatchEvent's are (not to be modified, valid after later
+// calls). An index out of range panics. The zero value holds no events.
+type WatchEvents struct {
+	n int
+	// A run of rb's changes j, ..., j+n-1, of op op; with uni (a uniform
+	// record's: recBatch.uni) their bytes, change j+i's key of kl bytes
+	// at i*w in uni and its value of vl bytes at i*w in vals (uni[kl:]).
+	rb        *recBatch
+	op        uint64
+	j         int
+	uni, vals []byte
+	kl, vl, w int
+	evs       []WatchEvent // without rb: the events
+}
+
+// lendRun returns changes j, ..., end-1 of rb, of op op, as a
+// WatchEvents.
+func lendRun(rb *recBatch, op uint64, j, end int) WatchEvents {
+	v := WatchEvents{n: end - j, rb: rb, op: op, j: j}
+	if rb.uni && rb.kl+rb.vl > 0 {
+		v.kl, v.vl, v.w = int(rb.kl), int(rb.vl), int(rb.kl+rb.vl)
+		v.uni = rb.data[j*v.w : end*v.w : end*v.w]
+		v.vals = v.uni[v.kl:]
+	}
+	return v
+}
+
+// Len is how many events v holds.
+func (v *WatchEvents) Len() int { return v.n }
+
+// Event returns event i, built as Next builds it.
+func (v *WatchEvents) Event(i int) WatchEvent {
+	if v.rb == nil {
+		return v.evs[i]
+	}
+	return v.rb.event(v.op, v.index(i))
+}
+
+// Kind returns event i's Kind.
+func (v *WatchEvents) Kind(i int) WatchEventKind {
+	if v.uni != nil && uint(i) < uint(v.n) {
+		return EventPut
+	}
+	return v.kind(i)
+}
+
+// Op returns event i's Op.
+func (v *WatchEvents) Op(i int) uint64 {
+	if v.rb != nil && uint(i) < uint(v.n) {
+		return v.op
+	}
+	return v.evs[i].Op
+}
+
+// Key returns event i's Key.
+func (v *WatchEvents) Key(i int) []byte {
+	if v.uni == nil {
+		return v.key(i)
+	}
+	return v.uni[i*v.w:][:v.kl:v.kl] // out of range for i outside [0, n)
+}
+
+// Value returns event i's Value.
+func (v *WatchEvents) Value(i int) []byte {
+	if v.vals == nil {
+		return v.value(i)
+	}
+	return v.vals[i*v.w:][:v.vl:v.vl] // out of range for i outside [0, n)
+}
+
+// index returns the change of v.rb that event i is, after checking i.
+func (v *WatchEvents) index(i int) int {
+	if uint(i) >= uint(v.n) {
+		panic(kverr.Errorf("kvbuf: WatchEvents index %d out of range [0, %d)", i, v.n))
+	}
+	return v.j + i
+}
+
+// kind, key and value are Kind's, Key's and Value's other cases.
+func (v *WatchEvents) kind(i int) WatchEventKind {
+	if v.rb == nil {
+		return v.evs[i].Kind
+	}
+	h, _, _, _ := v.rb.at(v.index(i))
+	return eventKinds[h&recKindMask]
+}
+
+func (v *WatchEvents) key(i int) []byte {
+	if v.rb == nil {
+		return v.evs[i].Key
+	}
+	return v.rb.event(v.op, v.index(i)).Key
+}
+
+func (v *WatchEvents) value(i int) []byte {
+	if v.rb == nil {
+		return v.evs[i].Value
+	}
+	return v.rb.event(v.op, v.index(i)).Value
 }
 
 // NextMany appends to dst the events Next would return next, in the same
@@ -996,6 +1159,12 @@ const (
 	recNameShift = 6
 	recMaxNames  = 1 << (16 - recNameShift)
 )
+
+// eventKinds maps a change's head's kind (recKindMask) to its event's.
+var eventKinds = [recKindMask + 1]WatchEventKind{
+	opPut: EventPut, opDelete: EventDelete, opDeleteRange: EventDeleteRange,
+	opSet: EventSetBits, opSetRange: EventSetBits,
+}
 
 // at returns change j's head and its bytes' bounds: s to e0 to e1 in
 // data (a put's key [s, e0) and value [e0, e1); a range delete's bounds

@@ -43,7 +43,10 @@ import (
 // ops it covers: an op whose mark arrived before the watermark's arrival
 // was stamped is left out). The subscriber reads with Watch.NextMany,
 // 256 events a call, where the Watch has it (KVBUF_WATCH_NEXT=one: with
-// Next, as before it).
+// Next, as before it), or with Watch.NextEvents where w8Lend is set
+// (KVBUF_WATCH_NEXT=many: with NextMany); however it reads, it sums every
+// put's key and value (w8Sum) and the round fails unless the sum is the
+// writer's, so that every way of reading does a consumer's work.
 //
 //	go test -run '^$' -bench BenchmarkW8Watch -benchtime 8x .
 func BenchmarkW8Watch(b *testing.B) {
@@ -125,6 +128,42 @@ func fillW8Batch(bt *Batch, k *KV, key, val []byte, op, batch int) {
 	}
 }
 
+// w8Sum is what W8's subscriber does with an event's key and value: a
+// sum of their 8-byte words (and of a tail's bytes), so that every byte
+// is read.
+func w8Sum(p []byte) uint64 {
+	var s uint64
+	for len(p) >= 8 {
+		s += binary.LittleEndian.Uint64(p)
+		p = p[8:]
+	}
+	for _, c := range p {
+		s += uint64(c)
+	}
+	return s
+}
+
+// w8BatchSum is the w8Sum of the keys and values of the puts of op's
+// batch (fillW8Batch's), as a subscriber sums them: the writer's side of
+// the check.
+func w8BatchSum(op, batch int) uint64 {
+	var s uint64
+	key, val := make([]byte, 8), make([]byte, 16)
+	for j := range batch {
+		binary.BigEndian.PutUint64(key, uint64(op*batch+j)*0x9e3779b97f4a7c15)
+		binary.BigEndian.PutUint64(val, uint64(op))
+		s += w8Sum(key) + w8Sum(val)
+	}
+	return s
+}
+
+// w8Lend, where set, is W8's subscriber reading with Watch.NextEvents: it
+// adds the w8Sum of every put's key and value to *sum, calls mark for
+// every resolved mark, and returns nil once mark returned true (or the
+// watch's error). A variable, so that this file builds with revisions
+// before NextEvents (scripts/watch-ab.sh's overlay).
+var w8Lend func(ctx context.Context, w *Watch, sum *uint64, mark func(op uint64) bool) error
+
 // median returns the median of v (the upper one of an even count), leaving
 // v as it was.
 func median(v []float64) float64 {
@@ -170,6 +209,7 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	var want, got uint64 // w8Sum of every put's key and value: written, read
 	applied := make([]time.Time, ops+1)
 	var mu sync.Mutex
 	var lat, feedLat, wmLat []time.Duration
@@ -225,7 +265,14 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 				seen = max(seen, e.Op)
 				return e.Op >= uint64(ops)
 			}
-			if nm, ok := any(w).(nextManyer); ok && os.Getenv("KVBUF_WATCH_NEXT") != "one" {
+			how := os.Getenv("KVBUF_WATCH_NEXT")
+			if w8Lend != nil && how == "" {
+				done <- w8Lend(ctx, w, &got, func(op uint64) bool {
+					return mark(&WatchEvent{Kind: EventResolved, Op: op})
+				})
+				return
+			}
+			if nm, ok := any(w).(nextManyer); ok && how != "one" {
 				evs := make([]WatchEvent, 0, 256)
 				for {
 					var err error
@@ -234,9 +281,13 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 						return
 					}
 					for i := range evs {
-						if evs[i].Kind == EventResolved && mark(&evs[i]) {
-							done <- nil
-							return
+						if e := &evs[i]; e.Kind == EventResolved {
+							if mark(e) {
+								done <- nil
+								return
+							}
+						} else {
+							got += w8Sum(e.Key) + w8Sum(e.Value)
 						}
 					}
 				}
@@ -247,12 +298,21 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 					done <- err
 					return
 				}
-				if e.Kind == EventResolved && mark(&e) {
-					done <- nil
-					return
+				if e.Kind == EventResolved {
+					if mark(&e) {
+						done <- nil
+						return
+					}
+				} else {
+					got += w8Sum(e.Key) + w8Sum(e.Value)
 				}
 			}
 		}()
+	}
+	if done != nil {
+		for op := 1; op <= ops; op++ {
+			want += w8BatchSum(op, batch)
+		}
 	}
 	bt := db.NewBatch()
 	key := make([]byte, 8)
@@ -293,6 +353,9 @@ func w8WatchRound(b *testing.B, mode string, ops, batch int, interval time.Durat
 	d := time.Since(start)
 	cpu := processCPU() - cpu0
 	b.StopTimer()
+	if got != want {
+		b.Fatalf("%s watch: the sum of the keys and values read is %#x, of those written %#x", mode, got, want)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	return d, d - tf, lat, feedLat, wmLat, cpu

@@ -232,7 +232,7 @@ func TestWatchBasic(t *testing.T) {
 // written and ended in any order; batches, range deletes, DropKV, bit
 // sets) and several subscribers (all or a prefix and a bitslice, visible
 // or durable, from the start or after a snapshot, fast or slow, read
-// with Next or NextMany): each
+// with Next, NextMany or NextEvents): each
 // subscriber's stream, folded, equals the host's log folded in op order at
 // every resolved mark.
 func TestWatchModel(t *testing.T) {
@@ -262,10 +262,10 @@ func TestWatchModel(t *testing.T) {
 		opts *WatchOptions
 		snap bool // start after a snapshot taken mid-run
 		slow bool
-		many int // read with NextMany into a dst of this room (0: Next)
+		many int // read with NextMany into a dst of this room (0: Next; -1: NextEvents)
 	}
 	subs := []sub{
-		{name: "all-visible", opts: &WatchOptions{From: 1}},
+		{name: "all-visible", opts: &WatchOptions{From: 1}, many: -1},
 		{name: "all-durable", opts: &WatchOptions{From: 1, Durable: true}, many: 256},
 		{name: "prefix-visible-slow", opts: &WatchOptions{From: 1, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g1/")}}, Bitslices: []string{"bits"}, Buffer: 3}, slow: true},
 		{name: "own2-durable", opts: &WatchOptions{From: 1, Durable: true, Keyspaces: []WatchKeyspace{{Name: "own-2"}}}},
@@ -344,9 +344,23 @@ func TestWatchModel(t *testing.T) {
 				nctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 				var evs []WatchEvent
 				var err error
-				if s.many > 0 {
+				switch {
+				case s.many < 0:
+					var v WatchEvents
+					v, err = w.NextEvents(nctx)
+					for i := range v.Len() {
+						// The fields lent are the event's.
+						e := v.Event(i)
+						if v.Kind(i) != e.Kind || v.Op(i) != e.Op || !bytes.Equal(v.Key(i), e.Key) || !bytes.Equal(v.Value(i), e.Value) {
+							cancel()
+							fail(fmt.Errorf("lent event %d: Kind %v Op %d Key %q Value %q, Event %+v", i, v.Kind(i), v.Op(i), v.Key(i), v.Value(i), e))
+							return
+						}
+						evs = append(evs, e)
+					}
+				case s.many > 0:
 					evs, err = w.NextMany(nctx, make([]WatchEvent, 0, s.many))
-				} else {
+				default:
 					var e WatchEvent
 					e, err = w.Next(nctx)
 					evs = []WatchEvent{e}
