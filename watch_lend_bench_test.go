@@ -23,7 +23,7 @@ func w8ReadLent(ctx context.Context, w *Watch, sum *uint64, mark func(op uint64)
 				}
 				continue
 			}
-			*sum += w8Sum(v.Key(i)) + w8Sum(v.Value(i))
+			*sum += w8Work(v.Key(i), v.Value(i))
 		}
 	}
 }
