@@ -428,7 +428,7 @@ func (w *Watch) fill(ctx context.Context) error {
 // fields of each change (a put's key and value) saves building the rest,
 // which is most of what an event costs it through NextMany.
 //
-// L1 (doc/design.md, "Change feed", rule 5). A lend is of what the
+// N1 (doc/design.md, "Change feed", rule 5). A lend is of what the
 // watch's last read made ready, in Next's order: a run's changes (read
 // from the record, which is never reused: their slices stay valid), or
 // the buffer's events up to the place of the next run (not past it:
@@ -464,8 +464,10 @@ func (w *Watch) NextEvents(ctx context.Context) (WatchEvents, error) {
 
 // WatchEvents is a run of events lent by Watch.NextEvents, in the order
 // Watch.Next would return them: the event at index i, 0 <= i < Len(), is
-// Event(i), and Kind, Op, Key and Value return its fields without
-// building the rest. It is valid until the next call of its watch's
+// Event(i), and Kind, Op, Key and Value return its fields: for a run of
+// a uniform Batch (puts of one keyspace, one key length and one value
+// length) without building the event, otherwise Key and Value build it
+// as Event does. It is valid until the next call of its watch's
 // Next, NextMany or NextEvents; the byte slices its methods return are
 // shared as WatchEvent's are (not to be modified, valid after later
 // calls). An index out of range panics. The zero value holds no events.
@@ -523,24 +525,26 @@ func (v *WatchEvents) Op(i int) uint64 {
 
 // Key returns event i's Key.
 func (v *WatchEvents) Key(i int) []byte {
-	if v.uni == nil {
+	// i is checked here, not left to the slice expression: i*v.w can
+	// overflow into range (i = 1<<61 with w = 8 read change 0).
+	if v.uni == nil || uint(i) >= uint(v.n) {
 		return v.key(i)
 	}
-	return v.uni[i*v.w:][:v.kl:v.kl] // out of range for i outside [0, n)
+	return v.uni[i*v.w:][:v.kl:v.kl]
 }
 
 // Value returns event i's Value.
 func (v *WatchEvents) Value(i int) []byte {
-	if v.vals == nil {
+	if v.vals == nil || uint(i) >= uint(v.n) {
 		return v.value(i)
 	}
-	return v.vals[i*v.w:][:v.vl:v.vl] // out of range for i outside [0, n)
+	return v.vals[i*v.w:][:v.vl:v.vl]
 }
 
 // index returns the change of v.rb that event i is, after checking i.
 func (v *WatchEvents) index(i int) int {
 	if uint(i) >= uint(v.n) {
-		panic(kverr.Errorf("kvbuf: WatchEvents index %d out of range [0, %d)", i, v.n))
+		panic(kverr.Errorf("WatchEvents index %d out of range [0, %d)", i, v.n))
 	}
 	return v.j + i
 }

@@ -2,8 +2,10 @@ package kvbuf
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -105,7 +107,7 @@ func TestWatchNextEvents(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if v.Len() < 1 || v.Len() > max(o.Buffer, DefaultWatchBuffer) {
+				if v.Len() < 1 || v.Len() > cmp.Or(o.Buffer, DefaultWatchBuffer) {
 					t.Fatalf("NextEvents lent %d events", v.Len())
 				}
 				forms[lentForm(&v)] = true
@@ -198,10 +200,11 @@ func lentForm(v *WatchEvents) string {
 }
 
 // checkLentBounds checks that every method of v taking an index panics
-// for -1, Len() and Len()+1.
+// for -1, Len() and Len()+1, and for indexes whose product with a uniform
+// run's width overflows back into range (1<<61 and -(1<<61)+2 times 8).
 func checkLentBounds(t *testing.T, v *WatchEvents) {
 	t.Helper()
-	for _, i := range []int{-1, v.Len(), v.Len() + 1} {
+	for _, i := range []int{-1, v.Len(), v.Len() + 1, 1 << 61, 1<<61 + 1, -(1 << 61) + 2, math.MinInt, math.MaxInt} {
 		for name, f := range map[string]func(int){
 			"Event": func(i int) { v.Event(i) },
 			"Kind":  func(i int) { v.Kind(i) },

@@ -265,7 +265,8 @@ func TestWatchModel(t *testing.T) {
 		many int // read with NextMany into a dst of this room (0: Next; -1: NextEvents)
 	}
 	subs := []sub{
-		{name: "all-visible", opts: &WatchOptions{From: 1}, many: -1},
+		{name: "all-visible", opts: &WatchOptions{From: 1}},
+		{name: "all-visible-lent", opts: &WatchOptions{From: 1}, many: -1},
 		{name: "all-durable", opts: &WatchOptions{From: 1, Durable: true}, many: 256},
 		{name: "prefix-visible-slow", opts: &WatchOptions{From: 1, Keyspaces: []WatchKeyspace{{Name: "model", Prefix: []byte("g1/")}}, Bitslices: []string{"bits"}, Buffer: 3}, slow: true},
 		{name: "own2-durable", opts: &WatchOptions{From: 1, Durable: true, Keyspaces: []WatchKeyspace{{Name: "own-2"}}}},
@@ -1532,6 +1533,75 @@ func opOf(s string) uint64 {
 	var op uint64
 	fmt.Sscan(strings.SplitN(s, "/", 2)[0], &op)
 	return op
+}
+
+// TestWatchDeliveredCountFromStore checks Metrics.WatchDelivered for a
+// watch that reads retained changes from the store after a reopen, then
+// goes on in memory: each event returned is counted once (the switch to
+// memory counted the store's last events a second time).
+func TestWatchDeliveredCountFromStore(t *testing.T) {
+	const ops = 30
+	dir := t.TempDir()
+	opts := &Options{FlushInterval: -1, WatchRetain: &WatchRetention{}}
+	db := openT(t, dir, opts)
+	ctx := context.Background()
+	k := mustKV(t, db, "k")
+	bt := db.NewBatch()
+	for op := uint64(1); op <= ops; op++ {
+		bt.Reset()
+		for i := range 3 {
+			bt.Put(k, []byte{byte(op), byte(i)}, []byte{1})
+		}
+		if err := db.Apply(ctx, bt, op); err != nil {
+			t.Fatal(err)
+		}
+		if op%10 == 0 {
+			if err := db.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	closeT(t, db)
+	db = openT(t, dir, opts)
+	defer closeT(t, db)
+	k = mustKV(t, db, "k")
+	w, err := db.Watch(ctx, &WatchOptions{From: 1, Buffer: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	base := db.Metrics().WatchDelivered
+	var n, puts uint64
+	next := uint64(ops + 1)
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if e.Kind != EventResolved {
+			puts++
+			continue
+		}
+		if got := db.Metrics().WatchDelivered - base; got != n {
+			t.Fatalf("at mark %d: WatchDelivered %d, want %d (events returned)", e.Op, got, n)
+		}
+		if e.Op >= ops+1 {
+			break
+		}
+		if e.Op == ops {
+			// Past the store: one op more, read from memory.
+			if err := k.Put(ctx, []byte("m"), []byte{2}, next); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.EndOp(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if puts != 3*ops+1 {
+		t.Fatalf("%d puts read, want %d", puts, 3*ops+1)
+	}
 }
 
 // TestWatchDeliveredCount checks Metrics.WatchDelivered against the events
