@@ -47,8 +47,9 @@ import (
 // (KVBUF_WATCH_NEXT=many: with NextMany); however it reads, it sums every
 // put's key and value (w8Sum) and the round fails unless the sum is the
 // writer's, so that every way of reading does a consumer's work. With
-// KVBUF_W8_WORK=count it counts the puts instead (w8Count; the round fails
-// unless it read every one), as the rounds before the sum looked at kinds only:
+// KVBUF_W8_WORK=count it counts the puts instead (w8Counting: a put counts
+// if its key and value have W8's lengths, and the round fails unless every
+// one counted), as the rounds before the sum looked at kinds only:
 // its after-watermark figure is the feed's delivery without the host's
 // work on each change.
 //
@@ -137,7 +138,8 @@ func fillW8Batch(bt *Batch, k *KV, key, val []byte, op, batch int) {
 }
 
 // w8Counting is KVBUF_W8_WORK=count: W8's subscriber counts the puts it
-// reads (w8Work is 1 for each) instead of summing their keys and values.
+// reads (w8Work is 1 for each whose key and value have W8's lengths, 8
+// and 16 bytes) instead of summing their keys and values.
 var w8Counting bool
 
 // w8Work is what W8's subscriber does with each put's key and value:
@@ -145,7 +147,10 @@ var w8Counting bool
 // time, not a call through a variable, so that the sum costs what it did).
 func w8Work(key, val []byte) uint64 {
 	if w8Counting {
-		return 1
+		if len(key) == 8 && len(val) == 16 {
+			return 1
+		}
+		return 0
 	}
 	return w8Sum(key) + w8Sum(val)
 }

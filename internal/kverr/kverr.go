@@ -124,7 +124,8 @@ var (
 	ErrBadRange = newSentinel("lower bound above upper bound", nil)
 	// ErrDropped: the keyspace was dropped.
 	ErrDropped = newSentinel("keyspace dropped", nil)
-	// ErrForeign: a keyspace or bitslice handle of another engine.
+	// ErrForeign: a keyspace or bitslice handle of another engine, a nil
+	// handle in a batch, or a nil batch.
 	ErrForeign = newSentinel("handle of another engine", nil)
 	// ErrNilArgument: a nil function, reader or writer where one is
 	// required.

@@ -16,10 +16,13 @@
 // grouped declaration's comment describes the group). A comment may start
 // with "A", "An" or "The" before the name, as Go's own doc comments do, and
 // a comment that starts with "Deprecated:" is accepted; init and main are
-// not checked. Test files, testdata
-// and hidden directories are skipped. It prints one line per finding
-// (file:line: name: first words) and exits 1 if there was any, 2 on a
-// parse error.
+// not checked. Outside package main it also reports every exported
+// function, method of an exported type, type, constant and variable with
+// no doc comment (a type in a group needs its own comment, or the group's
+// if it is alone; a constant or variable may have its own, a line comment
+// or its group's). Test files, testdata and hidden directories are
+// skipped. It prints one line per finding (file:line: name: first words,
+// or "no doc comment") and exits 1 if there was any, 2 on a parse error.
 package main
 
 import (
