@@ -50,20 +50,7 @@ func TestWatchNextEvents(t *testing.T) {
 			}
 			fallthrough
 		default:
-			for i := range int(op%7) + 1 {
-				switch (int(op) + i) % 6 {
-				case 0, 1:
-					bt.Put(k, key(i), []byte{byte(op), byte(i)})
-				case 2:
-					bt.Delete(k2, key(i))
-				case 3:
-					bt.DeleteRange(k, nil, key(i))
-				case 4:
-					bt.Set(s, op*8+uint64(i), i%2 == 0)
-				case 5:
-					bt.SetRange(s, op, op+uint64(i)+1, true)
-				}
-			}
+			fillMixedBatch(bt, k, k2, s, op, key)
 		}
 		if err := db.Apply(ctx, bt, op); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,28 @@ import (
 	"testing"
 )
 
+// fillMixedBatch adds to bt op's mixed changes, op%7+1 of them, cycling
+// through puts to k, deletes in k2, range deletes with an open lower bound
+// in k, single bit sets and bit ranges in s (key(i) is change i's key):
+// the batches of TestWatchNextMany and TestWatchNextEvents that are not
+// uniform.
+func fillMixedBatch(bt *Batch, k, k2 *KV, s *Bits, op uint64, key func(int) []byte) {
+	for i := range int(op%7) + 1 {
+		switch (int(op) + i) % 6 {
+		case 0, 1:
+			bt.Put(k, key(i), []byte{byte(op), byte(i)})
+		case 2:
+			bt.Delete(k2, key(i))
+		case 3:
+			bt.DeleteRange(k, nil, key(i))
+		case 4:
+			bt.Set(s, op*8+uint64(i), i%2 == 0)
+		case 5:
+			bt.SetRange(s, op, op+uint64(i)+1, true)
+		}
+	}
+}
+
 // TestWatchNextMany checks that NextMany returns what Next returns, in the
 // same order, whatever its dst's capacity and the watch's Buffer: every
 // kind of change (batches mixing puts, deletes, range deletes with open
@@ -40,20 +62,7 @@ func TestWatchNextMany(t *testing.T) {
 			fallthrough
 		default:
 			bt.Reset()
-			for i := range int(op%7) + 1 {
-				switch (int(op) + i) % 6 {
-				case 0, 1:
-					bt.Put(k, key(i), []byte{byte(op), byte(i)})
-				case 2:
-					bt.Delete(k2, key(i))
-				case 3:
-					bt.DeleteRange(k, nil, key(i))
-				case 4:
-					bt.Set(s, op*8+uint64(i), i%2 == 0)
-				case 5:
-					bt.SetRange(s, op, op+uint64(i)+1, true)
-				}
-			}
+			fillMixedBatch(bt, k, k2, s, op, key)
 			if err := db.Apply(ctx, bt, op); err != nil {
 				t.Fatal(err)
 			}

@@ -1570,26 +1570,9 @@ func TestWatchDeliveredCountFromStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	base := db.Metrics().WatchDelivered
-	var n, puts uint64
 	next := uint64(ops + 1)
-	for {
-		e, err := w.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-		if e.Kind != EventResolved {
-			puts++
-			continue
-		}
-		if got := db.Metrics().WatchDelivered - base; got != n {
-			t.Fatalf("at mark %d: WatchDelivered %d, want %d (events returned)", e.Op, got, n)
-		}
-		if e.Op >= ops+1 {
-			break
-		}
-		if e.Op == ops {
+	puts := readCheckingDelivered(t, db, w, db.Metrics().WatchDelivered, next, func(op uint64) {
+		if op == ops {
 			// Past the store: one op more, read from memory.
 			if err := k.Put(ctx, []byte("m"), []byte{2}, next); err != nil {
 				t.Fatal(err)
@@ -1598,7 +1581,7 @@ func TestWatchDeliveredCountFromStore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	}
+	})
 	if puts != 3*ops+1 {
 		t.Fatalf("%d puts read, want %d", puts, 3*ops+1)
 	}
@@ -1647,23 +1630,36 @@ func TestWatchDeliveredCount(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			var n uint64
-			for {
-				e, err := w.Next(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n++
-				if e.Kind != EventResolved {
-					continue
-				}
-				if got := db.Metrics().WatchDelivered; got != n {
-					t.Fatalf("at mark %d: WatchDelivered %d, want %d (events returned)", e.Op, got, n)
-				}
-				if e.Op >= ops {
-					break
-				}
-			}
+			readCheckingDelivered(t, db, w, 0, ops, nil)
 		})
+	}
+}
+
+// readCheckingDelivered reads w with Next up to a resolved mark at or past
+// last, checking at every mark that Metrics.WatchDelivered is base plus
+// the events returned (marks included); atMark, if not nil, runs after
+// each mark's check but the last. It returns how many changes it read.
+func readCheckingDelivered(t *testing.T, db *DB, w *Watch, base, last uint64, atMark func(op uint64)) uint64 {
+	t.Helper()
+	var n, changes uint64
+	for {
+		e, err := w.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if e.Kind != EventResolved {
+			changes++
+			continue
+		}
+		if got := db.Metrics().WatchDelivered; got != base+n {
+			t.Fatalf("at mark %d: WatchDelivered %d, want %d (%d before, %d events returned)", e.Op, got, base+n, base, n)
+		}
+		if e.Op >= last {
+			return changes
+		}
+		if atMark != nil {
+			atMark(e.Op)
+		}
 	}
 }
