@@ -420,8 +420,9 @@ func (w *Watch) fill(ctx context.Context) error {
 // order, lent rather than built: at least one (it blocks and ends as Next
 // does, returning Next's error and no events), and as many as are ready
 // together (up to WatchOptions.Buffer): a run of one recorded Batch's
-// changes, read from the feed's record of the batch with no WatchEvent
-// built for them, or events the watch had built. The WatchEvents is
+// changes, read from the feed's record of the batch (for a uniform
+// batch with no WatchEvent built: see WatchEvents), or events the watch
+// had built. The WatchEvents is
 // valid until the watch's next call of Next, NextMany or NextEvents (the
 // memory it reads may then be reused); the slices its methods return stay
 // valid after, as a WatchEvent's do. A subscriber that reads only some
@@ -433,9 +434,10 @@ func (w *Watch) fill(ctx context.Context) error {
 // from the record, which is never reused: their slices stay valid), or
 // the buffer's events up to the place of the next run (not past it:
 // mutation 627), so the buffer the WatchEvents points into is refilled
-// only by a later call. A uniform run's bytes end at the run's last
-// change, so an index past Len() panics rather than reading the
-// record's next change (mutation 628).
+// only by a later call. Every method checks its index, so an index
+// outside [0, Len()) panics rather than reading another change of the
+// record (mutations 624 and 628); a uniform run's bytes end at the run's
+// last change besides.
 func (w *Watch) NextEvents(ctx context.Context) (WatchEvents, error) {
 	for {
 		if w.r < len(w.runs) && w.runs[w.r].at == w.i {
