@@ -562,9 +562,11 @@ func TestYCSBSmoke(t *testing.T) {
 		OpsPerRound  int64             `json:"ops_per_round"`
 		OpsPerSec    float64           `json:"ops_per_sec"`
 		KvbufSpeedup float64           `json:"kvbuf_speedup"`
+		Disk         *float64          `json:"disk_bytes_per_user_byte"`
 		Ops          map[string]opJSON `json:"ops"`
 	}
 	seen := map[string]bool{}
+	disk := map[bool]int{} // rows that write, with and without a disk figure
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var r rowJSON
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -580,6 +582,12 @@ func TestYCSBSmoke(t *testing.T) {
 		}
 		if (r.DB == "kvbuf") != (r.KvbufSpeedup == 0) {
 			t.Errorf("%s: kvbuf_speedup %v", id, r.KvbufSpeedup)
+		}
+		// Workload c only reads: no user data written, no disk figure.
+		if r.Workload == "c" && r.Disk != nil {
+			t.Errorf("%s: disk_bytes_per_user_byte %v for a read-only workload", id, *r.Disk)
+		} else if r.Workload != "c" {
+			disk[r.Disk != nil]++
 		}
 		var n int64
 		for op, s := range r.Ops {
@@ -603,6 +611,9 @@ func TestYCSBSmoke(t *testing.T) {
 				t.Errorf("no row for workload %s on %s", w, db)
 			}
 		}
+	}
+	if disk[true] > 0 && disk[false] > 0 {
+		t.Errorf("rows that write with a disk figure: %d, without: %d (all or, with no count, none)", disk[true], disk[false])
 	}
 	b, err := os.ReadFile(md)
 	// One table per durability mode, each a header, its rule and 7 lines.
