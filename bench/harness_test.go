@@ -968,10 +968,12 @@ func TestDiskPerUserByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// size bytes over 2 ops of size/8 user bytes: at least 4.
+	// size bytes over 2 ops of size/8 user bytes: 4, less at most an
+	// eighth for pages of files removed by earlier tests before writeback,
+	// which the kernel may take back (cancelled_write_bytes) meanwhile.
 	for _, r := range rows[:2] {
-		if len(r.DiskBytesPerUserByte) != 3 || r.DiskPerUserByte < 4 || r.JSON().DiskBytesPerUserByte == nil {
-			t.Errorf("%s: disk bytes per user byte %v (rounds %v), want at least 4 in each of 3 rounds", r.Impl, r.DiskPerUserByte, r.DiskBytesPerUserByte)
+		if len(r.DiskBytesPerUserByte) != 3 || slices.Min(r.DiskBytesPerUserByte) < 3.5 || r.JSON().DiskBytesPerUserByte == nil {
+			t.Errorf("%s: disk bytes per user byte %v (rounds %v), want at least 3.5 in each of 3 rounds", r.Impl, r.DiskPerUserByte, r.DiskBytesPerUserByte)
 		}
 	}
 	if r := rows[2]; len(r.DiskBytesPerUserByte) != 3 || r.DiskPerUserByte > 0.5 || r.JSON().DiskBytesPerUserByte == nil {

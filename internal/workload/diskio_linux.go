@@ -20,6 +20,12 @@ func ProcessDiskWrites() (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	return diskWritesOf(b)
+}
+
+// diskWritesOf returns write_bytes minus cancelled_write_bytes of a
+// /proc/PID/io text, and whether it holds both.
+func diskWritesOf(b []byte) (int64, bool) {
 	w, wok := ioField(b, "write_bytes")
 	c, cok := ioField(b, "cancelled_write_bytes")
 	if !wok || !cok {

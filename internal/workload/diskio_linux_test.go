@@ -17,25 +17,40 @@ import (
 // writes.
 const diskProbe = 8 << 20
 
-// TestProcessDiskWrites checks that ProcessDiskWrites counts the three ways
-// the benchmarks' rows reach the disk, at least the bytes each wrote: a
-// pwrite made durable with fdatasync (bitslice's pwrite path, pebble's
-// WAL), stores into a shared mapping made durable with msync (a bitslice
-// File's ApplyWords and Sync), and the writes of pebble's own goroutines
-// (a memtable flushed to an sstable by pebble's flush goroutine, no WAL).
-// It is skipped where the count does not exist or a pwrite does not move
-// it (a file system that keeps no count, such as tmpfs).
+// TestProcessDiskWrites checks that the count ProcessDiskWrites reads
+// (write_bytes) grows, for each of the three ways the benchmarks' rows
+// reach the disk, by at least the bytes written: a pwrite made durable
+// with fdatasync (bitslice's pwrite path, pebble's WAL), stores into a
+// shared mapping made durable with msync (a bitslice File's ApplyWords
+// and Sync), and the writes of pebble's own goroutines (a memtable flushed
+// to an sstable by pebble's flush goroutine, no WAL). It reads
+// write_bytes alone: pages of files an earlier test removed before they
+// were written back can be cancelled meanwhile (cancelled_write_bytes),
+// which ProcessDiskWrites subtracts (TestDiskWritesOf). It is skipped where
+// the count does not exist or a pwrite does not move it (a file system
+// that keeps no count, such as tmpfs).
 func TestProcessDiskWrites(t *testing.T) {
 	dir := t.TempDir()
+	if _, ok := ProcessDiskWrites(); !ok {
+		t.Skip("no /proc/self/io write count on this system")
+	}
+	count := func() int64 {
+		t.Helper()
+		b, err := os.ReadFile("/proc/self/io")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := ioField(b, "write_bytes")
+		if !ok {
+			t.Fatalf("no write_bytes in %q", b)
+		}
+		return n
+	}
 	written := func(f func()) int64 {
 		t.Helper()
-		w0, ok := ProcessDiskWrites()
-		if !ok {
-			t.Skip("no /proc/self/io write count on this system")
-		}
+		w0 := count()
 		f()
-		w1, _ := ProcessDiskWrites()
-		return w1 - w0
+		return count() - w0
 	}
 	data := make([]byte, diskProbe)
 	if _, err := rand.Read(data); err != nil { // incompressible: pebble's sstable holds every byte
@@ -103,5 +118,19 @@ func TestProcessDiskWrites(t *testing.T) {
 	})
 	if n < diskProbe {
 		t.Errorf("pebble without a WAL, %d bytes of values flushed to an sstable: counted %d", diskProbe, n)
+	}
+}
+
+// TestDiskWritesOf: the count is write_bytes minus cancelled_write_bytes;
+// a text without either is no count.
+func TestDiskWritesOf(t *testing.T) {
+	io := "rchar: 6976\nwchar: 4096\nsyscr: 10\nsyscw: 1\nread_bytes: 512\nwrite_bytes: 1048576\ncancelled_write_bytes: 4096\n"
+	if n, ok := diskWritesOf([]byte(io)); !ok || n != 1048576-4096 {
+		t.Errorf("diskWritesOf: %d, %t; want %d", n, ok, 1048576-4096)
+	}
+	for _, bad := range []string{"", "write_bytes: 10\n", "cancelled_write_bytes: 0\n", "write_bytes: x\ncancelled_write_bytes: 0\n"} {
+		if n, ok := diskWritesOf([]byte(bad)); ok {
+			t.Errorf("diskWritesOf(%q) = %d, true; want no count", bad, n)
+		}
 	}
 }
