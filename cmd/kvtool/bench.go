@@ -45,13 +45,13 @@ allocations per operation (runtime.MemStats.Mallocs over the timed part)
 and, on baseline rows, the kvbuf speedup: in each round the baseline's time
 over the workload's first kvbuf row's, the median over rounds with its
 min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row
-is no headline (write only, a component). Rows that write (W4, W6, W8,
-W11) add DISK/USER B, the bytes the process wrote to disk (Linux
-/proc/self/io, every goroutine) from the start of each round through a
-settle step after it that flushes the stores' memtables and waits out
-their compactions, over the keys and values the round's operations
-carried (bit Sets: one bit each): the median over rounds, absent where
-nothing is counted (another OS, tmpfs). Memory rows add the live heap
+is no headline (write only, a component). Rows that write user data (W4,
+W6, W8's puts, W11) add DISK/USER B, the bytes the process wrote to disk
+(Linux /proc/self/io, every goroutine) from the start of each round
+through a settle step after it that flushes the stores' memtables and
+waits out their compactions, over the keys and values the round's
+operations carried (bit Sets: one bit each): the median over rounds,
+absent where nothing is counted (another OS, tmpfs). Memory rows add the live heap
 per entry (kvbuf rows also the engine's own count), W4 rows physical syncs
 per Flush, Flush latency percentiles and coverage violations (a lower
 bound), W7 rows reader and writer throughput and latency percentiles.
