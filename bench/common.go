@@ -308,6 +308,32 @@ func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error
 	}
 }
 
+// settleStores returns a settle step (Workload.settle) for engines and
+// storage.Stores that no quiesce step covers: every engine's pending
+// changes and store memtables, and every store's memtables, flushed to
+// sstables, then their flushes and compactions waited out.
+func settleStores(dbs []*kvbuf.DB, stores []*storage.Store) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, db := range dbs {
+			if err := db.FlushMemtables(ctx); err != nil {
+				return err
+			}
+		}
+		for _, st := range stores {
+			if err := st.Flush(); err != nil {
+				return err
+			}
+		}
+		for _, db := range dbs {
+			waitIdle(func() bool { return db.Metrics().StoreJobs > 0 })
+		}
+		for _, st := range stores {
+			waitIdle(func() bool { return st.BackgroundJobs() > 0 })
+		}
+		return ctx.Err()
+	}
+}
+
 // liveHeap returns the live heap in bytes after two garbage collections.
 func liveHeap() uint64 {
 	var m runtime.MemStats

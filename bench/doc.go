@@ -42,7 +42,11 @@
 // "kvbuf-…"), a Ratio to every baseline computed round by round: in each
 // round, the baseline's time over the own row's, summarised by its median
 // and min–max (flagged noisy the same way) and the median ratio of CPU
-// times.
+// times. A workload whose rows write user data (UserBytesPerOp: W4, W6,
+// W8, W11) also runs a settle step after every round (off the clock: the
+// stores' memtables flushed, their compactions waited out) and reports
+// the bytes the process wrote to disk from the round's start to the
+// settle step's end per byte of that data (Row.DiskBytesPerUserByte).
 //
 // # Adding a row
 //
@@ -101,6 +105,11 @@
 //     pebble's compactions of an earlier round included when the quiesce
 //     step did not finish them. Where getrusage does not exist rows carry
 //     no CPU figure.
+//   - Disk bytes are Linux's /proc/self/io count (written minus cancelled,
+//     counted when a page is dirtied, by any goroutine): elsewhere, or on a
+//     file system that keeps no count (tmpfs), rows carry no disk figure.
+//     The settle step flushes every store of the suite, so a row is also
+//     charged the few kilobytes of flushing the others' empty memtables.
 //   - AllocsPerOp comes from runtime.MemStats.Mallocs deltas over the timed
 //     part: it counts allocations by every goroutine in the process,
 //     including pebble's background work.

@@ -231,6 +231,14 @@ type RoundResult struct {
 	// must report at least one; a mismatch is an error wrapping
 	// ErrReadBack instead).
 	ReadBack int64
+
+	// DiskBytes, if DiskMeasured, is what the process wrote to disk
+	// (workload.ProcessDiskWrites) from the start of the round to the end
+	// of the workload's settle step after it: the whole round, its untimed
+	// parts and every goroutine included. The harness sets both, for a
+	// workload with UserBytesPerOp; a Round leaves them alone.
+	DiskBytes    int64
+	DiskMeasured bool
 }
 
 // Timed runs f as a timed part of a round: it adds f's wall time to
@@ -278,6 +286,12 @@ type Workload struct {
 	// Label, if not empty, labels every row of the workload (see
 	// Impl.Label).
 	Label string
+	// UserBytesPerOp is the user data one operation carries
+	// (doc/workloads.md, "Disk writes per user byte"): the bytes of the
+	// keys and values it writes, or one bit per bit Set (bits ÷ 8). Above
+	// zero, every row reports the bytes the process wrote to disk per byte
+	// of user data (Row.DiskPerUserByte); zero: no disk figure.
+	UserBytesPerOp float64
 	// Impls are the rows, the project's own first.
 	Impls []Impl
 
@@ -288,7 +302,14 @@ type Workload struct {
 	// previous round (memtable flushes, compactions) finish, so that one
 	// implementation's round does not pay for another's.
 	quiesce func(ctx context.Context) error
-	suite   *Suite
+	// settle, if set, runs (untimed) after every round of every
+	// implementation of a workload with UserBytesPerOp, before the disk
+	// count is read: it makes the stores finish the work the round's
+	// writes left them (memtables flushed to sstables, compactions
+	// waited out), so that the round is charged for it and the next one
+	// is not.
+	settle func(ctx context.Context) error
+	suite  *Suite
 }
 
 // NameAt is the row name of w run in g goroutines: Name, with "-cpuG"
@@ -359,6 +380,16 @@ type Row struct {
 	// are empty or 0 where getrusage does not exist.
 	CPUNsPerOp []float64
 	CPUPerOp   float64
+	// DiskBytesPerUserByte holds each round's bytes written to disk by the
+	// process (RoundResult.DiskBytes: the round and the settle step after
+	// it) over the user data its operations carried
+	// (Workload.UserBytesPerOp × operations), in round order;
+	// DiskPerUserByte is their median. Both are empty or 0 where the
+	// workload has no UserBytesPerOp, the system keeps no count, or no row
+	// of the workload counted a byte (a file system that does not count,
+	// such as tmpfs).
+	DiskBytesPerUserByte []float64
+	DiskPerUserByte      float64
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
 	// Ratios (own rows only) maps each other row of the workload to its
@@ -399,12 +430,14 @@ type Row struct {
 // own row's in that round, so that a load that slowed one round slows
 // both sides of its ratio. Median, Min and Max summarise PerRound; Noisy
 // is set when Max > NoisyRatio × Min. CPU is the median of the per-round
-// ratios of CPU time per operation (0 when CPU time is not measured).
+// ratios of CPU time per operation (0 when CPU time is not measured), Disk
+// the same for bytes written to disk per user byte (0 when not measured or
+// the own row wrote nothing).
 type Ratio struct {
 	PerRound         []float64
 	Median, Min, Max float64
 	Noisy            bool
-	CPU              float64
+	CPU, Disk        float64
 }
 
 // SyncsPerFlush is Syncs ÷ Flushes, or 0 when there were no flushes.
@@ -514,13 +547,14 @@ func (w *Workload) Run(ctx context.Context, rounds, goroutines int, step func(im
 				}
 				check, checkImpl, checked = res.Checks, im.Name, true
 			}
-			samples[k].add(&rows[k], res, allocs)
+			samples[k].add(&rows[k], res, allocs, w.UserBytesPerOp)
 			step(im.Name, r)
 		}
 	}
 	for k := range rows {
 		samples[k].summarize(&rows[k])
 	}
+	dropUncountedDisk(rows)
 	AddRatios(rows)
 	return rows, nil
 }
@@ -549,13 +583,17 @@ type rowSamples struct {
 }
 
 // add records one round: its time per operation and counters on row, the
-// rest in s. allocs is the round's allocation count.
-func (s *rowSamples) add(row *Row, res RoundResult, allocs float64) {
+// rest in s. allocs is the round's allocation count, userBytes the
+// workload's UserBytesPerOp.
+func (s *rowSamples) add(row *Row, res RoundResult, allocs, userBytes float64) {
 	ops := max(res.Ops, 1)
 	row.OpsPerRound = res.Ops
 	row.NsPerOp = append(row.NsPerOp, float64(res.Elapsed.Nanoseconds())/float64(ops))
 	if res.CPUMeasured {
 		row.CPUNsPerOp = append(row.CPUNsPerOp, float64(res.CPU.Nanoseconds())/float64(ops))
+	}
+	if res.DiskMeasured && userBytes > 0 {
+		row.DiskBytesPerUserByte = append(row.DiskBytesPerUserByte, float64(res.DiskBytes)/(float64(ops)*userBytes))
 	}
 	row.ReadBack += res.ReadBack
 	if res.BudgetPeak > 0 {
@@ -601,6 +639,7 @@ func (s *rowSamples) summarize(row *Row) {
 	row.Max = slices.Max(row.NsPerOp)
 	row.Noisy = row.Max > NoisyRatio*row.Min
 	row.CPUPerOp = Median(row.CPUNsPerOp)
+	row.DiskPerUserByte = Median(row.DiskBytesPerUserByte)
 	row.AllocsPerOp = Median(s.allocs)
 	if len(s.mem) > 0 {
 		row.BytesPerEntry = Median(s.mem)
@@ -623,13 +662,31 @@ func (s *rowSamples) summarize(row *Row) {
 	row.P99WriteNs = workload.Percentile(s.writeLat, 0.99)
 }
 
+// dropUncountedDisk clears the disk figures of every row of a run when no
+// round of any of them counted a byte: the directory's file system keeps
+// no count (tmpfs), and zeros would be invented figures.
+func dropUncountedDisk(rows []Row) {
+	for _, r := range rows {
+		for _, d := range r.DiskBytesPerUserByte {
+			if d != 0 {
+				return
+			}
+		}
+	}
+	for k := range rows {
+		rows[k].DiskBytesPerUserByte, rows[k].DiskPerUserByte = nil, 0
+	}
+}
+
 // measure runs one round of im after quiescing the stores (if the workload
 // says how) and a GC (so that one implementation's garbage is not
 // collected on another's time) and returns it with the number of
 // allocations made during it (runtime.MemStats.Mallocs: every goroutine of
 // the process, pebble's background work included). A Looper that writes
 // reads back after the timed loop; a write row that read nothing back is
-// an error.
+// an error. For a workload with UserBytesPerOp it counts the bytes the
+// process writes to disk from just before the round to the end of the
+// settle step it runs after it (RoundResult.DiskBytes).
 func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundResult, float64, error) {
 	if w.quiesce != nil {
 		if err := w.quiesce(ctx); err != nil {
@@ -641,6 +698,11 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 	runtime.ReadMemStats(&m0)
 	var res RoundResult
 	var err error
+	var d0 int64
+	dok := false
+	if w.UserBytesPerOp > 0 {
+		d0, dok = workload.ProcessDiskWrites()
+	}
 	c0, cok := processCPU()
 	start := time.Now()
 	if im.Round != nil {
@@ -668,6 +730,15 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 	}
 	if w.Writes && !im.Floor && res.ReadBack <= 0 {
 		return res, 0, fmt.Errorf("%w: write row %s of %s read nothing back", ErrBadConfig, im.Name, w.Name)
+	}
+	if dok {
+		if w.settle != nil {
+			if err := w.settle(ctx); err != nil {
+				return res, 0, fmt.Errorf("settle: %w", err)
+			}
+		}
+		d1, ok := workload.ProcessDiskWrites()
+		res.DiskBytes, res.DiskMeasured = d1-d0, ok
 	}
 	if res.MallocsMeasured {
 		return res, float64(res.Mallocs), nil
@@ -732,7 +803,7 @@ func AddRatios(rows []Row) {
 // pairRatio returns base's ratios to own, round by round.
 func pairRatio(base, own Row) Ratio {
 	var ra Ratio
-	var cpu []float64
+	var cpu, disk []float64
 	for r := range min(len(base.NsPerOp), len(own.NsPerOp)) {
 		if own.NsPerOp[r] <= 0 {
 			continue
@@ -740,6 +811,9 @@ func pairRatio(base, own Row) Ratio {
 		ra.PerRound = append(ra.PerRound, base.NsPerOp[r]/own.NsPerOp[r])
 		if r < len(base.CPUNsPerOp) && r < len(own.CPUNsPerOp) && own.CPUNsPerOp[r] > 0 {
 			cpu = append(cpu, base.CPUNsPerOp[r]/own.CPUNsPerOp[r])
+		}
+		if r < len(base.DiskBytesPerUserByte) && r < len(own.DiskBytesPerUserByte) && own.DiskBytesPerUserByte[r] > 0 {
+			disk = append(disk, base.DiskBytesPerUserByte[r]/own.DiskBytesPerUserByte[r])
 		}
 	}
 	if len(ra.PerRound) == 0 {
@@ -749,6 +823,7 @@ func pairRatio(base, own Row) Ratio {
 	ra.Min, ra.Max = slices.Min(ra.PerRound), slices.Max(ra.PerRound)
 	ra.Noisy = ra.Max > NoisyRatio*ra.Min
 	ra.CPU = Median(cpu)
+	ra.Disk = Median(disk)
 	return ra
 }
 

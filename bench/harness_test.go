@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -299,6 +300,15 @@ func checkRows(t *testing.T, w *Workload, rows []Row) {
 	}
 	if !IsOwn(rows[0].Impl) || len(rows[0].RatioVs) != len(rows)-own {
 		t.Errorf("%s: first row %s with ratios %v", w.Name, rows[0].Impl, rows[0].RatioVs)
+	}
+	// Disk figures: on every round of every row of a workload with user
+	// bytes, or (a system or file system without the count) on none.
+	counted := slices.ContainsFunc(rows, func(r Row) bool { return len(r.DiskBytesPerUserByte) > 0 })
+	for _, r := range rows {
+		if (w.UserBytesPerOp == 0 || !counted) && r.DiskBytesPerUserByte != nil ||
+			w.UserBytesPerOp > 0 && counted && (len(r.DiskBytesPerUserByte) != r.Rounds || r.DiskPerUserByte < 0) {
+			t.Errorf("%s/%s: disk bytes per user byte %v over %d rounds (user bytes per op %v)", r.Workload, r.Impl, r.DiskBytesPerUserByte, r.Rounds, w.UserBytesPerOp)
+		}
 	}
 	for _, r := range rows {
 		if r.Median <= 0 || r.OpsPerRound <= 0 || r.Unit == "" {
@@ -878,6 +888,110 @@ func TestBrokenBaselineFails(t *testing.T) {
 		_, err := w.Run(ctx, 1, 1, nil)
 		if !errors.Is(err, ErrReadBack) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v, want ErrReadBack naming it", name, err)
+		}
+	}
+}
+
+// TestDiskPerUserByte: a round is charged the bytes the process writes to
+// disk from its start to the end of the workload's settle step (a row that
+// writes and syncs 8 MiB per round reports at least that; a row whose
+// background writer the settle step waits for is charged for it too); a
+// row that writes nothing reports 0; a run in which no row counted a byte,
+// or a workload without UserBytesPerOp, reports nothing.
+func TestDiskPerUserByte(t *testing.T) {
+	const size = 8 << 20
+	dir := t.TempDir()
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	write := func(name string) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	d0, ok := workload.ProcessDiskWrites()
+	if !ok {
+		t.Skip("no disk write count on this system")
+	}
+	if err := write("probe"); err != nil {
+		t.Fatal(err)
+	}
+	if d1, _ := workload.ProcessDiskWrites(); d1 == d0 {
+		t.Skip("a synced write did not move the count: none on this file system")
+	}
+	ctx := context.Background()
+	round := func(name string, f func() error) Impl {
+		return Impl{Name: name, Round: RoundFunc(func(context.Context, int) (RoundResult, error) {
+			res := RoundResult{Ops: 2, Checks: 1}
+			return res, Timed(&res, f)
+		})}
+	}
+	// The background row's round hands its write to a goroutine that the
+	// settle step releases and waits for: a store's compaction after the
+	// clock.
+	var bg sync.WaitGroup
+	started := false // the harness runs a round, then its settle step, on one goroutine
+	release := make(chan struct{})
+	bgErr := make(chan error, 1)
+	w := &Workload{Name: "T/disk", UserBytesPerOp: size / 8, Impls: []Impl{
+		round("kvbuf", func() error { return write("own") }),
+		round("background", func() error {
+			started = true
+			bg.Go(func() {
+				<-release
+				bgErr <- write("background")
+			})
+			return nil
+		}),
+		round("nothing", func() error { return nil }),
+	}, settle: func(context.Context) error {
+		if !started {
+			return nil
+		}
+		started = false
+		release <- struct{}{}
+		bg.Wait()
+		return <-bgErr
+	}}
+	rows, err := w.Run(ctx, 3, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// size bytes over 2 ops of size/8 user bytes: 4, less at most an
+	// eighth for pages of files removed by earlier tests before writeback,
+	// which the kernel may take back (cancelled_write_bytes) meanwhile.
+	for _, r := range rows[:2] {
+		if len(r.DiskBytesPerUserByte) != 3 || slices.Min(r.DiskBytesPerUserByte) < 3.5 || r.JSON().DiskBytesPerUserByte == nil {
+			t.Errorf("%s: disk bytes per user byte %v (rounds %v), want at least 3.5 in each of 3 rounds", r.Impl, r.DiskPerUserByte, r.DiskBytesPerUserByte)
+		}
+	}
+	if r := rows[2]; len(r.DiskBytesPerUserByte) != 3 || r.DiskPerUserByte > 0.5 || r.JSON().DiskBytesPerUserByte == nil {
+		t.Errorf("nothing: disk bytes per user byte %v (rounds %v), want about 0, reported", r.DiskPerUserByte, r.DiskBytesPerUserByte)
+	}
+	if d := rows[0].Ratios["background"].Disk; d < 0.5 || d > 2 || rows[0].JSON().DiskRatioVs["background"] != d {
+		t.Errorf("disk ratio of background to kvbuf %v (JSON %v), want about 1", d, rows[0].JSON().DiskRatioVs)
+	}
+
+	quiet := &Workload{Name: "T/no-disk", UserBytesPerOp: 1, Impls: []Impl{round("kvbuf", func() error { return nil })}}
+	unmeasured := &Workload{Name: "T/unmeasured", Impls: []Impl{round("kvbuf", func() error { return write("unmeasured") })}}
+	for _, w := range []*Workload{quiet, unmeasured} {
+		rows, err := w.Run(ctx, 2, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rows[0]; r.DiskBytesPerUserByte != nil || r.DiskPerUserByte != 0 || r.JSON().DiskBytesPerUserByte != nil {
+			t.Errorf("%s: disk figure %v (rounds %v), want none", w.Name, r.DiskPerUserByte, r.DiskBytesPerUserByte)
 		}
 	}
 }

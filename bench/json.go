@@ -8,7 +8,8 @@ import "fmt"
 // The ratio maps are keyed by baseline: RatioVs holds the median of the
 // per-round ratios (Row.Ratios), RatioVsMin and RatioVsMax their extremes,
 // RatioVsNoisy the baselines whose ratio is noisy, CPURatioVs the median
-// per-round ratio of CPU time per operation.
+// per-round ratio of CPU time per operation, DiskRatioVs that of bytes
+// written to disk per user byte.
 type JSONRow struct {
 	Workload               string             `json:"workload"`
 	Impl                   string             `json:"impl"`
@@ -30,6 +31,9 @@ type JSONRow struct {
 	RatioVsMax             map[string]float64 `json:"ratio_vs_max,omitempty"`
 	RatioVsNoisy           map[string]bool    `json:"ratio_vs_noisy,omitempty"`
 	CPURatioVs             map[string]float64 `json:"cpu_ratio_vs,omitempty"`
+	DiskBytesPerUserByte   *float64           `json:"disk_bytes_per_user_byte,omitempty"`
+	DiskPerUserByteRounds  []float64          `json:"disk_bytes_per_user_byte_rounds,omitempty"`
+	DiskRatioVs            map[string]float64 `json:"disk_ratio_vs,omitempty"`
 	BytesPerEntry          *float64           `json:"bytes_per_entry,omitempty"`
 	AccountedBytesPerEntry *float64           `json:"accounted_bytes_per_entry,omitempty"`
 	Flushes                *int64             `json:"flushes,omitempty"`
@@ -64,6 +68,9 @@ func (r Row) JSON() JSONRow {
 	if len(r.CPUNsPerOp) > 0 {
 		j.CPUNsPerOp = &r.CPUPerOp
 	}
+	if len(r.DiskBytesPerUserByte) > 0 {
+		j.DiskBytesPerUserByte, j.DiskPerUserByteRounds = &r.DiskPerUserByte, r.DiskBytesPerUserByte
+	}
 	for impl, ra := range r.Ratios {
 		if j.RatioVsMin == nil {
 			j.RatioVsMin, j.RatioVsMax, j.RatioVsNoisy = map[string]float64{}, map[string]float64{}, map[string]bool{}
@@ -77,6 +84,12 @@ func (r Row) JSON() JSONRow {
 				j.CPURatioVs = map[string]float64{}
 			}
 			j.CPURatioVs[impl] = ra.CPU
+		}
+		if ra.Disk > 0 {
+			if j.DiskRatioVs == nil {
+				j.DiskRatioVs = map[string]float64{}
+			}
+			j.DiskRatioVs[impl] = ra.Disk
 		}
 	}
 	if len(j.RatioVsNoisy) == 0 {

@@ -60,7 +60,8 @@ func setupW11(policy kvbuf.BudgetPolicy, impl, workload string) func(context.Con
 			}
 			r.dbs, r.kvs = append(r.dbs, db), append(r.kvs, kv)
 		}
-		s.add(&Workload{Name: workload, Unit: "put", Writes: true, Impls: []Impl{{Name: impl, Round: RoundFunc(r.run)}}})
+		s.add(&Workload{Name: workload, Unit: "put", Writes: true, UserBytesPerOp: 12 + w11ValueLen, // a put's key (w11Key) and value
+			settle: settleStores(r.dbs, nil), Impls: []Impl{{Name: impl, Round: RoundFunc(r.run)}}})
 		return nil
 	}
 }

@@ -23,6 +23,10 @@ const w4Think = time.Millisecond
 
 var w4Value = []byte("w4-value-16bytes")
 
+// w4UserBytes is the user data of one W4 op: a 16-byte key (w4Key) and
+// its value.
+const w4UserBytes = 16 + 16
+
 // w4Impl is one W4 implementation as the loop of internal/workload drives
 // it: how a goroutine writes one key, how it flushes, what its durable
 // watermark is, how many physical syncs it made.
@@ -49,6 +53,8 @@ type w4Impl struct {
 	rounds  atomic.Uint64 // round ids, so that every round writes new keys
 	// readBack is Config.ReadBack: how many keys a round reads back.
 	readBack int
+	// store is a baseline's storage.Store (nil for the engine).
+	store *storage.Store
 }
 
 // w4Key is the key goroutine g writes in its i-th iteration of round r.
@@ -145,8 +151,13 @@ func setupW4(_ context.Context, s *Suite, c Config) error {
 		impls = append(impls, im)
 	}
 	per := c.FlushesPerGoroutine
+	var stores []*storage.Store
+	for _, im := range impls[1:] {
+		stores = append(stores, im.store)
+	}
+	settle := settleStores([]*kvbuf.DB{db}, stores)
 	w4 := func(name string, G, per int, think time.Duration) *Workload {
-		w := &Workload{Name: name, Unit: "write+flush", Writes: true}
+		w := &Workload{Name: name, Unit: "write+flush", Writes: true, UserBytesPerOp: w4UserBytes, settle: settle}
 		for _, im := range impls {
 			row := Impl{Name: im.name, Round: RoundFunc(func(ctx context.Context, _ int) (RoundResult, error) {
 				return im.round(ctx, G, per, think)
@@ -181,7 +192,7 @@ func w4Baseline(s *Suite, name string, discipline func(func(context.Context) err
 	}
 	s.onClose(st.Close)
 	const ks storage.KeyspaceID = rawKeyspace
-	im := &w4Impl{name: name}
+	im := &w4Impl{name: name, store: st}
 	pending := map[string][]byte{}
 	var durable atomic.Uint64
 	var syncs atomic.Int64

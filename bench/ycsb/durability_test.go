@@ -182,14 +182,26 @@ func TestBenchDurability(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := map[string]int{}
+	disk := map[bool]int{} // rows with and without a disk figure
 	for _, r := range rows {
 		count[r.Durability+"/"+r.Engine]++
 		if r.Workload == "a" && (len(r.RoundOpsPerSec) != 2 || r.OpsPerSec <= 0) {
 			t.Errorf("%s/%s: rates %v", r.Durability, r.Engine, r.RoundOpsPerSec)
 		}
+		// Every engine writes what it is given to disk at least once (a
+		// log, a table, a B-tree page) by the time it is closed.
+		if r.DiskPerUserByte != 0 && r.DiskPerUserByte < 0.5 {
+			t.Errorf("%s/%s/%s: %v disk bytes per user byte", r.Durability, r.Workload, r.Engine, r.DiskPerUserByte)
+		}
+		disk[r.DiskPerUserByte > 0]++
 		if r.Engine != "kvbuf" && (r.KvbufSpeedup <= 0 || r.SpeedupMin > r.KvbufSpeedup || r.SpeedupMax < r.KvbufSpeedup) {
 			t.Errorf("%s/%s/%s: speedup %v (%v–%v)", r.Durability, r.Workload, r.Engine, r.KvbufSpeedup, r.SpeedupMin, r.SpeedupMax)
 		}
+	}
+	// Every row writes (the load, workload a's updates): all of them have
+	// a disk figure, or (no count on this system) none.
+	if disk[true] > 0 && disk[false] > 0 {
+		t.Errorf("rows with a disk figure: %d, without: %d", disk[true], disk[false])
 	}
 	want := map[string]int{"window/kvbuf": 2, "window/pebble": 2, "acked/kvbuf": 2, "acked/pebble": 2, "acked/bbolt": 2}
 	if len(count) != len(want) {

@@ -40,6 +40,15 @@ type Result struct {
 	// CPU is the process's user+system CPU time over the run (set by
 	// Bench, which measures through the engine's Close; 0 if unknown).
 	CPU time.Duration
+	// UserBytes is the user data the operations wrote: the key and the
+	// field values of every insert and update (a read-modify-write's
+	// update included), field names and row encoding left out.
+	UserBytes int64
+	// DiskBytes, if DiskMeasured, is what the process wrote to disk over
+	// the run (workload.ProcessDiskWrites; set by Bench, through the
+	// engine's Close).
+	DiskBytes    int64
+	DiskMeasured bool
 }
 
 // OpsPerSec is Ops / Elapsed.
@@ -82,6 +91,16 @@ type RunOptions struct {
 type threadRec struct {
 	hist    map[string]*hdrhistogram.Histogram
 	flusher interface{ Flushing() (bool, bool) }
+	// userBytes counts the keys and field values the thread wrote.
+	userBytes int64
+}
+
+// wrote counts a write of key with values in t's user bytes.
+func (t *threadRec) wrote(key string, values map[string][]byte) {
+	t.userBytes += int64(len(key))
+	for _, v := range values {
+		t.userBytes += int64(len(v))
+	}
 }
 
 func newThreadRec(db goycsb.DB) *threadRec {
@@ -141,6 +160,7 @@ func Load(ctx context.Context, db goycsb.DB, w *Workload, batch int, o RunOption
 		if n == 1 && batch <= 1 {
 			th.c.values(th.vals[0], th.bufs[0], true)
 			key := w.KeyName(first)
+			th.rec.wrote(key, th.vals[0])
 			start := time.Now()
 			err := db.Insert(ctx, w.Table, key, th.vals[0])
 			th.rec.record(OpInsert, time.Since(start))
@@ -150,6 +170,7 @@ func Load(ctx context.Context, db goycsb.DB, w *Workload, batch int, o RunOption
 		for i := range n {
 			th.keys = append(th.keys, w.KeyName(first+i))
 			th.c.values(th.vals[i], th.bufs[i], true)
+			th.rec.wrote(th.keys[i], th.vals[i])
 		}
 		bdb, ok := db.(goycsb.BatchDB)
 		if !ok { // as go-ycsb's client: one Insert each
@@ -269,6 +290,7 @@ func drive(ctx context.Context, db goycsb.DB, w *Workload, o RunOptions, step fu
 	res := &Result{Ops: total.Load(), Elapsed: time.Since(start), Records: records}
 	for _, th := range workers {
 		res.merge(&Result{Latency: th.rec.hist})
+		res.UserBytes += th.rec.userBytes
 	}
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
@@ -299,6 +321,7 @@ func (th *worker) transaction(ctx context.Context, db goycsb.DB, w *Workload, se
 	case kindUpdate:
 		key := w.KeyName(c.nextKey())
 		c.values(th.vals[0], th.bufs[0], w.WriteAllFields)
+		th.rec.wrote(key, th.vals[0])
 		start := time.Now()
 		err := db.Update(ctx, w.Table, key, th.vals[0])
 		th.rec.record(OpUpdate, time.Since(start))
@@ -307,6 +330,7 @@ func (th *worker) transaction(ctx context.Context, db goycsb.DB, w *Workload, se
 		n := seq.Next(c.r)
 		key := w.KeyName(n)
 		c.values(th.vals[0], th.bufs[0], true)
+		th.rec.wrote(key, th.vals[0])
 		start := time.Now()
 		err := db.Insert(ctx, w.Table, key, th.vals[0])
 		th.rec.record(OpInsert, time.Since(start))
@@ -335,6 +359,7 @@ func (th *worker) transaction(ctx context.Context, db goycsb.DB, w *Workload, se
 			th.rec.record(OpReadInFlush, mid.Sub(start))
 		}
 		if err == nil {
+			th.rec.wrote(key, th.vals[0])
 			err = db.Update(ctx, w.Table, key, th.vals[0])
 			end := time.Now()
 			th.rec.record(OpUpdate, end.Sub(mid))
@@ -364,6 +389,7 @@ func (th *worker) batchTransaction(ctx context.Context, db goycsb.DB, w *Workloa
 		th.keys = append(th.keys, w.KeyName(n))
 		if kind != kindRead {
 			c.values(th.vals[i], th.bufs[i], kind == kindInsert || w.WriteAllFields)
+			th.rec.wrote(th.keys[i], th.vals[i])
 		}
 	}
 	start := time.Now()

@@ -18,6 +18,7 @@ import (
 	"github.com/pingcap/go-ycsb/pkg/prop"
 
 	"github.com/kvbuf/kvbuf"
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 // Config describes a comparison run (kvtool ycsb): every engine loaded
@@ -205,6 +206,13 @@ type Row struct {
 	// every goroutine, background flushes and compactions included); 0
 	// where getrusage does not exist.
 	CPUPerOp time.Duration
+	// DiskPerUserByte is the median over rounds of the bytes the process
+	// wrote to disk per byte of user data written (Result.DiskBytes ÷
+	// Result.UserBytes): a run's from its measured operations through the
+	// engine's Close, the load's through its settle step and Close. 0
+	// where nothing was written (workload C), the system keeps no count
+	// or the count did not move (tmpfs).
+	DiskPerUserByte float64
 	// Durability is the durability mode the row ran in (DurabilityWindow,
 	// DurabilityAcked).
 	Durability string
@@ -290,6 +298,7 @@ func benchMode(ctx context.Context, cfg Config, mode string, engines []string, d
 		if err != nil {
 			return nil, err
 		}
+		d0, dok := workload.ProcessDiskWrites()
 		c0, cok := processCPU()
 		res, err := Load(ctx, db, loadW, cfg.LoadBatch, RunOptions{Threads: maxThreads, Seed: cfg.Seed, Done: &p.done})
 		if err == nil {
@@ -309,6 +318,11 @@ func benchMode(ctx context.Context, cfg Config, mode string, engines []string, d
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: load %s: %w", mode, name, err)
+		}
+		// The load's disk writes: through the settle step (memtables to
+		// sstables) and the Close.
+		if d1, ok := workload.ProcessDiskWrites(); ok && dok {
+			res.DiskBytes, res.DiskMeasured = d1-d0, true
 		}
 		es.records = res.Records
 		rows = append(rows, summarize("load", maxThreads, name, mode, []*Result{res}))
@@ -353,7 +367,8 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		return nil, err
 	}
 	var c0 time.Duration
-	var cok bool
+	var d0 int64
+	var cok, dok bool
 	res, err := func() (*Result, error) {
 		if cfg.Warmup > 0 {
 			wp := props.FilterFunc(func(string, string) bool { return true })
@@ -372,6 +387,7 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		if err != nil {
 			return nil, err
 		}
+		d0, dok = workload.ProcessDiskWrites()
 		c0, cok = processCPU()
 		res, err := Run(ctx, db, w, es.records, RunOptions{Threads: threads, Seed: seed, MaxTime: cfg.MaxTime, Done: done})
 		if err != nil {
@@ -388,6 +404,9 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		res.Elapsed += time.Since(start)
 		if c1, ok := processCPU(); ok && cok {
 			res.CPU = c1 - c0
+		}
+		if d1, ok := workload.ProcessDiskWrites(); ok && dok {
+			res.DiskBytes, res.DiskMeasured = d1-d0, true
 		}
 	}
 	return res, err
@@ -517,12 +536,17 @@ func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Prope
 // summarize makes the row of one engine's rounds.
 func summarize(workload string, threads int, engine, mode string, rs []*Result) Row {
 	row := Row{Workload: workload, Threads: threads, Engine: engine, Durability: mode, Rounds: len(rs), Ops: map[string]OpStats{}}
-	var rates, cpu []float64
+	var rates, cpu, disk []float64
+	counted := false
 	all := &Result{}
 	for _, r := range rs {
 		rates = append(rates, r.OpsPerSec())
 		if r.CPU > 0 && r.Ops > 0 {
 			cpu = append(cpu, float64(r.CPU)/float64(r.Ops))
+		}
+		if r.DiskMeasured && r.UserBytes > 0 {
+			disk = append(disk, float64(r.DiskBytes)/float64(r.UserBytes))
+			counted = counted || r.DiskBytes != 0
 		}
 		all.merge(r)
 		row.OpsPerRound = r.Ops
@@ -535,6 +559,10 @@ func summarize(workload string, threads int, engine, mode string, rs []*Result) 
 	if len(cpu) > 0 {
 		slices.Sort(cpu)
 		row.CPUPerOp = time.Duration(median(cpu))
+	}
+	if counted { // a count that never moved is no count (tmpfs)
+		slices.Sort(disk)
+		row.DiskPerUserByte = median(disk)
 	}
 	for op, h := range all.Latency {
 		row.Ops[op] = opStats(h)

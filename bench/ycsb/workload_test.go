@@ -180,6 +180,8 @@ type recorder struct {
 	records map[string]int // key -> fields
 	ops     map[string]int
 	scanned []int
+	// userBytes counts the keys and field values inserted and updated.
+	userBytes int64
 }
 
 func (r *recorder) Close() error                                             { return nil }
@@ -209,10 +211,22 @@ func (r *recorder) Scan(_ context.Context, _, key string, n int, _ []string) ([]
 	return nil, r.count(OpScan, key, 0)
 }
 func (r *recorder) Update(_ context.Context, _, key string, v map[string][]byte) error {
+	r.wrote(key, v)
 	return r.count(OpUpdate, key, len(v))
 }
 func (r *recorder) Insert(_ context.Context, _, key string, v map[string][]byte) error {
+	r.wrote(key, v)
 	return r.count(OpInsert, key, len(v))
+}
+
+// wrote adds key's and v's bytes to the user bytes written.
+func (r *recorder) wrote(key string, v map[string][]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.userBytes += int64(len(key))
+	for _, b := range v {
+		r.userBytes += int64(len(b))
+	}
 }
 func (r *recorder) Delete(_ context.Context, _, key string) error { return nil }
 
@@ -236,9 +250,16 @@ func TestDriver(t *testing.T) {
 				if err != nil || res.Records != 500 || len(db.records) != 500 {
 					t.Fatalf("load: %v, %d records, %d inserted", err, res.Records, len(db.records))
 				}
+				if loaded := db.userBytes; res.UserBytes != loaded || loaded < 500*1000 {
+					t.Errorf("load: %d user bytes counted, %d written (10 fields of 100 bytes per record, and keys)", res.UserBytes, loaded)
+				}
+				db.userBytes = 0
 				res, err = Run(context.Background(), db, w, 500, RunOptions{Threads: 1, Seed: 7})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if res.UserBytes != db.userBytes || res.UserBytes == 0 {
+					t.Errorf("run: %d user bytes counted, %d written", res.UserBytes, db.userBytes)
 				}
 				if res.Ops != 4000 || res.Records != int64(len(db.records)) {
 					t.Fatalf("%d ops, %d records after, %d inserted", res.Ops, res.Records, len(db.records))

@@ -45,7 +45,13 @@ allocations per operation (runtime.MemStats.Mallocs over the timed part)
 and, on baseline rows, the kvbuf speedup: in each round the baseline's time
 over the workload's first kvbuf row's, the median over rounds with its
 min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row
-is no headline (write only, a component). Memory rows add the live heap
+is no headline (write only, a component). Rows that write user data (W4,
+W6, W8's puts, W11) add DISK/USER B, the bytes the process wrote to disk
+(Linux /proc/self/io, every goroutine) from the start of each round
+through a settle step after it that flushes the stores' memtables and
+waits out their compactions, over the keys and values the round's
+operations carried (bit Sets: one bit each): the median over rounds,
+absent where nothing is counted (another OS, tmpfs). Memory rows add the live heap
 per entry (kvbuf rows also the engine's own count), W4 rows physical syncs
 per Flush, Flush latency percentiles and coverage violations (a lower
 bound), W7 rows reader and writer throughput and latency percentiles.
@@ -74,10 +80,11 @@ Names:
 	fmt.Fprint(w, `
 --json writes one JSON object per row to stdout: workload, impl, unit,
 goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,
-allocs_per_op, rounds, ops_per_round, floor, label, read_back; own rows add
-ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and max over
-rounds of the baseline's time / this row's in the same round),
-ratio_vs_noisy and cpu_ratio_vs; memory rows bytes_per_entry (kvbuf rows
+allocs_per_op, rounds, ops_per_round, floor, label, read_back; rows that
+write disk_bytes_per_user_byte and disk_bytes_per_user_byte_rounds; own
+rows add ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and
+max over rounds of the baseline's time / this row's in the same round),
+ratio_vs_noisy, cpu_ratio_vs and disk_ratio_vs; memory rows bytes_per_entry (kvbuf rows
 also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,
 violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows
 reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,
@@ -452,6 +459,9 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "KVBUF SPEEDUP = baseline time / the workload's first kvbuf row's, per round: median (min-max over rounds); above 1: kvbuf is faster.")
 	fmt.Fprintf(w, "MIN-MAX and SPEEDUP marked * : the largest exceeds %gx the smallest (noisy). CPU/OP: user+system CPU of the process over the timed part.\n", bench.NoisyRatio)
+	if slices.ContainsFunc(rows, func(r bench.Row) bool { return len(r.DiskBytesPerUserByte) > 0 }) {
+		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, compactions waited out): median over rounds.")
+	}
 	fmt.Fprintln(w, "NOTE: why a row is not a headline (doc/workloads.md, \"Fairness\"). Floor rows do less work: lower bounds, not equivalents.")
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BytesPerEntry != 0 }) {
 		fmt.Fprintln(w, "BYTES/ENTRY = live heap per entry (W3/construct: per instance); (engine N) = Metrics.PendingBytes / PendingKeys.")
@@ -487,9 +497,13 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 	flushes := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.Flushes > 0 })
 	reads := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.ReadsPerSec > 0 })
 	budget := slices.ContainsFunc(fr, func(r bench.Row) bool { return r.BudgetPeak > 0 })
+	disk := slices.ContainsFunc(fr, func(r bench.Row) bool { return len(r.DiskBytesPerUserByte) > 0 })
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "WORKLOAD\tIMPL\tOP\tTIME/OP\tMIN-MAX\tCPU/OP\tALLOCS/OP\tKVBUF SPEEDUP"
+	if disk {
+		head += "\tDISK/USER B"
+	}
 	if mem {
 		head += "\tBYTES/ENTRY"
 	}
@@ -521,6 +535,13 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 			cpu = bench.FormatNs(r.CPUPerOp)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%s\t%.3g\t%s", r.Workload, impl, r.Unit, bench.FormatNs(r.Median), bench.FormatNs(r.Min), bench.FormatNs(r.Max), noisy, cpu, r.AllocsPerOp, speed)
+		if disk {
+			d := "-"
+			if len(r.DiskBytesPerUserByte) > 0 {
+				d = fmt.Sprintf("%.3g", r.DiskPerUserByte)
+			}
+			fmt.Fprintf(tw, "\t%s", d)
+		}
 		if mem {
 			m := "-"
 			if r.BytesPerEntry != 0 {

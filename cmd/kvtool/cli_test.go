@@ -451,6 +451,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("--progress drew no bar: %q", errOut)
 	}
 	seen := map[string]bool{}
+	disk := map[bool]int{} // W4 rows with and without a disk figure
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var r map[string]any
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -458,6 +459,12 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		w, impl := r["workload"].(string), r["impl"].(string)
 		seen[w] = true
+		_, hasDisk := r["disk_bytes_per_user_byte"].(float64)
+		if strings.HasPrefix(w, "W4/") {
+			disk[hasDisk]++
+		} else if hasDisk {
+			t.Errorf("%s/%s (writes no user data): disk_bytes_per_user_byte %v", w, impl, r["disk_bytes_per_user_byte"])
+		}
 		for _, f := range []string{"ns_per_op", "allocs_per_op", "ns_per_op_min", "ns_per_op_max"} {
 			if _, ok := r[f].(float64); !ok {
 				t.Errorf("%s/%s: no numeric %s", w, impl, f)
@@ -496,8 +503,14 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	// The table form, with a W4 row so its extra columns show.
 	code, out, errOut = runCLI(t, "bench", "--workload", "W4/flush-g1", "--scale", "0.0005", "--per-goroutine", "1", "--rounds", "1", "--dir", tmp)
-	if code != 0 || !strings.Contains(out, "SYNCS/FLUSH") || !strings.Contains(out, "per-caller-sync") || errOut != "" {
+	if code != 0 || !strings.Contains(out, "SYNCS/FLUSH") || !strings.Contains(out, "per-caller-sync") || errOut != "" ||
+		strings.Contains(out, "DISK/USER B") != (disk[true] > 0) {
 		t.Errorf("bench table: exit %d\n%s\nstderr %q", code, out, errOut)
+	}
+	// W4's rows write: all of them have a disk figure, or (no count on
+	// this system) none.
+	if disk[true] > 0 && disk[false] > 0 {
+		t.Errorf("W4 rows with a disk figure: %d, without: %d", disk[true], disk[false])
 	}
 }
 
@@ -549,9 +562,11 @@ func TestYCSBSmoke(t *testing.T) {
 		OpsPerRound  int64             `json:"ops_per_round"`
 		OpsPerSec    float64           `json:"ops_per_sec"`
 		KvbufSpeedup float64           `json:"kvbuf_speedup"`
+		Disk         *float64          `json:"disk_bytes_per_user_byte"`
 		Ops          map[string]opJSON `json:"ops"`
 	}
 	seen := map[string]bool{}
+	disk := map[bool]int{} // rows that write, with and without a disk figure
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var r rowJSON
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -567,6 +582,12 @@ func TestYCSBSmoke(t *testing.T) {
 		}
 		if (r.DB == "kvbuf") != (r.KvbufSpeedup == 0) {
 			t.Errorf("%s: kvbuf_speedup %v", id, r.KvbufSpeedup)
+		}
+		// Workload c only reads: no user data written, no disk figure.
+		if r.Workload == "c" && r.Disk != nil {
+			t.Errorf("%s: disk_bytes_per_user_byte %v for a read-only workload", id, *r.Disk)
+		} else if r.Workload != "c" {
+			disk[r.Disk != nil]++
 		}
 		var n int64
 		for op, s := range r.Ops {
@@ -590,6 +611,9 @@ func TestYCSBSmoke(t *testing.T) {
 				t.Errorf("no row for workload %s on %s", w, db)
 			}
 		}
+	}
+	if disk[true] > 0 && disk[false] > 0 {
+		t.Errorf("rows that write with a disk figure: %d, without: %d (all or, with no count, none)", disk[true], disk[false])
 	}
 	b, err := os.ReadFile(md)
 	// One table per durability mode, each a header, its rule and 7 lines.

@@ -37,7 +37,11 @@ the load until a final sync).
 For each engine it prints the median throughput over rounds, the min-max,
 the kvbuf speedup (kvbuf's ops/s / this engine's in the same round: the
 median over rounds and its min-max; above 1: kvbuf is faster), the CPU time
-per operation (user+system, the whole process, through Close) and, per
+per operation (user+system, the whole process, through Close), DISK/USER B
+(the bytes the process wrote to disk per byte of the keys and field values
+the operations wrote, through Close, the load's also through its flush of
+memtables to tables; Linux /proc/self/io; "-" for a read-only workload or
+where nothing is counted) and, per
 operation type, p50/p99/p999 latencies over all rounds. READ@FLUSH are the
 reads that started or ended while the engine was flushing (kvbuf: a
 generation in flight; pebble: a memtable flush).
@@ -78,7 +82,7 @@ durability mode sets.
 --json writes one JSON object per engine row to stdout: workload, threads,
 db, durability, records, rounds, ops_per_round, ops_per_sec,
 ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,
-kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
+disk_bytes_per_user_byte, kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
 (operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes
 the tables of the README and doc/workloads.md (one per durability mode) to
 a file. A progress line is drawn on stderr when it is a terminal or with
@@ -111,6 +115,7 @@ type ycsbRowJSON struct {
 	OpsPerSecMax    float64               `json:"ops_per_sec_max"`
 	OpsPerSecRounds []float64             `json:"ops_per_sec_rounds"`
 	CPUNsPerOp      int64                 `json:"cpu_ns_per_op,omitempty"`
+	DiskPerUserByte float64               `json:"disk_bytes_per_user_byte,omitempty"`
 	KvbufSpeedup    float64               `json:"kvbuf_speedup,omitempty"`
 	SpeedupMin      float64               `json:"kvbuf_speedup_min,omitempty"`
 	SpeedupMax      float64               `json:"kvbuf_speedup_max,omitempty"`
@@ -122,7 +127,7 @@ func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
 		Workload: r.Workload, Threads: r.Threads, DB: r.Engine, Durability: r.Durability, Records: r.Records,
 		Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
 		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec, OpsPerSecRounds: r.RoundOpsPerSec,
-		CPUNsPerOp: int64(r.CPUPerOp), KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
+		CPUNsPerOp: int64(r.CPUPerOp), DiskPerUserByte: r.DiskPerUserByte, KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
 		Ops: map[string]ycsbOpJSON{},
 	}
 	for op, s := range r.Ops {
@@ -326,7 +331,7 @@ func sortedOps(m map[string]ycsb.OpStats) []string {
 func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 	fmt.Fprintf(w, "kvtool ycsb: %s\n\n", ycsbHeader(cfg))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DURABILITY\tWORKLOAD\tTHREADS\tDB\tOPS/S\tMIN-MAX\tCPU/OP\tKVBUF SPEEDUP\tOP\tCOUNT\tP50\tP99\tP999")
+	fmt.Fprintln(tw, "DURABILITY\tWORKLOAD\tTHREADS\tDB\tOPS/S\tMIN-MAX\tCPU/OP\tDISK/USER B\tKVBUF SPEEDUP\tOP\tCOUNT\tP50\tP99\tP999")
 	for _, r := range rows {
 		speed := "-"
 		if r.KvbufSpeedup > 0 {
@@ -339,9 +344,9 @@ func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 		for i, op := range sortedOps(r.Ops) {
 			s := r.Ops[op]
 			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s-%s\t%s\t%s", r.Durability, r.Workload, r.Threads, r.Engine, fmtRate(r.OpsPerSec), fmtRate(r.MinOpsPerSec), fmtRate(r.MaxOpsPerSec), cpu, speed)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s-%s\t%s\t%s\t%s", r.Durability, r.Workload, r.Threads, r.Engine, fmtRate(r.OpsPerSec), fmtRate(r.MinOpsPerSec), fmtRate(r.MaxOpsPerSec), cpu, diskText(r), speed)
 			} else {
-				fmt.Fprint(tw, "\t\t\t\t\t\t\t")
+				fmt.Fprint(tw, "\t\t\t\t\t\t\t\t")
 			}
 			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s\t%s\n", op, s.Count, bench.FormatNs(float64(s.P50)), bench.FormatNs(float64(s.P99)), bench.FormatNs(float64(s.P999)))
 		}
@@ -351,7 +356,17 @@ func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.
 Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.
 READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.
+DISK/USER B: bytes written to disk by the process per byte of keys and field values written, through Close (median over rounds).
 `)
+}
+
+// diskText formats a row's disk bytes per user byte, or "-" (nothing
+// written, or not counted).
+func diskText(r ycsb.Row) string {
+	if r.DiskPerUserByte <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3g", r.DiskPerUserByte)
 }
 
 // ycsbMarkdown renders rows as the README tables, one per durability mode:
@@ -405,8 +420,8 @@ func ycsbMarkdown(rows []ycsb.Row, cfg ycsb.Config) string {
 				sep += " --: |"
 			}
 		}
-		head += " CPU/op " + strings.Join(engines, " / ") + " | read p99 " + strings.Join(engines, " / ") + " | read p99 in flushes " + strings.Join(engines, " / ") + " |"
-		sep += " --: | --: | --: |"
+		head += " CPU/op " + strings.Join(engines, " / ") + " | disk B per user B " + strings.Join(engines, " / ") + " | read p99 " + strings.Join(engines, " / ") + " | read p99 in flushes " + strings.Join(engines, " / ") + " |"
+		sep += " --: | --: | --: | --: |"
 		fmt.Fprintf(&b, "%s\n%s\n", head, sep)
 		p99 := func(r ycsb.Row, op string) string {
 			s, ok := r.Ops[op]
@@ -430,7 +445,7 @@ func ycsbMarkdown(rows []ycsb.Row, cfg ycsb.Config) string {
 					line += fmt.Sprintf(" %.2f× (%.2f–%.2f) |", r.KvbufSpeedup, r.SpeedupMin, r.SpeedupMax)
 				}
 			}
-			var cpu, read, flush []string
+			var cpu, disk, read, flush []string
 			for _, e := range engines {
 				r := by[k][e]
 				c := "–"
@@ -438,10 +453,15 @@ func ycsbMarkdown(rows []ycsb.Row, cfg ycsb.Config) string {
 					c = bench.FormatNs(float64(r.CPUPerOp))
 				}
 				cpu = append(cpu, c)
+				d := "–"
+				if r.DiskPerUserByte > 0 {
+					d = diskText(r)
+				}
+				disk = append(disk, d)
 				read = append(read, p99(r, ycsb.OpRead))
 				flush = append(flush, p99(r, ycsb.OpReadInFlush))
 			}
-			line += " " + strings.Join(cpu, " / ") + " | " + strings.Join(read, " / ") + " | " + strings.Join(flush, " / ") + " |"
+			line += " " + strings.Join(cpu, " / ") + " | " + strings.Join(disk, " / ") + " | " + strings.Join(read, " / ") + " | " + strings.Join(flush, " / ") + " |"
 			fmt.Fprintln(&b, line)
 		}
 	}

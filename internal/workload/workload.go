@@ -6,7 +6,9 @@
 // cannot import bench: bench imports the engine, which imports flush).
 // It also holds W6's best raw baseline for bit words, PwriteWords, shared
 // by bench and the engine's own BenchmarkBitsW6 (which, inside the engine's
-// package, cannot import bench either).
+// package, cannot import bench either), and ProcessDiskWrites, the
+// process's count of bytes written to disk that bench and bench/ycsb report
+// per byte of user data.
 //
 // # Caveats
 //

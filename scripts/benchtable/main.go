@@ -10,8 +10,9 @@
 // family. With -readme it prints the README's headline table: for each line
 // of its fixed list, the kvbuf row's median (min–max), the baselines', the
 // ratios baseline ÷ kvbuf computed round by round (median and min–max of
-// the per-round ratios; above 1: kvbuf is faster) and the CPU time per
-// operation of each; the lines whose rows carry a label (write only, a
+// the per-round ratios; above 1: kvbuf is faster), the CPU time per
+// operation of each and, when the run has them, the bytes each wrote to
+// disk per byte of user data; the lines whose rows carry a label (write only, a
 // component: doc/workloads.md, "Fairness") follow in a second table that
 // says why they are not headlines. A row, or a ratio, whose largest round
 // exceeds 1.5× its smallest is marked ‡. The header gives the run's round
@@ -191,8 +192,8 @@ func allTables(w io.Writer, rows []row) error {
 	fmt.Fprintf(w, "\n%s.\n", roundsOf(rows))
 	for _, f := range fams {
 		fmt.Fprintf(w, "\n### %s\n\n", f)
-		fmt.Fprintln(w, "| workload | impl | op | median (min–max) | CPU/op | allocs/op | baseline ÷ first kvbuf row, per round: median (min–max) | not a headline because | other |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		fmt.Fprintln(w, "| workload | impl | op | median (min–max) | CPU/op | disk B per user B | allocs/op | baseline ÷ first kvbuf row, per round: median (min–max) | not a headline because | other |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 		for _, r := range rows {
 			if g, _, _ := strings.Cut(r.Workload, "/"); g != f {
 				continue
@@ -209,10 +210,10 @@ func allTables(w io.Writer, rows []row) error {
 			if label == "" {
 				label = "–"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.3g | %s | %s | %s |\n", r.Workload, impl, r.Unit, fmtRange(r), cpuCell(r), r.AllocsPerOp, ratio, label, extras(r))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.3g | %s | %s | %s |\n", r.Workload, impl, r.Unit, fmtRange(r), cpuCell(r), diskCell(r), r.AllocsPerOp, ratio, label, extras(r))
 		}
 	}
-	fmt.Fprintf(w, "\n‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest).\n")
+	fmt.Fprintf(w, "\n‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest). Disk B per user B: bytes the process wrote to disk per byte of the keys and values written (bit Sets: one bit each), the round and its settle step, median over rounds (doc/workloads.md, \"Disk writes per user byte\").\n")
 	return nil
 }
 

@@ -139,6 +139,9 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 		text   string
 		labels []string
 	}
+	// The disk column appears when the run has the figure (runs before it
+	// existed keep their table).
+	withDisk := slices.ContainsFunc(rows, func(r row) bool { return r.DiskBytesPerUserByte != nil })
 	var lines []rendered
 	for _, l := range readmeLines {
 		own, ok := get(l.workload, l.own)
@@ -156,7 +159,11 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 				ownCell = "`" + l.own + "` " + ownCell
 			}
 		}
-		var baseCells, ratios, cpus []string
+		ownDisk := "–"
+		if ok && !l.memory {
+			ownDisk = diskCell(own)
+		}
+		var baseCells, ratios, cpus, disks []string
 		for _, b := range l.bases {
 			base, bok := get(l.workload, b)
 			name := "`" + b + "`"
@@ -167,14 +174,14 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 				labels = append(labels, base.Label)
 			}
 			if !bok {
-				baseCells, ratios, cpus = append(baseCells, name+" –"), append(ratios, "–"), append(cpus, name+" –")
+				baseCells, ratios, cpus, disks = append(baseCells, name+" –"), append(ratios, "–"), append(cpus, name+" –"), append(disks, name+" –")
 				continue
 			}
 			baseCells = append(baseCells, name+" "+cell(l, base))
 			if l.memory {
-				cpus = append(cpus, name+" –")
+				cpus, disks = append(cpus, name+" –"), append(disks, name+" –")
 			} else {
-				cpus = append(cpus, name+" "+cpuCell(base))
+				cpus, disks = append(cpus, name+" "+cpuCell(base)), append(disks, name+" "+diskCell(base))
 			}
 			switch {
 			case !ok, l.memory:
@@ -184,10 +191,17 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 			}
 		}
 		text := fmt.Sprintf("| %s | %s | %s | %s | %s; %s |", l.label, ownCell, strings.Join(baseCells, "; "), strings.Join(ratios, "; "), ownCPU, strings.Join(cpus, "; "))
+		if withDisk {
+			text += fmt.Sprintf(" %s; %s |", ownDisk, strings.Join(disks, "; "))
+		}
 		lines = append(lines, rendered{text, labels})
 	}
 	head := "| workload (1 goroutine unless noted) | kvbuf: median (min–max) | baselines: median (min–max) | baseline ÷ kvbuf per round: median (min–max) | CPU per op: kvbuf; baselines |"
 	rule := "| --- | --- | --- | --- | --- |"
+	if withDisk {
+		head += " disk bytes per user byte: kvbuf; baselines |"
+		rule += " --- |"
+	}
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, rule)
 	for _, l := range lines {
@@ -207,6 +221,9 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest); W4 violations are a lower bound. CPU: user+system CPU time of the whole process over the timed part, per operation.")
+	if withDisk {
+		fmt.Fprintln(w, "Disk bytes per user byte: what the process wrote to disk during the round and a settle step after it (memtables flushed, compactions waited out) over the keys and values the round wrote (bit Sets: one bit each), median over rounds (doc/workloads.md, \"Disk writes per user byte\").")
+	}
 	if len(missing) > 0 && !partial {
 		return errors.New("rows missing from the run: " + strings.Join(missing, ", "))
 	}
@@ -226,6 +243,15 @@ func fmtPairRatio(own, base row) string {
 		return s
 	}
 	return fmtRatio(base.NsPerOp, own.NsPerOp) + " (medians)"
+}
+
+// diskCell formats a row's bytes written to disk per byte of user data
+// (the median over rounds), or "–".
+func diskCell(r row) string {
+	if r.DiskBytesPerUserByte == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g", *r.DiskBytesPerUserByte)
 }
 
 // cpuCell formats a row's CPU time per operation, or "–".
