@@ -217,7 +217,12 @@ package buffer
 //     616 bounds alim by the filter alone: a bit past the file's end
 //     loads past its words). flim is min(nbits, the bits both filters
 //     cover) in a view with sealed tables, else 0: below it a word of
-//     each filter decides. Both are 0 in a closed view (B12), a fast one
+//     each filter decides (mutation 619 bounds it by the filters alone).
+//     A direct view's alim is set too, for the lookups past its limit.
+//     TestBitsLookupPastFileEnd reads every bit from the file's last
+//     word to past the covers, in a file whose last word's bits past
+//     its length and bytes past its data are set (bitslice ignores
+//     both), so that 616 and 619 read them as bits, never a fault. Both are 0 in a closed view (B12), a fast one
 //     (B13) and, in tests, one published while filterHook is on, which
 //     LookupSlow tells apart past them. The reads below either bound
 //     re-validate the view as every read does (B4a, B8). Below alim
