@@ -101,6 +101,46 @@ func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 	}
 }
 
+// TestBitsLookupFlimClosedBetweenLoads is TestBitsLookupAlimClosedBetweenLoads
+// below flim (B14): with a bit pending in a sealed table and bit 100 set
+// in the file, its word unmarked in the active filter and in the sealed
+// union, a lookup of bit 100 has read both filters when the owner closes
+// the overlay and the file, before it loads the file's word. The read
+// re-validates its view after the word (B8, B14), finds it changed and
+// closed, and reports closed (B12). Invariants build only, as its hook;
+// invariants/618 removes that re-load.
+func TestBitsLookupFlimClosedBetweenLoads(t *testing.T) {
+	if !invariants.Enabled {
+		t.Skip("the hook below flim is in the invariants build only")
+	}
+	r := newSizedBitsRig(t, 1<<16)
+	const i = 100
+	if err := r.b.Set(i, true); err != nil {
+		t.Fatal(err)
+	}
+	r.flush()
+	if err := r.b.Set(5000, true); err != nil {
+		t.Fatal(err)
+	}
+	r.gen++
+	if r.b.Freeze(r.gen) == nil {
+		t.Fatal("nothing frozen")
+	}
+	if v := r.b.view.Load(); v.fast || len(v.sealed) == 0 || i >= v.flim || v.maybe(i>>filterShift) {
+		t.Fatalf("view fast %v, %d sealed, flim %d, bit %d maybe pending %v: not on the path below flim", v.fast, len(v.sealed), v.flim, i, v.maybe(i>>filterShift))
+	}
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); !got || err != nil {
+		t.Fatalf("bit %d before Close: Lookup = %v, %v; want true, nil", i, got, err)
+	}
+	fired := closeAtHook(t, r, "bits-lookup-flim")
+	if got, err := r.b.Lookup(i, (*Bits).LookupSlowErr); got || err != kverr.ErrClosed {
+		t.Fatalf("bit %d, closed between the filters' load and the word's: Lookup = %v, %v; want false, ErrClosed", i, got, err)
+	}
+	if !*fired {
+		t.Fatal("the lookup never reached the hook below flim")
+	}
+}
+
 // TestBitsLookupClosedFilterPath: LookupSlow decides a view that is not
 // fast from the filters first and tests the closed mark only past the
 // view's alim and flim, which publish sets to 0 in a closed view (B12). After

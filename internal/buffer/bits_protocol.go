@@ -225,9 +225,16 @@ package buffer
 //     both), so that 616 and 619 read them as bits, never a fault. Both are 0 in a closed view (B12), a fast one
 //     (B13) and, in tests, one published while filterHook is on, which
 //     LookupSlow tells apart past them. The reads below either bound
-//     re-validate the view as every read does (B4a, B8). Below alim
-//     that re-load is caught in the invariants build (invariants/617,
-//     TestBitsLookupAlimClosedBetweenLoads); mutation 75 removes it past
-//     both bounds, where filterHook sends the racing tests; the re-load
-//     below flim has no test of its own (it is the same statement as
-//     past them, written out for speed).
+//     re-validate the view as every read does (B4a, B8). Below them a
+//     read without the re-load would still return a bit the file held
+//     during the read (the bit is below the view's length, and a filter
+//     is reset only after its table's flush wrote the file, B8); the
+//     re-load reports a close that happened meanwhile (B12) and keeps the
+//     view, and so its mapping, reachable past the word's load (B12: a
+//     mapping's address is not traced). Each is caught in the invariants
+//     build: below alim by invariants/617 and
+//     TestBitsLookupAlimClosedBetweenLoads, below flim by invariants/618
+//     and TestBitsLookupFlimClosedBetweenLoads (the overlay closed
+//     between the filters' load and the word's: the read reports it);
+//     mutation 75 removes all three re-loads, and is caught past both
+//     bounds, where filterHook sends the racing tests.
