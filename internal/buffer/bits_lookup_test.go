@@ -211,92 +211,57 @@ func closeAtHook(t *testing.T, r *bitsRig, point string) (fired *bool) {
 // format ignores both: a corrupt tail, and a Grow that crashed after
 // extending the file; bitslice's TestStaleTailIsIgnoredAndClearedByGrow).
 // Over a direct view (past n, LookupSlow's path below alim), a view with
-// bits pending in the active table alone (below alim too) and one with
-// them sealed (below flim), a lookup of every bit from the last word's
-// first up to past the filters' cover returns the file's bit below n, the
-// bit pending past n, and 0 elsewhere: alim and flim are bounded by n
-// (B14), so past it a lookup reads no file word. GetMany, Count, Ones and
-// a snapshot agree. Mutations 616 and 619 bound alim and flim by the
-// filters' cover alone: the lookups past n read the tail's bits and the
-// stale bytes as the file's. The mapping is a power of two (256 KiB here)
-// and the file backs all of it, so they read bytes, never a fault.
+// bits pending in the active table alone (below alim too), one with them
+// sealed (below flim) and a fast one (B13), a lookup of every bit from the
+// last word's first up to past the filters' cover returns the file's bit
+// below n, a bit pending past n (one in the last word, whose filter bit it
+// marks, one past it) as pending, and 0 elsewhere: alim and flim are
+// bounded by n (B14), and past it a lookup reads no file word. GetMany,
+// Count, Ones and a snapshot agree. Mutations 616 and 619 bound alim and
+// flim by the filters' cover alone: the lookups past n read the tail's
+// bits and the stale bytes as the file's; so does a lookup past n without
+// its length check (LookupSlow's, GetMany's) and, in the reads that fold,
+// fileWord without its mask (mutation 614). The mapping is a power of two
+// (256 KiB here) and the file backs all of it, so such reads read bytes,
+// never a fault, but for the two lookups past the mapping, made last.
 func TestBitsLookupPastFileEnd(t *testing.T) {
 	const (
-		n       = 1<<20 + 100
-		mapped  = 1 << 21 // bits in bitslice's mapping of n bits: 256 KiB, the power of two above the data
-		pending = n + 1000
+		n      = 1<<20 + 100
+		mapped = 1 << 21 // bits in bitslice's mapping of n bits: 256 KiB, the power of two above the data
 	)
-	path := filepath.Join(t.TempDir(), "b.bits")
-	f, err := bitslice.Create(path, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range []uint64{100, n - 1} {
-		if err := f.Set(i, true); err != nil {
-			t.Fatal(err)
+	for _, state := range []string{"direct", "active", "sealed", "fast"} {
+		r := staleTailRig(t, n, mapped, []uint64{100, n - 1})
+		cover := uint64(len(r.b.view.Load().afilt)) * filterWordBits
+		if cover <= n || cover > mapped {
+			t.Fatalf("the filter covers %d bits: want it past the length %d and within the %d bits the test wrote", cover, n, mapped)
 		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// The last word's bits past n, then stale bytes to the mapping's end.
-	fd, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := uint64(n / 64)
-	var buf [8]byte
-	if _, err := fd.ReadAt(buf[:], int64(bitslice.DataOffset+last*8)); err != nil {
-		t.Fatal(err)
-	}
-	var allOnes uint64 = ^uint64(0) // a variable: the constant shift would overflow
-	binary.LittleEndian.PutUint64(buf[:], binary.LittleEndian.Uint64(buf[:])|allOnes<<(n%64))
-	stale := append(buf[:], bytes.Repeat([]byte{0xff}, mapped/8-int(last+1)*8)...)
-	if _, err := fd.WriteAt(stale, int64(bitslice.DataOffset+last*8)); err != nil {
-		t.Fatal(err)
-	}
-	if err := fd.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err = bitslice.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	r := &bitsRig{t: t, f: f}
-	if r.b, err = NewBits(f, &r.acct, nil); err != nil {
-		t.Fatal(err)
-	}
-	cover := uint64(len(r.b.view.Load().afilt)) * filterWordBits
-	if cover <= n || cover > mapped {
-		t.Fatalf("the filter covers %d bits: want it past the length %d and within the %d bits the test wrote", cover, n, mapped)
-	}
-	from := last * 64
-	idx := make([]uint64, 0, cover+64-from+2)
-	for i := from; i < cover+64; i++ {
-		idx = append(idx, i)
-	}
-	idx = append(idx, mapped, 1<<40)
-	for _, state := range []string{"direct", "active", "sealed"} {
-		var want []uint64 // the bits set from from on
+		from := uint64(n / 64 * 64) // the last word's first bit
+		want := []uint64{n - 1}     // the bits set from from on
+		switch state {
+		case "active", "sealed":
+			want = append(want, n+10, n+1000)
+		case "fast":
+			want = append(want, n+10, n+1000, cover+10) // the last: past the cover, the table dense (B4a)
+		}
+		for _, i := range append([]uint64{5000}, want[1:]...) {
+			if state == "direct" {
+				break
+			}
+			if err := r.b.Set(i, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v := r.b.view.Load()
 		switch state {
 		case "direct":
-			want = []uint64{n - 1}
-			if !r.b.direct() {
+			if !v.direct {
 				t.Fatal("nothing pending, but the view is not direct")
 			}
 		case "active":
-			want = []uint64{n - 1, pending}
-			for _, i := range []uint64{5000, pending} {
-				if err := r.b.Set(i, true); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if v := r.b.view.Load(); v.direct || v.fast || len(v.sealed) != 0 || v.alim == 0 {
+			if v.direct || v.fast || len(v.sealed) != 0 || v.alim == 0 {
 				t.Fatalf("active: view direct %v, fast %v, %d sealed, alim %d: not on the path below alim", v.direct, v.fast, len(v.sealed), v.alim)
 			}
 		case "sealed":
-			want = []uint64{n - 1, pending}
 			r.gen++
 			if r.b.Freeze(r.gen) == nil {
 				t.Fatal("nothing frozen")
@@ -304,26 +269,42 @@ func TestBitsLookupPastFileEnd(t *testing.T) {
 			if v := r.b.view.Load(); v.fast || len(v.sealed) == 0 || v.flim == 0 {
 				t.Fatalf("sealed: view fast %v, %d sealed, flim %d: not on the path below flim", v.fast, len(v.sealed), v.flim)
 			}
-		}
-		isSet := func(i uint64) bool { return slices.Contains(want, i) }
-		bad := 0
-		for _, i := range idx {
-			got, err := r.b.Lookup(i, (*Bits).LookupSlowErr)
-			if err != nil || got != isSet(i) {
-				if bad++; bad <= 5 {
-					t.Errorf("%s: Lookup(%d) = %v, %v; want %v, nil (past the length %d only pending bits are set: the file's last word's bits past it and its bytes past its data are none, B14)", state, i, got, err, isSet(i), n)
-				}
+		case "fast":
+			if !v.fast {
+				t.Fatal("fast: the active table written past its cover, but the view is not fast")
 			}
 		}
-		if bad > 5 {
-			t.Errorf("%s: %d lookups wrong in all, of %d from bit %d", state, bad, len(idx), from)
+		// Every bit up to past the cover, within the mapping, then two
+		// past it, which a lookup that reads a file word past n would
+		// fault on: after the others have failed, if they do.
+		idx := make([]uint64, 0, cover+64-from)
+		for i := from; i < cover+64; i++ {
+			idx = append(idx, i)
 		}
-		out := make([]bool, len(idx))
-		r.b.GetMany(idx, out)
-		for j, i := range idx {
-			if out[j] != isSet(i) {
-				t.Errorf("%s: GetMany read bit %d as %v, want %v", state, i, out[j], isSet(i))
-				break
+		isSet := func(i uint64) bool { return slices.Contains(want, i) }
+		for _, idx := range [][]uint64{idx, {mapped, 1 << 40}} {
+			bad := 0
+			for _, i := range idx {
+				got, err := r.b.Lookup(i, (*Bits).LookupSlowErr)
+				if err != nil || got != isSet(i) {
+					if bad++; bad <= 5 {
+						t.Errorf("%s: Lookup(%d) = %v, %v; want %v, nil (past the length %d only pending bits are set: the file's last word's bits past it and its bytes past its data are none, B14)", state, i, got, err, isSet(i), n)
+					}
+				}
+			}
+			out := make([]bool, len(idx))
+			r.b.GetMany(idx, out)
+			for j, i := range idx {
+				if out[j] != isSet(i) {
+					t.Errorf("%s: GetMany read bit %d as %v, want %v", state, i, out[j], isSet(i))
+					break
+				}
+			}
+			if bad > 5 {
+				t.Errorf("%s: %d of the %d lookups from bit %d wrong", state, bad, len(idx), idx[0])
+			}
+			if t.Failed() {
+				t.FailNow()
 			}
 		}
 		ones := uint64(len(want)) + 1 // and bit 100
@@ -345,4 +326,50 @@ func TestBitsLookupPastFileEnd(t *testing.T) {
 		}
 		s.Close()
 	}
+}
+
+// staleTailRig returns a rig over a new file of n bits, those of set set,
+// whose last word's bits past n and bytes past its data, to bit mapped,
+// are ones on disk (TestBitsLookupPastFileEnd).
+func staleTailRig(t *testing.T, n, mapped uint64, set []uint64) *bitsRig {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "b.bits")
+	f, err := bitslice.Create(path, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range set {
+		if err := f.Set(i, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := int64(n / 64)
+	var buf [8]byte
+	if _, err := fd.ReadAt(buf[:], bitslice.DataOffset+last*8); err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(buf[:], binary.LittleEndian.Uint64(buf[:])|^uint64(0)<<(n%64))
+	stale := append(buf[:], bytes.Repeat([]byte{0xff}, int(mapped/8)-int(last+1)*8)...)
+	if _, err := fd.WriteAt(stale, bitslice.DataOffset+last*8); err != nil {
+		t.Fatal(err)
+	}
+	if err := fd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = bitslice.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r := &bitsRig{t: t, f: f}
+	if r.b, err = NewBits(f, &r.acct, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

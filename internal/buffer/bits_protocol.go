@@ -222,7 +222,9 @@ package buffer
 //     TestBitsLookupPastFileEnd reads every bit from the file's last
 //     word to past the covers, in a file whose last word's bits past
 //     its length and bytes past its data are set (bitslice ignores
-//     both), so that 616 and 619 read them as bits, never a fault. Both are 0 in a closed view (B12), a fast one
+//     both), so that 616 and 619 read them as bits, never a fault; so
+//     would a read past the length through any other path (the length
+//     checks of LookupSlow and GetMany, fileWord's mask: mutation 614). Both are 0 in a closed view (B12), a fast one
 //     (B13) and, in tests, one published while filterHook is on, which
 //     LookupSlow tells apart past them. The reads below either bound
 //     re-validate the view as every read does (B4a, B8). Below them a
