@@ -210,20 +210,20 @@ func closeAtHook(t *testing.T, r *bitsRig, point string) (fired *bool) {
 // n are set on disk and the file holds stale 0xff bytes past its data (the
 // format ignores both: a corrupt tail, and a Grow that crashed after
 // extending the file; bitslice's TestStaleTailIsIgnoredAndClearedByGrow).
-// Over a direct view (past n, LookupSlow's path below alim), a view with
-// bits pending in the active table alone (below alim too), one with them
-// sealed (below flim) and a fast one (B13), a lookup of every bit from the
-// last word's first up to past the filters' cover returns the file's bit
-// below n, a bit pending past n (one in the last word, whose filter bit it
-// marks, one past it) as pending, and 0 elsewhere: alim and flim are
-// bounded by n (B14), and past it a lookup reads no file word. GetMany,
-// Count, Ones and a snapshot agree. Mutations 616 and 619 bound alim and
-// flim by the filters' cover alone: the lookups past n read the tail's
-// bits and the stale bytes as the file's; so does a lookup past n without
-// its length check (LookupSlow's, GetMany's) and, in the reads that fold,
-// fileWord without its mask (mutation 614). The mapping is a power of two
-// (256 KiB here) and the file backs all of it, so such reads read bytes,
-// never a fault, but for the two lookups past the mapping, made last.
+// Over a direct view (Lookup's limit is n, and past it LookupSlow's alim is
+// n too), a view with bits pending in the active table alone (alim), one
+// with them sealed (flim) and a fast one (B13), a lookup of every bit from
+// the last word's first up to past the filters' cover returns the file's
+// bit below n, a bit pending past n (one in the last word, whose filter bit
+// it marks, one past it) as pending, and 0 elsewhere: past n a lookup reads
+// no file word (B14). GetMany, Count, Ones, NextOnes and a snapshot agree.
+// Mutations 616 and 619 bound alim and flim by the filters' cover alone:
+// the lookups past n read the tail's bits and the stale bytes as the
+// file's; so does a lookup past n without its length check (the direct
+// limit, LookupSlow's, GetMany's) and, in the reads that fold, fileWord
+// without its mask (mutation 614). The mapping is a power of two (256 KiB
+// here) and the file backs all of it, so such reads read bytes, never a
+// fault, but for the two lookups past the mapping, made last.
 func TestBitsLookupPastFileEnd(t *testing.T) {
 	const (
 		n      = 1<<20 + 100
@@ -316,6 +316,9 @@ func TestBitsLookupPastFileEnd(t *testing.T) {
 		}
 		if got := slices.Collect(r.b.Ones(from)); !slices.Equal(got, want) {
 			t.Errorf("%s: Ones(%d) = %v, want %v", state, from, got, want)
+		}
+		if got := nextOnesRun(t, state+": ", liveNextOnes(r.b), r.b.Len, from, 2, -1); !slices.Equal(got, want) {
+			t.Errorf("%s: NextOnes from %d read %v, want %v", state, from, got, want)
 		}
 		s := r.b.Snapshot()
 		for _, i := range idx {
