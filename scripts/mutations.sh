@@ -38,7 +38,7 @@
 #   TAGS     go test -tags for every run, baseline included (patches
 #            caught only in the invariants build, where a hook the normal
 #            build cannot afford is compiled in, go in
-#            testdata/mutations/invariants/, 617 at present: TAGS=invariants
+#            testdata/mutations/invariants/, 617 and 618 at present: TAGS=invariants
 #            scripts/mutations.sh testdata/mutations/invariants/*.patch)
 #   KEEP=1   keep the temporary directory (logs of every run)
 #

@@ -267,6 +267,10 @@ func (b *Bits) LookupSlow(v *bitsView, i uint64) uint64 {
 			*(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(v.sfilt)), k*8))
 		if f>>(l&63)&1 == 0 {
 			// Unmarked in both: as below alim.
+			if invariants.Enabled && testHook != nil {
+				// In the invariants build only, as below alim.
+				testHook("bits-lookup-flim")
+			}
 			x := fileWordAt(v.words, i)
 			if b.view.Load() == v {
 				return x >> (i & 63) & 1

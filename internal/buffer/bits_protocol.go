@@ -207,22 +207,38 @@ package buffer
 //     it is published, B8, and the re-load sees that).
 //
 // B14. Filter bounds. publish sets a view's alim and flim from the
-//     view's own immutable fields before its store (B1), so a lookup that
-//     loaded the view reads bounds that hold for it. Both are bit
-//     indexes. alim is min(nbits, the bits the active filter covers) in a
-//     view without sealed tables, else 0: a lookup of a bit below it
-//     decides from the active filter's word alone (B4a with no sealed
-//     union to consult: mutation 615 sets alim with sealed tables) and
-//     loads that word and the file's with no other bounds check (mutation
-//     616 bounds alim by the filter alone: a bit past the file's end
-//     loads past its words). flim is min(nbits, the bits both filters
-//     cover) in a view with sealed tables, else 0: below it a word of
-//     each filter decides. Both are 0 in a closed view (B12), a fast one
-//     (B13) and, in tests, one published while filterHook is on, which
-//     LookupSlow tells apart past them. The reads below either bound
-//     re-validate the view as every read does (B4a, B8). Below alim
-//     that re-load is caught in the invariants build (invariants/617,
-//     TestBitsLookupAlimClosedBetweenLoads); mutation 75 removes it past
-//     both bounds, where filterHook sends the racing tests; the re-load
-//     below flim has no test of its own (it is the same statement as
-//     past them, written out for speed).
+//     view's own immutable fields before its store (B1), so a lookup
+//     that loaded the view reads bounds that hold for it. Both are bit
+//     indexes. alim is min(nbits, the bits the active filter covers) in
+//     a view without sealed tables (a direct one too, for the lookups
+//     past its limit), else 0: a lookup of a bit below it decides from
+//     the active filter's word alone (B4a with no sealed union to
+//     consult: mutation 615 sets alim with sealed tables) and loads that
+//     word and the file's with no other bounds check (mutation 616
+//     bounds alim by the filter alone: a bit past the file's end loads
+//     past its words). flim is min(nbits, the bits both filters cover)
+//     in a view with sealed tables, else 0: below it a word of each
+//     filter decides (mutation 619 bounds it by the filters alone). Both
+//     are 0 in a closed view (B12), a fast one (B13) and, in tests, one
+//     published while filterHook is on, which LookupSlow tells apart
+//     past them. TestBitsLookupPastFileEnd reads every bit from the
+//     file's last word to past the covers, in a file whose last word's
+//     bits past its length and bytes past its data are set (bitslice
+//     ignores both), so that 616 and 619 read them as bits, never a
+//     fault; so would a read past the length through any other path (a
+//     direct view's limit, the length checks of LookupSlow and GetMany,
+//     fileWord's mask: mutation 614).
+//
+//     The reads below either bound re-validate the view as every read
+//     does (B4a, B8). Below them a read without the re-load would still
+//     return a value the bit had during the read (the bit is below the
+//     view's length, and a filter is reset only after its table's flush
+//     wrote the file, B8); the re-load reports a close that happened
+//     meanwhile (B12) and keeps the view, and so its mapping, reachable
+//     past the word's load (B12: a mapping's address is not traced).
+//     Its loss is caught in the invariants build: below alim by
+//     invariants/617 and TestBitsLookupAlimClosedBetweenLoads, below
+//     flim by invariants/618 and TestBitsLookupFlimClosedBetweenLoads
+//     (the overlay closed between the filters' load and the word's: the
+//     read reports it); mutation 75 removes all three re-loads, and is
+//     caught past both bounds, where filterHook sends the racing tests.

@@ -620,6 +620,58 @@ func TestBitsFreezeRetriedWithSameGeneration(t *testing.T) {
 	}
 }
 
+// TestBitsSettleKeepsSealed: Settle publishes a direct view only with no
+// sealed table (B3), not merely an empty active table: a table sealed by
+// a Freeze whose generation is not written yet, or by a Snapshot (which
+// the engine takes with no generation in flight, when its flusher may
+// settle), holds bits the file lacks, and a direct view reads the file
+// alone. After Settle, every read still sees the sealed bits; once the
+// generation is written and released, Settle goes direct.
+func TestBitsSettleKeepsSealed(t *testing.T) {
+	for _, by := range []string{"freeze", "snapshot"} {
+		r := newSizedBitsRig(t, 1<<16)
+		if err := r.b.Set(100, true); err != nil {
+			t.Fatal(err)
+		}
+		r.gen++
+		var s *BitsSnapshot
+		var g *BitsGen
+		if by == "freeze" {
+			if g = r.b.Freeze(r.gen); g == nil {
+				t.Fatal("nothing frozen")
+			}
+		} else {
+			s = r.b.Snapshot()
+		}
+		if v := r.b.view.Load(); len(v.sealed) == 0 || !v.active.empty() {
+			t.Fatalf("%s: %d sealed tables, active empty %v: want the bit sealed, the active table empty", by, len(v.sealed), v.active.empty())
+		}
+		r.b.Settle()
+		if r.b.direct() {
+			t.Errorf("%s: Settle published a direct view with a sealed table", by)
+		}
+		out := make([]bool, 1)
+		r.b.GetMany([]uint64{100}, out)
+		if !r.b.Get(100) || !out[0] || !slices.Equal(slices.Collect(r.b.Ones(0)), []uint64{100}) {
+			t.Errorf("%s: after Settle, Get(100) %v, GetMany %v, Ones %v: want the sealed bit", by, r.b.Get(100), out[0], slices.Collect(r.b.Ones(0)))
+		}
+		if s != nil {
+			s.Close()
+			if g = r.b.Freeze(r.gen); g == nil {
+				t.Fatal("the snapshot's table not frozen")
+			}
+		}
+		if err := g.Write(context.Background(), r.gen); err != nil {
+			t.Fatal(err)
+		}
+		r.b.Release(r.gen)
+		r.b.Settle()
+		if !r.b.direct() || !r.b.Get(100) {
+			t.Errorf("%s: after the flush, Settle: direct %v, Get(100) %v; want true, true", by, r.b.direct(), r.b.Get(100))
+		}
+	}
+}
+
 // TestBitsFilterUnionPastCover: a sealed table written past the word
 // filter's cover of its day (unfiltered: B4a; the first table, made over
 // the empty file) and a newer sealed one with a larger cover (made for the

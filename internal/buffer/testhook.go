@@ -19,8 +19,10 @@ import "sync/atomic"
 // has not yet kept it) and, in the invariants build only (the normal
 // build's Lookup must fit the inliner's budget), "bits-lookup-direct"
 // (Lookup loaded a direct view and has not yet loaded the file's word)
-// and "bits-lookup-alim" (LookupSlow found a bit below the view's alim
-// unmarked in the active filter and has not yet loaded the file's word).
+// "bits-lookup-alim" (LookupSlow found a bit below the view's alim
+// unmarked in the active filter and has not yet loaded the file's word)
+// and "bits-lookup-flim" (the same below the view's flim, the bit
+// unmarked in the active filter and in the sealed tables' union).
 // Tests set it before the readers start and clear it
 // after they stop.
 var testHook func(point string)
