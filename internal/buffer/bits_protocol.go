@@ -23,6 +23,9 @@ package buffer
 // B3. Back to the direct path (Settle). Only with writers excluded, no
 //     sealed table and an empty active table: the view it publishes is
 //     direct. A direct view's words are the file's current ones (B7).
+//     A sealed table with an empty active one (a Snapshot sealed it, no
+//     generation in flight) keeps the view off the direct path
+//     (TestBitsSettleKeepsSealed; mutation 632 ignores the sealed tables).
 //
 // B4. Table words. A set of bit v is one atomic OR of its mask and value
 //     bits (v = 1), or an atomic OR of its mask bit followed, only if the
