@@ -59,10 +59,26 @@ import (
 //
 // An idle cached iterator pins the version it was created on until the
 // next point read or Close: at most maxCachedIters of them.
+//
+// The iterator's saving is the stack's construction, which matters when
+// the blocks a read needs are cached. When they are not, DB.Get is the
+// better read: a merging iterator's SeekPrefixGE positions every level,
+// and loads a data block in each level that holds a version of the key
+// (an update flushed over a loaded record: two blocks, each read from the
+// file), while DB.Get searches the levels newest first and stops at the
+// first version it finds. So point reads judge themselves (pathChooser):
+// of every pathWindow reads through a reused iterator, if more than half
+// loaded a block from outside the block cache, the next pathGetSpan reads
+// go through DB.Get, and then the iterators are judged again
+// (doc/bench/2026-12-07-ycsbc27: YCSB C after A and B at 1M records).
+// DB.Get reads the store as it is then, which no cached iterator may be
+// older than (rules P1-P3), so mixing the two keeps every read's
+// guarantee.
 
 // pointIters is the store's cache of point-read iterators and the epoch
 // that says which of them may still be used (the rules above).
 type pointIters struct {
+	path  pathChooser
 	epoch atomic.Uint64
 	// applying counts the changes between begin and end (rule P1).
 	applying atomic.Int64
@@ -74,6 +90,50 @@ type pointIters struct {
 type cachedIter struct {
 	it    *pebble.Iterator
 	epoch uint64
+}
+
+// pathChooser decides between the cached iterators and DB.Get (see above).
+// Its counters are racy by design: a judgement over slightly more or fewer
+// reads than pathWindow changes nothing that matters.
+type pathChooser struct {
+	getLeft atomic.Int64 // reads left to go through DB.Get
+	judged  atomic.Int64 // reused-iterator reads in the current window
+	missed  atomic.Int64 // of those, reads that loaded a block from outside the cache
+	// iterOnly keeps every read on the iterators (tests of rules P1-P3).
+	iterOnly bool
+}
+
+const (
+	pathWindow  = 256
+	pathGetSpan = 8192
+)
+
+// useGet reports whether this read goes through DB.Get.
+func (c *pathChooser) useGet() bool {
+	if c.getLeft.Load() <= 0 {
+		return false
+	}
+	c.getLeft.Add(-1)
+	return true
+}
+
+// judge counts one read through a reused iterator that loaded a block
+// from outside the cache (missed) or not, and ends the window.
+func (c *pathChooser) judge(missed bool) {
+	if c.iterOnly {
+		return
+	}
+	if missed {
+		c.missed.Add(1)
+	}
+	if c.judged.Add(1) < pathWindow {
+		return
+	}
+	m := c.missed.Swap(0)
+	c.judged.Store(0)
+	if 2*m > pathWindow {
+		c.getLeft.Store(pathGetSpan)
+	}
 }
 
 // maxCachedIters bounds the idle iterators kept: more than the goroutines
@@ -120,6 +180,7 @@ func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, iterTag, error) {
 		_ = s.Close()
 	}
 	if it != nil {
+		tag.reused = true
 		return it, tag, nil
 	}
 	it, err := db.NewIter(nil)
@@ -128,8 +189,9 @@ func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, iterTag, error) {
 
 // iterTag is what get learnt of the state an iterator reads.
 type iterTag struct {
-	epoch uint64
-	clean bool
+	epoch  uint64
+	clean  bool
+	reused bool // taken from the cache (judged by pathChooser)
 }
 
 // put gives back an iterator get returned, after a read that had no error
@@ -167,12 +229,23 @@ func (p *pointIters) closeAll() error {
 // pointGet appends the value of stored key k to dst (a copy, in a new
 // slice if !appendMode); pebble.ErrNotFound if there is none.
 func (s *Store) pointGet(dst, k []byte, appendMode bool) ([]byte, error) {
+	if s.pit.path.useGet() {
+		return s.dbGet(dst, k, appendMode)
+	}
 	it, e, err := s.pit.get(s.db)
 	if err != nil {
 		return dst, err
 	}
 	out := dst
-	if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
+	if e.reused {
+		it.ResetStats()
+	}
+	found := it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k)
+	if e.reused {
+		st := it.Stats().InternalStats
+		s.pit.path.judge(st.BlockBytes > st.BlockBytesInCache)
+	}
+	if found {
 		var v []byte
 		if v, err = it.ValueAndErr(); err == nil {
 			if appendMode {
@@ -194,4 +267,20 @@ func (s *Store) pointGet(dst, k []byte, appendMode bool) ([]byte, error) {
 		return dst, err
 	}
 	return out, nil
+}
+
+// dbGet is pointGet through DB.Get (pathChooser).
+func (s *Store) dbGet(dst, k []byte, appendMode bool) ([]byte, error) {
+	v, closer, err := s.db.Get(k)
+	if err != nil {
+		return dst, err
+	}
+	out := dst
+	if appendMode {
+		out = append(out, v...)
+	} else {
+		out = make([]byte, len(v))
+		copy(out, v)
+	}
+	return out, closer.Close()
 }

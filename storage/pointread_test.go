@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
 )
 
 // TestPointReadSeesEveryChange: point-read rules P1 and P2. Point reads use
@@ -20,6 +24,7 @@ import (
 // cached iterator (P1's flush and compaction bumps).
 func TestPointReadSeesEveryChange(t *testing.T) {
 	s, _ := openMem(t)
+	s.pit.path.iterOnly = true // the rules under test are the iterators'
 	key := []byte("k")
 	get := func(want string) {
 		t.Helper()
@@ -110,6 +115,7 @@ func TestPointReadsRacingCommits(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer s.Close()
+	s.pit.path.iterOnly = true // the rules under test are the iterators'
 	const writers, readers = 2, 4
 	prefix := strings.Repeat("p", 512)
 	key := func(w int, i int64) []byte { return fmt.Appendf(nil, "%sw%d/%08d", prefix, w, i) }
@@ -202,5 +208,82 @@ func TestPointReadsRacingCommits(t *testing.T) {
 	}
 	if reads.Load() == 0 || flushes.Load() == 0 {
 		t.Fatal("no read or no flush: the test raced nothing")
+	}
+}
+
+// TestPointReadPathChoice: point reads through reused iterators that load
+// blocks from outside the block cache (a store larger than its cache, each
+// key in two levels) switch to DB.Get for pathGetSpan reads, and every read
+// on either path returns the newest value; a store whose reads hit the
+// cache stays on the iterators.
+func TestPointReadPathChoice(t *testing.T) {
+	const n = 4000
+	val := func(round, i int) []byte {
+		return []byte(fmt.Sprintf("%d-%06d-%s", round, i, strings.Repeat("v", 1000)))
+	}
+	s, err := Open("db", &Options{FS: vfs.NewMem(), CacheSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for round := range 2 { // loaded, then every key updated: two levels
+		for lo := 0; lo < n; lo += 500 {
+			b := s.NewBatch()
+			for i := lo; i < lo+500; i++ {
+				b.Put(1, []byte(fmt.Sprintf("k%06d", i)), val(round, i))
+			}
+			mustApply(t, s, b)
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(s *Store, i int, want []byte) {
+		t.Helper()
+		got, err := s.Get(1, []byte(fmt.Sprintf("k%06d", i)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("Get(k%06d) = %.12q, %v; want %.12q", i, got, err, want)
+		}
+	}
+	if s.pit.path.getLeft.Load() != 0 {
+		t.Fatal("DB.Get chosen before any read")
+	}
+	// A stride through the keys: every read lands on blocks not cached.
+	i := 0
+	for r := 0; r < 2*pathWindow && s.pit.path.getLeft.Load() == 0; r++ {
+		i = (i + 997) % n
+		read(s, i, val(1, i))
+	}
+	left := s.pit.path.getLeft.Load()
+	if left == 0 {
+		t.Fatalf("%d reads of blocks outside a 64 KiB cache stayed on the iterators", 2*pathWindow)
+	}
+	for r := range 100 {
+		i = (i + 997) % n
+		read(s, i, val(1, i))
+		if _, err := s.Get(1, []byte("absent")); !errors.Is(err, kverr.ErrNotFound) {
+			t.Fatalf("Get(absent) through DB.Get: %v", err)
+		}
+		if got := s.pit.path.getLeft.Load(); got != left-2*int64(r+1) {
+			t.Fatalf("after %d reads through DB.Get, %d left of %d", 2*(r+1), got, left)
+		}
+	}
+	got, err := s.GetAppend([]byte("x"), 1, []byte("k000001"))
+	if err != nil || !bytes.Equal(got, append([]byte("x"), val(1, 1)...)) {
+		t.Fatalf("GetAppend through DB.Get = %.12q, %v", got, err)
+	}
+
+	// Reads of a few keys whose blocks stay cached: the iterators.
+	small, _ := openMem(t)
+	putKS(t, small, 1, "a", "1", "b", "2")
+	if err := small.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 * pathWindow {
+		wantGetKS(t, small, 1, "a", "1")
+		wantGetKS(t, small, 1, "b", "2")
+	}
+	if small.pit.path.getLeft.Load() != 0 {
+		t.Fatal("reads of cached blocks switched to DB.Get")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,35 +295,13 @@ func benchMode(ctx context.Context, cfg Config, mode string, engines []string, d
 		es := &engineState{name: name, dir: filepath.Join(dir, name)}
 		states[i] = es
 		p.label(fmt.Sprintf("%s: load %s (%d records, %d threads)", mode, name, cfg.Records, maxThreads))
-		db, err := Open(name, es.dir, loadProps)
-		if err != nil {
-			return nil, err
-		}
-		d0, dok := workload.ProcessDiskWrites()
-		c0, cok := processCPU()
-		res, err := Load(ctx, db, loadW, cfg.LoadBatch, RunOptions{Threads: maxThreads, Seed: cfg.Seed, Done: &p.done})
-		if err == nil {
-			// The load is timed until it is durable.
-			start := time.Now()
-			err = db.e.durable(ctx)
-			res.Elapsed += time.Since(start)
-			if c1, ok := processCPU(); ok && cok {
-				res.CPU = c1 - c0
-			}
-		}
-		if err == nil {
-			err = settle(ctx, db)
-		}
-		if cerr := db.Close(); err == nil {
-			err = cerr
-		}
+		var res *Result
+		var err error
+		pprof.Do(ctx, runLabels(mode, name, "load", maxThreads), func(ctx context.Context) {
+			res, err = loadOne(ctx, cfg, es, loadProps, loadW, maxThreads, &p.done)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: load %s: %w", mode, name, err)
-		}
-		// The load's disk writes: through the settle step (memtables to
-		// sstables) and the Close.
-		if d1, ok := workload.ProcessDiskWrites(); ok && dok {
-			res.DiskBytes, res.DiskMeasured = d1-d0, true
 		}
 		es.records = res.Records
 		rows = append(rows, summarize("load", maxThreads, name, mode, []*Result{res}))
@@ -338,7 +317,11 @@ func benchMode(ctx context.Context, cfg Config, mode string, engines []string, d
 				for i := range states {
 					es := states[(r+i)%len(states)]
 					p.label(fmt.Sprintf("%s: %s at %d threads, round %d/%d: %s", mode, wl, threads, r+1, cfg.Rounds, es.name))
-					res, err := runOne(ctx, cfg, es, wls[wi], threads, seed, &p.done)
+					var res *Result
+					var err error
+					pprof.Do(ctx, runLabels(mode, es.name, workloadName(wl), threads), func(ctx context.Context) {
+						res, err = runOne(ctx, cfg, es, wls[wi], threads, seed, &p.done)
+					})
 					if err != nil {
 						return nil, fmt.Errorf("%s: workload %s, %d threads, %s: %w", mode, wl, threads, es.name, err)
 					}
@@ -356,6 +339,47 @@ func benchMode(ctx context.Context, cfg Config, mode string, engines []string, d
 		}
 	}
 	return rows, nil
+}
+
+// runLabels are the CPU profile labels of one load or run (kvtool ycsb
+// --cpuprofile): every goroutine it starts, the engine's background work
+// included, carries them, so that go tool pprof -tagfocus can split a
+// profile by engine, workload and thread count.
+func runLabels(mode, db, workload string, threads int) pprof.LabelSet {
+	return pprof.Labels("durability", mode, "db", db, "workload", workload, "threads", strconv.Itoa(threads))
+}
+
+// loadOne opens es, loads it with w, makes the load durable (timed) and
+// settles it, and closes it.
+func loadOne(ctx context.Context, cfg Config, es *engineState, props *properties.Properties, w *Workload, threads int, done *atomic.Int64) (*Result, error) {
+	db, err := Open(es.name, es.dir, props)
+	if err != nil {
+		return nil, err
+	}
+	d0, dok := workload.ProcessDiskWrites()
+	c0, cok := processCPU()
+	res, err := Load(ctx, db, w, cfg.LoadBatch, RunOptions{Threads: threads, Seed: cfg.Seed, Done: done})
+	if err == nil {
+		// The load is timed until it is durable.
+		start := time.Now()
+		err = db.e.durable(ctx)
+		res.Elapsed += time.Since(start)
+		if c1, ok := processCPU(); ok && cok {
+			res.CPU = c1 - c0
+		}
+	}
+	if err == nil {
+		err = settle(ctx, db)
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	// The load's disk writes: through the settle step (memtables to
+	// sstables) and the Close.
+	if d1, ok := workload.ProcessDiskWrites(); ok && dok && err == nil {
+		res.DiskBytes, res.DiskMeasured = d1-d0, true
+	}
+	return res, err
 }
 
 // runOne opens es, runs the warm-up and the measured operations of w, and

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -319,5 +321,21 @@ func TestRunStopsOnError(t *testing.T) {
 	cancel()
 	if _, err := Run(ctx, db, w, 100, RunOptions{Threads: 2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run: %v", err)
+	}
+}
+
+// TestRunLabels: a run's profile labels name its durability mode, engine,
+// workload and thread count (what pprof -tagfocus selects on).
+func TestRunLabels(t *testing.T) {
+	got := map[string]string{}
+	pprof.Do(t.Context(), runLabels("window", "kvbuf", "c", 4), func(ctx context.Context) {
+		pprof.ForLabels(ctx, func(k, v string) bool {
+			got[k] = v
+			return true
+		})
+	})
+	want := map[string]string{"durability": "window", "db": "kvbuf", "workload": "c", "threads": "4"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("labels %v, want %v", got, want)
 	}
 }

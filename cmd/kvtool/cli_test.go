@@ -534,6 +534,34 @@ func TestProgress(t *testing.T) {
 	nilBar.finish()
 }
 
+// TestYCSBCPUProfile: --cpuprofile writes a profile pprof can read (a
+// gzipped protocol buffer) covering the run; a path that cannot be created
+// fails the run before anything is loaded.
+func TestYCSBCPUProfile(t *testing.T) {
+	tmp := t.TempDir()
+	prof := filepath.Join(tmp, "cpu.prof")
+	args := []string{"ycsb", "--quick", "--records", "200", "--ops", "200", "--workload", "c", "--db", "kvbuf",
+		"--durability", "window", "--dir", tmp, "--cpuprofile", prof}
+	if code, _, errOut := runCLI(t, args...); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes is not gzipped", len(b))
+	}
+	args[len(args)-1] = filepath.Join(tmp, "missing", "cpu.prof")
+	code, out, errOut := runCLI(t, args...)
+	if code != exitError || !strings.Contains(errOut, "cpu profile") {
+		t.Fatalf("unwritable profile path: exit %d, stderr %q", code, errOut)
+	}
+	if out != "" {
+		t.Fatalf("a refused run printed:\n%s", out)
+	}
+}
+
 // TestYCSBSmoke runs kvtool ycsb --quick on every engine and workload (a
 // smoke test of the bindings and the command, not a benchmark).
 func TestYCSBSmoke(t *testing.T) {

@@ -180,6 +180,7 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "write one JSON object per engine row to stdout instead of the table")
 	markdown := fs.String("markdown", "", "also write the results as a Markdown table to `file`")
 	force := fs.Bool("progress", false, "draw the progress line even when stderr is not a terminal")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the whole run (loads, warm-ups and every engine's runs) to `file`, for go tool pprof")
 	var props propFlag
 	fs.Var(&props, "p", "set a workload or engine `key=value` property (repeatable)")
 	// Hidden: for tests and experiments.
@@ -253,6 +254,17 @@ func runYCSB(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !slices.Contains(ycsb.DurabilityModes, d) {
 			return usageError(stderr, "ycsb", fmt.Sprintf("--durability: unknown mode %q (want some of %s)", d, strings.Join(ycsb.DurabilityModes, ",")))
 		}
+	}
+	if *cpuProf != "" {
+		stop, err := startCPUProfile(*cpuProf)
+		if err != nil {
+			return fail(stderr, "ycsb", err)
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintf(stderr, "kvtool ycsb: %s\n", errText(err))
+			}
+		}()
 	}
 	p := newProgress(stderr, *force, 1)
 	last := 0.0
