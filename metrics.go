@@ -143,9 +143,9 @@ type Metrics struct {
 	StoreJobs int64
 
 	// While store writes wait for space (DiskFullWaiting), StoreJobs,
-	// StoreL0Files and StoreReadAmp are those of the last reading before
-	// the wait: pebble's own metrics wait for the MANIFEST write that
-	// waits for space, and Metrics must not.
+	// StoreL0Files, StoreReadAmp and StoreLogBytes are those of the last
+	// reading before the wait: pebble's own metrics wait for the MANIFEST
+	// write that waits for space, and Metrics must not.
 	//
 	// StoreL0Files is the number of sstables in the store's level 0 and
 	// StoreReadAmp its read amplification (memtables, L0 sublevels and
@@ -153,6 +153,12 @@ type Metrics struct {
 	// tables to L0 until pebble compacts them. 0 after Close.
 	StoreL0Files int64
 	StoreReadAmp int
+
+	// StoreLogBytes is the live data of the store's write-ahead log: what
+	// its memtables hold (flush receipts, generations written as one
+	// batch) that no memtable flush has written to an sstable yet; 0 after
+	// FlushMemtables. 0 after Close.
+	StoreLogBytes int64
 
 	// IngestedGenerations counts generations flushed by ingestion
 	// (Options.IngestThreshold); the others went through the store's
@@ -216,6 +222,7 @@ func (db *DB) Metrics() Metrics {
 		m.StoreJobs = lsm.BackgroundJobs
 		m.StoreL0Files = lsm.L0Files
 		m.StoreReadAmp = lsm.ReadAmp
+		m.StoreLogBytes = int64(lsm.LogBytes)
 	}
 	m.IngestedGenerations = db.ingests.Load()
 	m.ReadTierBytes = db.tier.bytes.Load()

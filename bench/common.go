@@ -308,6 +308,50 @@ func quiesceAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error
 	}
 }
 
+// settleLogMin is the least live write-ahead log data (what a store's
+// memtables hold, not yet in an sstable) for which settleRounds flushes a
+// store's memtables: 1/64 of pebble's default 4 MiB memtable, the
+// engine's store's.
+const settleLogMin = 64 << 10
+
+// settleRounds returns the settle step (Workload.settle) of W6 and W8:
+// every engine's pending changes made durable (DB.Flush); then the
+// memtables of every engine's store and every raw pebble database whose
+// write-ahead log holds at least settleLogMin bytes flushed to sstables;
+// then settleAll. A memtable holding less (an engine's flush receipts; a
+// database that logs nothing, having flushed its own memtable) is left
+// for the next quiesce step, off the count: a real run flushes it once
+// per memtable fill, its flush and the compaction that follows shared by
+// every write that filled it, and forcing it every round would charge the
+// round a whole flush and compaction (a compaction rewrites the store's
+// tables it overlaps, whatever their size) for a few bytes.
+// doc/workloads.md, "Disk writes per user byte".
+func settleRounds(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
+	settle := settleAll(dbs, pdbs...)
+	return func(ctx context.Context) error {
+		for _, db := range dbs {
+			if err := db.Flush(ctx); err != nil {
+				return err
+			}
+			if db.Metrics().StoreLogBytes < settleLogMin {
+				continue
+			}
+			if err := db.FlushMemtables(ctx); err != nil {
+				return err
+			}
+		}
+		for _, pdb := range pdbs {
+			if pdb.Metrics().WAL.Size < settleLogMin {
+				continue
+			}
+			if err := pdb.Flush(); err != nil {
+				return err
+			}
+		}
+		return settle(ctx)
+	}
+}
+
 // settleStores returns a settle step (Workload.settle) for engines and
 // storage.Stores that no quiesce step covers: every engine's pending
 // changes and store memtables, and every store's memtables, flushed to

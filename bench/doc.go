@@ -44,7 +44,8 @@
 // and min–max (flagged noisy the same way) and the median ratio of CPU
 // times. A workload whose rows write user data (UserBytesPerOp: W4, W6,
 // W8, W11) also runs a settle step after every round (off the clock: the
-// stores' memtables flushed, their compactions waited out) and reports
+// stores' memtables flushed, in W6 and W8 only those that hold the round's
+// data, their compactions waited out) and reports
 // the bytes the process wrote to disk from the round's start to the
 // settle step's end per byte of that data (Row.DiskBytesPerUserByte).
 //
@@ -108,8 +109,10 @@
 //   - Disk bytes are Linux's /proc/self/io count (written minus cancelled,
 //     counted when a page is dirtied, by any goroutine): elsewhere, or on a
 //     file system that keeps no count (tmpfs), rows carry no disk figure.
-//     The settle step flushes every store of the suite, so a row is also
-//     charged the few kilobytes of flushing the others' empty memtables.
+//     The settle step of W4 and W11 flushes every store of the suite, so a
+//     row is also charged the few kilobytes of flushing the others' empty
+//     memtables; that of W6 and W8 flushes only the memtables whose log
+//     holds settleLogMin bytes or more (settleRounds).
 //   - AllocsPerOp comes from runtime.MemStats.Mallocs deltas over the timed
 //     part: it counts allocations by every goroutine in the process,
 //     including pebble's background work.

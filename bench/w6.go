@@ -185,12 +185,13 @@ func setupW6(_ context.Context, s *Suite, c Config) error {
 		}
 	}
 	quiesce := quiesceAll([]*kvbuf.DB{m.db, def}, m.pdb, ps.budget, ps.noWAL, ps.noWALStore)
+	settle := settleRounds([]*kvbuf.DB{m.db, def}, m.pdb, ps.budget, ps.noWAL, ps.noWALStore)
 	// The user data of one op: every put's 8-byte key and 16-byte value;
 	// one bit per Set.
 	kvBytes, bitBytes := float64(n*(8+w2ValueLen)), float64(len(w.changes))/8
 	s.add(
-		&Workload{Name: "W6/flush-kv-1m", Unit: "flush", Writes: true, UserBytesPerOp: kvBytes, quiesce: quiesce, settle: quiesce, Impls: w6KV(w, m, ps, def, defKV)},
-		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", Writes: true, UserBytesPerOp: bitBytes, quiesce: quiesce, settle: quiesce, Impls: append(w6Bits(w, m, nbits), w6BitsExtra(s, w, m)...)},
+		&Workload{Name: "W6/flush-kv-1m", Unit: "flush", Writes: true, UserBytesPerOp: kvBytes, quiesce: quiesce, settle: settle, Impls: w6KV(w, m, ps, def, defKV)},
+		&Workload{Name: "W6/flush-bits-1m", Unit: "flush", Writes: true, UserBytesPerOp: bitBytes, quiesce: quiesce, settle: settle, Impls: append(w6Bits(w, m, nbits), w6BitsExtra(s, w, m)...)},
 	)
 	return nil
 }

@@ -105,11 +105,12 @@ func setupW8(_ context.Context, s *Suite, c Config) error {
 		hot = append(hot, hotKeys...)
 	}
 	quiesce := quiesceAll([]*kvbuf.DB{st.db, st.def}, st.budget, st.store, st.noWAL, st.noWALSto)
+	settle := settleRounds([]*kvbuf.DB{st.db, st.def}, st.budget, st.store, st.noWAL, st.noWALSto)
 	const put = 8 + w2ValueLen // the user data of one put: its key and value
 	s.add(
-		&Workload{Name: "W8/batch-64-puts", Unit: "put", Writes: true, Label: LabelWriteOnly, UserBytesPerOp: put, quiesce: quiesce, settle: quiesce, Impls: st.writeOnly(unique)},
-		&Workload{Name: "W8/end-to-end-unique", Unit: "put", Writes: true, UserBytesPerOp: put, quiesce: quiesce, settle: quiesce, Impls: st.endToEnd(unique)},
-		&Workload{Name: "W8/end-to-end-hot-keys-x10", Unit: "put", Writes: true, UserBytesPerOp: put, quiesce: quiesce, settle: quiesce, Impls: st.endToEnd(newW8Puts(hot))},
+		&Workload{Name: "W8/batch-64-puts", Unit: "put", Writes: true, Label: LabelWriteOnly, UserBytesPerOp: put, quiesce: quiesce, settle: settle, Impls: st.writeOnly(unique)},
+		&Workload{Name: "W8/end-to-end-unique", Unit: "put", Writes: true, UserBytesPerOp: put, quiesce: quiesce, settle: settle, Impls: st.endToEnd(unique)},
+		&Workload{Name: "W8/end-to-end-hot-keys-x10", Unit: "put", Writes: true, UserBytesPerOp: put, quiesce: quiesce, settle: settle, Impls: st.endToEnd(newW8Puts(hot))},
 		st.deleteRange(c, quiesce),
 	)
 	return nil

@@ -54,6 +54,7 @@
 //	kvbuf_store_jobs                 the store's flushes and compactions in progress (StoreJobs)
 //	kvbuf_store_l0_files             sstables in the store's level 0 (StoreL0Files)
 //	kvbuf_store_read_amp             the store's read amplification (StoreReadAmp)
+//	kvbuf_store_log_bytes            live data of the store's write-ahead log (StoreLogBytes)
 //	kvbuf_read_tier_bytes            memory held by the read tier (ReadTierBytes)
 //	kvbuf_read_tier_generations      generations the read tier holds (ReadTierGenerations)
 //	kvbuf_budget_bytes               the engine's share of its memory budget (BudgetBytes)
@@ -122,7 +123,7 @@ type collector struct {
 	completedOp, openOps, redelivered               *prometheus.Desc
 	keyspaces, bitslices, snapshots                 *prometheus.Desc
 	storeJobs                                       *prometheus.Desc
-	storeL0Files, storeReadAmp                      *prometheus.Desc
+	storeL0Files, storeReadAmp, storeLogBytes       *prometheus.Desc
 	ingested                                        *prometheus.Desc
 	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
 	flushYields, flushThrottled                     *prometheus.Desc
@@ -195,9 +196,10 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		snapshots: desc("snapshots", "Open snapshots."),
 		storeJobs: desc("store_jobs", "Flushes and compactions of the store (pebble) in progress."),
 
-		storeL0Files: desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
-		storeReadAmp: desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
-		ingested:     desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+		storeL0Files:  desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
+		storeReadAmp:  desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
+		storeLogBytes: desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
+		ingested:      desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
 
 		tierBytes:       desc("read_tier_bytes", "Memory held by the read tier: flushed generations kept readable."),
 		tierGenerations: desc("read_tier_generations", "Flushed generations the read tier holds."),
@@ -272,7 +274,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.watermark, c.highestOp, c.receiptLag,
 		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
-		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.ingested,
+		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.storeLogBytes, c.ingested,
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
 		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
@@ -323,6 +325,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	out.gauge(c.storeJobs, float64(m.StoreJobs))
 	out.gauge(c.storeL0Files, float64(m.StoreL0Files))
 	out.gauge(c.storeReadAmp, float64(m.StoreReadAmp))
+	out.gauge(c.storeLogBytes, float64(m.StoreLogBytes))
 	out.counter(c.ingested, float64(m.IngestedGenerations))
 	out.gauge(c.tierBytes, float64(m.ReadTierBytes))
 	out.gauge(c.tierGenerations, float64(m.ReadTierGenerations))

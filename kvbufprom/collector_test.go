@@ -54,6 +54,7 @@ var fieldMetric = map[string]string{
 
 	"StoreL0Files":        "kvbuf_store_l0_files",
 	"StoreReadAmp":        "kvbuf_store_read_amp",
+	"StoreLogBytes":       "kvbuf_store_log_bytes",
 	"IngestedGenerations": "kvbuf_ingested_generations_total",
 	"ReadTierBytes":       "kvbuf_read_tier_bytes",
 	"ReadTierGenerations": "kvbuf_read_tier_generations",
@@ -105,6 +106,7 @@ func fabricated() kvbuf.Metrics {
 
 		StoreL0Files:        13,
 		StoreReadAmp:        14,
+		StoreLogBytes:       14 << 10,
 		IngestedGenerations: 15,
 		ReadTierBytes:       16 << 20,
 		ReadTierGenerations: 17,
@@ -238,6 +240,9 @@ kvbuf_write_stalls_total{shard="7"} 3
 # HELP kvbuf_store_l0_files Sstables in level 0 of the store (pebble).
 # TYPE kvbuf_store_l0_files gauge
 kvbuf_store_l0_files{shard="7"} 13
+# HELP kvbuf_store_log_bytes Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet.
+# TYPE kvbuf_store_log_bytes gauge
+kvbuf_store_log_bytes{shard="7"} 14336
 # HELP kvbuf_store_read_amp Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search.
 # TYPE kvbuf_store_read_amp gauge
 kvbuf_store_read_amp{shard="7"} 14

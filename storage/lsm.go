@@ -31,6 +31,10 @@ type LSMStats struct {
 	// BackgroundJobs is the number of flushes and compactions in
 	// progress (Store.BackgroundJobs).
 	BackgroundJobs int64
+	// LogBytes is the live data of the write-ahead log: what the
+	// memtables hold that no flush has written to an sstable yet (0 after
+	// a flush).
+	LogBytes uint64
 }
 
 // LSM returns the store's LSM shape and write counters. Errors: kvbuf.ErrClosed.
@@ -55,6 +59,7 @@ func (s *Store) LSM() (LSMStats, error) {
 		CompactedBytes: tot.TableBytesCompacted,
 		IngestedBytes:  tot.TableBytesIngested,
 		BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
+		LogBytes:       pm.WAL.Size,
 	}
 	st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
 	return st, nil

@@ -48,8 +48,9 @@ min-max (above 1 means kvbuf is faster; * when noisy). NOTE says why a row
 is no headline (write only, a component). Rows that write user data (W4,
 W6, W8's puts, W11) add DISK/USER B, the bytes the process wrote to disk
 (Linux /proc/self/io, every goroutine) from the start of each round
-through a settle step after it that flushes the stores' memtables and
-waits out their compactions, over the keys and values the round's
+through a settle step after it that flushes the stores' memtables (W6,
+W8: those whose log holds 64 KiB or more) and waits out their
+compactions, over the keys and values the round's
 operations carried (bit Sets: one bit each): the median over rounds,
 absent where nothing is counted (another OS, tmpfs). Memory rows add the live heap
 per entry (kvbuf rows also the engine's own count), W4 rows physical syncs
@@ -460,7 +461,7 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	fmt.Fprintln(w, "KVBUF SPEEDUP = baseline time / the workload's first kvbuf row's, per round: median (min-max over rounds); above 1: kvbuf is faster.")
 	fmt.Fprintf(w, "MIN-MAX and SPEEDUP marked * : the largest exceeds %gx the smallest (noisy). CPU/OP: user+system CPU of the process over the timed part.\n", bench.NoisyRatio)
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return len(r.DiskBytesPerUserByte) > 0 }) {
-		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, compactions waited out): median over rounds.")
+		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, in W6 and W8 those whose log holds 64 KiB or more; compactions waited out): median over rounds.")
 	}
 	fmt.Fprintln(w, "NOTE: why a row is not a headline (doc/workloads.md, \"Fairness\"). Floor rows do less work: lower bounds, not equivalents.")
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BytesPerEntry != 0 }) {
