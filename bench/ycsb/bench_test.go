@@ -55,7 +55,7 @@ func benchYCSB(b *testing.B, wl, engine string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := settle(ctx, db); err != nil {
+	if _, err := settle(ctx, db); err != nil {
 		b.Fatal(err)
 	}
 	seq := newKeySeq(res.Records)

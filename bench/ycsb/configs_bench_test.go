@@ -102,7 +102,7 @@ func benchKvbufConfigs(b *testing.B, configs []kvbufConfig) {
 		}
 		res, err := Load(ctx, db, w, 256, RunOptions{Seed: 1})
 		if err == nil {
-			err = settle(ctx, db)
+			_, err = settle(ctx, db)
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr

@@ -72,6 +72,45 @@ type flushWatcher interface {
 	flushing() bool
 }
 
+// idler is implemented by engines whose background work (flushes and
+// compactions) the suite can wait out: waitIdle returns once none is
+// running or pending, or ctx's error. The suite waits after the load and
+// after each warm-up and measured run, off the clock, so that each one's
+// disk figure counts the background work it caused and none that it
+// inherited (doc/workloads.md, "Disk writes per user byte"). An engine
+// that does not implement it (badger: no reliable way to tell) gets no
+// disk figure.
+type idler interface {
+	waitIdle(ctx context.Context) error
+}
+
+// idlePoll is how often waitUntil looks at an engine's background work,
+// and idleSeen how many looks in a row must find none.
+const (
+	idlePoll = time.Millisecond
+	idleSeen = 3
+)
+
+// waitUntil polls busy every idlePoll until it reports false idleSeen
+// times in a row, or ctx is done (then it returns ctx's error).
+func waitUntil(ctx context.Context, busy func() bool) error {
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for seen := 0; seen < idleSeen; {
+		if busy() {
+			seen = 0
+		} else {
+			seen++
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // DB is a go-ycsb binding: it implements go-ycsb's ycsb.DB and ycsb.BatchDB
 // over one engine (kvbuf, pebble, badger or bbolt), encoding each record as
 // one value in go-ycsb's row format (see the package documentation).

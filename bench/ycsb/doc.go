@@ -56,8 +56,11 @@
 // Bench compares the engines in durability modes that make them promise
 // the same thing (DurabilityWindow, DurabilityAcked), with the memory
 // kvbuf has (pebble's and badger's memtables are kvbuf's MaxPendingBytes,
-// their block caches its CacheSize), and times every run through Close, so
-// that what a run wrote is durable when its clock stops. Opened with Open
+// their block caches its CacheSize), and times every run until its writes
+// are durable and through Close, so that what a run wrote is durable when
+// its clock stops; between the two, off the clock, it settles the engine
+// (memtables to sstables, flushes and compactions waited out), so that
+// each run's disk figure counts its own background work only. Opened with Open
 // and no such properties, the bindings promise different things:
 //
 //   - kvbuf: a write is in memory when it returns and durable after the

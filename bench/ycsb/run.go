@@ -46,7 +46,9 @@ type Result struct {
 	UserBytes int64
 	// DiskBytes, if DiskMeasured, is what the process wrote to disk over
 	// the run (workload.ProcessDiskWrites; set by Bench, through the
-	// engine's Close).
+	// settle step that waits out the run's flushes and compactions, and
+	// the engine's Close). Bench leaves it unmeasured on an engine it
+	// cannot wait out (badger).
 	DiskBytes    int64
 	DiskMeasured bool
 }

@@ -209,10 +209,12 @@ type Row struct {
 	CPUPerOp time.Duration
 	// DiskPerUserByte is the median over rounds of the bytes the process
 	// wrote to disk per byte of user data written (Result.DiskBytes ÷
-	// Result.UserBytes): a run's from its measured operations through the
-	// engine's Close, the load's through its settle step and Close. 0
-	// where nothing was written (workload C), the system keeps no count
-	// or the count did not move (tmpfs).
+	// Result.UserBytes): a run's from its measured operations, the load's
+	// from its first insert, through the settle step (memtables to
+	// sstables, flushes and compactions waited out) and the engine's
+	// Close. 0 where nothing was written (workload C), the engine cannot
+	// be waited out (badger), the system keeps no count or the count did
+	// not move (tmpfs).
 	DiskPerUserByte float64
 	// Durability is the durability mode the row ran in (DurabilityWindow,
 	// DurabilityAcked).
@@ -368,23 +370,31 @@ func loadOne(ctx context.Context, cfg Config, es *engineState, props *properties
 			res.CPU = c1 - c0
 		}
 	}
+	idle := false
 	if err == nil {
-		err = settle(ctx, db)
+		idle, err = settle(ctx, db)
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
 	// The load's disk writes: through the settle step (memtables to
-	// sstables) and the Close.
-	if d1, ok := workload.ProcessDiskWrites(); ok && dok && err == nil {
+	// sstables, then the flushes and compactions they cause) and the
+	// Close.
+	if d1, ok := workload.ProcessDiskWrites(); ok && dok && idle && err == nil {
 		res.DiskBytes, res.DiskMeasured = d1-d0, true
 	}
 	return res, err
 }
 
 // runOne opens es, runs the warm-up and the measured operations of w, and
-// closes it. The measured run's clock and CPU time go on through Close:
-// what the run wrote is durable when they stop.
+// closes it. The measured run's clock and CPU time go on until what the
+// run wrote is durable (the engine's durable step) and through Close;
+// between the two, off the clock, the settle step writes the memtables to
+// sstables and waits for the flushes and compactions that follow, so that
+// the run's disk figure counts them and the next run (whose Open would
+// otherwise flush the replayed log and resume the compactions) does not.
+// The warm-up is settled the same way before the measured run's counts
+// start.
 func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.Properties, threads int, seed int64, done *atomic.Int64) (*Result, error) {
 	db, err := Open(es.name, es.dir, props)
 	if err != nil {
@@ -392,7 +402,7 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 	}
 	var c0 time.Duration
 	var d0 int64
-	var cok, dok bool
+	var cok, dok, idle bool
 	res, err := func() (*Result, error) {
 		if cfg.Warmup > 0 {
 			wp := props.FilterFunc(func(string, string) bool { return true })
@@ -406,6 +416,9 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 				return nil, fmt.Errorf("warm-up: %w", err)
 			}
 			es.records = wr.Records
+			if _, err := settle(ctx, db); err != nil {
+				return nil, fmt.Errorf("warm-up: %w", err)
+			}
 		}
 		w, err := NewWorkload(props)
 		if err != nil {
@@ -418,7 +431,22 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 			return nil, err
 		}
 		es.records = res.Records
-		return res, nil
+		// Timed: what the run wrote made durable.
+		start := time.Now()
+		err = db.e.durable(ctx)
+		res.Elapsed += time.Since(start)
+		var c1 time.Duration
+		if cok {
+			c1, cok = processCPU()
+		}
+		if err == nil {
+			// Off the clock and off the CPU count: the settle step.
+			idle, err = settle(ctx, db)
+		}
+		if c2, ok := processCPU(); cok && ok {
+			c0 += c2 - c1
+		}
+		return res, err
 	}()
 	start := time.Now()
 	if cerr := db.Close(); err == nil && cerr != nil {
@@ -429,21 +457,31 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		if c1, ok := processCPU(); ok && cok {
 			res.CPU = c1 - c0
 		}
-		if d1, ok := workload.ProcessDiskWrites(); ok && dok {
+		if d1, ok := workload.ProcessDiskWrites(); ok && dok && idle {
 			res.DiskBytes, res.DiskMeasured = d1-d0, true
 		}
 	}
 	return res, err
 }
 
-// settle makes a freshly loaded engine durable and its memtables sstables
-// (kvbuf, pebble), so that the first run does not pay for the load's
-// flush.
-func settle(ctx context.Context, db *DB) error {
+// settle writes a durable engine's memtables to sstables (kvbuf, pebble)
+// and waits until it has no flush or compaction running or pending (idler;
+// bounded by ctx), so that the next phase (the first run after the load,
+// the measured run after its warm-up, the next run after a run) does not
+// pay for this one's background work. idle is false if the engine cannot
+// tell when its background work is done (badger): its disk figure is then
+// left out.
+func settle(ctx context.Context, db *DB) (idle bool, err error) {
 	if s, ok := db.e.(interface{ flushAll(context.Context) error }); ok {
-		return s.flushAll(ctx)
+		if err := s.flushAll(ctx); err != nil {
+			return false, err
+		}
 	}
-	return nil
+	w, ok := db.e.(idler)
+	if !ok {
+		return false, nil
+	}
+	return true, w.waitIdle(ctx)
 }
 
 func workloadName(wl string) string {

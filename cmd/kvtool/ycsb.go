@@ -32,16 +32,19 @@ round running every engine once in rotating order (round r starts with
 engine r mod n). A run opens the engine, does --warmup operations
 unmeasured (in at most --max-time/5), then --ops measured ones (in at most
 --max-time), and closes it.
-A run's clock stops when what it wrote is durable: its Close is timed (and
-the load until a final sync).
+A run's clock stops when what it wrote is durable: its final sync and its
+Close are timed (and the load until a final sync). Between the two, and
+after the warm-up and the load, an untimed settle step flushes memtables to
+tables and waits out every flush and compaction, so that a run is charged
+for its own background work only.
 For each engine it prints the median throughput over rounds, the min-max,
 the kvbuf speedup (kvbuf's ops/s / this engine's in the same round: the
 median over rounds and its min-max; above 1: kvbuf is faster), the CPU time
-per operation (user+system, the whole process, through Close), DISK/USER B
-(the bytes the process wrote to disk per byte of the keys and field values
-the operations wrote, through Close, the load's also through its flush of
-memtables to tables; Linux /proc/self/io; "-" for a read-only workload or
-where nothing is counted) and, per
+per operation (user+system, the whole process, through Close, the settle
+step left out), DISK/USER B (the bytes the process wrote to disk per byte
+of the keys and field values the operations wrote, through the settle step
+and Close; Linux /proc/self/io; "-" for a read-only workload, for badger,
+which cannot be waited out, or where nothing is counted) and, per
 operation type, p50/p99/p999 latencies over all rounds. READ@FLUSH are the
 reads that started or ended while the engine was flushing (kvbuf: a
 generation in flight; pebble: a memtable flush).
@@ -368,7 +371,7 @@ func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.
 Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.
 READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.
-DISK/USER B: bytes written to disk by the process per byte of keys and field values written, through Close (median over rounds).
+DISK/USER B: bytes written to disk by the process per byte of keys and field values written, through the settle step (flushes and compactions waited out, untimed) and Close (median over rounds; "-" for badger, which cannot be waited out).
 `)
 }
 
