@@ -271,16 +271,5 @@ func (s *Store) pointGet(dst, k []byte, appendMode bool) ([]byte, error) {
 
 // dbGet is pointGet through DB.Get (pathChooser).
 func (s *Store) dbGet(dst, k []byte, appendMode bool) ([]byte, error) {
-	v, closer, err := s.db.Get(k)
-	if err != nil {
-		return dst, err
-	}
-	out := dst
-	if appendMode {
-		out = append(out, v...)
-	} else {
-		out = make([]byte, len(v))
-		copy(out, v)
-	}
-	return out, closer.Close()
+	return readValue(s.db, dst, k, appendMode)
 }

@@ -21,8 +21,16 @@ func newSizedBitsRig(t testing.TB, nbits uint64) *bitsRig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newBitsRigOn(t, f)
+}
+
+// newBitsRigOn is a rig over the open file f, which it closes when the
+// test ends.
+func newBitsRigOn(t testing.TB, f *bitslice.File) *bitsRig {
+	t.Helper()
 	t.Cleanup(func() { f.Close() })
 	r := &bitsRig{t: t, f: f}
+	var err error
 	if r.b, err = NewBits(f, &r.acct, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -80,15 +80,8 @@ func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 	if !invariants.Enabled {
 		t.Skip("the hook below alim is in the invariants build only")
 	}
-	r := newSizedBitsRig(t, 1<<16)
 	const i = 100
-	if err := r.b.Set(i, true); err != nil {
-		t.Fatal(err)
-	}
-	r.flush()
-	if err := r.b.Set(5000, true); err != nil {
-		t.Fatal(err)
-	}
+	r := flushedThenPending(t, i)
 	if v := r.b.view.Load(); v.direct || v.fast || i >= v.alim {
 		t.Fatalf("view direct %v, fast %v, alim %d: bit %d not on the path below alim", v.direct, v.fast, v.alim, i)
 	}
@@ -99,6 +92,21 @@ func TestBitsLookupAlimClosedBetweenLoads(t *testing.T) {
 	if !*fired {
 		t.Fatal("the lookup never reached the hook below alim")
 	}
+}
+
+// flushedThenPending is a rig over 1<<16 bits with bit i set in the file
+// (flushed) and bit 5000 pending in the active table, i's word unmarked.
+func flushedThenPending(t *testing.T, i uint64) *bitsRig {
+	t.Helper()
+	r := newSizedBitsRig(t, 1<<16)
+	if err := r.b.Set(i, true); err != nil {
+		t.Fatal(err)
+	}
+	r.flush()
+	if err := r.b.Set(5000, true); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestBitsLookupFlimClosedBetweenLoads is TestBitsLookupAlimClosedBetweenLoads
@@ -113,15 +121,8 @@ func TestBitsLookupFlimClosedBetweenLoads(t *testing.T) {
 	if !invariants.Enabled {
 		t.Skip("the hook below flim is in the invariants build only")
 	}
-	r := newSizedBitsRig(t, 1<<16)
 	const i = 100
-	if err := r.b.Set(i, true); err != nil {
-		t.Fatal(err)
-	}
-	r.flush()
-	if err := r.b.Set(5000, true); err != nil {
-		t.Fatal(err)
-	}
+	r := flushedThenPending(t, i)
 	r.gen++
 	if r.b.Freeze(r.gen) == nil {
 		t.Fatal("nothing frozen")
@@ -369,10 +370,5 @@ func staleTailRig(t *testing.T, n, mapped uint64, set []uint64) *bitsRig {
 	if f, err = bitslice.Open(path); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	r := &bitsRig{t: t, f: f}
-	if r.b, err = NewBits(f, &r.acct, nil); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return newBitsRigOn(t, f)
 }
