@@ -343,114 +343,123 @@ func TestIngestOrderedWithCommits(t *testing.T) {
 // from one goroutine without waiting (the flusher's pattern, but with no
 // wait for an ingest's result), with WAL syncs slowed down so that the
 // queue fills, while readers check that no key's value and no watermark
-// ever goes back.
+// ever goes back; with the point reads' path chosen as usual, and
+// ("-mixed") with every other read through DB.Get (point-read rules P1-P3
+// on the mixed path).
 func TestIngestRacesCommits(t *testing.T) {
 	const (
 		keys   = 64
 		rounds = 300
 	)
 	for _, d := range ingestDesigns {
-		t.Run(d.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, d.split))
-			var slow atomic.Bool
-			fsys := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if slow.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileSync {
-					for range 200 {
-						// A slow device, without sleeping: let the
-						// committer run ahead.
-						runtime.Gosched()
+		for _, mixed := range []bool{false, true} {
+			name := d.name
+			if mixed {
+				name += "-mixed"
+			}
+			t.Run(name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, d.split))
+				var slow atomic.Bool
+				fsys := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+					if slow.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileSync {
+						for range 200 {
+							// A slow device, without sleeping: let the
+							// committer run ahead.
+							runtime.Gosched()
+						}
 					}
-				}
-				return nil
-			}))
-			slow.Store(true)
-			s := openMemDesign(t, fsys, d.split)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var bad atomic.Value
-			for r := range 4 {
-				wg.Go(func() {
-					last := make([]uint64, keys)
-					var lastWM uint64
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						k := (i*7 + r) % keys
-						v, err := s.Get(ks1, fmt.Appendf(nil, "k%03d", k))
-						if err != nil && !errors.Is(err, kverr.ErrNotFound) {
-							bad.Store(err.Error())
-							return
-						}
-						if err == nil {
-							var n uint64
-							fmt.Sscanf(string(v), "%d", &n)
-							if n < last[k] {
-								bad.Store(fmt.Sprintf("key %d went back from %d to %d", k, last[k], n))
+					return nil
+				}))
+				slow.Store(true)
+				s := openMemDesign(t, fsys, d.split)
+				s.pit.path.alternate = mixed
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				var bad atomic.Value
+				for r := range 4 {
+					wg.Go(func() {
+						last := make([]uint64, keys)
+						var lastWM uint64
+						for i := 0; ; i++ {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							k := (i*7 + r) % keys
+							v, err := s.Get(ks1, fmt.Appendf(nil, "k%03d", k))
+							if err != nil && !errors.Is(err, kverr.ErrNotFound) {
+								bad.Store(err.Error())
 								return
 							}
-							last[k] = n
+							if err == nil {
+								var n uint64
+								fmt.Sscanf(string(v), "%d", &n)
+								if n < last[k] {
+									bad.Store(fmt.Sprintf("key %d went back from %d to %d", k, last[k], n))
+									return
+								}
+								last[k] = n
+							}
+							wm, _ := s.Watermark()
+							if wm < lastWM {
+								bad.Store(fmt.Sprintf("watermark went back from %d to %d", lastWM, wm))
+								return
+							}
+							lastWM = wm
 						}
-						wm, _ := s.Watermark()
-						if wm < lastWM {
-							bad.Store(fmt.Sprintf("watermark went back from %d to %d", lastWM, wm))
-							return
+					})
+				}
+				var commits []*Commit
+				final := make([]uint64, keys)
+				for n := uint64(1); n <= rounds; n++ {
+					// Round n writes value n to a random subset of keys.
+					var ks []int
+					for k := range keys {
+						if rng.IntN(3) == 0 {
+							ks = append(ks, k)
+							final[k] = n
 						}
-						lastWM = wm
 					}
-				})
-			}
-			var commits []*Commit
-			final := make([]uint64, keys)
-			for n := uint64(1); n <= rounds; n++ {
-				// Round n writes value n to a random subset of keys.
-				var ks []int
-				for k := range keys {
 					if rng.IntN(3) == 0 {
-						ks = append(ks, k)
-						final[k] = n
+						in := s.NewIngest()
+						in.SetWatermark(n)
+						for _, k := range ks {
+							in.Put(ks1, fmt.Appendf(nil, "k%03d", k), fmt.Appendf(nil, "%d", n))
+						}
+						c, err := s.CommitIngest(in)
+						if err != nil {
+							t.Fatal(err)
+						}
+						commits = append(commits, c)
+					} else {
+						b := s.NewBatch()
+						for _, k := range ks {
+							b.Put(ks1, fmt.Appendf(nil, "k%03d", k), fmt.Appendf(nil, "%d", n))
+						}
+						b.SetWatermark(n)
+						commits = append(commits, mustCommit(t, s, b))
 					}
 				}
-				if rng.IntN(3) == 0 {
-					in := s.NewIngest()
-					in.SetWatermark(n)
-					for _, k := range ks {
-						in.Put(ks1, fmt.Appendf(nil, "k%03d", k), fmt.Appendf(nil, "%d", n))
-					}
-					c, err := s.CommitIngest(in)
-					if err != nil {
+				for _, c := range commits {
+					if err := c.Wait(); err != nil {
 						t.Fatal(err)
 					}
-					commits = append(commits, c)
-				} else {
-					b := s.NewBatch()
-					for _, k := range ks {
-						b.Put(ks1, fmt.Appendf(nil, "k%03d", k), fmt.Appendf(nil, "%d", n))
+				}
+				close(stop)
+				wg.Wait()
+				if b := bad.Load(); b != nil {
+					t.Fatal(b)
+				}
+				for k := range keys {
+					if final[k] == 0 {
+						continue
 					}
-					b.SetWatermark(n)
-					commits = append(commits, mustCommit(t, s, b))
+					wantGetKS(t, s, ks1, fmt.Sprintf("k%03d", k), fmt.Sprint(final[k]))
 				}
-			}
-			for _, c := range commits {
-				if err := c.Wait(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			close(stop)
-			wg.Wait()
-			if b := bad.Load(); b != nil {
-				t.Fatal(b)
-			}
-			for k := range keys {
-				if final[k] == 0 {
-					continue
-				}
-				wantGetKS(t, s, ks1, fmt.Sprintf("k%03d", k), fmt.Sprint(final[k]))
-			}
-			wantWatermark(t, s, rounds)
-		})
+				wantWatermark(t, s, rounds)
+			})
+		}
 	}
 }
 

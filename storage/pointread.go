@@ -58,7 +58,10 @@ import (
 //	    and every cached one is closed by Store.Close before pebble is.
 //
 // An idle cached iterator pins the version it was created on until the
-// next point read or Close: at most maxCachedIters of them.
+// next point read through the iterators or Close: at most maxCachedIters of
+// them, and none while reads go through DB.Get (below): the read that
+// switches to DB.Get closes the idle ones, and put caches none while the
+// switch holds.
 //
 // The iterator's saving is the stack's construction, which matters when
 // the blocks a read needs are cached. When they are not, DB.Get is the
@@ -67,13 +70,18 @@ import (
 // (an update flushed over a loaded record: two blocks, each read from the
 // file), while DB.Get searches the levels newest first and stops at the
 // first version it finds. So point reads judge themselves (pathChooser):
-// of every pathWindow reads through a reused iterator, if more than half
-// loaded a block from outside the block cache, the next pathGetSpan reads
-// go through DB.Get, and then the iterators are judged again
+// of every pathWindow reads through an iterator, if more than half loaded
+// a block from outside the block cache, the next pathGetSpan reads go
+// through DB.Get, and then the iterators are judged again
 // (doc/bench/2026-12-07-ycsbc27: YCSB C after A and B at 1M records).
+// Reads through new iterators are judged as well as reused ones (a new
+// one's stats also count its index blocks, which the block cache keeps):
+// in a write-heavy mix a read rarely finds an iterator of the current
+// epoch, and judging reused ones only would never switch it.
 // DB.Get reads the store as it is then, which no cached iterator may be
 // older than (rules P1-P3), so mixing the two keeps every read's
-// guarantee.
+// guarantee (TestPointReadsRacingCommits and TestIngestRacesCommits run
+// with every other read through DB.Get too: pathChooser.alternate).
 
 // pointIters is the store's cache of point-read iterators and the epoch
 // that says which of them may still be used (the rules above).
@@ -97,10 +105,14 @@ type cachedIter struct {
 // reads than pathWindow changes nothing that matters.
 type pathChooser struct {
 	getLeft atomic.Int64 // reads left to go through DB.Get
-	judged  atomic.Int64 // reused-iterator reads in the current window
+	judged  atomic.Int64 // iterator reads in the current window
 	missed  atomic.Int64 // of those, reads that loaded a block from outside the cache
 	// iterOnly keeps every read on the iterators (tests of rules P1-P3).
 	iterOnly bool
+	// alternate sends every other read through DB.Get and judges none
+	// (tests of rules P1-P3 on the mixed path); flips counts the reads.
+	alternate bool
+	flips     atomic.Uint64
 }
 
 const (
@@ -110,6 +122,9 @@ const (
 
 // useGet reports whether this read goes through DB.Get.
 func (c *pathChooser) useGet() bool {
+	if c.alternate {
+		return c.flips.Add(1)%2 == 0
+	}
 	if c.getLeft.Load() <= 0 {
 		return false
 	}
@@ -117,23 +132,26 @@ func (c *pathChooser) useGet() bool {
 	return true
 }
 
-// judge counts one read through a reused iterator that loaded a block
-// from outside the cache (missed) or not, and ends the window.
-func (c *pathChooser) judge(missed bool) {
-	if c.iterOnly {
-		return
+// judge counts one read through an iterator that loaded a block from
+// outside the cache (missed) or not, and ends the window; it reports
+// whether it switched the next pathGetSpan reads to DB.Get.
+func (c *pathChooser) judge(missed bool) (switched bool) {
+	if c.iterOnly || c.alternate {
+		return false
 	}
 	if missed {
 		c.missed.Add(1)
 	}
 	if c.judged.Add(1) < pathWindow {
-		return
+		return false
 	}
 	m := c.missed.Swap(0)
 	c.judged.Store(0)
 	if 2*m > pathWindow {
 		c.getLeft.Store(pathGetSpan)
+		return true
 	}
+	return false
 }
 
 // maxCachedIters bounds the idle iterators kept: more than the goroutines
@@ -191,16 +209,19 @@ func (p *pointIters) get(db *pebble.DB) (*pebble.Iterator, iterTag, error) {
 type iterTag struct {
 	epoch  uint64
 	clean  bool
-	reused bool // taken from the cache (judged by pathChooser)
+	reused bool // taken from the cache, not new
 }
 
 // put gives back an iterator get returned, after a read that had no error
-// (point-read rules P2, P3).
+// (point-read rules P2, P3). None is cached while reads go through DB.Get:
+// getLeft is loaded under mu, and dropIdle takes mu after it was stored,
+// so an iterator put back by a read that began before the switch is
+// either closed here or cached before dropIdle closes it.
 func (p *pointIters) put(it *pebble.Iterator, tag iterTag) {
 	e := tag.epoch
 	if tag.clean && e == p.epoch.Load() {
 		p.mu.Lock()
-		if !p.shut && len(p.free) < maxCachedIters {
+		if !p.shut && len(p.free) < maxCachedIters && p.path.getLeft.Load() <= 0 {
 			p.free = append(p.free, cachedIter{it: it, epoch: e})
 			p.mu.Unlock()
 			return
@@ -208,6 +229,18 @@ func (p *pointIters) put(it *pebble.Iterator, tag iterTag) {
 		p.mu.Unlock()
 	}
 	_ = it.Close()
+}
+
+// dropIdle closes the idle cached iterators, so that none pins its
+// version while reads go through DB.Get (called after the switch to it).
+func (p *pointIters) dropIdle() {
+	p.mu.Lock()
+	free := p.free
+	p.free = nil
+	p.mu.Unlock()
+	for _, c := range free {
+		_ = c.it.Close()
+	}
 }
 
 // closeAll closes every cached iterator and stops caching (Store.Close,
@@ -241,9 +274,9 @@ func (s *Store) pointGet(dst, k []byte, appendMode bool) ([]byte, error) {
 		it.ResetStats()
 	}
 	found := it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k)
-	if e.reused {
-		st := it.Stats().InternalStats
-		s.pit.path.judge(st.BlockBytes > st.BlockBytesInCache)
+	st := it.Stats().InternalStats
+	if s.pit.path.judge(st.BlockBytes > st.BlockBytesInCache) {
+		s.pit.dropIdle() // this read's iterator too: put caches none now
 	}
 	if found {
 		var v []byte

@@ -107,15 +107,29 @@ func TestPointReadSeesEveryChange(t *testing.T) {
 // with Get and GetAppend, whose cached iterators must never predate a
 // commit they could have seen returned. This is the store's half of the
 // engine's TestStressKVFirstValues (a generation released to the store
-// answers there at once).
+// answers there at once). It runs with every read through the iterators,
+// and with every other read through DB.Get ("mixed"): a read of either
+// path must never be older than a commit seen returned.
 func TestPointReadsRacingCommits(t *testing.T) {
+	for _, mixed := range []bool{false, true} {
+		name := "iterators"
+		if mixed {
+			name = "mixed"
+		}
+		t.Run(name, func(t *testing.T) { testPointReadsRacingCommits(t, mixed) })
+	}
+}
+
+func testPointReadsRacingCommits(t *testing.T, mixed bool) {
 	fs := vfs.NewMem()
 	s, err := Open("db", &Options{FS: fs, MemTableSize: 256 << 10})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer s.Close()
-	s.pit.path.iterOnly = true // the rules under test are the iterators'
+	// The rules under test are the iterators', alone or mixed with DB.Get.
+	s.pit.path.iterOnly = !mixed
+	s.pit.path.alternate = mixed
 	const writers, readers = 2, 4
 	prefix := strings.Repeat("p", 512)
 	key := func(w int, i int64) []byte { return fmt.Appendf(nil, "%sw%d/%08d", prefix, w, i) }
@@ -214,8 +228,10 @@ func TestPointReadsRacingCommits(t *testing.T) {
 // TestPointReadPathChoice: point reads through reused iterators that load
 // blocks from outside the block cache (a store larger than its cache, each
 // key in two levels) switch to DB.Get for pathGetSpan reads, and every read
-// on either path returns the newest value; a store whose reads hit the
-// cache stays on the iterators.
+// on either path returns the newest value; the switch closes the idle
+// cached iterators and none is cached while it holds (none pins its
+// version through compactions then); a store whose reads hit the cache
+// stays on the iterators.
 func TestPointReadPathChoice(t *testing.T) {
 	const n = 4000
 	val := func(round, i int) []byte {
@@ -248,15 +264,35 @@ func TestPointReadPathChoice(t *testing.T) {
 	if s.pit.path.getLeft.Load() != 0 {
 		t.Fatal("DB.Get chosen before any read")
 	}
+	idle := func() int {
+		s.pit.mu.Lock()
+		defer s.pit.mu.Unlock()
+		return len(s.pit.free)
+	}
 	// A stride through the keys: every read lands on blocks not cached.
+	// Before each, two iterators are taken at once and put back: the read
+	// takes one, the other stays idle, as another reader's would.
 	i := 0
 	for r := 0; r < 2*pathWindow && s.pit.path.getLeft.Load() == 0; r++ {
+		a, ta, err := s.pit.get(s.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, tb, err := s.pit.get(s.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.pit.put(a, ta)
+		s.pit.put(b, tb)
 		i = (i + 997) % n
 		read(s, i, val(1, i))
 	}
 	left := s.pit.path.getLeft.Load()
 	if left == 0 {
 		t.Fatalf("%d reads of blocks outside a 64 KiB cache stayed on the iterators", 2*pathWindow)
+	}
+	if k := idle(); k != 0 {
+		t.Fatalf("%d idle cached iterators after the switch to DB.Get: they pin their version through its span", k)
 	}
 	for r := range 100 {
 		i = (i + 997) % n
@@ -271,6 +307,16 @@ func TestPointReadPathChoice(t *testing.T) {
 	got, err := s.GetAppend([]byte("x"), 1, []byte("k000001"))
 	if err != nil || !bytes.Equal(got, append([]byte("x"), val(1, 1)...)) {
 		t.Fatalf("GetAppend through DB.Get = %.12q, %v", got, err)
+	}
+	// An iterator of a read that chose the iterators before the switch is
+	// not cached when put back during it.
+	it, tag, err := s.pit.get(s.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pit.put(it, tag)
+	if k := idle(); k != 0 {
+		t.Fatalf("%d iterators cached while reads go through DB.Get", k)
 	}
 
 	// Reads of a few keys whose blocks stay cached: the iterators.
