@@ -379,8 +379,9 @@ DISK/USER B: bytes written to disk by the process per byte of keys and field val
 `)
 }
 
-// diskText formats a row's disk bytes per user byte, or "-" (nothing
-// written, or not counted).
+// diskText formats a row's disk bytes per user byte over all rounds with
+// the per-round min-max, or "-" (nothing written, not counted, or
+// negative).
 func diskText(r ycsb.Row) string {
 	if r.DiskPerUserByte <= 0 {
 		return "-"
