@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvbuf/kvbuf"
 	"github.com/kvbuf/kvbuf/bitslice"
+	"github.com/kvbuf/kvbuf/internal/workload"
 	"github.com/kvbuf/kvbuf/storage"
 )
 
@@ -253,17 +254,11 @@ func cancelled(ctx context.Context, i int) error {
 	return ctx.Err()
 }
 
-// quiesceWait bounds how long a quiesce step waits for one store's
-// background work.
+// quiesceWait bounds how long a quiesce or settle step waits for one
+// store's background work (workload.WaitIdle); past it the step returns
+// workload.ErrStillBusy and the round's disk figure is left out
+// (Workload.measure).
 const quiesceWait = 30 * time.Second
-
-// waitIdle polls busy until it reports false, at most quiesceWait.
-func waitIdle(busy func() bool) {
-	deadline := time.Now().Add(quiesceWait)
-	for busy() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // pebbleBusy reports whether pdb has a flush or compaction in progress.
 func pebbleBusy(pdb *pebble.DB) bool {
@@ -271,19 +266,33 @@ func pebbleBusy(pdb *pebble.DB) bool {
 	return m.Compact.NumInProgress > 0 || m.Flush.NumInProgress > 0
 }
 
-// settleAll returns a quiesce step that waits (at most quiesceWait per
-// store) until no engine's store and no raw pebble database has a flush or
-// compaction in progress, without flushing anything: pending changes stay
-// pending.
+// settleAll returns a quiesce step that waits until no engine's store and
+// no raw pebble database has a flush or compaction in progress, on
+// workload.IdleLooks looks in a row (workload.WaitIdle), without flushing
+// anything: pending changes stay pending. A store still busy after
+// quiesceWait makes it return workload.ErrStillBusy, once every store has
+// been waited for.
 func settleAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
 	return func(ctx context.Context) error {
+		var busy error
+		wait := func(f func() bool) error {
+			err := workload.WaitIdle(ctx, quiesceWait, f)
+			if errors.Is(err, workload.ErrStillBusy) {
+				busy, err = err, nil
+			}
+			return err
+		}
 		for _, db := range dbs {
-			waitIdle(func() bool { return db.Metrics().StoreJobs > 0 })
+			if err := wait(func() bool { return db.Metrics().StoreJobs > 0 }); err != nil {
+				return err
+			}
 		}
 		for _, pdb := range pdbs {
-			waitIdle(func() bool { return pebbleBusy(pdb) })
+			if err := wait(func() bool { return pebbleBusy(pdb) }); err != nil {
+				return err
+			}
 		}
-		return ctx.Err()
+		return busy
 	}
 }
 
@@ -355,8 +364,10 @@ func settleRounds(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) err
 // settleStores returns a settle step (Workload.settle) for engines and
 // storage.Stores that no quiesce step covers: every engine's pending
 // changes and store memtables, and every store's memtables, flushed to
-// sstables, then their flushes and compactions waited out.
+// sstables, then their flushes and compactions waited out as settleAll
+// waits (workload.ErrStillBusy past quiesceWait).
 func settleStores(dbs []*kvbuf.DB, stores []*storage.Store) func(context.Context) error {
+	settle := settleAll(dbs)
 	return func(ctx context.Context) error {
 		for _, db := range dbs {
 			if err := db.FlushMemtables(ctx); err != nil {
@@ -368,13 +379,18 @@ func settleStores(dbs []*kvbuf.DB, stores []*storage.Store) func(context.Context
 				return err
 			}
 		}
-		for _, db := range dbs {
-			waitIdle(func() bool { return db.Metrics().StoreJobs > 0 })
+		busy := settle(ctx)
+		if busy != nil && !errors.Is(busy, workload.ErrStillBusy) {
+			return busy
 		}
 		for _, st := range stores {
-			waitIdle(func() bool { return st.BackgroundJobs() > 0 })
+			if err := workload.WaitIdle(ctx, quiesceWait, func() bool { return st.BackgroundJobs() > 0 }); errors.Is(err, workload.ErrStillBusy) {
+				busy = err
+			} else if err != nil {
+				return err
+			}
 		}
-		return ctx.Err()
+		return busy
 	}
 }
 

@@ -44,10 +44,16 @@
 // and min–max (flagged noisy the same way) and the median ratio of CPU
 // times. A workload whose rows write user data (UserBytesPerOp: W4, W6,
 // W8, W11) also runs a settle step after every round (off the clock: the
-// stores' memtables flushed, in W6 and W8 only those that hold the round's
-// data, their compactions waited out) and reports
-// the bytes the process wrote to disk from the round's start to the
-// settle step's end per byte of that data (Row.DiskBytesPerUserByte).
+// stores' memtables flushed, in W6 and W8 only those whose log holds
+// settleLogMin bytes or more, their flushes and compactions waited out
+// on several idle looks in a row, workload.WaitIdle) and reports the
+// bytes the process wrote to disk from the round's start to the settle
+// step's end per byte of that data, over all rounds
+// (Row.DiskPerUserByte) and per round (Row.DiskBytesPerUserByte). A
+// smaller memtable is flushed by the next round's quiesce step,
+// uncounted: its flush and the compaction it triggers are charged to no
+// row. A store still busy at the deadline leaves the row without a disk
+// figure.
 //
 // # Adding a row
 //

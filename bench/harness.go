@@ -239,6 +239,12 @@ type RoundResult struct {
 	// workload with UserBytesPerOp; a Round leaves them alone.
 	DiskBytes    int64
 	DiskMeasured bool
+	// diskLost is set by the harness when the round's quiesce or settle
+	// step found a store still busy at its deadline
+	// (workload.ErrStillBusy): background work the round caused may land
+	// after the count, or work before it inside it, so the row reports no
+	// disk figure.
+	diskLost bool
 }
 
 // Timed runs f as a timed part of a round: it adds f's wall time to
@@ -383,8 +389,13 @@ type Row struct {
 	// DiskBytesPerUserByte holds each round's bytes written to disk by the
 	// process (RoundResult.DiskBytes: the round and the settle step after
 	// it) over the user data its operations carried
-	// (Workload.UserBytesPerOp × operations), in round order;
-	// DiskPerUserByte is their median. Both are empty or 0 where the
+	// (Workload.UserBytesPerOp × operations), in round order.
+	// DiskPerUserByte is over all rounds: their disk bytes summed over
+	// their user bytes summed (not a median of the per-round figures,
+	// which flips between two values when a compaction lands every other
+	// round); the per-round figures give its spread. Both are empty or 0
+	// where a round's quiesce or settle step found a store still busy at
+	// its deadline (workload.ErrStillBusy), where the
 	// workload has no UserBytesPerOp, the system keeps no count, or no row
 	// of the workload counted a byte (a file system that does not count,
 	// such as tmpfs).
@@ -431,8 +442,9 @@ type Row struct {
 // both sides of its ratio. Median, Min and Max summarise PerRound; Noisy
 // is set when Max > NoisyRatio × Min. CPU is the median of the per-round
 // ratios of CPU time per operation (0 when CPU time is not measured), Disk
-// the same for bytes written to disk per user byte (0 when not measured or
-// the own row wrote nothing).
+// the ratio of the two rows' bytes written to disk per user byte over all
+// rounds (Row.DiskPerUserByte; 0 when not measured or either is not
+// positive).
 type Ratio struct {
 	PerRound         []float64
 	Median, Min, Max float64
@@ -578,7 +590,12 @@ func (w *Workload) check(rounds int) error {
 // rowSamples collects one implementation's figures over the measured
 // rounds of a Run.
 type rowSamples struct {
-	allocs, mem, acct, reads, writes          []float64
+	allocs, mem, acct, reads, writes []float64
+	// diskBytes and userBytes sum the measured rounds' disk writes and
+	// user bytes; diskLost is set when a round's disk figure was lost
+	// (RoundResult.diskLost).
+	diskBytes, userBytes                      float64
+	diskLost                                  bool
 	flushLat, readLat, readFlushLat, writeLat []time.Duration
 }
 
@@ -594,7 +611,10 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs, userBytes float64) {
 	}
 	if res.DiskMeasured && userBytes > 0 {
 		row.DiskBytesPerUserByte = append(row.DiskBytesPerUserByte, float64(res.DiskBytes)/(float64(ops)*userBytes))
+		s.diskBytes += float64(res.DiskBytes)
+		s.userBytes += float64(ops) * userBytes
 	}
+	s.diskLost = s.diskLost || res.diskLost
 	row.ReadBack += res.ReadBack
 	if res.BudgetPeak > 0 {
 		if row.BudgetPeak == 0 { // the first round
@@ -639,7 +659,12 @@ func (s *rowSamples) summarize(row *Row) {
 	row.Max = slices.Max(row.NsPerOp)
 	row.Noisy = row.Max > NoisyRatio*row.Min
 	row.CPUPerOp = Median(row.CPUNsPerOp)
-	row.DiskPerUserByte = Median(row.DiskBytesPerUserByte)
+	row.DiskPerUserByte = 0
+	if s.diskLost {
+		row.DiskBytesPerUserByte = nil
+	} else if s.userBytes > 0 {
+		row.DiskPerUserByte = s.diskBytes / s.userBytes
+	}
 	row.AllocsPerOp = Median(s.allocs)
 	if len(s.mem) > 0 {
 		row.BytesPerEntry = Median(s.mem)
@@ -688,8 +713,11 @@ func dropUncountedDisk(rows []Row) {
 // process writes to disk from just before the round to the end of the
 // settle step it runs after it (RoundResult.DiskBytes).
 func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundResult, float64, error) {
+	lost := false
 	if w.quiesce != nil {
-		if err := w.quiesce(ctx); err != nil {
+		if err := w.quiesce(ctx); errors.Is(err, workload.ErrStillBusy) {
+			lost = true
+		} else if err != nil {
 			return RoundResult{}, 0, fmt.Errorf("quiesce: %w", err)
 		}
 	}
@@ -733,12 +761,15 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 	}
 	if dok {
 		if w.settle != nil {
-			if err := w.settle(ctx); err != nil {
+			if err := w.settle(ctx); errors.Is(err, workload.ErrStillBusy) {
+				lost = true
+			} else if err != nil {
 				return res, 0, fmt.Errorf("settle: %w", err)
 			}
 		}
 		d1, ok := workload.ProcessDiskWrites()
-		res.DiskBytes, res.DiskMeasured = d1-d0, ok
+		res.DiskBytes, res.DiskMeasured = d1-d0, ok && !lost
+		res.diskLost = lost
 	}
 	if res.MallocsMeasured {
 		return res, float64(res.Mallocs), nil
@@ -803,7 +834,7 @@ func AddRatios(rows []Row) {
 // pairRatio returns base's ratios to own, round by round.
 func pairRatio(base, own Row) Ratio {
 	var ra Ratio
-	var cpu, disk []float64
+	var cpu []float64
 	for r := range min(len(base.NsPerOp), len(own.NsPerOp)) {
 		if own.NsPerOp[r] <= 0 {
 			continue
@@ -811,9 +842,6 @@ func pairRatio(base, own Row) Ratio {
 		ra.PerRound = append(ra.PerRound, base.NsPerOp[r]/own.NsPerOp[r])
 		if r < len(base.CPUNsPerOp) && r < len(own.CPUNsPerOp) && own.CPUNsPerOp[r] > 0 {
 			cpu = append(cpu, base.CPUNsPerOp[r]/own.CPUNsPerOp[r])
-		}
-		if r < len(base.DiskBytesPerUserByte) && r < len(own.DiskBytesPerUserByte) && own.DiskBytesPerUserByte[r] > 0 {
-			disk = append(disk, base.DiskBytesPerUserByte[r]/own.DiskBytesPerUserByte[r])
 		}
 	}
 	if len(ra.PerRound) == 0 {
@@ -823,7 +851,9 @@ func pairRatio(base, own Row) Ratio {
 	ra.Min, ra.Max = slices.Min(ra.PerRound), slices.Max(ra.PerRound)
 	ra.Noisy = ra.Max > NoisyRatio*ra.Min
 	ra.CPU = Median(cpu)
-	ra.Disk = Median(disk)
+	if base.DiskPerUserByte > 0 && own.DiskPerUserByte > 0 {
+		ra.Disk = base.DiskPerUserByte / own.DiskPerUserByte
+	}
 	return ra
 }
 

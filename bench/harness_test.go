@@ -983,6 +983,16 @@ func TestDiskPerUserByte(t *testing.T) {
 		t.Errorf("disk ratio of background to kvbuf %v (JSON %v), want about 1", d, rows[0].JSON().DiskRatioVs)
 	}
 
+	// A settle step that finds a store still busy at its deadline: the
+	// round runs, the row reports no disk figure.
+	busy := &Workload{Name: "T/busy", UserBytesPerOp: size / 8, Impls: []Impl{round("kvbuf", func() error { return write("busy") })},
+		settle: func(context.Context) error { return fmt.Errorf("store: %w", workload.ErrStillBusy) }}
+	if rows, err := busy.Run(ctx, 2, 1, nil); err != nil {
+		t.Fatalf("%s: %v, want the rounds run", busy.Name, err)
+	} else if r := rows[0]; r.DiskBytesPerUserByte != nil || r.DiskPerUserByte != 0 || r.JSON().DiskBytesPerUserByte != nil {
+		t.Errorf("%s: disk figure %v (rounds %v), want none", busy.Name, r.DiskPerUserByte, r.DiskBytesPerUserByte)
+	}
+
 	quiet := &Workload{Name: "T/no-disk", UserBytesPerOp: 1, Impls: []Impl{round("kvbuf", func() error { return nil })}}
 	unmeasured := &Workload{Name: "T/unmeasured", Impls: []Impl{round("kvbuf", func() error { return write("unmeasured") })}}
 	for _, w := range []*Workload{quiet, unmeasured} {
@@ -993,5 +1003,43 @@ func TestDiskPerUserByte(t *testing.T) {
 		if r := rows[0]; r.DiskBytesPerUserByte != nil || r.DiskPerUserByte != 0 || r.JSON().DiskBytesPerUserByte != nil {
 			t.Errorf("%s: disk figure %v (rounds %v), want none", w.Name, r.DiskPerUserByte, r.DiskBytesPerUserByte)
 		}
+	}
+}
+
+// TestDiskOverAllRounds: a row's disk figure is its rounds' disk bytes
+// summed over their user bytes summed, not the median of the per-round
+// figures (which picks one of two values when a compaction lands every
+// other round); the ratio between two rows is of those figures; a round
+// whose settle step found a store still busy leaves the row with none.
+func TestDiskOverAllRounds(t *testing.T) {
+	rowOf := func(rounds ...RoundResult) Row {
+		var row Row
+		var s rowSamples
+		for _, res := range rounds {
+			res.DiskMeasured = true
+			s.add(&row, res, 0, 1)
+		}
+		s.summarize(&row)
+		return row
+	}
+	// Per round 1, 1 and 10 bytes per user byte: median 1, over all 4.
+	own := rowOf(RoundResult{Ops: 1, DiskBytes: 1}, RoundResult{Ops: 1, DiskBytes: 1}, RoundResult{Ops: 1, DiskBytes: 10})
+	if own.DiskPerUserByte != 4 || !slices.Equal(own.DiskBytesPerUserByte, []float64{1, 1, 10}) {
+		t.Errorf("disk figure %v (rounds %v), want 4 (rounds 1 1 10)", own.DiskPerUserByte, own.DiskBytesPerUserByte)
+	}
+	// Rounds of different sizes: 1 byte over 1 and 27 over 3 are 28 over 4.
+	if r := rowOf(RoundResult{Ops: 1, DiskBytes: 1}, RoundResult{Ops: 3, DiskBytes: 27}); r.DiskPerUserByte != 7 {
+		t.Errorf("disk figure %v (rounds %v), want 7", r.DiskPerUserByte, r.DiskBytesPerUserByte)
+	}
+	base := rowOf(RoundResult{Ops: 1, DiskBytes: 8}, RoundResult{Ops: 1, DiskBytes: 8}, RoundResult{Ops: 1, DiskBytes: 8})
+	for _, r := range []*Row{&own, &base} {
+		r.NsPerOp = []float64{1, 1, 1}
+	}
+	if d := pairRatio(base, own).Disk; d != 2 {
+		t.Errorf("disk ratio %v, want 8/4 = 2", d)
+	}
+	lost := rowOf(RoundResult{Ops: 1, DiskBytes: 1}, RoundResult{Ops: 1, DiskBytes: 1, diskLost: true})
+	if lost.DiskPerUserByte != 0 || lost.DiskBytesPerUserByte != nil {
+		t.Errorf("disk figure with a lost round %v (rounds %v), want none", lost.DiskPerUserByte, lost.DiskBytesPerUserByte)
 	}
 }

@@ -8,8 +8,11 @@ import "fmt"
 // The ratio maps are keyed by baseline: RatioVs holds the median of the
 // per-round ratios (Row.Ratios), RatioVsMin and RatioVsMax their extremes,
 // RatioVsNoisy the baselines whose ratio is noisy, CPURatioVs the median
-// per-round ratio of CPU time per operation, DiskRatioVs that of bytes
-// written to disk per user byte.
+// per-round ratio of CPU time per operation, DiskRatioVs the ratio of
+// bytes written to disk per user byte over all rounds (Ratio.Disk).
+// DiskBytesPerUserByte is the row's figure over all rounds (total disk
+// bytes over total user bytes, Row.DiskPerUserByte),
+// DiskPerUserByteRounds each round's.
 type JSONRow struct {
 	Workload               string             `json:"workload"`
 	Impl                   string             `json:"impl"`

@@ -9,6 +9,8 @@ import (
 	"github.com/magiconair/properties"
 	"github.com/pingcap/go-ycsb/pkg/prop"
 	goycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 // Errors. Each is a sentinel to test with errors.Is; the errors the
@@ -84,31 +86,16 @@ type idler interface {
 	waitIdle(ctx context.Context) error
 }
 
-// idlePoll is how often waitUntil looks at an engine's background work,
-// and idleSeen how many looks in a row must find none.
-const (
-	idlePoll = time.Millisecond
-	idleSeen = 3
-)
+// settleWait bounds how long the settle step waits for an engine's
+// background work; past it the step's disk figure is left out
+// (workload.ErrStillBusy).
+const settleWait = 5 * time.Minute
 
-// waitUntil polls busy every idlePoll until it reports false idleSeen
-// times in a row, or ctx is done (then it returns ctx's error).
+// waitUntil waits as the bench package's quiesce and settle steps do
+// (workload.WaitIdle): until busy reports false on workload.IdleLooks
+// looks in a row, ctx's error, or workload.ErrStillBusy after settleWait.
 func waitUntil(ctx context.Context, busy func() bool) error {
-	t := time.NewTicker(idlePoll)
-	defer t.Stop()
-	for seen := 0; seen < idleSeen; {
-		if busy() {
-			seen = 0
-		} else {
-			seen++
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
+	return workload.WaitIdle(ctx, settleWait, busy)
 }
 
 // DB is a go-ycsb binding: it implements go-ycsb's ycsb.DB and ycsb.BatchDB

@@ -408,9 +408,9 @@ func (e *kvbufEngine) close() error {
 func (e *kvbufEngine) flushAll(ctx context.Context) error { return e.db.FlushMemtables(ctx) }
 
 // waitIdle waits until the store has no flush or compaction running
-// (Metrics.StoreJobs) on idleSeen looks in a row, or ctx is done: pebble
+// (Metrics.StoreJobs) on workload.IdleLooks looks in a row (waitUntil): pebble
 // schedules a compaction's successor as it finishes, so none running on
-// looks idlePoll apart is none pending.
+// looks workload.IdlePoll apart is none pending.
 func (e *kvbufEngine) waitIdle(ctx context.Context) error {
 	return waitUntil(ctx, func() bool { return e.db.Metrics().StoreJobs > 0 })
 }

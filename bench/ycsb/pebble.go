@@ -206,9 +206,9 @@ func (e *pebbleEngine) close() error {
 func (e *pebbleEngine) flushAll(context.Context) error { return e.db.Flush() }
 
 // waitIdle waits until pebble has no flush or compaction running on
-// idleSeen looks in a row, or ctx is done: pebble schedules a
+// workload.IdleLooks looks in a row (waitUntil): pebble schedules a
 // compaction's successor as it finishes (a moment after it counts it
-// done), so none running on looks idlePoll apart is none pending.
+// done), so none running on looks workload.IdlePoll apart is none pending.
 func (e *pebbleEngine) waitIdle(ctx context.Context) error {
 	return waitUntil(ctx, func() bool {
 		m := e.db.Metrics()

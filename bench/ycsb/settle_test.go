@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/magiconair/properties"
+
+	"github.com/kvbuf/kvbuf/internal/workload"
 )
 
 // TestPhaseLeavesNoBackgroundWork checks that the load and each measured
@@ -89,8 +92,8 @@ func TestSettle(t *testing.T) {
 		t.Errorf("waitUntil, busy forever, context cancelled: %v", err)
 	}
 	looks := 0
-	if err := waitUntil(context.Background(), func() bool { looks++; return looks < 3 }); err != nil || looks != 2+idleSeen {
-		t.Errorf("waitUntil, busy twice: %v after %d looks, want nil after %d", err, looks, 2+idleSeen)
+	if err := waitUntil(context.Background(), func() bool { looks++; return looks < 3 }); err != nil || looks != 2+workload.IdleLooks {
+		t.Errorf("waitUntil, busy twice: %v after %d looks, want nil after %d", err, looks, 2+workload.IdleLooks)
 	}
 	for _, engine := range Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -114,5 +117,47 @@ func TestSettle(t *testing.T) {
 				t.Errorf("settle, context cancelled: %v", err)
 			}
 		})
+	}
+}
+
+// TestDiskOverAllRounds: a row's disk figure is its rounds' disk bytes
+// summed over their user bytes summed, with the per-round extremes, not
+// the median of the per-round figures; a round that wrote and left no
+// figure (its settle step found the engine still busy), or a negative
+// total, leaves the row with none.
+func TestDiskOverAllRounds(t *testing.T) {
+	round := func(disk, user int64, measured bool) *Result {
+		return &Result{Ops: 1, Elapsed: time.Second, UserBytes: user, DiskBytes: disk, DiskMeasured: measured}
+	}
+	row := summarize("a", 1, "kvbuf", DurabilityWindow, []*Result{round(1, 1, true), round(1, 1, true), round(10, 1, true)})
+	if row.DiskPerUserByte != 4 || row.DiskMin != 1 || row.DiskMax != 10 {
+		t.Errorf("rounds 1, 1, 10: figure %v (%v–%v), want 4 (1–10)", row.DiskPerUserByte, row.DiskMin, row.DiskMax)
+	}
+	row = summarize("a", 1, "kvbuf", DurabilityWindow, []*Result{round(1, 1, true), round(27, 3, true)})
+	if row.DiskPerUserByte != 7 || row.DiskMin != 1 || row.DiskMax != 9 {
+		t.Errorf("rounds 1/1, 27/3: figure %v (%v–%v), want 7 (1–9)", row.DiskPerUserByte, row.DiskMin, row.DiskMax)
+	}
+	for name, rs := range map[string][]*Result{
+		"a round lost": {round(1, 1, true), round(0, 1, false)},
+		"negative":     {round(-5, 1, true), round(1, 1, true)},
+	} {
+		if row := summarize("a", 1, "kvbuf", DurabilityWindow, rs); row.DiskPerUserByte != 0 || row.DiskMin != 0 || row.DiskMax != 0 {
+			t.Errorf("%s: figure %v (%v–%v), want none", name, row.DiskPerUserByte, row.DiskMin, row.DiskMax)
+		}
+	}
+}
+
+// stillBusy is an engine whose background work never ends before the
+// settle step's deadline.
+type stillBusy struct{ engine }
+
+func (stillBusy) waitIdle(context.Context) error { return workload.ErrStillBusy }
+
+// TestSettleStillBusy: a settle step that finds the engine still busy at
+// its deadline is no error, and leaves the disk figure out.
+func TestSettleStillBusy(t *testing.T) {
+	idle, err := settle(t.Context(), &DB{name: "busy", e: stillBusy{}})
+	if idle || err != nil {
+		t.Errorf("settle of an engine still busy: idle %v, %v; want not idle, no error", idle, err)
 	}
 }

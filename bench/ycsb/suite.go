@@ -2,6 +2,7 @@ package ycsb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -207,15 +208,20 @@ type Row struct {
 	// every goroutine, background flushes and compactions included); 0
 	// where getrusage does not exist.
 	CPUPerOp time.Duration
-	// DiskPerUserByte is the median over rounds of the bytes the process
-	// wrote to disk per byte of user data written (Result.DiskBytes ÷
-	// Result.UserBytes): a run's from its measured operations, the load's
+	// DiskPerUserByte is, over all rounds, the bytes the process wrote to
+	// disk per byte of user data written: the rounds' Result.DiskBytes
+	// summed over their Result.UserBytes summed (not a median of per-round
+	// figures, which flips between two values when a compaction lands
+	// every other round); DiskMin and DiskMax are the per-round extremes.
+	// A round counts from its measured operations, the load
 	// from its first insert, through the settle step (memtables to
 	// sstables, flushes and compactions waited out) and the engine's
-	// Close. 0 where nothing was written (workload C), the engine cannot
-	// be waited out (badger), the system keeps no count or the count did
-	// not move (tmpfs).
-	DiskPerUserByte float64
+	// Close. All 0 where nothing was written (workload C), the engine
+	// cannot be waited out (badger) or a round's settle step found it still
+	// busy after settleWait, the system keeps no count or the count did
+	// not move (tmpfs), or the figure is negative (pages of other, removed
+	// files taken back from the count).
+	DiskPerUserByte, DiskMin, DiskMax float64
 	// Durability is the durability mode the row ran in (DurabilityWindow,
 	// DurabilityAcked).
 	Durability string
@@ -469,8 +475,9 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 // bounded by ctx), so that the next phase (the first run after the load,
 // the measured run after its warm-up, the next run after a run) does not
 // pay for this one's background work. idle is false if the engine cannot
-// tell when its background work is done (badger): its disk figure is then
-// left out.
+// tell when its background work is done (badger), or if it was still busy
+// after settleWait (workload.ErrStillBusy, which settle does not return):
+// its disk figure is then left out.
 func settle(ctx context.Context, db *DB) (idle bool, err error) {
 	if s, ok := db.e.(interface{ flushAll(context.Context) error }); ok {
 		if err := s.flushAll(ctx); err != nil {
@@ -481,7 +488,11 @@ func settle(ctx context.Context, db *DB) (idle bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	return true, w.waitIdle(ctx)
+	err = w.waitIdle(ctx)
+	if errors.Is(err, workload.ErrStillBusy) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func workloadName(wl string) string {
@@ -599,7 +610,8 @@ func (cfg Config) resolve() (Config, *properties.Properties, []*properties.Prope
 func summarize(workload string, threads int, engine, mode string, rs []*Result) Row {
 	row := Row{Workload: workload, Threads: threads, Engine: engine, Durability: mode, Rounds: len(rs), Ops: map[string]OpStats{}}
 	var rates, cpu, disk []float64
-	counted := false
+	var diskBytes, userBytes float64
+	counted, lost := false, false
 	all := &Result{}
 	for _, r := range rs {
 		rates = append(rates, r.OpsPerSec())
@@ -608,7 +620,11 @@ func summarize(workload string, threads int, engine, mode string, rs []*Result) 
 		}
 		if r.DiskMeasured && r.UserBytes > 0 {
 			disk = append(disk, float64(r.DiskBytes)/float64(r.UserBytes))
+			diskBytes += float64(r.DiskBytes)
+			userBytes += float64(r.UserBytes)
 			counted = counted || r.DiskBytes != 0
+		} else if r.UserBytes > 0 {
+			lost = true // a round that wrote left no figure: none for the row
 		}
 		all.merge(r)
 		row.OpsPerRound = r.Ops
@@ -622,9 +638,10 @@ func summarize(workload string, threads int, engine, mode string, rs []*Result) 
 		slices.Sort(cpu)
 		row.CPUPerOp = time.Duration(median(cpu))
 	}
-	if counted { // a count that never moved is no count (tmpfs)
-		slices.Sort(disk)
-		row.DiskPerUserByte = median(disk)
+	// A count that never moved is no count (tmpfs).
+	if counted && !lost && diskBytes > 0 {
+		row.DiskPerUserByte = diskBytes / userBytes
+		row.DiskMin, row.DiskMax = slices.Min(disk), slices.Max(disk)
 	}
 	for op, h := range all.Latency {
 		row.Ops[op] = opStats(h)

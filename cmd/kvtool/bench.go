@@ -82,10 +82,12 @@ Names:
 --json writes one JSON object per row to stdout: workload, impl, unit,
 goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,
 allocs_per_op, rounds, ops_per_round, floor, label, read_back; rows that
-write disk_bytes_per_user_byte and disk_bytes_per_user_byte_rounds; own
+write disk_bytes_per_user_byte (over all rounds: disk bytes summed over
+user bytes summed) and disk_bytes_per_user_byte_rounds (per round); own
 rows add ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and
 max over rounds of the baseline's time / this row's in the same round),
-ratio_vs_noisy, cpu_ratio_vs and disk_ratio_vs; memory rows bytes_per_entry (kvbuf rows
+ratio_vs_noisy, cpu_ratio_vs and disk_ratio_vs (baseline's disk figure
+over all rounds / this row's); memory rows bytes_per_entry (kvbuf rows
 also accounted_bytes_per_entry); W4 rows flushes, syncs_per_flush,
 violations, p50_flush_ns, p99_flush_ns, p999_flush_ns; W7 rows
 reads_per_sec, writes_per_sec, p50_read_ns, p99_read_ns, p99_read_flush_ns,
@@ -461,7 +463,7 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	fmt.Fprintln(w, "KVBUF SPEEDUP = baseline time / the workload's first kvbuf row's, per round: median (min-max over rounds); above 1: kvbuf is faster.")
 	fmt.Fprintf(w, "MIN-MAX and SPEEDUP marked * : the largest exceeds %gx the smallest (noisy). CPU/OP: user+system CPU of the process over the timed part.\n", bench.NoisyRatio)
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return len(r.DiskBytesPerUserByte) > 0 }) {
-		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, in W6 and W8 those whose log holds 64 KiB or more; compactions waited out): median over rounds.")
+		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, in W6 and W8 those whose log holds 64 KiB or more; compactions waited out): over all rounds (their disk bytes summed over their user bytes summed), then the per-round min-max; - where a settle step found a store still busy at its deadline, or the figure is negative (pages of other, removed files taken back from the count).")
 	}
 	fmt.Fprintln(w, "NOTE: why a row is not a headline (doc/workloads.md, \"Fairness\"). Floor rows do less work: lower bounds, not equivalents.")
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BytesPerEntry != 0 }) {
@@ -538,8 +540,8 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s-%s%s\t%s\t%.3g\t%s", r.Workload, impl, r.Unit, bench.FormatNs(r.Median), bench.FormatNs(r.Min), bench.FormatNs(r.Max), noisy, cpu, r.AllocsPerOp, speed)
 		if disk {
 			d := "-"
-			if len(r.DiskBytesPerUserByte) > 0 {
-				d = fmt.Sprintf("%.3g", r.DiskPerUserByte)
+			if len(r.DiskBytesPerUserByte) > 0 && r.DiskPerUserByte >= 0 {
+				d = fmt.Sprintf("%.3g (%.3g-%.3g)", r.DiskPerUserByte, slices.Min(r.DiskBytesPerUserByte), slices.Max(r.DiskBytesPerUserByte))
 			}
 			fmt.Fprintf(tw, "\t%s", d)
 		}

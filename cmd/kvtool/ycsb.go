@@ -85,7 +85,9 @@ durability mode sets.
 --json writes one JSON object per engine row to stdout: workload, threads,
 db, durability, records, rounds, ops_per_round, ops_per_sec,
 ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,
-disk_bytes_per_user_byte, kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
+disk_bytes_per_user_byte (over all rounds: disk bytes summed over user
+bytes summed), disk_bytes_per_user_byte_min and _max (per round),
+kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
 (operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes
 the tables of the README and doc/workloads.md (one per durability mode) to
 a file. A progress line is drawn on stderr when it is a terminal or with
@@ -119,6 +121,8 @@ type ycsbRowJSON struct {
 	OpsPerSecRounds []float64             `json:"ops_per_sec_rounds"`
 	CPUNsPerOp      int64                 `json:"cpu_ns_per_op,omitempty"`
 	DiskPerUserByte float64               `json:"disk_bytes_per_user_byte,omitempty"`
+	DiskMin         float64               `json:"disk_bytes_per_user_byte_min,omitempty"`
+	DiskMax         float64               `json:"disk_bytes_per_user_byte_max,omitempty"`
 	KvbufSpeedup    float64               `json:"kvbuf_speedup,omitempty"`
 	SpeedupMin      float64               `json:"kvbuf_speedup_min,omitempty"`
 	SpeedupMax      float64               `json:"kvbuf_speedup_max,omitempty"`
@@ -130,7 +134,7 @@ func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
 		Workload: r.Workload, Threads: r.Threads, DB: r.Engine, Durability: r.Durability, Records: r.Records,
 		Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
 		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec, OpsPerSecRounds: r.RoundOpsPerSec,
-		CPUNsPerOp: int64(r.CPUPerOp), DiskPerUserByte: r.DiskPerUserByte, KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
+		CPUNsPerOp: int64(r.CPUPerOp), DiskPerUserByte: r.DiskPerUserByte, DiskMin: r.DiskMin, DiskMax: r.DiskMax, KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
 		Ops: map[string]ycsbOpJSON{},
 	}
 	for op, s := range r.Ops {
@@ -371,17 +375,18 @@ func printYCSBTable(w io.Writer, rows []ycsb.Row, cfg ycsb.Config) {
 KVBUF SPEEDUP = kvbuf's ops/s / this engine's, per round: median (min-max); above 1: kvbuf is faster. Latencies over all rounds.
 Every run is timed through Close (its writes durable); load: one round, records/s through BatchInsert, until synced.
 READ@FLUSH: reads while the engine was flushing (kvbuf, pebble). DURABILITY: kvtool ycsb -h.
-DISK/USER B: bytes written to disk by the process per byte of keys and field values written, through the settle step (flushes and compactions waited out, untimed) and Close (median over rounds; "-" for badger, which cannot be waited out).
+DISK/USER B: bytes written to disk by the process per byte of keys and field values written, through the settle step (flushes and compactions waited out, untimed) and Close, over all rounds (their disk bytes summed over their user bytes summed), then the per-round min-max; "-" for badger, which cannot be waited out, where a settle step found an engine still busy at its deadline, or where the figure is negative.
 `)
 }
 
-// diskText formats a row's disk bytes per user byte, or "-" (nothing
-// written, or not counted).
+// diskText formats a row's disk bytes per user byte over all rounds with
+// the per-round min-max, or "-" (nothing written, not counted, or
+// negative).
 func diskText(r ycsb.Row) string {
 	if r.DiskPerUserByte <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3g", r.DiskPerUserByte)
+	return fmt.Sprintf("%.3g (%.3g-%.3g)", r.DiskPerUserByte, r.DiskMin, r.DiskMax)
 }
 
 // ycsbMarkdown renders rows as the README tables, one per durability mode:

@@ -213,7 +213,7 @@ func allTables(w io.Writer, rows []row) error {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.3g | %s | %s | %s |\n", r.Workload, impl, r.Unit, fmtRange(r), cpuCell(r), diskCell(r), r.AllocsPerOp, ratio, label, extras(r))
 		}
 	}
-	fmt.Fprintf(w, "\n‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest). Disk B per user B: bytes the process wrote to disk per byte of the keys and values written (bit Sets: one bit each), the round and its settle step, median over rounds (doc/workloads.md, \"Disk writes per user byte\").\n")
+	fmt.Fprintf(w, "\n‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest). Disk B per user B: bytes the process wrote to disk per byte of the keys and values written (bit Sets: one bit each), the round and its settle step, over all rounds (their disk bytes summed over their user bytes summed), then the per-round min–max (doc/workloads.md, \"Disk writes per user byte\").\n")
 	return nil
 }
 

@@ -106,7 +106,7 @@ func TestReadmeTable(t *testing.T) {
 		"| W1 bit lookup, nothing pending | 100 ns (90 ns–200 ns) ‡ | `raw` 200 ns (180 ns–400 ns) ‡;",
 		"| 2× (1.5–3.5) ‡ | 50 ns; `get-loop` 50 ns | –; `get-loop` – |\n", "≥3 violations", "`kvbuf-getmany` 100 ns", "90 B",
 		"| CPU per op: kvbuf; baselines | disk bytes per user byte: kvbuf; baselines |\n",
-		"| 2; `pebble-batch-sync` 3.5; `pebble-batch-sync-store-memtable` 3.5;"} {
+		"| 2 (2–2); `pebble-batch-sync` 3.5 (3.5–3.5); `pebble-batch-sync-store-memtable` 3.5 (3.5–3.5);"} {
 		if !strings.Contains(head, want) {
 			t.Errorf("headline table lacks %q:\n%s", want, s)
 		}
@@ -180,8 +180,8 @@ func TestAllTablesAndWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"### W1\n", "### W8\n", "| W8/delete-1m | `delete-loop` | op | 200 ns (180 ns–400 ns) ‡ | 50 ns | – | 0 | 2× (1.5–3.5) ‡ | – |",
-		"| W8/batch-64-puts | `kvbuf` | op | 100 ns (90 ns–200 ns) ‡ | 50 ns | 2 | 0 | – | write only, durability not included |",
-		"| W6/flush-kv-1m | `pebble-batch-sync` | op | 200 ns (180 ns–400 ns) ‡ | 50 ns | 3.5 | 0 |"} {
+		"| W8/batch-64-puts | `kvbuf` | op | 100 ns (90 ns–200 ns) ‡ | 50 ns | 2 (2–2) | 0 | – | write only, durability not included |",
+		"| W6/flush-kv-1m | `pebble-batch-sync` | op | 200 ns (180 ns–400 ns) ‡ | 50 ns | 3.5 (3.5–3.5) | 0 |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("tables lack %q", want)
 		}
@@ -213,5 +213,24 @@ func TestAllTablesAndWrite(t *testing.T) {
 	os.WriteFile(empty, []byte("== nothing\n"), 0o644)
 	if err := run(empty, false, "", false, &out); err == nil {
 		t.Error("run without rows accepted")
+	}
+}
+
+// TestDiskCell: the disk figure over all rounds with the per-round
+// min–max; none, or a negative figure, is "–".
+func TestDiskCell(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tc := range []struct {
+		r    row
+		want string
+	}{
+		{row{DiskBytesPerUserByte: f(4), DiskPerUserByteRounds: []float64{1, 1, 10}}, "4 (1–10)"},
+		{row{DiskBytesPerUserByte: f(4)}, "4"},
+		{row{DiskBytesPerUserByte: f(-0.5), DiskPerUserByteRounds: []float64{-0.5}}, "–"},
+		{row{}, "–"},
+	} {
+		if got := diskCell(tc.r); got != tc.want {
+			t.Errorf("diskCell(%v, rounds %v) = %q, want %q", tc.r.DiskBytesPerUserByte, tc.r.DiskPerUserByteRounds, got, tc.want)
+		}
 	}
 }

@@ -222,7 +222,7 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest); W4 violations are a lower bound. CPU: user+system CPU time of the whole process over the timed part, per operation.")
 	if withDisk {
-		fmt.Fprintln(w, "Disk bytes per user byte: what the process wrote to disk during the round and a settle step after it (memtables flushed, compactions waited out) over the keys and values the round wrote (bit Sets: one bit each), median over rounds (doc/workloads.md, \"Disk writes per user byte\").")
+		fmt.Fprintln(w, "Disk bytes per user byte: what the process wrote to disk during the round and a settle step after it (memtables flushed, compactions waited out) over the keys and values the round wrote (bit Sets: one bit each), over all rounds (their disk bytes summed over their user bytes summed), then the per-round min–max (doc/workloads.md, \"Disk writes per user byte\").")
 	}
 	if len(missing) > 0 && !partial {
 		return errors.New("rows missing from the run: " + strings.Join(missing, ", "))
@@ -246,12 +246,17 @@ func fmtPairRatio(own, base row) string {
 }
 
 // diskCell formats a row's bytes written to disk per byte of user data
-// (the median over rounds), or "–".
+// over all rounds and, when the row has them, the per-round min–max; "–"
+// when the row has none or it is negative (pages of other, removed files
+// taken back from the count).
 func diskCell(r row) string {
-	if r.DiskBytesPerUserByte == nil {
+	if r.DiskBytesPerUserByte == nil || *r.DiskBytesPerUserByte < 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.3g", *r.DiskBytesPerUserByte)
+	if len(r.DiskPerUserByteRounds) == 0 {
+		return fmt.Sprintf("%.3g", *r.DiskBytesPerUserByte)
+	}
+	return fmt.Sprintf("%.3g (%.3g–%.3g)", *r.DiskBytesPerUserByte, slices.Min(r.DiskPerUserByteRounds), slices.Max(r.DiskPerUserByteRounds))
 }
 
 // cpuCell formats a row's CPU time per operation, or "–".
