@@ -122,10 +122,16 @@ func TestIngestBasic(t *testing.T) {
 
 // TestIngestTableFormat checks that an ingested table is written like the
 // tables pebble writes itself in the store: the same Bloom filter and
-// compression.
+// compression. Automatic compactions are off: the store compacts L0 from
+// one table, and a compaction finished before the tables are listed would
+// merge the flushed table and the ingested one into a table pebble wrote.
 func TestIngestTableFormat(t *testing.T) {
 	fsys := vfs.NewMem()
-	s := openMemDesign(t, fsys, 0)
+	s, err := Open("db", &Options{FS: fsys, noAutoCompactions: true})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
 	putKS(t, s, 1, "flushed", "by pebble")
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)

@@ -108,6 +108,11 @@ type Options struct {
 	// 0 writes one table per ingest. Benchmarks of this package compare
 	// the designs.
 	ingestSplit uint64
+
+	// noAutoCompactions, for tests only, opens pebble with automatic
+	// compactions off, so that a test can look at the tables its flushes
+	// and ingests made before a compaction merges them.
+	noAutoCompactions bool
 }
 
 func ingestFormat(o *Options) sstable.TableFormat {

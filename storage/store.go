@@ -140,6 +140,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	el.FlushEnd = func(pebble.FlushInfo) { pit.bump() }
 	el.CompactionEnd = func(pebble.CompactionInfo) { pit.bump() }
 	po.EventListener = &el
+	if opts != nil && opts.noAutoCompactions {
+		po.DisableAutomaticCompactions = true
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		_ = lock.Close()
