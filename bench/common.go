@@ -271,29 +271,40 @@ func pebbleBusy(pdb *pebble.DB) bool {
 // workload.IdleLooks looks in a row (workload.WaitIdle), without flushing
 // anything: pending changes stay pending. A store still busy after
 // quiesceWait makes it return workload.ErrStillBusy, once every store has
-// been waited for.
+// been waited for (waitIdleAll).
 func settleAll(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) error {
-	return func(ctx context.Context) error {
-		var busy error
-		wait := func(f func() bool) error {
-			err := workload.WaitIdle(ctx, quiesceWait, f)
-			if errors.Is(err, workload.ErrStillBusy) {
-				busy, err = err, nil
-			}
+	busy := busyReports(dbs, pdbs)
+	return func(ctx context.Context) error { return waitIdleAll(ctx, busy) }
+}
+
+// busyReports is, for each engine's store and then each raw pebble
+// database, a report of whether it has a flush or compaction in progress.
+func busyReports(dbs []*kvbuf.DB, pdbs []*pebble.DB) []func() bool {
+	var busy []func() bool
+	for _, db := range dbs {
+		busy = append(busy, func() bool { return db.Metrics().StoreJobs > 0 })
+	}
+	for _, pdb := range pdbs {
+		busy = append(busy, func() bool { return pebbleBusy(pdb) })
+	}
+	return busy
+}
+
+// waitIdleAll waits (workload.WaitIdle, up to quiesceWait each) until each
+// of busy reports false, in order. A store still busy past quiesceWait
+// does not stop the others' waits: waitIdleAll then returns
+// workload.ErrStillBusy after the last; any other error at once.
+func waitIdleAll(ctx context.Context, busy []func() bool) error {
+	var still error
+	for _, f := range busy {
+		err := workload.WaitIdle(ctx, quiesceWait, f)
+		if errors.Is(err, workload.ErrStillBusy) {
+			still = err
+		} else if err != nil {
 			return err
 		}
-		for _, db := range dbs {
-			if err := wait(func() bool { return db.Metrics().StoreJobs > 0 }); err != nil {
-				return err
-			}
-		}
-		for _, pdb := range pdbs {
-			if err := wait(func() bool { return pebbleBusy(pdb) }); err != nil {
-				return err
-			}
-		}
-		return busy
 	}
+	return still
 }
 
 // quiesceAll returns a quiesce step for a suite's engines and raw pebble
@@ -367,7 +378,10 @@ func settleRounds(dbs []*kvbuf.DB, pdbs ...*pebble.DB) func(context.Context) err
 // sstables, then their flushes and compactions waited out as settleAll
 // waits (workload.ErrStillBusy past quiesceWait).
 func settleStores(dbs []*kvbuf.DB, stores []*storage.Store) func(context.Context) error {
-	settle := settleAll(dbs)
+	busy := busyReports(dbs, nil)
+	for _, st := range stores {
+		busy = append(busy, func() bool { return st.BackgroundJobs() > 0 })
+	}
 	return func(ctx context.Context) error {
 		for _, db := range dbs {
 			if err := db.FlushMemtables(ctx); err != nil {
@@ -379,18 +393,7 @@ func settleStores(dbs []*kvbuf.DB, stores []*storage.Store) func(context.Context
 				return err
 			}
 		}
-		busy := settle(ctx)
-		if busy != nil && !errors.Is(busy, workload.ErrStillBusy) {
-			return busy
-		}
-		for _, st := range stores {
-			if err := workload.WaitIdle(ctx, quiesceWait, func() bool { return st.BackgroundJobs() > 0 }); errors.Is(err, workload.ErrStillBusy) {
-				busy = err
-			} else if err != nil {
-				return err
-			}
-		}
-		return busy
+		return waitIdleAll(ctx, busy)
 	}
 }
 
