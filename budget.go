@@ -114,6 +114,11 @@ type BudgetOptions struct {
 //     and they get ctx.Err(), not the failing engine's error. Watch
 //     Metrics.Failures and Metrics.DiskFull of each engine.
 //   - A round waits for its slowest write.
+//   - Rounds are fair among the writers that run: a writer the Go
+//     scheduler or the operating system does not run (more goroutines or
+//     processors than the machine gives the process) cannot queue, and
+//     meanwhile the writers that do run go in rounds without it. Beside
+//     CPU-bound work, a few engines may write alone for milliseconds.
 type MemoryBudget struct {
 	size, high int64
 	fair       int64 // past it, writes go in rounds (B1): high/2

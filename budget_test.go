@@ -468,19 +468,31 @@ func canceled() context.Context {
 }
 
 // TestMemoryBudgetFairness runs one writer per engine, 64 engines, under a
-// budget that keeps them waiting most of the time, until they have made
-// 40 writes per engine together once the budget is full (before, each
-// writes as fast as the scheduler lets it, which the budget has no say
-// in): each engine made between half and twice the mean (the issue's
-// target), since under pressure the writes of every engine go in rounds.
+// budget that keeps them waiting most of the time, until their writes have
+// waited for rounds (B2) 40 times per engine together: each engine's
+// writes waited (Metrics.BudgetWaits) between half and twice the mean
+// (the target), since under pressure the writes of every engine go
+// in rounds, one per waiting writer. Writes that did not wait are not
+// counted: below half the high mark with nobody waiting a write goes at
+// once (B1), as fast as the scheduler runs its goroutine, which the budget
+// has no say in (counting every write once the budget was first full, one
+// engine made 104 against a mean of 40 in CI beside other packages'
+// tests).
+//
+// It runs on one processor (GOMAXPROCS 1), so that the Go scheduler alone
+// decides which writers run. With more processors than the machine gives
+// the process, the operating system does: at 16 on 2 busy cores, 5 runs in
+// 300 had an engine outside the bounds (one 1,147 against a mean of 40),
+// each time from a few writers making rounds alone or in pairs while the
+// others were not run (stack dumps found 59 of 64 writers runnable in the
+// scheduler's global queue, after runtime.Gosched). The rounds cannot
+// queue a writer that does not run (MemoryBudget's caveats).
 func TestMemoryBudgetFairness(t *testing.T) {
 	const engines, per = 64, 40
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ffs := newBudgetFaultFS(1, 0)
 	b := newBudgetT(t, engines*2<<10, nil)
 	dbs, kvs := budgetEngines(t, engines, b, ffs)
-	var total atomic.Int64
-	counts := make([]int64, engines)
 	var wg sync.WaitGroup
 	val := make([]byte, 100)
 	start := make(chan struct{})
@@ -489,32 +501,32 @@ func TestMemoryBudgetFairness(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			for i := 0; total.Load() < engines*per; i++ {
-				full := b.waits.Load() > 0
+			for i := 0; b.waits.Load() < engines*per; i++ {
 				if err := kvs[e].Put(context.Background(), binary.BigEndian.AppendUint32(nil, uint32(i)), val, 0); err != nil {
 					t.Errorf("engine %d: %v", e, err)
 					return
-				}
-				if full {
-					counts[e]++
-					total.Add(1)
 				}
 			}
 		}()
 	}
 	close(start)
 	wg.Wait()
-	lo, hi := counts[0], counts[0]
-	for _, c := range counts {
-		lo, hi = min(lo, c), max(hi, c)
+	var lo, hi, sum int64
+	for e, db := range dbs {
+		w := db.Metrics().BudgetWaits
+		if e == 0 {
+			lo, hi = w, w
+		}
+		lo, hi, sum = min(lo, w), max(hi, w), sum+w
 	}
+	mean := sum / engines
 	m := b.Metrics()
-	t.Logf("writes per engine under pressure: min %d, max %d, mean %d; %d waits, %d forced flushes", lo, hi, per, m.Waits, m.ForcedFlushes)
-	if lo*2 < per || hi > 2*per {
-		t.Errorf("writes per engine from %d to %d: want within 2x of the mean %d", lo, hi, per)
+	t.Logf("writes per engine that waited: min %d, max %d, mean %d; %d waits, %d forced flushes", lo, hi, mean, m.Waits, m.ForcedFlushes)
+	if sum != m.Waits {
+		t.Errorf("the engines' waits sum to %d, the budget's are %d", sum, m.Waits)
 	}
-	if m.Waits < engines {
-		t.Errorf("%d waits: the budget did not hold the writers back", m.Waits)
+	if lo*2 < mean || hi > 2*mean {
+		t.Errorf("writes per engine that waited from %d to %d: want within 2x of the mean %d", lo, hi, mean)
 	}
 	for _, db := range dbs {
 		closeT(t, db)
