@@ -215,8 +215,9 @@ type BudgetMetrics struct {
 	ForcedFlushes, ForcedFlushErrors int64
 	// FlushesInProgress is the number of forced flushes running now.
 	FlushesInProgress int
-	// Waits counts writes that waited for the budget, WaitTime their
-	// total wait, Waiting those waiting now.
+	// Waits counts writes that queued for a round (as
+	// Metrics.BudgetWaits does per engine), WaitTime their total wait,
+	// Waiting those queued now.
 	Waits    int64
 	WaitTime time.Duration
 	Waiting  int64

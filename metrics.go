@@ -74,8 +74,10 @@ type Metrics struct {
 	// BudgetBytes is the engine's share of its Options.MemoryBudget: its
 	// pending bytes as of its latest write or flush (0 without a budget).
 	// BudgetForcedFlushes counts the flushes the budget forced on the
-	// engine; BudgetWaits the engine's writes that waited because the
-	// budget was full, and BudgetWaitTime their total wait.
+	// engine; BudgetWaits the engine's writes that queued for a round of
+	// the budget (past half its high mark, or while a round was in
+	// progress or other writes queued; a write that started a round
+	// itself is not counted), and BudgetWaitTime their total wait.
 	BudgetBytes         int64
 	BudgetForcedFlushes int64
 	BudgetWaits         int64
