@@ -32,7 +32,7 @@ type budgetCollector struct {
 //	kvbuf_memory_budget_forced_flushes_total     flushes the budget forced (ForcedFlushes)
 //	kvbuf_memory_budget_forced_flush_errors_total  forced flushes that failed (ForcedFlushErrors)
 //	kvbuf_memory_budget_flushes_in_progress      forced flushes running now (FlushesInProgress)
-//	kvbuf_memory_budget_waits_total              writes that waited for the budget (Waits)
+//	kvbuf_memory_budget_waits_total              writes that queued for the budget (Waits)
 //	kvbuf_memory_budget_wait_seconds_total       the time they waited (WaitTime)
 //	kvbuf_memory_budget_waiting                  writes waiting now (Waiting)
 func NewBudgetCollector(b *kvbuf.MemoryBudget, opts *Options) prometheus.Collector {
@@ -53,8 +53,8 @@ func newBudgetCollector(metrics func() kvbuf.BudgetMetrics, opts *Options) *budg
 		forced:          desc("forced_flushes_total", "Flushes the budget forced."),
 		forcedErrors:    desc("forced_flush_errors_total", "Flushes the budget forced that failed."),
 		flushesInFlight: desc("flushes_in_progress", "Flushes the budget forced that are running now."),
-		waits:           desc("waits_total", "Writes that waited because the budget was full."),
-		waitSeconds:     desc("wait_seconds_total", "Time writes waited because the budget was full."),
+		waits:           desc("waits_total", "Writes that queued for the budget (past half its high mark)."),
+		waitSeconds:     desc("wait_seconds_total", "Time writes queued for the budget."),
 		waiting:         desc("waiting", "Writes waiting for the budget now."),
 	}
 }

@@ -29,7 +29,7 @@
 //	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
 //	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
 //	kvbuf_budget_forced_flushes_total    flushes the engine's memory budget forced on it (BudgetForcedFlushes)
-//	kvbuf_budget_waits_total             writes that waited because the memory budget was full (BudgetWaits)
+//	kvbuf_budget_waits_total             writes that queued for the memory budget (BudgetWaits)
 //	kvbuf_budget_wait_seconds_total      the time those writes waited (BudgetWaitTime)
 //	kvbuf_watch_delivered_total      change-feed events (changes and marks) watches read (WatchDelivered)
 //	kvbuf_watch_lagged_total         watches ended because they fell behind the feed's buffer (WatchLagged)
@@ -210,8 +210,8 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 
 		budgetBytes:       desc("budget_bytes", "The engine's share of its memory budget: its pending bytes as of its latest write or flush."),
 		budgetForced:      desc("budget_forced_flushes_total", "Flushes the engine's memory budget forced on it."),
-		budgetWaits:       desc("budget_waits_total", "Writes that waited because the engine's memory budget was full."),
-		budgetWaitSeconds: desc("budget_wait_seconds_total", "Time writes waited because the engine's memory budget was full."),
+		budgetWaits:       desc("budget_waits_total", "Writes that queued for the engine's memory budget (past half its high mark)."),
+		budgetWaitSeconds: desc("budget_wait_seconds_total", "Time writes queued for the engine's memory budget."),
 
 		watchSubs:         desc("watch_subscribers", "Open watches of the change feed."),
 		watchDelivered:    desc("watch_delivered_total", "Change-feed events (changes and resolved marks) watches read."),

@@ -270,10 +270,10 @@ kvbuf_budget_bytes{shard="7"} 20480
 # HELP kvbuf_budget_forced_flushes_total Flushes the engine's memory budget forced on it.
 # TYPE kvbuf_budget_forced_flushes_total counter
 kvbuf_budget_forced_flushes_total{shard="7"} 21
-# HELP kvbuf_budget_waits_total Writes that waited because the engine's memory budget was full.
+# HELP kvbuf_budget_waits_total Writes that queued for the engine's memory budget (past half its high mark).
 # TYPE kvbuf_budget_waits_total counter
 kvbuf_budget_waits_total{shard="7"} 22
-# HELP kvbuf_budget_wait_seconds_total Time writes waited because the engine's memory budget was full.
+# HELP kvbuf_budget_wait_seconds_total Time writes queued for the engine's memory budget.
 # TYPE kvbuf_budget_wait_seconds_total counter
 kvbuf_budget_wait_seconds_total{shard="7"} 3.5
 # HELP kvbuf_watch_subscribers Open watches of the change feed.
