@@ -127,10 +127,11 @@ type MemoryBudget struct {
 
 	total     atomic.Int64 // the sum of the shares' bytes
 	maxTotal  atomic.Int64
-	maxForced atomic.Int64 // the largest share a forced flush started with
-	forcedSum atomic.Int64 // the shares forced flushes started with, summed
-	waiting   atomic.Int64 // writes queued (len(queue) without mu)
-	round     atomic.Int64 // writes of the current round not yet done
+	maxForced atomic.Int64  // the largest share a forced flush started with
+	forcedSum atomic.Int64  // the shares forced flushes started with, summed
+	waiting   atomic.Int64  // writes queued (len(queue) without mu)
+	round     atomic.Int64  // writes of the current round not yet done
+	roundSeq  atomic.Uint64 // rounds started; the current round's number
 
 	forced, forcedErrs atomic.Int64
 	waits, waitNs      atomic.Int64
@@ -253,6 +254,13 @@ type budgetShare struct {
 	since atomic.Int64 // unix nanos when bytes last became > 0; 0 with none
 
 	forced, waits, waitNs atomic.Int64
+	// lastRound is the number of the round that last let one of the
+	// engine's writes through; repeats counts the writes let through by
+	// a round that had let one through already. With one writer per
+	// engine it stays 0 (B2: a round lets each waiting writer through
+	// once; TestMemoryBudgetFairness).
+	lastRound atomic.Uint64
+	repeats   atomic.Int64
 
 	done   chan struct{} // closed at detach: waits end with ErrClosed
 	ctx    context.Context
@@ -371,6 +379,7 @@ func (b *MemoryBudget) startRoundLocked(self int64) bool {
 		return false
 	}
 	b.round.Store(n)
+	b.roundSeq.Add(1)
 	for _, ch := range b.queue[:q] {
 		close(ch)
 	}
@@ -403,7 +412,15 @@ func (b *MemoryBudget) admit(ctx context.Context, s *budgetShare) (granted bool,
 	if t > b.high {
 		b.force()
 	}
-	return true, b.wait(ctx, s)
+	if err := b.wait(ctx, s); err != nil {
+		return false, err
+	}
+	// The round that let this write through is the current one: it
+	// cannot end before this write's done.
+	if r := b.roundSeq.Load(); s.lastRound.Swap(r) == r {
+		s.repeats.Add(1)
+	}
+	return true, nil
 }
 
 // done ends a write let through by a round; the last one starts the next
