@@ -80,3 +80,46 @@ func TestWaitIdleAllCancelled(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitIdleAllClosingPass: a store found idle, then started again
+// while a later one was waited for, is waited for again; waitIdleAll
+// returns nil only once one pass finds every store idle.
+func TestWaitIdleAllClosingPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var restarted bool
+		first := &fakeBusy{}
+		second := &fakeBusy{busyUntil: 4}
+		busy := []func() bool{
+			func() bool {
+				// Busy again for a few looks once the second store was seen busy.
+				if second.looks > 0 && !restarted {
+					restarted, first.looks, first.busyUntil = true, 0, 3
+				}
+				return first.report()
+			},
+			second.report,
+		}
+		// The first store is looked at while idle, then the second waited
+		// for; only the closing pass sees the first one restarted.
+		if err := waitIdleAll(t.Context(), busy); err != nil {
+			t.Fatalf("waitIdleAll = %v, want nil", err)
+		}
+		if !restarted || first.looks < 3+workload.IdleLooks {
+			t.Fatalf("the restarted store was looked at %d times after its restart, want at least %d", first.looks, 3+workload.IdleLooks)
+		}
+
+		// A store that keeps going busy between passes: ErrStillBusy at the
+		// closing passes' deadline.
+		flap := 0
+		start := time.Now()
+		err := waitIdleAll(t.Context(), []func() bool{
+			func() bool { flap++; return flap%(workload.IdleLooks+1) == 0 },
+		})
+		if !errors.Is(err, workload.ErrStillBusy) {
+			t.Fatalf("waitIdleAll over a store that restarts before every pass = %v, want ErrStillBusy", err)
+		}
+		if el := time.Since(start); el < quiesceWait || el > 2*quiesceWait {
+			t.Errorf("waitIdleAll returned after %v, want between quiesceWait and twice it", el)
+		}
+	})
+}
