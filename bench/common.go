@@ -293,7 +293,13 @@ func busyReports(dbs []*kvbuf.DB, pdbs []*pebble.DB) []func() bool {
 // waitIdleAll waits (workload.WaitIdle, up to quiesceWait each) until each
 // of busy reports false, in order. A store still busy past quiesceWait
 // does not stop the others' waits: waitIdleAll then returns
-// workload.ErrStillBusy after the last; any other error at once.
+// workload.ErrStillBusy after the last; any other error at once. When
+// every store went idle it makes closing passes, since a store found idle
+// early may have been started again (an engine's background flusher) while
+// a later one was waited for: each pass looks at every store once and
+// waits for those it finds busy, until one pass finds them all idle
+// without waiting, or quiesceWait after the first closing pass began
+// (workload.ErrStillBusy).
 func waitIdleAll(ctx context.Context, busy []func() bool) error {
 	var still error
 	for _, f := range busy {
@@ -304,7 +310,29 @@ func waitIdleAll(ctx context.Context, busy []func() bool) error {
 			return err
 		}
 	}
-	return still
+	if still != nil {
+		return still
+	}
+	end := time.Now().Add(quiesceWait)
+	for {
+		waited := false
+		for _, f := range busy {
+			if !f() {
+				continue
+			}
+			waited = true
+			left := time.Until(end)
+			if left <= 0 {
+				return workload.ErrStillBusy
+			}
+			if err := workload.WaitIdle(ctx, left, f); err != nil {
+				return err
+			}
+		}
+		if !waited {
+			return nil
+		}
+	}
 }
 
 // quiesceAll returns a quiesce step for a suite's engines and raw pebble

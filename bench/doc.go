@@ -53,7 +53,8 @@
 // smaller memtable is flushed by the next round's quiesce step,
 // uncounted: its flush and the compaction it triggers are charged to no
 // row. A store still busy at the deadline leaves the row without a disk
-// figure.
+// figure; a quiesce or settle step that finds one, in any workload, is
+// counted in Row.BusyRounds.
 //
 // # Adding a row
 //

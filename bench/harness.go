@@ -245,6 +245,10 @@ type RoundResult struct {
 	// after the count, or work before it inside it, so the row reports no
 	// disk figure.
 	diskLost bool
+	// stillBusy is set by the harness, whether or not the round counts
+	// disk writes, when its quiesce or settle step found a store still
+	// busy at its deadline (Row.BusyRounds).
+	stillBusy bool
 }
 
 // Timed runs f as a timed part of a round: it adds f's wall time to
@@ -401,6 +405,13 @@ type Row struct {
 	// such as tmpfs).
 	DiskBytesPerUserByte []float64
 	DiskPerUserByte      float64
+	// BusyRounds is the number of measured rounds whose quiesce step
+	// (before the round: it may have been timed while a store flushed or
+	// compacted) or settle step (after it: its disk figure is left out,
+	// and the next round may start during that work) found a store still
+	// busy at its deadline (workload.ErrStillBusy), in every row, with or
+	// without a disk figure. Zero: every step found its stores idle.
+	BusyRounds int
 	// AllocsPerOp is the median over rounds of allocations per operation.
 	AllocsPerOp float64
 	// Ratios (own rows only) maps each other row of the workload to its
@@ -615,6 +626,9 @@ func (s *rowSamples) add(row *Row, res RoundResult, allocs, userBytes float64) {
 		s.userBytes += float64(ops) * userBytes
 	}
 	s.diskLost = s.diskLost || res.diskLost
+	if res.stillBusy {
+		row.BusyRounds++
+	}
 	row.ReadBack += res.ReadBack
 	if res.BudgetPeak > 0 {
 		if row.BudgetPeak == 0 { // the first round
@@ -771,6 +785,7 @@ func (w *Workload) measure(ctx context.Context, im Impl, goroutines int) (RoundR
 		res.DiskBytes, res.DiskMeasured = d1-d0, ok && !lost
 		res.diskLost = lost
 	}
+	res.stillBusy = lost
 	if res.MallocsMeasured {
 		return res, float64(res.Mallocs), nil
 	}

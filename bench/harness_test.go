@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -1041,5 +1042,53 @@ func TestDiskOverAllRounds(t *testing.T) {
 	lost := rowOf(RoundResult{Ops: 1, DiskBytes: 1}, RoundResult{Ops: 1, DiskBytes: 1, diskLost: true})
 	if lost.DiskPerUserByte != 0 || lost.DiskBytesPerUserByte != nil {
 		t.Errorf("disk figure with a lost round %v (rounds %v), want none", lost.DiskPerUserByte, lost.DiskBytesPerUserByte)
+	}
+}
+
+// TestBusyRounds: a round whose quiesce step found a store still busy at
+// its deadline is counted in its row (Row.BusyRounds and its JSON), in a
+// row without a disk figure too (reads timed during a compaction must not
+// go unmarked); a settle step's is counted in a row with one; a row whose
+// steps found every store idle counts none.
+func TestBusyRounds(t *testing.T) {
+	ctx := t.Context()
+	one := RoundFunc(func(context.Context, int) (RoundResult, error) { return RoundResult{Ops: 1, Checks: 1}, nil })
+	calls := 0
+	everyOther := func(context.Context) error {
+		calls++
+		if calls%2 == 0 {
+			return fmt.Errorf("store: %w", workload.ErrStillBusy)
+		}
+		return nil
+	}
+	alwaysBusy := func(context.Context) error { return workload.ErrStillBusy }
+	for _, tc := range []struct {
+		w    *Workload
+		want int
+	}{
+		// One warm-up round (call 1), then 4 measured rounds (calls 2-5).
+		{&Workload{Name: "T/reads", quiesce: everyOther, Impls: []Impl{{Name: "kvbuf", Round: one}}}, 2},
+		{&Workload{Name: "T/settle", UserBytesPerOp: 1, settle: alwaysBusy, Impls: []Impl{{Name: "kvbuf", Round: one}}}, 4},
+		{&Workload{Name: "T/idle", quiesce: func(context.Context) error { return nil }, Impls: []Impl{{Name: "kvbuf", Round: one}}}, 0},
+	} {
+		if _, ok := workload.ProcessDiskWrites(); !ok && tc.w.settle != nil {
+			continue // no disk count: no settle step runs
+		}
+		calls = 0
+		rows, err := tc.w.Run(ctx, 4, 1, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.w.Name, err)
+		}
+		r := rows[0]
+		if r.BusyRounds != tc.want || r.JSON().BusyRounds != tc.want {
+			t.Errorf("%s: BusyRounds %d (JSON %d), want %d", tc.w.Name, r.BusyRounds, r.JSON().BusyRounds, tc.want)
+		}
+	}
+	b, err := json.Marshal(Row{Workload: "T", Impl: "kvbuf", BusyRounds: 3}.JSON())
+	if err != nil || !strings.Contains(string(b), `"busy_rounds":3`) {
+		t.Errorf("JSON of a row with 3 busy rounds: %s (%v), want busy_rounds 3", b, err)
+	}
+	if b, _ := json.Marshal(Row{Workload: "T", Impl: "kvbuf"}.JSON()); strings.Contains(string(b), "busy_rounds") {
+		t.Errorf("JSON of a row without busy rounds: %s, want no busy_rounds", b)
 	}
 }

@@ -12,7 +12,9 @@ import "fmt"
 // bytes written to disk per user byte over all rounds (Ratio.Disk).
 // DiskBytesPerUserByte is the row's figure over all rounds (total disk
 // bytes over total user bytes, Row.DiskPerUserByte),
-// DiskPerUserByteRounds each round's.
+// DiskPerUserByteRounds each round's. BusyRounds (Row.BusyRounds) counts
+// the rounds whose quiesce or settle step found a store still busy at its
+// deadline, left out when none did.
 type JSONRow struct {
 	Workload               string             `json:"workload"`
 	Impl                   string             `json:"impl"`
@@ -37,6 +39,7 @@ type JSONRow struct {
 	DiskBytesPerUserByte   *float64           `json:"disk_bytes_per_user_byte,omitempty"`
 	DiskPerUserByteRounds  []float64          `json:"disk_bytes_per_user_byte_rounds,omitempty"`
 	DiskRatioVs            map[string]float64 `json:"disk_ratio_vs,omitempty"`
+	BusyRounds             int                `json:"busy_rounds,omitempty"`
 	BytesPerEntry          *float64           `json:"bytes_per_entry,omitempty"`
 	AccountedBytesPerEntry *float64           `json:"accounted_bytes_per_entry,omitempty"`
 	Flushes                *int64             `json:"flushes,omitempty"`
@@ -67,6 +70,7 @@ func (r Row) JSON() JSONRow {
 		NsPerOp: r.Median, NsPerOpMin: r.Min, NsPerOpMax: r.Max, Noisy: r.Noisy,
 		AllocsPerOp: r.AllocsPerOp, Rounds: r.Rounds, OpsPerRound: r.OpsPerRound,
 		Floor: r.Floor, Label: r.Label, ReadBack: r.ReadBack, RatioVs: r.RatioVs,
+		BusyRounds: r.BusyRounds,
 	}
 	if len(r.CPUNsPerOp) > 0 {
 		j.CPUNsPerOp = &r.CPUPerOp

@@ -81,7 +81,9 @@ Names:
 	fmt.Fprint(w, `
 --json writes one JSON object per row to stdout: workload, impl, unit,
 goroutines, ns_per_op, ns_per_op_min, ns_per_op_max, noisy, cpu_ns_per_op,
-allocs_per_op, rounds, ops_per_round, floor, label, read_back; rows that
+allocs_per_op, rounds, ops_per_round, floor, label, read_back, busy_rounds
+(rounds whose quiesce or settle step found a store still busy at its
+deadline; left out when none did); rows that
 write disk_bytes_per_user_byte (over all rounds: disk bytes summed over
 user bytes summed) and disk_bytes_per_user_byte_rounds (per round); own
 rows add ratio_vs, ratio_vs_min, ratio_vs_max (baseline -> median, min and
@@ -466,6 +468,9 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 		fmt.Fprintln(w, "DISK/USER B = bytes the process wrote to disk per byte of user data (keys and values; bit Sets: one bit each), the round and a settle step after it (memtables flushed, in W6 and W8 those whose log holds 64 KiB or more; compactions waited out): over all rounds (their disk bytes summed over their user bytes summed), then the per-round min-max; - where a settle step found a store still busy at its deadline, or the figure is negative (pages of other, removed files taken back from the count).")
 	}
 	fmt.Fprintln(w, "NOTE: why a row is not a headline (doc/workloads.md, \"Fairness\"). Floor rows do less work: lower bounds, not equivalents.")
+	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BusyRounds > 0 }) {
+		fmt.Fprintln(w, "STORE BUSY N/M ROUNDS (in NOTE): in N of the row's M rounds a quiesce step before the round (the round may have been timed during a flush or compaction) or a settle step after it (no disk figure) found a store still busy at its deadline.")
+	}
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.BytesPerEntry != 0 }) {
 		fmt.Fprintln(w, "BYTES/ENTRY = live heap per entry (W3/construct: per instance); (engine N) = Metrics.PendingBytes / PendingKeys.")
 	}
@@ -478,6 +483,20 @@ func printBenchTable(w io.Writer, rows []bench.Row, cfg bench.Config, rounds int
 	if slices.ContainsFunc(rows, func(r bench.Row) bool { return r.ReadsPerSec > 0 }) {
 		fmt.Fprintln(w, "W7: TIME/OP is per read of the reader; READ@FLUSH are reads sampled while a flush ran; every 64th read and write is timed.")
 	}
+}
+
+// noteText is a row's NOTE: its label, then "store busy N/M rounds" when
+// the quiesce or settle step of N of its M rounds found a store still
+// busy at its deadline (bench.Row.BusyRounds).
+func noteText(r bench.Row) string {
+	if r.BusyRounds == 0 {
+		return r.Label
+	}
+	busy := fmt.Sprintf("store busy %d/%d rounds", r.BusyRounds, r.Rounds)
+	if r.Label == "" {
+		return busy
+	}
+	return r.Label + "; " + busy
 }
 
 // speedupText formats the ratio of a baseline row to own (per round:
@@ -581,7 +600,7 @@ func printFamily(w io.Writer, fr []bench.Row, ref map[string]bench.Row) {
 				fmt.Fprint(tw, "\t\t\t\t\t")
 			}
 		}
-		fmt.Fprintf(tw, "\t%s\n", r.Label)
+		fmt.Fprintf(tw, "\t%s\n", noteText(r))
 	}
 	tw.Flush()
 }

@@ -265,3 +265,29 @@ func TestBenchQuickReadsBackEverything(t *testing.T) {
 		t.Errorf("a failed run printed a table:\n%s", stdout.String())
 	}
 }
+
+// TestBenchTableBusyNote: a row whose quiesce or settle step found a store
+// still busy at its deadline says so in its NOTE, with or without a disk
+// figure or a label, and the table explains the note; a table without
+// such a row has neither.
+func TestBenchTableBusyNote(t *testing.T) {
+	row := func(impl, label string, busy int) bench.Row {
+		return bench.Row{Workload: "W2/get", Impl: impl, Label: label, Unit: "get", Rounds: 3, NsPerOp: []float64{1, 1, 1}, Median: 1, Min: 1, Max: 1, BusyRounds: busy}
+	}
+	var b strings.Builder
+	printBenchTable(&b, []bench.Row{row("kvbuf", "", 2), row("pebble", "write only", 1), row("mutex+map", "", 0)}, bench.Config{}, 3)
+	out := b.String()
+	for _, want := range []string{"  store busy 2/3 rounds\n", "  write only; store busy 1/3 rounds\n", "STORE BUSY N/M ROUNDS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "store busy") != 2 {
+		t.Errorf("busy notes on rows without busy rounds:\n%s", out)
+	}
+	b.Reset()
+	printBenchTable(&b, []bench.Row{row("kvbuf", "", 0)}, bench.Config{}, 3)
+	if out := b.String(); strings.Contains(strings.ToLower(out), "store busy") {
+		t.Errorf("a table without busy rounds mentions them:\n%s", out)
+	}
+}

@@ -11,7 +11,7 @@
 //	load      fill an engine with random changes
 //	checkpoint  write a consistent copy of an engine
 //	watch     print the changes an engine retained for its change feed
-//	bench     run workloads W1-W8 against their baselines
+//	bench     run workloads W1-W4, W6-W8, W10 and W11 against their baselines
 //	ycsb      run YCSB workloads A-F on kvbuf, pebble, badger and bbolt
 //
 // Run "kvtool <command> -h" for a command's flags. Flags may come before or
@@ -62,7 +62,7 @@ func commands() []command {
 		{"load", "fill an engine with random changes", runLoad},
 		{"checkpoint", "write a consistent copy of an engine into a new directory", runCheckpoint},
 		{"watch", "print the changes an engine retained for its change feed", runWatch},
-		{"bench", "run workloads W1-W8 against their baselines", runBench},
+		{"bench", "run workloads W1-W4, W6-W8, W10 and W11 against their baselines", runBench},
 		{"ycsb", "run YCSB workloads A-F on kvbuf, pebble, badger and bbolt", runYCSB},
 	}
 }

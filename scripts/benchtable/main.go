@@ -15,7 +15,9 @@
 // disk per byte of user data; the lines whose rows carry a label (write only, a
 // component: doc/workloads.md, "Fairness") follow in a second table that
 // says why they are not headlines. A row, or a ratio, whose largest round
-// exceeds 1.5× its smallest is marked ‡. The header gives the run's round
+// exceeds 1.5× its smallest is marked ‡, one whose quiesce or settle step
+// found a store still busy at its deadline in N of its M rounds §N/M
+// (busy_rounds). The header gives the run's round
 // count.
 // With -w FILE the table replaces what lies between the lines
 // "<!-- benchtable:readme:begin -->" and "<!-- benchtable:readme:end -->"
@@ -158,13 +160,26 @@ func replaceMarked(file string, table []byte) error {
 	return os.WriteFile(file, out, 0o644)
 }
 
-// fmtRange formats a row's median and min–max, marked when noisy.
+// fmtRange formats a row's median and min–max, marked ‡ when noisy and
+// § when a quiesce or settle step of one of its rounds found a store still
+// busy at its deadline (busy_rounds).
 func fmtRange(r row) string {
 	s := fmt.Sprintf("%s (%s–%s)", bench.FormatNs(r.NsPerOp), bench.FormatNs(r.NsPerOpMin), bench.FormatNs(r.NsPerOpMax))
 	if r.Noisy {
 		s += " ‡"
 	}
+	if r.BusyRounds > 0 {
+		s += fmt.Sprintf(" §%d/%d", r.BusyRounds, r.Rounds)
+	}
 	return s
+}
+
+// busyNote explains the § mark when a row of rows carries it, or is "".
+func busyNote(rows []row) string {
+	if !slices.ContainsFunc(rows, func(r row) bool { return r.BusyRounds > 0 }) {
+		return ""
+	}
+	return "§N/M: in N of the row's M rounds a quiesce step before the round (the round may have been timed during a flush or compaction) or a settle step after it (no disk figure) found a store still busy at its deadline."
 }
 
 // fmtRatio formats base ÷ own with three significant digits.
@@ -214,6 +229,9 @@ func allTables(w io.Writer, rows []row) error {
 		}
 	}
 	fmt.Fprintf(w, "\n‡: the slowest round took more than 1.5× the fastest (on a ratio: the largest per-round ratio exceeds 1.5× the smallest). Disk B per user B: bytes the process wrote to disk per byte of the keys and values written (bit Sets: one bit each), the round and its settle step, over all rounds (their disk bytes summed over their user bytes summed), then the per-round min–max (doc/workloads.md, \"Disk writes per user byte\").\n")
+	if n := busyNote(rows); n != "" {
+		fmt.Fprintln(w, n)
+	}
 	return nil
 }
 

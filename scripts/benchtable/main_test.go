@@ -234,3 +234,27 @@ func TestDiskCell(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyRoundsMark: a row whose quiesce or settle step found a store
+// still busy in some rounds (busy_rounds) is marked §N/M in both tables,
+// which then explain the mark; a run without such a row has neither.
+func TestBusyRoundsMark(t *testing.T) {
+	mk := func(busy int) []row {
+		return []row{{Workload: "W2/get-mixed", Impl: "kvbuf", Unit: "get", NsPerOp: 100, NsPerOpMin: 90, NsPerOpMax: 110, Rounds: 7, BusyRounds: busy}}
+	}
+	for _, busy := range []int{2, 0} {
+		var all, readme strings.Builder
+		if err := allTables(&all, mk(busy)); err != nil {
+			t.Fatal(err)
+		}
+		if err := readmeTable(&readme, mk(busy), true); err != nil {
+			t.Fatal(err)
+		}
+		for name, out := range map[string]string{"all": all.String(), "readme": readme.String()} {
+			marked := strings.Contains(out, "(90 ns–110 ns) §2/7") && strings.Contains(out, "§N/M: in N of the row's M rounds")
+			if marked != (busy > 0) || (busy == 0 && strings.Contains(out, "§")) {
+				t.Errorf("%s table of a row with %d busy rounds:\n%s", name, busy, out)
+			}
+		}
+	}
+}

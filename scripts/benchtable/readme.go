@@ -224,6 +224,9 @@ func readmeTable(w io.Writer, rows []row, partial bool) error {
 	if withDisk {
 		fmt.Fprintln(w, "Disk bytes per user byte: what the process wrote to disk during the round and a settle step after it (memtables flushed, compactions waited out) over the keys and values the round wrote (bit Sets: one bit each), over all rounds (their disk bytes summed over their user bytes summed), then the per-round min–max (doc/workloads.md, \"Disk writes per user byte\").")
 	}
+	if slices.ContainsFunc(lines, func(l rendered) bool { return strings.Contains(l.text, " §") }) {
+		fmt.Fprintln(w, busyNote(rows))
+	}
 	if len(missing) > 0 && !partial {
 		return errors.New("rows missing from the run: " + strings.Join(missing, ", "))
 	}
