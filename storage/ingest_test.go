@@ -122,9 +122,11 @@ func TestIngestBasic(t *testing.T) {
 
 // TestIngestTableFormat checks that an ingested table is written like the
 // tables pebble writes itself in the store: the same Bloom filter and
-// compression. Automatic compactions are off: the store compacts L0 from
-// one table, and a compaction finished before the tables are listed would
-// merge the flushed table and the ingested one into a table pebble wrote.
+// compression. Automatic compactions are off: the ingested table holds the
+// watermark key and overlaps the flushed one, so it lands as a second L0
+// sublevel, which (at this store's L0 threshold of 4) scores 2x2/4 = 1 and
+// starts a compaction; one finished before the tables are listed would
+// merge the two into a table pebble wrote.
 func TestIngestTableFormat(t *testing.T) {
 	fsys := vfs.NewMem()
 	s, err := Open("db", &Options{FS: fsys, noAutoCompactions: true})
