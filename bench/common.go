@@ -296,10 +296,12 @@ func busyReports(dbs []*kvbuf.DB, pdbs []*pebble.DB) []func() bool {
 // workload.ErrStillBusy after the last; any other error at once. When
 // every store went idle it makes closing passes, since a store found idle
 // early may have been started again (an engine's background flusher) while
-// a later one was waited for: each pass looks at every store once and
-// waits for those it finds busy, until one pass finds them all idle
-// without waiting, or quiesceWait after the first closing pass began
-// (workload.ErrStillBusy).
+// a later one was waited for: each pass waits (workload.WaitIdle, its
+// workload.IdleLooks looks: one idle look can fall in the moment between a
+// compaction and the one pebble schedules after it) for every store in
+// turn, until a pass finds every look idle, or quiesceWait after the first
+// closing pass began (workload.ErrStillBusy). So a step takes at most
+// quiesceWait per store and one more for the closing passes, plus polling.
 func waitIdleAll(ctx context.Context, busy []func() bool) error {
 	var still error
 	for _, f := range busy {
@@ -317,17 +319,20 @@ func waitIdleAll(ctx context.Context, busy []func() bool) error {
 	for {
 		waited := false
 		for _, f := range busy {
-			if !f() {
-				continue
-			}
-			waited = true
 			left := time.Until(end)
 			if left <= 0 {
 				return workload.ErrStillBusy
 			}
-			if err := workload.WaitIdle(ctx, left, f); err != nil {
+			saw := false
+			look := func() bool {
+				b := f()
+				saw = saw || b
+				return b
+			}
+			if err := workload.WaitIdle(ctx, left, look); err != nil {
 				return err
 			}
+			waited = waited || saw
 		}
 		if !waited {
 			return nil

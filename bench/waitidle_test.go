@@ -121,5 +121,22 @@ func TestWaitIdleAllClosingPass(t *testing.T) {
 		if el := time.Since(start); el < quiesceWait || el > 2*quiesceWait {
 			t.Errorf("waitIdleAll returned after %v, want between quiesceWait and twice it", el)
 		}
+
+		// A store idle at the closing pass's first look but busy at the
+		// next (pebble's moment between a compaction and the next it
+		// schedules): the pass takes IdleLooks looks, so it sees the busy
+		// one and waits again (one look per store passed it).
+		looks, gap := 0, 0
+		err = waitIdleAll(t.Context(), []func() bool{func() bool {
+			looks++
+			if looks == workload.IdleLooks+2 { // the closing pass's second look
+				gap = looks
+				return true
+			}
+			return false
+		}})
+		if err != nil || gap == 0 || looks < gap+2*workload.IdleLooks {
+			t.Fatalf("waitIdleAll over a store busy at one look of the closing pass = %v after %d looks (busy at look %d), want nil after at least %d", err, looks, gap, gap+2*workload.IdleLooks)
+		}
 	})
 }
