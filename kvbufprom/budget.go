@@ -53,7 +53,7 @@ func newBudgetCollector(metrics func() kvbuf.BudgetMetrics, opts *Options) *budg
 		forced:          desc("forced_flushes_total", "Flushes the budget forced."),
 		forcedErrors:    desc("forced_flush_errors_total", "Flushes the budget forced that failed."),
 		flushesInFlight: desc("flushes_in_progress", "Flushes the budget forced that are running now."),
-		waits:           desc("waits_total", "Writes that queued for the budget (past half its high mark)."),
+		waits:           desc("waits_total", "Writes that queued for the budget (past half its high mark, or behind a round in progress)."),
 		waitSeconds:     desc("wait_seconds_total", "Time writes queued for the budget."),
 		waiting:         desc("waiting", "Writes waiting for the budget now."),
 	}

@@ -52,7 +52,7 @@ kvbuf_memory_budget_max_bytes{budget="main"} MAX
 # HELP kvbuf_memory_budget_engines Engines open with the budget.
 # TYPE kvbuf_memory_budget_engines gauge
 kvbuf_memory_budget_engines{budget="main"} ENGINES
-# HELP kvbuf_memory_budget_waits_total Writes that queued for the budget (past half its high mark).
+# HELP kvbuf_memory_budget_waits_total Writes that queued for the budget (past half its high mark, or behind a round in progress).
 # TYPE kvbuf_memory_budget_waits_total counter
 kvbuf_memory_budget_waits_total{budget="main"} 0
 `)

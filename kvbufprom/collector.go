@@ -210,7 +210,7 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 
 		budgetBytes:       desc("budget_bytes", "The engine's share of its memory budget: its pending bytes as of its latest write or flush."),
 		budgetForced:      desc("budget_forced_flushes_total", "Flushes the engine's memory budget forced on it."),
-		budgetWaits:       desc("budget_waits_total", "Writes that queued for the engine's memory budget (past half its high mark)."),
+		budgetWaits:       desc("budget_waits_total", "Writes that queued for the engine's memory budget (past half its high mark, or behind a round in progress)."),
 		budgetWaitSeconds: desc("budget_wait_seconds_total", "Time writes queued for the engine's memory budget."),
 
 		watchSubs:         desc("watch_subscribers", "Open watches of the change feed."),

@@ -270,7 +270,7 @@ kvbuf_budget_bytes{shard="7"} 20480
 # HELP kvbuf_budget_forced_flushes_total Flushes the engine's memory budget forced on it.
 # TYPE kvbuf_budget_forced_flushes_total counter
 kvbuf_budget_forced_flushes_total{shard="7"} 21
-# HELP kvbuf_budget_waits_total Writes that queued for the engine's memory budget (past half its high mark).
+# HELP kvbuf_budget_waits_total Writes that queued for the engine's memory budget (past half its high mark, or behind a round in progress).
 # TYPE kvbuf_budget_waits_total counter
 kvbuf_budget_waits_total{shard="7"} 22
 # HELP kvbuf_budget_wait_seconds_total Time writes queued for the engine's memory budget.
