@@ -119,9 +119,10 @@ type BudgetOptions struct {
 //     processors than the machine gives the process) cannot queue, and
 //     meanwhile the writers that do run go in rounds without it. With 64
 //     writers at GOMAXPROCS 16 on 2 cores beside CPU-bound work, 5 runs in
-//     300 of a test had an engine whose writes queued more than twice or
-//     less than half as often as the mean, up to 29x (1,147 against 40;
-//     doc/design.md, "Memory budget").
+//     300 of TestMemoryBudgetFairness (it runs at GOMAXPROCS 1 since) had
+//     an engine whose writes queued more than twice or less than half as
+//     often as the mean, up to 29x (1,147 against 40; doc/design.md,
+//     "Memory budget").
 type MemoryBudget struct {
 	size, high int64
 	fair       int64 // past it, writes go in rounds (B1): high/2
