@@ -127,7 +127,7 @@ func ingestTable(ctx context.Context, in *storage.Ingest, ks storage.KeyspaceID,
 		sortWorkers = t.flushSortWorkers
 	}
 	x, ents := t.sortedKeysN(sortWorkers)
-	if t.flushDesign == flushRanked {
+	if t.flushDesign == flushRanked && x != nil { // x is nil for a table of range deletions only
 		return ingestRanked(ctx, in, ks, t, sp, x, ents, pace)
 	}
 	if t.flushParts != 0 { // a test's or benchmark's choice, any size

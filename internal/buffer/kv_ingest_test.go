@@ -128,6 +128,55 @@ func TestKVIngestMatchesBatch(t *testing.T) {
 	}
 }
 
+// TestKVIngestRangeDeletionsOnly: a generation whose table holds range
+// deletions and no key (its shards never allocated, so it has no key order)
+// ingests in every design of ingestTable, and the deletions reach the
+// store. The ranked design used to dereference the missing order
+// (TestKVIngestMatchesBatch met it by chance).
+func TestKVIngestRangeDeletionsOnly(t *testing.T) {
+	ctx := context.Background()
+	for d := range flushNoPrefetch + 1 {
+		st, err := storage.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := st.NewBatch()
+		b.Put(1, []byte("b"), []byte("stored"))
+		b.Put(1, []byte("d"), []byte("kept"))
+		if err := st.Apply(b); err != nil {
+			t.Fatal(err)
+		}
+		kv, err := NewKV(st, 1, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.DeleteRange([]byte("a"), []byte("c")); err != nil {
+			t.Fatal(err)
+		}
+		gen := kv.Freeze(1)
+		if gen == nil || len(gen.tables) != 1 || gen.tables[0].shards.Load() != nil {
+			t.Fatalf("design %d: want one table without shards", d)
+		}
+		gen.tables[0].flushDesign = d
+		in := st.NewIngest()
+		if err := gen.IngestTo(ctx, in, nil); err != nil {
+			t.Fatalf("design %d: %v", d, err)
+		}
+		c, err := st.CommitIngest(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		gen.Release()
+		if got := dumpStore(t, st); !slices.Equal(got, []string{"d=kept"}) {
+			t.Errorf("design %d: store holds %v, want [d=kept]", d, got)
+		}
+		st.Close()
+	}
+}
+
 // BenchmarkIngestTo writes a sealed generation of 1M keys (8-byte keys, 16-
 // byte values, as W6) into an Ingest (not committed: the table is written
 // but not finished, then removed), the designs of ingestTable in
