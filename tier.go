@@ -11,7 +11,7 @@ import (
 // generations, kept readable by their overlays after the generation is
 // durable, within a memory budget of their own (Options.ReadTierBytes),
 // evicted a whole generation at a time, oldest first. The rules that make
-// it safe are the overlay's (internal/buffer/kv_tier.go, tier rules T1-T4); this
+// it safe are the overlay's (internal/buffer/kv_tier.go, tier rules T1-T6); this
 // side keeps T2: every released generation is retained, in order, and
 // eviction takes the oldest.
 type readTier struct {

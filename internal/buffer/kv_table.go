@@ -38,7 +38,9 @@ import (
 //     adds a sequence-numbered range tombstone. Slot arrays grow (readers of the
 //     old array see every key it held; keys inserted later are concurrent
 //     writes or were published after the reader's visible sequence number)
-//     but never shrink.
+//     and shrink only once the table is sealed and retained by the read
+//     tier (tier rule T6 in kv_tier.go: the same keys and heads, published
+//     as growth is).
 //  4. Every change of the table has a sequence number >= base: the table
 //     becomes active only while no write is in flight (Freeze, Snapshot), or
 //     takes no write at all (Drop's table). A change is visible to a read

@@ -43,17 +43,67 @@ import "math/bits"
 //	    full probe; one that says "no" is exact (no false negatives), so a
 //	    read with or without it returns the same change. Every point
 //	    read (Get, GetAppend, GetMany, Has) asks it before the table.
+//	T6. Retain compacts a table made for more keys than it took (an active
+//	    table is sized for the last frozen table's keys, so a small
+//	    generation after a large one holds slot arrays for the large one):
+//	    after the view that retains it is published, each shard whose slot
+//	    array is less than half full gets one sized for its keys, filled
+//	    privately from the old one's log and then published with one
+//	    atomic store, as growth does (publication order 3). The table is
+//	    sealed, so no change lands in either array: a reader still probing
+//	    the old array finds every key with the head it has in the new one.
+//	    The old array is left to the garbage collector, never cleared or
+//	    pooled, so a reader of it never sees it change; the table's cached
+//	    key order (the flush's, which holds the old arrays) is dropped, and
+//	    a pinned snapshot that iterates the table later sorts the new ones.
 
 // Retain is Release that keeps the generation's tables readable as the
 // newest generation of the overlay's read tier (tier rule T1), and returns
 // the bytes they hold: no longer pending (the account is debited), held by
-// the tier until Evict. Generations must be released or retained in order,
+// the tier until Evict. Tables made for many more keys than they hold are
+// compacted first (tier rule T6), so the bytes returned may be fewer than
+// the generation held while pending. Generations must be released or retained in order,
 // and every one retained while the tier is in use (tier rule T2).
 func (g *KVGen) Retain() int64 { return g.kv.retain(g.g) }
 
 func (kv *KV) retain(g uint64) int64 {
-	_, n := kv.cutGen(g, true)
+	gone, _ := kv.cutGen(g, true)
+	var n int64
+	for _, t := range gone {
+		t.compact()
+		n += t.bytes()
+	}
 	return n
+}
+
+// compact gives each shard of a retained table whose slot array is less
+// than half full an array sized for its keys (tier rule T6), and drops the
+// table's cached key order. t must be sealed and retained.
+func (t *table) compact() {
+	t.ordMu.Lock()
+	t.ord.Store(nil) // it holds the slot arrays it was sorted from
+	t.ordMu.Unlock()
+	ss := t.shards.Load()
+	if ss == nil {
+		return
+	}
+	for _, sh := range ss.s {
+		sh.mu.Lock()
+		if old := sh.arr.Load(); old != nil && uint64(2*groupsFor(int(old.n))) <= old.groups {
+			arr := newSlotArray(groupsFor(int(old.n)))
+			for _, i := range old.log[:old.n] {
+				sw := old.load(int(i))
+				arr.placePrivate(t.slotHash(&sw, sh), sw)
+			}
+			sh.arr.Store(arr) // tier rule T6, publication order 3: filled privately, then published
+			charged := old.bytes()
+			if old.cleared {
+				charged = 0 // a pooled array is not charged (clear)
+			}
+			sh.bytes.Add(arr.bytes() - charged)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // evict drops the retained tables of generations up to g from the read

@@ -3,6 +3,8 @@ package buffer
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
@@ -148,3 +150,229 @@ func TestTierFilter(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestTierCompact: tier rule T6. A generation frozen after one with many
+// more keys has slot arrays sized for those (the next active table is sized
+// for the last one's keys); Retain compacts them to its own keys, so the
+// bytes it returns are a fraction of those it held while pending, and the
+// keys of every slot mode, overwritten values, deletions and a range
+// deletion read the same from the smaller array. Readers race the
+// compaction at GOMAXPROCS 8 and check every key on every pass (with the
+// store's copies changed behind the buffer's back, only the table can
+// answer): under -race, an array published before it is filled (mutation
+// 643) is a reported race, and a reader that loads it misses keys. A
+// snapshot pinned before the compaction iterates the same changes after
+// it. A table whose arrays its keys fill is left as it is.
+func TestTierCompact(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	// One shard: its array's compaction (thousands of keys placed) is long
+	// enough for the readers to meet it on every run.
+	r := newKVRig(t, &Options{Shards: 1})
+	for i := range 40000 {
+		r.put(fmt.Sprintf("big-%06d", i), "b")
+	}
+	r.put("rd-b", "in the store")
+	r.flush()
+
+	want := map[string]string{} // key -> value; "" for a deleted key
+	var keys []string
+	for i := range 4000 {
+		var k string
+		switch i % 4 {
+		case 0:
+			k = fmt.Sprintf("k%07d", i) // 8 bytes
+		case 1:
+			k = fmt.Sprintf("s%d", i)
+		case 2:
+			k = fmt.Sprintf("inline-key-%012d", i) // 23 bytes
+		default:
+			k = fmt.Sprintf("a-long-key-that-lives-in-the-arena-%d", i)
+		}
+		keys = append(keys, k)
+		r.put(k, "v1-"+k)
+		want[k] = "v1-" + k
+		switch {
+		case i%7 == 0:
+			r.del(k)
+			want[k] = ""
+		case i%5 == 0:
+			r.put(k, "v2-"+k) // a chain of two values
+			want[k] = "v2-" + k
+		}
+	}
+	r.delRange(ptr("rd-a"), ptr("rd-c"))
+	keys = append(keys, "rd-b")
+	want["rd-b"] = ""
+
+	r.bar.Lock()
+	snap := r.kv.Snapshot()
+	r.bar.Unlock()
+	defer snap.Close()
+	sst, err := r.st.NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sst.Close()
+	snap.SetStore(sst)
+
+	r.freeze()
+	g := r.queue[0]
+	var pending, arrays int64 // the generation's bytes, and its slot arrays'
+	for _, tb := range g.tables {
+		pending += tb.bytes()
+		for _, sh := range tb.shards.Load().s {
+			arrays += sh.arr.Load().bytes()
+		}
+	}
+	if !r.write(false) {
+		t.Fatal("nothing written")
+	}
+	r.queue = r.queue[1:]
+	b := r.st.NewBatch()
+	for _, k := range keys {
+		b.Put(1, []byte(k), []byte("store"))
+	}
+	if c, err := r.st.Commit(b); err != nil || c.Wait() != nil {
+		t.Fatal(err)
+	}
+
+	check := func(k string, v []byte, err error) error {
+		switch w := want[k]; {
+		case w == "" && !errors.Is(err, kverr.ErrNotFound):
+			return fmt.Errorf("Get(%q) = %q, %v; want not found", k, v, err)
+		case w != "" && (err != nil || string(v) != w):
+			return fmt.Errorf("Get(%q) = %q, %v; want %q", k, v, err, w)
+		}
+		return nil
+	}
+	stop := make(chan struct{})
+	var passes [4]atomic.Int64
+	errc := make(chan error, len(passes))
+	for w := range passes {
+		go func() {
+			var buf []byte
+			for {
+				for _, k := range keys {
+					var err error
+					buf, err = r.kv.GetAppend(buf[:0], []byte(k))
+					if err := check(k, buf, err); err != nil {
+						errc <- err
+						return
+					}
+					if has, err := r.kv.Has([]byte(k)); err != nil || has != (want[k] != "") {
+						errc <- fmt.Errorf("Has(%q) = %v, %v", k, has, err)
+						return
+					}
+				}
+				passes[w].Add(1)
+				select {
+				case <-stop:
+					errc <- nil
+					return
+				default:
+				}
+			}
+		}()
+	}
+	var at [len(passes)]int64
+	for w := range passes {
+		at[w] = passes[w].Load()
+	}
+	retained := g.Retain()
+	for w := range passes { // every reader makes two whole passes after it
+		for passes[w].Load() < at[w]+2 && len(errc) == 0 {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
+	for range passes {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Filter()
+
+	if retained <= 0 || retained*4 > pending {
+		t.Errorf("Retain returned %d bytes, pending held %d: want under a quarter", retained, pending)
+	}
+	var now, compacted int64
+	for _, tb := range g.tables {
+		now += tb.bytes()
+		if tb.ord.Load() != nil {
+			t.Error("a compacted table kept the order of its old arrays")
+		}
+		for _, sh := range tb.shards.Load().s {
+			if a := sh.arr.Load(); a != nil && a.groups != uint64(groupsFor(int(a.n))) {
+				t.Errorf("a shard of %d keys kept %d groups", a.n, a.groups)
+			}
+			compacted += sh.arr.Load().bytes()
+		}
+	}
+	if now != retained || retained != pending-arrays+compacted {
+		t.Errorf("the tables hold %d bytes, Retain returned %d, want %d (%d pending, arrays of %d bytes for %d)",
+			now, retained, pending-arrays+compacted, pending, arrays, compacted)
+	}
+	for _, k := range keys {
+		v, err := r.kv.Get([]byte(k))
+		if err := check(k, v, err); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The snapshot pinned before reads the same changes through its
+	// iterator (a new sort of the new arrays) and its point reads.
+	it, err := snap.NewIter(nil, []byte("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := string(it.Key())
+		if want[k] == "" || string(it.Value()) != want[k] {
+			t.Fatalf("snapshot iterator: %q = %q, want %q", k, it.Value(), want[k])
+		}
+		seen++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	live := 0
+	for _, k := range keys {
+		if want[k] != "" && k < "big" {
+			live++
+		}
+		v, err := snap.Get([]byte(k))
+		if err := check(k, v, err); err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+	}
+	if seen != live {
+		t.Fatalf("snapshot iterator saw %d keys, want %d", seen, live)
+	}
+
+	// A generation as large as the arrays it was given is kept as it is.
+	for i := range 40000 {
+		r.put(fmt.Sprintf("big-%06d", i), "c")
+	}
+	r.freeze()
+	g2 := r.queue[0]
+	arrs := map[*shard]*slotArray{}
+	for _, tb := range g2.tables {
+		for _, sh := range tb.shards.Load().s {
+			arrs[sh] = sh.arr.Load()
+		}
+	}
+	if g2 == g || !r.write(false) {
+		t.Fatal("no generation of 40000 keys to retain")
+	}
+	r.queue = r.queue[1:]
+	g2.Retain()
+	if len(arrs) == 0 {
+		t.Fatal("no slot arrays")
+	}
+	for sh, a := range arrs {
+		if sh.arr.Load() != a {
+			t.Fatalf("a full shard's array (%d keys, %d groups) was replaced", a.n, a.groups)
+		}
+	}
+}

@@ -70,6 +70,9 @@ package buffer
 //     only and was published after the reader loaded its visible number
 //     (the reader loaded the old array after that number, when the old
 //     array was still current), so it is ignored anyway (mutation 40).
+//     The read tier's compaction of a retained table (tier rule T6)
+//     publishes a smaller array the same way; the table is sealed, so no
+//     change follows at all (mutation 643).
 //
 //  4. Key order: built and sorted privately, then published with one atomic
 //     store (ordMu serialises builders); the keys it covers are fixed by
@@ -162,13 +165,16 @@ package buffer
 //     fast views (B13: open, no sealed table, the active table dense) and
 //     the filter bounds a view carries (B14).
 //
-//  12. The read tier: T1-T5 (kv_tier.go): retain publishes one view that
+//  12. The read tier: T1-T6 (kv_tier.go): retain publishes one view that
 //     moves a generation from the pending list to the retained list (T1),
 //     retained tables are a suffix of the flushed generations (T2), Evict
 //     is order 6 (T3), point reads probe the tier after every pending
 //     table and re-validate (T4), and a retained table's filter is built
 //     once it is sealed and published with one store, ruling out a key
-//     only for the table's slots, never its range tombstones (T5).
+//     only for the table's slots, never its range tombstones (T5);
+//     retain then compacts a table sized for more keys than it took, each
+//     shard's smaller array filled privately and published as growth is
+//     (T6, order 3).
 //
 // # Across packages
 //
