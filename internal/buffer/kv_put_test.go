@@ -64,3 +64,53 @@ func TestAdviseHuge(t *testing.T) {
 		}
 	}
 }
+
+// TestPooledTableGrowthCharged: a table taken from the pool holds slot
+// arrays that are not charged (the pool's bound covers them); when one of
+// them grows, the old array goes to the garbage collector and the new one
+// is memory nothing else bounds, so it is charged in full. Growth used to
+// charge only the difference, so a pooled table that grew held arrays the
+// pending budget never saw.
+func TestPooledTableGrowthCharged(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling compiled out (kvbuf_nopool)")
+	}
+	var acct Account
+	kv, err := NewKV(nil, 1, &acct, &Options{Shards: 1, PoolBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(from, n uint64) {
+		for i := range n {
+			k := binary.BigEndian.AppendUint64(nil, (from+i)*0x9e3779b97f4a7c15)
+			if err := kv.Put(k, []byte("value")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Generation 1's table goes to the pool when released; generation 3's
+	// active table (made when generation 2 is frozen) comes from it.
+	put(0, 1000)
+	g1 := kv.Freeze(1)
+	put(1000, 1000)
+	g1.Release()
+	g2 := kv.Freeze(2)
+	g2.Release()
+	act := kv.view.Load().active
+	ss := act.shards.Load()
+	if ss == nil || ss.s[0].arr.Load() == nil || !ss.s[0].arr.Load().cleared {
+		t.Fatal("the active table after generation 2 is not the pooled one")
+	}
+	before := acct.Bytes()
+	put(2000, 20_000) // grows the pooled array several times
+	arr := ss.s[0].arr.Load()
+	if arr.cleared {
+		t.Fatal("the pooled array did not grow")
+	}
+	if got := acct.Bytes() - before; got < arr.bytes() {
+		t.Fatalf("20k keys put into a pooled table charged %d bytes; its grown slot array alone holds %d", got, arr.bytes())
+	}
+	if got, want := act.bytes(), acct.Bytes()-before; got != want {
+		t.Fatalf("the table holds %d bytes, the account was charged %d", got, want)
+	}
+}

@@ -962,8 +962,18 @@ func (sh *shard) grow(t *table, old *slotArray) *slotArray {
 		}
 	}
 	sh.arr.Store(arr) // publication order 3: filled privately, then published
-	sh.bytes.Add(arr.bytes() - old.bytes())
+	sh.bytes.Add(arr.bytes() - old.chargedBytes())
 	return arr
+}
+
+// chargedBytes is the memory of a that its shard's bytes count: none for
+// an array reused from the pool (clear stopped charging it; the pool's
+// bound covered it), so that an array replacing it is charged in full.
+func (a *slotArray) chargedBytes() int64 {
+	if a.cleared {
+		return 0
+	}
+	return a.bytes()
 }
 
 // slotHash returns the hash of the key in sw (the writer's, under sh.mu).

@@ -96,11 +96,7 @@ func (t *table) compact() {
 				arr.placePrivate(t.slotHash(&sw, sh), sw)
 			}
 			sh.arr.Store(arr) // tier rule T6, publication order 3: filled privately, then published
-			charged := old.bytes()
-			if old.cleared {
-				charged = 0 // a pooled array is not charged (clear)
-			}
-			sh.bytes.Add(arr.bytes() - charged)
+			sh.bytes.Add(arr.bytes() - old.chargedBytes())
 		}
 		sh.mu.Unlock()
 	}
