@@ -45,7 +45,7 @@ const maxTierGenerations = 4
 func (rt *readTier) retain(gen *generation, budget int64) {
 	tg := tierGen{g: gen.g}
 	for _, k := range gen.kvs {
-		tg.bytes += k.Retain()
+		tg.bytes += k.Retain(budget)
 		tg.kvs = append(tg.kvs, k)
 	}
 	rt.mu.Lock()

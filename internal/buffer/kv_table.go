@@ -244,6 +244,12 @@ func (a *slotArray) bytes() int64 {
 	return int64(len(a.ctrl))*8 + int64(len(a.s))*8 + int64(len(a.log))*4
 }
 
+// slotArrayBytes is the memory newSlotArray(groups) holds (its bytes).
+func slotArrayBytes(groups int) int64 {
+	slots := int64(groups) * groupSlots
+	return int64(groups)*8 + slots*slotWordsN*8 + slots*7/8*4
+}
+
 // home returns the group where the probe for a key with hash h starts:
 // bits 7-38 of h scaled to the number of groups by a multiplication (a
 // fast range reduction; no division, and any number of groups below 2^32,

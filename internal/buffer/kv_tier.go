@@ -56,25 +56,54 @@ import "math/bits"
 //	    pooled, so a reader of it never sees it change; the table's cached
 //	    key order (the flush's, which holds the old arrays) is dropped, and
 //	    a pinned snapshot that iterates the table later sorts the new ones.
+//	    A generation that would still be over the tier's budget compacted
+//	    is not copied (the tier evicts it at once).
 
 // Retain is Release that keeps the generation's tables readable as the
 // newest generation of the overlay's read tier (tier rule T1), and returns
 // the bytes they hold: no longer pending (the account is debited), held by
 // the tier until Evict. Tables made for many more keys than they hold are
-// compacted first (tier rule T6), so the bytes returned may be fewer than
-// the generation held while pending. Generations must be released or retained in order,
-// and every one retained while the tier is in use (tier rule T2).
-func (g *KVGen) Retain() int64 { return g.kv.retain(g.g) }
+// compacted first (tier rule T6) if the compacted tables would hold at most
+// budget bytes (the tier's: a generation it will evict at once is not worth
+// the copy), so the bytes returned may be fewer than the generation held
+// while pending. Generations must be released or retained in order, and
+// every one retained while the tier is in use (tier rule T2).
+func (g *KVGen) Retain(budget int64) int64 { return g.kv.retain(g.g, budget) }
 
-func (kv *KV) retain(g uint64) int64 {
+func (kv *KV) retain(g uint64, budget int64) int64 {
 	gone, _ := kv.cutGen(g, true)
+	var after int64
+	for _, t := range gone {
+		after += t.compactedBytes()
+	}
 	var n int64
 	for _, t := range gone {
-		t.compact()
+		if after <= budget {
+			t.compact()
+		}
 		n += t.bytes()
 	}
 	return n
 }
+
+// compactedBytes returns the bytes t would hold after compact.
+func (t *table) compactedBytes() int64 {
+	n := t.bytes()
+	if ss := t.shards.Load(); ss != nil {
+		for _, sh := range ss.s {
+			sh.mu.Lock()
+			if old := sh.arr.Load(); old != nil && compactable(old) {
+				n += slotArrayBytes(groupsFor(int(old.n))) - old.chargedBytes()
+			}
+			sh.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// compactable reports whether a retained table's array a is less than
+// half full, so that compact replaces it (a's shard mutex held).
+func compactable(a *slotArray) bool { return uint64(2*groupsFor(int(a.n))) <= a.groups }
 
 // compact gives each shard of a retained table whose slot array is less
 // than half full an array sized for its keys (tier rule T6), and drops the
@@ -89,7 +118,7 @@ func (t *table) compact() {
 	}
 	for _, sh := range ss.s {
 		sh.mu.Lock()
-		if old := sh.arr.Load(); old != nil && uint64(2*groupsFor(int(old.n))) <= old.groups {
+		if old := sh.arr.Load(); old != nil && compactable(old) {
 			arr := newSlotArray(groupsFor(int(old.n)))
 			for _, i := range old.log[:old.n] {
 				sw := old.load(int(i))

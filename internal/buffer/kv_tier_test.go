@@ -20,7 +20,7 @@ func (r *kvRig) retainOldest() *KVGen {
 	}
 	g := r.queue[0]
 	r.queue = r.queue[1:]
-	if n := g.Retain(); n < 0 {
+	if n := g.Retain(1 << 40); n < 0 {
 		r.t.Fatalf("Retain returned %d bytes", n)
 	}
 	if n := g.Filter(); n <= 0 {
@@ -162,7 +162,8 @@ func ptr(s string) *string { return &s }
 // answer): under -race, an array published before it is filled (mutation
 // 643) is a reported race, and a reader that loads it misses keys. A
 // snapshot pinned before the compaction iterates the same changes after
-// it. A table whose arrays its keys fill is left as it is.
+// it. A table whose arrays its keys fill is left as it is, and so is one
+// the tier would evict at once (compacted, still over its budget).
 func TestTierCompact(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	// One shard: its array's compaction (thousands of keys placed) is long
@@ -278,7 +279,11 @@ func TestTierCompact(t *testing.T) {
 	for w := range passes {
 		at[w] = passes[w].Load()
 	}
-	retained := g.Retain()
+	var estimate int64
+	for _, tb := range g.tables {
+		estimate += tb.compactedBytes()
+	}
+	retained := g.Retain(estimate)
 	for w := range passes { // every reader makes two whole passes after it
 		for passes[w].Load() < at[w]+2 && len(errc) == 0 {
 			runtime.Gosched()
@@ -308,9 +313,9 @@ func TestTierCompact(t *testing.T) {
 			compacted += sh.arr.Load().bytes()
 		}
 	}
-	if now != retained || retained != pending-arrays+compacted {
-		t.Errorf("the tables hold %d bytes, Retain returned %d, want %d (%d pending, arrays of %d bytes for %d)",
-			now, retained, pending-arrays+compacted, pending, arrays, compacted)
+	if now != retained || retained != pending-arrays+compacted || retained != estimate {
+		t.Errorf("the tables hold %d bytes, Retain returned %d, want %d (%d pending, arrays of %d bytes for %d; estimated %d)",
+			now, retained, pending-arrays+compacted, pending, arrays, compacted, estimate)
 	}
 	for _, k := range keys {
 		v, err := r.kv.Get([]byte(k))
@@ -366,13 +371,44 @@ func TestTierCompact(t *testing.T) {
 		t.Fatal("no generation of 40000 keys to retain")
 	}
 	r.queue = r.queue[1:]
-	g2.Retain()
+	g2.Retain(1 << 40)
 	if len(arrs) == 0 {
 		t.Fatal("no slot arrays")
 	}
 	for sh, a := range arrs {
 		if sh.arr.Load() != a {
 			t.Fatalf("a full shard's array (%d keys, %d groups) was replaced", a.n, a.groups)
+		}
+	}
+
+	// A small generation after that one, which the tier would evict at
+	// once (over the budget even compacted), is not copied.
+	for i := range 100 {
+		r.put(fmt.Sprintf("late-%03d", i), "x")
+	}
+	r.freeze()
+	g3 := r.queue[0]
+	var pending3 int64
+	clear(arrs)
+	for _, tb := range g3.tables {
+		pending3 += tb.bytes()
+		if tb.compactedBytes()*4 > tb.bytes() {
+			t.Fatalf("a 100-key table after a 40000-key one would compact to %d of %d bytes", tb.compactedBytes(), tb.bytes())
+		}
+		for _, sh := range tb.shards.Load().s {
+			arrs[sh] = sh.arr.Load()
+		}
+	}
+	if !r.write(false) {
+		t.Fatal("nothing written")
+	}
+	r.queue = r.queue[1:]
+	if n := g3.Retain(1); n != pending3 {
+		t.Fatalf("Retain over the budget returned %d bytes, want the %d pending", n, pending3)
+	}
+	for sh, a := range arrs {
+		if sh.arr.Load() != a {
+			t.Fatal("a generation over the tier's budget was compacted")
 		}
 	}
 }
