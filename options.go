@@ -279,9 +279,11 @@ func (o *Options) Validate() error {
 // The store set up for a buffer in front of it (doc/design.md, "The store
 // under a buffer"): the engine's writes reach pebble as large ingested
 // tables and small WAL batches, and the hot set is read from the buffer
-// and the read tier. L0 compactions start at two sublevels (pebble: four),
-// since every ingestion that overlaps the store lands in L0 as a sublevel
-// of its own and a store read searches each; the memtable stays small
+// and the read tier. The L0 compaction threshold is 2 (pebble's: 4), which
+// compacts every L0 table as it lands (pebble compacts L0 once twice its
+// sublevels reach the threshold; its default waits for two), since every
+// ingestion that overlaps the store lands in L0 as a sublevel of its own
+// and a store read searches each; the memtable stays small
 // (pebble's 4 MiB: it holds only small generations, and each ingestion
 // that overlaps it rotates it anyway), and so does compaction concurrency
 // (one: the cores are the readers' and the flusher's).

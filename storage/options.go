@@ -76,10 +76,12 @@ type Options struct {
 	// instead of creating a new store. Default: false.
 	ErrorIfNotExists bool
 
-	// L0CompactionThreshold is the L0 read amplification (sublevels, or
-	// files over L0CompactionFileThreshold's default) at which pebble
-	// starts compacting L0 into the levels below. Default: pebble's (4).
-	// Negative values are kvbuf.ErrBadOptions.
+	// L0CompactionThreshold sets when pebble starts compacting L0 into the
+	// levels below: once twice the L0 read amplification (sublevels, or
+	// files over L0CompactionFileThreshold's default) reaches it, so 2
+	// compacts every L0 table as it lands and pebble's default (4) waits
+	// for two sublevels. Default: pebble's (4). Negative values are
+	// kvbuf.ErrBadOptions.
 	L0CompactionThreshold int
 
 	// L0StopWritesThreshold is the L0 read amplification at which pebble
