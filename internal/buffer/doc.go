@@ -70,7 +70,9 @@
 //
 // # Caveats
 //
-//   - A KV table never shrinks. An overwrite of a value of up to 32 bytes
+//   - A pending KV table never shrinks (only a retained one's slot arrays
+//     do, once, if they were sized for many more keys: tier rule T6, in
+//     kv_tier.go). An overwrite of a value of up to 32 bytes
 //     rewrites the key's older record in place while no iterator pins the
 //     table (a key written again and again holds two records); while one
 //     does, and for longer values, every overwrite adds a record until the
