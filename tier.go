@@ -44,8 +44,15 @@ const maxTierGenerations = 4
 // larger than the budget is not kept, nor is anything older).
 func (rt *readTier) retain(gen *generation, budget int64) {
 	tg := tierGen{g: gen.g}
+	// Tier rule T6: the tables are compacted unless even compacted the
+	// generation is over the budget (then the copy is wasted: the loop
+	// below evicts it at once).
+	var compacted int64
 	for _, k := range gen.kvs {
-		tg.bytes += k.Retain(budget)
+		compacted += k.CompactedBytes()
+	}
+	for _, k := range gen.kvs {
+		tg.bytes += k.Retain(compacted <= budget)
 		tg.kvs = append(tg.kvs, k)
 	}
 	rt.mu.Lock()

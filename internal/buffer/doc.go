@@ -89,9 +89,11 @@
 //   - PendingBytes counts the memory the changes hold (a KV table's slot
 //     arrays and arena chunks, a bits table's pages), not the key orders
 //     iterators build nor a bits table's word filter (a 512th of the
-//     file's bits, in bytes); a reused table's slot arrays and directory
-//     are not counted again (Options.PoolBytes bounds them) until an
-//     array grows: the larger one replacing it is counted in full.
+//     file's bits, in bytes); a reused table's slot arrays (KV) and page
+//     directory (Bits) are not counted again (Options.PoolBytes bounds
+//     them) until a slot array grows: the larger one replacing it is
+//     counted in full. The read tier counts a retained table's arrays
+//     either way.
 //   - Bits keeps a region summary of its file in memory (lines holding a
 //     set bit, and the set bits of sparse pages), built by a scan at
 //     NewBits: 12 bytes per 32768 bits, plus 2 bytes per set bit of the

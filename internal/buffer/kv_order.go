@@ -29,9 +29,10 @@ import (
 //     times). The design the runs were measured against, sorting the
 //     whole table again after any new key, is kept in kv_order_resort_test.go
 //     (doc/design.md, "KV tables").
-//   - A slot array that grows moves every key: an order built on the old
-//     arrays no longer resolves, and the next reader sorts the new arrays'
-//     logs (which list every key, in array order).
+//   - A slot array that grows (or that the read tier compacts, tier rule
+//     T6) moves every key: an order built on the old arrays no longer
+//     resolves, and the next reader sorts the new arrays' logs (which list
+//     every key, in array order).
 //
 // Publication order 4 (protocol.go): a writer
 // logs a new key (log entry, then log count) under the shard mutex before
@@ -240,8 +241,8 @@ func (t *table) sortedKeysN(workers int) (*keyIndex, []sortEnt) {
 	}
 	t.ordMu.Lock()
 	defer t.ordMu.Unlock()
-	if cur := t.ord.Load(); cur != o {
-		o = cur // compacted meanwhile (a sealed table's order changes once)
+	if cur := t.ord.Load(); cur != nil && cur != o {
+		o = cur // compacted meanwhile (a sealed table's order changes once; nil once retained: tier rule T6)
 		if len(o.runs) == 1 && len(o.tail()) == 0 {
 			return &o.keyIndex, o.runs[0]
 		}

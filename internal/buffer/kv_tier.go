@@ -57,48 +57,69 @@ import "math/bits"
 //	    key order (the flush's, which holds the old arrays) is dropped, and
 //	    a pinned snapshot that iterates the table later sorts the new ones.
 //	    A generation that would still be over the tier's budget compacted
-//	    is not copied (the tier evicts it at once).
+//	    is not copied (the tier evicts it at once): the engine asks
+//	    CompactedBytes of all its keyspaces first. The tier counts the
+//	    memory a retained table holds (heldBytes), slot arrays reused from
+//	    the pool included, which the pending account does not count.
 
 // Retain is Release that keeps the generation's tables readable as the
 // newest generation of the overlay's read tier (tier rule T1), and returns
-// the bytes they hold: no longer pending (the account is debited), held by
-// the tier until Evict. Tables made for many more keys than they hold are
-// compacted first (tier rule T6) if the compacted tables would hold at most
-// budget bytes (the tier's: a generation it will evict at once is not worth
-// the copy), so the bytes returned may be fewer than the generation held
-// while pending. Generations must be released or retained in order, and
-// every one retained while the tier is in use (tier rule T2).
-func (g *KVGen) Retain(budget int64) int64 { return g.kv.retain(g.g, budget) }
+// the memory they hold (heldBytes): no longer pending (the account is
+// debited), held by the tier until Evict. With compact, tables made for
+// many more keys than they hold are compacted first (tier rule T6), so the
+// bytes returned may be fewer than the generation held while pending; the
+// engine asks for it unless CompactedBytes says the tier would evict the
+// generation at once anyway. Generations must be released or retained in
+// order, and every one retained while the tier is in use (tier rule T2).
+func (g *KVGen) Retain(compact bool) int64 { return g.kv.retain(g.g, compact) }
 
-func (kv *KV) retain(g uint64, budget int64) int64 {
+func (kv *KV) retain(g uint64, compact bool) int64 {
 	gone, _ := kv.cutGen(g, true)
-	var after int64
-	for _, t := range gone {
-		after += t.compactedBytes()
-	}
 	var n int64
 	for _, t := range gone {
-		if after <= budget {
+		if compact {
 			t.compact()
 		}
-		n += t.bytes()
+		n += t.heldBytes()
 	}
 	return n
 }
 
-// compactedBytes returns the bytes t would hold after compact.
-func (t *table) compactedBytes() int64 {
-	n := t.bytes()
-	if ss := t.shards.Load(); ss != nil {
-		for _, sh := range ss.s {
-			sh.mu.Lock()
-			if old := sh.arr.Load(); old != nil && compactable(old) {
-				n += slotArrayBytes(groupsFor(int(old.n))) - old.chargedBytes()
-			}
-			sh.mu.Unlock()
-		}
+// CompactedBytes returns the memory the generation's tables would hold in
+// the read tier once compacted (tier rule T6): what Retain(true) returns.
+// Call it before Retain.
+func (g *KVGen) CompactedBytes() int64 {
+	var n int64
+	for _, t := range g.tables {
+		n += t.compactedBytes()
 	}
 	return n
+}
+
+// heldBytes is the memory t holds: its bytes, and the slot arrays it
+// reused from the pool, which bytes no longer counts (clear) but which the
+// read tier holds as much as any other.
+func (t *table) heldBytes() int64 {
+	return t.bytes() + t.sumShards(func(sh *shard) int64 {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if a := sh.arr.Load(); a != nil && a.cleared {
+			return a.bytes()
+		}
+		return 0
+	})
+}
+
+// compactedBytes returns the memory t would hold after compact.
+func (t *table) compactedBytes() int64 {
+	return t.heldBytes() + t.sumShards(func(sh *shard) int64 {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if a := sh.arr.Load(); a != nil && compactable(a) {
+			return slotArrayBytes(groupsFor(int(a.n))) - a.bytes()
+		}
+		return 0
+	})
 }
 
 // compactable reports whether a retained table's array a is less than
@@ -109,26 +130,27 @@ func compactable(a *slotArray) bool { return uint64(2*groupsFor(int(a.n))) <= a.
 // than half full an array sized for its keys (tier rule T6), and drops the
 // table's cached key order. t must be sealed and retained.
 func (t *table) compact() {
+	// ordMu throughout (taken before the shard mutexes, as fullOrder
+	// does): an order built while the arrays are replaced would hold the
+	// old ones, and the memory with them, until the table is recycled.
 	t.ordMu.Lock()
-	t.ord.Store(nil) // it holds the slot arrays it was sorted from
-	t.ordMu.Unlock()
-	ss := t.shards.Load()
-	if ss == nil {
-		return
-	}
-	for _, sh := range ss.s {
-		sh.mu.Lock()
-		if old := sh.arr.Load(); old != nil && compactable(old) {
-			arr := newSlotArray(groupsFor(int(old.n)))
-			for _, i := range old.log[:old.n] {
-				sw := old.load(int(i))
-				arr.placePrivate(t.slotHash(&sw, sh), sw)
+	defer t.ordMu.Unlock()
+	if ss := t.shards.Load(); ss != nil {
+		for _, sh := range ss.s {
+			sh.mu.Lock()
+			if old := sh.arr.Load(); old != nil && compactable(old) {
+				arr := newSlotArray(groupsFor(int(old.n)))
+				for _, i := range old.log[:old.n] {
+					sw := old.load(int(i))
+					arr.placePrivate(t.slotHash(&sw, sh), sw)
+				}
+				sh.arr.Store(arr) // tier rule T6, publication order 3: filled privately, then published
+				sh.bytes.Add(arr.bytes() - old.chargedBytes())
 			}
-			sh.arr.Store(arr) // tier rule T6, publication order 3: filled privately, then published
-			sh.bytes.Add(arr.bytes() - old.chargedBytes())
+			sh.mu.Unlock()
 		}
-		sh.mu.Unlock()
 	}
+	t.ord.Store(nil) // it holds the slot arrays it was sorted from
 }
 
 // evict drops the retained tables of generations up to g from the read

@@ -1,11 +1,15 @@
 package buffer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
 )
@@ -20,7 +24,7 @@ func (r *kvRig) retainOldest() *KVGen {
 	}
 	g := r.queue[0]
 	r.queue = r.queue[1:]
-	if n := g.Retain(1 << 40); n < 0 {
+	if n := g.Retain(true); n < 0 {
 		r.t.Fatalf("Retain returned %d bytes", n)
 	}
 	if n := g.Filter(); n <= 0 {
@@ -250,6 +254,11 @@ func TestTierCompact(t *testing.T) {
 	var passes [4]atomic.Int64
 	errc := make(chan error, len(passes))
 	for w := range passes {
+		many := make([][]byte, len(keys))
+		for i, k := range keys {
+			many[i] = []byte(k)
+		}
+		vals := make([][]byte, len(many))
 		go func() {
 			var buf []byte
 			for {
@@ -262,6 +271,25 @@ func TestTierCompact(t *testing.T) {
 					}
 					if has, err := r.kv.Has([]byte(k)); err != nil || has != (want[k] != "") {
 						errc <- fmt.Errorf("Has(%q) = %v, %v", k, has, err)
+						return
+					}
+					if w == 0 { // the pinned snapshot reads the same table
+						v, err := snap.Get([]byte(k))
+						if err := check(k, v, err); err != nil {
+							errc <- fmt.Errorf("snapshot: %w", err)
+							return
+						}
+					}
+				}
+				if _, err := r.kv.GetMany(many, vals, nil); err != nil {
+					errc <- err
+					return
+				}
+				for i, k := range many {
+					if err := check(string(k), vals[i], nil); vals[i] == nil && want[string(k)] == "" {
+						continue
+					} else if err != nil {
+						errc <- fmt.Errorf("GetMany: %w", err)
 						return
 					}
 				}
@@ -279,11 +307,33 @@ func TestTierCompact(t *testing.T) {
 	for w := range passes {
 		at[w] = passes[w].Load()
 	}
-	var estimate int64
-	for _, tb := range g.tables {
-		estimate += tb.compactedBytes()
+	// The snapshot's iterators, over everything (the store's 40000 older
+	// keys beneath the table's): one opened and stepped a third of the way
+	// before the compaction, finished after it, and one opened after.
+	all := map[string]string{}
+	for i := range 40000 {
+		all[fmt.Sprintf("big-%06d", i)] = "b"
 	}
-	retained := g.Retain(estimate)
+	for k, v := range want {
+		if v != "" {
+			all[k] = v
+		}
+	}
+	early, err := snap.NewIter(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	step := func(it *Iter, ok bool) bool {
+		seen[string(it.Key())] = string(it.Value())
+		return it.Next()
+	}
+	ok := early.First()
+	for i := 0; ok && i < len(all)/3; i++ {
+		ok = step(early, ok)
+	}
+	estimate := g.CompactedBytes()
+	retained := g.Retain(true)
 	for w := range passes { // every reader makes two whole passes after it
 		for passes[w].Load() < at[w]+2 && len(errc) == 0 {
 			runtime.Gosched()
@@ -302,7 +352,7 @@ func TestTierCompact(t *testing.T) {
 	}
 	var now, compacted int64
 	for _, tb := range g.tables {
-		now += tb.bytes()
+		now += tb.heldBytes()
 		if tb.ord.Load() != nil {
 			t.Error("a compacted table kept the order of its old arrays")
 		}
@@ -325,34 +375,35 @@ func TestTierCompact(t *testing.T) {
 	}
 
 	// The snapshot pinned before reads the same changes through its
-	// iterator (a new sort of the new arrays) and its point reads.
-	it, err := snap.NewIter(nil, []byte("big"))
+	// iterators (the late one sorts the new arrays) and its point reads.
+	for ok {
+		ok = step(early, ok)
+	}
+	if err := early.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(seen, all) {
+		t.Fatalf("the iterator stepped across the compaction saw %d keys, want %d (or other values)", len(seen), len(all))
+	}
+	late, err := snap.NewIter(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		k := string(it.Key())
-		if want[k] == "" || string(it.Value()) != want[k] {
-			t.Fatalf("snapshot iterator: %q = %q, want %q", k, it.Value(), want[k])
-		}
-		seen++
+	clear(seen)
+	for ok := late.First(); ok; {
+		ok = step(late, ok)
 	}
-	if err := it.Close(); err != nil {
+	if err := late.Close(); err != nil {
 		t.Fatal(err)
 	}
-	live := 0
+	if !maps.Equal(seen, all) {
+		t.Fatalf("the iterator opened after the compaction saw %d keys, want %d (or other values)", len(seen), len(all))
+	}
 	for _, k := range keys {
-		if want[k] != "" && k < "big" {
-			live++
-		}
 		v, err := snap.Get([]byte(k))
 		if err := check(k, v, err); err != nil {
 			t.Fatalf("snapshot: %v", err)
 		}
-	}
-	if seen != live {
-		t.Fatalf("snapshot iterator saw %d keys, want %d", seen, live)
 	}
 
 	// A generation as large as the arrays it was given is kept as it is.
@@ -371,7 +422,7 @@ func TestTierCompact(t *testing.T) {
 		t.Fatal("no generation of 40000 keys to retain")
 	}
 	r.queue = r.queue[1:]
-	g2.Retain(1 << 40)
+	g2.Retain(true)
 	if len(arrs) == 0 {
 		t.Fatal("no slot arrays")
 	}
@@ -403,7 +454,7 @@ func TestTierCompact(t *testing.T) {
 		t.Fatal("nothing written")
 	}
 	r.queue = r.queue[1:]
-	if n := g3.Retain(1); n != pending3 {
+	if n := g3.Retain(false); n != pending3 {
 		t.Fatalf("Retain over the budget returned %d bytes, want the %d pending", n, pending3)
 	}
 	for sh, a := range arrs {
@@ -411,4 +462,101 @@ func TestTierCompact(t *testing.T) {
 			t.Fatal("a generation over the tier's budget was compacted")
 		}
 	}
+}
+
+// TestTierCountsPooledArrays: a table reused from the pool holds slot
+// arrays its bytes no longer count (the pool's bound covered them), but the
+// read tier holds them like any other: Retain returns them in the bytes the
+// tier is charged (heldBytes), and CompactedBytes foretells it. Retain used
+// to return the table's bytes alone, so a tier of pooled tables held more
+// than its budget said.
+func TestTierCountsPooledArrays(t *testing.T) {
+	if !poolEnabled {
+		t.Skip("pooling compiled out (kvbuf_nopool)")
+	}
+	r := newKVRig(t, &Options{Shards: 1, PoolBytes: 64 << 20})
+	gen := func(from int) *KVGen {
+		for i := range 1000 {
+			r.put(fmt.Sprintf("k%07d", from+i), "v")
+		}
+		r.freeze()
+		g := r.queue[0]
+		if !r.write(false) {
+			t.Fatal("nothing written")
+		}
+		r.queue = r.queue[1:]
+		return g
+	}
+	gen(0).Release() // its table goes to the pool ...
+	g2 := gen(1000)  // ... and comes back as the active table g2's freeze made
+	g2.Release()
+	g3 := gen(2000)
+	a := g3.tables[0].shards.Load().s[0].arr.Load()
+	if !a.cleared {
+		t.Fatal("generation 3's table is not the pooled one")
+	}
+	est := g3.CompactedBytes()
+	n := g3.Retain(true)
+	if n < a.bytes() || n != est {
+		t.Fatalf("Retain of a pooled table returned %d bytes (foretold %d); its slot array alone holds %d", n, est, a.bytes())
+	}
+}
+
+// BenchmarkTierCompact measures what tier rule T6 adds to a release: a
+// generation of 64k W6 keys (8-byte keys, 16-byte values) in a table sized
+// for 1M (the next active table after a 1M-key generation), retained
+// with compaction and without, in rotating order within each op, and the
+// filter built afterwards (tier rule T5, which every retained generation
+// pays). Metrics: ns per key of each and the compaction's bytes saved per
+// key. No store: KVGen.Retain needs none.
+func BenchmarkTierCompact(b *testing.B) {
+	const small, large = 1 << 16, 1 << 20
+	kv, err := NewKV(nil, 1, nil, &Options{PoolBytes: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	val := make([]byte, 16)
+	var g uint64
+	oversized := func() *KVGen {
+		kv.view.Load().active.groups = groupsFor(large / kv.opt.shards) // as newActive after a 1M-key generation
+		for range small {
+			if err := kv.Put(binary.BigEndian.AppendUint64(nil, rng.Uint64()), val); err != nil {
+				b.Fatal(err)
+			}
+		}
+		g++
+		return kv.Freeze(g)
+	}
+	var compactNs, keepNs, filterNs, saved int64
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		gens := [2]*KVGen{oversized(), oversized()}
+		b.StartTimer()
+		for j := range 2 {
+			d := (i + j) % 2
+			before := gens[d].tables[0].bytes()
+			t0 := time.Now()
+			n := gens[d].Retain(d == 0)
+			el := time.Since(t0).Nanoseconds()
+			if d == 0 {
+				compactNs += el
+				saved += before - n
+				t0 = time.Now()
+				gens[d].Filter()
+				filterNs += time.Since(t0).Nanoseconds()
+			} else {
+				keepNs += el
+			}
+		}
+		b.StopTimer()
+		gens[0].Evict()
+		gens[1].Evict()
+		b.StartTimer()
+	}
+	per := float64(b.N) * small
+	b.ReportMetric(float64(compactNs)/per, "retain-compact-ns/key")
+	b.ReportMetric(float64(keepNs)/per, "retain-ns/key")
+	b.ReportMetric(float64(filterNs)/per, "filter-ns/key")
+	b.ReportMetric(float64(saved)/per, "bytes-saved/key")
 }

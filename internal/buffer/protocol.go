@@ -172,7 +172,8 @@ package buffer
 //     table and re-validate (T4), and a retained table's filter is built
 //     once it is sealed and published with one store, ruling out a key
 //     only for the table's slots, never its range tombstones (T5);
-//     retain then compacts a table sized for more keys than it took, each
+//     retain then compacts a table sized for more keys than it took
+//     (unless the generation, compacted, is over the tier's budget), each
 //     shard's smaller array filled privately and published as growth is
 //     (T6, order 3).
 //
