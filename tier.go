@@ -20,6 +20,9 @@ type readTier struct {
 
 	bytes   atomic.Int64 // memory held, for Metrics
 	evicted atomic.Int64 // generations evicted
+	// compactions counts the generations whose tables were compacted as
+	// they were retained (tier rule T6), for tests.
+	compactions atomic.Int64
 
 	// noFilters turns the tables' filters off (tier rule T5): set by
 	// BenchmarkMissRead before the first flush, to compare.
@@ -47,9 +50,13 @@ func (rt *readTier) retain(gen *generation, budget int64) {
 	// Tier rule T6: the tables are compacted unless even compacted the
 	// generation is over the budget (then the copy is wasted: the loop
 	// below evicts it at once).
-	var compacted int64
+	var held, compacted int64
 	for _, k := range gen.kvs {
+		held += k.HeldBytes()
 		compacted += k.CompactedBytes()
+	}
+	if compacted <= budget && compacted < held {
+		rt.compactions.Add(1)
 	}
 	for _, k := range gen.kvs {
 		tg.bytes += k.Retain(compacted <= budget)

@@ -202,6 +202,24 @@ func TestReadTierModel(t *testing.T) {
 			}
 		}
 	})
+	// Now and then a burst of other keys makes a large generation, so
+	// that the next active table is sized for it and the generations of
+	// the model's keys after it are compacted as they are retained (tier
+	// rule T6) while the readers read them.
+	r.goWork("bursts", func(w *stressWorker) {
+		for n := 0; !w.stopped(); n++ {
+			ks := w.rng.IntN(tierKeyspaces)
+			for i := range 500 + w.rng.IntN(2500) {
+				if err := kvs[ks].Put(ctx, fmt.Appendf(nil, "burst%02d-%05d", n%100, i), []byte("b"), 0); err != nil {
+					r.failf("burst Put: %v", err)
+					return
+				}
+			}
+			for range 4 + w.rng.IntN(8) {
+				w.pause()
+			}
+		}
+	})
 	keys := tierWriters * tierBlock
 	for g := range 4 {
 		r.goWork(fmt.Sprintf("reader %d", g), func(w *stressWorker) {
@@ -306,6 +324,11 @@ func TestReadTierModel(t *testing.T) {
 		m.Generations, m.IngestedGenerations, m.ReadTierBytes, m.ReadTierGenerations, m.ReadTierEvictions)
 	if m.ReadTierEvictions == 0 {
 		t.Errorf("the read tier never evicted: the test did not exercise eviction")
+	}
+	if n := db.tier.compactions.Load(); n == 0 {
+		t.Errorf("the read tier never compacted a generation: the test did not exercise tier rule T6")
+	} else {
+		t.Logf("%d generations compacted as they were retained", n)
 	}
 }
 

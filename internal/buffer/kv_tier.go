@@ -96,6 +96,16 @@ func (g *KVGen) CompactedBytes() int64 {
 	return n
 }
 
+// HeldBytes returns the memory the generation's tables hold (as Retain
+// without compaction would return it).
+func (g *KVGen) HeldBytes() int64 {
+	var n int64
+	for _, t := range g.tables {
+		n += t.heldBytes()
+	}
+	return n
+}
+
 // heldBytes is the memory t holds: its bytes, and the slot arrays it
 // reused from the pool, which bytes no longer counts (clear) but which the
 // read tier holds as much as any other.
