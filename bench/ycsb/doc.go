@@ -102,7 +102,8 @@
 //     the thread's next call (see DB).
 //   - Update is a read then a write on kvbuf and pebble, not atomic: two
 //     threads updating one record at once may lose one's fields.
-//   - Reads during flushes (OpReadInFlush) are detected by sampling: pebble
+//   - Reads and scans during flushes (OpReadInFlush, OpScanInFlush) are
+//     detected by sampling: pebble
 //     reports its memtable flushes through its event listener, kvbuf's
 //     generation flushes are sampled from Metrics every millisecond, and the
 //     flushes of kvbuf's own store are not seen. badger and bbolt report

@@ -24,6 +24,11 @@ const (
 // flushing (DB.Flushing); they are counted under OpRead too.
 const OpReadInFlush = "READ@FLUSH"
 
+// OpScanInFlush names the scans that started or ended while the engine was
+// flushing; they are counted under OpScan too (workload E's reads are
+// scans).
+const OpScanInFlush = "SCAN@FLUSH"
+
 // Result is what one load or run measured.
 type Result struct {
 	// Ops is the number of operations done (a batch of n counts n).
@@ -31,7 +36,8 @@ type Result struct {
 	// Elapsed is the wall time from the first operation to the last
 	// thread's end.
 	Elapsed time.Duration
-	// Latency maps each operation name (OpRead, ..., OpReadInFlush) to the
+	// Latency maps each operation name (OpRead, ..., OpReadInFlush,
+	// OpScanInFlush) to the
 	// distribution of its latencies in nanoseconds.
 	Latency map[string]*hdrhistogram.Histogram
 	// Records is the number of records in the table afterwards (the key
@@ -344,9 +350,14 @@ func (th *worker) transaction(ctx context.Context, db goycsb.DB, w *Workload, se
 		key := w.KeyName(c.nextKey())
 		count := c.scanLength()
 		fields := c.fields(th.one)
+		flushing := th.rec.inFlush()
 		start := time.Now()
 		_, err := db.Scan(ctx, w.Table, key, count, fields)
-		th.rec.record(OpScan, time.Since(start))
+		d := time.Since(start)
+		th.rec.record(OpScan, d)
+		if flushing || th.rec.inFlush() {
+			th.rec.record(OpScanInFlush, d)
+		}
 		return 1, err
 	default: // read-modify-write
 		key := w.KeyName(c.nextKey())

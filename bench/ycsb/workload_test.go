@@ -339,3 +339,51 @@ func TestRunLabels(t *testing.T) {
 		t.Fatalf("labels %v, want %v", got, want)
 	}
 }
+
+// flushingRecorder is a recorder that says whether it is flushing.
+type flushingRecorder struct {
+	*recorder
+	on bool
+}
+
+func (f *flushingRecorder) Flushing() (flushing, known bool) { return f.on, true }
+
+// TestOpsInFlush: reads and scans timed while the engine says it flushes
+// are also counted under READ@FLUSH and SCAN@FLUSH (E's reads are scans: it
+// had no figure during flushes before SCAN@FLUSH), and none when it does
+// not flush.
+func TestOpsInFlush(t *testing.T) {
+	for _, c := range []struct{ workload, op, inFlush string }{
+		{"b", OpRead, OpReadInFlush},
+		{"e", OpScan, OpScanInFlush},
+	} {
+		p, _ := WorkloadProperties(c.workload)
+		p.MustSet("recordcount", "200")
+		p.MustSet("operationcount", "1000")
+		w, err := NewWorkload(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, on := range []bool{true, false} {
+			db := &flushingRecorder{recorder: &recorder{records: map[string]int{}, ops: map[string]int{}}, on: on}
+			if _, err := Load(context.Background(), db, w, 1, RunOptions{Threads: 2}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(context.Background(), db, w, 200, RunOptions{Threads: 2, Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := res.Latency[c.op]
+			if all == nil || all.TotalCount() == 0 {
+				t.Fatalf("%s: no %s timed", c.workload, c.op)
+			}
+			var in int64
+			if h := res.Latency[c.inFlush]; h != nil {
+				in = h.TotalCount()
+			}
+			if want := map[bool]int64{true: all.TotalCount(), false: 0}[on]; in != want {
+				t.Errorf("%s, flushing %v: %d of %d %s counted under %s, want %d", c.workload, on, in, all.TotalCount(), c.op, c.inFlush, want)
+			}
+		}
+	}
+}
