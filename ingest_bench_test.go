@@ -462,9 +462,10 @@ func benchMissRead(b *testing.B, hot bool) {
 // the stall time per write. Configurations: ingest (the defaults), batch-
 // path (IngestThreshold -1: every generation through the WAL), and the
 // store set-ups tried for a buffer in front of pebble (doc/design.md,
-// "The store under a buffer"): ingest-l0c4 pebble's L0 compaction
-// threshold (4, the engine's is 2), ingest-mem64m a 64 MiB memtable,
-// ingest-compact2 two concurrent compactions.
+// "The store under a buffer"): ingest-l0c2 an L0 compaction threshold of
+// 2 (compaction from one sublevel; the engine's, pebble's, is 4),
+// ingest-l0c8 one of 8 (from four sublevels), ingest-mem64m a 64 MiB
+// memtable, ingest-compact2 two concurrent compactions.
 func BenchmarkSustainedWrites(b *testing.B) {
 	d := 3 * time.Second
 	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
@@ -477,9 +478,10 @@ func BenchmarkSustainedWrites(b *testing.B) {
 	configs := []config{
 		{"ingest", Options{}},
 		{"batch-path", Options{IngestThreshold: -1}},
-		{"ingest-l0c4", Options{storeTune: &storage.Options{L0CompactionThreshold: 4}}},
-		{"ingest-mem64m", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MemTableSize: 64 << 20}}},
-		{"ingest-compact2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2, MaxConcurrentCompactions: 2}}},
+		{"ingest-l0c2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
+		{"ingest-l0c8", Options{storeTune: &storage.Options{L0CompactionThreshold: 8}}},
+		{"ingest-mem64m", Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MemTableSize: 64 << 20}}},
+		{"ingest-compact2", Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MaxConcurrentCompactions: 2}}},
 	}
 	type stats struct {
 		writes                   int64

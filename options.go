@@ -279,16 +279,18 @@ func (o *Options) Validate() error {
 // The store set up for a buffer in front of it (doc/design.md, "The store
 // under a buffer"): the engine's writes reach pebble as large ingested
 // tables and small WAL batches, and the hot set is read from the buffer
-// and the read tier. The L0 compaction threshold is 2 (pebble's: 4), which
-// compacts every L0 table as it lands (pebble compacts L0 once twice its
-// sublevels reach the threshold; its default waits for two), since every
-// ingestion that overlaps the store lands in L0 as a sublevel of its own
-// and a store read searches each; the memtable stays small
-// (pebble's 4 MiB: it holds only small generations, and each ingestion
-// that overlaps it rotates it anyway), and so does compaction concurrency
-// (one: the cores are the readers' and the flusher's).
+// and the read tier. The L0 compaction threshold is pebble's (4): pebble
+// compacts L0 once twice its sublevels reach the threshold, so L0 is
+// compacted into Lbase once two sublevels stack up, not as each table
+// lands; a compaction of L0 rewrites every Lbase table it overlaps, which
+// scattered keys make all of them, and at 2 (one sublevel) YCSB B wrote
+// twice the bytes per user byte (doc/bench/2026-12-07-storel0_29) with no
+// better read latency. The memtable stays small (pebble's 4 MiB: it holds
+// only small generations, and each ingestion that overlaps it rotates it
+// anyway), and so does compaction concurrency (one: the cores are the
+// readers' and the flusher's).
 const (
-	storeL0CompactionThreshold = 2
+	storeL0CompactionThreshold = 4
 	storeL0StopWritesThreshold = 12
 	storeMaxCompactions        = 1
 )
