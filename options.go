@@ -281,9 +281,10 @@ func (o *Options) Validate() error {
 // tables and small WAL batches, and the hot set is read from the buffer
 // and the read tier. The L0 compaction threshold is pebble's (4): pebble
 // compacts L0 once twice its sublevels reach the threshold, so L0 is
-// compacted into Lbase once two sublevels stack up, not as each table
-// lands; a compaction of L0 rewrites every Lbase table it overlaps, which
-// scattered keys make all of them, and at 2 (one sublevel) YCSB B wrote
+// compacted into the base level once two sublevels stack up, not as each
+// table lands; a compaction of L0 rewrites every base-level table it
+// overlaps, which scattered keys make all of them, and at 2 (one
+// sublevel) YCSB B wrote
 // twice the bytes per user byte (doc/bench/2026-12-07-storel0_29) with no
 // better read latency. The memtable stays small (pebble's 4 MiB: it holds
 // only small generations, and each ingestion that overlaps it rotates it

@@ -77,10 +77,10 @@ type Options struct {
 	ErrorIfNotExists bool
 
 	// L0CompactionThreshold sets when pebble starts compacting L0 into the
-	// levels below: once twice the L0 read amplification (sublevels, or
-	// files over L0CompactionFileThreshold's default) reaches it, so 2
-	// compacts every L0 table as it lands and pebble's default (4) waits
-	// for two sublevels. Default: pebble's (4). Negative values are
+	// levels below: once twice L0's sublevels reach it (or L0 holds
+	// pebble's L0CompactionFileThreshold files, 500), so 2 compacts every
+	// L0 table as it lands and pebble's default (4) waits for two
+	// sublevels. Default: pebble's (4). Negative values are
 	// kvbuf.ErrBadOptions.
 	L0CompactionThreshold int
 
