@@ -18,7 +18,9 @@ func TestYCSBMarkdownScans(t *testing.T) {
 		return ycsb.Row{Workload: w, Threads: 1, Engine: engine, Durability: "window", Rounds: 1,
 			OpsPerSec: 1000, MinOpsPerSec: 1000, MaxOpsPerSec: 1000, Ops: ops}
 	}
-	st := func(p99 time.Duration) ycsb.OpStats { return ycsb.OpStats{Count: 10, P50: p99 / 2, P99: p99, P999: p99} }
+	st := func(p99 time.Duration) ycsb.OpStats {
+		return ycsb.OpStats{Count: 10, P50: p99 / 2, P99: p99, P999: p99}
+	}
 	rows := []ycsb.Row{
 		row("e", "kvbuf", map[string]ycsb.OpStats{ycsb.OpScan: st(ms(3)), ycsb.OpScanInFlush: st(ms(7)), ycsb.OpInsert: st(ms(1))}),
 		row("e", "pebble", map[string]ycsb.OpStats{ycsb.OpScan: st(ms(2)), ycsb.OpInsert: st(ms(1))}),
