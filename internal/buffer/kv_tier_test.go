@@ -33,6 +33,21 @@ func (r *kvRig) retainOldest() *KVGen {
 	return g
 }
 
+// slotModeKey returns key i of a set that takes every slot mode in turn:
+// 8 bytes, short, inline up to 24 bytes, long (in the arena).
+func slotModeKey(i int) string {
+	switch i % 4 {
+	case 0:
+		return fmt.Sprintf("k%07d", i) // 8 bytes
+	case 1:
+		return fmt.Sprintf("s%d", i)
+	case 2:
+		return fmt.Sprintf("inline-key-%012d", i) // 23 bytes
+	default:
+		return fmt.Sprintf("a-long-key-that-lives-in-the-arena-%d", i)
+	}
+}
+
 // TestTierFilter: tier rule T5. A retained table's filter holds every key of
 // the table (keys of every slot mode: 8 bytes, short, inline up to 24 bytes,
 // long), rules out most absent keys, and a read of a key the filter rules
@@ -44,17 +59,7 @@ func TestTierFilter(t *testing.T) {
 	r := newKVRig(t, nil)
 	var keys []string
 	for i := range 3000 {
-		var k string
-		switch i % 4 {
-		case 0:
-			k = fmt.Sprintf("k%07d", i) // 8 bytes
-		case 1:
-			k = fmt.Sprintf("s%d", i)
-		case 2:
-			k = fmt.Sprintf("inline-key-%012d", i) // 23 bytes
-		default:
-			k = fmt.Sprintf("a-long-key-that-lives-in-the-arena-%d", i)
-		}
+		k := slotModeKey(i)
 		keys = append(keys, k)
 		r.put(k, "v1-"+k)
 	}
@@ -182,17 +187,7 @@ func TestTierCompact(t *testing.T) {
 	want := map[string]string{} // key -> value; "" for a deleted key
 	var keys []string
 	for i := range 4000 {
-		var k string
-		switch i % 4 {
-		case 0:
-			k = fmt.Sprintf("k%07d", i) // 8 bytes
-		case 1:
-			k = fmt.Sprintf("s%d", i)
-		case 2:
-			k = fmt.Sprintf("inline-key-%012d", i) // 23 bytes
-		default:
-			k = fmt.Sprintf("a-long-key-that-lives-in-the-arena-%d", i)
-		}
+		k := slotModeKey(i)
 		keys = append(keys, k)
 		r.put(k, "v1-"+k)
 		want[k] = "v1-" + k
