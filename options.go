@@ -106,7 +106,11 @@ type Options struct {
 	// memory rather than by a store read. Whole generations are evicted,
 	// oldest first, to keep within the budget and at most four generations
 	// (a read that misses the buffer probes each); a generation larger
-	// than the budget is not kept. The
+	// than the budget is not kept. A generation's size in the tier is the
+	// memory its tables hold once retained: a table given slot arrays for
+	// many more keys than it took (a small generation after a large one)
+	// is first compacted to its keys, unless even compacted the generation
+	// is over the budget. The
 	// tier's memory is reported in Metrics.ReadTierBytes, apart from
 	// PendingBytes (it does not count against MaxPendingBytes). Default:
 	// DefaultReadTierBytes. Negative disables the tier.
