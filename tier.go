@@ -52,8 +52,9 @@ func (rt *readTier) retain(gen *generation, budget int64) {
 	// below evicts it at once).
 	var held, compacted int64
 	for _, k := range gen.kvs {
-		held += k.HeldBytes()
-		compacted += k.CompactedBytes()
+		h, c := k.TierBytes()
+		held += h
+		compacted += c
 	}
 	if compacted <= budget && compacted < held {
 		rt.compactions.Add(1)

@@ -58,7 +58,7 @@ import "math/bits"
 //	    a pinned snapshot that iterates the table later sorts the new ones.
 //	    A generation that would still be over the tier's budget compacted
 //	    is not copied (the tier evicts it at once): the engine asks
-//	    CompactedBytes of all its keyspaces first. The tier counts the
+//	    TierBytes of all its keyspaces first. The tier counts the
 //	    memory a retained table holds (heldBytes), slot arrays reused from
 //	    the pool included, which the pending account does not count.
 
@@ -68,7 +68,7 @@ import "math/bits"
 // debited), held by the tier until Evict. With compact, tables made for
 // many more keys than they hold are compacted first (tier rule T6), so the
 // bytes returned may be fewer than the generation held while pending; the
-// engine asks for it unless CompactedBytes says the tier would evict the
+// engine asks for it unless TierBytes says the tier would evict the
 // generation at once anyway. Generations must be released or retained in
 // order, and every one retained while the tier is in use (tier rule T2).
 func (g *KVGen) Retain(compact bool) int64 { return g.kv.retain(g.g, compact) }
@@ -85,51 +85,47 @@ func (kv *KV) retain(g uint64, compact bool) int64 {
 	return n
 }
 
-// CompactedBytes returns the memory the generation's tables would hold in
-// the read tier once compacted (tier rule T6): what Retain(true) returns.
-// Call it before Retain.
-func (g *KVGen) CompactedBytes() int64 {
-	var n int64
+// TierBytes returns the memory the generation's tables hold (what Retain
+// without compaction returns) and the memory they would hold compacted
+// (tier rule T6: what Retain(true) returns). Call it before Retain.
+func (g *KVGen) TierBytes() (held, compacted int64) {
 	for _, t := range g.tables {
-		n += t.compactedBytes()
+		h, c := t.tierBytes()
+		held += h
+		compacted += c
 	}
-	return n
+	return held, compacted
 }
 
-// HeldBytes returns the memory the generation's tables hold (as Retain
-// without compaction would return it).
-func (g *KVGen) HeldBytes() int64 {
-	var n int64
-	for _, t := range g.tables {
-		n += t.heldBytes()
-	}
-	return n
-}
-
-// heldBytes is the memory t holds: its bytes, and the slot arrays it
-// reused from the pool, which bytes no longer counts (clear) but which the
-// read tier holds as much as any other.
+// heldBytes is the memory t holds (see tierBytes).
 func (t *table) heldBytes() int64 {
-	return t.bytes() + t.sumShards(func(sh *shard) int64 {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if a := sh.arr.Load(); a != nil && a.cleared {
-			return a.bytes()
-		}
-		return 0
-	})
+	held, _ := t.tierBytes()
+	return held
 }
 
-// compactedBytes returns the memory t would hold after compact.
-func (t *table) compactedBytes() int64 {
-	return t.heldBytes() + t.sumShards(func(sh *shard) int64 {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if a := sh.arr.Load(); a != nil && compactable(a) {
-			return slotArrayBytes(groupsFor(int(a.n))) - a.bytes()
+// tierBytes returns the memory t holds, held: its bytes, and the slot
+// arrays it reused from the pool, which bytes no longer counts (clear) but
+// which the read tier holds as much as any other; and compacted, what it
+// would hold after compact.
+func (t *table) tierBytes() (held, compacted int64) {
+	held = t.bytes()
+	compacted = held
+	if ss := t.shards.Load(); ss != nil {
+		for _, sh := range ss.s {
+			sh.mu.Lock()
+			if a := sh.arr.Load(); a != nil {
+				if a.cleared {
+					held += a.bytes()
+					compacted += a.bytes()
+				}
+				if compactable(a) {
+					compacted += slotArrayBytes(groupsFor(int(a.n))) - a.bytes()
+				}
+			}
+			sh.mu.Unlock()
 		}
-		return 0
-	})
+	}
+	return held, compacted
 }
 
 // compactable reports whether a retained table's array a is less than
