@@ -33,6 +33,22 @@ func dumpStore(t testing.TB, st *storage.Store) []string {
 	return out
 }
 
+// ingestGen writes gen into st by ingestion (IngestTo, CommitIngest, Wait).
+func ingestGen(t testing.TB, st *storage.Store, gen *KVGen) {
+	t.Helper()
+	in := st.NewIngest()
+	if err := gen.IngestTo(context.Background(), in, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.CommitIngest(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestKVIngestMatchesBatch writes random generations (puts, deletes, range
 // deletes, with snapshots sealing several tables per generation) to an
 // overlay, and flushes each both ways into two stores that hold the same
@@ -105,17 +121,7 @@ func TestKVIngestMatchesBatch(t *testing.T) {
 			t.flushDesign = flushDesign(rng.IntN(int(flushNoPrefetch) + 1))
 			t.flushParts = rng.IntN(5) // 0: the default; 2-4: parallel parts
 		}
-		in := viaIngest.NewIngest()
-		if err := gen.IngestTo(ctx, in, nil); err != nil {
-			t.Fatal(err)
-		}
-		c, err := viaIngest.CommitIngest(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Wait(); err != nil {
-			t.Fatal(err)
-		}
+		ingestGen(t, viaIngest, gen)
 		gen.Release()
 		a, b2 := dumpStore(t, viaBatch), dumpStore(t, viaIngest)
 		if !slices.Equal(a, b2) {
@@ -134,7 +140,6 @@ func TestKVIngestMatchesBatch(t *testing.T) {
 // store. The ranked design used to dereference the missing order
 // (TestKVIngestMatchesBatch met it by chance).
 func TestKVIngestRangeDeletionsOnly(t *testing.T) {
-	ctx := context.Background()
 	for d := range flushNoPrefetch + 1 {
 		st, err := storage.Open(t.TempDir(), nil)
 		if err != nil {
@@ -158,17 +163,7 @@ func TestKVIngestRangeDeletionsOnly(t *testing.T) {
 			t.Fatalf("design %d: want one table without shards", d)
 		}
 		gen.tables[0].flushDesign = d
-		in := st.NewIngest()
-		if err := gen.IngestTo(ctx, in, nil); err != nil {
-			t.Fatalf("design %d: %v", d, err)
-		}
-		c, err := st.CommitIngest(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Wait(); err != nil {
-			t.Fatal(err)
-		}
+		ingestGen(t, st, gen)
 		gen.Release()
 		if got := dumpStore(t, st); !slices.Equal(got, []string{"d=kept"}) {
 			t.Errorf("design %d: store holds %v, want [d=kept]", d, got)
