@@ -315,9 +315,15 @@ func TestReadTierModel(t *testing.T) {
 			s.Close()
 		}
 	})
+	// Below this budget a generation of the model's keys may not fit even
+	// compacted (every keyspace's table has a slot array in each shard it
+	// touched), and the tier rightly copies none (tier rule T6): a CI run
+	// at 35 KiB compacted none of 52 generations.
+	const compactsFrom = 128 << 10
 	r.runUntil(stressDuration(2*time.Second), stressDuration(20*time.Second), func() bool {
 		m := db.Metrics()
-		return m.ReadTierEvictions > 10 && m.Generations > 50
+		return m.ReadTierEvictions > 10 && m.Generations > 50 &&
+			(opts.ReadTierBytes < compactsFrom || db.tier.compactions.Load() > 0)
 	})
 	m := db.Metrics()
 	t.Logf("%d generations (%d ingested), read tier: %d bytes, %d generations, %d evicted",
@@ -325,10 +331,10 @@ func TestReadTierModel(t *testing.T) {
 	if m.ReadTierEvictions == 0 {
 		t.Errorf("the read tier never evicted: the test did not exercise eviction")
 	}
-	if n := db.tier.compactions.Load(); n == 0 {
+	n := db.tier.compactions.Load()
+	t.Logf("%d generations compacted as they were retained", n)
+	if n == 0 && opts.ReadTierBytes >= compactsFrom {
 		t.Errorf("the read tier never compacted a generation: the test did not exercise tier rule T6")
-	} else {
-		t.Logf("%d generations compacted as they were retained", n)
 	}
 }
 
