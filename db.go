@@ -359,6 +359,9 @@ func (db *DB) Close() error {
 			b.ov.DropFile()
 		}
 		db.mu.Unlock()
+		// The store's counters' last reading, which Metrics reports
+		// after Close (not while its writes wait for space: see lsmStats).
+		db.lsmStats(db.guard != nil && db.guard.Waiting() > 0)
 		if cerr := db.store.Close(); err == nil && cerr != nil {
 			err = kverr.Errorf("close store: %w", cerr)
 		}

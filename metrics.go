@@ -162,6 +162,19 @@ type Metrics struct {
 	// FlushMemtables. 0 after Close.
 	StoreLogBytes int64
 
+	// StoreFlushes, StoreCompactions and StoreIngests count the store's
+	// memtable flushes, compactions and ingestions since Open.
+	// StoreCompactedBytes is what its compactions wrote, and
+	// StoreBytesWritten everything it wrote: its write-ahead log, the
+	// tables its flushes and compactions wrote, and the tables ingested.
+	// They tell where a workload's disk writes go: a generation written as
+	// one batch costs a log write and, later, a memtable flush; an ingested
+	// one a table; and each compaction of L0 rewrites the tables of the
+	// level below that it overlaps. After Close they keep the values read
+	// when Close closed the store.
+	StoreFlushes, StoreCompactions, StoreIngests int64
+	StoreCompactedBytes, StoreBytesWritten       int64
+
 	// IngestedGenerations counts generations flushed by ingestion
 	// (Options.IngestThreshold); the others went through the store's
 	// write-ahead log as one batch.
@@ -225,6 +238,14 @@ func (db *DB) Metrics() Metrics {
 		m.StoreL0Files = lsm.L0Files
 		m.StoreReadAmp = lsm.ReadAmp
 		m.StoreLogBytes = int64(lsm.LogBytes)
+	}
+	if lsm := db.lastLSM.Load(); lsm != nil {
+		// The last reading (this call's, or the one Close took): the
+		// counters go on being reported after Close.
+		m.StoreFlushes, m.StoreCompactions = lsm.Flushes, lsm.Compactions
+		m.StoreIngests = int64(lsm.Ingests)
+		m.StoreCompactedBytes = int64(lsm.CompactedBytes)
+		m.StoreBytesWritten = int64(lsm.BytesWritten)
 	}
 	m.IngestedGenerations = db.ingests.Load()
 	m.ReadTierBytes = db.tier.bytes.Load()

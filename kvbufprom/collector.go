@@ -25,6 +25,11 @@
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
 //	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
 //	kvbuf_ingested_generations_total generations flushed by ingestion (IngestedGenerations)
+//	kvbuf_store_flushes_total        the store's memtable flushes (StoreFlushes)
+//	kvbuf_store_compactions_total    the store's compactions (StoreCompactions)
+//	kvbuf_store_ingests_total        the store's ingestions (StoreIngests)
+//	kvbuf_store_compacted_bytes_total  bytes the store's compactions wrote (StoreCompactedBytes)
+//	kvbuf_store_written_bytes_total  bytes the store wrote: its log, flushed, compacted and ingested tables (StoreBytesWritten)
 //	kvbuf_read_tier_evictions_total  generations the read tier evicted (ReadTierEvictions)
 //	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
 //	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
@@ -125,6 +130,8 @@ type collector struct {
 	storeJobs                                       *prometheus.Desc
 	storeL0Files, storeReadAmp, storeLogBytes       *prometheus.Desc
 	ingested                                        *prometheus.Desc
+	storeFlushes, storeCompactions, storeIngests    *prometheus.Desc
+	storeCompacted, storeWritten                    *prometheus.Desc
 	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
 	flushYields, flushThrottled                     *prometheus.Desc
 	budgetBytes, budgetForced                       *prometheus.Desc
@@ -201,6 +208,12 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		storeLogBytes: desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
 		ingested:      desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
 
+		storeFlushes:     desc("store_flushes_total", "Memtable flushes of the store (pebble)."),
+		storeCompactions: desc("store_compactions_total", "Compactions of the store (pebble)."),
+		storeIngests:     desc("store_ingests_total", "Ingestions of sstables into the store (pebble)."),
+		storeCompacted:   desc("store_compacted_bytes_total", "Bytes the store's compactions wrote."),
+		storeWritten:     desc("store_written_bytes_total", "Bytes the store wrote: its write-ahead log, the tables its flushes and compactions wrote, and the tables ingested."),
+
 		tierBytes:       desc("read_tier_bytes", "Memory held by the read tier: flushed generations kept readable."),
 		tierGenerations: desc("read_tier_generations", "Flushed generations the read tier holds."),
 		tierEvictions:   desc("read_tier_evictions_total", "Generations the read tier evicted."),
@@ -275,6 +288,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
 		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.storeLogBytes, c.ingested,
+		c.storeFlushes, c.storeCompactions, c.storeIngests, c.storeCompacted, c.storeWritten,
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
 		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
@@ -327,6 +341,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	out.gauge(c.storeReadAmp, float64(m.StoreReadAmp))
 	out.gauge(c.storeLogBytes, float64(m.StoreLogBytes))
 	out.counter(c.ingested, float64(m.IngestedGenerations))
+	out.counter(c.storeFlushes, float64(m.StoreFlushes))
+	out.counter(c.storeCompactions, float64(m.StoreCompactions))
+	out.counter(c.storeIngests, float64(m.StoreIngests))
+	out.counter(c.storeCompacted, float64(m.StoreCompactedBytes))
+	out.counter(c.storeWritten, float64(m.StoreBytesWritten))
 	out.gauge(c.tierBytes, float64(m.ReadTierBytes))
 	out.gauge(c.tierGenerations, float64(m.ReadTierGenerations))
 	out.counter(c.tierEvictions, float64(m.ReadTierEvictions))

@@ -56,6 +56,11 @@ var fieldMetric = map[string]string{
 	"StoreReadAmp":        "kvbuf_store_read_amp",
 	"StoreLogBytes":       "kvbuf_store_log_bytes",
 	"IngestedGenerations": "kvbuf_ingested_generations_total",
+	"StoreFlushes":        "kvbuf_store_flushes_total",
+	"StoreCompactions":    "kvbuf_store_compactions_total",
+	"StoreIngests":        "kvbuf_store_ingests_total",
+	"StoreCompactedBytes": "kvbuf_store_compacted_bytes_total",
+	"StoreBytesWritten":   "kvbuf_store_written_bytes_total",
 	"ReadTierBytes":       "kvbuf_read_tier_bytes",
 	"ReadTierGenerations": "kvbuf_read_tier_generations",
 	"ReadTierEvictions":   "kvbuf_read_tier_evictions_total",
@@ -108,6 +113,11 @@ func fabricated() kvbuf.Metrics {
 		StoreReadAmp:        14,
 		StoreLogBytes:       14 << 10,
 		IngestedGenerations: 15,
+		StoreFlushes:        31,
+		StoreCompactions:    32,
+		StoreIngests:        33,
+		StoreCompactedBytes: 34 << 20,
+		StoreBytesWritten:   35 << 20,
 		ReadTierBytes:       16 << 20,
 		ReadTierGenerations: 17,
 		ReadTierEvictions:   18,
@@ -249,6 +259,21 @@ kvbuf_store_read_amp{shard="7"} 14
 # HELP kvbuf_ingested_generations_total Generations flushed by ingesting sstables rather than through the write-ahead log.
 # TYPE kvbuf_ingested_generations_total counter
 kvbuf_ingested_generations_total{shard="7"} 15
+# HELP kvbuf_store_flushes_total Memtable flushes of the store (pebble).
+# TYPE kvbuf_store_flushes_total counter
+kvbuf_store_flushes_total{shard="7"} 31
+# HELP kvbuf_store_compactions_total Compactions of the store (pebble).
+# TYPE kvbuf_store_compactions_total counter
+kvbuf_store_compactions_total{shard="7"} 32
+# HELP kvbuf_store_ingests_total Ingestions of sstables into the store (pebble).
+# TYPE kvbuf_store_ingests_total counter
+kvbuf_store_ingests_total{shard="7"} 33
+# HELP kvbuf_store_compacted_bytes_total Bytes the store's compactions wrote.
+# TYPE kvbuf_store_compacted_bytes_total counter
+kvbuf_store_compacted_bytes_total{shard="7"} 3.5651584e+07
+# HELP kvbuf_store_written_bytes_total Bytes the store wrote: its write-ahead log, the tables its flushes and compactions wrote, and the tables ingested.
+# TYPE kvbuf_store_written_bytes_total counter
+kvbuf_store_written_bytes_total{shard="7"} 3.6700160e+07
 # HELP kvbuf_read_tier_bytes Memory held by the read tier: flushed generations kept readable.
 # TYPE kvbuf_read_tier_bytes gauge
 kvbuf_read_tier_bytes{shard="7"} 1.6777216e+07

@@ -86,6 +86,21 @@ type idler interface {
 	waitIdle(ctx context.Context) error
 }
 
+// storeCounter is implemented by engines over an LSM store (kvbuf and
+// pebble): storeWork returns the store's counters since the engine was
+// opened, which the suite reads around each load and run (Result.Store).
+type storeCounter interface {
+	storeWork() StoreWork
+}
+
+// storeWork returns db's store counters, and false if its engine has none.
+func storeWork(db *DB) (StoreWork, bool) {
+	if s, ok := db.e.(storeCounter); ok {
+		return s.storeWork(), true
+	}
+	return StoreWork{}, false
+}
+
 // settleWait bounds how long the settle step waits for an engine's
 // background work; past it the step's disk figure is left out
 // (workload.ErrStillBusy).

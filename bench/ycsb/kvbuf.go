@@ -223,6 +223,12 @@ func (e *kvbufEngine) watch() {
 
 func (e *kvbufEngine) flushing() bool { return e.inFlush.Load() }
 
+// storeWork reads the store's counters from the engine's metrics.
+func (e *kvbufEngine) storeWork() StoreWork {
+	m := e.db.Metrics()
+	return StoreWork{m.StoreFlushes, m.StoreCompactions, m.StoreIngests, m.StoreCompactedBytes, m.StoreBytesWritten}
+}
+
 func (e *kvbufEngine) kv(table string) (*kvbuf.KV, error) {
 	if k, ok := e.kvs.Load(table); ok {
 		return k.(*kvbuf.KV), nil

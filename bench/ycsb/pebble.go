@@ -69,6 +69,20 @@ func openPebble(dir string, p *properties.Properties) (engine, error) {
 
 func (e *pebbleEngine) flushing() bool { return e.flushes.Load() > 0 }
 
+// storeWork reads pebble's metrics, as kvbuf's store reports its own
+// (storage.Store.LSM).
+func (e *pebbleEngine) storeWork() StoreWork {
+	m := e.db.Metrics()
+	tot := m.Total()
+	return StoreWork{
+		Flushes:        m.Flush.Count,
+		Compactions:    m.Compact.Count,
+		Ingests:        int64(m.Ingest.Count),
+		CompactedBytes: int64(tot.TableBytesCompacted),
+		WrittenBytes:   int64(m.WAL.BytesWritten + tot.TableBytesFlushed + tot.TableBytesCompacted + tot.TableBytesIngested),
+	}
+}
+
 // tableKey returns table ":" key in t.scratch.
 func tableKey(t *thread, table string, key []byte) []byte {
 	t.scratch = append(append(append(t.scratch[:0], table...), ':'), key...)

@@ -57,6 +57,34 @@ type Result struct {
 	// cannot wait out (badger).
 	DiskBytes    int64
 	DiskMeasured bool
+	// Store, if StoreMeasured, is the work the engine's store did over the
+	// run, counted as DiskBytes is (through the settle step, before the
+	// Close): where the disk bytes went. Bench leaves it unmeasured on an
+	// engine that reports none (badger, bbolt).
+	Store         StoreWork
+	StoreMeasured bool
+}
+
+// StoreWork is what an LSM store (pebble: kvbuf's store, or pebble alone)
+// did over a load or a run: its memtable flushes, compactions and
+// ingestions, the bytes its compactions wrote, and every byte it wrote
+// (its write-ahead log, the tables its flushes and compactions wrote, the
+// tables ingested).
+type StoreWork struct {
+	Flushes, Compactions, Ingests int64
+	CompactedBytes, WrittenBytes  int64
+}
+
+// sub returns w - o, counter by counter.
+func (w StoreWork) sub(o StoreWork) StoreWork {
+	return StoreWork{w.Flushes - o.Flushes, w.Compactions - o.Compactions, w.Ingests - o.Ingests,
+		w.CompactedBytes - o.CompactedBytes, w.WrittenBytes - o.WrittenBytes}
+}
+
+// add returns w + o, counter by counter.
+func (w StoreWork) add(o StoreWork) StoreWork {
+	return StoreWork{w.Flushes + o.Flushes, w.Compactions + o.Compactions, w.Ingests + o.Ingests,
+		w.CompactedBytes + o.CompactedBytes, w.WrittenBytes + o.WrittenBytes}
 }
 
 // OpsPerSec is Ops / Elapsed.

@@ -161,3 +161,57 @@ func TestSettleStillBusy(t *testing.T) {
 		t.Errorf("settle of an engine still busy: idle %v, %v; want not idle, no error", idle, err)
 	}
 }
+
+// TestStoreWorkCounted: the load of kvbuf and of pebble counts its store's
+// work through the settle step: every byte of user data went through the
+// store (its log, or an ingested or flushed table), so the store wrote at
+// least that much, in at least one flush or ingestion; an engine with no
+// store counters (bbolt) leaves it unmeasured. A row sums the rounds that
+// measured it.
+func TestStoreWorkCounted(t *testing.T) {
+	ctx := context.Background()
+	for _, engine := range []string{"kvbuf", "pebble", "bbolt"} {
+		t.Run(engine, func(t *testing.T) {
+			cfg, loadProps, _, err := Config{Engines: []string{engine}, Workloads: []string{"a"}, Records: 2000, Ops: 100, Rounds: 1, Seed: 1}.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode, err := modeProperties(DurabilityWindow, loadProps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loadProps = withMode(loadProps, nil, mode)
+			loadW, err := NewWorkload(loadProps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := &engineState{name: engine, dir: filepath.Join(t.TempDir(), engine)}
+			var done atomic.Int64
+			res, err := loadOne(ctx, cfg, es, loadProps, loadW, 1, &done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if engine == "bbolt" {
+				if res.StoreMeasured {
+					t.Fatalf("bbolt: store work measured: %+v", res.Store)
+				}
+				return
+			}
+			s := res.Store
+			if !res.StoreMeasured || s.WrittenBytes < res.UserBytes || s.Flushes+s.Ingests == 0 {
+				t.Fatalf("%s load of %d user bytes: store work %+v (measured %v), want at least the user bytes written, in a flush or an ingestion",
+					engine, res.UserBytes, s, res.StoreMeasured)
+			}
+		})
+	}
+	w := StoreWork{Flushes: 1, Compactions: 2, Ingests: 3, CompactedBytes: 4, WrittenBytes: 5}
+	rs := []*Result{
+		{Ops: 1, Elapsed: time.Second, Store: w, StoreMeasured: true},
+		{Ops: 1, Elapsed: time.Second, Store: w.add(w), StoreMeasured: true},
+		{Ops: 1, Elapsed: time.Second, Store: w, StoreMeasured: false},
+	}
+	row := summarize("a", 1, "kvbuf", DurabilityWindow, rs)
+	if want := (StoreWork{3, 6, 9, 12, 15}); row.Store != want || row.StoreRounds != 2 {
+		t.Errorf("row's store work %+v over %d rounds, want %+v over 2", row.Store, row.StoreRounds, want)
+	}
+}

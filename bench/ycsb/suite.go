@@ -222,6 +222,14 @@ type Row struct {
 	// not move (tmpfs), or the figure is negative (pages of other, removed
 	// files taken back from the count).
 	DiskPerUserByte, DiskMin, DiskMax float64
+	// Store is the work of the engine's store (Result.Store) summed over
+	// the rounds, and StoreRounds the number of rounds it counts: 0 where
+	// the engine reports none (badger, bbolt) or a round's settle step
+	// found it still busy. Where the disk bytes went: memtable flushes,
+	// ingestions, and compactions (each a rewrite of the tables below that
+	// a flushed or ingested table overlaps).
+	Store       StoreWork
+	StoreRounds int
 	// Durability is the durability mode the row ran in (DurabilityWindow,
 	// DurabilityAcked).
 	Durability string
@@ -365,6 +373,7 @@ func loadOne(ctx context.Context, cfg Config, es *engineState, props *properties
 		return nil, err
 	}
 	d0, dok := workload.ProcessDiskWrites()
+	s0, sok := storeWork(db)
 	c0, cok := processCPU()
 	res, err := Load(ctx, db, w, cfg.LoadBatch, RunOptions{Threads: threads, Seed: cfg.Seed, Done: done})
 	if err == nil {
@@ -379,6 +388,9 @@ func loadOne(ctx context.Context, cfg Config, es *engineState, props *properties
 	idle := false
 	if err == nil {
 		idle, err = settle(ctx, db)
+	}
+	if s1, ok := storeWork(db); ok && sok && idle && err == nil {
+		res.Store, res.StoreMeasured = s1.sub(s0), true
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -408,7 +420,8 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 	}
 	var c0 time.Duration
 	var d0 int64
-	var cok, dok, idle bool
+	var s0, s1 StoreWork
+	var cok, dok, sok, idle bool
 	res, err := func() (*Result, error) {
 		if cfg.Warmup > 0 {
 			wp := props.FilterFunc(func(string, string) bool { return true })
@@ -431,6 +444,7 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 			return nil, err
 		}
 		d0, dok = workload.ProcessDiskWrites()
+		s0, sok = storeWork(db)
 		c0, cok = processCPU()
 		res, err := Run(ctx, db, w, es.records, RunOptions{Threads: threads, Seed: seed, MaxTime: cfg.MaxTime, Done: done})
 		if err != nil {
@@ -449,6 +463,12 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 			// Off the clock and off the CPU count: the settle step.
 			idle, err = settle(ctx, db)
 		}
+		if sok && idle && err == nil {
+			// The store's work, before Close ends it.
+			s1, sok = storeWork(db)
+		} else {
+			sok = false
+		}
 		if c2, ok := processCPU(); cok && ok {
 			c0 += c2 - c1
 		}
@@ -465,6 +485,9 @@ func runOne(ctx context.Context, cfg Config, es *engineState, props *properties.
 		}
 		if d1, ok := workload.ProcessDiskWrites(); ok && dok && idle {
 			res.DiskBytes, res.DiskMeasured = d1-d0, true
+		}
+		if sok {
+			res.Store, res.StoreMeasured = s1.sub(s0), true
 		}
 	}
 	return res, err
@@ -625,6 +648,10 @@ func summarize(workload string, threads int, engine, mode string, rs []*Result) 
 			counted = counted || r.DiskBytes != 0
 		} else if r.UserBytes > 0 {
 			lost = true // a round that wrote left no figure: none for the row
+		}
+		if r.StoreMeasured {
+			row.Store = row.Store.add(r.Store)
+			row.StoreRounds++
 		}
 		all.merge(r)
 		row.OpsPerRound = r.Ops

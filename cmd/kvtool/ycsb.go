@@ -89,8 +89,11 @@ db, durability, records, rounds, ops_per_round, ops_per_sec,
 ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,
 disk_bytes_per_user_byte (over all rounds: disk bytes summed over user
 bytes summed), disk_bytes_per_user_byte_min and _max (per round),
-kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines), ops
-(operation -> count, p50_ns, p99_ns, p999_ns, max_ns). --markdown writes
+kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines),
+store (kvbuf's store or pebble, summed over store_rounds rounds counted
+as the disk bytes are: flushes, compactions, ingests, compacted_bytes,
+written_bytes), ops (operation -> count, p50_ns, p99_ns, p999_ns,
+max_ns). --markdown writes
 the tables of the README and doc/workloads.md (one per durability mode) to
 a file. A progress line is drawn on stderr when it is a terminal or with
 --progress.
@@ -106,6 +109,15 @@ type ycsbOpJSON struct {
 	P99Ns  int64 `json:"p99_ns"`
 	P999Ns int64 `json:"p999_ns"`
 	MaxNs  int64 `json:"max_ns"`
+}
+
+// ycsbStoreJSON is a row's store work in --json (ycsb.StoreWork).
+type ycsbStoreJSON struct {
+	Flushes        int64 `json:"flushes"`
+	Compactions    int64 `json:"compactions"`
+	Ingests        int64 `json:"ingests"`
+	CompactedBytes int64 `json:"compacted_bytes"`
+	WrittenBytes   int64 `json:"written_bytes"`
 }
 
 // ycsbRowJSON is one --json line.
@@ -128,6 +140,8 @@ type ycsbRowJSON struct {
 	KvbufSpeedup    float64               `json:"kvbuf_speedup,omitempty"`
 	SpeedupMin      float64               `json:"kvbuf_speedup_min,omitempty"`
 	SpeedupMax      float64               `json:"kvbuf_speedup_max,omitempty"`
+	Store           *ycsbStoreJSON        `json:"store,omitempty"`
+	StoreRounds     int                   `json:"store_rounds,omitempty"`
 	Ops             map[string]ycsbOpJSON `json:"ops"`
 }
 
@@ -138,6 +152,11 @@ func ycsbRowToJSON(r ycsb.Row) ycsbRowJSON {
 		OpsPerSec: r.OpsPerSec, OpsPerSecMin: r.MinOpsPerSec, OpsPerSecMax: r.MaxOpsPerSec, OpsPerSecRounds: r.RoundOpsPerSec,
 		CPUNsPerOp: int64(r.CPUPerOp), DiskPerUserByte: r.DiskPerUserByte, DiskMin: r.DiskMin, DiskMax: r.DiskMax, KvbufSpeedup: r.KvbufSpeedup, SpeedupMin: r.SpeedupMin, SpeedupMax: r.SpeedupMax,
 		Ops: map[string]ycsbOpJSON{},
+	}
+	if r.StoreRounds > 0 {
+		s := r.Store
+		j.Store = &ycsbStoreJSON{s.Flushes, s.Compactions, s.Ingests, s.CompactedBytes, s.WrittenBytes}
+		j.StoreRounds = r.StoreRounds
 	}
 	for op, s := range r.Ops {
 		j.Ops[op] = ycsbOpJSON{Count: s.Count, P50Ns: int64(s.P50), P99Ns: int64(s.P99), P999Ns: int64(s.P999), MaxNs: int64(s.Max)}
