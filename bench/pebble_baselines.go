@@ -31,11 +31,11 @@ import (
 
 // readTierBytes is the memory an engine opened with o keeps for reads of
 // flushed data beyond its store's block cache (a tier of recently flushed
-// tables): the pebble baselines' block cache gets it on top of the
-// engine's CacheSize, so that both sides read with the same memory. The
-// engine has no such tier yet: when Options gains one, return its budget
-// here.
-func readTierBytes(*kvbuf.Options) int64 { return 0 }
+// tables; Options.ReadTierBytes after defaults, 0 when the tier is
+// disabled): the pebble baselines' block cache gets it on top of the
+// engine's CacheSize, so that both sides read with the same memory. r has
+// its defaults set.
+func readTierBytes(r *kvbuf.Options) int64 { return max(r.ReadTierBytes, 0) }
 
 // baselineCache is the block cache of a pebble baseline racing an engine
 // opened with o (nil: defaults).

@@ -56,7 +56,7 @@
 // Bench compares the engines in durability modes that make them promise
 // the same thing (DurabilityWindow, DurabilityAcked), with the memory
 // kvbuf has (pebble's and badger's memtables are kvbuf's MaxPendingBytes,
-// their block caches its CacheSize), and times every run until its writes
+// their block caches its CacheSize plus its ReadTierBytes), and times every run until its writes
 // are durable and through Close, so that what a run wrote is durable when
 // its clock stops; between the two, off the clock, it settles the engine
 // (memtables to sstables, flushes and compactions waited out), so that

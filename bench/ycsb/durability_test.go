@@ -129,9 +129,9 @@ func TestPebbleAndBadgerDurability(t *testing.T) {
 }
 
 // TestModeProperties: each durability mode sizes the other engines from
-// kvbuf's options (its pending budget as their memtables, its cache as
-// their block caches, its flush interval as their sync interval), and the
-// run's own properties win.
+// kvbuf's options (its pending budget as their memtables, its cache plus
+// its read tier as their block caches, its flush interval as their sync
+// interval), and the run's own properties win.
 func TestModeProperties(t *testing.T) {
 	p := properties.MustLoadString("kvbuf.max_pending_bytes=33554432\nkvbuf.flush_interval=2s\n")
 	win, err := modeProperties(DurabilityWindow, p)
@@ -139,9 +139,20 @@ func TestModeProperties(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]string{"kvbuf.host_log": "true", "pebble.sync_interval": "2s", "badger.sync_interval": "2s",
-		"pebble.memtable_size": "33554432", "badger.memtable_size": "33554432", "pebble.cache_size": "8388608", "badger.block_cache_size": "8388608"} {
+		"pebble.memtable_size": "33554432", "badger.memtable_size": "33554432",
+		// kvbuf's 8 MiB cache and its 32 MiB read tier (the defaults).
+		"pebble.cache_size": "41943040", "badger.block_cache_size": "41943040"} {
 		if win[k] != want {
 			t.Errorf("window: %s=%q, want %q", k, win[k], want)
+		}
+	}
+	for tier, want := range map[string]string{"-1": "8388608", "1048576": "9437184", "0": "41943040"} {
+		m, err := modeProperties(DurabilityWindow, properties.MustLoadString("kvbuf.read_tier_bytes="+tier+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m["pebble.cache_size"] != want || m["badger.block_cache_size"] != want {
+			t.Errorf("read tier %s: pebble cache %s, badger cache %s, want %s for both", tier, m["pebble.cache_size"], m["badger.block_cache_size"], want)
 		}
 	}
 	acked, err := modeProperties(DurabilityAcked, properties.NewProperties())

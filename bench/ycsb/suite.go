@@ -151,9 +151,9 @@ func modeProperties(mode string, p *properties.Properties) (map[string]string, e
 }
 
 // readTierBytes is the memory kvbuf keeps for reads of flushed data beyond
-// its store's block cache: the other engines' caches get it too. kvbuf has
-// no such tier yet; when Options gains one, return its budget here.
-func readTierBytes(*kvbuf.Options) int64 { return 0 }
+// its store's block cache (Options.ReadTierBytes, after defaults; 0 when
+// the tier is disabled): the other engines' caches get it too.
+func readTierBytes(r *kvbuf.Options) int64 { return max(r.ReadTierBytes, 0) }
 
 // withMode returns a copy of p with mode's properties set where the run's
 // own properties (explicit) do not set them.
