@@ -139,7 +139,8 @@ var (
 )
 
 // w9EngineOptions are the options of the kvbuf engines of W9 (raftkv's
-// defaults), whose memory the pebble baselines get.
+// defaults), whose memory the pebble baselines get: their memtable is the
+// pending budget, their block cache the engine's cache plus its read tier.
 func w9EngineOptions() *kvbuf.Options {
 	return (&kvbuf.Options{FlushInterval: DefaultEngineFlushInterval}).EnsureDefaults()
 }
@@ -148,7 +149,7 @@ func newPebbleSM(sync bool, interval time.Duration) func(dir string) (stateMachi
 	return func(dir string) (stateMachine, error) {
 		eo := w9EngineOptions()
 		db, err := pebble.Open(dir, storage.PebbleOptions(&storage.Options{
-			MemTableSize: uint64(eo.MaxPendingBytes), CacheSize: eo.CacheSize}))
+			MemTableSize: uint64(eo.MaxPendingBytes), CacheSize: eo.CacheSize + max(eo.ReadTierBytes, 0)}))
 		if err != nil {
 			return nil, err
 		}
