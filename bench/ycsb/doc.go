@@ -23,14 +23,18 @@
 //     kvbuf.host_log=true (implies kvbuf.ops) makes the binding a host with
 //     its own log: every write op is first appended to an append-only file
 //     beside the engine's directory (one write system call, the op's keys
-//     and rows), which a goroutine syncs every FlushInterval.
+//     and rows), which a goroutine syncs every FlushInterval, or every
+//     kvbuf.host_log_interval if set (the window mode's loss window; with
+//     kvbuf.flush_interval=-1s the log alone keeps it and kvbuf flushes
+//     only when its pending budget fills).
 //     kvbuf.flush_writes=true follows every write op with DB.Flush, so that
 //     it is durable when it returns (concurrent threads share flushes).
 //     Properties: kvbuf.flush_interval, kvbuf.max_pending_bytes,
 //     kvbuf.cache_size, kvbuf.pool_bytes, kvbuf.pipeline_depth,
 //     kvbuf.ingest_threshold, kvbuf.read_tier_bytes, kvbuf.flush_quantum,
 //     kvbuf.flush_cpu_percent (Options' fields; unset: Options' defaults),
-//     kvbuf.ops, kvbuf.host_log, kvbuf.flush_writes (false).
+//     kvbuf.ops, kvbuf.host_log, kvbuf.flush_writes (false),
+//     kvbuf.host_log_interval.
 //   - pebble: pebble v2 opened with storage.PebbleOptions, as kvbuf's store
 //     is (same format and Bloom filters), with pebble.cache_size (default
 //     storage.DefaultCacheSize) and pebble.memtable_size (default the

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/magiconair/properties"
@@ -62,6 +63,28 @@ func TestKvbufHostLog(t *testing.T) {
 	}
 	if !slices.Equal(ops, []uint64{1, 2, 3}) || !slices.Equal(keys, []string{"a", "b", "c", "a"}) {
 		t.Errorf("host log holds ops %v, keys %v", ops, keys)
+	}
+}
+
+// TestKvbufHostLogWindow: the host log is synced every loss window
+// (lossWindow), also when kvbuf's interval flushes are off, where it alone
+// keeps the window.
+func TestKvbufHostLogWindow(t *testing.T) {
+	for props, want := range map[string]time.Duration{
+		"kvbuf.flush_interval=20ms\n":                             20 * time.Millisecond,
+		"kvbuf.flush_interval=-1s\n":                              time.Second,
+		"kvbuf.flush_interval=-1s\nkvbuf.host_log_interval=7ms\n": 7 * time.Millisecond,
+	} {
+		db, err := Open("kvbuf", filepath.Join(t.TempDir(), "engine"), properties.MustLoadString("kvbuf.host_log=true\n"+props))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := db.e.(*kvbufEngine).log.interval; got != want {
+			t.Errorf("%q: host log synced every %v, want %v", props, got, want)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -153,6 +176,30 @@ func TestModeProperties(t *testing.T) {
 		}
 		if m["pebble.cache_size"] != want || m["badger.block_cache_size"] != want {
 			t.Errorf("read tier %s: pebble cache %s, badger cache %s, want %s for both", tier, m["pebble.cache_size"], m["badger.block_cache_size"], want)
+		}
+	}
+	// The loss window: the host log's interval if set, else kvbuf's
+	// FlushInterval, else (interval flushes off) kvbuf's default; the
+	// other engines sync their logs as often.
+	for props, want := range map[string]string{
+		"kvbuf.flush_interval=-1s\n":                               "1s",
+		"kvbuf.flush_interval=-1s\nkvbuf.host_log_interval=3s\n":   "3s",
+		"kvbuf.flush_interval=2s\nkvbuf.host_log_interval=500ms\n": "500ms",
+	} {
+		m, err := modeProperties(DurabilityWindow, properties.MustLoadString(props))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m["pebble.sync_interval"] != want || m["badger.sync_interval"] != want {
+			t.Errorf("%q: pebble sync every %s, badger every %s, want %s", props, m["pebble.sync_interval"], m["badger.sync_interval"], want)
+		}
+	}
+	for _, bad := range []string{"kvbuf.host_log_interval=-1s\n", "kvbuf.host_log_interval=soon\n"} {
+		if _, err := modeProperties(DurabilityWindow, properties.MustLoadString(bad)); !errors.Is(err, ErrBadProperty) {
+			t.Errorf("%q: %v, want ErrBadProperty", bad, err)
+		}
+		if _, err := Open("kvbuf", t.TempDir(), properties.MustLoadString(bad+"kvbuf.host_log=true\n")); !errors.Is(err, ErrBadProperty) {
+			t.Errorf("Open kvbuf with %q: %v, want ErrBadProperty", bad, err)
 		}
 	}
 	acked, err := modeProperties(DurabilityAcked, properties.NewProperties())

@@ -52,12 +52,13 @@ type kvbufEngine struct {
 // engine (its watermark covers them), and a host truncates its log up to
 // the watermark.
 type hostLog struct {
-	f    *os.File
-	buf  []byte // opMu held
-	mu   sync.Mutex
-	err  error // the first failed sync
-	stop chan struct{}
-	done chan struct{}
+	f        *os.File
+	interval time.Duration // how often it is synced (0: only by sync)
+	buf      []byte        // opMu held
+	mu       sync.Mutex
+	err      error // the first failed sync
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // hostLogSuffix names the host log of an engine in dir: dir + suffix.
@@ -68,7 +69,7 @@ func openHostLog(path string, interval time.Duration) (*hostLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &hostLog{f: f, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &hostLog{f: f, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		if interval <= 0 {
@@ -122,6 +123,32 @@ func (l *hostLog) close() error {
 	close(l.stop)
 	<-l.done
 	return errors.Join(l.sync(), l.f.Close())
+}
+
+// lossWindow is the loss window of the window durability mode: how often
+// kvbuf's host log is synced (and the other engines' logs, through
+// modeProperties). It is kvbuf.host_log_interval if set; else kvbuf's
+// FlushInterval (defaults included) if positive; else kvbuf's default
+// FlushInterval. A host with a log does not need kvbuf's interval flushes
+// for its loss window (it replays its log from the watermark), so
+// kvbuf.flush_interval=-1s with the host log synced every second is the
+// same promise as pebble's WAL synced every second, with kvbuf flushing
+// only when its pending budget fills, as pebble's memtable does.
+func lossWindow(p *properties.Properties, o *kvbuf.Options) (time.Duration, error) {
+	w, err := getDuration(p, "kvbuf.host_log_interval", 0)
+	if err != nil {
+		return 0, err
+	}
+	if w < 0 {
+		return 0, fmt.Errorf("%w: kvbuf.host_log_interval=%v: want a positive duration (or unset)", ErrBadProperty, w)
+	}
+	if w > 0 {
+		return w, nil
+	}
+	if r := o.EnsureDefaults(); r.FlushInterval > 0 {
+		return r.FlushInterval, nil
+	}
+	return (&kvbuf.Options{}).EnsureDefaults().FlushInterval, nil
 }
 
 // kvbufFlushPoll is how often the flush watcher samples Metrics.InFlight.
@@ -198,7 +225,11 @@ func openKvbuf(dir string, p *properties.Properties) (engine, error) {
 	e := &kvbufEngine{db: db, trackOps: ops || withLog, flushWrites: flushWrites, lastOp: db.Watermark(),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if withLog {
-		if e.log, err = openHostLog(filepath.Clean(dir)+hostLogSuffix, o.EnsureDefaults().FlushInterval); err != nil {
+		w, err := lossWindow(p, o)
+		if err == nil {
+			e.log, err = openHostLog(filepath.Clean(dir)+hostLogSuffix, w)
+		}
+		if err != nil {
 			return nil, errors.Join(err, db.Close())
 		}
 	}

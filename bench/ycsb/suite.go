@@ -79,12 +79,15 @@ type Config struct {
 // are kvbuf's MaxPendingBytes, their block caches its CacheSize.
 const (
 	// DurabilityWindow: the same loss window. Every engine may lose the
-	// writes of its last kvbuf FlushInterval I on a power loss, and no
-	// more: kvbuf flushes every I and is driven as a host with a log (every
-	// write op numbered and appended to an append-only file beside the
-	// engine, one write system call each, the file synced every I:
-	// kvbuf.host_log); pebble writes with NoSync and syncs its WAL with a
-	// LogData every I (pebble.sync_interval); badger calls DB.Sync every I
+	// writes of its last interval I on a power loss, and no more (I is
+	// kvbuf's FlushInterval, or kvbuf.host_log_interval: lossWindow):
+	// kvbuf flushes every FlushInterval and is driven as a host with a log
+	// (every write op numbered and appended to an append-only file beside
+	// the engine, one write system call each, the file synced every I:
+	// kvbuf.host_log), which alone keeps the window when kvbuf's
+	// interval flushes are off (kvbuf.flush_interval=-1s); pebble writes
+	// with NoSync and syncs its WAL with a LogData every I
+	// (pebble.sync_interval); badger calls DB.Sync every I
 	// (badger.sync_interval). bbolt, which syncs every commit, is left out.
 	DurabilityWindow = "window"
 	// DurabilityAcked: acknowledged after durable. A write returns once it
@@ -113,8 +116,9 @@ func modeEngines(mode string, engines []string) []string {
 }
 
 // modeProperties returns the engine properties durability mode mode sets,
-// sized from kvbuf's options in p (its FlushInterval, MaxPendingBytes and
-// CacheSize, defaults included). Bench sets each unless the run's own
+// sized from kvbuf's options in p (its MaxPendingBytes, CacheSize and
+// ReadTierBytes, defaults included, and the window mode's loss window,
+// lossWindow). Bench sets each unless the run's own
 // properties (Config.Props) set it.
 func modeProperties(mode string, p *properties.Properties) (map[string]string, error) {
 	o, _, err := kvbufOptions(p)
@@ -135,11 +139,13 @@ func modeProperties(mode string, p *properties.Properties) (map[string]string, e
 	}
 	switch mode {
 	case DurabilityWindow:
-		out["kvbuf.host_log"] = "true"
-		if r.FlushInterval > 0 {
-			out["pebble.sync_interval"] = r.FlushInterval.String()
-			out["badger.sync_interval"] = r.FlushInterval.String()
+		w, err := lossWindow(p, o)
+		if err != nil {
+			return nil, err
 		}
+		out["kvbuf.host_log"] = "true"
+		out["pebble.sync_interval"] = w.String()
+		out["badger.sync_interval"] = w.String()
 	case DurabilityAcked:
 		out["kvbuf.flush_writes"] = "true"
 		out["pebble.sync_writes"] = "true"

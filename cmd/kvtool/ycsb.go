@@ -77,7 +77,7 @@ Engines (doc/workloads.md says what each promises in each mode):
 -p key=value sets a property over every workload's: engine options
 (kvbuf.max_pending_bytes, kvbuf.flush_interval, kvbuf.cache_size,
 kvbuf.pool_bytes, kvbuf.pipeline_depth, kvbuf.ops, kvbuf.host_log,
-kvbuf.flush_writes, pebble.cache_size, pebble.memtable_size,
+kvbuf.host_log_interval, kvbuf.flush_writes, pebble.cache_size, pebble.memtable_size,
 pebble.sync_writes, pebble.sync_interval, badger.block_cache_size,
 badger.memtable_size, badger.num_memtables, badger.sync_writes,
 badger.sync_interval, bbolt.nosync) or any core workload property
