@@ -30,6 +30,14 @@ type Options struct {
 	// flusher makes pending changes durable if nothing else has. Default:
 	// flush.DefaultInterval (1s). Negative disables interval flushes;
 	// explicit Flush, the pending-memory bound and Close still flush.
+	//
+	// A host that keeps its own log, synced at least as often as its loss
+	// window, does not need interval flushes for that window: it replays
+	// its log from Watermark()+1 after a crash. With them disabled the
+	// engine flushes when half of MaxPendingBytes is held, in fewer and
+	// larger generations, which leave the store fewer L0 tables to compact
+	// (doc/design.md, "The store under a buffer"), and a reopen replays up
+	// to that much of the host's log.
 	FlushInterval time.Duration
 
 	// MaxPendingBytes bounds the memory held by pending changes across all
