@@ -181,6 +181,11 @@ type Options struct {
 	// Options stays comparable.
 	storeTune *storage.Options
 
+	// flushBytes is flush.Options.FlushBytes (0: its default, half of
+	// MaxPendingBytes): benchmarks of this package compare generation
+	// sizes with it.
+	flushBytes int64
+
 	// ingestWriters is buffer.Options.IngestWriters (0: its default, one
 	// goroutine per processor but one): benchmarks of this package
 	// compare a flush on every processor with the default.
@@ -336,6 +341,7 @@ func (o *Options) flushOptions(wm, highest uint64) *flush.Options {
 	return &flush.Options{
 		Interval:        o.FlushInterval,
 		MaxPendingBytes: o.MaxPendingBytes,
+		FlushBytes:      o.flushBytes,
 		PipelineDepth:   o.PipelineDepth,
 		GroupWait:       o.GroupWait,
 		Watermark:       wm,
