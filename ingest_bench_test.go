@@ -464,7 +464,7 @@ func benchMissRead(b *testing.B, hot bool) {
 // read amplification (mean and max of the samples); per op the
 // generations frozen, the store's ingestions (and the mean size of an
 // ingested table), flushable ingests, memtable flushes, compactions and
-// the megabytes they wrote; bytes written per byte of user data; read
+// the megabytes they wrote, and the ingestions that waited for L0; bytes written per byte of user data; read
 // p50/p99; the stall time per write; and the process's CPU per write
 // over the op (its end-of-op Flush included, the settling compactions
 // not). Configurations: ingest (the defaults); pebble, pebble alone at
@@ -472,7 +472,9 @@ func benchMissRead(b *testing.B, hot bool) {
 // kvbuf's pending budget, 64 MiB; unsynced batches and a synced log
 // every second, kvbuf's default loss window); and the designs tried for
 // L0 under this load (doc/design.md, "L0 under a sustained write load"):
-// ingest-cc2 and ingest-cc3 up to two and three concurrent compactions,
+// ingest-nol0wait ingestions that do not wait for the store's L0
+// (storage.Store.WaitL0; the engine's default waits at 12 sublevels),
+// ingest-stop8 ingestions that wait at 8, ingest-cc2 and ingest-cc3 up to two and three concurrent compactions,
 // one more per two L0 sublevels (storage.Options.L0CompactionConcurrency;
 // pebble's default of 10 sublevels per extra compaction leaves a second
 // one idle), ingest-fb56m generations frozen at 56 MiB of the 64 MiB
@@ -493,9 +495,13 @@ func BenchmarkSustainedWrites(b *testing.B) {
 		opts   Options
 		pebble bool
 	}
+	stop8 := store(0, 0)
+	stop8.L0StopWritesThreshold = 8
 	configs := []config{
 		{name: "ingest"},
 		{name: "pebble", pebble: true},
+		{name: "ingest-nol0wait", opts: Options{noL0Wait: true}},
+		{name: "ingest-stop8", opts: Options{storeTune: stop8}},
 		{name: "ingest-cc2", opts: Options{storeTune: store(2, 2)}},
 		{name: "ingest-cc3", opts: Options{storeTune: store(3, 2)}},
 		{name: "ingest-fb56m", opts: Options{flushBytes: 56 << 20}},
@@ -512,6 +518,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 		l0Sum, slSum, raSum, n  int64
 		l0Max, slMax, raMax     int64
 		gens, flushes, compacts int64
+		waits                   int64
 		ingests, flushable      uint64
 		ingested, compacted     uint64
 		bytes, user             uint64
@@ -525,6 +532,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 		sync  func() error // the end of an op: everything written durable
 		lsm   func() (storage.LSMStats, error)
 		gens  func() int64
+		waits func() int64 // ingestions that waited for L0
 		stall func() time.Duration
 		bg    func(stop <-chan struct{}) // background work during an op
 	}
@@ -561,6 +569,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 				sync:  syncLog,
 				lsm:   pebbleLSM(pdb),
 				gens:  func() int64 { return 0 },
+				waits: func() int64 { return 0 },
 				stall: func() time.Duration { return 0 },
 				bg: func(stop <-chan struct{}) { // a synced log every second
 					t := time.NewTicker(time.Second)
@@ -603,6 +612,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 			sync:  func() error { return db.Flush(ctx) },
 			lsm:   db.store.LSM,
 			gens:  func() int64 { return db.Metrics().Generations },
+			waits: func() int64 { return db.Metrics().StoreL0Waits },
 			stall: func() time.Duration { return db.Metrics().StallTime },
 			bg:    func(<-chan struct{}) {},
 		}
@@ -619,7 +629,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 			i := (j + round) % len(configs)
 			e, s := &engines[i], &st[i]
 			before, _ := e.lsm()
-			g0, stall0, cpu0 := e.gens(), e.stall(), processCPU()
+			g0, w0, stall0, cpu0 := e.gens(), e.waits(), e.stall(), processCPU()
 			stop := make(chan struct{})
 			done := make(chan struct{}, 3)
 			go func() { // reader
@@ -692,6 +702,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 			<-done
 			after, _ := e.lsm()
 			s.gens += e.gens() - g0
+			s.waits += e.waits() - w0
 			s.flushes += after.Flushes - before.Flushes
 			s.compacts += after.Compactions - before.Compactions
 			s.ingests += after.Ingests - before.Ingests
@@ -724,6 +735,7 @@ func BenchmarkSustainedWrites(b *testing.B) {
 		b.ReportMetric(float64(s.raMax), p+"read-amp-max")
 		b.ReportMetric(float64(s.gens)/r, p+"gens/op")
 		b.ReportMetric(float64(s.ingests)/r, p+"ingests/op")
+		b.ReportMetric(float64(s.waits)/r, p+"l0-waits/op")
 		b.ReportMetric(float64(s.ingested)/float64(max(s.ingests, 1))/(1<<20), p+"MB/ingest")
 		b.ReportMetric(float64(s.flushable)/r, p+"flushable-ingests/op")
 		b.ReportMetric(float64(s.flushes)/r, p+"memtable-flushes/op")

@@ -181,6 +181,10 @@ type Options struct {
 	// Options stays comparable.
 	storeTune *storage.Options
 
+	// noL0Wait, for benchmarks of this package, ingests without waiting
+	// for the store's L0 (storage.Store.WaitL0).
+	noL0Wait bool
+
 	// flushBytes is flush.Options.FlushBytes (0: its default, half of
 	// MaxPendingBytes): benchmarks of this package compare generation
 	// sizes with it.

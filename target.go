@@ -251,6 +251,19 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	if rw != nil {
 		rw.addToIngest(in) // feedKS is above every keyspace
 	}
+	// pebble's stop-writes depth holds batch writes back, not ingestions
+	// (storage.Store.WaitL0): the flush keeps L0 within it itself.
+	if !db.opts.noL0Wait {
+		w, err := db.store.WaitL0(ctx)
+		if w > 0 {
+			db.l0Waits.Add(1)
+			db.l0WaitNs.Add(int64(w))
+		}
+		if err != nil {
+			in.Abort()
+			return kverr.Errorf("flush: ingest: %w", err)
+		}
+	}
 	c, err := db.store.CommitIngest(in)
 	if err != nil {
 		return kverr.Errorf("flush: ingest: %w", err)
