@@ -215,6 +215,9 @@ type testHooks struct {
 	// diskRetryMax caps the wait between retries of a store write on a
 	// full disk (default: diskfull's, 1s).
 	diskRetryMax time.Duration
+	// l0Waiting is called when a flush by ingestion begins to wait for
+	// the store's L0 (storage.Store.WaitL0).
+	l0Waiting func()
 }
 
 // storeFSOrOS returns the store's file system: storeFS, or the OS's

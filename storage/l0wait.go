@@ -13,8 +13,6 @@ import (
 type l0Waker struct {
 	mu sync.Mutex
 	ch chan struct{}
-	// waiting, for tests only, is called by WaitL0 before it blocks.
-	waiting func()
 }
 
 // wait returns a channel closed at the next wake.
@@ -46,9 +44,10 @@ func (w *l0Waker) wake() {
 // when no compaction is in progress (nothing would end the wait: pebble
 // picked none, or automatic compactions are off), so the bound is pebble's
 // to keep: an ingestion may pass it in the moment between one compaction's
-// end and the next one's start. It returns how long it waited (0 if it
-// did not), and ctx's error or kvbuf.ErrClosed if the wait ends with them.
-func (s *Store) WaitL0(ctx context.Context) (time.Duration, error) {
+// end and the next one's start. waiting, unless nil, is called once, when
+// the wait begins. It returns how long it waited (0 if it did not), and
+// ctx's error or kvbuf.ErrClosed if the wait ends with them.
+func (s *Store) WaitL0(ctx context.Context, waiting func()) (time.Duration, error) {
 	var t0 time.Time
 	since := func() time.Duration {
 		if t0.IsZero() {
@@ -72,9 +71,9 @@ func (s *Store) WaitL0(ctx context.Context) (time.Duration, error) {
 		}
 		if t0.IsZero() {
 			t0 = time.Now()
-		}
-		if s.l0.waiting != nil {
-			s.l0.waiting()
+			if waiting != nil {
+				waiting()
+			}
 		}
 		select {
 		case <-ch:

@@ -73,12 +73,6 @@ func TestWaitL0(t *testing.T) {
 	var released bool // set before the release, read by the waiter after it returns
 	var mu sync.Mutex
 	blocked := make(chan struct{}, 1)
-	s.l0.waiting = func() {
-		select {
-		case blocked <- struct{}{}:
-		default:
-		}
-	}
 	type result struct {
 		waited   bool
 		released bool
@@ -86,7 +80,7 @@ func TestWaitL0(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		w, err := s.WaitL0(context.Background())
+		w, err := s.WaitL0(context.Background(), func() { blocked <- struct{}{} })
 		mu.Lock()
 		defer mu.Unlock()
 		done <- result{w > 0, released, err}
@@ -126,14 +120,14 @@ func TestWaitL0Returns(t *testing.T) {
 				t.Fatalf("L0 sublevels %d after 5 overlapping ingests, want at least 4", st.L0Sublevels)
 			}
 		}
-		if w, err := s.WaitL0(context.Background()); w != 0 || err != nil {
+		if w, err := s.WaitL0(context.Background(), nil); w != 0 || err != nil {
 			t.Fatalf("WaitL0 = %v, %v; want no wait", w, err)
 		}
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WaitL0(context.Background()); !errors.Is(err, kverr.ErrClosed) {
+	if _, err := s.WaitL0(context.Background(), nil); !errors.Is(err, kverr.ErrClosed) {
 		t.Fatalf("WaitL0 after Close = %v, want ErrClosed", err)
 	}
 }
