@@ -454,33 +454,39 @@ func benchMissRead(b *testing.B, hot bool) {
 }
 
 // BenchmarkSustainedWrites writes as fast as it can (Batches of 64 puts of
-// 100-byte values to random keys of a space of 1M, op 0, the flusher
-// working on its own: interval and size triggers) for KVBUF_SUSTAIN
-// (default 3s) per configuration and op, the configurations in rotating
-// order, each on an engine kept open across ops (and its store's
-// compactions waited out after each op), while one reader Gets random
-// keys and a sampler reads the store's LSM shape every 10ms. It reports,
-// per configuration: writes/s; the store's L0 files, L0 sublevels and
-// read amplification (mean and max of the samples); per op the
-// generations frozen, the store's ingestions (and the mean size of an
-// ingested table), flushable ingests, memtable flushes, compactions and
-// the megabytes they wrote, and the ingestions that waited for L0; bytes written per byte of user data; read
-// p50/p99; the stall time per write; and the process's CPU per write
-// over the op (its end-of-op Flush included, the settling compactions
-// not). Configurations: ingest (the defaults); pebble, pebble alone at
-// the same write rate's shape (the store's options with a memtable of
-// kvbuf's pending budget, 64 MiB; unsynced batches and a synced log
-// every second, kvbuf's default loss window); and the designs tried for
-// L0 under this load (doc/design.md, "L0 under a sustained write load"):
-// ingest-nol0wait ingestions that do not wait for the store's L0
-// (storage.Store.WaitL0; the engine's default waits at 12 sublevels),
-// ingest-stop8 ingestions that wait at 8, ingest-cc2 and ingest-cc3 up to two and three concurrent compactions,
-// one more per two L0 sublevels (storage.Options.L0CompactionConcurrency;
-// pebble's default of 10 sublevels per extra compaction leaves a second
-// one idle), ingest-fb56m generations frozen at 56 MiB of the 64 MiB
-// pending budget instead of 32 (fewer, larger ingestions), and
-// ingest-pend128m a pending budget of 128 MiB (generations twice as
-// large, for twice the memory).
+// 100-byte values to random keys of a space of 1M, op 0, the flusher working
+// on its own: interval and size triggers) for KVBUF_SUSTAIN (default 3s) per
+// configuration and op, the configurations in rotating order, each on an
+// engine kept open across ops (and its store's compactions waited out after
+// each op), while one reader Gets random keys and a sampler reads the
+// store's LSM shape every 10ms. It reports, per configuration: writes/s; the
+// store's L0 files, L0 sublevels and read amplification (mean and max of the
+// samples); per op the generations frozen, the store's ingestions (and the
+// mean size of an ingested table), flushable ingests, memtable flushes,
+// compactions and the megabytes they wrote, and the ingestions that waited
+// for L0; bytes written per byte of user data; read p50/p99; the stall time
+// per write; and the process's CPU per write over the op (its end-of-op
+// Flush included, the settling compactions not). Configurations: ingest (the
+// defaults); pebble, pebble alone at the same write rate's shape (the
+// store's options with a memtable of kvbuf's pending budget, 64 MiB;
+// unsynced batches and a synced log every second, kvbuf's default loss
+// window); batch-path (IngestThreshold -1: every generation through the
+// WAL); the store set-ups tried for a buffer in front of pebble
+// (doc/design.md, "The store under a buffer"): ingest-l0c2 an L0 compaction
+// threshold of 2 (compaction from one sublevel; the engine's, pebble's, is
+// 4), ingest-l0c8 one of 8, ingest-mem64m a 64 MiB memtable, ingest-compact2
+// two concurrent compactions (pebble's default of one more per 10
+// sublevels); and the designs tried for L0 under this load (doc/design.md,
+// "L0 under a sustained write load"): ingest-nol0wait ingestions that do not
+// wait for the store's L0 (storage.Store.WaitL0; the engine's default waits
+// at 12 sublevels), ingest-stop8 ingestions that wait at 8, ingest-cc2 and
+// ingest-cc3 up to two and three concurrent compactions, one more per two L0
+// sublevels (storage.Options.L0CompactionConcurrency; pebble's default of 10
+// sublevels per extra compaction leaves a second one idle), ingest-fb56m
+// generations frozen at 56 MiB of the 64 MiB pending budget instead of 32
+// (fewer, larger ingestions), and ingest-pend128m a pending budget of 128
+// MiB (generations twice as large, for twice the memory).
+// KVBUF_SUSTAIN_ROWS, a comma-separated list of row names, runs only those.
 func BenchmarkSustainedWrites(b *testing.B) {
 	d := 3 * time.Second
 	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
@@ -500,6 +506,11 @@ func BenchmarkSustainedWrites(b *testing.B) {
 	configs := []config{
 		{name: "ingest"},
 		{name: "pebble", pebble: true},
+		{name: "batch-path", opts: Options{IngestThreshold: -1}},
+		{name: "ingest-l0c2", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
+		{name: "ingest-l0c8", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: 8}}},
+		{name: "ingest-mem64m", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MemTableSize: 64 << 20}}},
+		{name: "ingest-compact2", opts: Options{storeTune: store(2, 0)}},
 		{name: "ingest-nol0wait", opts: Options{noL0Wait: true}},
 		{name: "ingest-stop8", opts: Options{storeTune: stop8}},
 		{name: "ingest-cc2", opts: Options{storeTune: store(2, 2)}},
