@@ -25,6 +25,8 @@
 //	kvbuf_write_stall_seconds_total  the time those writes waited (StallTime)
 //	kvbuf_redelivered_total          writes, batches and EndOps skipped: op at or below the watermark (Redelivered)
 //	kvbuf_ingested_generations_total generations flushed by ingestion (IngestedGenerations)
+//	kvbuf_store_l0_waits_total       flushes by ingestion that waited for the store's L0 compactions (StoreL0Waits)
+//	kvbuf_store_l0_wait_seconds_total    the time those flushes waited (StoreL0WaitTime)
 //	kvbuf_read_tier_evictions_total  generations the read tier evicted (ReadTierEvictions)
 //	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
 //	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
@@ -125,6 +127,7 @@ type collector struct {
 	storeJobs                                       *prometheus.Desc
 	storeL0Files, storeReadAmp, storeLogBytes       *prometheus.Desc
 	ingested                                        *prometheus.Desc
+	storeL0Waits, storeL0WaitSeconds                *prometheus.Desc
 	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
 	flushYields, flushThrottled                     *prometheus.Desc
 	budgetBytes, budgetForced                       *prometheus.Desc
@@ -196,10 +199,12 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		snapshots: desc("snapshots", "Open snapshots."),
 		storeJobs: desc("store_jobs", "Flushes and compactions of the store (pebble) in progress."),
 
-		storeL0Files:  desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
-		storeReadAmp:  desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
-		storeLogBytes: desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
-		ingested:      desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+		storeL0Files:       desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
+		storeReadAmp:       desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
+		storeLogBytes:      desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
+		ingested:           desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+		storeL0Waits:       desc("store_l0_waits_total", "Flushes by ingestion that waited for the store to compact its L0 below its stop-writes depth."),
+		storeL0WaitSeconds: desc("store_l0_wait_seconds_total", "Time flushes by ingestion waited for the store to compact its L0."),
 
 		tierBytes:       desc("read_tier_bytes", "Memory held by the read tier: flushed generations kept readable."),
 		tierGenerations: desc("read_tier_generations", "Flushed generations the read tier holds."),
@@ -275,6 +280,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.completedOp, c.openOps, c.redelivered,
 		c.keyspaces, c.bitslices, c.snapshots,
 		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.storeLogBytes, c.ingested,
+		c.storeL0Waits, c.storeL0WaitSeconds,
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
 		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
@@ -327,6 +333,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	out.gauge(c.storeReadAmp, float64(m.StoreReadAmp))
 	out.gauge(c.storeLogBytes, float64(m.StoreLogBytes))
 	out.counter(c.ingested, float64(m.IngestedGenerations))
+	out.counter(c.storeL0Waits, float64(m.StoreL0Waits))
+	out.counter(c.storeL0WaitSeconds, m.StoreL0WaitTime.Seconds())
 	out.gauge(c.tierBytes, float64(m.ReadTierBytes))
 	out.gauge(c.tierGenerations, float64(m.ReadTierGenerations))
 	out.counter(c.tierEvictions, float64(m.ReadTierEvictions))

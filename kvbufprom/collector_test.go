@@ -56,6 +56,8 @@ var fieldMetric = map[string]string{
 	"StoreReadAmp":        "kvbuf_store_read_amp",
 	"StoreLogBytes":       "kvbuf_store_log_bytes",
 	"IngestedGenerations": "kvbuf_ingested_generations_total",
+	"StoreL0Waits":        "kvbuf_store_l0_waits_total",
+	"StoreL0WaitTime":     "kvbuf_store_l0_wait_seconds_total",
 	"ReadTierBytes":       "kvbuf_read_tier_bytes",
 	"ReadTierGenerations": "kvbuf_read_tier_generations",
 	"ReadTierEvictions":   "kvbuf_read_tier_evictions_total",
@@ -108,6 +110,8 @@ func fabricated() kvbuf.Metrics {
 		StoreReadAmp:        14,
 		StoreLogBytes:       14 << 10,
 		IngestedGenerations: 15,
+		StoreL0Waits:        29,
+		StoreL0WaitTime:     4500 * time.Millisecond,
 		ReadTierBytes:       16 << 20,
 		ReadTierGenerations: 17,
 		ReadTierEvictions:   18,
@@ -249,6 +253,12 @@ kvbuf_store_read_amp{shard="7"} 14
 # HELP kvbuf_ingested_generations_total Generations flushed by ingesting sstables rather than through the write-ahead log.
 # TYPE kvbuf_ingested_generations_total counter
 kvbuf_ingested_generations_total{shard="7"} 15
+# HELP kvbuf_store_l0_waits_total Flushes by ingestion that waited for the store to compact its L0 below its stop-writes depth.
+# TYPE kvbuf_store_l0_waits_total counter
+kvbuf_store_l0_waits_total{shard="7"} 29
+# HELP kvbuf_store_l0_wait_seconds_total Time flushes by ingestion waited for the store to compact its L0.
+# TYPE kvbuf_store_l0_wait_seconds_total counter
+kvbuf_store_l0_wait_seconds_total{shard="7"} 4.5
 # HELP kvbuf_read_tier_bytes Memory held by the read tier: flushed generations kept readable.
 # TYPE kvbuf_read_tier_bytes gauge
 kvbuf_read_tier_bytes{shard="7"} 1.6777216e+07
