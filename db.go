@@ -186,6 +186,10 @@ type DB struct {
 	diskFull atomic.Int64
 	// ingests counts generations flushed by ingestion (Metrics).
 	ingests atomic.Int64
+	// l0Waits and l0WaitNs count the ingestions that waited for the
+	// store's compactions (storage.Store.WaitL0) and their total wait
+	// (Metrics.StoreL0Waits, StoreL0WaitTime).
+	l0Waits, l0WaitNs atomic.Int64
 	// tier is the read tier (tier.go).
 	tier readTier
 	// pacer bounds the flusher's CPU while it writes tables (pace.go).

@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,7 +61,9 @@ func pebbleLSM(db *pebble.DB) func() (storage.LSMStats, error) {
 		pm := db.Metrics()
 		tot := pm.Total()
 		st := storage.LSMStats{
-			L0Files: pm.Levels[0].TablesCount, ReadAmp: pm.ReadAmp(),
+			L0Files: pm.Levels[0].TablesCount, L0Sublevels: int(pm.Levels[0].Sublevels), ReadAmp: pm.ReadAmp(),
+			MemTables: pm.MemTable.Count, Flushes: pm.Flush.Count, Compactions: pm.Compact.Count,
+			Ingests: pm.Ingest.Count, FlushableIngests: pm.Flush.AsIngestCount,
 			WALBytes: pm.WAL.BytesWritten, FlushedBytes: tot.TableBytesFlushed,
 			CompactedBytes: tot.TableBytesCompacted, IngestedBytes: tot.TableBytesIngested,
 			BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
@@ -451,76 +454,199 @@ func benchMissRead(b *testing.B, hot bool) {
 }
 
 // BenchmarkSustainedWrites writes as fast as it can (Batches of 64 puts of
-// 100-byte values to random keys of a space of 1M, op 0, the flusher
-// working on its own: interval and size triggers) for KVBUF_SUSTAIN
-// (default 3s) per configuration and op, the configurations in rotating
-// order, each on an engine kept open across ops, while one reader Gets
-// random keys and a sampler reads Metrics every 10ms. It reports, per
-// configuration: writes/s, the L0 file count and read amplification of
-// the store (mean and max of the samples), compactions and bytes written
-// per byte of user data (from the store's LSMStats), read p50/p99, and
-// the stall time per write. Configurations: ingest (the defaults), batch-
-// path (IngestThreshold -1: every generation through the WAL), and the
-// store set-ups tried for a buffer in front of pebble (doc/design.md,
-// "The store under a buffer"): ingest-l0c2 an L0 compaction threshold of
-// 2 (compaction from one sublevel; the engine's, pebble's, is 4),
-// ingest-l0c8 one of 8 (from four sublevels), ingest-mem64m a 64 MiB
-// memtable, ingest-compact2 two concurrent compactions.
+// 100-byte values to random keys of a space of 1M, op 0, the flusher working
+// on its own: interval and size triggers) for KVBUF_SUSTAIN (default 3s) per
+// configuration and op, the configurations in rotating order, each on an
+// engine kept open across ops (and its store's compactions waited out after
+// each op), while one reader Gets random keys and a sampler reads the
+// store's LSM shape every 10ms. It reports, per configuration: writes/s; the
+// store's L0 files, L0 sublevels and read amplification (mean and max of the
+// samples); per op the generations frozen, the store's ingestions (and the
+// mean size of an ingested table), flushable ingests, memtable flushes,
+// compactions and the megabytes they wrote, and the ingestions that waited
+// for L0; bytes written per byte of user data; read p50/p99; the stall time
+// per write; and the process's CPU per write over the op (its end-of-op
+// Flush included, the settling compactions not). Configurations: ingest (the
+// defaults); pebble, pebble alone at the same write rate's shape (the
+// store's options with a memtable of kvbuf's pending budget, 64 MiB;
+// unsynced batches and a synced log every second, kvbuf's default loss
+// window); batch-path (IngestThreshold -1: every generation through the
+// WAL); the store set-ups tried for a buffer in front of pebble
+// (doc/design.md, "The store under a buffer"): ingest-l0c2 an L0 compaction
+// threshold of 2 (compaction from one sublevel; the engine's, pebble's, is
+// 4), ingest-l0c8 one of 8, ingest-mem64m a 64 MiB memtable, ingest-compact2
+// two concurrent compactions (pebble's default of one more per 10
+// sublevels); and the designs tried for L0 under this load (doc/design.md,
+// "L0 under a sustained write load"): ingest-nol0wait ingestions that do not
+// wait for the store's L0 (storage.Store.WaitL0; the engine's default waits
+// at 12 sublevels), ingest-stop8 ingestions that wait at 8, ingest-cc2 and
+// ingest-cc3 up to two and three concurrent compactions, one more per two L0
+// sublevels (storage.Options.L0CompactionConcurrency; pebble's default of 10
+// sublevels per extra compaction leaves a second one idle), ingest-fb56m
+// generations frozen at 56 MiB of the 64 MiB pending budget instead of 32
+// (fewer, larger ingestions), and ingest-pend128m a pending budget of 128
+// MiB (generations twice as large, for twice the memory).
+// KVBUF_SUSTAIN_ROWS, a comma-separated list of row names, runs only those.
 func BenchmarkSustainedWrites(b *testing.B) {
 	d := 3 * time.Second
 	if v, err := time.ParseDuration(getenv("KVBUF_SUSTAIN")); err == nil && v > 0 {
 		d = v
 	}
-	type config struct {
-		name string
-		opts Options
+	store := func(cc, l0cc int) *storage.Options {
+		return &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold,
+			L0StopWritesThreshold: storeL0StopWritesThreshold, MaxConcurrentCompactions: cc, L0CompactionConcurrency: l0cc}
 	}
+	type config struct {
+		name   string
+		opts   Options
+		pebble bool
+	}
+	stop8 := store(0, 0)
+	stop8.L0StopWritesThreshold = 8
 	configs := []config{
-		{"ingest", Options{}},
-		{"batch-path", Options{IngestThreshold: -1}},
-		{"ingest-l0c2", Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
-		{"ingest-l0c8", Options{storeTune: &storage.Options{L0CompactionThreshold: 8}}},
-		{"ingest-mem64m", Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MemTableSize: 64 << 20}}},
-		{"ingest-compact2", Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MaxConcurrentCompactions: 2}}},
+		{name: "ingest"},
+		{name: "pebble", pebble: true},
+		{name: "batch-path", opts: Options{IngestThreshold: -1}},
+		{name: "ingest-l0c2", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: 2}}},
+		{name: "ingest-l0c8", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: 8}}},
+		{name: "ingest-mem64m", opts: Options{storeTune: &storage.Options{L0CompactionThreshold: storeL0CompactionThreshold, MemTableSize: 64 << 20}}},
+		{name: "ingest-compact2", opts: Options{storeTune: store(2, 0)}},
+		{name: "ingest-nol0wait", opts: Options{noL0Wait: true}},
+		{name: "ingest-stop8", opts: Options{storeTune: stop8}},
+		{name: "ingest-cc2", opts: Options{storeTune: store(2, 2)}},
+		{name: "ingest-cc3", opts: Options{storeTune: store(3, 2)}},
+		{name: "ingest-fb56m", opts: Options{flushBytes: 56 << 20}},
+		{name: "ingest-pend128m", opts: Options{MaxPendingBytes: 128 << 20}},
+	}
+	if only := getenv("KVBUF_SUSTAIN_ROWS"); only != "" {
+		configs = slices.DeleteFunc(configs, func(c config) bool {
+			return !slices.Contains(strings.Split(only, ","), c.name)
+		})
 	}
 	type stats struct {
-		writes                   int64
-		el                       time.Duration
-		l0Sum, raSum, samples    int64
-		l0Max, raMax             int64
-		compactions, bytes, user uint64
-		stall                    time.Duration
-		lat                      []time.Duration
+		writes                  int64
+		el, cpu                 time.Duration
+		l0Sum, slSum, raSum, n  int64
+		l0Max, slMax, raMax     int64
+		gens, flushes, compacts int64
+		waits                   int64
+		ingests, flushable      uint64
+		ingested, compacted     uint64
+		bytes, user             uint64
+		stall                   time.Duration
+		lat                     []time.Duration
 	}
-	dbs := make([]*DB, len(configs))
-	kvs := make([]*KV, len(configs))
+	// engine is one configuration's store under test: kvbuf or pebble.
+	type engine struct {
+		apply func(keys [][]byte, val []byte) error
+		get   func(buf, k []byte) []byte
+		sync  func() error // the end of an op: everything written durable
+		lsm   func() (storage.LSMStats, error)
+		gens  func() int64
+		waits func() int64 // ingestions that waited for L0
+		stall func() time.Duration
+		bg    func(stop <-chan struct{}) // background work during an op
+	}
+	engines := make([]engine, len(configs))
 	st := make([]stats, len(configs))
+	pebbleKey := func(k []byte) []byte { return append([]byte{2, 0, 0, 0, 1}, k...) }
 	for i, c := range configs {
+		if c.pebble {
+			pdb, err := pebble.Open(b.TempDir(), storage.PebbleOptions(&storage.Options{MemTableSize: 64 << 20,
+				L0CompactionThreshold: storeL0CompactionThreshold, L0StopWritesThreshold: storeL0StopWritesThreshold}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = pdb.Close() })
+			syncLog := func() error { return pdb.LogData(nil, pebble.Sync) }
+			engines[i] = engine{
+				apply: func(keys [][]byte, val []byte) error {
+					bt := pdb.NewBatch()
+					for _, k := range keys {
+						if err := bt.Set(pebbleKey(k), val, nil); err != nil {
+							return err
+						}
+					}
+					return bt.Commit(pebble.NoSync)
+				},
+				get: func(buf, k []byte) []byte {
+					v, cl, err := pdb.Get(pebbleKey(k))
+					if err == nil {
+						buf = append(buf, v...)
+						_ = cl.Close()
+					}
+					return buf
+				},
+				sync:  syncLog,
+				lsm:   pebbleLSM(pdb),
+				gens:  func() int64 { return 0 },
+				waits: func() int64 { return 0 },
+				stall: func() time.Duration { return 0 },
+				bg: func(stop <-chan struct{}) { // a synced log every second
+					t := time.NewTicker(time.Second)
+					defer t.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							_ = syncLog()
+						}
+					}
+				},
+			}
+			continue
+		}
 		o := c.opts
 		db, err := Open(b.TempDir(), &o)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = db.Close() })
-		dbs[i] = db
-		if kvs[i], err = db.KV("w"); err != nil {
+		kv, err := db.KV("w")
+		if err != nil {
 			b.Fatal(err)
+		}
+		bt := db.NewBatch()
+		engines[i] = engine{
+			apply: func(keys [][]byte, val []byte) error {
+				bt.Reset()
+				for _, k := range keys {
+					bt.Put(kv, k, val)
+				}
+				return db.Apply(ctx, bt, 0)
+			},
+			get: func(buf, k []byte) []byte {
+				buf, _ = kv.GetAppend(buf, k)
+				return buf
+			},
+			sync:  func() error { return db.Flush(ctx) },
+			lsm:   db.store.LSM,
+			gens:  func() int64 { return db.Metrics().Generations },
+			waits: func() int64 { return db.Metrics().StoreL0Waits },
+			stall: func() time.Duration { return db.Metrics().StallTime },
+			bg:    func(<-chan struct{}) {},
 		}
 	}
 	const space = 1 << 20
 	val := make([]byte, 100)
+	keys := make([][]byte, 64)
+	for j := range keys {
+		keys[j] = make([]byte, 8)
+	}
 	round := 0
 	for b.Loop() {
 		for j := range configs {
 			i := (j + round) % len(configs)
-			db, kv, s := dbs[i], kvs[i], &st[i]
-			before, _ := db.store.LSM()
-			m0 := db.Metrics()
+			e, s := &engines[i], &st[i]
+			before, _ := e.lsm()
+			g0, w0, stall0, cpu0 := e.gens(), e.waits(), e.stall(), processCPU()
 			stop := make(chan struct{})
-			done := make(chan struct{}, 2)
+			done := make(chan struct{}, 3)
 			go func() { // reader
 				rng := rand.New(rand.NewPCG(uint64(round), 1))
 				var buf []byte
+				k := make([]byte, 8)
 				for {
 					select {
 					case <-stop:
@@ -528,9 +654,9 @@ func BenchmarkSustainedWrites(b *testing.B) {
 						return
 					default:
 					}
-					k := binary.BigEndian.AppendUint64(nil, rng.Uint64N(space))
+					binary.BigEndian.PutUint64(k, rng.Uint64N(space))
 					t0 := time.Now()
-					buf, _ = kv.GetAppend(buf[:0], k)
+					buf = e.get(buf[:0], k)
 					s.lat = append(s.lat, time.Since(t0))
 				}
 			}()
@@ -544,41 +670,59 @@ func BenchmarkSustainedWrites(b *testing.B) {
 						return
 					case <-t.C:
 					}
-					m := db.Metrics()
-					s.l0Sum += m.StoreL0Files
-					s.raSum += int64(m.StoreReadAmp)
-					s.samples++
-					s.l0Max = max(s.l0Max, m.StoreL0Files)
-					s.raMax = max(s.raMax, int64(m.StoreReadAmp))
+					m, err := e.lsm()
+					if err != nil {
+						continue
+					}
+					ra := int64(m.ReadAmp)
+					sl := int64(m.L0Sublevels)
+					s.l0Sum += m.L0Files
+					s.slSum += sl
+					s.raSum += ra
+					s.n++
+					s.l0Max = max(s.l0Max, m.L0Files)
+					s.slMax = max(s.slMax, sl)
+					s.raMax = max(s.raMax, ra)
 				}
 			}()
+			go func() {
+				e.bg(stop)
+				done <- struct{}{}
+			}()
 			rng := rand.New(rand.NewPCG(uint64(round), 2))
-			bt := db.NewBatch()
 			t0 := time.Now()
 			for time.Since(t0) < d {
-				for range 64 {
-					binary.BigEndian.PutUint64(val, rng.Uint64())
-					bt.Put(kv, binary.BigEndian.AppendUint64(nil, rng.Uint64N(space)), val)
+				for _, k := range keys {
+					binary.BigEndian.PutUint64(k, rng.Uint64N(space))
 				}
-				if err := db.Apply(ctx, bt, 0); err != nil {
+				binary.BigEndian.PutUint64(val, rng.Uint64())
+				if err := e.apply(keys, val); err != nil {
 					b.Fatal(err)
 				}
-				bt.Reset()
 				s.writes += 64
 				s.user += 64 * (8 + 100)
 			}
-			if err := db.Flush(ctx); err != nil {
+			if err := e.sync(); err != nil {
 				b.Fatal(err)
 			}
 			s.el += time.Since(t0)
+			s.cpu += processCPU() - cpu0
 			close(stop)
 			<-done
 			<-done
-			after, _ := db.store.LSM()
-			s.compactions += uint64(after.Compactions - before.Compactions)
+			<-done
+			after, _ := e.lsm()
+			s.gens += e.gens() - g0
+			s.waits += e.waits() - w0
+			s.flushes += after.Flushes - before.Flushes
+			s.compacts += after.Compactions - before.Compactions
+			s.ingests += after.Ingests - before.Ingests
+			s.flushable += after.FlushableIngests - before.FlushableIngests
+			s.ingested += after.IngestedBytes - before.IngestedBytes
+			s.compacted += after.CompactedBytes - before.CompactedBytes
 			s.bytes += after.BytesWritten - before.BytesWritten
-			s.stall += db.Metrics().StallTime - m0.StallTime
-			settle(db.store.LSM)
+			s.stall += e.stall() - stall0
+			settle(e.lsm)
 		}
 		round++
 	}
@@ -592,16 +736,27 @@ func BenchmarkSustainedWrites(b *testing.B) {
 			return float64(s.lat[int(f*float64(len(s.lat)-1))].Microseconds())
 		}
 		p := c.name + "-"
+		n, r := float64(max(s.n, 1)), float64(round)
 		b.ReportMetric(float64(s.writes)/s.el.Seconds(), p+"writes/s")
-		b.ReportMetric(float64(s.l0Sum)/float64(max(s.samples, 1)), p+"l0-files-mean")
+		b.ReportMetric(float64(s.l0Sum)/n, p+"l0-files-mean")
 		b.ReportMetric(float64(s.l0Max), p+"l0-files-max")
-		b.ReportMetric(float64(s.raSum)/float64(max(s.samples, 1)), p+"read-amp-mean")
+		b.ReportMetric(float64(s.slSum)/n, p+"l0-sublevels-mean")
+		b.ReportMetric(float64(s.slMax), p+"l0-sublevels-max")
+		b.ReportMetric(float64(s.raSum)/n, p+"read-amp-mean")
 		b.ReportMetric(float64(s.raMax), p+"read-amp-max")
-		b.ReportMetric(float64(s.compactions)/float64(round), p+"compactions/op")
+		b.ReportMetric(float64(s.gens)/r, p+"gens/op")
+		b.ReportMetric(float64(s.ingests)/r, p+"ingests/op")
+		b.ReportMetric(float64(s.waits)/r, p+"l0-waits/op")
+		b.ReportMetric(float64(s.ingested)/float64(max(s.ingests, 1))/(1<<20), p+"MB/ingest")
+		b.ReportMetric(float64(s.flushable)/r, p+"flushable-ingests/op")
+		b.ReportMetric(float64(s.flushes)/r, p+"memtable-flushes/op")
+		b.ReportMetric(float64(s.compacts)/r, p+"compactions/op")
+		b.ReportMetric(float64(s.compacted)/r/(1<<20), p+"compacted-MB/op")
 		b.ReportMetric(float64(s.bytes)/float64(s.user), p+"wamp")
 		b.ReportMetric(q(0.5), p+"read-p50-us")
 		b.ReportMetric(q(0.99), p+"read-p99-us")
 		b.ReportMetric(float64(s.stall.Nanoseconds())/float64(s.writes), p+"stall-ns/write")
+		b.ReportMetric(float64(s.cpu.Nanoseconds())/float64(s.writes), p+"cpu-ns/write")
 	}
 }
 

@@ -180,6 +180,15 @@ type Metrics struct {
 	// write-ahead log as one batch.
 	IngestedGenerations int64
 
+	// StoreL0Waits counts the flushes by ingestion that waited, their
+	// tables written, for the store to compact its L0 below its stop-writes
+	// depth (12 sublevels, pebble's own for batch writes; see
+	// doc/design.md, "L0 under a sustained write load"), and
+	// StoreL0WaitTime their total wait: the flush waits, and so, once
+	// pending memory reaches MaxPendingBytes, do the writes (Stalls).
+	StoreL0Waits    int64
+	StoreL0WaitTime time.Duration
+
 	// ReadTierBytes is the memory held by the read tier (flushed
 	// generations kept readable, Options.ReadTierBytes): the engine's
 	// memory besides PendingBytes and the store's cache and memtables.
@@ -248,6 +257,8 @@ func (db *DB) Metrics() Metrics {
 		m.StoreBytesWritten = int64(lsm.BytesWritten)
 	}
 	m.IngestedGenerations = db.ingests.Load()
+	m.StoreL0Waits = db.l0Waits.Load()
+	m.StoreL0WaitTime = time.Duration(db.l0WaitNs.Load())
 	m.ReadTierBytes = db.tier.bytes.Load()
 	m.ReadTierGenerations = db.tier.generations()
 	m.ReadTierEvictions = db.tier.evicted.Load()

@@ -189,6 +189,15 @@ type Options struct {
 	// Options stays comparable.
 	storeTune *storage.Options
 
+	// noL0Wait, for benchmarks of this package, ingests without waiting
+	// for the store's L0 (storage.Store.WaitL0).
+	noL0Wait bool
+
+	// flushBytes is flush.Options.FlushBytes (0: its default, half of
+	// MaxPendingBytes): benchmarks of this package compare generation
+	// sizes with it.
+	flushBytes int64
+
 	// ingestWriters is buffer.Options.IngestWriters (0: its default, one
 	// goroutine per processor but one): benchmarks of this package
 	// compare a flush on every processor with the default.
@@ -214,6 +223,9 @@ type testHooks struct {
 	// diskRetryMax caps the wait between retries of a store write on a
 	// full disk (default: diskfull's, 1s).
 	diskRetryMax time.Duration
+	// l0Waiting is called when a flush by ingestion begins to wait for
+	// the store's L0 (storage.Store.WaitL0).
+	l0Waiting func()
 }
 
 // storeFSOrOS returns the store's file system: storeFS, or the OS's
@@ -344,6 +356,7 @@ func (o *Options) flushOptions(wm, highest uint64) *flush.Options {
 	return &flush.Options{
 		Interval:        o.FlushInterval,
 		MaxPendingBytes: o.MaxPendingBytes,
+		FlushBytes:      o.flushBytes,
 		PipelineDepth:   o.PipelineDepth,
 		GroupWait:       o.GroupWait,
 		Watermark:       wm,

@@ -251,6 +251,16 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	if rw != nil {
 		rw.addToIngest(in) // feedKS is above every keyspace
 	}
+	// pebble's stop-writes depth holds batch writes back, not ingestions
+	// (storage.Store.WaitL0): the flush keeps L0 within it itself.
+	if !db.opts.noL0Wait {
+		w, err := db.store.WaitL0(ctx, db.l0Waiting)
+		db.l0WaitNs.Add(int64(w))
+		if err != nil {
+			in.Abort()
+			return kverr.Errorf("flush: ingest: %w", err)
+		}
+	}
 	c, err := db.store.CommitIngest(in)
 	if err != nil {
 		return kverr.Errorf("flush: ingest: %w", err)
@@ -260,6 +270,15 @@ func (gen *generation) ingest(ctx context.Context, wm uint64, rw *retWrite) erro
 	}
 	db.ingests.Add(1)
 	return nil
+}
+
+// l0Waiting counts a flush by ingestion that waits for the store's L0
+// (Metrics.StoreL0Waits), as it begins to wait.
+func (db *DB) l0Waiting() {
+	db.l0Waits.Add(1)
+	if h := db.opts.hooks; h != nil && h.l0Waiting != nil {
+		h.l0Waiting()
+	}
 }
 
 // Recycle implements flush.Recycler: after the callers of the flush were

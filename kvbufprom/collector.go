@@ -30,6 +30,8 @@
 //	kvbuf_store_ingests_total        the store's ingestions (StoreIngests)
 //	kvbuf_store_compacted_bytes_total  bytes the store's compactions wrote (StoreCompactedBytes)
 //	kvbuf_store_written_bytes_total  bytes the store wrote: its log, flushed, compacted and ingested tables (StoreBytesWritten)
+//	kvbuf_store_l0_waits_total       flushes by ingestion that waited for the store's L0 compactions (StoreL0Waits)
+//	kvbuf_store_l0_wait_seconds_total    the time those flushes waited (StoreL0WaitTime)
 //	kvbuf_read_tier_evictions_total  generations the read tier evicted (ReadTierEvictions)
 //	kvbuf_flush_yields_total         times the flusher yielded the processor between slices of its work (FlushYields)
 //	kvbuf_flush_throttled_seconds_total  time the flusher slept to stay within FlushCPUPercent (FlushThrottled)
@@ -132,6 +134,7 @@ type collector struct {
 	ingested                                        *prometheus.Desc
 	storeFlushes, storeCompactions, storeIngests    *prometheus.Desc
 	storeCompacted, storeWritten                    *prometheus.Desc
+	storeL0Waits, storeL0WaitSeconds                *prometheus.Desc
 	tierBytes, tierGenerations, tierEvictions       *prometheus.Desc
 	flushYields, flushThrottled                     *prometheus.Desc
 	budgetBytes, budgetForced                       *prometheus.Desc
@@ -203,10 +206,12 @@ func newCollector(metrics func() kvbuf.Metrics, opts *Options) *collector {
 		snapshots: desc("snapshots", "Open snapshots."),
 		storeJobs: desc("store_jobs", "Flushes and compactions of the store (pebble) in progress."),
 
-		storeL0Files:  desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
-		storeReadAmp:  desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
-		storeLogBytes: desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
-		ingested:      desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+		storeL0Files:       desc("store_l0_files", "Sstables in level 0 of the store (pebble)."),
+		storeReadAmp:       desc("store_read_amp", "Read amplification of the store: memtables, L0 sublevels and lower levels a point read may search."),
+		storeLogBytes:      desc("store_log_bytes", "Live data of the store's write-ahead log: what its memtables hold that no flush has written to an sstable yet."),
+		ingested:           desc("ingested_generations_total", "Generations flushed by ingesting sstables rather than through the write-ahead log."),
+		storeL0Waits:       desc("store_l0_waits_total", "Flushes by ingestion that waited for the store to compact its L0 below its stop-writes depth."),
+		storeL0WaitSeconds: desc("store_l0_wait_seconds_total", "Time flushes by ingestion waited for the store to compact its L0."),
 
 		storeFlushes:     desc("store_flushes_total", "Memtable flushes of the store (pebble)."),
 		storeCompactions: desc("store_compactions_total", "Compactions of the store (pebble)."),
@@ -289,6 +294,7 @@ func (c *collector) descs() []*prometheus.Desc {
 		c.keyspaces, c.bitslices, c.snapshots,
 		c.storeJobs, c.storeL0Files, c.storeReadAmp, c.storeLogBytes, c.ingested,
 		c.storeFlushes, c.storeCompactions, c.storeIngests, c.storeCompacted, c.storeWritten,
+		c.storeL0Waits, c.storeL0WaitSeconds,
 		c.tierBytes, c.tierGenerations, c.tierEvictions,
 		c.flushYields, c.flushThrottled,
 		c.budgetBytes, c.budgetForced, c.budgetWaits, c.budgetWaitSeconds,
@@ -346,6 +352,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	out.counter(c.storeIngests, float64(m.StoreIngests))
 	out.counter(c.storeCompacted, float64(m.StoreCompactedBytes))
 	out.counter(c.storeWritten, float64(m.StoreBytesWritten))
+	out.counter(c.storeL0Waits, float64(m.StoreL0Waits))
+	out.counter(c.storeL0WaitSeconds, m.StoreL0WaitTime.Seconds())
 	out.gauge(c.tierBytes, float64(m.ReadTierBytes))
 	out.gauge(c.tierGenerations, float64(m.ReadTierGenerations))
 	out.counter(c.tierEvictions, float64(m.ReadTierEvictions))

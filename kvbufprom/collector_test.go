@@ -61,6 +61,8 @@ var fieldMetric = map[string]string{
 	"StoreIngests":        "kvbuf_store_ingests_total",
 	"StoreCompactedBytes": "kvbuf_store_compacted_bytes_total",
 	"StoreBytesWritten":   "kvbuf_store_written_bytes_total",
+	"StoreL0Waits":        "kvbuf_store_l0_waits_total",
+	"StoreL0WaitTime":     "kvbuf_store_l0_wait_seconds_total",
 	"ReadTierBytes":       "kvbuf_read_tier_bytes",
 	"ReadTierGenerations": "kvbuf_read_tier_generations",
 	"ReadTierEvictions":   "kvbuf_read_tier_evictions_total",
@@ -118,6 +120,8 @@ func fabricated() kvbuf.Metrics {
 		StoreIngests:        33,
 		StoreCompactedBytes: 34 << 20,
 		StoreBytesWritten:   35 << 20,
+		StoreL0Waits:        29,
+		StoreL0WaitTime:     4500 * time.Millisecond,
 		ReadTierBytes:       16 << 20,
 		ReadTierGenerations: 17,
 		ReadTierEvictions:   18,
@@ -274,6 +278,12 @@ kvbuf_store_compacted_bytes_total{shard="7"} 3.5651584e+07
 # HELP kvbuf_store_written_bytes_total Bytes the store wrote: its write-ahead log, the tables its flushes and compactions wrote, and the tables ingested.
 # TYPE kvbuf_store_written_bytes_total counter
 kvbuf_store_written_bytes_total{shard="7"} 3.6700160e+07
+# HELP kvbuf_store_l0_waits_total Flushes by ingestion that waited for the store to compact its L0 below its stop-writes depth.
+# TYPE kvbuf_store_l0_waits_total counter
+kvbuf_store_l0_waits_total{shard="7"} 29
+# HELP kvbuf_store_l0_wait_seconds_total Time flushes by ingestion waited for the store to compact its L0.
+# TYPE kvbuf_store_l0_wait_seconds_total counter
+kvbuf_store_l0_wait_seconds_total{shard="7"} 4.5
 # HELP kvbuf_read_tier_bytes Memory held by the read tier: flushed generations kept readable.
 # TYPE kvbuf_read_tier_bytes gauge
 kvbuf_read_tier_bytes{shard="7"} 1.6777216e+07

@@ -22,6 +22,11 @@ type LSMStats struct {
 	// compactions and ingestions.
 	Flushes, Compactions int64
 	Ingests              uint64
+	// FlushableIngests counts the ingestions that overlapped a memtable
+	// and so were queued behind it as flushables, once flushed (pebble's
+	// Flush.AsIngestCount): each lands in L0 when the memtables before it
+	// are flushed, and is counted then.
+	FlushableIngests uint64
 	// WALBytes, FlushedBytes, CompactedBytes and IngestedBytes are the
 	// bytes written to the write-ahead log, to tables by memtable flushes,
 	// to tables by compactions, and of tables ingested (written by
@@ -47,19 +52,20 @@ func (s *Store) LSM() (LSMStats, error) {
 	pm := s.db.Metrics()
 	tot := pm.Total()
 	st := LSMStats{
-		L0Files:        pm.Levels[0].TablesCount,
-		L0Sublevels:    int(pm.Levels[0].Sublevels),
-		ReadAmp:        pm.ReadAmp(),
-		MemTables:      pm.MemTable.Count,
-		Flushes:        pm.Flush.Count,
-		Compactions:    pm.Compact.Count,
-		Ingests:        pm.Ingest.Count,
-		WALBytes:       pm.WAL.BytesWritten,
-		FlushedBytes:   tot.TableBytesFlushed,
-		CompactedBytes: tot.TableBytesCompacted,
-		IngestedBytes:  tot.TableBytesIngested,
-		BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
-		LogBytes:       pm.WAL.Size,
+		L0Files:          pm.Levels[0].TablesCount,
+		L0Sublevels:      int(pm.Levels[0].Sublevels),
+		ReadAmp:          pm.ReadAmp(),
+		MemTables:        pm.MemTable.Count,
+		Flushes:          pm.Flush.Count,
+		Compactions:      pm.Compact.Count,
+		Ingests:          pm.Ingest.Count,
+		FlushableIngests: pm.Flush.AsIngestCount,
+		WALBytes:         pm.WAL.BytesWritten,
+		FlushedBytes:     tot.TableBytesFlushed,
+		CompactedBytes:   tot.TableBytesCompacted,
+		IngestedBytes:    tot.TableBytesIngested,
+		BackgroundJobs:   pm.Compact.NumInProgress + pm.Flush.NumInProgress,
+		LogBytes:         pm.WAL.Size,
 	}
 	st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
 	return st, nil

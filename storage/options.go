@@ -94,6 +94,17 @@ type Options struct {
 	// Default: 1 (pebble's). Negative values are kvbuf.ErrBadOptions.
 	MaxConcurrentCompactions int
 
+	// L0CompactionConcurrency is the number of L0 sublevels per
+	// compaction beyond the first that pebble runs at once (pebble's
+	// Experimental.L0CompactionConcurrency): with MaxConcurrentCompactions
+	// n above 1, pebble starts a second compaction only once L0 holds this
+	// many sublevels (or its compaction debt passes 1 GB), a third at
+	// twice as many, and so on up to n. Default: pebble's (10), which
+	// leaves a second compaction idle until L0's read amplification is
+	// near the stop-writes threshold. Negative values are
+	// kvbuf.ErrBadOptions.
+	L0CompactionConcurrency int
+
 	// IngestTableFormat is the sstable format of the tables an Ingest
 	// writes (a flush by ingestion), if below the store's own format (the
 	// store's own is used otherwise): pebble reads every format from
@@ -190,6 +201,7 @@ func PebbleOptions(opts *Options) *pebble.Options {
 	if n := o.MaxConcurrentCompactions; n > 0 {
 		po.CompactionConcurrencyRange = func() (int, int) { return 1, n }
 	}
+	po.Experimental.L0CompactionConcurrency = o.L0CompactionConcurrency
 	bitsPerKey := o.BloomBitsPerKey
 	if bitsPerKey == 0 {
 		bitsPerKey = DefaultBloomBitsPerKey
@@ -220,9 +232,9 @@ func (o *Options) Validate() error {
 		return kverr.Errorf("BloomBitsPerKey %d (at most %d): %w", o.BloomBitsPerKey, maxBloomBitsPerKey, kverr.ErrBadOptions)
 	}
 	if o != nil {
-		if o.L0CompactionThreshold < 0 || o.L0StopWritesThreshold < 0 || o.MaxConcurrentCompactions < 0 {
-			return kverr.Errorf("L0CompactionThreshold %d, L0StopWritesThreshold %d, MaxConcurrentCompactions %d (none negative): %w",
-				o.L0CompactionThreshold, o.L0StopWritesThreshold, o.MaxConcurrentCompactions, kverr.ErrBadOptions)
+		if o.L0CompactionThreshold < 0 || o.L0StopWritesThreshold < 0 || o.MaxConcurrentCompactions < 0 || o.L0CompactionConcurrency < 0 {
+			return kverr.Errorf("L0CompactionThreshold %d, L0StopWritesThreshold %d, MaxConcurrentCompactions %d, L0CompactionConcurrency %d (none negative): %w",
+				o.L0CompactionThreshold, o.L0StopWritesThreshold, o.MaxConcurrentCompactions, o.L0CompactionConcurrency, kverr.ErrBadOptions)
 		}
 		compact, stop := o.L0CompactionThreshold, o.L0StopWritesThreshold
 		if compact == 0 {

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -82,6 +83,10 @@ type Store struct {
 
 	// pit caches the iterators of point reads (pointread.go).
 	pit *pointIters
+	// l0 wakes WaitL0 at the end of every pebble flush and compaction;
+	// l0Stop is pebble's L0StopWritesThreshold, after defaults.
+	l0     *l0Waker
+	l0Stop int
 
 	// openMu guards the iterators and snapshots Close must close.
 	openMu sync.Mutex
@@ -137,8 +142,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// iterators read.
 	pit := &pointIters{}
 	el := *po.EventListener
-	el.FlushEnd = func(pebble.FlushInfo) { pit.bump() }
-	el.CompactionEnd = func(pebble.CompactionInfo) { pit.bump() }
+	l0 := &l0Waker{}
+	el.FlushEnd = func(pebble.FlushInfo) { pit.bump(); l0.wake() }
+	el.CompactionEnd = func(pebble.CompactionInfo) { pit.bump(); l0.wake() }
 	po.EventListener = &el
 	if opts != nil && opts.noAutoCompactions {
 		po.DisableAutomaticCompactions = true
@@ -154,6 +160,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		db:       db,
 		lock:     lock,
 		pit:      pit,
+		l0:       l0,
+		l0Stop:   cmp.Or(po.L0StopWritesThreshold, pebbleL0StopWritesThreshold),
 		iters:    make(map[*Iter]struct{}),
 		snaps:    make(map[*Snapshot]struct{}),
 	}
