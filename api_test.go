@@ -589,8 +589,8 @@ func TestFlushContextAndCoalescing(t *testing.T) {
 	if err := db.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush with a context that ends first: %v", err)
 	}
-	if m := db.Metrics(); m.InFlight != 1 || m.Watermark != 0 {
-		t.Fatalf("during the stall: InFlight %d Watermark %d", m.InFlight, m.Watermark)
+	if m := db.Metrics(); m.InFlight != 1 || m.Watermark != 0 || db.InFlight() != 1 {
+		t.Fatalf("during the stall: InFlight %d (DB.InFlight %d) Watermark %d", m.InFlight, db.InFlight(), m.Watermark)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)

@@ -206,6 +206,14 @@ type Metrics struct {
 	FlushThrottled time.Duration
 }
 
+// InFlight returns the number of generations frozen and not yet durable:
+// Metrics.InFlight, read alone, from two atomic loads. Metrics reads much
+// more (the store's figures come from pebble's metrics, tens of
+// microseconds), so a host that polls whether a flush is under way, to
+// schedule its own work around flushes or to time its reads apart, polls
+// this. It works after Close (0 once Close has returned).
+func (db *DB) InFlight() int { return db.flusher.InFlight() }
+
 // Metrics returns a snapshot of the engine's metrics. It works after Close
 // (the counters stop).
 func (db *DB) Metrics() Metrics {

@@ -110,6 +110,9 @@ func TestStoreCounters(t *testing.T) {
 		mc.StoreCompactedBytes < m3.StoreCompactedBytes || mc.StoreBytesWritten < m3.StoreBytesWritten {
 		t.Fatalf("after Close the counters went back: %+v, before %+v", storeCounters(mc), storeCounters(m3))
 	}
+	if n := db.InFlight(); n != 0 {
+		t.Fatalf("InFlight after Close = %d, want 0", n)
+	}
 	if mc.StoreJobs != 0 || mc.StoreL0Files != 0 || mc.StoreReadAmp != 0 {
 		t.Fatalf("after Close the gauges are not 0: jobs %d, L0 files %d, read amp %d", mc.StoreJobs, mc.StoreL0Files, mc.StoreReadAmp)
 	}

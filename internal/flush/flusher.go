@@ -909,6 +909,13 @@ func (f *Flusher) WaitWatermark(ctx context.Context, after uint64) (uint64, erro
 	}
 }
 
+// InFlight returns the number of generations frozen and not yet released
+// (Stats.InFlight), from two atomic loads.
+func (f *Flusher) InFlight() int {
+	rel := f.released.Load() // before frozen, so the difference is >= 0
+	return int(f.frozen.Load() - rel)
+}
+
 // Stats returns a snapshot of the counters.
 func (f *Flusher) Stats() Stats {
 	f.mu.Lock()
@@ -927,8 +934,7 @@ func (f *Flusher) Stats() Stats {
 	s.Redelivered = f.redelivered.Load()
 	s.Stalls = f.stalls.Load()
 	s.StallTime = time.Duration(f.stallNs.Load())
-	rel := f.released.Load() // before frozen, so the difference is >= 0
-	s.InFlight = int(f.frozen.Load() - rel)
+	s.InFlight = f.InFlight()
 	s.HighestOp = f.HighestOp()
 	s.CompletedOp = f.CompletedOp()
 	s.OpenOps = f.ops.numOpen()
