@@ -132,10 +132,33 @@ type scanTimes struct {
 	cpu, procCPU      time.Duration // the scanning thread's, the process's
 	vcsw, ivcsw       int64         // the thread's context switches: voluntary, involuntary
 	gc                uint64        // GC cycles that ended
+	waits             uint64        // goroutines of the process that waited at least scanFlushLongWait for a processor
+	pauses            uint64        // stop-the-world pauses of the GC
+	mutex             time.Duration // the process's goroutines' time blocked on sync.Mutex and RWMutex
 	flush, compact    bool
 }
 
 func (s scanTimes) total() time.Duration { return s.open + s.seek + s.steps }
+
+// scanFlushLongWait is the scheduling latency counted as a long wait for a
+// processor; scanFlushSlow a slow scan.
+const (
+	scanFlushLongWait = 500e-6 // seconds
+	scanFlushSlow     = time.Millisecond
+)
+
+// histAbove returns the count of a runtime/metrics histogram's samples in
+// buckets that start at or above min.
+func histAbove(s metrics.Sample, min float64) uint64 {
+	h := s.Value.Float64Histogram()
+	var n uint64
+	for i, c := range h.Counts {
+		if h.Buckets[i] >= min {
+			n += c
+		}
+	}
+	return n
+}
 
 // rusage is the CPU time and context switches of the calling thread (who =
 // RUSAGE_THREAD) or the process.
@@ -187,13 +210,16 @@ func scanDuringFlush(b *testing.B, db *DB, k *KV, n *int, threads int, val []byt
 		sc.Go(func() {
 			runtime.LockOSThread() // for the thread's CPU time
 			defer runtime.UnlockOSThread()
-			ms := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+			ms := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"},
+				{Name: "/sched/pauses/total/gc:seconds"}, {Name: "/sync/mutex/wait/total:seconds"}}
 			rng := rand.New(rand.NewPCG(uint64(g), 30))
 			for left.Add(-1) >= 0 {
 				start := scanFlushKey(rng.Uint64N(uint64(*n)))
 				f, cm := inFlush.Load(), compacting.Load()
 				metrics.Read(ms)
 				gc0 := ms[0].Value.Uint64()
+				lat0, pause0 := histAbove(ms[1], scanFlushLongWait), histAbove(ms[2], 0)
+				mu0 := ms[3].Value.Float64()
 				c0, v0, i0 := rusage(unix.RUSAGE_THREAD)
 				p0, _, _ := rusage(unix.RUSAGE_SELF)
 				t0 := time.Now()
@@ -223,6 +249,8 @@ func scanDuringFlush(b *testing.B, db *DB, k *KV, n *int, threads int, val []byt
 					open: t1.Sub(t0), seek: t2.Sub(t1), steps: t3.Sub(t2), maxNext: maxNext,
 					cpu: c1 - c0, procCPU: p1 - p0, vcsw: v1 - v0, ivcsw: i1 - i0,
 					gc:    ms[0].Value.Uint64() - gc0,
+					waits: histAbove(ms[1], scanFlushLongWait) - lat0, pauses: histAbove(ms[2], 0) - pause0,
+					mutex: time.Duration((ms[3].Value.Float64() - mu0) * 1e9),
 					flush: f || inFlush.Load(), compact: cm || compacting.Load(),
 				})
 			}
@@ -295,6 +323,23 @@ func scanFlushReport(b *testing.B, all []scanTimes) {
 		b.ReportMetric(float64(k), "n-"+c.name)
 		b.ReportMetric(q(sel, scanTimes.total, 0.99), "scan-"+c.name+"-p99-us")
 	}
+	// What the slow scans during flushes coincided with: a goroutine's
+	// long wait for a processor, a GC pause, a GC cycle's end, mutex waits.
+	var slowN, withWait, withPause, withGC, withMutex int
+	for _, s := range all {
+		if s.flush && s.total() >= scanFlushSlow {
+			slowN++
+			withWait += b2i(s.waits > 0)
+			withPause += b2i(s.pauses > 0)
+			withGC += b2i(s.gc > 0)
+			withMutex += b2i(s.mutex > 100*time.Microsecond)
+		}
+	}
+	b.ReportMetric(float64(slowN), "slow-flush-scans")
+	b.ReportMetric(float64(withWait), "slow-with-sched-wait")
+	b.ReportMetric(float64(withPause), "slow-with-gc-pause")
+	b.ReportMetric(float64(withGC), "slow-with-gc-end")
+	b.ReportMetric(float64(withMutex), "slow-with-mutex-wait")
 	slow := slices.Clone(all)
 	slices.SortFunc(slow, func(a, c scanTimes) int { return cmp.Compare(c.total(), a.total()) })
 	shown := 0
@@ -305,7 +350,7 @@ func scanFlushReport(b *testing.B, all []scanTimes) {
 		if shown++; shown > 12 {
 			break
 		}
-		b.Logf("slow scan during a flush: compaction=%v total=%v open=%v seek=%v steps=%v slowest step=%v thread cpu=%v process cpu=%v csw=%d+%d gcs=%d",
-			s.compact, s.total(), s.open, s.seek, s.steps, s.maxNext, s.cpu, s.procCPU, s.vcsw, s.ivcsw, s.gc)
+		b.Logf("slow scan during a flush: compaction=%v total=%v open=%v seek=%v steps=%v slowest step=%v thread cpu=%v process cpu=%v csw=%d+%d gcs=%d gc-pauses=%d long-sched-waits=%d mutex-wait=%v",
+			s.compact, s.total(), s.open, s.seek, s.steps, s.maxNext, s.cpu, s.procCPU, s.vcsw, s.ivcsw, s.gc, s.pauses, s.waits, s.mutex)
 	}
 }
