@@ -3,51 +3,29 @@ package kvbuf
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/kvbuf/kvbuf/internal/testutil"
 	"github.com/kvbuf/kvbuf/storage"
 )
-
-// holdSSTFS holds, once armed, the creation of the first table pebble
-// writes itself (a flush's or a compaction's output; not a table of an
-// ingest, written in its own directory) until release is closed.
-type holdSSTFS struct {
-	vfs.FS
-	mu      sync.Mutex
-	armed   bool
-	held    chan struct{}
-	release chan struct{}
-}
-
-func (f *holdSSTFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
-	f.mu.Lock()
-	hold := f.armed && strings.HasSuffix(name, ".sst") && !strings.Contains(name, "kvbuf-ingest")
-	if hold {
-		f.armed = false
-		close(f.held)
-	}
-	f.mu.Unlock()
-	if hold {
-		<-f.release
-	}
-	return f.FS.Create(name, cat)
-}
 
 // TestFlushIngestWaitsForL0: a flush by ingestion waits, before it
 // ingests, while the store's L0 is at its stop-writes depth and pebble is
 // compacting (storage.Store.WaitL0), and Metrics counts the wait.
 func TestFlushIngestWaitsForL0(t *testing.T) {
-	hfs := &holdSSTFS{FS: vfs.NewMem(), held: make(chan struct{}), release: make(chan struct{})}
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(hfs.release) }) }
+	// Holds, once armed, the creation of the first table pebble writes
+	// itself (a flush's or a compaction's output; not a table of an
+	// ingest, written in its own directory).
+	hfs := testutil.NewHoldFS(vfs.NewMem(), func(name string) bool {
+		return strings.HasSuffix(name, ".sst") && !strings.Contains(name, "kvbuf-ingest")
+	}, false)
 	waiting := make(chan struct{}, 1)
 	db := openT(t, t.TempDir(), &Options{FlushInterval: -1, GroupWait: -1, IngestThreshold: 1, storeFS: hfs,
 		storeTune: &storage.Options{L0CompactionThreshold: 2, L0StopWritesThreshold: 2},
 		hooks:     &testHooks{l0Waiting: func() { waiting <- struct{}{} }}})
-	defer func() { unhold(); closeT(t, db) }()
+	defer func() { hfs.Unhold(); closeT(t, db) }()
 	kv, err := db.KV("k")
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +43,7 @@ func TestFlushIngestWaitsForL0(t *testing.T) {
 	if err := db.store.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	hfs.mu.Lock()
-	hfs.armed = true
-	hfs.mu.Unlock()
+	hfs.Arm()
 	// Generations overlapping each other go to L0 (the first perhaps
 	// below it), where two sublevels reach both thresholds: pebble
 	// compacts them, its output is held, and a later flush must wait.
@@ -76,7 +52,7 @@ func TestFlushIngestWaitsForL0(t *testing.T) {
 		// L0 at its stop-writes depth with the compaction held: this
 		// flush must wait.
 		st, err := db.store.LSM()
-		atStop := err == nil && st.L0Sublevels >= 2 && isClosed(hfs.held)
+		atStop := err == nil && st.L0Sublevels >= 2 && hfs.IsHeld()
 		go func() { done <- flush(fmt.Sprint(i)) }()
 		select {
 		case <-waiting:
@@ -94,7 +70,7 @@ func TestFlushIngestWaitsForL0(t *testing.T) {
 		}
 		break
 	}
-	unhold()
+	hfs.Unhold()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -104,15 +80,5 @@ func TestFlushIngestWaitsForL0(t *testing.T) {
 	}
 	if v, err := kv.Get([]byte("z")); err != nil || len(v) == 0 {
 		t.Fatalf("Get(z) = %q, %v", v, err)
-	}
-}
-
-// isClosed reports whether ch is closed.
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

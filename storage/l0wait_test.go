@@ -11,32 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvbuf/kvbuf/internal/kverr"
+	"github.com/kvbuf/kvbuf/internal/testutil"
 )
-
-// holdFS holds the creation of pebble's own tables in dir (a compaction's
-// or a flush's output; not the ingester's) while armed, until release.
-type holdFS struct {
-	vfs.FS
-	dir     string
-	mu      sync.Mutex
-	armed   bool
-	held    chan struct{} // closed when a creation is held
-	release chan struct{}
-}
-
-func (f *holdFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
-	f.mu.Lock()
-	hold := f.armed && f.PathDir(name) == f.dir && strings.HasSuffix(name, ".sst")
-	if hold {
-		f.armed = false
-		close(f.held)
-	}
-	f.mu.Unlock()
-	if hold {
-		<-f.release
-	}
-	return f.FS.Create(name, cat)
-}
 
 // ingestOverlapping ingests n tables over the same keys, each an L0
 // sublevel of its own.
@@ -52,21 +28,23 @@ func ingestOverlapping(t *testing.T, s *Store, n int) {
 }
 
 func TestWaitL0(t *testing.T) {
-	hfs := &holdFS{FS: vfs.NewMem(), dir: "db", held: make(chan struct{}), release: make(chan struct{})}
-	hfs.armed = true
+	// Holds the creation of pebble's own first table in db (a
+	// compaction's or a flush's output; not the ingester's).
+	mem := vfs.NewMem()
+	hfs := testutil.NewHoldFS(mem, func(name string) bool {
+		return mem.PathDir(name) == "db" && strings.HasSuffix(name, ".sst")
+	}, true)
 	s, err := Open("db", &Options{FS: hfs, L0CompactionThreshold: 2, L0StopWritesThreshold: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(hfs.release) }) }
-	defer func() { unhold(); _ = s.Close() }()
+	defer func() { hfs.Unhold(); _ = s.Close() }()
 	// The first table goes to the bottom level, the second to L0, where
 	// one sublevel reaches the compaction threshold: pebble compacts it,
 	// and its output's creation is held. The third is a second sublevel:
 	// L0 is at the stop threshold with a compaction in progress.
 	ingestOverlapping(t, s, 3)
-	<-hfs.held
+	<-hfs.Held
 	if st, err := s.LSM(); err != nil || st.L0Sublevels != 2 || st.BackgroundJobs != 1 {
 		t.Fatalf("LSM() = %+v, %v; want 2 L0 sublevels and a compaction", st, err)
 	}
@@ -94,7 +72,7 @@ func TestWaitL0(t *testing.T) {
 	mu.Lock()
 	released = true
 	mu.Unlock()
-	unhold()
+	hfs.Unhold()
 	r := <-done
 	if r.err != nil || !r.waited || !r.released {
 		t.Fatalf("WaitL0 = %+v, want a wait ended by the compaction", r)

@@ -1,7 +1,9 @@
 // Package testutil holds test scaffolding shared by kvbuf's test suites:
 // re-executing the test binary as a child process with a role (crash
-// children, a second process holding a lock), and the line protocol such
-// children use to report to their parent. It is imported by tests only.
+// children, a second process holding a lock), the line protocol such
+// children use to report to their parent, a file system that crashes
+// (crashfs.go) and one that holds a file's creation (HoldFS). It is
+// imported by tests only.
 package testutil
 
 import (
