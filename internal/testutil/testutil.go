@@ -1,8 +1,8 @@
 // Package testutil holds test scaffolding shared by kvbuf's test suites:
 // re-executing the test binary as a child process with a role (crash
 // children, a second process holding a lock), the line protocol such
-// children use to report to their parent, a file system that crashes
-// (crashfs.go) and one that holds a file's creation (HoldFS). It is
+// children use to report to their parent, pebble's crashable memory file system
+// (CrashableMem) and a file system that holds a file's creation (HoldFS). It is
 // imported by tests only.
 package testutil
 
