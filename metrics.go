@@ -211,7 +211,8 @@ type Metrics struct {
 // more (the store's figures come from pebble's metrics, tens of
 // microseconds), so a host that polls whether a flush is under way, to
 // schedule its own work around flushes or to time its reads apart, polls
-// this. It works after Close (0 once Close has returned).
+// this. It works after Close (0 once Close has returned nil; a final
+// flush that failed leaves its generations counted).
 func (db *DB) InFlight() int { return db.flusher.InFlight() }
 
 // Metrics returns a snapshot of the engine's metrics. It works after Close
@@ -282,6 +283,13 @@ func (db *DB) Metrics() Metrics {
 	return m
 }
 
+// lsmNewer reports whether a is a reading of the store's counters at
+// least as late as b's (each counter only grows).
+func lsmNewer(a, b storage.LSMStats) bool {
+	return a.BytesWritten >= b.BytesWritten && a.Compactions >= b.Compactions &&
+		a.Flushes >= b.Flushes && a.Ingests >= b.Ingests
+}
+
 // lsmStats returns the store's LSM figures, or the last ones read if the
 // store's writes wait for space (waiting): pebble's Metrics takes the
 // mutex a compaction holds while its MANIFEST write waits for space, and
@@ -301,6 +309,17 @@ func (db *DB) lsmStats(waiting bool) (storage.LSMStats, bool) {
 	if err != nil { // closed
 		return storage.LSMStats{}, false
 	}
-	db.lastLSM.Store(&lsm)
+	// Kept only if no later reading was stored meanwhile (a Metrics call
+	// racing Close's own reading), so that the counters Metrics reports
+	// after Close never step back: pebble's counters only grow.
+	for {
+		p := db.lastLSM.Load()
+		if p != nil && !lsmNewer(lsm, *p) {
+			break
+		}
+		if db.lastLSM.CompareAndSwap(p, &lsm) {
+			break
+		}
+	}
 	return lsm, true
 }

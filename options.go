@@ -37,7 +37,9 @@ type Options struct {
 	// engine flushes when half of MaxPendingBytes is held, in fewer and
 	// larger generations, which leave the store fewer L0 tables to compact
 	// (doc/design.md, "The store under a buffer"), and a reopen replays up
-	// to that much of the host's log.
+	// to MaxPendingBytes of the host's log (what is pending, and the
+	// generations in flight: a generation waiting for the store's L0
+	// holds its changes longer).
 	FlushInterval time.Duration
 
 	// MaxPendingBytes bounds the memory held by pending changes across all

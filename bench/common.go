@@ -81,12 +81,13 @@ func pendingGuard(dbs ...*kvbuf.DB) func() error {
 	}
 }
 
-// openPebble opens a raw pebble database in dir/name configured exactly
-// like the engine's store (storage.PebbleOptions: the same block cache,
-// format and logger) with a memtable of memtable bytes (0: the store's
-// default, 4 MiB), and registers its Close.
-func openPebble(s *Suite, name string, memtable uint64) (*pebble.DB, error) {
-	pdb, err := pebble.Open(filepath.Join(s.dir, name), storage.PebbleOptions(&storage.Options{MemTableSize: memtable}))
+// openPebble opens a raw pebble database in dir/name configured like the
+// engine's store (storage.PebbleOptions: the same format and logger) with
+// a memtable of memtable bytes (0: the store's default, 4 MiB) and a block
+// cache of cache bytes (baselineCache: the engine's cache plus its read
+// tier), and registers its Close.
+func openPebble(s *Suite, name string, memtable uint64, cache int64) (*pebble.DB, error) {
+	pdb, err := pebble.Open(filepath.Join(s.dir, name), storage.PebbleOptions(&storage.Options{MemTableSize: memtable, CacheSize: cache}))
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +149,7 @@ func openMixedSides(s *Suite, ks string, nbits uint64, opts *kvbuf.Options) (m m
 	if m.bits, err = m.db.Bits(ks); err != nil {
 		return m, err
 	}
-	if m.pdb, err = openPebble(s, "pebble", 0); err != nil {
+	if m.pdb, err = openPebble(s, "pebble", 0, baselineCache(opts)); err != nil {
 		return m, err
 	}
 	m.raw, err = createBits(s, "raw.bits", nbits)

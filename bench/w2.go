@@ -174,7 +174,7 @@ func openW2(s *Suite, n int) (*w2State, error) {
 		st.dbs = append(st.dbs, db)
 	}
 	var err error
-	st.pdb, err = openPebble(s, "pebble", 0)
+	st.pdb, err = openPebble(s, "pebble", 0, baselineCache(opts))
 	return st, err
 }
 

@@ -80,7 +80,7 @@ func setupW2Memory(_ context.Context, s *Suite, c Config) error {
 	for i := range vals {
 		vals[i] = w2Value(rng)
 	}
-	pdb, err := openPebble(s, "pebble", 0)
+	pdb, err := openPebble(s, "pebble", 0, baselineCache(nil))
 	if err != nil {
 		return err
 	}

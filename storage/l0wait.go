@@ -42,9 +42,13 @@ func (w *l0Waker) wake() {
 // by ingestion faster than pebble compacts would deepen L0, and every
 // point read that reaches the store, without bound. It returns at once
 // when no compaction is in progress (nothing would end the wait: pebble
-// picked none, or automatic compactions are off), so the bound is pebble's
-// to keep: an ingestion may pass it in the moment between one compaction's
-// end and the next one's start. waiting, unless nil, is called once, when
+// picked none, or automatic compactions are off), so the bound is soft:
+// pebble calls the listener that wakes this wait from inside a
+// compaction's end, before it counts that compaction done and before it
+// schedules the next, so a woken wait often finds none in progress and
+// lets its ingestion pass with L0 still at the depth. What holds L0 near
+// the depth is that a compaction out of L0 takes all its sublevels
+// (doc/design.md, "L0 under a sustained write load"). waiting, unless nil, is called once, when
 // the wait begins. It returns how long it waited (0 if it did not), and
 // ctx's error or kvbuf.ErrClosed if the wait ends with them.
 func (s *Store) WaitL0(ctx context.Context, waiting func()) (time.Duration, error) {

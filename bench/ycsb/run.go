@@ -58,8 +58,10 @@ type Result struct {
 	DiskBytes    int64
 	DiskMeasured bool
 	// Store, if StoreMeasured, is the work the engine's store did over the
-	// run, counted as DiskBytes is (through the settle step, before the
-	// Close): where the disk bytes went. Bench leaves it unmeasured on an
+	// run, from where DiskBytes starts through the settle step (DiskBytes
+	// goes on through the Close, which this leaves out: a Close after the
+	// settle step writes little, the final flush's receipt): where the disk
+	// bytes went. Bench leaves it unmeasured on an
 	// engine that reports none (badger, bbolt).
 	Store         StoreWork
 	StoreMeasured bool

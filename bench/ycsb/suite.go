@@ -76,7 +76,8 @@ type Config struct {
 // The durability modes of a comparison: what every engine has promised
 // when a write returns, the same for all of them within a mode. Each
 // engine is also given kvbuf's memory: the pebble and badger memtables
-// are kvbuf's MaxPendingBytes, their block caches its CacheSize.
+// are kvbuf's MaxPendingBytes, their block caches its CacheSize plus its
+// ReadTierBytes.
 const (
 	// DurabilityWindow: the same loss window. Every engine may lose the
 	// writes of its last interval I on a power loss, and no more (I is
@@ -229,9 +230,9 @@ type Row struct {
 	// files taken back from the count).
 	DiskPerUserByte, DiskMin, DiskMax float64
 	// Store is the work of the engine's store (Result.Store) summed over
-	// the rounds, and StoreRounds the number of rounds it counts: 0 where
-	// the engine reports none (badger, bbolt) or a round's settle step
-	// found it still busy. Where the disk bytes went: memtable flushes,
+	// the rounds that measured it, and StoreRounds their number: 0 where
+	// the engine reports none (badger, bbolt); a round whose settle step
+	// found the engine still busy is left out. Where the disk bytes went: memtable flushes,
 	// ingestions, and compactions (each a rewrite of the tables below that
 	// a flushed or ingested table overlaps).
 	Store       StoreWork

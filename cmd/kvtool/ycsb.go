@@ -52,16 +52,18 @@ was flushing (kvbuf: a generation in flight; pebble: a memtable flush); the
 p99s, marked "scan".
 
 --durability runs the comparison in each mode, with its own load:
-  window  the same loss window: kvbuf flushes every FlushInterval and its
-          writes go through a host log (an append-only file, one write
-          per op, synced every FlushInterval); pebble writes NoSync and
-          syncs its WAL (LogData) every FlushInterval, badger calls Sync
-          every FlushInterval; bbolt does not run
+  window  the same loss window W (kvbuf.host_log_interval, else
+          FlushInterval, else 1s): kvbuf flushes every FlushInterval and
+          its writes go through a host log (an append-only file, one
+          write per op, synced every W); pebble writes NoSync and syncs
+          its WAL (LogData) every W, badger calls Sync every W; bbolt
+          does not run
   acked   acknowledged after durable: kvbuf writes then Flushes, pebble
           and badger sync every write, bbolt commits; concurrent writers
           share syncs (group commit)
 In both, pebble's and badger's memtables are kvbuf's MaxPendingBytes and
-their block caches kvbuf's CacheSize (-p overrides any of them).
+their block caches kvbuf's CacheSize plus its ReadTierBytes (-p overrides
+any of them).
 
 Workloads: a (50% read, 50% update, zipfian), b (95/5), c (read only),
 d (95% read, 5% insert, latest), e (95% scans of up to 100, 5% insert),
@@ -90,12 +92,12 @@ ops_per_sec_min, ops_per_sec_max, ops_per_sec_rounds, cpu_ns_per_op,
 disk_bytes_per_user_byte (over all rounds: disk bytes summed over user
 bytes summed), disk_bytes_per_user_byte_min and _max (per round),
 kvbuf_speedup, kvbuf_speedup_min, kvbuf_speedup_max (other engines),
-store (kvbuf's store or pebble, summed over store_rounds rounds counted
-as the disk bytes are: flushes, compactions, ingests, compacted_bytes,
-written_bytes), ops (operation -> count, p50_ns, p99_ns, p999_ns,
-max_ns). --markdown writes
-the tables of the README and doc/workloads.md (one per durability mode) to
-a file. A progress line is drawn on stderr when it is a terminal or with
+store (kvbuf's store or pebble, summed over store_rounds rounds, each
+from its first operation through its settle step: flushes, compactions,
+ingests, compacted_bytes, written_bytes), ops (operation -> count,
+p50_ns, p99_ns, p999_ns, max_ns). --markdown writes the tables of the
+README and doc/workloads.md (one per durability mode) to a file. A
+progress line is drawn on stderr when it is a terminal or with
 --progress.
 
 `)
