@@ -195,7 +195,8 @@
 //   - Conf changes are one at a time (raft's simple changes, no joint
 //     consensus): one proposed while another is pending on the same leader,
 //     or on a leader elected a moment ago that has not applied its log
-//     yet, fails with ErrConfChangePending; one pending on a leader that lost
+//     yet, waits for it (up to 2 s, twice) and fails with
+//     ErrConfChangePending if it is still pending; one pending on a leader that lost
 //     its leadership may still be applied (its caller gets
 //     ErrOutcomeUnknown).
 package raftkv

@@ -76,8 +76,9 @@ var (
 	// is not a member (or not a learner, for PromoteNode). ErrLastVoter:
 	// removing the cluster's only voter. ErrNotCaughtUp: the learner's log
 	// trails the leader's by more than PromoteMaxLag; retry later.
-	// ErrConfChangePending: another membership change is not applied yet
-	// (raft takes one at a time), or this node became the leader and has
+	// ErrConfChangePending: another membership change is still not applied
+	// after the change waited for it (raft takes one at a time), or this
+	// node became the leader and has
 	// not applied its log up to its election yet; retry.
 	ErrRemovedID         = errors.New("raftkv: node ID removed from the cluster")
 	ErrMemberExists      = errors.New("raftkv: already a member")

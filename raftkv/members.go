@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -33,10 +34,12 @@ import (
 //   - A learner is promoted only once its log is within PromoteMaxLag
 //     entries of the leader's commit index (ErrNotCaughtUp).
 //   - Raft takes one change at a time: a change proposed while another is
-//     not yet applied is refused (ErrConfChangePending). A new leader
-//     refuses changes the same way until it has applied the entries its
-//     log held when it was elected: one may be a change committed under
-//     the last leader, and the checks above see only applied changes.
+//     not yet applied waits for it to be applied (up to 2 s, twice, within
+//     the caller's context) and is then proposed; if it is still not
+//     applied, the change is refused (ErrConfChangePending). A new leader
+//     treats the entries its log held when it was elected the same way:
+//     one may be a change committed under the last leader, and the checks
+//     above see only applied changes.
 
 // PromoteMaxLag is how far (in entries) a learner's log may trail the
 // leader's commit index for PromoteNode to promote it.
@@ -130,9 +133,51 @@ func checkMemberArgs(id uint64, addr string) error {
 	return nil
 }
 
+// confPendingWait bounds how long a membership change waits for one
+// pending before it (or for a new leader's first entry: trackConfIndex)
+// to be applied, and confPendingTries how many times it is tried: a new
+// leader applies its first entry within a round trip, so an operator's
+// command right after an election (the README's "Add a node" after a
+// restart) goes through instead of answering "retry"; a change waiting
+// for a quorum it does not have is still refused (ErrConfChangePending).
+const (
+	confPendingWait  = 2 * time.Second
+	confPendingTries = 3
+)
+
+// confPending marks changeConf's refusal while the log holds a membership
+// change not yet applied, up to index: it reads as ErrConfChangePending,
+// which it wraps.
+type confPending struct{ index uint64 }
+
+func (e *confPending) Error() string { return ErrConfChangePending.Error() }
+func (e *confPending) Unwrap() error { return ErrConfChangePending }
+
 // changeConf proposes a conf change on the leader (this node), after the
-// checks, and waits until it is applied here.
+// checks, and waits until it is applied here. Refused because another
+// change is not applied yet, it waits for that one to be applied (at most
+// confPendingWait, or ctx) and tries again, confPendingTries times in all.
 func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint64, addr string) error {
+	for try := 1; ; try++ {
+		err := n.proposeConf(ctx, t, id, addr)
+		var cp *confPending
+		if try == confPendingTries || !errors.As(err, &cp) {
+			return err
+		}
+		if n.hooks != nil && n.hooks.confWait != nil {
+			n.hooks.confWait()
+		}
+		wctx, cancel := context.WithTimeout(ctx, confPendingWait)
+		werr := n.waitApplied(wctx, cp.index)
+		cancel()
+		if werr != nil {
+			return err // still pending (or ctx ended, or the node stopped): the refusal stands
+		}
+	}
+}
+
+// proposeConf is one try of changeConf.
+func (n *Node) proposeConf(ctx context.Context, t raftpb.ConfChangeType, id uint64, addr string) error {
 	return n.proposeWith(ctx, func(req uint64) error {
 		cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(id), Id: proto.Uint64(req)}
 		if addr != "" {
@@ -142,7 +187,7 @@ func (n *Node) changeConf(ctx context.Context, t raftpb.ConfChangeType, id uint6
 			if n.confIndex > n.applied {
 				// The membership checked below may be about to change
 				// (raft itself would turn the proposal into an empty entry).
-				return errorf("node %d has a membership change not yet applied (log index %d, applied %d); retry: %w", n.id, n.confIndex, n.applied, ErrConfChangePending)
+				return errorf("node %d has a membership change not yet applied (log index %d, applied %d); retry: %w", n.id, n.confIndex, n.applied, &confPending{index: n.confIndex})
 			}
 			if err := n.membership().check(cc); err != nil {
 				return err

@@ -424,7 +424,11 @@ func TestConfChangePending(t *testing.T) {
 		first <- l.AddLearner(ctx, 8, "127.0.0.1:8")
 	}()
 	waitFor(t, 5*time.Second, "the first change to be appended", func() bool { return l.Status().LogLast > last })
-	if err := l.AddLearner(bg, 9, "127.0.0.1:9"); !errors.Is(err, ErrConfChangePending) {
+	// The second change waits for the first (confPendingWait) until its
+	// context ends, and is refused.
+	short, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	if err := l.AddLearner(short, 9, "127.0.0.1:9"); !errors.Is(err, ErrConfChangePending) {
 		t.Fatalf("a second change while the first is pending: %v", err)
 	}
 	c.faults.heal()
@@ -433,6 +437,48 @@ func TestConfChangePending(t *testing.T) {
 	}
 	if st := l.Status(); !slices.Equal(st.Learners, []uint64{8}) {
 		t.Fatalf("learners %v, want [8]", st.Learners)
+	}
+}
+
+// A change refused because another is not applied yet waits for that one
+// and goes through once it is applied (changeConf), as an operator told
+// to retry would: the README's "Add a node" right after a restart met a
+// new leader's first entry not yet applied and answered 503.
+func TestConfChangeWaitsForPending(t *testing.T) {
+	waiting := make(chan struct{}, 8)
+	c := newClusterHooks(t, 3, func(o *Options) { o.ElectionTicks = 100 }, &testHooks{confWait: func() { waiting <- struct{}{} }})
+	c.settle(20 * time.Second)
+	l := c.leader(20 * time.Second)
+	var others []uint64
+	for _, id := range c.ids() {
+		if id != l.ID() {
+			others = append(others, id)
+		}
+	}
+	c.faults.partition([]uint64{l.ID()}, others)
+	last := l.Status().LogLast
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- l.AddLearner(ctx, 8, "127.0.0.1:8") }()
+	waitFor(t, 5*time.Second, "the first change to be appended", func() bool { return l.Status().LogLast > last })
+	go func() { second <- l.AddLearner(ctx, 9, "127.0.0.1:9") }()
+	select {
+	case <-waiting:
+	case err := <-second:
+		t.Fatalf("the second change returned %v without waiting for the first", err)
+	case <-time.After(20 * time.Second): // a hang detector
+		t.Fatal("the second change neither waited nor returned")
+	}
+	c.faults.heal()
+	if err := <-first; err != nil {
+		t.Fatalf("the first change: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the second change, once the first was applied: %v", err)
+	}
+	if st := l.Status(); !slices.Equal(st.Learners, []uint64{8, 9}) {
+		t.Fatalf("learners %v, want [8 9]", st.Learners)
 	}
 }
 

@@ -235,6 +235,7 @@ type testHooks struct {
 	loopSends      bool   // the append loop's responses for peers are sent by the Ready loop
 	logMemTable    uint64 // the log store's memtable size (0: storage's default)
 	afterCancel    func() // runs in stop, between cancelling the context and closing stopc
+	confWait       func() // runs when a membership change begins to wait for a pending one (changeConf)
 }
 
 // open is Open with hooks (nil: none).
