@@ -407,15 +407,7 @@ func (c *cluster) follower(n *Node) *Node {
 // it leading meanwhile).
 func TestConfChangePending(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.ElectionTicks = 100 })
-	c.settle(20 * time.Second)
-	l := c.leader(20 * time.Second)
-	var others []uint64
-	for _, id := range c.ids() {
-		if id != l.ID() {
-			others = append(others, id)
-		}
-	}
-	c.faults.partition([]uint64{l.ID()}, others)
+	l := isolateLeader(c)
 	last := l.Status().LogLast
 	first := make(chan error, 1)
 	go func() {
@@ -440,13 +432,9 @@ func TestConfChangePending(t *testing.T) {
 	}
 }
 
-// A change refused because another is not applied yet waits for that one
-// and goes through once it is applied (changeConf), as an operator told
-// to retry would: the README's "Add a node" right after a restart met a
-// new leader's first entry not yet applied and answered 503.
-func TestConfChangeWaitsForPending(t *testing.T) {
-	waiting := make(chan struct{}, 8)
-	c := newClusterHooks(t, 3, func(o *Options) { o.ElectionTicks = 100 }, &testHooks{confWait: func() { waiting <- struct{}{} }})
+// isolateLeader settles c, cuts its leader off from the other nodes (with
+// a long election timeout it keeps leading meanwhile) and returns it.
+func isolateLeader(c *cluster) *Node {
 	c.settle(20 * time.Second)
 	l := c.leader(20 * time.Second)
 	var others []uint64
@@ -456,6 +444,17 @@ func TestConfChangeWaitsForPending(t *testing.T) {
 		}
 	}
 	c.faults.partition([]uint64{l.ID()}, others)
+	return l
+}
+
+// A change refused because another is not applied yet waits for that one
+// and goes through once it is applied (changeConf), as an operator told
+// to retry would: the README's "Add a node" right after a restart met a
+// new leader's first entry not yet applied and answered 503.
+func TestConfChangeWaitsForPending(t *testing.T) {
+	waiting := make(chan struct{}, 8)
+	c := newClusterHooks(t, 3, func(o *Options) { o.ElectionTicks = 100 }, &testHooks{confWait: func() { waiting <- struct{}{} }})
+	l := isolateLeader(c)
 	last := l.Status().LogLast
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
 	defer cancel()
