@@ -177,6 +177,21 @@ func testDiskFullStore(t *testing.T, ingestThreshold int64) {
 
 	d.full.Store(false) // space returns
 	waitSpace(t, db)
+	// A background retry that began before space returned may still fail,
+	// and a Flush waiting on it gets its error (each Flush gets the result
+	// of one attempt): with ingestion the sstables fail at once, so the
+	// flusher retries every few milliseconds while the disk is full. The
+	// attempt after it has space.
+	for try := 1; ; try++ {
+		err := db.Flush(ctx)
+		if err == nil {
+			break
+		}
+		wantDiskFull(t, fmt.Sprintf("flush %d as space returned", try), err)
+		if try == 5 {
+			t.Fatalf("flush %d after space returned still failed: %v", try, err)
+		}
+	}
 	last := fe.flushAll(ctx, "once space returned")
 	if last <= good {
 		t.Fatalf("watermark %d after recovery, %d before the disk filled", last, good)
