@@ -58,18 +58,7 @@ func settle(lsm func() (storage.LSMStats, error)) {
 // pebbleLSM reads the LSMStats fields a benchmark uses from a raw pebble.
 func pebbleLSM(db *pebble.DB) func() (storage.LSMStats, error) {
 	return func() (storage.LSMStats, error) {
-		pm := db.Metrics()
-		tot := pm.Total()
-		st := storage.LSMStats{
-			L0Files: pm.Levels[0].TablesCount, L0Sublevels: int(pm.Levels[0].Sublevels), ReadAmp: pm.ReadAmp(),
-			MemTables: pm.MemTable.Count, Flushes: pm.Flush.Count, Compactions: pm.Compact.Count,
-			Ingests: pm.Ingest.Count, FlushableIngests: pm.Flush.AsIngestCount,
-			WALBytes: pm.WAL.BytesWritten, FlushedBytes: tot.TableBytesFlushed,
-			CompactedBytes: tot.TableBytesCompacted, IngestedBytes: tot.TableBytesIngested,
-			BackgroundJobs: pm.Compact.NumInProgress + pm.Flush.NumInProgress,
-		}
-		st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
-		return st, nil
+		return storage.PebbleLSMStats(db.Metrics()), nil
 	}
 }
 

@@ -1,6 +1,10 @@
 package storage
 
-import "github.com/kvbuf/kvbuf/internal/kverr"
+import (
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvbuf/kvbuf/internal/kverr"
+)
 
 // LSMStats is the shape of the store's LSM and the work pebble has done
 // since Open: what flushes by ingestion and by batch cost the store (L0
@@ -49,7 +53,13 @@ func (s *Store) LSM() (LSMStats, error) {
 	if s.closed {
 		return LSMStats{}, kverr.ErrClosed
 	}
-	pm := s.db.Metrics()
+	return PebbleLSMStats(s.db.Metrics()), nil
+}
+
+// PebbleLSMStats returns the LSMStats of a pebble database's metrics, as
+// Store.LSM reports its own: a benchmark compares a store with a raw
+// pebble database by the same figures (BytesWritten counted alike).
+func PebbleLSMStats(pm *pebble.Metrics) LSMStats {
 	tot := pm.Total()
 	st := LSMStats{
 		L0Files:          pm.Levels[0].TablesCount,
@@ -68,5 +78,5 @@ func (s *Store) LSM() (LSMStats, error) {
 		LogBytes:         pm.WAL.Size,
 	}
 	st.BytesWritten = st.WALBytes + st.FlushedBytes + st.CompactedBytes + st.IngestedBytes
-	return st, nil
+	return st
 }

@@ -69,18 +69,11 @@ func openPebble(dir string, p *properties.Properties) (engine, error) {
 
 func (e *pebbleEngine) flushing() bool { return e.flushes.Load() > 0 }
 
-// storeWork reads pebble's metrics, as kvbuf's store reports its own
-// (storage.Store.LSM).
+// storeWork reads pebble's metrics as kvbuf's store reports its own
+// (storage.PebbleLSMStats).
 func (e *pebbleEngine) storeWork() StoreWork {
-	m := e.db.Metrics()
-	tot := m.Total()
-	return StoreWork{
-		Flushes:        m.Flush.Count,
-		Compactions:    m.Compact.Count,
-		Ingests:        int64(m.Ingest.Count),
-		CompactedBytes: int64(tot.TableBytesCompacted),
-		WrittenBytes:   int64(m.WAL.BytesWritten + tot.TableBytesFlushed + tot.TableBytesCompacted + tot.TableBytesIngested),
-	}
+	st := storage.PebbleLSMStats(e.db.Metrics())
+	return StoreWork{st.Flushes, st.Compactions, int64(st.Ingests), int64(st.CompactedBytes), int64(st.BytesWritten)}
 }
 
 // tableKey returns table ":" key in t.scratch.
