@@ -81,16 +81,9 @@ const scanFlushRounds = 3
 // scanFlushRound opens an engine with o, loads n keys and runs the scans
 // on 1 and 4 goroutines.
 func scanFlushRound(b *testing.B, o *Options, n int) {
-	dir := b.TempDir()
-	db, err := Open(filepath.Join(dir, "engine"), o)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db := openT(b, filepath.Join(b.TempDir(), "engine"), o)
 	defer db.Close()
-	k, err := db.KV("usertable")
-	if err != nil {
-		b.Fatal(err)
-	}
+	k := mustKV(b, db, "usertable")
 	ctx := context.Background()
 	val := make([]byte, scanFlushValue)
 	for i := range val {
